@@ -1,0 +1,185 @@
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::*;
+
+const MINIMAL: &str = r#"
+[[sources]]
+name = "stripe"
+scheme = "stripe"
+secrets = ["whsec_a", "whsec_b"]
+"#;
+
+fn load(text: &str) -> Result<Settings, ConfigError> {
+    Settings::from_toml("test.toml", text, &HashMap::new())
+}
+
+fn load_env(text: &str, env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+    let env = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Settings::from_toml("test.toml", text, &env)
+}
+
+fn error(text: &str) -> String {
+    load(text).expect_err("must be refused").to_string()
+}
+
+#[test]
+fn the_shipped_config_loads_with_its_four_sources() {
+    let text = include_str!("../../hookd.toml");
+    let settings = load(text).expect("shipped hookd.toml");
+    let names: Vec<_> = settings.sources.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["stripe", "standard", "github", "shop"]);
+    assert_eq!(settings.source("stripe").map(|s| s.secrets.len()), Some(2));
+    assert_eq!(settings.admin_tokens.len(), 2);
+}
+
+#[test]
+fn defaults_follow_the_contract() {
+    let s = load(MINIMAL).expect("valid");
+    assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(s.max_body_bytes, 1_048_576);
+    assert_eq!(s.handler_timeout, Duration::from_secs(5));
+    assert_eq!(s.max_attempts, 10);
+    assert_eq!(s.retry_base, Duration::from_secs(1));
+    assert_eq!(s.retry_cap, Duration::from_secs(3600));
+    assert_eq!(s.retention, Duration::from_secs(30 * 86400));
+    assert_eq!(s.key_retention, Duration::from_secs(365 * 86400));
+    assert_eq!(s.purge_interval, Duration::from_secs(3600));
+    assert_eq!(s.purge_batch, 1000);
+    let stripe = s.source("stripe").expect("stripe");
+    assert_eq!(stripe.tolerance, Duration::from_secs(300));
+    assert_eq!(
+        stripe.kind_of("payment_intent.succeeded"),
+        Some("payment_succeeded")
+    );
+    assert_eq!(
+        stripe.kind_of("charge.dispute.created"),
+        Some("dispute_opened")
+    );
+    assert_eq!(stripe.kind_of("customer.created"), None);
+}
+
+#[test]
+fn unknown_keys_are_refused_with_their_path() {
+    let e = error(&format!("lissen = \"x\"\n{MINIMAL}"));
+    assert!(e.contains("lissen"), "{e}");
+    let e = error(&format!("{MINIMAL}sceme = \"stripe\"\n"));
+    assert!(e.contains("sources[0]") && e.contains("sceme"), "{e}");
+    assert!(!e.contains('\n'));
+}
+
+#[test]
+fn bad_values_name_their_key_on_one_line() {
+    let cases = [
+        ("handler_timeout = \"5\"", "handler_timeout"),
+        ("handler_timeout = \"5 parsecs\"", "handler_timeout"),
+        ("retention = \"10h\"", "retention"),
+        ("key_retention = \"12h\"", "key_retention"),
+        (
+            "retention = \"60d\"\nkey_retention = \"30d\"",
+            "key_retention",
+        ),
+        ("max_attempts = 0", "max_attempts"),
+        ("purge_batch = -1", "purge_batch"),
+        ("listen = \"localhost\"", "listen"),
+        ("retry_base = \"2h\"", "retry_cap"),
+        ("max_body_bytes = \"big\"", "max_body_bytes"),
+    ];
+    for (line, key) in cases {
+        let e = error(&format!("{line}\n{MINIMAL}"));
+        assert!(e.contains(key), "{line}: {e}");
+        assert!(!e.contains('\n'), "{line}: {e}");
+    }
+}
+
+#[test]
+fn sources_are_checked() {
+    let source = |body: &str| format!("[[sources]]\nname = \"s\"\n{body}\n");
+    let cases = [
+        (
+            "scheme = \"paypal\"\nsecrets = [\"x\"]",
+            "sources[0].scheme",
+        ),
+        ("scheme = \"stripe\"\nsecrets = []", "sources[0].secrets"),
+        (
+            "scheme = \"standard\"\nsecrets = [\"whsec_***\"]",
+            "sources[0].secrets[0]",
+        ),
+        (
+            "scheme = \"stripe\"\nsecrets = [\"x\"]\nsignature_header = \"X\"",
+            "sources[0].signature_header",
+        ),
+        (
+            "scheme = \"hmac\"\nsecrets = [\"x\"]",
+            "sources[0].signature_header",
+        ),
+        (
+            "scheme = \"hmac\"\nsecrets = [\"x\"]\nsignature_header = \"X\"\ntype_header = \"T\"",
+            "sources[0].id_header",
+        ),
+        (
+            "scheme = \"hmac\"\nsecrets = [\"x\"]\nsignature_header = \"X\"\nid_pointer = \"id\"\ntype_header = \"T\"",
+            "sources[0].id_pointer",
+        ),
+        (
+            "scheme = \"stripe\"\nsecrets = [\"x\"]\nevent_types = { \"a.b\" = \"payment_succeded\" }",
+            "sources[0].event_types",
+        ),
+    ];
+    for (body, key) in cases {
+        let e = error(&source(body));
+        assert!(e.contains(key), "{body}: {e}");
+    }
+    let twice = format!("{MINIMAL}{MINIMAL}");
+    assert!(error(&twice).contains("sources[1].name"));
+    let bad_name = "[[sources]]\nname = \"Bad Name\"\nscheme = \"stripe\"\nsecrets = [\"x\"]\n";
+    assert!(error(bad_name).contains("sources[0].name"));
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let s = load_env(
+        MINIMAL,
+        &[
+            ("HOOKD_LISTEN", "0.0.0.0:9999"),
+            ("HOOKD_SOURCE_STRIPE_SECRETS", "whsec_env1, whsec_env2"),
+            ("HOOKD_ADMIN_TOKEN", "an-operator-token-from-env"),
+            ("DATABASE_URL", "postgres://x@localhost/db"),
+        ],
+    )
+    .expect("valid");
+    assert_eq!(s.listen.to_string(), "0.0.0.0:9999");
+    let secrets: Vec<_> = s.sources[0].secrets.iter().map(|x| x.expose()).collect();
+    assert_eq!(secrets, ["whsec_env1", "whsec_env2"]);
+    assert_eq!(s.admin_tokens[0].role, Role::Operator);
+    assert_eq!(s.database_url.as_deref(), Some("postgres://x@localhost/db"));
+
+    let e = load_env(MINIMAL, &[("HOOKD_SOURCE_STRIPPE_SECRETS", "x")])
+        .expect_err("typo in env")
+        .to_string();
+    assert!(e.contains("HOOKD_SOURCE_STRIPPE_SECRETS"), "{e}");
+}
+
+#[test]
+fn admin_tokens_are_checked() {
+    let token = |role: &str, value: &str| {
+        format!("{MINIMAL}[[admin.tokens]]\nname = \"a\"\ntoken = \"{value}\"\nrole = \"{role}\"\n")
+    };
+    assert!(load(&token("viewer", "long-enough-token-123")).is_ok());
+    assert!(error(&token("admin", "long-enough-token-123")).contains("admin.tokens[0].role"));
+    assert!(error(&token("viewer", "short")).contains("admin.tokens[0].token"));
+}
+
+#[test]
+fn durations_parse_and_print() {
+    assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+    assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86400)));
+    assert!(parse_duration("5").is_err());
+    assert!(parse_duration("m").is_err());
+    assert!(parse_duration("-5s").is_err());
+    assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+    assert_eq!(format_duration(Duration::from_secs(7200)), "2h");
+}

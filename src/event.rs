@@ -1,0 +1,317 @@
+//! A delivery's body, parsed once at the edge: identity (event id, provider type,
+//! hookd kind), the canonical fingerprint used for dedupe, and the payment fields
+//! support staff search by. Pure: no HTTP, no database.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::config::Source;
+use crate::signature::{Headers, Locator, Scheme};
+
+const MAX_ID_LEN: usize = 255;
+
+#[derive(Debug, Clone)]
+pub struct IncomingEvent {
+    pub source: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub kind: Option<String>,
+    pub payload: Value,
+    pub fingerprint: [u8; 32],
+    pub payment_id: Option<String>,
+    pub customer_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventError {
+    #[error("body is not JSON: {0}")]
+    NotJson(String),
+    #[error("no event id ({0})")]
+    MissingId(String),
+    #[error("no event type ({0})")]
+    MissingType(String),
+    #[error("{0} is longer than 255 bytes")]
+    TooLong(&'static str),
+}
+
+impl IncomingEvent {
+    /// Parses a delivery whose signature has already been verified.
+    pub fn parse(
+        source: &Source,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+    ) -> Result<Self, EventError> {
+        let payload: Value =
+            serde_json::from_slice(body).map_err(|e| EventError::NotJson(e.to_string()))?;
+        let (event_id, event_type) = identity(&source.scheme, headers, &payload)?;
+        if event_id.len() > MAX_ID_LEN {
+            return Err(EventError::TooLong("event id"));
+        }
+        if event_type.len() > MAX_ID_LEN {
+            return Err(EventError::TooLong("event type"));
+        }
+        let kind = source.kind_of(&event_type).map(String::from);
+        let fields = PaymentShape::of(&source.scheme).index_fields(&payload);
+        Ok(IncomingEvent {
+            source: source.name.clone(),
+            event_id,
+            event_type,
+            kind,
+            fingerprint: fingerprint(&payload),
+            payment_id: fields.payment_id,
+            customer_id: fields.customer_id,
+            payload,
+        })
+    }
+}
+
+fn identity(
+    scheme: &Scheme,
+    headers: &(impl Headers + ?Sized),
+    payload: &Value,
+) -> Result<(String, String), EventError> {
+    let body_string = |field: &str| non_empty(payload.get(field));
+    match scheme {
+        Scheme::Stripe => {
+            let id = body_string("id").ok_or_else(|| EventError::MissingId("body.id".into()))?;
+            let ty =
+                body_string("type").ok_or_else(|| EventError::MissingType("body.type".into()))?;
+            Ok((id, ty))
+        }
+        Scheme::Standard => {
+            let id = crate::signature::standard_event_id(headers)
+                .and_then(|v| non_empty_str(v))
+                .ok_or_else(|| EventError::MissingId("webhook-id header".into()))?;
+            let ty =
+                body_string("type").ok_or_else(|| EventError::MissingType("body.type".into()))?;
+            Ok((id, ty))
+        }
+        Scheme::Github => {
+            let delivery = crate::signature::GITHUB_DELIVERY;
+            let event = crate::signature::GITHUB_EVENT;
+            let id = headers
+                .header(delivery)
+                .and_then(non_empty_str)
+                .ok_or_else(|| EventError::MissingId(format!("{delivery} header")))?;
+            let name = headers
+                .header(event)
+                .and_then(non_empty_str)
+                .ok_or_else(|| EventError::MissingType(format!("{event} header")))?;
+            let ty = match body_string("action") {
+                Some(action) => format!("{name}.{action}"),
+                None => name,
+            };
+            Ok((id, ty))
+        }
+        Scheme::Hmac(opts) => {
+            let id = locate(&opts.id, headers, payload)
+                .ok_or_else(|| EventError::MissingId(describe(&opts.id)))?;
+            let ty = locate(&opts.event_type, headers, payload)
+                .ok_or_else(|| EventError::MissingType(describe(&opts.event_type)))?;
+            Ok((id, ty))
+        }
+    }
+}
+
+fn locate(locator: &Locator, headers: &(impl Headers + ?Sized), payload: &Value) -> Option<String> {
+    match locator {
+        Locator::Header(name) => headers.header(name).and_then(non_empty_str),
+        Locator::Pointer(pointer) => non_empty(payload.pointer(pointer)),
+    }
+}
+
+fn describe(locator: &Locator) -> String {
+    match locator {
+        Locator::Header(name) => format!("{name} header"),
+        Locator::Pointer(pointer) => format!("body{pointer}"),
+    }
+}
+
+fn non_empty_str(value: &str) -> Option<String> {
+    let value = value.trim();
+    (!value.is_empty()).then(|| value.to_string())
+}
+
+/// A string, or a number written as one (some providers use numeric ids).
+fn non_empty(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::String(s) => non_empty_str(s),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// SHA-256 of the canonical JSON (keys sorted, no whitespace), so a provider that
+/// re-serialises a resend still matches the first delivery.
+pub fn fingerprint(payload: &Value) -> [u8; 32] {
+    let mut canonical = Vec::with_capacity(256);
+    write_canonical(payload, &mut canonical);
+    Sha256::digest(&canonical).into()
+}
+
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_scalar(&Value::String(key.clone()), out);
+                out.push(b':');
+                write_canonical(item, out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => write_scalar(scalar, out),
+    }
+}
+
+fn write_scalar(value: &Value, out: &mut Vec<u8>) {
+    // Writing a scalar Value into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
+/// Where a scheme's payment facts live in its bodies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentShape {
+    /// Stripe's `data.object`: a PaymentIntent, Charge or Dispute.
+    Stripe,
+    /// `{"id","type","created","data":{"payment_id","amount","amount_refunded","currency","customer_id"}}`.
+    Neutral,
+}
+
+/// The payment facts one event states. Absent fields are `None`: they say nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PaymentFacts {
+    pub payment_id: String,
+    pub amount: Option<i64>,
+    pub amount_refunded: Option<i64>,
+    pub currency: Option<String>,
+    pub customer_id: Option<String>,
+}
+
+/// The ids stored on every event for support look-ups, best effort.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexFields {
+    pub payment_id: Option<String>,
+    pub customer_id: Option<String>,
+}
+
+const STRIPE_PAYMENT_OBJECTS: [&str; 4] = ["payment_intent", "charge", "dispute", "refund"];
+
+impl PaymentShape {
+    pub fn of(scheme: &Scheme) -> Self {
+        match scheme {
+            Scheme::Stripe => PaymentShape::Stripe,
+            _ => PaymentShape::Neutral,
+        }
+    }
+
+    /// The payment facts a payment event must carry; the error is why it cannot be
+    /// applied (the event then goes `dead` with that reason).
+    pub fn payment_facts(self, payload: &Value) -> Result<PaymentFacts, String> {
+        let (object, path) = match self {
+            PaymentShape::Stripe => (payload.pointer("/data/object"), "data.object"),
+            PaymentShape::Neutral => (payload.get("data"), "data"),
+        };
+        let object = object
+            .filter(|o| o.is_object())
+            .ok_or_else(|| format!("{path} is missing or not an object"))?;
+        let (payment_id, customer) = match self {
+            PaymentShape::Stripe => (
+                id_of(object.get("payment_intent")).or_else(|| id_of(object.get("id"))),
+                "customer",
+            ),
+            PaymentShape::Neutral => (id_of(object.get("payment_id")), "customer_id"),
+        };
+        let payment_id = payment_id.ok_or_else(|| match self {
+            PaymentShape::Stripe => format!("{path} has neither payment_intent nor id"),
+            PaymentShape::Neutral => format!("{path}.payment_id is missing"),
+        })?;
+        Ok(PaymentFacts {
+            payment_id,
+            amount: amount(object, "amount", path)?,
+            amount_refunded: amount(object, "amount_refunded", path)?,
+            currency: optional_string(object, "currency", path)?,
+            customer_id: match object.get(customer) {
+                None | Some(Value::Null) => None,
+                value => Some(id_of(value).ok_or_else(|| {
+                    format!("{path}.{customer} is neither an id nor an object with one")
+                })?),
+            },
+        })
+    }
+
+    /// Payment and customer ids for the history index. Never fails: an event that
+    /// cannot be indexed is still stored.
+    pub fn index_fields(self, payload: &Value) -> IndexFields {
+        match self {
+            PaymentShape::Stripe => {
+                let Some(object) = payload.pointer("/data/object") else {
+                    return IndexFields::default();
+                };
+                let object_type = object.get("object").and_then(Value::as_str);
+                let is_customer = object_type == Some("customer");
+                let is_payment = object_type.is_none_or(|t| STRIPE_PAYMENT_OBJECTS.contains(&t));
+                IndexFields {
+                    payment_id: id_of(object.get("payment_intent"))
+                        .or_else(|| is_payment.then(|| id_of(object.get("id"))).flatten()),
+                    customer_id: id_of(object.get("customer"))
+                        .or_else(|| is_customer.then(|| id_of(object.get("id"))).flatten()),
+                }
+            }
+            PaymentShape::Neutral => {
+                let data = payload.get("data");
+                let field = |name| data.and_then(|d| id_of(d.get(name)));
+                IndexFields {
+                    payment_id: field("payment_id"),
+                    customer_id: field("customer_id"),
+                }
+            }
+        }
+    }
+}
+
+/// An id given as a string, or as an expanded object carrying one.
+fn id_of(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::String(s) => non_empty_str(s),
+        Value::Object(o) => o.get("id").and_then(Value::as_str).and_then(non_empty_str),
+        _ => None,
+    }
+}
+
+fn amount(object: &Value, field: &str, path: &str) -> Result<Option<i64>, String> {
+    match object.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_i64()
+            .filter(|v| *v >= 0)
+            .map(Some)
+            .ok_or_else(|| format!("{path}.{field} is not a non-negative integer")),
+    }
+}
+
+fn optional_string(object: &Value, field: &str, path: &str) -> Result<Option<String>, String> {
+    match object.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(non_empty_str(s)),
+        Some(_) => Err(format!("{path}.{field} is not a string")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,191 @@
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::*;
+use crate::signature::{Encoding, GenericHmac, Secret};
+
+fn source(scheme: Scheme) -> Source {
+    let mut event_types = HashMap::new();
+    event_types.insert(
+        "payment_intent.succeeded".into(),
+        "payment_succeeded".into(),
+    );
+    Source {
+        name: "s".into(),
+        scheme,
+        secrets: vec![Secret::new("x")],
+        tolerance: Duration::from_secs(300),
+        event_types,
+    }
+}
+
+fn no_headers() -> Vec<(String, String)> {
+    Vec::new()
+}
+
+#[test]
+fn the_fingerprint_ignores_key_order_and_whitespace() {
+    let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":[1,2],"x":"é"}}"#).expect("json");
+    let b: Value =
+        serde_json::from_str("{ \"a\" : { \"x\" : \"\\u00e9\", \"y\" : [ 1 , 2 ] },\n \"b\" : 1 }")
+            .expect("json");
+    assert_eq!(fingerprint(&a), fingerprint(&b));
+    let c: Value = serde_json::from_str(r#"{"b":2,"a":{"y":[1,2],"x":"é"}}"#).expect("json");
+    assert_ne!(fingerprint(&a), fingerprint(&c));
+    let d: Value = serde_json::from_str(r#"{"b":1,"a":{"y":[2,1],"x":"é"}}"#).expect("json");
+    assert_ne!(fingerprint(&a), fingerprint(&d), "array order matters");
+}
+
+#[test]
+fn stripe_events_take_id_and_type_from_the_body_and_map_the_kind() {
+    let body = br#"{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","object":"payment_intent","customer":"cus_1"}}}"#;
+    let e = IncomingEvent::parse(&source(Scheme::Stripe), &no_headers(), body).expect("valid");
+    assert_eq!(e.event_id, "evt_1");
+    assert_eq!(e.event_type, "payment_intent.succeeded");
+    assert_eq!(e.kind.as_deref(), Some("payment_succeeded"));
+    assert_eq!(e.payment_id.as_deref(), Some("pi_1"));
+    assert_eq!(e.customer_id.as_deref(), Some("cus_1"));
+}
+
+#[test]
+fn bad_bodies_are_explained() {
+    let s = source(Scheme::Stripe);
+    let parse = |body: &[u8]| IncomingEvent::parse(&s, &no_headers(), body);
+    assert!(matches!(parse(b"not json"), Err(EventError::NotJson(_))));
+    assert!(matches!(
+        parse(br#"{"type":"x"}"#),
+        Err(EventError::MissingId(_))
+    ));
+    assert!(matches!(
+        parse(br#"{"id":"","type":"x"}"#),
+        Err(EventError::MissingId(_))
+    ));
+    assert!(matches!(
+        parse(br#"{"id":"e"}"#),
+        Err(EventError::MissingType(_))
+    ));
+    assert!(matches!(parse(b"[1,2]"), Err(EventError::MissingId(_))));
+    let long = format!(r#"{{"id":"{}","type":"x"}}"#, "e".repeat(256));
+    assert_eq!(
+        parse(long.as_bytes()).err(),
+        Some(EventError::TooLong("event id"))
+    );
+}
+
+#[test]
+fn github_types_carry_the_action() {
+    let headers = vec![
+        ("X-GitHub-Delivery".to_string(), "d-1".to_string()),
+        ("X-GitHub-Event".to_string(), "pull_request".to_string()),
+    ];
+    let e = IncomingEvent::parse(&source(Scheme::Github), &headers, br#"{"action":"opened"}"#)
+        .expect("valid");
+    assert_eq!(
+        (e.event_id.as_str(), e.event_type.as_str()),
+        ("d-1", "pull_request.opened")
+    );
+    let e =
+        IncomingEvent::parse(&source(Scheme::Github), &headers, br#"{"ref":"x"}"#).expect("valid");
+    assert_eq!(e.event_type, "pull_request");
+    assert_eq!(e.kind, None);
+}
+
+#[test]
+fn generic_sources_read_headers_or_pointers() {
+    let scheme = Scheme::Hmac(GenericHmac {
+        signature_header: "X-Sig".into(),
+        encoding: Encoding::Hex,
+        prefix: String::new(),
+        id: Locator::Pointer("/meta/id".into()),
+        event_type: Locator::Header("X-Topic".into()),
+        timestamp_header: None,
+    });
+    let headers = vec![("x-topic".to_string(), "payment_succeeded".to_string())];
+    let body = br#"{"meta":{"id":42},"data":{"payment_id":"p1","customer_id":"c1"}}"#;
+    let e = IncomingEvent::parse(&source(scheme), &headers, body).expect("valid");
+    assert_eq!(e.event_id, "42");
+    assert_eq!(
+        e.kind.as_deref(),
+        Some("payment_succeeded"),
+        "built-in names map to themselves"
+    );
+    assert_eq!(e.payment_id.as_deref(), Some("p1"));
+    assert_eq!(e.customer_id.as_deref(), Some("c1"));
+}
+
+#[test]
+fn stripe_payment_facts_prefer_the_payment_intent() {
+    let charge = json!({"data":{"object":{"id":"ch_1","object":"charge","payment_intent":"pi_9",
+        "amount":1000,"amount_refunded":400,"currency":"eur","customer":{"id":"cus_2"}}}});
+    let facts = PaymentShape::Stripe.payment_facts(&charge).expect("valid");
+    assert_eq!(
+        facts,
+        PaymentFacts {
+            payment_id: "pi_9".into(),
+            amount: Some(1000),
+            amount_refunded: Some(400),
+            currency: Some("eur".into()),
+            customer_id: Some("cus_2".into()),
+        }
+    );
+    let intent = json!({"data":{"object":{"id":"pi_3","amount":5,"customer":null}}});
+    let facts = PaymentShape::Stripe.payment_facts(&intent).expect("valid");
+    assert_eq!(
+        (facts.payment_id.as_str(), facts.customer_id),
+        ("pi_3", None)
+    );
+}
+
+#[test]
+fn malformed_payment_payloads_say_why() {
+    let cases = [
+        (
+            PaymentShape::Stripe,
+            json!({"data":{}}),
+            "data.object is missing",
+        ),
+        (
+            PaymentShape::Stripe,
+            json!({"data":{"object":{"amount":1}}}),
+            "neither payment_intent nor id",
+        ),
+        (
+            PaymentShape::Stripe,
+            json!({"data":{"object":{"id":"pi","amount":"10"}}}),
+            "data.object.amount",
+        ),
+        (
+            PaymentShape::Stripe,
+            json!({"data":{"object":{"id":"pi","amount":-1}}}),
+            "data.object.amount",
+        ),
+        (
+            PaymentShape::Neutral,
+            json!({"data":{"amount":1}}),
+            "data.payment_id",
+        ),
+        (
+            PaymentShape::Neutral,
+            json!({"data":{"payment_id":"p","currency":7}}),
+            "data.currency",
+        ),
+    ];
+    for (shape, payload, reason) in cases {
+        let err = shape.payment_facts(&payload).expect_err("malformed");
+        assert!(err.contains(reason), "{payload}: {err}");
+    }
+}
+
+#[test]
+fn stripe_customers_are_indexed_as_customers_not_payments() {
+    let customer = json!({"data":{"object":{"id":"cus_1","object":"customer"}}});
+    assert_eq!(
+        PaymentShape::Stripe.index_fields(&customer),
+        IndexFields {
+            payment_id: None,
+            customer_id: Some("cus_1".into())
+        }
+    );
+}
