@@ -399,10 +399,11 @@ impl RawSource {
                 ));
             }
         };
-        if !matches!(scheme, Scheme::Hmac(_)) {
-            if let Some((field, _)) = generic_keys.iter().find(|(_, set)| *set) {
-                return Err((key(field), "only applies to scheme \"hmac\"".into()));
-            }
+        if let (false, Some((field, _))) = (
+            matches!(scheme, Scheme::Hmac(_)),
+            generic_keys.iter().find(|(_, set)| *set),
+        ) {
+            return Err((key(field), "only applies to scheme \"hmac\"".into()));
         }
         if self.secrets.is_empty() {
             return Err((key("secrets"), "needs at least one secret".into()));
@@ -560,7 +561,7 @@ pub fn format_duration(d: Duration) -> String {
         ("m", 60_000),
         ("s", 1000),
     ] {
-        if ms >= size && ms % size == 0 {
+        if ms >= size && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }

@@ -80,7 +80,7 @@ fn identity(
         }
         Scheme::Standard => {
             let id = crate::signature::standard_event_id(headers)
-                .and_then(|v| non_empty_str(v))
+                .and_then(non_empty_str)
                 .ok_or_else(|| EventError::MissingId("webhook-id header".into()))?;
             let ty =
                 body_string("type").ok_or_else(|| EventError::MissingType("body.type".into()))?;

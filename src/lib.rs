@@ -3,6 +3,15 @@
 //! `dispatch` applies through `handlers`, `purge` cleans, `cli` drives; `app` wires
 //! them together and owns shutdown.
 
+pub mod app;
+pub mod cli;
 pub mod config;
+pub mod dispatch;
+pub mod embedded_pg;
 pub mod event;
+pub mod handlers;
+pub mod http;
+pub mod metrics;
+pub mod shutdown;
 pub mod signature;
+pub mod store;

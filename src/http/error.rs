@@ -1,0 +1,98 @@
+//! The one place where failures become HTTP answers (SPEC §3 and §8).
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+use crate::signature::SignatureError;
+use crate::store::StoreError;
+
+/// Seconds a client should wait before retrying when the database is unavailable.
+const RETRY_AFTER_SECONDS: &str = "5";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("unknown source")]
+    UnknownSource,
+    #[error("payload too large")]
+    PayloadTooLarge,
+    #[error("invalid signature: {0}")]
+    InvalidSignature(#[from] SignatureError),
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("event id conflict")]
+    EventIdConflict,
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(reason) => ApiError::Unavailable(reason),
+            StoreError::Schema(reason) => ApiError::Unavailable(reason),
+            StoreError::Query(e) => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+}
+
+impl ApiError {
+    /// The `error` code of the JSON body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::UnknownSource => "unknown_source",
+            ApiError::PayloadTooLarge => "payload_too_large",
+            ApiError::InvalidSignature(_) => "invalid_signature",
+            ApiError::BadRequest(_) => "bad_request",
+            ApiError::EventIdConflict => "event_id_conflict",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
+    /// What the client may read: never database details or secret material.
+    fn public_reason(&self) -> Option<String> {
+        match self {
+            ApiError::InvalidSignature(e) => Some(e.to_string()),
+            ApiError::BadRequest(reason) => Some(reason.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::UnknownSource => StatusCode::NOT_FOUND,
+            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::EventIdConflict => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let body = ErrorBody {
+            error: self.code(),
+            reason: self.public_reason(),
+        };
+        let mut response = HttpResponse::build(self.status_code());
+        response.insert_header((CONTENT_TYPE, "application/json"));
+        if matches!(self, ApiError::Unavailable(_)) {
+            response.insert_header((RETRY_AFTER, RETRY_AFTER_SECONDS));
+        }
+        response.body(serde_json::to_vec(&body).unwrap_or_default())
+    }
+}

@@ -1,0 +1,190 @@
+//! `POST /webhooks/{source}`: the checks of SPEC §3, in order — source, size,
+//! signature, body, dedupe — and the answer, sent only after the commit.
+
+use std::time::Instant;
+
+use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap};
+use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
+use futures_util::StreamExt;
+use serde::Serialize;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::dispatch::Ingested;
+use crate::event::IncomingEvent;
+use crate::signature::{Headers, Verifier};
+use crate::store::events::Recorded;
+
+/// Past this much, an oversized body is no longer drained: the connection is closed.
+const MAX_DRAIN_BYTES: usize = 64 * 1024 * 1024;
+
+struct RequestHeaders<'a>(&'a HeaderMap);
+
+impl Headers for RequestHeaders<'_> {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.0.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+#[derive(Serialize)]
+struct Accepted<'a> {
+    status: &'static str,
+    event_id: &'a str,
+}
+
+/// The first answer for an event. Deterministic, so a resend gets it byte for byte
+/// even after the payload is purged.
+pub fn accepted_body(event_id: &str) -> Vec<u8> {
+    serde_json::to_vec(&Accepted {
+        status: "accepted",
+        event_id,
+    })
+    .unwrap_or_default()
+}
+
+/// What the log line and metrics say about a delivery.
+struct Summary {
+    event_id: Option<String>,
+    kind: Option<String>,
+    outcome: &'static str,
+}
+
+pub async fn receive(
+    state: web::Data<AppState>,
+    source: web::Path<String>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
+    let started = Instant::now();
+    let mut summary = Summary {
+        event_id: None,
+        kind: None,
+        outcome: "",
+    };
+    let result = handle(&state, &source, &request, payload, &mut summary).await;
+    let response = match result {
+        Ok(response) => response,
+        Err(error) => {
+            summary.outcome = error.code();
+            match &error {
+                ApiError::Internal(detail) | ApiError::Unavailable(detail) => {
+                    log::error!("delivery to {source:?} failed: {detail}");
+                }
+                ApiError::InvalidSignature(reason) => {
+                    let label = if state.settings.source(&source).is_some() {
+                        source.as_str()
+                    } else {
+                        "unknown"
+                    };
+                    state.metrics.inc(
+                        "hookd_signature_failures_total",
+                        &[("source", label), ("reason", reason.label())],
+                    );
+                }
+                _ => {}
+            }
+            error.error_response()
+        }
+    };
+    let known = state.settings.source(&source).is_some();
+    state.metrics.inc(
+        "hookd_deliveries_total",
+        &[
+            ("source", if known { source.as_str() } else { "unknown" }),
+            ("outcome", summary.outcome),
+        ],
+    );
+    log::info!(
+        "delivery source={source:?} event_id={:?} kind={} outcome={} status={} latency_ms={:.1}",
+        summary.event_id.as_deref().unwrap_or("-"),
+        summary.kind.as_deref().unwrap_or("-"),
+        summary.outcome,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+    response
+}
+
+async fn handle(
+    state: &AppState,
+    source_name: &str,
+    request: &HttpRequest,
+    mut payload: web::Payload,
+    summary: &mut Summary,
+) -> Result<HttpResponse, ApiError> {
+    let Some(source) = state.settings.source(source_name) else {
+        drain(&mut payload, 0).await;
+        return Err(ApiError::UnknownSource);
+    };
+    let body = read_capped(&mut payload, request, state.settings.max_body_bytes).await?;
+    let headers = RequestHeaders(request.headers());
+    let verifier = Verifier {
+        scheme: &source.scheme,
+        secrets: &source.secrets,
+        tolerance: source.tolerance,
+    };
+    let verified = verifier.verify(&headers, &body, chrono::Utc::now().timestamp())?;
+    let event = IncomingEvent::parse(source, &headers, &body)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    summary.event_id = Some(event.event_id.clone());
+    summary.kind = event.kind.clone();
+    let Ingested { recorded, status } = state.dispatcher.ingest(&event, verified).await?;
+    let body = accepted_body(&event.event_id);
+    let mut response = HttpResponse::Ok();
+    response.insert_header((CONTENT_TYPE, "application/json"));
+    match recorded {
+        Recorded::New { .. } => {
+            summary.outcome = match status {
+                Some(status) => status.as_str(),
+                None => "accepted",
+            };
+        }
+        Recorded::Duplicate { .. } => {
+            summary.outcome = "duplicate";
+            state
+                .metrics
+                .inc("hookd_duplicates_total", &[("source", source_name)]);
+            response.insert_header(("Idempotent-Replayed", "true"));
+        }
+        Recorded::Conflict => return Err(ApiError::EventIdConflict),
+    }
+    Ok(response.body(body))
+}
+
+/// Reads the body up to `limit` bytes. A larger body is drained (read and dropped)
+/// before answering, so the client receives the 413 instead of a connection reset.
+async fn read_capped(
+    payload: &mut web::Payload,
+    request: &HttpRequest,
+    limit: usize,
+) -> Result<Vec<u8>, ApiError> {
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        drain(payload, 0).await;
+        return Err(ApiError::PayloadTooLarge);
+    }
+    let mut body = Vec::with_capacity(declared.unwrap_or(8 * 1024).min(limit));
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("could not read body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            drain(payload, body.len() + chunk.len()).await;
+            return Err(ApiError::PayloadTooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+async fn drain(payload: &mut web::Payload, already: usize) {
+    let mut seen = already;
+    while let Some(Ok(chunk)) = payload.next().await {
+        seen += chunk.len();
+        if seen > MAX_DRAIN_BYTES {
+            break;
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Prometheus counters and histograms, kept in memory per process and rendered in
+//! the text exposition format at `GET /metrics`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Handler latency buckets, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    counters: Mutex<BTreeMap<(&'static str, Labels), u64>>,
+    histograms: Mutex<BTreeMap<(&'static str, Labels), Histogram>>,
+}
+
+const HELP: [(&str, &str, &str); 7] = [
+    (
+        "hookd_deliveries_total",
+        "counter",
+        "Deliveries received, by source and outcome.",
+    ),
+    (
+        "hookd_signature_failures_total",
+        "counter",
+        "Deliveries refused for their signature, by source and reason.",
+    ),
+    (
+        "hookd_duplicates_total",
+        "counter",
+        "Repeated deliveries answered with the stored answer.",
+    ),
+    (
+        "hookd_events_total",
+        "counter",
+        "Events reaching a status, by kind and status.",
+    ),
+    (
+        "hookd_handler_duration_seconds",
+        "histogram",
+        "Handler run time, by kind.",
+    ),
+    (
+        "hookd_purged_rows_total",
+        "counter",
+        "Rows removed by retention purges, by what was removed.",
+    ),
+    (
+        "hookd_retry_backlog",
+        "gauge",
+        "Failed events waiting for a retry.",
+    ),
+];
+
+impl Metrics {
+    pub fn add(&self, name: &'static str, labels: &[(&'static str, &str)], value: u64) {
+        let key = (name, owned(labels));
+        if let Ok(mut counters) = self.counters.lock() {
+            *counters.entry(key).or_default() += value;
+        }
+    }
+
+    pub fn inc(&self, name: &'static str, labels: &[(&'static str, &str)]) {
+        self.add(name, labels, 1);
+    }
+
+    pub fn observe(&self, name: &'static str, labels: &[(&'static str, &str)], value: Duration) {
+        let seconds = value.as_secs_f64();
+        if let Ok(mut histograms) = self.histograms.lock() {
+            let h = histograms.entry((name, owned(labels))).or_default();
+            for (count, bound) in h.counts.iter_mut().zip(BUCKETS) {
+                if seconds <= bound {
+                    *count += 1;
+                }
+            }
+            h.sum += seconds;
+            h.count += 1;
+        }
+    }
+
+    /// A counter's current value (for tests and summaries).
+    pub fn get(&self, name: &'static str, labels: &[(&'static str, &str)]) -> u64 {
+        let key = (name, owned(labels));
+        self.counters
+            .lock()
+            .map(|c| c.get(&key).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// The text exposition, with gauges computed by the caller appended.
+    pub fn render(&self, gauges: &[(&'static str, i64)]) -> String {
+        let mut out = String::new();
+        let counters = self.counters.lock().map(|c| c.clone()).unwrap_or_default();
+        let histograms = self
+            .histograms
+            .lock()
+            .map(|h| h.clone())
+            .unwrap_or_default();
+        for (name, kind, help) in HELP {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for ((_, labels), value) in counters.iter().filter(|((n, _), _)| *n == name) {
+                let _ = writeln!(out, "{name}{} {value}", render_labels(labels, None));
+            }
+            for ((_, labels), h) in histograms.iter().filter(|((n, _), _)| *n == name) {
+                for (bound, count) in BUCKETS.iter().zip(h.counts) {
+                    let le = format!("{bound}");
+                    let _ = writeln!(
+                        out,
+                        "{name}_bucket{} {count}",
+                        render_labels(labels, Some(&le))
+                    );
+                }
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{} {}",
+                    render_labels(labels, Some("+Inf")),
+                    h.count
+                );
+                let _ = writeln!(out, "{name}_sum{} {}", render_labels(labels, None), h.sum);
+                let _ = writeln!(
+                    out,
+                    "{name}_count{} {}",
+                    render_labels(labels, None),
+                    h.count
+                );
+            }
+            for (_, value) in gauges.iter().filter(|(n, _)| *n == name) {
+                let _ = writeln!(out, "{name} {value}");
+            }
+        }
+        out
+    }
+}
+
+fn owned(labels: &[(&'static str, &str)]) -> Labels {
+    labels.iter().map(|(k, v)| (*k, (*v).to_string())).collect()
+}
+
+fn render_labels(labels: &Labels, le: Option<&str>) -> String {
+    let mut parts: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+        .collect();
+    if let Some(le) = le {
+        parts.push(format!("le=\"{le}\""));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("{{{}}}", parts.join(","))
+    }
+}
+
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}

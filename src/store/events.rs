@@ -1,0 +1,206 @@
+//! The `webhook_events` table: recording deliveries (the dedupe decision), recording
+//! handler attempts, and claiming due retries.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+
+use super::StoreError;
+use crate::event::IncomingEvent;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventStatus {
+    Processed,
+    Ignored,
+    Failed,
+    Dead,
+}
+
+impl EventStatus {
+    pub const ALL: [EventStatus; 4] = [
+        EventStatus::Processed,
+        EventStatus::Ignored,
+        EventStatus::Failed,
+        EventStatus::Dead,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventStatus::Processed => "processed",
+            EventStatus::Ignored => "ignored",
+            EventStatus::Failed => "failed",
+            EventStatus::Dead => "dead",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// What the one dedupe statement decided about a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// First delivery: the row was inserted in the caller's transaction.
+    New { id: i64 },
+    /// Same event, same payload: `deliveries` was counted.
+    Duplicate { id: i64 },
+    /// Same event id, different payload: nothing changed.
+    Conflict,
+}
+
+/// Inserts the event, or counts a repeated delivery of it, in one statement.
+///
+/// A new row starts as `failed` and due now when it has a handler: should the
+/// caller's transaction ever commit without recording the inline attempt, the
+/// dispatcher would still run it. Without a handler it is `ignored` at once.
+pub async fn record_delivery(
+    client: &impl GenericClient,
+    event: &IncomingEvent,
+    signed_with: i32,
+    has_handler: bool,
+) -> Result<Recorded, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "INSERT INTO webhook_events AS e
+                 (source, event_id, event_type, kind, status, payload, payload_sha256,
+                  signed_with, payment_id, customer_id, processed_at, next_attempt_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+                     CASE WHEN $11 THEN NULL ELSE now() END,
+                     CASE WHEN $11 THEN now() END)
+             ON CONFLICT (source, event_id) DO UPDATE
+                 SET deliveries = e.deliveries + 1, last_delivery_at = now()
+                 WHERE e.payload_sha256 = EXCLUDED.payload_sha256
+             RETURNING id, deliveries",
+        )
+        .await?;
+    let status = if has_handler {
+        EventStatus::Failed
+    } else {
+        EventStatus::Ignored
+    };
+    let row = client
+        .query_opt(
+            &statement,
+            &[
+                &event.source,
+                &event.event_id,
+                &event.event_type,
+                &event.kind,
+                &status.as_str(),
+                &event.payload,
+                &event.fingerprint.as_slice(),
+                &signed_with,
+                &event.payment_id,
+                &event.customer_id,
+                &has_handler,
+            ],
+        )
+        .await?;
+    Ok(match row {
+        // The conflict's WHERE refused the update: the stored payload differs.
+        None => Recorded::Conflict,
+        // Only an insert leaves `deliveries` at its starting value.
+        Some(row) if row.get::<_, i32>(1) == 1 => Recorded::New { id: row.get(0) },
+        Some(row) => Recorded::Duplicate { id: row.get(0) },
+    })
+}
+
+/// An event to apply, as loaded for a retry.
+#[derive(Debug, Clone)]
+pub struct ClaimedEvent {
+    pub id: i64,
+    pub source: String,
+    pub event_id: String,
+    pub kind: Option<String>,
+    pub payload: Option<Value>,
+    pub attempts: i32,
+}
+
+/// Locks the most overdue `failed` event for this transaction, skipping rows other
+/// instances hold, so any number of dispatchers can run side by side.
+pub async fn claim_due(client: &impl GenericClient) -> Result<Option<ClaimedEvent>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT id, source, event_id, kind, payload, attempts
+             FROM webhook_events
+             WHERE status = 'failed' AND next_attempt_at <= now()
+             ORDER BY next_attempt_at
+             LIMIT 1
+             FOR UPDATE SKIP LOCKED",
+        )
+        .await?;
+    let row = client.query_opt(&statement, &[]).await?;
+    Ok(row.map(|row| ClaimedEvent {
+        id: row.get(0),
+        source: row.get(1),
+        event_id: row.get(2),
+        kind: row.get(3),
+        payload: row.get(4),
+        attempts: row.get(5),
+    }))
+}
+
+/// When the next retry of the failed events is due, if any.
+pub async fn next_due_at(client: &impl GenericClient) -> Result<Option<DateTime<Utc>>, StoreError> {
+    let statement = client
+        .prepare_cached("SELECT min(next_attempt_at) FROM webhook_events WHERE status = 'failed'")
+        .await?;
+    Ok(client.query_one(&statement, &[]).await?.get(0))
+}
+
+/// How one handler run ended, to be written with the event's new status.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    pub event: i64,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub status: EventStatus,
+    pub error: Option<String>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+}
+
+/// Updates the event's status and counters and appends the attempt, in one statement.
+pub async fn record_attempt(
+    client: &impl GenericClient,
+    attempt: &AttemptRecord,
+) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached(
+            "WITH event AS (
+                 UPDATE webhook_events
+                 SET status = $2,
+                     attempts = attempts + 1,
+                     last_error = $3,
+                     next_attempt_at = $4,
+                     processed_at = CASE WHEN $2 = 'processed' THEN $6 ELSE processed_at END
+                 WHERE id = $1
+                 RETURNING id, attempts)
+             INSERT INTO webhook_event_attempts
+                 (webhook_event_id, attempt, started_at, finished_at, outcome, error)
+             SELECT id, attempts, $5, $6, $2, $3 FROM event",
+        )
+        .await?;
+    client
+        .execute(
+            &statement,
+            &[
+                &attempt.event,
+                &attempt.status.as_str(),
+                &attempt.error,
+                &attempt.next_attempt_at,
+                &attempt.started_at,
+                &attempt.finished_at,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Number of `failed` events waiting for a retry (for metrics).
+pub async fn retry_backlog(client: &impl GenericClient) -> Result<i64, StoreError> {
+    let statement = client
+        .prepare_cached("SELECT count(*) FROM webhook_events WHERE status = 'failed'")
+        .await?;
+    Ok(client.query_one(&statement, &[]).await?.get(0))
+}

@@ -1,0 +1,98 @@
+//! Forward-only migrations from `sql/`, applied in order under an advisory lock so
+//! any number of instances can start at once. A migration that changed after it was
+//! applied is refused rather than silently skipped.
+
+use deadpool_postgres::Pool;
+use sha2::{Digest, Sha256};
+
+use super::StoreError;
+
+pub struct Migration {
+    pub version: i32,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "0001_events.sql",
+    sql: include_str!("../../sql/0001_events.sql"),
+}];
+
+/// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.
+const MIGRATION_LOCK: i64 = 0x0068_6f6f_6b64;
+
+/// Applies pending migrations; returns how many were applied.
+pub async fn migrate(pool: &Pool) -> Result<usize, StoreError> {
+    let mut client = pool.get().await?;
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS hookd_schema_migrations (
+                version    integer PRIMARY KEY,
+                name       text NOT NULL,
+                sha256     bytea NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .or_else(ignore_concurrent_create)?;
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    let result = apply_pending(&mut client).await;
+    let unlock = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await;
+    let applied = result?;
+    unlock?;
+    Ok(applied)
+}
+
+/// Two instances creating the bookkeeping table at once: one wins, both go on.
+fn ignore_concurrent_create(error: tokio_postgres::Error) -> Result<(), tokio_postgres::Error> {
+    use tokio_postgres::error::SqlState;
+    match error.code() {
+        Some(code) if *code == SqlState::UNIQUE_VIOLATION || *code == SqlState::DUPLICATE_TABLE => {
+            Ok(())
+        }
+        _ => Err(error),
+    }
+}
+
+async fn apply_pending(client: &mut deadpool_postgres::Object) -> Result<usize, StoreError> {
+    let rows = client
+        .query("SELECT version, sha256 FROM hookd_schema_migrations", &[])
+        .await?;
+    let applied: Vec<(i32, Vec<u8>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let mut count = 0;
+    for migration in MIGRATIONS {
+        let digest = Sha256::digest(migration.sql.as_bytes()).to_vec();
+        if let Some((_, existing)) = applied.iter().find(|(v, _)| *v == migration.version) {
+            if *existing != digest {
+                return Err(StoreError::Schema(format!(
+                    "migration {} was changed after it was applied",
+                    migration.name
+                )));
+            }
+            continue;
+        }
+        let tx = client.transaction().await?;
+        tx.batch_execute(migration.sql).await?;
+        tx.execute(
+            "INSERT INTO hookd_schema_migrations (version, name, sha256) VALUES ($1, $2, $3)",
+            &[&migration.version, &migration.name, &digest],
+        )
+        .await?;
+        tx.commit().await?;
+        log::info!("applied migration {}", migration.name);
+        count += 1;
+    }
+    if let Some(newest) = applied.iter().map(|(v, _)| *v).max() {
+        let known = MIGRATIONS.last().map_or(0, |m| m.version);
+        if newest > known {
+            log::warn!(
+                "the database has migration {newest}, newer than this hookd knows ({known})"
+            );
+        }
+    }
+    Ok(count)
+}

@@ -1,0 +1,154 @@
+//! Everything hookd says to PostgreSQL. Queries are parameterised and prepared once
+//! per connection (`prepare_cached`); the schema lives in `sql/` migrations.
+
+pub mod events;
+mod migrate;
+pub mod payments;
+
+use std::time::Duration;
+
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
+
+pub use migrate::{MIGRATIONS, migrate};
+
+/// How long a request waits for a connection before the database counts as unavailable.
+const POOL_WAIT: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached right now; callers answer 503 and retry later.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("database error: {0}")]
+    Query(#[source] tokio_postgres::Error),
+    #[error("database schema: {0}")]
+    Schema(String),
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        if is_transient(&error) {
+            StoreError::Unavailable(error.to_string())
+        } else {
+            StoreError::Query(error)
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(error: deadpool_postgres::PoolError) -> Self {
+        match error {
+            deadpool_postgres::PoolError::Backend(e) => e.into(),
+            other => StoreError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// Connection loss, shutdown, overload and serialization failures: worth retrying.
+fn is_transient(error: &tokio_postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    match error.code() {
+        Some(code) => {
+            let class = &code.code()[..2];
+            matches!(class, "08" | "53" | "57" | "40" | "58")
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CANNOT_CONNECT_NOW
+        }
+        // No SQLSTATE: transient only if the connection itself failed.
+        None => {
+            let source = std::error::Error::source(error);
+            source.is_some_and(|s| s.is::<std::io::Error>())
+                || error.to_string().contains("timeout")
+        }
+    }
+}
+
+pub fn pool(mut config: tokio_postgres::Config, max_size: usize) -> Pool {
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    config.application_name("hookd");
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(max_size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(POOL_WAIT))
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .recycle_timeout(Some(CONNECT_TIMEOUT))
+        .build()
+        .unwrap_or_else(|e| unreachable!("a pool with a runtime always builds: {e}"))
+}
+
+/// Reachable and migrated to the schema this binary expects.
+pub async fn is_ready(pool: &Pool) -> Result<(), StoreError> {
+    let client = pool.get().await?;
+    let expected = MIGRATIONS.last().map_or(0, |m| m.version);
+    let row = client
+        .query_opt("SELECT max(version) FROM hookd_schema_migrations", &[])
+        .await?;
+    let applied: Option<i32> = row.and_then(|r| r.get(0));
+    match applied {
+        Some(version) if version >= expected => Ok(()),
+        _ => Err(StoreError::Schema(format!(
+            "at version {}, this hookd needs {expected}",
+            applied.unwrap_or(0)
+        ))),
+    }
+}
+
+/// Creates database `name` if missing (embedded cluster and tests); connects to the
+/// maintenance database `admin`.
+pub async fn create_database_if_missing(
+    admin: &tokio_postgres::Config,
+    name: &str,
+) -> Result<(), StoreError> {
+    let (client, connection) = admin.connect(NoTls).await?;
+    let task = tokio::spawn(connection);
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
+        .await?
+        .is_some();
+    if !exists {
+        client
+            .batch_execute(&format!("CREATE DATABASE {}", quote_identifier(name)))
+            .await?;
+    }
+    drop(client);
+    let _ = task.await;
+    Ok(())
+}
+
+/// Identifiers cannot be query parameters; this quotes one safely.
+pub fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A named savepoint inside a transaction, for running a handler that may fail.
+pub async fn savepoint(client: &impl GenericClient) -> Result<(), StoreError> {
+    client.batch_execute("SAVEPOINT handler").await?;
+    Ok(())
+}
+
+pub async fn release_savepoint(client: &impl GenericClient) -> Result<(), StoreError> {
+    client.batch_execute("RELEASE SAVEPOINT handler").await?;
+    Ok(())
+}
+
+pub async fn rollback_to_savepoint(client: &impl GenericClient) -> Result<(), StoreError> {
+    client
+        .batch_execute("ROLLBACK TO SAVEPOINT handler")
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,463 @@
+//! Receiving: every row of SPEC §3, in its order of checks, for every scheme.
+
+use hookd::cli::sign::Hints;
+use serde_json::{Value, json};
+
+use crate::support::{Answer, Spawn, TestApp, spawn, spawn_app, stripe_event, test_settings};
+
+fn succeeded(id: &str, payment: &str) -> Value {
+    stripe_event(
+        id,
+        "payment_intent.succeeded",
+        json!({"id": payment, "object": "payment_intent", "amount": 2000, "currency": "usd",
+               "customer": "cus_1"}),
+    )
+}
+
+fn neutral(id: &str, ty: &str, payment: &str) -> Value {
+    json!({"id": id, "type": ty, "created": 1_700_000_000,
+           "data": {"payment_id": payment, "amount": 500, "currency": "eur", "customer_id": "c_1"}})
+}
+
+fn error_of(answer: &Answer) -> (u16, String) {
+    let body = answer.json();
+    (
+        answer.status,
+        body["error"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+fn reason_of(answer: &Answer) -> String {
+    answer.json()["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+async fn stored(app: &TestApp, source: &str, event_id: &str) -> i64 {
+    app.count(
+        "SELECT count(*) FROM webhook_events WHERE source = $1 AND event_id = $2",
+        &[&source, &event_id],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_new_event_is_stored_and_acknowledged() {
+    let app = spawn_app().await;
+    let answer = app.deliver("stripe", &succeeded("evt_new", "pi_new")).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        answer.body,
+        br#"{"status":"accepted","event_id":"evt_new"}"#
+    );
+    assert_eq!(answer.header("Idempotent-Replayed"), None);
+    let rows = app
+        .query(
+            "SELECT event_type, kind, payment_id, customer_id, deliveries, signed_with, payload
+             FROM webhook_events WHERE event_id = 'evt_new'",
+            &[],
+        )
+        .await;
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert_eq!(row.get::<_, String>(0), "payment_intent.succeeded");
+    assert_eq!(
+        row.get::<_, Option<String>>(1).as_deref(),
+        Some("payment_succeeded")
+    );
+    assert_eq!(row.get::<_, Option<String>>(2).as_deref(), Some("pi_new"));
+    assert_eq!(row.get::<_, Option<String>>(3).as_deref(), Some("cus_1"));
+    assert_eq!(row.get::<_, i32>(4), 1);
+    assert_eq!(row.get::<_, i32>(5), 1);
+    assert_eq!(row.get::<_, Value>(6)["data"]["object"]["id"], "pi_new");
+}
+
+#[tokio::test]
+async fn a_resent_event_gets_the_first_answer_byte_for_byte() {
+    let app = spawn_app().await;
+    let event = succeeded("evt_dup", "pi_dup");
+    let first = app.deliver("stripe", &event).await;
+    let second = app.deliver("stripe", &event).await;
+    let third = app.deliver("stripe", &event).await;
+    assert_eq!(first.status, 200);
+    for again in [&second, &third] {
+        assert_eq!(again.status, 200);
+        assert_eq!(again.body, first.body);
+        assert_eq!(again.header("Idempotent-Replayed"), Some("true"));
+        assert_eq!(again.header("content-type"), first.header("content-type"));
+    }
+    let rows = app
+        .query(
+            "SELECT deliveries, last_delivery_at > received_at, attempts
+             FROM webhook_events WHERE event_id = 'evt_dup'",
+            &[],
+        )
+        .await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, i32>(0), 3);
+    assert!(rows[0].get::<_, bool>(1), "last_delivery_at moves on");
+    assert_eq!(rows[0].get::<_, i32>(2), 1, "the handler ran once");
+}
+
+#[tokio::test]
+async fn a_reserialised_resend_is_still_the_same_event() {
+    let app = spawn_app().await;
+    let compact = br#"{"id":"evt_ws","type":"customer.created","data":{"object":{"id":"cus_9","object":"customer"}}}"#.to_vec();
+    let spaced = b"{\n  \"type\" : \"customer.created\",\n  \"data\" : { \"object\" : { \"object\" : \"customer\", \"id\" : \"cus_9\" } },\n  \"id\" : \"evt_ws\"\n}".to_vec();
+    let first = app
+        .post(
+            "stripe",
+            &app.sign("stripe", &compact, Hints::default()),
+            compact.clone(),
+        )
+        .await;
+    let second = app
+        .post(
+            "stripe",
+            &app.sign("stripe", &spaced, Hints::default()),
+            spaced,
+        )
+        .await;
+    assert_eq!((first.status, second.status), (200, 200));
+    assert_eq!(second.header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(first.body, second.body);
+}
+
+#[tokio::test]
+async fn the_same_id_with_a_different_payload_is_refused() {
+    let app = spawn_app().await;
+    assert_eq!(
+        app.deliver("stripe", &succeeded("evt_c", "pi_a"))
+            .await
+            .status,
+        200
+    );
+    let answer = app.deliver("stripe", &succeeded("evt_c", "pi_b")).await;
+    assert_eq!(error_of(&answer), (422, "event_id_conflict".into()));
+    let row = &app
+        .query(
+            "SELECT deliveries, payment_id FROM webhook_events WHERE event_id = 'evt_c'",
+            &[],
+        )
+        .await[0];
+    assert_eq!(
+        row.get::<_, i32>(0),
+        1,
+        "a conflicting delivery is not counted"
+    );
+    assert_eq!(row.get::<_, Option<String>>(1).as_deref(), Some("pi_a"));
+}
+
+#[tokio::test]
+async fn an_unknown_source_is_404() {
+    let app = spawn_app().await;
+    let answer = app.post("paypal", &[], b"{}".to_vec()).await;
+    assert_eq!(error_of(&answer), (404, "unknown_source".into()));
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_413_and_the_client_still_reads_the_answer() {
+    let mut settings = test_settings();
+    settings.max_body_bytes = 1024;
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let mut event = succeeded("evt_big", "pi_big");
+    event["padding"] = json!("x".repeat(4 * 1024 * 1024));
+    // Declared length over the cap.
+    let answer = app.deliver("stripe", &event).await;
+    assert_eq!(error_of(&answer), (413, "payload_too_large".into()));
+    // Streamed without a length: the cap is found while reading.
+    let bytes = serde_json::to_vec(&event).expect("json");
+    let headers = app.sign("stripe", &bytes, Hints::default());
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        bytes.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
+    let mut request =
+        app.http
+            .post(format!("{}/webhooks/stripe", app.base))
+            .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+                chunks,
+            )));
+    for (name, value) in &headers {
+        request = request.header(name, value);
+    }
+    let response = request.send().await.expect("the 413 arrives, not a reset");
+    assert_eq!(response.status().as_u16(), 413);
+    assert_eq!(stored(&app, "stripe", "evt_big").await, 0);
+    // A body exactly at the cap is fine.
+    let small = json!({"id": "evt_small", "type": "x", "pad": ""});
+    let len = serde_json::to_vec(&small).expect("json").len();
+    let exact = json!({"id": "evt_small", "type": "x", "pad": "y".repeat(1024 - len)});
+    assert_eq!(serde_json::to_vec(&exact).expect("json").len(), 1024);
+    assert_eq!(app.deliver("stripe", &exact).await.status, 200);
+}
+
+#[tokio::test]
+async fn checks_run_in_the_contract_order() {
+    let mut settings = test_settings();
+    settings.max_body_bytes = 64;
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let big = vec![b'x'; 100];
+    // Unknown source before size.
+    assert_eq!(app.post("nope", &[], big.clone()).await.status, 404);
+    // Size before signature.
+    assert_eq!(app.post("stripe", &[], big).await.status, 413);
+    // Signature before body: unsigned garbage is 401, signed garbage is 400.
+    assert_eq!(
+        app.post("stripe", &[], b"not json".to_vec()).await.status,
+        401
+    );
+    let headers = app.sign_raw("github", b"not json", "d-1", "push");
+    let answer = app.post("github", &headers, b"not json".to_vec()).await;
+    assert_eq!(error_of(&answer), (400, "bad_request".into()));
+    assert!(
+        reason_of(&answer).contains("not JSON"),
+        "{}",
+        reason_of(&answer)
+    );
+}
+
+#[tokio::test]
+async fn bodies_without_an_id_or_type_are_400() {
+    let app = spawn_app().await;
+    for (body, reason) in [
+        (json!({"type": "payment_intent.succeeded"}), "no event id"),
+        (json!({"id": "evt_x"}), "no event type"),
+    ] {
+        let bytes = serde_json::to_vec(&body).expect("json");
+        let headers = app.sign_raw("stripe", &bytes, "-", "-");
+        let answer = app.post("stripe", &headers, bytes).await;
+        assert_eq!(error_of(&answer), (400, "bad_request".into()));
+        assert!(
+            reason_of(&answer).contains(reason),
+            "{}",
+            reason_of(&answer)
+        );
+    }
+    // Standard Webhooks take the type from the body.
+    let body = br#"{"data":{}}"#.to_vec();
+    let headers = app.sign(
+        "standard",
+        &body,
+        Hints {
+            event_type: Some("x"),
+            event_id: Some("msg_1"),
+        },
+    );
+    let answer = app.post("standard", &headers, body).await;
+    assert_eq!(answer.status, 400);
+    assert!(reason_of(&answer).contains("no event type"));
+}
+
+#[tokio::test]
+async fn bad_signatures_are_401_with_a_reason() {
+    let app = spawn_app().await;
+    let body = serde_json::to_vec(&succeeded("evt_sig", "pi_sig")).expect("json");
+    let good = app.sign("stripe", &body, Hints::default());
+    let signature = good
+        .iter()
+        .find(|(k, _)| k == "Stripe-Signature")
+        .map(|(_, v)| v.clone())
+        .expect("signature");
+    let now = chrono::Utc::now().timestamp();
+    let with = |value: String| vec![("Stripe-Signature".to_string(), value)];
+    let cases: Vec<(Vec<(String, String)>, &str)> = vec![
+        (vec![], "missing"),
+        (with("nonsense".into()), "malformed"),
+        (with(format!("t={now},v1={}", "ab".repeat(32))), "mismatch"),
+        (
+            with(signature.replace(&format!("t={now}"), &format!("t={}", now - 1))),
+            "mismatch",
+        ),
+    ];
+    for (headers, reason) in cases {
+        let answer = app.post("stripe", &headers, body.clone()).await;
+        assert_eq!(error_of(&answer), (401, "invalid_signature".into()));
+        assert!(
+            reason_of(&answer).contains(reason),
+            "{reason}: {}",
+            reason_of(&answer)
+        );
+        assert!(!String::from_utf8_lossy(&answer.body).contains("whsec_"));
+    }
+    assert_eq!(stored(&app, "stripe", "evt_sig").await, 0);
+}
+
+#[tokio::test]
+async fn timestamps_outside_the_tolerance_are_refused_both_ways() {
+    let app = spawn_app().await;
+    let stripe = app.settings().source("stripe").expect("stripe").clone();
+    let body = serde_json::to_vec(&succeeded("evt_old", "pi_old")).expect("json");
+    let now = chrono::Utc::now().timestamp();
+    for (offset, reason) in [(-400, "too old"), (400, "too new")] {
+        let signed =
+            hookd::cli::sign::sign_delivery(&stripe, &body, Hints::default(), now + offset)
+                .expect("sign");
+        let answer = app.post("stripe", &signed.headers, body.clone()).await;
+        assert_eq!(answer.status, 401);
+        assert!(
+            reason_of(&answer).contains(reason),
+            "{}",
+            reason_of(&answer)
+        );
+    }
+    let standard = app.settings().source("standard").expect("standard").clone();
+    let body = serde_json::to_vec(&neutral("msg_old", "payment.succeeded", "p")).expect("json");
+    let signed = hookd::cli::sign::sign_delivery(&standard, &body, Hints::default(), now - 400)
+        .expect("sign");
+    let answer = app.post("standard", &signed.headers, body).await;
+    assert_eq!(
+        (answer.status, reason_of(&answer).as_str()),
+        (401, "timestamp too old")
+    );
+}
+
+#[tokio::test]
+async fn every_scheme_round_trips_and_records_the_matching_secret() {
+    let mut settings = test_settings();
+    for source in &mut settings.sources {
+        // Rotation: a second, newer secret in front; deliveries signed with the old one.
+        let old = source.secrets[0].clone();
+        let newer = match source.name.as_str() {
+            "standard" => hookd::signature::Secret::new("whsec_bmV3ZXItc2VjcmV0LWtleQ=="),
+            _ => hookd::signature::Secret::new("a-newer-secret"),
+        };
+        source.secrets = vec![newer, old];
+    }
+    let app = spawn(Spawn {
+        settings: settings.clone(),
+        ..Spawn::default()
+    })
+    .await;
+    let sign_with_old = |source: &str, body: &[u8], hints: Hints<'_>| {
+        let mut s = settings.source(source).expect("source").clone();
+        s.secrets.remove(0);
+        hookd::cli::sign::sign_delivery(&s, body, hints, chrono::Utc::now().timestamp())
+            .expect("sign")
+            .headers
+    };
+    let cases: Vec<(&str, Value, Hints<'_>, &str)> = vec![
+        (
+            "stripe",
+            succeeded("evt_rt", "pi_rt"),
+            Hints::default(),
+            "evt_rt",
+        ),
+        (
+            "standard",
+            neutral("msg_rt", "payment.succeeded", "p_rt"),
+            Hints::default(),
+            "msg_rt",
+        ),
+        (
+            "github",
+            json!({"action": "opened", "number": 1}),
+            Hints {
+                event_type: Some("issues"),
+                event_id: Some("gh-rt"),
+            },
+            "gh-rt",
+        ),
+        (
+            "shop",
+            neutral("shop_rt", "payments/succeeded", "o_rt"),
+            Hints::default(),
+            "shop_rt",
+        ),
+    ];
+    for (source, body, hints, event_id) in cases {
+        let bytes = serde_json::to_vec(&body).expect("json");
+        let headers = sign_with_old(source, &bytes, hints);
+        let answer = app.post(source, &headers, bytes).await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{source}: {:?}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert_eq!(answer.json()["event_id"], event_id);
+        let signed_with: i32 = app
+            .db()
+            .await
+            .query_one(
+                "SELECT signed_with FROM webhook_events WHERE source = $1 AND event_id = $2",
+                &[&source, &event_id],
+            )
+            .await
+            .expect("row")
+            .get(0);
+        assert_eq!(signed_with, 2, "{source}");
+    }
+    let github_type: String = app
+        .db()
+        .await
+        .query_one(
+            "SELECT event_type FROM webhook_events WHERE source = 'github'",
+            &[],
+        )
+        .await
+        .expect("row")
+        .get(0);
+    assert_eq!(github_type, "issues.opened");
+}
+
+#[tokio::test]
+async fn svix_header_names_are_accepted() {
+    let app = spawn_app().await;
+    let body =
+        serde_json::to_vec(&neutral("msg_svix", "payment.succeeded", "p_svix")).expect("json");
+    let headers: Vec<(String, String)> = app
+        .sign("standard", &body, Hints::default())
+        .into_iter()
+        .map(|(k, v)| (k.replace("webhook-", "svix-"), v))
+        .collect();
+    assert!(headers.iter().any(|(k, _)| k == "svix-signature"));
+    let answer = app.post("standard", &headers, body).await;
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+}
+
+#[tokio::test]
+async fn a_hundred_concurrent_deliveries_of_one_event_store_one_row() {
+    let app = spawn_app().await;
+    let body = serde_json::to_vec(&succeeded("evt_race", "pi_race")).expect("json");
+    let headers = app.sign("stripe", &body, Hints::default());
+    let deliveries = (0..100).map(|_| app.post("stripe", &headers, body.clone()));
+    let answers = futures_util::future::join_all(deliveries).await;
+    assert!(answers.iter().all(|a| a.status == 200));
+    assert!(answers.iter().all(|a| a.body == answers[0].body));
+    let replayed = answers
+        .iter()
+        .filter(|a| a.header("Idempotent-Replayed") == Some("true"))
+        .count();
+    assert_eq!(replayed, 99, "exactly one delivery was the first");
+    let row = &app
+        .query(
+            "SELECT count(*) OVER (), deliveries, attempts FROM webhook_events WHERE event_id = 'evt_race'",
+            &[],
+        )
+        .await[0];
+    assert_eq!(row.get::<_, i64>(0), 1);
+    assert_eq!(row.get::<_, i32>(1), 100);
+    assert_eq!(row.get::<_, i32>(2), 1);
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let app = spawn_app().await;
+    assert_eq!(app.get("/healthz").await.status, 200);
+    let ready = app.get("/readyz").await;
+    assert_eq!(ready.status, 200);
+    assert_eq!(ready.json()["status"], "ready");
+}
