@@ -1,5 +1,7 @@
 //! hookd's integration tests: real HTTP against a real PostgreSQL.
 
+mod dispatch;
 mod outage;
+mod payments;
 mod receive;
 mod support;
