@@ -22,11 +22,18 @@ struct Flaky {
 
 #[async_trait]
 impl Handler for Flaky {
-    async fn apply(&self, tx: &Transaction<'_>, event: &EventToApply<'_>) -> Result<(), HandlerError> {
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        event: &EventToApply<'_>,
+    ) -> Result<(), HandlerError> {
         tx.execute(
             "INSERT INTO payments (source, payment_id) VALUES ($1, $2)
              ON CONFLICT DO NOTHING",
-            &[&event.source, &format!("effect-{}-{}", event.event_id, event.attempt)],
+            &[
+                &event.source,
+                &format!("effect-{}-{}", event.event_id, event.attempt),
+            ],
         )
         .await
         .map_err(|e| HandlerError::Retry(e.to_string()))?;
@@ -46,7 +53,11 @@ struct Stuck;
 
 #[async_trait]
 impl Handler for Stuck {
-    async fn apply(&self, tx: &Transaction<'_>, event: &EventToApply<'_>) -> Result<(), HandlerError> {
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        event: &EventToApply<'_>,
+    ) -> Result<(), HandlerError> {
         tx.execute(
             "INSERT INTO payments (source, payment_id) VALUES ($1, 'stuck-effect')",
             &[&event.source],
@@ -69,7 +80,11 @@ struct Overlap {
 
 #[async_trait]
 impl Handler for Overlap {
-    async fn apply(&self, _tx: &Transaction<'_>, event: &EventToApply<'_>) -> Result<(), HandlerError> {
+    async fn apply(
+        &self,
+        _tx: &Transaction<'_>,
+        event: &EventToApply<'_>,
+    ) -> Result<(), HandlerError> {
         if !self.running.lock().expect("lock").insert(event.id) {
             self.overlaps.fetch_add(1, Ordering::SeqCst);
         }
@@ -83,10 +98,16 @@ impl Handler for Overlap {
     }
 }
 
-async fn app_with(kind: &str, handler: Arc<dyn Handler>, tweak: impl FnOnce(&mut hookd::config::Settings)) -> TestApp {
+async fn app_with(
+    kind: &str,
+    handler: Arc<dyn Handler>,
+    tweak: impl FnOnce(&mut hookd::config::Settings),
+) -> TestApp {
     let mut settings = test_settings();
     for source in &mut settings.sources {
-        source.event_types.insert(format!("test.{kind}"), kind.to_string());
+        source
+            .event_types
+            .insert(format!("test.{kind}"), kind.to_string());
     }
     tweak(&mut settings);
     let mut registry = Registry::builtin();
@@ -129,22 +150,37 @@ async fn attempt_outcomes(app: &TestApp, event_id: &str) -> Vec<(i32, String)> {
 
 #[tokio::test]
 async fn a_handler_that_fails_n_times_is_processed_after_n_retries() {
-    let flaky = Arc::new(Flaky { failures: 3, runs: Mutex::default() });
+    let flaky = Arc::new(Flaky {
+        failures: 3,
+        runs: Mutex::default(),
+    });
     let app = app_with("test_flaky", flaky, |_| {}).await;
-    let answer = app.deliver("stripe", &test_event("evt_flaky", "test_flaky")).await;
-    assert_eq!(answer.status, 200, "a handler failure does not change the answer");
+    let answer = app
+        .deliver("stripe", &test_event("evt_flaky", "test_flaky"))
+        .await;
+    assert_eq!(
+        answer.status, 200,
+        "a handler failure does not change the answer"
+    );
     let (status, attempts, error, due) = event_state(&app, "evt_flaky").await;
     assert_eq!((status.as_str(), attempts, due), ("failed", 1, true));
     assert_eq!(error.as_deref(), Some("flaky failure 1"));
     assert_eq!(
-        app.count("SELECT count(*) FROM payments WHERE payment_id LIKE 'effect-evt_flaky-%'", &[]).await,
+        app.count(
+            "SELECT count(*) FROM payments WHERE payment_id LIKE 'effect-evt_flaky-%'",
+            &[]
+        )
+        .await,
         0,
         "a failed attempt's effects are rolled back with its savepoint"
     );
 
     assert_eq!(app.run_due_retries().await, 3);
     let (status, attempts, error, due) = event_state(&app, "evt_flaky").await;
-    assert_eq!((status.as_str(), attempts, error, due), ("processed", 4, None, false));
+    assert_eq!(
+        (status.as_str(), attempts, error, due),
+        ("processed", 4, None, false)
+    );
     assert_eq!(
         attempt_outcomes(&app, "evt_flaky").await,
         vec![
@@ -155,19 +191,34 @@ async fn a_handler_that_fails_n_times_is_processed_after_n_retries() {
         ]
     );
     let effects: Vec<String> = app
-        .query("SELECT payment_id FROM payments WHERE payment_id LIKE 'effect-evt_flaky-%'", &[])
+        .query(
+            "SELECT payment_id FROM payments WHERE payment_id LIKE 'effect-evt_flaky-%'",
+            &[],
+        )
         .await
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(effects, ["effect-evt_flaky-4"], "only the successful attempt's effect stays");
+    assert_eq!(
+        effects,
+        ["effect-evt_flaky-4"],
+        "only the successful attempt's effect stays"
+    );
 }
 
 #[tokio::test]
 async fn a_handler_that_always_fails_is_dead_after_max_attempts() {
-    let flaky = Arc::new(Flaky { failures: i32::MAX, runs: Mutex::default() });
+    let flaky = Arc::new(Flaky {
+        failures: i32::MAX,
+        runs: Mutex::default(),
+    });
     let app = app_with("test_broken", flaky, |s| s.max_attempts = 4).await;
-    assert_eq!(app.deliver("stripe", &test_event("evt_broken", "test_broken")).await.status, 200);
+    assert_eq!(
+        app.deliver("stripe", &test_event("evt_broken", "test_broken"))
+            .await
+            .status,
+        200
+    );
     assert_eq!(app.run_due_retries().await, 3);
     let (status, attempts, error, due) = event_state(&app, "evt_broken").await;
     assert_eq!((status.as_str(), attempts, due), ("dead", 4, false));
@@ -175,7 +226,11 @@ async fn a_handler_that_always_fails_is_dead_after_max_attempts() {
     let outcomes = attempt_outcomes(&app, "evt_broken").await;
     assert_eq!(outcomes.len(), 4);
     assert_eq!(outcomes[3], (4, "dead".into()));
-    assert_eq!(app.run_due_retries().await, 0, "dead events wait for a person");
+    assert_eq!(
+        app.run_due_retries().await,
+        0,
+        "dead events wait for a person"
+    );
 }
 
 async fn seconds_until_due(app: &TestApp) -> f64 {
@@ -189,21 +244,38 @@ async fn seconds_until_due(app: &TestApp) -> f64 {
 
 #[tokio::test]
 async fn retries_back_off_exponentially() {
-    let flaky = Arc::new(Flaky { failures: i32::MAX, runs: Mutex::default() });
+    let flaky = Arc::new(Flaky {
+        failures: i32::MAX,
+        runs: Mutex::default(),
+    });
     let app = app_with("test_backoff", flaky, |s| {
         s.retry_base = Duration::from_secs(60);
         s.retry_cap = Duration::from_secs(600);
     })
     .await;
-    assert_eq!(app.deliver("stripe", &test_event("evt_backoff", "test_backoff")).await.status, 200);
+    assert_eq!(
+        app.deliver("stripe", &test_event("evt_backoff", "test_backoff"))
+            .await
+            .status,
+        200
+    );
     let first = seconds_until_due(&app).await;
-    assert!((29.0..=61.0).contains(&first), "1st retry in base/2..base: {first}");
+    assert!(
+        (29.0..=61.0).contains(&first),
+        "1st retry in base/2..base: {first}"
+    );
     assert_eq!(
         app.app.dispatcher.try_dispatch_due().await.expect("step"),
         hookd::dispatch::DispatchStep::Idle,
         "not due yet"
     );
-    for (step, low, high) in [(2, 59.0, 121.0), (3, 119.0, 241.0), (4, 239.0, 481.0), (5, 299.0, 601.0), (6, 299.0, 601.0)] {
+    for (step, low, high) in [
+        (2, 59.0, 121.0),
+        (3, 119.0, 241.0),
+        (4, 239.0, 481.0),
+        (5, 299.0, 601.0),
+        (6, 299.0, 601.0),
+    ] {
         app.db()
             .await
             .execute("UPDATE webhook_events SET next_attempt_at = now()", &[])
@@ -222,14 +294,23 @@ async fn a_handler_over_its_time_limit_is_stopped_and_rolled_back() {
     })
     .await;
     let started = std::time::Instant::now();
-    let answer = app.deliver("stripe", &test_event("evt_stuck", "test_stuck")).await;
+    let answer = app
+        .deliver("stripe", &test_event("evt_stuck", "test_stuck"))
+        .await;
     assert_eq!(answer.status, 200);
-    assert!(started.elapsed() < Duration::from_secs(10), "the stuck query was cancelled");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the stuck query was cancelled"
+    );
     let (status, attempts, error, _) = event_state(&app, "evt_stuck").await;
     assert_eq!((status.as_str(), attempts), ("failed", 1));
     assert!(error.expect("error").contains("timed out after 300ms"));
     assert_eq!(
-        app.count("SELECT count(*) FROM payments WHERE payment_id = 'stuck-effect'", &[]).await,
+        app.count(
+            "SELECT count(*) FROM payments WHERE payment_id = 'stuck-effect'",
+            &[]
+        )
+        .await,
         0
     );
 }
@@ -237,18 +318,34 @@ async fn a_handler_over_its_time_limit_is_stopped_and_rolled_back() {
 #[tokio::test]
 async fn unknown_kinds_are_ignored_and_malformed_payments_are_dead() {
     let app = crate::support::spawn_app().await;
-    let other = stripe_event("evt_other", "customer.created", json!({"id": "cus_1", "object": "customer"}));
+    let other = stripe_event(
+        "evt_other",
+        "customer.created",
+        json!({"id": "cus_1", "object": "customer"}),
+    );
     assert_eq!(app.deliver("stripe", &other).await.status, 200);
     let (status, attempts, _, due) = event_state(&app, "evt_other").await;
     assert_eq!((status.as_str(), attempts, due), ("ignored", 0, false));
 
-    let malformed = stripe_event("evt_bad", "payment_intent.succeeded", json!({"amount": "lots"}));
+    let malformed = stripe_event(
+        "evt_bad",
+        "payment_intent.succeeded",
+        json!({"amount": "lots"}),
+    );
     assert_eq!(app.deliver("stripe", &malformed).await.status, 200);
     let (status, attempts, error, due) = event_state(&app, "evt_bad").await;
     assert_eq!((status.as_str(), attempts, due), ("dead", 1, false));
-    assert!(error.expect("error").contains("neither payment_intent nor id"));
+    assert!(
+        error
+            .expect("error")
+            .contains("neither payment_intent nor id")
+    );
 
-    let refund = stripe_event("evt_refund_bad", "charge.refunded", json!({"id": "ch_1", "amount": 5}));
+    let refund = stripe_event(
+        "evt_refund_bad",
+        "charge.refunded",
+        json!({"id": "ch_1", "amount": 5}),
+    );
     app.deliver("stripe", &refund).await;
     let (status, _, error, _) = event_state(&app, "evt_refund_bad").await;
     assert_eq!(status, "dead");
@@ -261,7 +358,9 @@ async fn dispatchers_on_two_instances_never_run_one_event_twice_at_once() {
     let first = app_with("test_overlap", overlap.clone(), |_| {}).await;
     let mut settings = test_settings();
     for source in &mut settings.sources {
-        source.event_types.insert("test.test_overlap".into(), "test_overlap".into());
+        source
+            .event_types
+            .insert("test.test_overlap".into(), "test_overlap".into());
     }
     let mut registry = Registry::builtin();
     registry.register("test_overlap", overlap.clone());
@@ -273,15 +372,30 @@ async fn dispatchers_on_two_instances_never_run_one_event_twice_at_once() {
     })
     .await;
     for i in 0..20 {
-        first.deliver("stripe", &test_event(&format!("evt_ov_{i}"), "test_overlap")).await;
+        first
+            .deliver(
+                "stripe",
+                &test_event(&format!("evt_ov_{i}"), "test_overlap"),
+            )
+            .await;
     }
     // Both instances drain the queue at once, several workers each.
     let mut rounds = 0;
-    while first.count("SELECT count(*) FROM webhook_events WHERE status = 'failed'", &[]).await > 0 {
+    while first
+        .count(
+            "SELECT count(*) FROM webhook_events WHERE status = 'failed'",
+            &[],
+        )
+        .await
+        > 0
+    {
         first
             .db()
             .await
-            .execute("UPDATE webhook_events SET next_attempt_at = now() WHERE status = 'failed'", &[])
+            .execute(
+                "UPDATE webhook_events SET next_attempt_at = now() WHERE status = 'failed'",
+                &[],
+            )
             .await
             .expect("due");
         let steps = (0..4).flat_map(|_| {
@@ -306,13 +420,22 @@ async fn dispatchers_on_two_instances_never_run_one_event_twice_at_once() {
     assert_eq!(attempts.len(), 20);
     for row in attempts {
         assert_eq!(
-            (row.get::<_, i64>(1), row.get::<_, i64>(2), row.get::<_, i32>(3)),
+            (
+                row.get::<_, i64>(1),
+                row.get::<_, i64>(2),
+                row.get::<_, i32>(3)
+            ),
             (3, 3, 3),
             "each event ran exactly three times, numbered 1..3"
         );
     }
     assert_eq!(
-        first.count("SELECT count(*) FROM webhook_events WHERE status = 'processed'", &[]).await,
+        first
+            .count(
+                "SELECT count(*) FROM webhook_events WHERE status = 'processed'",
+                &[]
+            )
+            .await,
         20
     );
     assert_eq!(overlap.overlaps.load(Ordering::SeqCst), 0);
