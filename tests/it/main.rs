@@ -3,5 +3,6 @@
 mod dispatch;
 mod outage;
 mod payments;
+mod process;
 mod receive;
 mod support;
