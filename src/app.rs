@@ -17,6 +17,7 @@ use crate::embedded_pg::{self, ClusterOptions, EmbeddedPostgres};
 use crate::handlers::Registry;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
+use crate::purge::Purger;
 use crate::shutdown::{self, ShutdownTrigger};
 use crate::store::{self, StoreError};
 
@@ -111,6 +112,7 @@ pub struct App {
     pub pool: Pool,
     pub metrics: Arc<Metrics>,
     pub dispatcher: Dispatcher,
+    pub purger: Purger,
 }
 
 impl App {
@@ -123,11 +125,13 @@ impl App {
             settings.clone(),
             metrics.clone(),
         );
+        let purger = Purger::new(pool.clone(), settings.clone(), metrics.clone());
         App {
             settings,
             pool,
             metrics,
             dispatcher,
+            purger,
         }
     }
 
@@ -175,7 +179,11 @@ impl App {
                 ));
             }
         }
-        let _ = parts.purge; // the purge loop arrives with retention (issue 5)
+        if parts.purge {
+            loops.push(tokio::spawn(
+                self.purger.clone().run_until_stopped(stop.clone()),
+            ));
+        }
         Ok(Running {
             addr: local_addr,
             handle,

@@ -12,6 +12,7 @@ pub mod event;
 pub mod handlers;
 pub mod http;
 pub mod metrics;
+pub mod purge;
 pub mod shutdown;
 pub mod signature;
 pub mod store;

@@ -1,6 +1,7 @@
 //! The `hookd` command line. Each command loads the configuration, does its one
 //! job, and reports failure as one line on stderr with a non-zero exit.
 
+pub mod replay;
 mod serve;
 pub mod sign;
 
@@ -9,8 +10,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::app::{Database, StartError};
+use crate::app::{App, Database, StartError};
 use crate::config::Settings;
+use crate::handlers::Registry;
+use crate::purge::describe;
 use crate::store;
 
 #[derive(Debug, Parser)]
@@ -29,6 +32,33 @@ pub enum Command {
     Serve,
     /// Apply the migrations in sql/ and exit.
     Migrate,
+    /// Sign fixture files as the provider would and POST them to a running hookd.
+    Replay {
+        /// Fixture files, or folders of them (their .json files, in name order).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Source whose scheme and first secret sign the files.
+        #[arg(long)]
+        source: String,
+        /// Base URL of hookd (default: http:// + the configured listen address).
+        #[arg(long)]
+        url: Option<String>,
+        /// Send each event this many times in a row.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        times: u16,
+        /// Send this many copies of each event at once.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        parallel: u16,
+        /// Give each file a fresh event id, so it is applied as a new event.
+        #[arg(long)]
+        new_ids: bool,
+    },
+    /// Run one retention pass now (or, with --dry-run, print what it would remove).
+    Purge {
+        /// Count what would go; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Print the headers the provider would send with FILE (for curl -H @headers).
     Sign {
         /// Source whose scheme and first secret sign the file.
@@ -68,7 +98,26 @@ pub fn run(cli: Cli) -> ExitCode {
         match cli.command {
             Command::Serve => serve::serve(settings).await,
             Command::Migrate => migrate(settings).await,
+            Command::Purge { dry_run } => purge(settings, dry_run).await,
             Command::Sign { source, file } => sign::run(&settings, &source, &file),
+            Command::Replay {
+                paths,
+                source,
+                url,
+                times,
+                parallel,
+                new_ids,
+            } => {
+                let options = replay::ReplayOptions {
+                    paths,
+                    source,
+                    url,
+                    times: usize::from(times),
+                    parallel: usize::from(parallel),
+                    new_ids,
+                };
+                replay::run(&settings, &options).await
+            }
         }
     });
     match result {
@@ -90,6 +139,39 @@ async fn migrate(settings: Settings) -> Result<(), CliError> {
         latest_version()
     );
     Ok(())
+}
+
+async fn purge(settings: Settings, dry_run: bool) -> Result<(), CliError> {
+    let database = Database::open(&settings).await?;
+    let result = async {
+        store::migrate(&database.pool).await?;
+        let app = App::new(settings, database.pool.clone(), Registry::builtin());
+        if dry_run {
+            let preview = app.purger.preview().await?;
+            println!("would drop payloads: {}", describe(&preview.payloads));
+            println!("would delete keys:   {}", describe(&preview.keys));
+            println!(
+                "would delete expired idempotency keys: {}",
+                preview.idempotency_keys
+            );
+        } else {
+            let outcome = app.purger.run_once(None).await?;
+            if outcome.skipped {
+                println!("another instance is purging; nothing done");
+            } else {
+                println!("dropped payloads: {}", describe(&outcome.payloads_dropped));
+                println!("deleted keys:     {}", describe(&outcome.keys_deleted));
+                println!(
+                    "deleted expired idempotency keys: {}",
+                    outcome.idempotency_keys_deleted
+                );
+            }
+        }
+        Ok::<(), CliError>(())
+    }
+    .await;
+    database.close().await;
+    result
 }
 
 fn latest_version() -> i32 {

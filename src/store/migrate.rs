@@ -13,11 +13,18 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_events.sql",
-    sql: include_str!("../../sql/0001_events.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_events.sql",
+        sql: include_str!("../../sql/0001_events.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_purge.sql",
+        sql: include_str!("../../sql/0002_purge.sql"),
+    },
+];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.
 const MIGRATION_LOCK: i64 = 0x0068_6f6f_6b64;

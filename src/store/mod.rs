@@ -4,6 +4,7 @@
 pub mod events;
 mod migrate;
 pub mod payments;
+pub mod purge;
 
 use std::time::Duration;
 

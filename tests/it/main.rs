@@ -4,5 +4,7 @@ mod dispatch;
 mod outage;
 mod payments;
 mod process;
+mod purge;
 mod receive;
+mod replay;
 mod support;

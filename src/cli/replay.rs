@@ -1,0 +1,264 @@
+//! `hookd replay`: sends fixture files to a running hookd, signed as the provider
+//! signs them, once, several times in a row, several copies at once, or as new
+//! events. One line per delivery, a summary, and a non-zero exit if any delivery
+//! was not answered with a 2xx.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::CliError;
+use super::sign::{Hints, event_name_from_path, sign_delivery, source, with_new_id};
+use crate::config::{Settings, Source};
+use crate::signature::Scheme;
+
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    pub paths: Vec<PathBuf>,
+    pub source: String,
+    pub url: Option<String>,
+    pub times: usize,
+    pub parallel: usize,
+    pub new_ids: bool,
+}
+
+/// What became of one delivery.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub file: String,
+    pub event_id: String,
+    pub result: Result<Answer, String>,
+    pub latency: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    /// The answer's `status` or `error` field.
+    pub summary: String,
+    pub replayed: bool,
+}
+
+impl Delivery {
+    pub fn succeeded(&self) -> bool {
+        matches!(&self.result, Ok(a) if (200..300).contains(&a.status))
+    }
+
+    fn line(&self) -> String {
+        let ms = self.latency.as_secs_f64() * 1000.0;
+        match &self.result {
+            Ok(a) => format!(
+                "{}  {}  {} {}  {}  {ms:.1} ms",
+                self.file,
+                self.event_id,
+                a.status,
+                a.summary,
+                if a.replayed { "replayed" } else { "new" },
+            ),
+            Err(error) => format!(
+                "{}  {}  error: {error}  {ms:.1} ms",
+                self.file, self.event_id
+            ),
+        }
+    }
+}
+
+/// Runs the replay and prints as it goes; the error says why it failed overall.
+pub async fn run(settings: &Settings, options: &ReplayOptions) -> Result<(), CliError> {
+    let source = source(settings, &options.source)?;
+    let base = options
+        .url
+        .clone()
+        .unwrap_or_else(|| default_base(settings));
+    let url = format!("{}/webhooks/{}", base.trim_end_matches('/'), source.name);
+    let files = collect_files(&options.paths)?;
+    if files.is_empty() {
+        return Err(CliError::Other("no .json files in the given paths".into()));
+    }
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| CliError::Other(format!("http client: {e}")))?;
+    let mut deliveries = Vec::new();
+    let mut unreadable = 0;
+    for file in &files {
+        let name = display_name(file);
+        let prepared = match prepare(source, file, options.new_ids) {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                println!("{name}  error: {error}");
+                unreadable += 1;
+                continue;
+            }
+        };
+        for _ in 0..options.times.max(1) {
+            let copies =
+                (0..options.parallel.max(1)).map(|_| send(&http, &url, source, &name, &prepared));
+            for delivery in futures_util::future::join_all(copies).await {
+                println!("{}", delivery.line());
+                deliveries.push(delivery);
+            }
+        }
+    }
+    let failed = deliveries.iter().filter(|d| !d.succeeded()).count() + unreadable;
+    println!("{}", summary(&deliveries, unreadable));
+    if failed > 0 {
+        return Err(CliError::Other(format!(
+            "{failed} of {} deliveries were not accepted",
+            deliveries.len() + unreadable
+        )));
+    }
+    Ok(())
+}
+
+fn default_base(settings: &Settings) -> String {
+    let mut addr = settings.listen;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    format!("http://{addr}")
+}
+
+/// Files as given, folders as their `.json` files in name order.
+fn collect_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CliError> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let entries = std::fs::read_dir(path)
+                .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
+            let mut found: Vec<PathBuf> = entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
+}
+
+fn display_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// A file ready to send: its bytes, and what the signer cannot read from them.
+struct Prepared {
+    body: Vec<u8>,
+    event_type: Option<String>,
+    event_id: Option<String>,
+}
+
+fn prepare(source: &Source, file: &Path, new_ids: bool) -> Result<Prepared, String> {
+    let body = std::fs::read(file).map_err(|e| e.to_string())?;
+    serde_json::from_slice::<Value>(&body).map_err(|e| format!("not JSON: {e}"))?;
+    let event_type = match source.scheme {
+        Scheme::Github => event_name_from_path(file),
+        _ => None,
+    };
+    if new_ids {
+        let (body, id) = with_new_id(source, &body)?;
+        return Ok(Prepared {
+            body,
+            event_type,
+            event_id: Some(id),
+        });
+    }
+    Ok(Prepared {
+        body,
+        event_type,
+        event_id: None,
+    })
+}
+
+async fn send(
+    http: &reqwest::Client,
+    url: &str,
+    source: &Source,
+    file: &str,
+    prepared: &Prepared,
+) -> Delivery {
+    let hints = Hints {
+        event_type: prepared.event_type.as_deref(),
+        event_id: prepared.event_id.as_deref(),
+    };
+    let started = Instant::now();
+    let signed = match sign_delivery(
+        source,
+        &prepared.body,
+        hints,
+        chrono::Utc::now().timestamp(),
+    ) {
+        Ok(signed) => signed,
+        Err(error) => {
+            return Delivery {
+                file: file.to_string(),
+                event_id: "-".into(),
+                result: Err(error),
+                latency: started.elapsed(),
+            };
+        }
+    };
+    let mut request = http.post(url).body(prepared.body.clone());
+    for (name, value) in &signed.headers {
+        request = request.header(name, value);
+    }
+    let result = match request.send().await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let replayed = response
+                .headers()
+                .get("Idempotent-Replayed")
+                .is_some_and(|v| v == "true");
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            let summary = [&body["status"], &body["error"]]
+                .into_iter()
+                .find_map(Value::as_str)
+                .unwrap_or("-")
+                .to_string();
+            Ok(Answer {
+                status,
+                summary,
+                replayed,
+            })
+        }
+        Err(error) if error.is_connect() => Err(format!("cannot connect to {url}")),
+        Err(error) if error.is_timeout() => Err(format!("no answer from {url} within 30 s")),
+        Err(error) => Err(error.to_string()),
+    };
+    Delivery {
+        file: file.to_string(),
+        event_id: signed.event_id,
+        result,
+        latency: started.elapsed(),
+    }
+}
+
+fn summary(deliveries: &[Delivery], unreadable: usize) -> String {
+    let count = |f: &dyn Fn(&Delivery) -> bool| deliveries.iter().filter(|d| f(d)).count();
+    let new = count(&|d| d.succeeded() && matches!(&d.result, Ok(a) if !a.replayed));
+    let replayed = count(&|d| d.succeeded() && matches!(&d.result, Ok(a) if a.replayed));
+    let refused = count(&|d| matches!(&d.result, Ok(a) if !(200..300).contains(&a.status)));
+    let errors = count(&|d| d.result.is_err());
+    let mut latencies: Vec<Duration> = deliveries.iter().map(|d| d.latency).collect();
+    latencies.sort();
+    let at = |q: f64| {
+        let index = ((latencies.len() as f64 - 1.0) * q).round() as usize;
+        latencies
+            .get(index)
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    format!(
+        "{} deliveries: {new} new, {replayed} replayed, {refused} refused, {errors} errors, \
+         {unreadable} unreadable files; latency p50 {:.1} ms, max {:.1} ms",
+        deliveries.len(),
+        at(0.5),
+        at(1.0)
+    )
+}

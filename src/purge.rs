@@ -1,0 +1,204 @@
+//! The retention pass: under an advisory lock (one instance at a time), in batches
+//! of `purge_batch` rows per transaction so ingestion never waits on it, first the
+//! keys older than `key_retention`, then the payloads older than `retention`, then
+//! expired admin Idempotency-Key records. `run_once` is one pass; the loop in
+//! `serve` runs it every `purge_interval` and stops between batches on shutdown.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Pool;
+
+use crate::config::Settings;
+use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
+use crate::store::StoreError;
+use crate::store::purge::{self, ByStatus, Preview};
+
+/// How long an admin Idempotency-Key answer is kept for repeats.
+pub const IDEMPOTENCY_KEY_TTL: Duration = Duration::from_secs(24 * 3600);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PurgeOutcome {
+    /// Another instance held the purge lock; nothing was done.
+    pub skipped: bool,
+    pub payloads_dropped: ByStatus,
+    pub keys_deleted: ByStatus,
+    pub idempotency_keys_deleted: u64,
+    /// Shutdown arrived mid-pass; the rest waits for the next pass.
+    pub interrupted: bool,
+}
+
+impl PurgeOutcome {
+    pub fn total(counts: &ByStatus) -> u64 {
+        counts.values().sum()
+    }
+}
+
+/// The three cut-off times of a pass starting at `now`.
+#[derive(Debug, Clone, Copy)]
+pub struct Cutoffs {
+    pub payloads: DateTime<Utc>,
+    pub keys: DateTime<Utc>,
+    pub idempotency_keys: DateTime<Utc>,
+}
+
+impl Cutoffs {
+    pub fn at(now: DateTime<Utc>, settings: &Settings) -> Self {
+        let ago =
+            |d: Duration| now - chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+        Cutoffs {
+            payloads: ago(settings.retention),
+            keys: ago(settings.key_retention),
+            idempotency_keys: ago(IDEMPOTENCY_KEY_TTL),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Purger {
+    pool: Pool,
+    settings: Arc<Settings>,
+    metrics: Arc<Metrics>,
+}
+
+impl Purger {
+    pub fn new(pool: Pool, settings: Arc<Settings>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            pool,
+            settings,
+            metrics,
+        }
+    }
+
+    /// What a pass now would remove.
+    pub async fn preview(&self) -> Result<Preview, StoreError> {
+        let cutoffs = Cutoffs::at(Utc::now(), &self.settings);
+        let client = self.pool.get().await?;
+        purge::preview(
+            &client,
+            cutoffs.payloads,
+            cutoffs.keys,
+            cutoffs.idempotency_keys,
+        )
+        .await
+    }
+
+    /// One pass; `shutdown` (if any) is checked between batches.
+    pub async fn run_once(&self, shutdown: Option<&Shutdown>) -> Result<PurgeOutcome, StoreError> {
+        let started = Instant::now();
+        let cutoffs = Cutoffs::at(Utc::now(), &self.settings);
+        let client = self.pool.get().await?;
+        if !purge::try_lock(&client).await? {
+            log::info!("purge: another instance is purging; skipped");
+            return Ok(PurgeOutcome {
+                skipped: true,
+                ..PurgeOutcome::default()
+            });
+        }
+        let result = self.batches(&client, cutoffs, shutdown).await;
+        let unlocked = purge::unlock(&client).await;
+        let outcome = result?;
+        unlocked?;
+        self.report(&outcome, started.elapsed());
+        Ok(outcome)
+    }
+
+    async fn batches(
+        &self,
+        client: &deadpool_postgres::Object,
+        cutoffs: Cutoffs,
+        shutdown: Option<&Shutdown>,
+    ) -> Result<PurgeOutcome, StoreError> {
+        let limit = self.settings.purge_batch;
+        let full = |n: u64| n >= limit.unsigned_abs();
+        let stopping = || shutdown.is_some_and(Shutdown::is_requested);
+        let mut outcome = PurgeOutcome::default();
+        // Each batch is its own transaction (autocommit), so row locks are brief.
+        while full(
+            purge::delete_keys_batch(client, cutoffs.keys, limit, &mut outcome.keys_deleted)
+                .await?,
+        ) {
+            if stopping() {
+                outcome.interrupted = true;
+                return Ok(outcome);
+            }
+        }
+        while full(
+            purge::drop_payloads_batch(
+                client,
+                cutoffs.payloads,
+                limit,
+                &mut outcome.payloads_dropped,
+            )
+            .await?,
+        ) {
+            if stopping() {
+                outcome.interrupted = true;
+                return Ok(outcome);
+            }
+        }
+        loop {
+            let n = purge::delete_idempotency_keys_batch(client, cutoffs.idempotency_keys, limit)
+                .await?;
+            outcome.idempotency_keys_deleted += n;
+            if !full(n) || stopping() {
+                break;
+            }
+        }
+        Ok(outcome)
+    }
+
+    fn report(&self, outcome: &PurgeOutcome, took: Duration) {
+        let payloads = PurgeOutcome::total(&outcome.payloads_dropped);
+        let keys = PurgeOutcome::total(&outcome.keys_deleted);
+        for (what, n) in [
+            ("payload", payloads),
+            ("key", keys),
+            ("idempotency_key", outcome.idempotency_keys_deleted),
+        ] {
+            self.metrics
+                .add("hookd_purged_rows_total", &[("what", what)], n);
+        }
+        log::info!(
+            "purge: dropped {payloads} payloads ({}), deleted {keys} keys ({}) and {} idempotency keys in {:.1} s{}",
+            describe(&outcome.payloads_dropped),
+            describe(&outcome.keys_deleted),
+            outcome.idempotency_keys_deleted,
+            took.as_secs_f64(),
+            if outcome.interrupted {
+                "; interrupted by shutdown"
+            } else {
+                ""
+            }
+        );
+    }
+
+    /// A pass at start, then one every `purge_interval`, until shutdown.
+    pub async fn run_until_stopped(self, mut shutdown: Shutdown) {
+        loop {
+            if let Err(error) = self.run_once(Some(&shutdown)).await {
+                log::warn!(
+                    "purge: {error}; next pass in {:?}",
+                    self.settings.purge_interval
+                );
+            }
+            if !shutdown.sleep(self.settings.purge_interval).await {
+                return;
+            }
+        }
+    }
+}
+
+/// `processed 3, dead 1`, or `none`.
+pub fn describe(counts: &ByStatus) -> String {
+    if counts.is_empty() {
+        return "none".into();
+    }
+    counts
+        .iter()
+        .map(|(status, n)| format!("{status} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

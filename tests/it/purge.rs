@@ -1,0 +1,261 @@
+//! Retention: old payloads and keys go in batches, unfinished work never does, and
+//! a resend of a purged event still gets its first answer without being applied again.
+
+use std::collections::BTreeMap;
+
+use hookd::purge::PurgeOutcome;
+use serde_json::{Value, json};
+
+use crate::support::{Spawn, TestApp, spawn, stripe_event, test_settings};
+
+fn event(id: &str, kind: &str) -> Value {
+    match kind {
+        "processed" => stripe_event(
+            id,
+            "payment_intent.succeeded",
+            json!({"id": format!("pi_{id}"), "object": "payment_intent", "amount": 100}),
+        ),
+        "ignored" => stripe_event(
+            id,
+            "customer.created",
+            json!({"id": "cus_1", "object": "customer"}),
+        ),
+        // A payment event without a payment id is dead at once.
+        "dead" => stripe_event(id, "payment_intent.succeeded", json!({"amount": 1})),
+        // Made `failed` below; starts as a payment.
+        _ => stripe_event(
+            id,
+            "payment_intent.succeeded",
+            json!({"id": format!("pi_{id}"), "amount": 1}),
+        ),
+    }
+}
+
+const STATUSES: [&str; 4] = ["processed", "ignored", "dead", "failed"];
+
+/// Two events per status at each age: fresh, past `retention`, past `key_retention`.
+async fn aged_events(app: &TestApp) {
+    for age in ["fresh", "old", "ancient"] {
+        for status in STATUSES {
+            for n in 0..2 {
+                let id = format!("evt_{age}_{status}_{n}");
+                assert_eq!(app.deliver("stripe", &event(&id, status)).await.status, 200);
+            }
+        }
+    }
+    let db = app.db().await;
+    db.batch_execute(
+        "UPDATE webhook_events SET status = 'failed', next_attempt_at = now() + interval '1 day',
+                attempts = 1, last_error = 'still failing'
+         WHERE event_id LIKE 'evt\\_%\\_failed\\_%';
+         UPDATE webhook_events SET received_at = now() - interval '40 days' WHERE event_id LIKE 'evt\\_old\\_%';
+         UPDATE webhook_events SET received_at = now() - interval '400 days' WHERE event_id LIKE 'evt\\_ancient\\_%';
+         INSERT INTO admin_idempotency_keys (token_name, idempotency_key, request_sha256, created_at)
+         VALUES ('t', 'old', '\\x00', now() - interval '2 days'), ('t', 'new', '\\x00', now());",
+    )
+    .await
+    .expect("age rows");
+}
+
+fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+async fn small_batches() -> TestApp {
+    let mut settings = test_settings();
+    settings.purge_batch = 2;
+    spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await
+}
+
+async fn snapshot(app: &TestApp) -> Vec<(String, String, bool, Option<bool>, i64)> {
+    app.query(
+        "SELECT e.event_id, e.status, e.payload IS NULL, e.purged_at IS NOT NULL,
+                (SELECT count(*) FROM webhook_event_attempts a WHERE a.webhook_event_id = e.id)
+         FROM webhook_events e ORDER BY e.event_id",
+        &[],
+    )
+    .await
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), Some(r.get(3)), r.get(4)))
+    .collect()
+}
+
+#[tokio::test]
+async fn a_dry_run_counts_and_changes_nothing() {
+    let app = small_batches().await;
+    aged_events(&app).await;
+    let before = snapshot(&app).await;
+    let preview = app.app.purger.preview().await.expect("preview");
+    assert_eq!(
+        preview.keys,
+        counts(&[("dead", 2), ("ignored", 2), ("processed", 2)])
+    );
+    assert_eq!(
+        preview.payloads,
+        counts(&[("dead", 2), ("ignored", 2), ("processed", 2)])
+    );
+    assert_eq!(preview.idempotency_keys, 1);
+    assert_eq!(snapshot(&app).await, before);
+}
+
+#[tokio::test]
+async fn a_pass_drops_old_payloads_and_older_keys_but_never_failed_events() {
+    let app = small_batches().await;
+    aged_events(&app).await;
+    let payments_before = app.count("SELECT count(*) FROM payments", &[]).await;
+    let outcome = app.app.purger.run_once(None).await.expect("purge");
+    assert_eq!(
+        outcome,
+        PurgeOutcome {
+            skipped: false,
+            payloads_dropped: counts(&[("dead", 2), ("ignored", 2), ("processed", 2)]),
+            keys_deleted: counts(&[("dead", 2), ("ignored", 2), ("processed", 2)]),
+            idempotency_keys_deleted: 1,
+            interrupted: false,
+        }
+    );
+    let rows = snapshot(&app).await;
+    let find = |id: &str| rows.iter().find(|r| r.0 == id).cloned();
+    for status in STATUSES {
+        for n in 0..2 {
+            let fresh = find(&format!("evt_fresh_{status}_{n}")).expect("fresh stays");
+            assert!(!fresh.2, "fresh payload kept");
+            let old = find(&format!("evt_old_{status}_{n}")).expect("old key stays");
+            let ancient = find(&format!("evt_ancient_{status}_{n}"));
+            if status == "failed" {
+                assert!(
+                    !old.2 && old.3 == Some(false),
+                    "failed work is never purged"
+                );
+                assert!(ancient.is_some_and(|a| !a.2), "not even when ancient");
+            } else {
+                assert_eq!(
+                    (old.2, old.3, old.4),
+                    (true, Some(true), 0),
+                    "{status}: slim key left"
+                );
+                assert!(
+                    ancient.is_none(),
+                    "{status}: key past key_retention deleted"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM payments", &[]).await,
+        payments_before
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM admin_idempotency_keys", &[])
+            .await,
+        1,
+        "only the expired idempotency key went"
+    );
+    let again = app.app.purger.run_once(None).await.expect("purge");
+    assert_eq!(
+        PurgeOutcome::total(&again.payloads_dropped) + PurgeOutcome::total(&again.keys_deleted),
+        0
+    );
+    let metrics = String::from_utf8(app.get("/metrics").await.body).expect("utf8");
+    assert!(
+        metrics.contains("hookd_purged_rows_total{what=\"payload\"} 6"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_resend_after_the_payload_purge_is_replayed_not_applied() {
+    let app = spawn(Spawn::default()).await;
+    let body = event("evt_resend", "processed");
+    let first = app.deliver("stripe", &body).await;
+    app.db()
+        .await
+        .execute(
+            "UPDATE webhook_events SET received_at = now() - interval '31 days'",
+            &[],
+        )
+        .await
+        .expect("age");
+    let outcome = app.app.purger.run_once(None).await.expect("purge");
+    assert_eq!(PurgeOutcome::total(&outcome.payloads_dropped), 1);
+    app.db()
+        .await
+        .execute(
+            "UPDATE payments SET amount = 7 WHERE payment_id = 'pi_evt_resend'",
+            &[],
+        )
+        .await
+        .expect("mark");
+
+    let again = app.deliver("stripe", &body).await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.body, first.body);
+    assert_eq!(again.header("Idempotent-Replayed"), Some("true"));
+    let row = &app
+        .query(
+            "SELECT deliveries, attempts, payload IS NULL FROM webhook_events",
+            &[],
+        )
+        .await[0];
+    assert_eq!(
+        (
+            row.get::<_, i32>(0),
+            row.get::<_, i32>(1),
+            row.get::<_, bool>(2)
+        ),
+        (2, 1, true)
+    );
+    assert_eq!(
+        app.count(
+            "SELECT amount FROM payments WHERE payment_id = 'pi_evt_resend'",
+            &[]
+        )
+        .await,
+        7,
+        "the handler did not run again"
+    );
+    // A different payload under the purged id is still a conflict.
+    let changed = event("evt_resend", "ignored");
+    assert_eq!(app.deliver("stripe", &changed).await.status, 422);
+}
+
+#[tokio::test]
+async fn only_one_instance_purges_at_a_time() {
+    let first = small_batches().await;
+    aged_events(&first).await;
+    let mut settings = test_settings();
+    settings.purge_batch = 2;
+    let second = spawn(Spawn {
+        settings,
+        db: first.db.clone(),
+        ..Spawn::default()
+    })
+    .await;
+
+    // Another instance's pass holds the lock: this one skips.
+    let holder = first.db().await;
+    holder
+        .execute("SELECT pg_advisory_lock(x'686f6f6b70'::bigint)", &[])
+        .await
+        .expect("lock");
+    let skipped = second.app.purger.run_once(None).await.expect("purge");
+    assert!(skipped.skipped);
+    assert_eq!(PurgeOutcome::total(&skipped.payloads_dropped), 0);
+    drop(holder);
+
+    // Both at once: the work is done exactly once between them.
+    let (a, b) = tokio::join!(
+        first.app.purger.run_once(None),
+        second.app.purger.run_once(None)
+    );
+    let (a, b) = (a.expect("a"), b.expect("b"));
+    let removed = |o: &PurgeOutcome| {
+        PurgeOutcome::total(&o.payloads_dropped) + PurgeOutcome::total(&o.keys_deleted)
+    };
+    assert_eq!(removed(&a) + removed(&b), 12);
+    assert!(a.skipped || b.skipped || removed(&a) == 0 || removed(&b) == 0);
+}

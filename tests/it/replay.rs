@@ -1,0 +1,314 @@
+//! Developers' tools: `hookd replay` and `hookd sign`, run as the real binary
+//! against a test instance, with the shipped fixtures and configuration.
+
+use std::process::{Command, Output};
+
+use crate::support::{TestApp, spawn_app};
+
+const MANIFEST: &str = env!("CARGO_MANIFEST_DIR");
+
+fn hookd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hookd"))
+        .args(args)
+        .args(["--config", &format!("{MANIFEST}/hookd.toml")])
+        .current_dir(MANIFEST)
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run hookd")
+}
+
+async fn replay(app: &TestApp, source: &str, extra: &[&str]) -> (bool, Vec<String>) {
+    let folder = format!("fixtures/{source}");
+    let mut args = vec![
+        "replay",
+        folder.as_str(),
+        "--source",
+        source,
+        "--url",
+        &app.base,
+    ];
+    args.extend_from_slice(extra);
+    let output = tokio::task::spawn_blocking({
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        move || hookd(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    (
+        output.status.success(),
+        stdout.lines().map(String::from).collect(),
+    )
+}
+
+fn delivery_lines(lines: &[String]) -> Vec<&String> {
+    lines
+        .iter()
+        .filter(|l| l.ends_with(" ms") && !l.contains("deliveries:"))
+        .collect()
+}
+
+async fn payments(app: &TestApp, source: &str) -> Vec<(String, String, i64, i64)> {
+    app.query(
+        "SELECT payment_id, status, amount, amount_refunded FROM payments
+         WHERE source = $1 ORDER BY payment_id",
+        &[&source],
+    )
+    .await
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    .collect()
+}
+
+fn rows(expected: &[(&str, &str, i64, i64)]) -> Vec<(String, String, i64, i64)> {
+    expected
+        .iter()
+        .map(|(p, s, a, r)| (p.to_string(), s.to_string(), *a, *r))
+        .collect()
+}
+
+#[tokio::test]
+async fn replaying_the_stripe_fixtures_once_twice_at_once_and_anew() {
+    let app = spawn_app().await;
+    let expected = rows(&[
+        ("pi_3PqA1cHkD4oWb9Rq0aNz4xLm", "refunded", 2000, 2000),
+        ("pi_3PqB7eHkD4oWb9Rq1bKm8PwQ", "failed", 4500, 0),
+        ("pi_3PqC9gHkD4oWb9Rq2cW3sF6h", "disputed", 9900, 0),
+    ]);
+
+    let (ok, lines) = replay(&app, "stripe", &[]).await;
+    assert!(ok, "{lines:#?}");
+    let sent = delivery_lines(&lines);
+    assert_eq!(sent.len(), 8);
+    assert!(
+        sent.iter().all(|l| l.contains(" 200 accepted  new ")),
+        "{sent:#?}"
+    );
+    assert!(
+        sent[0].starts_with("01_payment_intent.succeeded.json  evt_"),
+        "{}",
+        sent[0]
+    );
+    assert!(
+        lines
+            .last()
+            .expect("summary")
+            .starts_with("8 deliveries: 8 new, 0 replayed")
+    );
+    assert_eq!(payments(&app, "stripe").await, expected);
+    let statuses = app
+        .query(
+            "SELECT status, count(*) FROM webhook_events GROUP BY status ORDER BY status",
+            &[],
+        )
+        .await
+        .iter()
+        .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1)))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        statuses,
+        [("ignored".to_string(), 2), ("processed".to_string(), 6)]
+    );
+
+    let (ok, lines) = replay(&app, "stripe", &["--times", "3"]).await;
+    assert!(ok);
+    let sent = delivery_lines(&lines);
+    assert_eq!(sent.len(), 24);
+    assert!(sent.iter().all(|l| l.contains(" 200 accepted  replayed ")));
+
+    let (ok, lines) = replay(&app, "stripe", &["--parallel", "10"]).await;
+    assert!(ok);
+    assert_eq!(delivery_lines(&lines).len(), 80);
+    let per_event = app
+        .query(
+            "SELECT count(*), min(deliveries), max(deliveries), max(attempts) FROM webhook_events",
+            &[],
+        )
+        .await;
+    let row = &per_event[0];
+    assert_eq!(
+        (
+            row.get::<_, i64>(0),
+            row.get::<_, i32>(1),
+            row.get::<_, i32>(2),
+            row.get::<_, i32>(3)
+        ),
+        (8, 14, 14, 1),
+        "one row per event; 1 + 3 + 10 deliveries each; applied once"
+    );
+
+    let (ok, lines) = replay(&app, "stripe", &["--new-ids"]).await;
+    assert!(ok);
+    assert!(delivery_lines(&lines).iter().all(|l| l.contains(" new ")));
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        16
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_events WHERE status = 'processed'",
+            &[]
+        )
+        .await,
+        12,
+        "the new copies were applied"
+    );
+    assert_eq!(
+        payments(&app, "stripe").await,
+        expected,
+        "and changed nothing: handlers merge"
+    );
+}
+
+#[tokio::test]
+async fn every_shipped_fixture_folder_replays() {
+    let app = spawn_app().await;
+    for (source, events, ignored) in [("standard", 6, 1), ("shop", 6, 1), ("github", 4, 4)] {
+        let (ok, lines) = replay(&app, source, &[]).await;
+        assert!(ok, "{source}: {lines:#?}");
+        assert_eq!(delivery_lines(&lines).len(), events);
+        let stored = app
+            .count(
+                "SELECT count(*) FROM webhook_events WHERE source = $1",
+                &[&source],
+            )
+            .await;
+        assert_eq!(stored, events as i64);
+        let skipped = app
+            .count(
+                "SELECT count(*) FROM webhook_events WHERE source = $1 AND status = 'ignored'",
+                &[&source],
+            )
+            .await;
+        assert_eq!(skipped, ignored, "{source}");
+    }
+    assert_eq!(
+        payments(&app, "standard").await,
+        rows(&[
+            ("pay_2mK8qR4vX7nT1bWc", "partially_refunded", 1500, 300),
+            ("pay_2mL3sF9hZ5pD6yJe", "failed", 2500, 0),
+            ("pay_2mN7tB2kC8wQ4xGa", "disputed", 7200, 0),
+        ])
+    );
+    assert_eq!(
+        payments(&app, "shop").await,
+        rows(&[
+            ("shop_pay_7Kq2mV9xR4", "refunded", 5400, 5400),
+            ("shop_pay_7Lr5nW3yT8", "failed", 1899, 0),
+            ("shop_pay_7Ms8pX6zU2", "disputed", 12500, 0),
+        ])
+    );
+    let github_types: Vec<String> = app
+        .query(
+            "SELECT event_type FROM webhook_events WHERE source = 'github' ORDER BY 1",
+            &[],
+        )
+        .await
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        github_types,
+        ["issues.opened", "ping", "pull_request.closed", "push"]
+    );
+}
+
+#[tokio::test]
+async fn replay_failures_are_one_line_each_and_a_non_zero_exit() {
+    let unknown = hookd(&["replay", "fixtures/stripe", "--source", "paypal"]);
+    assert!(!unknown.status.success());
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("no source named \"paypal\""));
+
+    let refused = hookd(&[
+        "replay",
+        "fixtures/stripe/01_payment_intent.succeeded.json",
+        "--source",
+        "stripe",
+        "--url",
+        "http://127.0.0.1:9",
+    ]);
+    assert!(!refused.status.success());
+    let stdout = String::from_utf8_lossy(&refused.stdout);
+    assert!(stdout.contains("error: cannot connect"), "{stdout}");
+    assert!(!String::from_utf8_lossy(&refused.stderr).contains("panicked"));
+
+    let missing = hookd(&[
+        "replay",
+        "no/such/file.json",
+        "--source",
+        "stripe",
+        "--url",
+        "http://127.0.0.1:9",
+    ]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stdout).contains("file.json  error:"));
+}
+
+#[tokio::test]
+async fn replay_refusals_count_as_failures() {
+    let app = spawn_app().await;
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("conflict-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("evt.json");
+    std::fs::write(
+        &file,
+        br#"{"id":"evt_edit","type":"customer.created","data":{"object":{"id":"cus_1"}}}"#,
+    )
+    .expect("write");
+    let run = |app: &TestApp| {
+        let (file, base) = (file.display().to_string(), app.base.clone());
+        tokio::task::spawn_blocking(move || {
+            hookd(&["replay", &file, "--source", "stripe", "--url", &base])
+        })
+    };
+    assert!(run(&app).await.expect("join").status.success());
+    std::fs::write(
+        &file,
+        br#"{"id":"evt_edit","type":"customer.created","data":{"object":{"id":"cus_2"}}}"#,
+    )
+    .expect("write");
+    let edited = run(&app).await.expect("join");
+    assert!(!edited.status.success());
+    assert!(String::from_utf8_lossy(&edited.stdout).contains(" 422 event_id_conflict "));
+}
+
+#[tokio::test]
+async fn the_headers_hookd_sign_prints_are_accepted_by_the_receiver() {
+    let app = spawn_app().await;
+    for (source, file) in [
+        ("stripe", "fixtures/stripe/01_payment_intent.succeeded.json"),
+        ("standard", "fixtures/standard/01_payment.succeeded.json"),
+        ("shop", "fixtures/shop/01_payments-succeeded.json"),
+        ("github", "fixtures/github/push.json"),
+    ] {
+        let output =
+            tokio::task::spawn_blocking(move || hookd(&["sign", "--source", source, file]))
+                .await
+                .expect("join");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let headers: Vec<(String, String)> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|line| {
+                let (name, value) = line.split_once(": ").expect("Name: value");
+                (name.to_string(), value.to_string())
+            })
+            .collect();
+        assert!(headers.iter().any(|(k, _)| k == "Content-Type"));
+        let body = std::fs::read(format!("{MANIFEST}/{file}")).expect("fixture");
+        let answer = app.post(source, &headers, body).await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{source}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+    }
+}
