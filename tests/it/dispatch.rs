@@ -190,15 +190,12 @@ async fn a_handler_that_fails_n_times_is_processed_after_n_retries() {
             (4, "processed".into())
         ]
     );
-    let effects: Vec<String> = app
-        .query(
+    let effects = app
+        .strings(
             "SELECT payment_id FROM payments WHERE payment_id LIKE 'effect-evt_flaky-%'",
             &[],
         )
-        .await
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        .await;
     assert_eq!(
         effects,
         ["effect-evt_flaky-4"],

@@ -199,15 +199,12 @@ async fn every_shipped_fixture_folder_replays() {
             ("shop_pay_7Ms8pX6zU2", "disputed", 12500, 0),
         ])
     );
-    let github_types: Vec<String> = app
-        .query(
+    let github_types = app
+        .strings(
             "SELECT event_type FROM webhook_events WHERE source = 'github' ORDER BY 1",
             &[],
         )
-        .await
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        .await;
     assert_eq!(
         github_types,
         ["issues.opened", "ping", "pull_request.closed", "push"]

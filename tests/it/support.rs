@@ -301,6 +301,15 @@ impl TestApp {
         self.db().await.query(sql, params).await.expect("query")
     }
 
+    /// The first column of every row, as text.
+    pub async fn strings(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Vec<String> {
+        self.query(sql, params)
+            .await
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
     pub async fn count(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> i64 {
         self.db()
             .await
