@@ -1,6 +1,7 @@
 //! hookd's integration tests: real HTTP against a real PostgreSQL.
 
 mod dispatch;
+mod migrate;
 mod outage;
 mod payments;
 mod process;

@@ -259,3 +259,99 @@ async fn only_one_instance_purges_at_a_time() {
     assert_eq!(removed(&a) + removed(&b), 12);
     assert!(a.skipped || b.skipped || removed(&a) == 0 || removed(&b) == 0);
 }
+
+#[tokio::test]
+async fn serve_purges_on_its_schedule_and_stops_promptly() {
+    let mut settings = test_settings();
+    settings.purge_interval = std::time::Duration::from_millis(200);
+    let mut app = spawn(Spawn {
+        settings,
+        parts: hookd::app::Parts {
+            dispatcher: false,
+            purge: true,
+            http_workers: Some(1),
+        },
+        ..Spawn::default()
+    })
+    .await;
+    app.deliver("stripe", &event("evt_sched", "ignored")).await;
+    app.db()
+        .await
+        .execute(
+            "UPDATE webhook_events SET received_at = now() - interval '31 days'",
+            &[],
+        )
+        .await
+        .expect("age");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while app
+        .count(
+            "SELECT count(*) FROM webhook_events WHERE purged_at IS NULL",
+            &[],
+        )
+        .await
+        > 0
+    {
+        assert!(std::time::Instant::now() < deadline, "a scheduled pass ran");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let stopping = std::time::Instant::now();
+    app.stop().await;
+    assert!(
+        stopping.elapsed() < std::time::Duration::from_secs(5),
+        "the schedule's sleep is interruptible"
+    );
+}
+
+#[tokio::test]
+async fn hookd_purge_dry_run_prints_counts_per_status() {
+    let app = small_batches().await;
+    aged_events(&app).await;
+    let url = crate::support::cluster().connection_string(&app.db.as_ref().expect("db").name);
+    let run = |args: &'static [&'static str]| {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+                .args(args)
+                .args([
+                    "--config",
+                    concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
+                ])
+                .env("DATABASE_URL", url)
+                .env("RUST_LOG", "warn")
+                .output()
+                .expect("run hookd")
+        })
+    };
+    let dry = run(&["purge", "--dry-run"]).await.expect("join");
+    assert!(
+        dry.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    let text = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        text.contains("would drop payloads: dead 2, ignored 2, processed 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("would delete keys:   dead 2, ignored 2, processed 2"),
+        "{text}"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        24
+    );
+
+    let real = run(&["purge"]).await.expect("join");
+    assert!(real.status.success());
+    let text = String::from_utf8_lossy(&real.stdout);
+    assert!(
+        text.contains("deleted keys:     dead 2, ignored 2, processed 2"),
+        "{text}"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        18
+    );
+}

@@ -461,3 +461,62 @@ async fn health_and_readiness() {
     assert_eq!(ready.status, 200);
     assert_eq!(ready.json()["status"], "ready");
 }
+
+#[tokio::test]
+async fn every_scheme_refuses_unsigned_and_tampered_deliveries() {
+    let app = spawn_app().await;
+    let cases: Vec<(&str, Value, Hints<'_>, &str)> = vec![
+        (
+            "stripe",
+            succeeded("evt_t", "pi_t"),
+            Hints::default(),
+            "Stripe-Signature",
+        ),
+        (
+            "standard",
+            neutral("msg_t", "payment.succeeded", "p_t"),
+            Hints::default(),
+            "webhook-id",
+        ),
+        (
+            "github",
+            json!({"zen": "x"}),
+            Hints {
+                event_type: Some("ping"),
+                event_id: Some("gh-t"),
+            },
+            "X-Hub-Signature-256",
+        ),
+        (
+            "shop",
+            neutral("shop_t", "payments/succeeded", "o_t"),
+            Hints::default(),
+            "X-Shopify-Hmac-Sha256",
+        ),
+    ];
+    for (source, body, hints, header) in cases {
+        let bytes = serde_json::to_vec(&body).expect("json");
+        let unsigned = app.post(source, &[], bytes.clone()).await;
+        assert_eq!(
+            error_of(&unsigned),
+            (401, "invalid_signature".into()),
+            "{source}"
+        );
+        assert_eq!(
+            reason_of(&unsigned),
+            format!("missing {header} header"),
+            "{source}"
+        );
+
+        let headers = app.sign(source, &bytes, hints);
+        let mut tampered = bytes.clone();
+        tampered.push(b' ');
+        let answer = app.post(source, &headers, tampered).await;
+        assert_eq!(reason_of(&answer), "signature mismatch", "{source}");
+        assert_eq!(
+            app.post(source, &headers, bytes).await.status,
+            200,
+            "{source}"
+        );
+    }
+}
