@@ -45,6 +45,18 @@ pub struct Ingested {
     pub status: Option<EventStatus>,
 }
 
+/// The outcome of an operator's retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryOutcome {
+    /// The handler ran again; the event now has this status.
+    Applied(EventStatus),
+    NotFound,
+    /// The payload was purged: there is nothing to apply.
+    Gone,
+    /// The event's kind has no handler: there is nothing to apply.
+    NoHandler,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DispatchStep {
     /// One due event was attempted and now has this status.
@@ -139,6 +151,38 @@ impl Dispatcher {
             id: claimed.id,
             status: record.status,
         })
+    }
+
+    /// Applies one event again now, whatever its status (operators' retry). The
+    /// handlers are idempotent, so re-applying a processed event changes nothing.
+    pub async fn retry_now(&self, id: i64) -> Result<RetryOutcome, StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let Some(event) = events::lock_by_id(&tx, id).await? else {
+            return Ok(RetryOutcome::NotFound);
+        };
+        if event.payload.is_none() {
+            return Ok(RetryOutcome::Gone);
+        }
+        let has_handler = event
+            .kind
+            .as_deref()
+            .is_some_and(|kind| self.registry.get(kind).is_some());
+        if !has_handler {
+            return Ok(RetryOutcome::NoHandler);
+        }
+        let target = Target {
+            id: event.id,
+            source: &event.source,
+            event_id: &event.event_id,
+            kind: event.kind.as_deref(),
+            payload: event.payload.as_ref(),
+            attempt: event.attempts + 1,
+        };
+        let record = self.attempt(&tx, &target).await?;
+        events::record_attempt(&tx, &record).await?;
+        tx.commit().await?;
+        Ok(RetryOutcome::Applied(record.status))
     }
 
     /// Runs due retries until shutdown; an attempt under way is finished first.

@@ -1,7 +1,7 @@
 //! The one place where failures become HTTP answers (SPEC §3 and §8).
 
 use actix_web::http::StatusCode;
-use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
@@ -23,6 +23,18 @@ pub enum ApiError {
     BadRequest(String),
     #[error("event id conflict")]
     EventIdConflict,
+    #[error("unauthorized")]
+    Unauthorized,
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    #[error("not found")]
+    NotFound,
+    #[error("gone: {0}")]
+    Gone(String),
+    #[error("conflict: {0}")]
+    Conflict(&'static str, String),
+    #[error("idempotency key reused for a different request")]
+    IdempotencyKeyReused,
     #[error("unavailable: {0}")]
     Unavailable(String),
     #[error("internal error: {0}")]
@@ -55,16 +67,34 @@ impl ApiError {
             ApiError::InvalidSignature(_) => "invalid_signature",
             ApiError::BadRequest(_) => "bad_request",
             ApiError::EventIdConflict => "event_id_conflict",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::NotFound => "not_found",
+            ApiError::Gone(_) => "gone",
+            ApiError::Conflict(code, _) => code,
+            ApiError::IdempotencyKeyReused => "idempotency_key_reused",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal",
         }
+    }
+
+    /// The JSON body of the answer.
+    pub fn json_body(&self) -> Vec<u8> {
+        let body = ErrorBody {
+            error: self.code(),
+            reason: self.public_reason(),
+        };
+        serde_json::to_vec(&body).unwrap_or_default()
     }
 
     /// What the client may read: never database details or secret material.
     fn public_reason(&self) -> Option<String> {
         match self {
             ApiError::InvalidSignature(e) => Some(e.to_string()),
-            ApiError::BadRequest(reason) => Some(reason.clone()),
+            ApiError::BadRequest(reason)
+            | ApiError::Forbidden(reason)
+            | ApiError::Gone(reason)
+            | ApiError::Conflict(_, reason) => Some(reason.clone()),
             _ => None,
         }
     }
@@ -77,22 +107,28 @@ impl ResponseError for ApiError {
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::EventIdConflict => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::EventIdConflict | ApiError::IdempotencyKeyReused => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::Gone(_) => StatusCode::GONE,
+            ApiError::Conflict(..) => StatusCode::CONFLICT,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
-        let body = ErrorBody {
-            error: self.code(),
-            reason: self.public_reason(),
-        };
         let mut response = HttpResponse::build(self.status_code());
         response.insert_header((CONTENT_TYPE, "application/json"));
         if matches!(self, ApiError::Unavailable(_)) {
             response.insert_header((RETRY_AFTER, RETRY_AFTER_SECONDS));
         }
-        response.body(serde_json::to_vec(&body).unwrap_or_default())
+        if matches!(self, ApiError::Unauthorized) {
+            response.insert_header((WWW_AUTHENTICATE, "Bearer realm=\"hookd\""));
+        }
+        response.body(self.json_body())
     }
 }

@@ -247,7 +247,7 @@ pub fn sign(
     Ok(headers)
 }
 
-pub(crate) fn hmac_sha256(key: &[u8], message: &[&[u8]]) -> Vec<u8> {
+pub fn hmac_sha256(key: &[u8], message: &[&[u8]]) -> Vec<u8> {
     // HMAC accepts keys of any length, so this cannot fail.
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
         .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));

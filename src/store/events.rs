@@ -131,14 +131,33 @@ pub async fn claim_due(client: &impl GenericClient) -> Result<Option<ClaimedEven
         )
         .await?;
     let row = client.query_opt(&statement, &[]).await?;
-    Ok(row.map(|row| ClaimedEvent {
+    Ok(row.as_ref().map(claimed))
+}
+
+fn claimed(row: &tokio_postgres::Row) -> ClaimedEvent {
+    ClaimedEvent {
         id: row.get(0),
         source: row.get(1),
         event_id: row.get(2),
         kind: row.get(3),
         payload: row.get(4),
         attempts: row.get(5),
-    }))
+    }
+}
+
+/// Locks one event for a manual retry, waiting for a dispatcher that holds it.
+pub async fn lock_by_id(
+    client: &impl GenericClient,
+    id: i64,
+) -> Result<Option<ClaimedEvent>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT id, source, event_id, kind, payload, attempts
+             FROM webhook_events WHERE id = $1 FOR UPDATE",
+        )
+        .await?;
+    let row = client.query_opt(&statement, &[&id]).await?;
+    Ok(row.as_ref().map(claimed))
 }
 
 /// When the next retry of the failed events is due, if any.

@@ -24,6 +24,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0002_purge.sql",
         sql: include_str!("../../sql/0002_purge.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_history.sql",
+        sql: include_str!("../../sql/0003_history.sql"),
+    },
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

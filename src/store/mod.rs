@@ -2,6 +2,8 @@
 //! per connection (`prepare_cached`); the schema lives in `sql/` migrations.
 
 pub mod events;
+pub mod history;
+pub mod idempotency;
 mod migrate;
 pub mod payments;
 pub mod purge;

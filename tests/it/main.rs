@@ -1,5 +1,6 @@
 //! hookd's integration tests: real HTTP against a real PostgreSQL.
 
+mod admin;
 mod dispatch;
 mod migrate;
 mod outage;

@@ -1,0 +1,246 @@
+//! The event history support staff read: filtered, keyset-paginated lists (newest
+//! first), one event with its attempts, and counts over a window. Filters become
+//! WHERE clauses only when given, so each query shape can use its index: the
+//! `(received_at, id)` order, `status`, or the event/payment/customer id indexes.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use serde::Serialize;
+use serde_json::Value;
+use tokio_postgres::types::ToSql;
+
+use super::StoreError;
+
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    pub source: Option<String>,
+    pub kind: Option<String>,
+    pub event_type: Option<String>,
+    pub status: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    /// An event id, payment id or customer id.
+    pub q: Option<String>,
+    pub limit: i64,
+    /// Continue after this `(received_at, id)`.
+    pub after: Option<(DateTime<Utc>, i64)>,
+}
+
+/// One row of the history, with the column names of `webhook_events`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EventSummary {
+    pub id: i64,
+    pub source: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub kind: Option<String>,
+    pub status: String,
+    pub payment_id: Option<String>,
+    pub customer_id: Option<String>,
+    pub deliveries: i32,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub signed_with: i32,
+    pub received_at: DateTime<Utc>,
+    pub last_delivery_at: DateTime<Utc>,
+    pub processed_at: Option<DateTime<Utc>>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub purged_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Attempt {
+    pub attempt: i32,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub duration_ms: f64,
+    pub outcome: String,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventDetail {
+    pub summary: EventSummary,
+    /// `None` once purged.
+    pub payload: Option<Value>,
+    pub attempts: Vec<Attempt>,
+}
+
+impl EventDetail {
+    /// The event's columns with `payload`, and `attempts` as the list of runs
+    /// (`attempt_count` keeps the counter, which outlives a purge of the list).
+    pub fn to_json(&self) -> Value {
+        let mut value = serde_json::to_value(&self.summary).unwrap_or(Value::Null);
+        if let Value::Object(map) = &mut value {
+            map.insert("attempt_count".into(), self.summary.attempts.into());
+            map.insert(
+                "payload".into(),
+                self.payload.clone().unwrap_or(Value::Null),
+            );
+            map.insert(
+                "attempts".into(),
+                serde_json::to_value(&self.attempts).unwrap_or(Value::Null),
+            );
+        }
+        value
+    }
+}
+
+const SUMMARY_COLUMNS: &str = "id, source, event_id, event_type, kind, status, payment_id, \
+     customer_id, deliveries, attempts, last_error, signed_with, received_at, last_delivery_at, \
+     processed_at, next_attempt_at, purged_at";
+
+fn summary(row: &tokio_postgres::Row) -> EventSummary {
+    EventSummary {
+        id: row.get(0),
+        source: row.get(1),
+        event_id: row.get(2),
+        event_type: row.get(3),
+        kind: row.get(4),
+        status: row.get(5),
+        payment_id: row.get(6),
+        customer_id: row.get(7),
+        deliveries: row.get(8),
+        attempts: row.get(9),
+        last_error: row.get(10),
+        signed_with: row.get(11),
+        received_at: row.get(12),
+        last_delivery_at: row.get(13),
+        processed_at: row.get(14),
+        next_attempt_at: row.get(15),
+        purged_at: row.get(16),
+    }
+}
+
+/// Newest first; returns at most `filter.limit` rows.
+pub async fn list_events(
+    client: &impl GenericClient,
+    filter: &EventFilter,
+) -> Result<Vec<EventSummary>, StoreError> {
+    let mut clauses: Vec<String> = Vec::new();
+    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
+    // Only column names and placeholders are written into the SQL text; the
+    // values travel as parameters.
+    let equal = [
+        ("source", &filter.source),
+        ("kind", &filter.kind),
+        ("event_type", &filter.event_type),
+        ("status", &filter.status),
+    ];
+    for (column, value) in equal {
+        if let Some(value) = value {
+            params.push(value);
+            clauses.push(format!("{column} = ${}", params.len()));
+        }
+    }
+    if let Some(since) = &filter.since {
+        params.push(since);
+        clauses.push(format!("received_at >= ${}", params.len()));
+    }
+    if let Some(until) = &filter.until {
+        params.push(until);
+        clauses.push(format!("received_at < ${}", params.len()));
+    }
+    if let Some(q) = &filter.q {
+        params.push(q);
+        let n = params.len();
+        clauses.push(format!(
+            "(event_id = ${n} OR payment_id = ${n} OR customer_id = ${n})"
+        ));
+    }
+    if let Some((received_at, id)) = &filter.after {
+        params.push(received_at);
+        params.push(id);
+        let n = params.len();
+        clauses.push(format!("(received_at, id) < (${}, ${n})", n - 1));
+    }
+    params.push(&filter.limit);
+    let where_sql = if clauses.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", clauses.join(" AND "))
+    };
+    let sql = format!(
+        "SELECT {SUMMARY_COLUMNS} FROM webhook_events {where_sql}
+         ORDER BY received_at DESC, id DESC LIMIT ${}",
+        params.len()
+    );
+    let statement = client.prepare_cached(&sql).await?;
+    let rows = client.query(&statement, &params).await?;
+    Ok(rows.iter().map(summary).collect())
+}
+
+pub async fn get_event(
+    client: &impl GenericClient,
+    id: i64,
+) -> Result<Option<EventDetail>, StoreError> {
+    let sql = format!("SELECT {SUMMARY_COLUMNS}, payload FROM webhook_events WHERE id = $1");
+    let statement = client.prepare_cached(&sql).await?;
+    let Some(row) = client.query_opt(&statement, &[&id]).await? else {
+        return Ok(None);
+    };
+    let attempts = client
+        .prepare_cached(
+            "SELECT attempt, started_at, finished_at,
+                    extract(epoch FROM finished_at - started_at)::float8 * 1000, outcome, error
+             FROM webhook_event_attempts WHERE webhook_event_id = $1 ORDER BY attempt, id",
+        )
+        .await?;
+    let attempts = client
+        .query(&attempts, &[&id])
+        .await?
+        .iter()
+        .map(|r| Attempt {
+            attempt: r.get(0),
+            started_at: r.get(1),
+            finished_at: r.get(2),
+            duration_ms: r.get(3),
+            outcome: r.get(4),
+            error: r.get(5),
+        })
+        .collect();
+    Ok(Some(EventDetail {
+        summary: summary(&row),
+        payload: row.get(17),
+        attempts,
+    }))
+}
+
+/// Events received since a moment, counted three ways.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Stats {
+    pub total: i64,
+    pub by_status: std::collections::BTreeMap<String, i64>,
+    pub by_kind: std::collections::BTreeMap<String, i64>,
+    pub by_source: std::collections::BTreeMap<String, i64>,
+}
+
+pub async fn stats(client: &impl GenericClient, since: DateTime<Utc>) -> Result<Stats, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT status, COALESCE(kind, 'none'), source, count(*),
+                    GROUPING(status), GROUPING(COALESCE(kind, 'none')), GROUPING(source)
+             FROM webhook_events
+             WHERE received_at >= $1
+             GROUP BY GROUPING SETS ((status), (COALESCE(kind, 'none')), (source), ())",
+        )
+        .await?;
+    let mut stats = Stats::default();
+    for row in client.query(&statement, &[&since]).await? {
+        let count: i64 = row.get(3);
+        let grouped = |i: usize| row.get::<_, i32>(i) == 0;
+        match (grouped(4), grouped(5), grouped(6)) {
+            (true, false, false) => {
+                stats.by_status.insert(row.get(0), count);
+            }
+            (false, true, false) => {
+                stats.by_kind.insert(row.get(1), count);
+            }
+            (false, false, true) => {
+                stats.by_source.insert(row.get(2), count);
+            }
+            _ => stats.total = count,
+        }
+    }
+    Ok(stats)
+}

@@ -1,0 +1,106 @@
+//! Admin `Idempotency-Key` records, scoped to the token's name: the first request
+//! with a key claims it (committed at once, so a concurrent repeat sees it), then
+//! stores its answer; repeats get that answer back.
+
+use deadpool_postgres::GenericClient;
+
+use super::StoreError;
+
+/// A claim older than this with no answer belongs to a request that died.
+const ABANDONED_AFTER: &str = "5 minutes";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This request owns the key: run it, then `complete` (or `release`).
+    Fresh,
+    /// The same request was answered before.
+    Replay { status: u16, body: Vec<u8> },
+    /// The first request with this key is still running.
+    InProgress,
+    /// The key was used for a different request.
+    Mismatch,
+}
+
+pub async fn claim(
+    client: &impl GenericClient,
+    token: &str,
+    key: &str,
+    request_sha256: &[u8],
+) -> Result<Claim, StoreError> {
+    let insert = client
+        .prepare_cached(
+            "INSERT INTO admin_idempotency_keys (token_name, idempotency_key, request_sha256)
+             VALUES ($1, $2, $3)
+             ON CONFLICT (token_name, idempotency_key) DO UPDATE
+                 SET request_sha256 = EXCLUDED.request_sha256, created_at = now()
+                 WHERE admin_idempotency_keys.response_status IS NULL
+                   AND admin_idempotency_keys.created_at < now() - $4::text::interval
+             RETURNING 1",
+        )
+        .await?;
+    if client
+        .query_opt(&insert, &[&token, &key, &request_sha256, &ABANDONED_AFTER])
+        .await?
+        .is_some()
+    {
+        return Ok(Claim::Fresh);
+    }
+    let select = client
+        .prepare_cached(
+            "SELECT request_sha256, response_status, response_body FROM admin_idempotency_keys
+             WHERE token_name = $1 AND idempotency_key = $2",
+        )
+        .await?;
+    let Some(row) = client.query_opt(&select, &[&token, &key]).await? else {
+        // Purged between the two statements: claim it again.
+        return Box::pin(claim(client, token, key, request_sha256)).await;
+    };
+    let stored: Vec<u8> = row.get(0);
+    if stored != request_sha256 {
+        return Ok(Claim::Mismatch);
+    }
+    let status: Option<i16> = row.get(1);
+    Ok(match status {
+        Some(status) => Claim::Replay {
+            status: u16::try_from(status).unwrap_or(500),
+            body: row.get::<_, Option<Vec<u8>>>(2).unwrap_or_default(),
+        },
+        None => Claim::InProgress,
+    })
+}
+
+pub async fn complete(
+    client: &impl GenericClient,
+    token: &str,
+    key: &str,
+    status: u16,
+    body: &[u8],
+) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached(
+            "UPDATE admin_idempotency_keys SET response_status = $3, response_body = $4
+             WHERE token_name = $1 AND idempotency_key = $2",
+        )
+        .await?;
+    let status = i16::try_from(status).unwrap_or(500);
+    client
+        .execute(&statement, &[&token, &key, &status, &body])
+        .await?;
+    Ok(())
+}
+
+/// Gives the key up (the request failed in a way worth retrying).
+pub async fn release(
+    client: &impl GenericClient,
+    token: &str,
+    key: &str,
+) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached(
+            "DELETE FROM admin_idempotency_keys
+             WHERE token_name = $1 AND idempotency_key = $2 AND response_status IS NULL",
+        )
+        .await?;
+    client.execute(&statement, &[&token, &key]).await?;
+    Ok(())
+}

@@ -1,0 +1,741 @@
+//! Support staff: the history API, retries with Idempotency-Key, and the web page
+//! with its session cookie and cross-site protection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::Transaction;
+use hookd::handlers::{EventToApply, Handler, HandlerError, Registry};
+use reqwest::redirect::Policy;
+use serde_json::{Value, json};
+
+use crate::support::{Answer, Spawn, TestApp, spawn, spawn_app, stripe_event, test_settings};
+
+const VIEWER: &str = "dev-viewer-token-0123456789";
+const OPERATOR: &str = "dev-operator-token-0123456789";
+
+async fn call(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Answer {
+    let url = format!("{}{path}", app.base);
+    let mut request = match method {
+        "POST" => app.http.post(url),
+        _ => app.http.get(url),
+    };
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("request");
+    Answer {
+        status: response.status().as_u16(),
+        headers: response.headers().clone(),
+        body: response.bytes().await.expect("body").to_vec(),
+    }
+}
+
+fn payment(id: &str, ty: &str, payment: &str, customer: &str) -> Value {
+    stripe_event(
+        id,
+        ty,
+        json!({"id": payment, "object": "payment_intent", "amount": 1200, "currency": "usd",
+               "customer": customer}),
+    )
+}
+
+/// Six events: four payments (two on pi_a), one ignored, one dead.
+async fn history(app: &TestApp) {
+    let events = [
+        payment("evt_h1", "payment_intent.succeeded", "pi_a", "cus_x"),
+        payment("evt_h2", "payment_intent.payment_failed", "pi_b", "cus_y"),
+        payment("evt_h3", "payment_intent.succeeded", "pi_c", "cus_y"),
+        stripe_event(
+            "evt_h4",
+            "customer.created",
+            json!({"id": "cus_z", "object": "customer"}),
+        ),
+        stripe_event(
+            "evt_h5",
+            "payment_intent.succeeded",
+            json!({"amount": "bad"}),
+        ),
+        payment("evt_h6", "payment_intent.payment_failed", "pi_a", "cus_x"),
+    ];
+    for event in events {
+        assert_eq!(app.deliver("stripe", &event).await.status, 200);
+    }
+}
+
+fn ids(answer: &Answer) -> Vec<String> {
+    answer.json()["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["event_id"].as_str().expect("event_id").to_string())
+        .collect()
+}
+
+async fn row_id(app: &TestApp, event_id: &str) -> i64 {
+    app.count(
+        "SELECT id FROM webhook_events WHERE event_id = $1",
+        &[&event_id],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_api_needs_a_known_token() {
+    let app = spawn_app().await;
+    for token in [None, Some("not-a-token-at-all-000")] {
+        let answer = call(&app, "GET", "/admin/api/events", token, &[]).await;
+        assert_eq!(answer.status, 401);
+        assert_eq!(answer.json()["error"], "unauthorized");
+    }
+    assert_eq!(
+        call(&app, "GET", "/admin/api/events", Some(VIEWER), &[])
+            .await
+            .status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn the_history_lists_newest_first_with_the_column_names() {
+    let app = spawn_app().await;
+    history(&app).await;
+    let answer = call(&app, "GET", "/admin/api/events", Some(VIEWER), &[]).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        ids(&answer),
+        ["evt_h6", "evt_h5", "evt_h4", "evt_h3", "evt_h2", "evt_h1"]
+    );
+    let body = answer.json();
+    assert_eq!(body["next_cursor"], Value::Null);
+    let first = &body["events"][0];
+    for field in [
+        "id",
+        "source",
+        "event_id",
+        "event_type",
+        "kind",
+        "status",
+        "payment_id",
+        "customer_id",
+        "deliveries",
+        "attempts",
+        "last_error",
+        "received_at",
+        "processed_at",
+    ] {
+        assert!(first.get(field).is_some(), "missing {field}: {first}");
+    }
+    assert_eq!(first["kind"], "payment_failed");
+    assert_eq!(first["payment_id"], "pi_a");
+    assert!(first.get("payload").is_none(), "lists stay light");
+}
+
+#[tokio::test]
+async fn the_history_filters() {
+    let app = spawn_app().await;
+    history(&app).await;
+    let list = |query: &'static str| {
+        let app = &app;
+        async move {
+            ids(&call(
+                app,
+                "GET",
+                &format!("/admin/api/events?{query}"),
+                Some(VIEWER),
+                &[],
+            )
+            .await)
+        }
+    };
+    assert_eq!(list("q=pi_a").await, ["evt_h6", "evt_h1"]);
+    assert_eq!(list("q=cus_y").await, ["evt_h3", "evt_h2"]);
+    assert_eq!(list("q=evt_h4").await, ["evt_h4"]);
+    assert_eq!(
+        list("q=cus_z").await,
+        ["evt_h4"],
+        "a customer object is indexed as a customer"
+    );
+    assert_eq!(list("status=dead").await, ["evt_h5"]);
+    assert_eq!(list("status=ignored").await, ["evt_h4"]);
+    assert_eq!(list("kind=payment_failed").await, ["evt_h6", "evt_h2"]);
+    assert_eq!(list("type=customer.created").await, ["evt_h4"]);
+    assert_eq!(list("source=github").await, Vec::<String>::new());
+    assert_eq!(
+        list("source=stripe&status=processed&q=pi_a").await,
+        ["evt_h6", "evt_h1"]
+    );
+    assert_eq!(list("since=1h").await.len(), 6);
+    assert_eq!(list("until=1h").await.len(), 0);
+    assert_eq!(
+        list("since=2020-01-01T00:00:00Z&until=2999-01-01T00:00:00%2B02:00")
+            .await
+            .len(),
+        6
+    );
+    for bad in [
+        "status=done",
+        "limit=0",
+        "limit=501",
+        "since=yesterday",
+        "cursor=xyz",
+    ] {
+        let answer = call(
+            &app,
+            "GET",
+            &format!("/admin/api/events?{bad}"),
+            Some(VIEWER),
+            &[],
+        )
+        .await;
+        assert_eq!(answer.status, 400, "{bad}");
+        assert_eq!(answer.json()["error"], "bad_request");
+    }
+}
+
+#[tokio::test]
+async fn pages_follow_the_cursor_without_gaps_or_repeats() {
+    let app = spawn_app().await;
+    history(&app).await;
+    // Same received_at for all: the id breaks ties.
+    app.db()
+        .await
+        .execute(
+            "UPDATE webhook_events SET received_at = '2026-01-01T00:00:00Z'",
+            &[],
+        )
+        .await
+        .expect("tie");
+    let mut seen = Vec::new();
+    let mut path = "/admin/api/events?limit=4".to_string();
+    loop {
+        let answer = call(&app, "GET", &path, Some(VIEWER), &[]).await;
+        let body = answer.json();
+        seen.extend(ids(&answer));
+        match body["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/admin/api/events?limit=4&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        ["evt_h6", "evt_h5", "evt_h4", "evt_h3", "evt_h2", "evt_h1"]
+    );
+}
+
+#[tokio::test]
+async fn one_event_comes_with_its_payload_and_attempts() {
+    let app = spawn_app().await;
+    history(&app).await;
+    let id = row_id(&app, "evt_h5").await;
+    let answer = call(
+        &app,
+        "GET",
+        &format!("/admin/api/events/{id}"),
+        Some(VIEWER),
+        &[],
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    let event = answer.json();
+    assert_eq!(event["id"], id);
+    assert_eq!(event["status"], "dead");
+    assert_eq!(event["payload"]["id"], "evt_h5");
+    let attempts = event["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0]["outcome"], "dead");
+    assert!(
+        attempts[0]["error"]
+            .as_str()
+            .expect("error")
+            .contains("payment_intent")
+    );
+    for missing in ["/admin/api/events/999999", "/admin/api/events/abc"] {
+        let answer = call(&app, "GET", missing, Some(VIEWER), &[]).await;
+        assert_eq!(
+            (answer.status, answer.json()["error"].clone()),
+            (404, json!("not_found"))
+        );
+    }
+}
+
+#[tokio::test]
+async fn stats_count_by_status_kind_and_source() {
+    let app = spawn_app().await;
+    history(&app).await;
+    let answer = call(
+        &app,
+        "GET",
+        "/admin/api/stats?window=24h",
+        Some(VIEWER),
+        &[],
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    let stats = answer.json();
+    assert_eq!(stats["total"], 6);
+    assert_eq!(
+        stats["by_status"],
+        json!({"processed": 4, "ignored": 1, "dead": 1})
+    );
+    assert_eq!(
+        stats["by_kind"],
+        json!({"payment_succeeded": 3, "payment_failed": 2, "none": 1})
+    );
+    assert_eq!(stats["by_source"], json!({"stripe": 6}));
+    assert_eq!(
+        call(
+            &app,
+            "GET",
+            "/admin/api/stats?window=soon",
+            Some(VIEWER),
+            &[]
+        )
+        .await
+        .status,
+        400
+    );
+}
+
+#[tokio::test]
+async fn operators_retry_viewers_may_not() {
+    let app = spawn_app().await;
+    history(&app).await;
+    let dead = row_id(&app, "evt_h5").await;
+    let path = format!("/admin/api/events/{dead}/retry");
+    let denied = call(&app, "POST", &path, Some(VIEWER), &[]).await;
+    assert_eq!(
+        (denied.status, denied.json()["error"].clone()),
+        (403, json!("forbidden"))
+    );
+    assert_eq!(call(&app, "POST", &path, None, &[]).await.status, 401);
+
+    let retried = call(&app, "POST", &path, Some(OPERATOR), &[]).await;
+    assert_eq!(retried.status, 200);
+    let body = retried.json();
+    assert_eq!(
+        (body["status"].clone(), body["attempts"].clone()),
+        (json!("dead"), json!(2))
+    );
+
+    // Re-applying a processed event is safe: the payment does not change.
+    let done = row_id(&app, "evt_h1").await;
+    let before = app
+        .query(
+            "SELECT status, amount FROM payments WHERE payment_id = 'pi_a'",
+            &[],
+        )
+        .await;
+    let again = call(
+        &app,
+        "POST",
+        &format!("/admin/api/events/{done}/retry"),
+        Some(OPERATOR),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (again.status, again.json()["status"].clone()),
+        (200, json!("processed"))
+    );
+    let after = app
+        .query(
+            "SELECT status, amount FROM payments WHERE payment_id = 'pi_a'",
+            &[],
+        )
+        .await;
+    assert_eq!(
+        (before[0].get::<_, String>(0), before[0].get::<_, i64>(1)),
+        (after[0].get::<_, String>(0), after[0].get::<_, i64>(1))
+    );
+
+    let ignored = row_id(&app, "evt_h4").await;
+    let answer = call(
+        &app,
+        "POST",
+        &format!("/admin/api/events/{ignored}/retry"),
+        Some(OPERATOR),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (answer.status, answer.json()["error"].clone()),
+        (409, json!("no_handler"))
+    );
+    assert_eq!(
+        call(
+            &app,
+            "POST",
+            "/admin/api/events/424242/retry",
+            Some(OPERATOR),
+            &[]
+        )
+        .await
+        .status,
+        404
+    );
+
+    app.db()
+        .await
+        .execute(
+            "UPDATE webhook_events SET payload = NULL, purged_at = now() WHERE id = $1",
+            &[&done],
+        )
+        .await
+        .expect("purge");
+    let gone = call(
+        &app,
+        "POST",
+        &format!("/admin/api/events/{done}/retry"),
+        Some(OPERATOR),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (gone.status, gone.json()["error"].clone()),
+        (410, json!("gone"))
+    );
+}
+
+/// Holds each run for a while, so a second request can arrive during the first.
+struct Slow;
+
+#[async_trait]
+impl Handler for Slow {
+    async fn apply(
+        &self,
+        _tx: &Transaction<'_>,
+        event: &EventToApply<'_>,
+    ) -> Result<(), HandlerError> {
+        if event.attempt > 1 {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
+    let mut settings = test_settings();
+    settings.sources[0]
+        .event_types
+        .insert("test.slow".into(), "test_slow".into());
+    let mut registry = Registry::builtin();
+    registry.register("test_slow", Arc::new(Slow));
+    let app = spawn(Spawn {
+        settings,
+        registry,
+        ..Spawn::default()
+    })
+    .await;
+    app.deliver("stripe", &stripe_event("evt_slow", "test.slow", json!({})))
+        .await;
+    app.deliver("stripe", &stripe_event("evt_other", "test.slow", json!({})))
+        .await;
+    let slow = row_id(&app, "evt_slow").await;
+    let other = row_id(&app, "evt_other").await;
+    let path = format!("/admin/api/events/{slow}/retry");
+    let key = [("Idempotency-Key", "key-1")];
+
+    let (first, during) = tokio::join!(call(&app, "POST", &path, Some(OPERATOR), &key), async {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        call(&app, "POST", &path, Some(OPERATOR), &key).await
+    });
+    assert_eq!(first.status, 200);
+    assert_eq!(
+        (during.status, during.json()["error"].clone()),
+        (409, json!("request_in_progress"))
+    );
+
+    let repeat = call(&app, "POST", &path, Some(OPERATOR), &key).await;
+    assert_eq!(repeat.status, 200);
+    assert_eq!(repeat.body, first.body, "the stored answer");
+    assert_eq!(repeat.header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(
+        app.count(
+            "SELECT attempts::bigint FROM webhook_events WHERE id = $1",
+            &[&slow]
+        )
+        .await,
+        2,
+        "the repeat did not run the handler"
+    );
+
+    let reused = call(
+        &app,
+        "POST",
+        &format!("/admin/api/events/{other}/retry"),
+        Some(OPERATOR),
+        &key,
+    )
+    .await;
+    assert_eq!(
+        (reused.status, reused.json()["error"].clone()),
+        (422, json!("idempotency_key_reused"))
+    );
+
+    // Keys are scoped to the token: another operator's key-1 is its own.
+    let mut settings = test_settings();
+    settings.admin_tokens.push(hookd::config::AdminToken {
+        name: "second-operator".into(),
+        token: hookd::signature::Secret::new("second-operator-token-000"),
+        role: hookd::config::Role::Operator,
+    });
+    let mut registry = Registry::builtin();
+    registry.register("test_slow", Arc::new(Slow));
+    let second = spawn(Spawn {
+        settings,
+        registry,
+        db: app.db.clone(),
+        ..Spawn::default()
+    })
+    .await;
+    let mine = call(
+        &second,
+        "POST",
+        &format!("/admin/api/events/{other}/retry"),
+        Some("second-operator-token-000"),
+        &key,
+    )
+    .await;
+    assert_eq!(mine.status, 200);
+    assert_eq!(mine.header("Idempotent-Replayed"), None);
+}
+
+// --- The web page ---
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .expect("client")
+}
+
+async fn sign_in(app: &TestApp, token: &str) -> String {
+    let response = no_redirects()
+        .post(format!("{}/admin/login", app.base))
+        .form(&[("token", token)])
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(response.status().as_u16(), 303);
+    assert_eq!(response.headers()["location"], "/admin");
+    let cookie = response.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .to_string();
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    assert!(cookie.contains("SameSite=Strict"), "{cookie}");
+    cookie.split(';').next().expect("name=value").to_string()
+}
+
+async fn page(app: &TestApp, path: &str, cookie: &str) -> (u16, String) {
+    let response = no_redirects()
+        .get(format!("{}{path}", app.base))
+        .header("Cookie", cookie)
+        .send()
+        .await
+        .expect("page");
+    (
+        response.status().as_u16(),
+        response.text().await.expect("text"),
+    )
+}
+
+fn csrf_of(html: &str) -> String {
+    let start = html.find("name=csrf value=\"").expect("csrf field") + "name=csrf value=\"".len();
+    html[start..].split('"').next().expect("value").to_string()
+}
+
+#[tokio::test]
+async fn the_page_asks_people_to_sign_in_first() {
+    let app = spawn_app().await;
+    let response = no_redirects()
+        .get(format!("{}/admin", app.base))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(response.status().as_u16(), 303);
+    assert_eq!(response.headers()["location"], "/admin/login");
+    let form = app.get("/admin/login").await;
+    assert_eq!(form.status, 200);
+    assert!(String::from_utf8_lossy(&form.body).contains("name=token"));
+    let wrong = no_redirects()
+        .post(format!("{}/admin/login", app.base))
+        .form(&[("token", "wrong-token-wrong-token")])
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(wrong.status().as_u16(), 401);
+    assert!(wrong.headers().get("set-cookie").is_none());
+}
+
+#[tokio::test]
+async fn signed_in_staff_browse_and_retry_from_the_page() {
+    let app = spawn_app().await;
+    history(&app).await;
+    let cookie = sign_in(&app, OPERATOR).await;
+    let (status, list) = page(&app, "/admin?status=dead", &cookie).await;
+    assert_eq!(status, 200);
+    assert!(
+        list.contains("evt_h5") && !list.contains("evt_h1"),
+        "filtered list"
+    );
+
+    let dead = row_id(&app, "evt_h5").await;
+    let (status, detail) = page(&app, &format!("/admin/events/{dead}"), &cookie).await;
+    assert_eq!(status, 200);
+    assert!(
+        detail.contains("&quot;id&quot;: &quot;evt_h5&quot;"),
+        "pretty-printed, escaped payload"
+    );
+    assert!(detail.contains("Apply this event again"));
+    let csrf = csrf_of(&detail);
+
+    // The cookie works for the JSON API too.
+    let (status, _) = page(&app, "/admin/api/events", &cookie).await;
+    assert_eq!(status, 200);
+
+    let retry = |csrf: String, origin: Option<&'static str>| {
+        let (app, cookie) = (&app, cookie.clone());
+        async move {
+            let mut request = no_redirects()
+                .post(format!("{}/admin/events/{dead}/retry", app.base))
+                .header("Cookie", cookie)
+                .form(&[("csrf", csrf)]);
+            if let Some(origin) = origin {
+                request = request.header("Origin", origin);
+            }
+            request.send().await.expect("retry")
+        }
+    };
+    assert_eq!(retry("forged".into(), None).await.status().as_u16(), 403);
+    assert_eq!(
+        retry(csrf.clone(), Some("https://evil.example"))
+            .await
+            .status()
+            .as_u16(),
+        403
+    );
+    assert_eq!(
+        app.count(
+            "SELECT attempts::bigint FROM webhook_events WHERE id = $1",
+            &[&dead]
+        )
+        .await,
+        1
+    );
+    let done = retry(csrf.clone(), None).await;
+    assert_eq!(done.status().as_u16(), 303);
+    assert_eq!(
+        app.count(
+            "SELECT attempts::bigint FROM webhook_events WHERE id = $1",
+            &[&dead]
+        )
+        .await,
+        2
+    );
+
+    // A cross-site request riding the cookie to the API is refused as well.
+    let api = no_redirects()
+        .post(format!("{}/admin/api/events/{dead}/retry", app.base))
+        .header("Cookie", cookie.clone())
+        .header("Origin", "https://evil.example")
+        .send()
+        .await
+        .expect("api");
+    assert_eq!(api.status().as_u16(), 403);
+
+    let logout = no_redirects()
+        .post(format!("{}/admin/logout", app.base))
+        .header("Cookie", cookie.clone())
+        .form(&[("csrf", csrf)])
+        .send()
+        .await
+        .expect("logout");
+    assert_eq!(logout.status().as_u16(), 303);
+    let cleared = logout.headers()["set-cookie"].to_str().expect("cookie");
+    assert!(cleared.starts_with("hookd_session=;"), "{cleared}");
+}
+
+#[tokio::test]
+async fn viewers_see_no_retry_button_and_cannot_post_one() {
+    let app = spawn_app().await;
+    history(&app).await;
+    let cookie = sign_in(&app, VIEWER).await;
+    let dead = row_id(&app, "evt_h5").await;
+    let (_, detail) = page(&app, &format!("/admin/events/{dead}"), &cookie).await;
+    assert!(!detail.contains("Apply this event again"));
+    let response = no_redirects()
+        .post(format!("{}/admin/events/{dead}/retry", app.base))
+        .header("Cookie", cookie)
+        .form(&[("csrf", csrf_of(&detail))])
+        .send()
+        .await
+        .expect("retry");
+    assert_eq!(response.status().as_u16(), 403);
+}
+
+#[tokio::test]
+async fn history_queries_use_indexes_at_scale() {
+    let app = spawn_app().await;
+    app.db()
+        .await
+        .batch_execute(
+            "INSERT INTO webhook_events (source, event_id, event_type, kind, status, payload,
+                 payload_sha256, signed_with, payment_id, customer_id, received_at)
+             SELECT 'stripe', 'evt_' || g, 'payment_intent.succeeded', 'payment_succeeded',
+                    CASE WHEN g % 1000 = 0 THEN 'dead' ELSE 'processed' END, NULL, '\\x00', 1,
+                    'pi_' || g, 'cus_' || (g % 5000), now() - g * interval '1 second'
+             FROM generate_series(1, 200000) g;
+             ANALYZE webhook_events;",
+        )
+        .await
+        .expect("fill");
+    let db = app.db().await;
+    for (query, filter) in [
+        (
+            "q",
+            "WHERE (event_id = 'pi_77' OR payment_id = 'pi_77' OR customer_id = 'pi_77')",
+        ),
+        ("status", "WHERE status = 'dead'"),
+        (
+            "page",
+            "WHERE (received_at, id) < (now() - interval '1 day', 100)",
+        ),
+    ] {
+        let plan: Vec<String> = db
+            .query(
+                &format!(
+                    "EXPLAIN SELECT id FROM webhook_events {filter} ORDER BY received_at DESC, id DESC LIMIT 51"
+                ),
+                &[],
+            )
+            .await
+            .expect("explain")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let plan = plan.join("\n");
+        assert!(!plan.contains("Seq Scan"), "{query}: {plan}");
+    }
+    let answer = call(
+        &app,
+        "GET",
+        "/admin/api/events?q=cus_42&limit=5",
+        Some(VIEWER),
+        &[],
+    )
+    .await;
+    assert_eq!(answer.json()["events"].as_array().map(Vec::len), Some(5));
+}
