@@ -13,6 +13,7 @@ pub mod handlers;
 pub mod http;
 pub mod metrics;
 pub mod purge;
+pub mod query;
 pub mod shutdown;
 pub mod signature;
 pub mod store;

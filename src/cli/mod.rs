@@ -1,6 +1,7 @@
 //! The `hookd` command line. Each command loads the configuration, does its one
 //! job, and reports failure as one line on stderr with a non-zero exit.
 
+mod events;
 pub mod replay;
 mod serve;
 pub mod sign;
@@ -53,6 +54,11 @@ pub enum Command {
         #[arg(long)]
         new_ids: bool,
     },
+    /// The event history: list, show or retry events.
+    Events {
+        #[command(subcommand)]
+        action: EventsAction,
+    },
     /// Run one retention pass now (or, with --dry-run, print what it would remove).
     Purge {
         /// Count what would go; change nothing.
@@ -66,6 +72,55 @@ pub enum Command {
         source: String,
         /// JSON body to sign, sent byte for byte.
         file: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EventsAction {
+    /// Events newest first, filtered.
+    List {
+        #[arg(long)]
+        source: Option<String>,
+        #[arg(long)]
+        kind: Option<String>,
+        /// The provider's event type.
+        #[arg(long = "type")]
+        event_type: Option<String>,
+        /// processed, ignored, failed or dead.
+        #[arg(long)]
+        status: Option<String>,
+        /// RFC 3339 time or an age such as 24h.
+        #[arg(long)]
+        since: Option<String>,
+        /// RFC 3339 time or an age such as 1h.
+        #[arg(long)]
+        until: Option<String>,
+        /// An event id, payment id or customer id.
+        #[arg(short, long)]
+        q: Option<String>,
+        /// At most this many (1 to 500; default 50).
+        #[arg(long)]
+        limit: Option<String>,
+        /// Continue after the previous page (printed as "more: --cursor …").
+        #[arg(long)]
+        cursor: Option<String>,
+        /// The admin API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One event with its payload and attempts.
+    Show {
+        /// webhook_events.id
+        id: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply one event again now.
+    Retry {
+        /// webhook_events.id
+        id: i64,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -99,6 +154,40 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Serve => serve::serve(settings).await,
             Command::Migrate => migrate(settings).await,
             Command::Purge { dry_run } => purge(settings, dry_run).await,
+            Command::Events { action } => {
+                with_app(settings, |app| async move {
+                    match action {
+                        EventsAction::List {
+                            source,
+                            kind,
+                            event_type,
+                            status,
+                            since,
+                            until,
+                            q,
+                            limit,
+                            cursor,
+                            json,
+                        } => {
+                            let params = crate::query::ListParams {
+                                source,
+                                kind,
+                                event_type,
+                                status,
+                                since,
+                                until,
+                                q,
+                                limit,
+                                cursor,
+                            };
+                            events::list(&app, &params, json).await
+                        }
+                        EventsAction::Show { id, json } => events::show(&app, id, json).await,
+                        EventsAction::Retry { id, json } => events::retry(&app, id, json).await,
+                    }
+                })
+                .await
+            }
             Command::Sign { source, file } => sign::run(&settings, &source, &file),
             Command::Replay {
                 paths,
@@ -141,11 +230,29 @@ async fn migrate(settings: Settings) -> Result<(), CliError> {
     Ok(())
 }
 
-async fn purge(settings: Settings, dry_run: bool) -> Result<(), CliError> {
+/// Runs `work` against the configured database (migrated first), then closes it.
+async fn with_app<F, Fut>(settings: Settings, work: F) -> Result<(), CliError>
+where
+    F: FnOnce(App) -> Fut,
+    Fut: std::future::Future<Output = Result<(), CliError>>,
+{
     let database = Database::open(&settings).await?;
     let result = async {
         store::migrate(&database.pool).await?;
-        let app = App::new(settings, database.pool.clone(), Registry::builtin());
+        work(App::new(
+            settings,
+            database.pool.clone(),
+            Registry::builtin(),
+        ))
+        .await
+    }
+    .await;
+    database.close().await;
+    result
+}
+
+async fn purge(settings: Settings, dry_run: bool) -> Result<(), CliError> {
+    with_app(settings, |app| async move {
         if dry_run {
             let preview = app.purger.preview().await?;
             println!("would drop payloads: {}", describe(&preview.payloads));
@@ -167,11 +274,9 @@ async fn purge(settings: Settings, dry_run: bool) -> Result<(), CliError> {
                 );
             }
         }
-        Ok::<(), CliError>(())
-    }
-    .await;
-    database.close().await;
-    result
+        Ok(())
+    })
+    .await
 }
 
 fn latest_version() -> i32 {

@@ -10,9 +10,10 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use super::AppState;
-use super::admin::{ListParams, apply_again, page};
+use super::admin::{apply_again, page};
 use super::auth::{self, Principal};
 use super::error::ApiError;
+use crate::query::ListParams;
 use crate::store::events::EventStatus;
 use crate::store::history::{self, EventSummary};
 
@@ -189,11 +190,11 @@ pub async fn list(state: web::Data<AppState>, request: HttpRequest) -> HttpRespo
     };
     let params = match ListParams::from_query(request.query_string()) {
         Ok(params) => params,
-        Err(error) => return error_page(&error, Some(&who)),
+        Err(error) => return error_page(&error.into(), Some(&who)),
     };
     let result = match params.to_filter(Utc::now()) {
         Ok(filter) => page(&state, filter).await,
-        Err(error) => Err(error),
+        Err(error) => Err(error.into()),
     };
     let (events, next) = match result {
         Ok(found) => found,

@@ -739,3 +739,77 @@ async fn history_queries_use_indexes_at_scale() {
     .await;
     assert_eq!(answer.json()["events"].as_array().map(Vec::len), Some(5));
 }
+
+// --- The terminal ---
+
+async fn events_cli(app: &TestApp, args: &[&str]) -> std::process::Output {
+    let url = crate::support::cluster().connection_string(&app.db.as_ref().expect("db").name);
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .arg("events")
+            .args(&args)
+            .args([
+                "--config",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
+            ])
+            .env("DATABASE_URL", url)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run hookd")
+    })
+    .await
+    .expect("join")
+}
+
+#[tokio::test]
+async fn hookd_events_lists_shows_and_retries_from_a_terminal() {
+    let app = spawn_app().await;
+    history(&app).await;
+    let listed = events_cli(&app, &["list", "-q", "pi_a"]).await;
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let table = String::from_utf8_lossy(&listed.stdout);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("STATUS"),
+        "{table}"
+    );
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(lines[1].contains("evt_h6") && lines[2].contains("evt_h1"));
+
+    let json = events_cli(&app, &["list", "--status", "dead", "--json"]).await;
+    let body: Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(body["events"][0]["event_id"], "evt_h5");
+    assert_eq!(body["next_cursor"], Value::Null);
+
+    let dead = row_id(&app, "evt_h5").await.to_string();
+    let shown = events_cli(&app, &["show", &dead]).await;
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains("\"id\": \"evt_h5\"") && text.contains("#1"),
+        "{text}"
+    );
+
+    let retried = events_cli(&app, &["retry", &dead]).await;
+    assert!(retried.status.success());
+    assert!(
+        String::from_utf8_lossy(&retried.stdout)
+            .starts_with(&format!("event {dead}: dead after attempt 2"))
+    );
+
+    for args in [vec!["show", "999999"], vec!["list", "--status", "done"]] {
+        let failed = events_cli(&app, &args).await;
+        assert!(!failed.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&failed.stderr)
+                .trim()
+                .lines()
+                .count(),
+            1
+        );
+    }
+}

@@ -1,0 +1,136 @@
+//! The history's filter language, as people write it in API query strings, on the
+//! page and as `hookd events list` flags: exact matches, `since`/`until` as RFC 3339
+//! or an age (`24h`), `q` for any id, a limit, and an opaque keyset cursor.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use serde::Deserialize;
+
+use crate::config::parse_duration;
+use crate::store::StoreError;
+use crate::store::events::EventStatus;
+use crate::store::history::{self, EventFilter, EventSummary};
+
+/// A filter that cannot be understood; the message says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FilterError(pub String);
+
+const DEFAULT_LIMIT: i64 = 50;
+const MAX_LIMIT: i64 = 500;
+
+/// The filters of a history listing, as given.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ListParams {
+    pub source: Option<String>,
+    pub kind: Option<String>,
+    #[serde(rename = "type")]
+    pub event_type: Option<String>,
+    pub status: Option<String>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub q: Option<String>,
+    pub limit: Option<String>,
+    pub cursor: Option<String>,
+}
+
+impl ListParams {
+    pub fn from_query(query: &str) -> Result<Self, FilterError> {
+        actix_web::web::Query::<Self>::from_query(query)
+            .map(actix_web::web::Query::into_inner)
+            .map_err(|e| FilterError(e.to_string()))
+    }
+
+    pub fn to_filter(&self, now: DateTime<Utc>) -> Result<EventFilter, FilterError> {
+        let present = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        let status = present(&self.status);
+        if let Some(status) = &status
+            && EventStatus::parse(status).is_none()
+        {
+            return Err(FilterError(format!(
+                "status {status:?} is not one of processed, ignored, failed, dead"
+            )));
+        }
+        let limit = match present(&self.limit) {
+            None => DEFAULT_LIMIT,
+            Some(text) => match text.parse::<i64>() {
+                Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
+                _ => {
+                    return Err(FilterError(format!(
+                        "limit must be a number from 1 to {MAX_LIMIT}"
+                    )));
+                }
+            },
+        };
+        Ok(EventFilter {
+            source: present(&self.source),
+            kind: present(&self.kind),
+            event_type: present(&self.event_type),
+            status,
+            since: present(&self.since)
+                .map(|t| parse_moment("since", &t, now))
+                .transpose()?,
+            until: present(&self.until)
+                .map(|t| parse_moment("until", &t, now))
+                .transpose()?,
+            q: present(&self.q).map(|q| q.trim().to_string()),
+            limit,
+            after: present(&self.cursor)
+                .map(|c| decode_cursor(&c))
+                .transpose()?,
+        })
+    }
+}
+
+/// RFC 3339, or an age such as `24h` meaning that long before `now`.
+pub fn parse_moment(
+    name: &str,
+    text: &str,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, FilterError> {
+    if let Ok(moment) = DateTime::parse_from_rfc3339(text) {
+        return Ok(moment.with_timezone(&Utc));
+    }
+    let age = parse_duration(text).map_err(|_| {
+        FilterError(format!(
+            "{name} must be an RFC 3339 time or an age like 24h or 7d"
+        ))
+    })?;
+    Ok(now - chrono::Duration::from_std(age).unwrap_or(chrono::Duration::MAX))
+}
+
+pub fn encode_cursor(event: &EventSummary) -> String {
+    B64.encode(format!(
+        "{}:{}",
+        event.received_at.timestamp_micros(),
+        event.id
+    ))
+}
+
+fn decode_cursor(text: &str) -> Result<(DateTime<Utc>, i64), FilterError> {
+    let bad = || FilterError("cursor is not one this API returned".into());
+    let raw = String::from_utf8(B64.decode(text).map_err(|_| bad())?).map_err(|_| bad())?;
+    let (micros, id) = raw.split_once(':').ok_or_else(bad)?;
+    let micros: i64 = micros.parse().map_err(|_| bad())?;
+    let id: i64 = id.parse().map_err(|_| bad())?;
+    Ok((DateTime::from_timestamp_micros(micros).ok_or_else(bad)?, id))
+}
+
+/// A page of the history and the cursor of the next one.
+pub async fn page(
+    client: &impl GenericClient,
+    mut filter: EventFilter,
+) -> Result<(Vec<EventSummary>, Option<String>), StoreError> {
+    let limit = filter.limit;
+    filter.limit = limit + 1;
+    let mut events = history::list_events(client, &filter).await?;
+    let next = if events.len() as i64 > limit {
+        events.truncate(usize::try_from(limit).unwrap_or(0));
+        events.last().map(encode_cursor)
+    } else {
+        None
+    };
+    Ok((events, next))
+}
