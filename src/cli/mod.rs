@@ -78,36 +78,7 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum EventsAction {
     /// Events newest first, filtered.
-    List {
-        #[arg(long)]
-        source: Option<String>,
-        #[arg(long)]
-        kind: Option<String>,
-        /// The provider's event type.
-        #[arg(long = "type")]
-        event_type: Option<String>,
-        /// processed, ignored, failed or dead.
-        #[arg(long)]
-        status: Option<String>,
-        /// RFC 3339 time or an age such as 24h.
-        #[arg(long)]
-        since: Option<String>,
-        /// RFC 3339 time or an age such as 1h.
-        #[arg(long)]
-        until: Option<String>,
-        /// An event id, payment id or customer id.
-        #[arg(short, long)]
-        q: Option<String>,
-        /// At most this many (1 to 500; default 50).
-        #[arg(long)]
-        limit: Option<String>,
-        /// Continue after the previous page (printed as "more: --cursor …").
-        #[arg(long)]
-        cursor: Option<String>,
-        /// The admin API's JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    List(Box<ListArgs>),
     /// One event with its payload and attempts.
     Show {
         /// webhook_events.id
@@ -122,6 +93,55 @@ pub enum EventsAction {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    #[arg(long)]
+    source: Option<String>,
+    #[arg(long)]
+    kind: Option<String>,
+    /// The provider's event type.
+    #[arg(long = "type")]
+    event_type: Option<String>,
+    /// processed, ignored, failed or dead.
+    #[arg(long)]
+    status: Option<String>,
+    /// RFC 3339 time or an age such as 24h.
+    #[arg(long)]
+    since: Option<String>,
+    /// RFC 3339 time or an age such as 1h.
+    #[arg(long)]
+    until: Option<String>,
+    /// An event id, payment id or customer id.
+    #[arg(short, long)]
+    q: Option<String>,
+    /// At most this many (1 to 500; default 50).
+    #[arg(long)]
+    limit: Option<String>,
+    /// Continue after the previous page (printed as "more: --cursor …").
+    #[arg(long)]
+    cursor: Option<String>,
+    /// The admin API's JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ListArgs {
+    fn into_params(self) -> (crate::query::ListParams, bool) {
+        let params = crate::query::ListParams {
+            source: self.source,
+            kind: self.kind,
+            event_type: self.event_type,
+            status: self.status,
+            since: self.since,
+            until: self.until,
+            q: self.q,
+            limit: self.limit,
+            cursor: self.cursor,
+        };
+        (params, self.json)
+    }
 }
 
 /// A command's failure, printed as one line.
@@ -157,29 +177,8 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Events { action } => {
                 with_app(settings, |app| async move {
                     match action {
-                        EventsAction::List {
-                            source,
-                            kind,
-                            event_type,
-                            status,
-                            since,
-                            until,
-                            q,
-                            limit,
-                            cursor,
-                            json,
-                        } => {
-                            let params = crate::query::ListParams {
-                                source,
-                                kind,
-                                event_type,
-                                status,
-                                since,
-                                until,
-                                q,
-                                limit,
-                                cursor,
-                            };
+                        EventsAction::List(args) => {
+                            let (params, json) = args.into_params();
                             events::list(&app, &params, json).await
                         }
                         EventsAction::Show { id, json } => events::show(&app, id, json).await,
