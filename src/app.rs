@@ -64,7 +64,10 @@ impl Database {
             EmbeddedPostgres::start(Path::new(EMBEDDED_DIR), ClusterOptions { durable: true })
         })
         .await
-        .map_err(|e| StartError::DatabaseUrl(e.to_string()))??;
+        .map_err(|e| embedded_pg::EmbeddedError::Command {
+            action: "starting the embedded cluster".into(),
+            detail: e.to_string(),
+        })??;
         store::create_database_if_missing(&cluster.pg_config("postgres"), embedded_pg::DATABASE)
             .await?;
         Ok(Database {

@@ -387,26 +387,3 @@ fn last_line(out: &Output) -> String {
         .trim()
         .to_string()
 }
-
-/// Creates `name` if it does not exist, connecting to the `postgres` database.
-pub async fn ensure_database(
-    admin: &tokio_postgres::Config,
-    name: &str,
-) -> Result<(), tokio_postgres::Error> {
-    let (client, connection) = admin.connect(tokio_postgres::NoTls).await?;
-    let conn = tokio::spawn(connection);
-    let exists = client
-        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
-        .await?
-        .is_some();
-    if !exists {
-        // Identifiers cannot be parameters; quote it as one.
-        let quoted = format!("\"{}\"", name.replace('"', "\"\""));
-        client
-            .batch_execute(&format!("CREATE DATABASE {quoted}"))
-            .await?;
-    }
-    drop(client);
-    let _ = conn.await;
-    Ok(())
-}

@@ -79,12 +79,7 @@ fn print_table(events: &[EventSummary]) {
 }
 
 pub async fn show(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
-    let client = app
-        .pool
-        .get()
-        .await
-        .map_err(crate::store::StoreError::from)?;
-    let event = history::get_event(&client, id)
+    let event = history::load_event(&app.pool, id)
         .await?
         .ok_or_else(|| CliError::Other(format!("no event with id {id}")))?;
     if as_json {
@@ -157,12 +152,7 @@ pub async fn retry(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
     if let Some(problem) = problem {
         return Err(CliError::Other(problem));
     }
-    let client = app
-        .pool
-        .get()
-        .await
-        .map_err(crate::store::StoreError::from)?;
-    let event = history::get_event(&client, id)
+    let event = history::load_event(&app.pool, id)
         .await?
         .ok_or_else(|| CliError::Other(format!("no event with id {id}")))?;
     if as_json {

@@ -57,12 +57,7 @@ pub async fn show(
 ) -> Result<HttpResponse, ApiError> {
     auth::require(&state.settings, &request)?;
     let id = event_id(&path)?;
-    let client = state
-        .pool
-        .get()
-        .await
-        .map_err(crate::store::StoreError::from)?;
-    let event = history::get_event(&client, id)
+    let event = history::load_event(&state.pool, id)
         .await?
         .ok_or(ApiError::NotFound)?;
     Ok(HttpResponse::Ok().json(event.to_json()))
@@ -127,12 +122,7 @@ pub async fn apply_again(
             ));
         }
     }
-    let client = state
-        .pool
-        .get()
-        .await
-        .map_err(crate::store::StoreError::from)?;
-    let event = history::get_event(&client, id)
+    let event = history::load_event(&state.pool, id)
         .await?
         .ok_or(ApiError::NotFound)?;
     Ok(event.summary)

@@ -321,16 +321,10 @@ pub async fn detail(
     let Ok(id) = path.parse::<i64>() else {
         return error_page(&ApiError::NotFound, Some(&who));
     };
-    let found = match state.pool.get().await {
-        Ok(client) => history::get_event(&client, id)
-            .await
-            .map_err(ApiError::from),
-        Err(error) => Err(crate::store::StoreError::from(error).into()),
-    };
-    let event = match found {
+    let event = match history::load_event(&state.pool, id).await {
         Ok(Some(event)) => event,
         Ok(None) => return error_page(&ApiError::NotFound, Some(&who)),
-        Err(error) => return error_page(&error, Some(&who)),
+        Err(error) => return error_page(&error.into(), Some(&who)),
     };
     let mut body = String::new();
     if let Some(outcome) = &query.retried {

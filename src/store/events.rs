@@ -160,14 +160,6 @@ pub async fn lock_by_id(
     Ok(row.as_ref().map(claimed))
 }
 
-/// When the next retry of the failed events is due, if any.
-pub async fn next_due_at(client: &impl GenericClient) -> Result<Option<DateTime<Utc>>, StoreError> {
-    let statement = client
-        .prepare_cached("SELECT min(next_attempt_at) FROM webhook_events WHERE status = 'failed'")
-        .await?;
-    Ok(client.query_one(&statement, &[]).await?.get(0))
-}
-
 /// How one handler run ended, to be written with the event's new status.
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {

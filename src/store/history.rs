@@ -170,6 +170,15 @@ pub async fn list_events(
     Ok(rows.iter().map(summary).collect())
 }
 
+/// One event with its attempts, on a connection of its own from `pool`.
+pub async fn load_event(
+    pool: &deadpool_postgres::Pool,
+    id: i64,
+) -> Result<Option<EventDetail>, StoreError> {
+    let client = pool.get().await?;
+    get_event(&client, id).await
+}
+
 pub async fn get_event(
     client: &impl GenericClient,
     id: i64,
