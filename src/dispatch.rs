@@ -102,11 +102,20 @@ impl Dispatcher {
             .as_deref()
             .is_some_and(|kind| self.registry.get(kind).is_some());
         let mut client = self.pool.get().await?;
+        if !has_handler {
+            // Nothing to apply: the one statement is the whole transaction.
+            let recorded =
+                events::record_delivery(&client, event, verified.signed_with, false).await?;
+            let status = matches!(recorded, Recorded::New { .. }).then(|| {
+                self.count_status(event.kind.as_deref(), EventStatus::Ignored);
+                EventStatus::Ignored
+            });
+            return Ok(Ingested { recorded, status });
+        }
         let tx = client.transaction().await?;
-        let recorded =
-            events::record_delivery(&tx, event, verified.signed_with, has_handler).await?;
+        let recorded = events::record_delivery(&tx, event, verified.signed_with, true).await?;
         let status = match recorded {
-            Recorded::New { id } if has_handler => {
+            Recorded::New { id } => {
                 let target = Target {
                     id,
                     source: &event.source,
@@ -118,10 +127,6 @@ impl Dispatcher {
                 let record = self.attempt(&tx, &target).await?;
                 events::record_attempt(&tx, &record).await?;
                 Some(record.status)
-            }
-            Recorded::New { .. } => {
-                self.count_status(event.kind.as_deref(), EventStatus::Ignored);
-                Some(EventStatus::Ignored)
             }
             Recorded::Duplicate { .. } | Recorded::Conflict => None,
         };

@@ -37,16 +37,8 @@ const MIGRATION_LOCK: i64 = 0x0068_6f6f_6b64;
 /// Applies pending migrations; returns how many were applied.
 pub async fn migrate(pool: &Pool) -> Result<usize, StoreError> {
     let mut client = pool.get().await?;
-    client
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS hookd_schema_migrations (
-                version    integer PRIMARY KEY,
-                name       text NOT NULL,
-                sha256     bytea NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now())",
-        )
-        .await
-        .or_else(ignore_concurrent_create)?;
+    // Everything, the bookkeeping table included, happens under the lock: even
+    // `CREATE TABLE IF NOT EXISTS` races with itself.
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .await?;
@@ -59,18 +51,16 @@ pub async fn migrate(pool: &Pool) -> Result<usize, StoreError> {
     Ok(applied)
 }
 
-/// Two instances creating the bookkeeping table at once: one wins, both go on.
-fn ignore_concurrent_create(error: tokio_postgres::Error) -> Result<(), tokio_postgres::Error> {
-    use tokio_postgres::error::SqlState;
-    match error.code() {
-        Some(code) if *code == SqlState::UNIQUE_VIOLATION || *code == SqlState::DUPLICATE_TABLE => {
-            Ok(())
-        }
-        _ => Err(error),
-    }
-}
-
 async fn apply_pending(client: &mut deadpool_postgres::Object) -> Result<usize, StoreError> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS hookd_schema_migrations (
+                version    integer PRIMARY KEY,
+                name       text NOT NULL,
+                sha256     bytea NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await?;
     let rows = client
         .query("SELECT version, sha256 FROM hookd_schema_migrations", &[])
         .await?;
