@@ -45,7 +45,7 @@ const BASELINE: Duration = Duration::from_secs(12);
 /// Load before the pass starts and after it ends, in phase 2.
 const MARGIN: Duration = Duration::from_secs(1);
 /// A pass still running after this is stopped (between batches) and the run fails.
-const MAX_PASS: Duration = Duration::from_secs(150);
+const MAX_PASS: Duration = Duration::from_secs(420);
 
 /// How the fill classifies old event number `g` (1-based, in order of arrival): its
 /// status, whether it is past key retention (400 days old, else 40), and its

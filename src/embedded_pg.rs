@@ -269,9 +269,11 @@ impl EmbeddedPostgres {
 
     fn write_settings(&self, options: ClusterOptions) -> Result<(), EmbeddedError> {
         let socket_dir = self.dir.to_string_lossy().replace('\'', "''");
+        // wal_compression: a retention purge rewrites many old pages, and their
+        // full-page images in the WAL compress several-fold.
         let mut text = format!(
             "listen_addresses = ''\nunix_socket_directories = '{socket_dir}'\nport = {PORT}\n\
-             max_connections = 200\n"
+             max_connections = 200\nwal_compression = on\n"
         );
         if !options.durable {
             text.push_str("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n");

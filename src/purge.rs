@@ -16,6 +16,9 @@ use crate::shutdown::Shutdown;
 use crate::store::StoreError;
 use crate::store::purge::{self, ByStatus, Preview};
 
+/// Rest between batches, as a multiple of the time the batch took.
+const PAUSE_PER_BUSY: f64 = 2.0;
+
 /// How long an admin Idempotency-Key answer is kept for repeats.
 pub const IDEMPOTENCY_KEY_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -112,39 +115,40 @@ impl Purger {
         shutdown: Option<&Shutdown>,
     ) -> Result<PurgeOutcome, StoreError> {
         let limit = self.settings.purge_batch;
-        let full = |n: u64| n >= limit.unsigned_abs();
-        let stopping = || shutdown.is_some_and(Shutdown::is_requested);
         let mut outcome = PurgeOutcome::default();
-        // Each batch is its own transaction (autocommit), so row locks are brief.
-        while full(
-            purge::delete_keys_batch(client, cutoffs.keys, limit, &mut outcome.keys_deleted)
-                .await?,
-        ) {
-            if stopping() {
-                outcome.interrupted = true;
-                return Ok(outcome);
-            }
-        }
-        while full(
-            purge::drop_payloads_batch(
-                client,
-                cutoffs.payloads,
-                limit,
-                &mut outcome.payloads_dropped,
-            )
-            .await?,
-        ) {
-            if stopping() {
-                outcome.interrupted = true;
-                return Ok(outcome);
-            }
-        }
-        loop {
-            let n = purge::delete_idempotency_keys_batch(client, cutoffs.idempotency_keys, limit)
-                .await?;
-            outcome.idempotency_keys_deleted += n;
-            if !full(n) || stopping() {
-                break;
+        for step in [Step::Keys, Step::Payloads, Step::IdempotencyKeys] {
+            loop {
+                let started = Instant::now();
+                // Each batch is its own transaction (autocommit): row locks are brief.
+                let removed = match step {
+                    Step::Keys => {
+                        purge::delete_keys_batch(
+                            client,
+                            cutoffs.keys,
+                            limit,
+                            &mut outcome.keys_deleted,
+                        )
+                        .await?
+                    }
+                    Step::Payloads => {
+                        let dropped = &mut outcome.payloads_dropped;
+                        purge::drop_payloads_batch(client, cutoffs.payloads, limit, dropped).await?
+                    }
+                    Step::IdempotencyKeys => {
+                        let expired = cutoffs.idempotency_keys;
+                        let n =
+                            purge::delete_idempotency_keys_batch(client, expired, limit).await?;
+                        outcome.idempotency_keys_deleted += n;
+                        n
+                    }
+                };
+                if removed < limit.unsigned_abs() {
+                    break;
+                }
+                if !breathe(started.elapsed(), shutdown).await {
+                    outcome.interrupted = true;
+                    return Ok(outcome);
+                }
             }
         }
         Ok(outcome)
@@ -187,6 +191,28 @@ impl Purger {
             if !shutdown.sleep(self.settings.purge_interval).await {
                 return;
             }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Keys,
+    Payloads,
+    IdempotencyKeys,
+}
+
+/// After a batch that took `busy`, the pass rests `PAUSE_PER_BUSY` times as long:
+/// a large backlog is written out at a fraction of the disk's pace, so deliveries
+/// keep their latency while it goes (see benches/README.md). Returns `false` if
+/// shutdown came during the rest.
+async fn breathe(busy: Duration, shutdown: Option<&Shutdown>) -> bool {
+    let rest = busy.mul_f64(PAUSE_PER_BUSY);
+    match shutdown {
+        Some(shutdown) => shutdown.clone().sleep(rest).await,
+        None => {
+            tokio::time::sleep(rest).await;
+            true
         }
     }
 }
