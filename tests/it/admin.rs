@@ -743,23 +743,10 @@ async fn history_queries_use_indexes_at_scale() {
 // --- The terminal ---
 
 async fn events_cli(app: &TestApp, args: &[&str]) -> std::process::Output {
-    let url = crate::support::cluster().connection_string(&app.db.as_ref().expect("db").name);
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .arg("events")
-            .args(&args)
-            .args([
-                "--config",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
-            ])
-            .env("DATABASE_URL", url)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("run hookd")
-    })
-    .await
-    .expect("join")
+    let args: Vec<&str> = std::iter::once("events")
+        .chain(args.iter().copied())
+        .collect();
+    crate::support::run_hookd(&args, Some(app.database_url())).await
 }
 
 #[tokio::test]

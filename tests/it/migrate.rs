@@ -48,20 +48,7 @@ async fn hookd_migrate_applies_the_schema_and_says_so() {
     let name = format!("mcli_{}", std::process::id());
     empty_database(&name).await;
     let url = cluster().connection_string(&name);
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .args([
-                "migrate",
-                "--config",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
-            ])
-            .env("DATABASE_URL", url)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("run")
-    })
-    .await
-    .expect("join");
+    let output = crate::support::run_hookd(&["migrate"], Some(url)).await;
     assert!(
         output.status.success(),
         "{}",

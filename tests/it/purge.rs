@@ -310,23 +310,9 @@ async fn serve_purges_on_its_schedule_and_stops_promptly() {
 async fn hookd_purge_dry_run_prints_counts_per_status() {
     let app = small_batches().await;
     aged_events(&app).await;
-    let url = crate::support::cluster().connection_string(&app.db.as_ref().expect("db").name);
-    let run = |args: &'static [&'static str]| {
-        let url = url.clone();
-        tokio::task::spawn_blocking(move || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
-                .args(args)
-                .args([
-                    "--config",
-                    concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
-                ])
-                .env("DATABASE_URL", url)
-                .env("RUST_LOG", "warn")
-                .output()
-                .expect("run hookd")
-        })
-    };
-    let dry = run(&["purge", "--dry-run"]).await.expect("join");
+    let run =
+        |args: &'static [&'static str]| crate::support::run_hookd(args, Some(app.database_url()));
+    let dry = run(&["purge", "--dry-run"]).await;
     assert!(
         dry.status.success(),
         "{}",
@@ -346,7 +332,7 @@ async fn hookd_purge_dry_run_prints_counts_per_status() {
         24
     );
 
-    let real = run(&["purge"]).await.expect("join");
+    let real = run(&["purge"]).await;
     assert!(real.status.success());
     let text = String::from_utf8_lossy(&real.stdout);
     assert!(

@@ -1,21 +1,14 @@
 //! Developers' tools: `hookd replay` and `hookd sign`, run as the real binary
 //! against a test instance, with the shipped fixtures and configuration.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-use crate::support::{TestApp, spawn_app};
+use crate::support::{TestApp, run_hookd, spawn_app};
 
 const MANIFEST: &str = env!("CARGO_MANIFEST_DIR");
 
-fn hookd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hookd"))
-        .args(args)
-        .args(["--config", &format!("{MANIFEST}/hookd.toml")])
-        .current_dir(MANIFEST)
-        .env_remove("DATABASE_URL")
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run hookd")
+async fn hookd(args: &[&str]) -> Output {
+    run_hookd(args, None).await
 }
 
 async fn replay(app: &TestApp, source: &str, extra: &[&str]) -> (bool, Vec<String>) {
@@ -29,12 +22,7 @@ async fn replay(app: &TestApp, source: &str, extra: &[&str]) -> (bool, Vec<Strin
         &app.base,
     ];
     args.extend_from_slice(extra);
-    let output = tokio::task::spawn_blocking({
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        move || hookd(&args.iter().map(String::as_str).collect::<Vec<_>>())
-    })
-    .await
-    .expect("join");
+    let output = hookd(&args).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     (
         output.status.success(),
@@ -213,7 +201,7 @@ async fn every_shipped_fixture_folder_replays() {
 
 #[tokio::test]
 async fn replay_failures_are_one_line_each_and_a_non_zero_exit() {
-    let unknown = hookd(&["replay", "fixtures/stripe", "--source", "paypal"]);
+    let unknown = hookd(&["replay", "fixtures/stripe", "--source", "paypal"]).await;
     assert!(!unknown.status.success());
     let stderr = String::from_utf8_lossy(&unknown.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -226,7 +214,8 @@ async fn replay_failures_are_one_line_each_and_a_non_zero_exit() {
         "stripe",
         "--url",
         "http://127.0.0.1:9",
-    ]);
+    ])
+    .await;
     assert!(!refused.status.success());
     let stdout = String::from_utf8_lossy(&refused.stdout);
     assert!(stdout.contains("error: cannot connect"), "{stdout}");
@@ -239,7 +228,8 @@ async fn replay_failures_are_one_line_each_and_a_non_zero_exit() {
         "stripe",
         "--url",
         "http://127.0.0.1:9",
-    ]);
+    ])
+    .await;
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stdout).contains("file.json  error:"));
 }
@@ -256,19 +246,15 @@ async fn replay_refusals_count_as_failures() {
         br#"{"id":"evt_edit","type":"customer.created","data":{"object":{"id":"cus_1"}}}"#,
     )
     .expect("write");
-    let run = |app: &TestApp| {
-        let (file, base) = (file.display().to_string(), app.base.clone());
-        tokio::task::spawn_blocking(move || {
-            hookd(&["replay", &file, "--source", "stripe", "--url", &base])
-        })
-    };
-    assert!(run(&app).await.expect("join").status.success());
+    let file = file.display().to_string();
+    let args = ["replay", &file, "--source", "stripe", "--url", &app.base];
+    assert!(hookd(&args).await.status.success());
     std::fs::write(
         &file,
         br#"{"id":"evt_edit","type":"customer.created","data":{"object":{"id":"cus_2"}}}"#,
     )
     .expect("write");
-    let edited = run(&app).await.expect("join");
+    let edited = hookd(&args).await;
     assert!(!edited.status.success());
     assert!(String::from_utf8_lossy(&edited.stdout).contains(" 422 event_id_conflict "));
 }
@@ -282,10 +268,7 @@ async fn the_headers_hookd_sign_prints_are_accepted_by_the_receiver() {
         ("shop", "fixtures/shop/01_payments-succeeded.json"),
         ("github", "fixtures/github/push.json"),
     ] {
-        let output =
-            tokio::task::spawn_blocking(move || hookd(&["sign", "--source", source, file]))
-                .await
-                .expect("join");
+        let output = hookd(&["sign", "--source", source, file]).await;
         assert!(
             output.status.success(),
             "{}",

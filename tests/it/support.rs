@@ -123,6 +123,30 @@ pub async fn connect(config: tokio_postgres::Config) -> tokio_postgres::Client {
     client
 }
 
+/// Runs the real `hookd` binary from the repository folder with the shipped
+/// configuration, against `database` (a `DATABASE_URL`), or none.
+pub async fn run_hookd(args: &[&str], database: Option<String>) -> std::process::Output {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
+        command
+            .args(&args)
+            .args([
+                "--config",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env_remove("DATABASE_URL")
+            .env("RUST_LOG", "warn");
+        if let Some(url) = database {
+            command.env("DATABASE_URL", url);
+        }
+        command.output().expect("run hookd")
+    })
+    .await
+    .expect("join")
+}
+
 /// The shipped hookd.toml, listening on a random port.
 pub fn test_settings() -> Settings {
     let text = include_str!("../../hookd.toml");
@@ -220,6 +244,11 @@ impl Answer {
 }
 
 impl TestApp {
+    /// A `DATABASE_URL` for this app's test database.
+    pub fn database_url(&self) -> String {
+        cluster().connection_string(&self.db.as_ref().expect("a test database").name)
+    }
+
     pub fn settings(&self) -> &Settings {
         &self.app.settings
     }
