@@ -134,18 +134,37 @@ fn login_page(status: actix_web::http::StatusCode, message: &str) -> HttpRespons
 
 #[derive(Deserialize)]
 pub struct LoginForm {
+    #[serde(default)]
     token: String,
+}
+
+/// The sign-in form's token; a JSON body `{"token": …}` is accepted too, for scripts.
+fn presented_token(request: &HttpRequest, body: &[u8]) -> String {
+    let is_json = request
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let form: Option<LoginForm> = if is_json {
+        serde_json::from_slice(body).ok()
+    } else {
+        web::Query::<LoginForm>::from_query(&String::from_utf8_lossy(body))
+            .ok()
+            .map(web::Query::into_inner)
+    };
+    form.map(|f| f.token.trim().to_string()).unwrap_or_default()
 }
 
 pub async fn login(
     state: web::Data<AppState>,
     request: HttpRequest,
-    form: web::Form<LoginForm>,
+    body: web::Bytes,
 ) -> HttpResponse {
     if let Err(error) = auth::check_same_origin(&request) {
         return error_page(&error, None);
     }
-    match auth::find_token(&state.settings, form.token.trim()) {
+    let token = presented_token(&request, &body);
+    match auth::find_token(&state.settings, &token) {
         Some(token) => {
             let session = auth::new_session(token, Utc::now().timestamp());
             log::info!("admin sign-in: {}", token.name);

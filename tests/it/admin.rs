@@ -578,6 +578,15 @@ async fn the_page_asks_people_to_sign_in_first() {
         .expect("login");
     assert_eq!(wrong.status().as_u16(), 401);
     assert!(wrong.headers().get("set-cookie").is_none());
+    // Scripts may sign in with JSON.
+    let scripted = no_redirects()
+        .post(format!("{}/admin/login", app.base))
+        .json(&json!({"token": VIEWER}))
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(scripted.status().as_u16(), 303);
+    assert!(scripted.headers().get("set-cookie").is_some());
 }
 
 #[tokio::test]
