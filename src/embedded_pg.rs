@@ -111,10 +111,21 @@ impl EmbeddedPostgres {
         cluster.init_if_needed(options)?;
         cluster.write_settings(options)?;
         if cluster.is_running() {
+            // Left behind by a hookd that was killed: adopt it, so it is stopped
+            // at exit. Otherwise another live hookd owns it.
+            let orphaned = cluster.owner().is_none_or(|pid| !process_alive(pid));
             log::info!(
-                "embedded PostgreSQL already running in {}; reusing it",
-                cluster.dir.display()
+                "embedded PostgreSQL already running in {}; reusing it{}",
+                cluster.dir.display(),
+                if orphaned {
+                    " (its owner is gone: adopting it)"
+                } else {
+                    ""
+                }
             );
+            if orphaned {
+                cluster.take_ownership()?;
+            }
             return Ok(cluster);
         }
         let log_file = cluster.dir.join("postgres.log");
@@ -137,7 +148,7 @@ impl EmbeddedPostgres {
                 detail: format!("{}; see {}", last_line(&started), log_file.display()),
             });
         }
-        cluster.started_here = true;
+        cluster.take_ownership()?;
         log::info!(
             "started embedded PostgreSQL in {} (socket only, user {})",
             cluster.dir.display(),
@@ -192,7 +203,28 @@ impl EmbeddedPostgres {
             });
         }
         self.started_here = false;
+        let _ = fs::remove_file(self.owner_file());
         log::info!("stopped embedded PostgreSQL in {}", self.dir.display());
+        Ok(())
+    }
+
+    fn owner_file(&self) -> PathBuf {
+        self.dir.join("hookd.pid")
+    }
+
+    /// The hookd process that will stop the cluster.
+    fn owner(&self) -> Option<u32> {
+        fs::read_to_string(self.owner_file())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    fn take_ownership(&mut self) -> Result<(), EmbeddedError> {
+        let path = self.owner_file();
+        fs::write(&path, std::process::id().to_string()).map_err(io_error(&path))?;
+        self.started_here = true;
         Ok(())
     }
 
@@ -308,6 +340,10 @@ impl EmbeddedPostgres {
         }
         command.output().map_err(io_error(&path))
     }
+}
+
+fn process_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// `initdb` and `pg_ctl` from PATH, else the newest `/usr/lib/postgresql/*/bin`.

@@ -276,3 +276,73 @@ async fn sigterm_finishes_in_flight_deliveries_and_exits_zero() {
     );
     assert!(acked.len() < 400, "it stopped accepting");
 }
+
+fn postmaster_running(dir: &std::path::Path) -> bool {
+    std::fs::read_to_string(dir.join(".hookd/pg/data/postmaster.pid"))
+        .ok()
+        .and_then(|text| text.lines().next().map(str::to_string))
+        .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
+
+#[tokio::test]
+async fn serve_runs_its_own_cluster_and_adopts_one_a_killed_serve_left_behind() {
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("embedded-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let port = free_port();
+    let config = dir.join("hookd.toml");
+    std::fs::write(
+        &config,
+        include_str!("../../hookd.toml").replace(
+            "listen = \"127.0.0.1:8080\"",
+            &format!("listen = \"127.0.0.1:{port}\""),
+        ),
+    )
+    .expect("config");
+    let start = || async {
+        let log = std::fs::File::create(dir.join("serve.log")).expect("log");
+        let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .args(["serve"])
+            .current_dir(&dir)
+            .env_remove("DATABASE_URL")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn");
+        let hookd = Hookd {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !matches!(http.get(format!("{}/readyz", hookd.base)).send().await, Ok(r) if r.status() == 200)
+        {
+            assert!(Instant::now() < deadline, "ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        hookd
+    };
+
+    let first = start().await;
+    assert!(postmaster_running(&dir), "the cluster lives in ./.hookd/pg");
+    let log = std::fs::read_to_string(dir.join("serve.log")).expect("log");
+    assert!(log.contains("started embedded PostgreSQL in"), "{log}");
+    first.signal(Signal::SIGKILL);
+    first.wait().await;
+    assert!(
+        postmaster_running(&dir),
+        "a killed hookd cannot stop its cluster"
+    );
+
+    let second = start().await;
+    let log = std::fs::read_to_string(dir.join("serve.log")).expect("log");
+    assert!(log.contains("adopting it"), "{log}");
+    second.signal(Signal::SIGTERM);
+    assert!(second.wait().await.success());
+    assert!(
+        !postmaster_running(&dir),
+        "the adopted cluster was stopped at exit"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
