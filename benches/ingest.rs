@@ -7,7 +7,7 @@
 //! - pgbench "insert": the dedupe statement of `store::events::record_delivery`
 //!   alone, one autocommitted transaction per event;
 //! - pgbench "full": the whole transaction hookd runs per new event (BEGIN, the
-//!   dedupe INSERT, SAVEPOINT, the `payments` merge, RELEASE, `record_attempt`,
+//!   dedupe INSERT, SAVEPOINT, the `payments` merge, RELEASE, `append_attempt`,
 //!   COMMIT).
 //!
 //! The machine is shared and noisy, so the figures that mean something are the
@@ -36,15 +36,15 @@ const PGBENCH_WARM_UP: Duration = Duration::from_secs(2);
 /// per execution, as hookd's jsonb parameter is.
 const DEDUPE_INSERT: &str = "INSERT INTO webhook_events AS e
     (source, event_id, event_type, kind, status, payload, payload_sha256,
-     signed_with, payment_id, customer_id, processed_at, next_attempt_at)
+     signed_with, payment_id, customer_id, attempts, processed_at)
 VALUES ('stripe', 'evt_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text,
-        'payment_intent.succeeded', 'payment_succeeded', 'failed',
+        'payment_intent.succeeded', 'payment_succeeded', 'processed',
         replace(replace(:payload::text, '@EVT@',
                         'evt_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text),
                 '@PI@', 'pi_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text)::jsonb,
         decode(:sha::text, 'hex'), 1,
         'pi_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text,
-        'cus_QhT4nW8xY2kLpR', NULL, now())
+        'cus_QhT4nW8xY2kLpR', 1, now())
 ON CONFLICT (source, event_id) DO UPDATE
     SET deliveries = e.deliveries + 1, last_delivery_at = now()
     WHERE e.payload_sha256 = EXCLUDED.payload_sha256
@@ -67,19 +67,11 @@ ON CONFLICT (source, payment_id) DO UPDATE SET
     customer_id     = GREATEST(p.customer_id, EXCLUDED.customer_id),
     updated_at      = now();";
 
-/// `store::events::record_attempt` for a successful inline attempt.
-const RECORD_ATTEMPT: &str = "WITH event AS (
-    UPDATE webhook_events
-    SET status = 'processed',
-        attempts = attempts + 1,
-        last_error = NULL,
-        next_attempt_at = NULL,
-        processed_at = now()
-    WHERE id = :event_row
-    RETURNING id, attempts)
-INSERT INTO webhook_event_attempts
+/// `store::events::append_attempt` for a successful inline attempt (the row was
+/// already written as processed by the dedupe INSERT).
+const RECORD_ATTEMPT: &str = "INSERT INTO webhook_event_attempts
     (webhook_event_id, attempt, started_at, finished_at, outcome, error)
-SELECT id, attempts, now(), now(), 'processed', NULL FROM event;";
+VALUES (:event_row, 1, now(), now(), 'processed', NULL);";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Script {

@@ -125,7 +125,12 @@ impl Dispatcher {
                     attempt: 1,
                 };
                 let record = self.attempt(&tx, &target).await?;
-                events::record_attempt(&tx, &record).await?;
+                if record.status == EventStatus::Processed {
+                    // The row was written as processed: only the attempt is new.
+                    events::append_attempt(&tx, &record).await?;
+                } else {
+                    events::record_attempt(&tx, &record).await?;
+                }
                 Some(record.status)
             }
             Recorded::Duplicate { .. } | Recorded::Conflict => None,
@@ -274,6 +279,7 @@ impl Dispatcher {
         self.count_status(target.kind, status);
         Ok(AttemptRecord {
             event: target.id,
+            attempt: target.attempt,
             started_at,
             finished_at: Utc::now(),
             status,

@@ -51,9 +51,11 @@ pub enum Recorded {
 
 /// Inserts the event, or counts a repeated delivery of it, in one statement.
 ///
-/// A new row starts as `failed` and due now when it has a handler: should the
-/// caller's transaction ever commit without recording the inline attempt, the
-/// dispatcher would still run it. Without a handler it is `ignored` at once.
+/// A new row with a handler is written as the inline attempt usually ends —
+/// `processed`, one attempt — so that success, the common case, needs no second
+/// write of the row (an UPDATE that would touch every index); the caller changes
+/// it, in the same transaction, when the attempt fails. Without a handler it is
+/// `ignored` at once.
 pub async fn record_delivery(
     client: &impl GenericClient,
     event: &IncomingEvent,
@@ -64,10 +66,9 @@ pub async fn record_delivery(
         .prepare_cached(
             "INSERT INTO webhook_events AS e
                  (source, event_id, event_type, kind, status, payload, payload_sha256,
-                  signed_with, payment_id, customer_id, processed_at, next_attempt_at)
+                  signed_with, payment_id, customer_id, attempts, processed_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-                     CASE WHEN $11 THEN NULL ELSE now() END,
-                     CASE WHEN $11 THEN now() END)
+                     CASE WHEN $11 THEN 1 ELSE 0 END, now())
              ON CONFLICT (source, event_id) DO UPDATE
                  SET deliveries = e.deliveries + 1, last_delivery_at = now()
                  WHERE e.payload_sha256 = EXCLUDED.payload_sha256
@@ -75,7 +76,7 @@ pub async fn record_delivery(
         )
         .await?;
     let status = if has_handler {
-        EventStatus::Failed
+        EventStatus::Processed
     } else {
         EventStatus::Ignored
     };
@@ -164,6 +165,8 @@ pub async fn lock_by_id(
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
     pub event: i64,
+    /// 1 for the inline run, then 2, 3, …
+    pub attempt: i32,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
     pub status: EventStatus,
@@ -181,15 +184,15 @@ pub async fn record_attempt(
             "WITH event AS (
                  UPDATE webhook_events
                  SET status = $2,
-                     attempts = attempts + 1,
+                     attempts = $7,
                      last_error = $3,
                      next_attempt_at = $4,
                      processed_at = CASE WHEN $2 = 'processed' THEN $6 ELSE processed_at END
                  WHERE id = $1
-                 RETURNING id, attempts)
+                 RETURNING id)
              INSERT INTO webhook_event_attempts
                  (webhook_event_id, attempt, started_at, finished_at, outcome, error)
-             SELECT id, attempts, $5, $6, $2, $3 FROM event",
+             SELECT id, $7, $5, $6, $2, $3 FROM event",
         )
         .await?;
     client
@@ -202,6 +205,36 @@ pub async fn record_attempt(
                 &attempt.next_attempt_at,
                 &attempt.started_at,
                 &attempt.finished_at,
+                &attempt.attempt,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Appends an attempt whose outcome the event row already shows (an inline
+/// success, see `record_delivery`).
+pub async fn append_attempt(
+    client: &impl GenericClient,
+    attempt: &AttemptRecord,
+) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached(
+            "INSERT INTO webhook_event_attempts
+                 (webhook_event_id, attempt, started_at, finished_at, outcome, error)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .await?;
+    client
+        .execute(
+            &statement,
+            &[
+                &attempt.event,
+                &attempt.attempt,
+                &attempt.started_at,
+                &attempt.finished_at,
+                &attempt.status.as_str(),
+                &attempt.error,
             ],
         )
         .await?;
