@@ -46,7 +46,7 @@ impl From<StoreError> for ApiError {
         match error {
             StoreError::Unavailable(reason) => ApiError::Unavailable(reason),
             StoreError::Schema(reason) => ApiError::Unavailable(reason),
-            StoreError::Query(e) => ApiError::Internal(e.to_string()),
+            error @ StoreError::Query(_) => ApiError::Internal(error.to_string()),
         }
     }
 }

@@ -187,7 +187,7 @@ pub async fn record_attempt(
                      attempts = $7,
                      last_error = $3,
                      next_attempt_at = $4,
-                     processed_at = CASE WHEN $2 = 'processed' THEN $6 ELSE processed_at END
+                     processed_at = CASE WHEN $2 = 'processed' THEN $6::timestamptz END
                  WHERE id = $1
                  RETURNING id)
              INSERT INTO webhook_event_attempts

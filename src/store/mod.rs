@@ -26,7 +26,7 @@ pub enum StoreError {
     /// The database cannot be reached right now; callers answer 503 and retry later.
     #[error("database unavailable: {0}")]
     Unavailable(String),
-    #[error("database error: {0}")]
+    #[error("database error: {}", describe(.0))]
     Query(#[source] tokio_postgres::Error),
     #[error("database schema: {0}")]
     Schema(String),
@@ -48,6 +48,14 @@ impl From<deadpool_postgres::PoolError> for StoreError {
             deadpool_postgres::PoolError::Backend(e) => e.into(),
             other => StoreError::Unavailable(other.to_string()),
         }
+    }
+}
+
+/// The server's message and SQLSTATE when there is one ("db error" alone says little).
+fn describe(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => error.to_string(),
     }
 }
 

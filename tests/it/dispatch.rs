@@ -124,14 +124,21 @@ fn test_event(id: &str, kind: &str) -> Value {
     stripe_event(id, &format!("test.{kind}"), json!({"id": "obj"}))
 }
 
+/// Status, attempts, last error, and whether a retry is due; `processed_at` is
+/// checked to be set exactly when the event is processed.
 async fn event_state(app: &TestApp, event_id: &str) -> (String, i32, Option<String>, bool) {
     let row = &app
         .query(
-            "SELECT status, attempts, last_error, next_attempt_at IS NOT NULL
+            "SELECT status, attempts, last_error, next_attempt_at IS NOT NULL,
+                    (processed_at IS NOT NULL) = (status IN ('processed', 'ignored'))
              FROM webhook_events WHERE event_id = $1",
             &[&event_id],
         )
         .await[0];
+    assert!(
+        row.get::<_, bool>(4),
+        "processed_at is set only once processed"
+    );
     (row.get(0), row.get(1), row.get(2), row.get(3))
 }
 
