@@ -520,3 +520,33 @@ async fn every_scheme_refuses_unsigned_and_tampered_deliveries() {
         );
     }
 }
+
+#[tokio::test]
+async fn metrics_count_deliveries_failures_duplicates_and_events() {
+    let app = spawn_app().await;
+    let event = succeeded("evt_m", "pi_m");
+    app.deliver("stripe", &event).await;
+    app.deliver("stripe", &event).await;
+    app.post("stripe", &[], b"{}".to_vec()).await;
+    let answer = app.get("/metrics").await;
+    assert_eq!(answer.status, 200);
+    assert!(
+        answer
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("text/plain"))
+    );
+    let text = String::from_utf8(answer.body).expect("utf8");
+    for line in [
+        "hookd_deliveries_total{source=\"stripe\",outcome=\"processed\"} 1",
+        "hookd_deliveries_total{source=\"stripe\",outcome=\"duplicate\"} 1",
+        "hookd_deliveries_total{source=\"stripe\",outcome=\"invalid_signature\"} 1",
+        "hookd_signature_failures_total{source=\"stripe\",reason=\"missing\"} 1",
+        "hookd_duplicates_total{source=\"stripe\"} 1",
+        "hookd_events_total{kind=\"payment_succeeded\",status=\"processed\"} 1",
+        "hookd_handler_duration_seconds_count{kind=\"payment_succeeded\"} 1",
+        "hookd_retry_backlog 0",
+        "# TYPE hookd_purged_rows_total counter",
+    ] {
+        assert!(text.contains(line), "missing {line}:\n{text}");
+    }
+}
