@@ -92,7 +92,7 @@ impl Purger {
     pub async fn run_once(&self, shutdown: Option<&Shutdown>) -> Result<PurgeOutcome, StoreError> {
         let started = Instant::now();
         let cutoffs = Cutoffs::at(Utc::now(), &self.settings);
-        let client = self.pool.get().await?;
+        let mut client = self.pool.get().await?;
         if !purge::try_lock(&client).await? {
             log::info!("purge: another instance is purging; skipped");
             return Ok(PurgeOutcome {
@@ -100,7 +100,7 @@ impl Purger {
                 ..PurgeOutcome::default()
             });
         }
-        let result = self.batches(&client, cutoffs, shutdown).await;
+        let result = self.batches(&mut client, cutoffs, shutdown).await;
         let unlocked = purge::unlock(&client).await;
         let outcome = result?;
         unlocked?;
@@ -110,39 +110,43 @@ impl Purger {
 
     async fn batches(
         &self,
-        client: &deadpool_postgres::Object,
+        client: &mut deadpool_postgres::Object,
         cutoffs: Cutoffs,
         shutdown: Option<&Shutdown>,
     ) -> Result<PurgeOutcome, StoreError> {
         let limit = self.settings.purge_batch;
         let mut outcome = PurgeOutcome::default();
-        for step in [Step::Keys, Step::Payloads, Step::IdempotencyKeys] {
+        for step in [
+            Step::Keys,
+            Step::Pending,
+            Step::Payloads,
+            Step::IdempotencyKeys,
+        ] {
             loop {
                 let started = Instant::now();
-                // Each batch is its own transaction (autocommit): row locks are brief.
-                let removed = match step {
+                // Each batch is a transaction of its own: row locks are brief.
+                let done = match step {
                     Step::Keys => {
-                        purge::delete_keys_batch(
-                            client,
-                            cutoffs.keys,
-                            limit,
-                            &mut outcome.keys_deleted,
-                        )
-                        .await?
+                        let deleted = &mut outcome.keys_deleted;
+                        purge::delete_keys_batch(&*client, cutoffs.keys, limit, deleted).await?
+                    }
+                    Step::Pending => {
+                        let dropped = &mut outcome.payloads_dropped;
+                        purge::settle_pending_batch(client, limit, dropped).await?
                     }
                     Step::Payloads => {
                         let dropped = &mut outcome.payloads_dropped;
-                        purge::drop_payloads_batch(client, cutoffs.payloads, limit, dropped).await?
+                        purge::walk_payloads_batch(client, cutoffs.payloads, limit, dropped).await?
                     }
                     Step::IdempotencyKeys => {
                         let expired = cutoffs.idempotency_keys;
                         let n =
-                            purge::delete_idempotency_keys_batch(client, expired, limit).await?;
+                            purge::delete_idempotency_keys_batch(&*client, expired, limit).await?;
                         outcome.idempotency_keys_deleted += n;
                         n
                     }
                 };
-                if removed < limit.unsigned_abs() {
+                if done < limit.unsigned_abs() {
                     break;
                 }
                 if !breathe(started.elapsed(), shutdown).await {
@@ -198,6 +202,7 @@ impl Purger {
 #[derive(Debug, Clone, Copy)]
 enum Step {
     Keys,
+    Pending,
     Payloads,
     IdempotencyKeys,
 }

@@ -29,6 +29,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_history.sql",
         sql: include_str!("../../sql/0003_history.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_purge_watermark.sql",
+        sql: include_str!("../../sql/0004_purge_watermark.sql"),
+    },
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

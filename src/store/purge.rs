@@ -1,7 +1,12 @@
 //! Retention: batched removal of old payloads (leaving slim dedupe keys), of old
 //! keys, and of expired admin Idempotency-Key records. Only finished events
 //! (`processed`, `ignored`, `dead`) are touched — never `failed` ones, which still
-//! hold work — and rows another transaction holds are skipped, not waited for.
+//! hold work.
+//!
+//! Payloads are dropped by walking events in arrival order from a persisted
+//! watermark; events passed while `failed` are listed in `hookd_purge_pending` and
+//! dropped once they finish. The walk needs no index on "not yet purged", so the
+//! UPDATE that drops a payload changes no indexed column and can be HOT.
 
 use std::collections::BTreeMap;
 
@@ -63,35 +68,113 @@ pub async fn delete_keys_batch(
     Ok(tally(&rows, by_status))
 }
 
-/// Drops the payload, attempts and last error of up to `limit` finished events
-/// received before `cutoff`, keeping the slim key that answers resends.
-pub async fn drop_payloads_batch(
-    client: &impl GenericClient,
+const FINAL: &str = "('processed', 'ignored', 'dead')";
+
+/// Walks up to `limit` events past the watermark received before `cutoff`, in one
+/// transaction: drops the payload, attempts and last error of the finished ones,
+/// lists the others as pending, and moves the watermark. Returns how many events
+/// were walked (fewer than `limit`: the walk has reached `cutoff`).
+pub async fn walk_payloads_batch(
+    client: &mut deadpool_postgres::Object,
     cutoff: DateTime<Utc>,
     limit: i64,
     by_status: &mut ByStatus,
 ) -> Result<u64, StoreError> {
-    let statement = client
+    let tx = client.transaction().await?;
+    let walk = tx
         .prepare_cached(
-            "WITH batch AS (
-                 SELECT id FROM webhook_events
-                 WHERE purged_at IS NULL AND status IN ('processed', 'ignored', 'dead')
-                   AND received_at < $1
-                 ORDER BY received_at
-                 LIMIT $2
-                 FOR UPDATE SKIP LOCKED),
-             attempts AS (
-                 DELETE FROM webhook_event_attempts a USING batch
-                 WHERE a.webhook_event_id = batch.id)
-             UPDATE webhook_events e
-             SET payload = NULL, last_error = NULL, purged_at = now()
-             FROM batch
-             WHERE e.id = batch.id
-             RETURNING e.status",
+            "SELECT e.id, e.received_at FROM webhook_events e
+             WHERE (e.received_at, e.id) > (
+                     SELECT COALESCE(max(w.received_at), '-infinity'), COALESCE(max(w.id), 0)
+                     FROM hookd_purge_watermark w)
+               AND e.received_at < $1
+             ORDER BY e.received_at, e.id
+             LIMIT $2",
         )
         .await?;
-    let rows = client.query(&statement, &[&cutoff, &limit]).await?;
-    Ok(tally(&rows, by_status))
+    let rows = tx.query(&walk, &[&cutoff, &limit]).await?;
+    let Some(last) = rows.last() else {
+        return Ok(0);
+    };
+    let last: (DateTime<Utc>, i64) = (last.get(1), last.get(0));
+    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    drop_payloads(&tx, &ids, by_status).await?;
+    let pending = tx
+        .prepare_cached(
+            "INSERT INTO hookd_purge_pending (webhook_event_id)
+             SELECT id FROM webhook_events WHERE id = ANY($1) AND payload IS NOT NULL
+             ON CONFLICT DO NOTHING",
+        )
+        .await?;
+    tx.execute(&pending, &[&ids]).await?;
+    let mark = tx
+        .prepare_cached(
+            "INSERT INTO hookd_purge_watermark (received_at, id) VALUES ($1, $2)
+             ON CONFLICT (singleton) DO UPDATE SET received_at = $1, id = $2",
+        )
+        .await?;
+    tx.execute(&mark, &[&last.0, &last.1]).await?;
+    tx.commit().await?;
+    Ok(rows.len() as u64)
+}
+
+/// Drops the payloads of the listed events that are finished (the status is
+/// checked again under the row lock), with their attempts.
+async fn drop_payloads(
+    client: &impl GenericClient,
+    ids: &[i64],
+    by_status: &mut ByStatus,
+) -> Result<Vec<i64>, StoreError> {
+    let update = client
+        .prepare_cached(&format!(
+            "UPDATE webhook_events SET payload = NULL, last_error = NULL, purged_at = now()
+             WHERE id = ANY($1) AND status IN {FINAL} AND payload IS NOT NULL
+             RETURNING status, id"
+        ))
+        .await?;
+    let rows = client.query(&update, &[&ids]).await?;
+    tally(&rows, by_status);
+    let dropped: Vec<i64> = rows.iter().map(|r| r.get(1)).collect();
+    let attempts = client
+        .prepare_cached("DELETE FROM webhook_event_attempts WHERE webhook_event_id = ANY($1)")
+        .await?;
+    client.execute(&attempts, &[&dropped]).await?;
+    Ok(dropped)
+}
+
+/// Drops the payloads of pending events that have finished since the walk passed
+/// them, up to `limit`; returns how many pending entries were settled.
+pub async fn settle_pending_batch(
+    client: &mut deadpool_postgres::Object,
+    limit: i64,
+    by_status: &mut ByStatus,
+) -> Result<u64, StoreError> {
+    let tx = client.transaction().await?;
+    let ready = tx
+        .prepare_cached(&format!(
+            "SELECT p.webhook_event_id FROM hookd_purge_pending p
+             JOIN webhook_events e ON e.id = p.webhook_event_id
+             WHERE e.status IN {FINAL} OR e.payload IS NULL
+             LIMIT $1"
+        ))
+        .await?;
+    let ids: Vec<i64> = tx
+        .query(&ready, &[&limit])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    drop_payloads(&tx, &ids, by_status).await?;
+    let settle = tx
+        .prepare_cached(
+            "DELETE FROM hookd_purge_pending p USING webhook_events e
+             WHERE p.webhook_event_id = ANY($1) AND e.id = p.webhook_event_id
+               AND e.payload IS NULL",
+        )
+        .await?;
+    let settled = tx.execute(&settle, &[&ids]).await?;
+    tx.commit().await?;
+    Ok(settled)
 }
 
 /// Deletes up to `limit` admin Idempotency-Key records created before `cutoff`.
@@ -124,14 +207,27 @@ pub async fn preview(
     key_cutoff: DateTime<Utc>,
     idempotency_cutoff: DateTime<Utc>,
 ) -> Result<Preview, StoreError> {
+    // Payloads: what the walk will meet past its watermark, and the pending events
+    // that have finished; keys: everything finished before the key cut-off.
     let rows = client
         .query(
-            "SELECT status,
-                    count(*) FILTER (WHERE received_at < $2),
-                    count(*) FILTER (WHERE received_at >= $2 AND purged_at IS NULL)
-             FROM webhook_events
-             WHERE status IN ('processed', 'ignored', 'dead') AND received_at < $1
-             GROUP BY status",
+            "WITH mark AS (
+                 SELECT COALESCE(max(received_at), '-infinity') AS received_at,
+                        COALESCE(max(id), 0) AS id
+                 FROM hookd_purge_watermark),
+             keys AS (
+                 SELECT status, count(*) AS n FROM webhook_events
+                 WHERE status IN ('processed', 'ignored', 'dead') AND received_at < $2
+                 GROUP BY status),
+             payloads AS (
+                 SELECT status, count(*) AS n FROM webhook_events e
+                 WHERE e.status IN ('processed', 'ignored', 'dead') AND e.payload IS NOT NULL
+                   AND e.received_at >= $2 AND e.received_at < $1
+                   AND ((e.received_at, e.id) > (SELECT received_at, id FROM mark)
+                        OR e.id IN (SELECT webhook_event_id FROM hookd_purge_pending))
+                 GROUP BY status)
+             SELECT status, COALESCE(keys.n, 0), COALESCE(payloads.n, 0)
+             FROM keys FULL JOIN payloads USING (status)",
             &[&payload_cutoff, &key_cutoff],
         )
         .await?;

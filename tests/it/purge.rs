@@ -168,6 +168,42 @@ async fn a_pass_drops_old_payloads_and_older_keys_but_never_failed_events() {
 }
 
 #[tokio::test]
+async fn an_old_event_still_failing_is_purged_once_it_finishes() {
+    let app = small_batches().await;
+    aged_events(&app).await;
+    app.app.purger.run_once(None).await.expect("first pass");
+    let still = "SELECT count(*) FROM webhook_events
+                 WHERE event_id LIKE 'evt\\_old\\_failed\\_%' AND payload IS NOT NULL";
+    assert_eq!(
+        app.count(still, &[]).await,
+        2,
+        "failed work keeps its payload"
+    );
+
+    // The retries succeed; the next pass drops what the first one had to leave.
+    app.run_due_retries().await;
+    let outcome = app.app.purger.run_once(None).await.expect("second pass");
+    assert_eq!(
+        outcome.payloads_dropped,
+        counts(&[("processed", 2)]),
+        "the two old events that finished"
+    );
+    assert_eq!(
+        outcome.keys_deleted,
+        counts(&[("processed", 2)]),
+        "and the two ancient ones"
+    );
+    assert_eq!(app.count(still, &[]).await, 0);
+    assert_eq!(
+        app.count("SELECT count(*) FROM hookd_purge_pending", &[])
+            .await,
+        0
+    );
+    let third = app.app.purger.run_once(None).await.expect("third pass");
+    assert!(third.payloads_dropped.is_empty() && third.keys_deleted.is_empty());
+}
+
+#[tokio::test]
 async fn a_resend_after_the_payload_purge_is_replayed_not_applied() {
     let app = spawn(Spawn::default()).await;
     let body = event("evt_resend", "processed");
