@@ -97,10 +97,7 @@ impl Dispatcher {
         event: &IncomingEvent,
         verified: Verified,
     ) -> Result<Ingested, StoreError> {
-        let has_handler = event
-            .kind
-            .as_deref()
-            .is_some_and(|kind| self.registry.get(kind).is_some());
+        let has_handler = self.has_handler(event.kind.as_deref());
         let mut client = self.pool.get().await?;
         if !has_handler {
             // Nothing to apply: the one statement is the whole transaction.
@@ -146,16 +143,7 @@ impl Dispatcher {
         let Some(claimed) = events::claim_due(&tx).await? else {
             return Ok(DispatchStep::Idle);
         };
-        let target = Target {
-            id: claimed.id,
-            source: &claimed.source,
-            event_id: &claimed.event_id,
-            kind: claimed.kind.as_deref(),
-            payload: claimed.payload.as_ref(),
-            attempt: claimed.attempts + 1,
-        };
-        let record = self.attempt(&tx, &target).await?;
-        events::record_attempt(&tx, &record).await?;
+        let record = self.attempt_again(&tx, &claimed).await?;
         tx.commit().await?;
         Ok(DispatchStep::Attempted {
             id: claimed.id,
@@ -174,23 +162,10 @@ impl Dispatcher {
         if event.payload.is_none() {
             return Ok(RetryOutcome::Gone);
         }
-        let has_handler = event
-            .kind
-            .as_deref()
-            .is_some_and(|kind| self.registry.get(kind).is_some());
-        if !has_handler {
+        if !self.has_handler(event.kind.as_deref()) {
             return Ok(RetryOutcome::NoHandler);
         }
-        let target = Target {
-            id: event.id,
-            source: &event.source,
-            event_id: &event.event_id,
-            kind: event.kind.as_deref(),
-            payload: event.payload.as_ref(),
-            attempt: event.attempts + 1,
-        };
-        let record = self.attempt(&tx, &target).await?;
-        events::record_attempt(&tx, &record).await?;
+        let record = self.attempt_again(&tx, &event).await?;
         tx.commit().await?;
         Ok(RetryOutcome::Applied(record.status))
     }
@@ -210,6 +185,29 @@ impl Dispatcher {
                 break;
             }
         }
+    }
+
+    fn has_handler(&self, kind: Option<&str>) -> bool {
+        kind.is_some_and(|kind| self.registry.get(kind).is_some())
+    }
+
+    /// The next attempt of an event locked in `tx`, recorded there.
+    async fn attempt_again(
+        &self,
+        tx: &Transaction<'_>,
+        event: &events::ClaimedEvent,
+    ) -> Result<AttemptRecord, StoreError> {
+        let target = Target {
+            id: event.id,
+            source: &event.source,
+            event_id: &event.event_id,
+            kind: event.kind.as_deref(),
+            payload: event.payload.as_ref(),
+            attempt: event.attempts + 1,
+        };
+        let record = self.attempt(tx, &target).await?;
+        events::record_attempt(tx, &record).await?;
+        Ok(record)
     }
 
     /// One handler run inside a savepoint of `tx`; returns what to record. Only
