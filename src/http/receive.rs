@@ -62,6 +62,12 @@ pub async fn receive(
         outcome: "",
     };
     let result = handle(&state, &source, &request, payload, &mut summary).await;
+    // Only configured names become metric labels: the path is the caller's to choose.
+    let label = if state.settings.source(&source).is_some() {
+        source.as_str()
+    } else {
+        "unknown"
+    };
     let response = match result {
         Ok(response) => response,
         Err(error) => {
@@ -71,11 +77,6 @@ pub async fn receive(
                     log::error!("delivery to {source:?} failed: {detail}");
                 }
                 ApiError::InvalidSignature(reason) => {
-                    let label = if state.settings.source(&source).is_some() {
-                        source.as_str()
-                    } else {
-                        "unknown"
-                    };
                     state.metrics.inc(
                         "hookd_signature_failures_total",
                         &[("source", label), ("reason", reason.label())],
@@ -86,13 +87,9 @@ pub async fn receive(
             error.error_response()
         }
     };
-    let known = state.settings.source(&source).is_some();
     state.metrics.inc(
         "hookd_deliveries_total",
-        &[
-            ("source", if known { source.as_str() } else { "unknown" }),
-            ("outcome", summary.outcome),
-        ],
+        &[("source", label), ("outcome", summary.outcome)],
     );
     log::info!(
         "delivery source={source:?} event_id={:?} kind={} outcome={} status={} latency_ms={:.1}",
