@@ -17,10 +17,9 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{BenchCluster, Cpu, Hookd, MAX_REQUESTS, Report, closed_loop, ms, percentile};
+use common::{BenchCluster, Cpu, MAX_REQUESTS, Report, closed_loop, ms, percentile};
 use sha2::{Digest, Sha256};
 
 const CONCURRENCIES: [usize; 2] = [8, 32];
@@ -285,18 +284,14 @@ fn main() {
 
 async fn run() {
     let started = chrono::Utc::now();
-    let cluster = tokio::task::spawn_blocking(|| BenchCluster::start("ingest"))
-        .await
-        .expect("cluster thread");
-    let hookd = Hookd::start(&cluster).await;
-    let sender = Arc::new(hookd.sender("stripe"));
+    let common::Setup {
+        cluster,
+        hookd,
+        sender,
+        db,
+        server_version,
+    } = common::setup("ingest").await;
     let mut pgbench = Pgbench::new(&cluster);
-    let db = cluster.connect().await;
-    let server_version: String = db
-        .query_one("SHOW server_version", &[])
-        .await
-        .expect("server version")
-        .get(0);
     println!(
         "hookd ingest benchmark, {}",
         started.format("%Y-%m-%d %H:%M UTC")

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{BenchCluster, Hookd, Report, Summary, ms, open_loop};
+use common::{BenchCluster, Report, Summary, ms, open_loop};
 use hookd::config::format_duration;
 use hookd::purge::PurgeOutcome;
 use tokio::time::Instant;
@@ -110,17 +110,13 @@ fn main() {
 
 async fn run() {
     let started = chrono::Utc::now();
-    let cluster = tokio::task::spawn_blocking(|| BenchCluster::start("purge"))
-        .await
-        .expect("cluster thread");
-    let hookd = Hookd::start(&cluster).await;
-    let sender = Arc::new(hookd.sender("stripe"));
-    let db = cluster.connect().await;
-    let server_version: String = db
-        .query_one("SHOW server_version", &[])
-        .await
-        .expect("server version")
-        .get(0);
+    let common::Setup {
+        cluster,
+        hookd,
+        sender,
+        db,
+        server_version,
+    } = common::setup("purge").await;
     let batch = hookd.app.settings.purge_batch;
     println!(
         "hookd purge benchmark, {}",

@@ -524,6 +524,37 @@ pub fn ms(d: Duration) -> String {
 
 /// A multi-threaded runtime for a benchmark's `main`. Two worker threads: hookd's
 /// HTTP workers and PostgreSQL share the same two cores.
+/// What every benchmark starts with: its cluster, hookd on it, a Stripe sender,
+/// a database connection and the server's version.
+pub struct Setup {
+    pub cluster: BenchCluster,
+    pub hookd: Hookd,
+    pub sender: std::sync::Arc<Sender>,
+    pub db: tokio_postgres::Client,
+    pub server_version: String,
+}
+
+pub async fn setup(name: &'static str) -> Setup {
+    let cluster = tokio::task::spawn_blocking(move || BenchCluster::start(name))
+        .await
+        .expect("cluster thread");
+    let hookd = Hookd::start(&cluster).await;
+    let sender = std::sync::Arc::new(hookd.sender("stripe"));
+    let db = cluster.connect().await;
+    let server_version: String = db
+        .query_one("SHOW server_version", &[])
+        .await
+        .expect("server version")
+        .get(0);
+    Setup {
+        cluster,
+        hookd,
+        sender,
+        db,
+        server_version,
+    }
+}
+
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
