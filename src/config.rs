@@ -251,9 +251,19 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
     Ok(())
 }
 
-/// The NAME in `HOOKD_SOURCE_<NAME>_SECRETS`: upper-cased, `-` becomes `_`.
+/// The NAME in `HOOKD_SOURCE_<NAME>_SECRETS`: upper-cased, and any character that
+/// cannot appear in an environment variable name becomes `_`.
 pub fn env_name(source: &str) -> String {
-    source.to_ascii_uppercase().replace('-', "_")
+    source
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 impl RawSettings {
@@ -316,8 +326,14 @@ impl RawSettings {
             if raw.name.trim().is_empty() {
                 return Err((key("name"), "must not be empty".into()));
             }
+            if raw.token.is_empty() {
+                return Err((key("token"), "must not be empty".into()));
+            }
             if raw.token.len() < 16 {
-                return Err((key("token"), "must be at least 16 characters".into()));
+                log::warn!(
+                    "{}: shorter than 16 characters; easy to guess",
+                    key("token")
+                );
             }
             let role = match raw.role.as_str() {
                 "viewer" => Role::Viewer,
@@ -363,16 +379,17 @@ impl RawSettings {
 impl RawSource {
     fn validate(self, index: usize) -> Result<Source, Problem> {
         let key = |field: &str| format!("sources[{index}].{field}");
+        // The name is a URL path segment: unreserved characters only.
         let name_ok = !self.name.is_empty()
             && self
                 .name
                 .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~'));
         if !name_ok {
             return Err((
                 key("name"),
                 format!(
-                    "{:?} must be non-empty and use only a-z, 0-9, - and _",
+                    "{:?} must be non-empty and use only letters, digits, -, _, . and ~",
                     self.name
                 ),
             ));
@@ -427,14 +444,20 @@ impl RawSource {
             }
         }
         for (provider, kind) in self.event_types {
-            if !BUILTIN_KINDS.contains(&kind.as_str()) {
+            if kind.trim().is_empty() {
                 return Err((
                     format!("sources[{index}].event_types.{provider:?}"),
-                    format!(
-                        "{kind:?} is not a kind hookd handles ({})",
-                        BUILTIN_KINDS.join(", ")
-                    ),
+                    "the kind must not be empty".into(),
                 ));
+            }
+            // Allowed (its events are stored as `ignored`), but said out loud: it
+            // may be a typo for a payment kind.
+            if !BUILTIN_KINDS.contains(&kind.as_str()) {
+                log::warn!(
+                    "sources[{index}].event_types.{provider:?}: no built-in handler for kind \
+                     {kind:?} ({}); these events will be stored as ignored",
+                    BUILTIN_KINDS.join(", ")
+                );
             }
             event_types.insert(provider, kind);
         }

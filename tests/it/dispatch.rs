@@ -321,7 +321,36 @@ async fn a_handler_over_its_time_limit_is_stopped_and_rolled_back() {
 
 #[tokio::test]
 async fn unknown_kinds_are_ignored_and_malformed_payments_are_dead() {
-    let app = crate::support::spawn_app().await;
+    let mut settings = test_settings();
+    settings.sources[0]
+        .event_types
+        .insert("invoice.paid".into(), "invoice_paid".into());
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let invoice = stripe_event(
+        "evt_inv",
+        "invoice.paid",
+        json!({"id": "in_1", "object": "invoice"}),
+    );
+    assert_eq!(app.deliver("stripe", &invoice).await.status, 200);
+    let (status, attempts, _, _) = event_state(&app, "evt_inv").await;
+    assert_eq!(
+        (status.as_str(), attempts),
+        ("ignored", 0),
+        "a configured kind without a handler"
+    );
+    assert_eq!(
+        app.strings(
+            "SELECT kind FROM webhook_events WHERE event_id = 'evt_inv'",
+            &[]
+        )
+        .await,
+        ["invoice_paid"]
+    );
+
     let other = stripe_event(
         "evt_other",
         "customer.created",
