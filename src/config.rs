@@ -157,13 +157,13 @@ fn locate(text: &str, span: Option<std::ops::Range<usize>>) -> String {
 struct RawSettings {
     listen: Option<String>,
     max_body_bytes: Option<i64>,
-    handler_timeout: Option<String>,
+    handler_timeout: Option<DurationValue>,
     max_attempts: Option<i64>,
-    retry_base: Option<String>,
-    retry_cap: Option<String>,
-    retention: Option<String>,
-    key_retention: Option<String>,
-    purge_interval: Option<String>,
+    retry_base: Option<DurationValue>,
+    retry_cap: Option<DurationValue>,
+    retention: Option<DurationValue>,
+    key_retention: Option<DurationValue>,
+    purge_interval: Option<DurationValue>,
     purge_batch: Option<i64>,
     #[serde(default)]
     sources: Vec<RawSource>,
@@ -173,6 +173,23 @@ struct RawSettings {
     database_url: Option<String>,
 }
 
+/// A duration as written: `"5m"`, or a bare number of seconds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum DurationValue {
+    Text(String),
+    Seconds(i64),
+}
+
+impl DurationValue {
+    fn text(self) -> String {
+        match self {
+            DurationValue::Text(text) => text,
+            DurationValue::Seconds(seconds) => format!("{seconds}s"),
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSource {
@@ -180,7 +197,7 @@ struct RawSource {
     scheme: String,
     #[serde(default)]
     secrets: Vec<String>,
-    tolerance: Option<String>,
+    tolerance: Option<DurationValue>,
     #[serde(default)]
     event_types: BTreeMap<String, String>,
     signature_header: Option<String>,
@@ -269,12 +286,19 @@ pub fn env_name(source: &str) -> String {
 impl RawSettings {
     fn validate(self) -> Result<Settings, Problem> {
         let listen = self.listen.as_deref().unwrap_or("127.0.0.1:8080");
-        let listen: SocketAddr = listen.parse().map_err(|_| {
-            (
-                "listen".to_string(),
-                format!("{listen:?} is not an IP:port address"),
-            )
-        })?;
+        let listen: SocketAddr = match listen.parse() {
+            Ok(addr) => addr,
+            // A host name (`localhost:8080`) is resolved once, at startup.
+            Err(_) => std::net::ToSocketAddrs::to_socket_addrs(listen)
+                .ok()
+                .and_then(|mut addrs| addrs.next())
+                .ok_or_else(|| {
+                    (
+                        "listen".to_string(),
+                        format!("{listen:?} is not a host:port address"),
+                    )
+                })?,
+        };
         let max_body_bytes = positive("max_body_bytes", self.max_body_bytes, 1_048_576)?;
         let max_attempts = positive("max_attempts", self.max_attempts, 10)?;
         let purge_batch = positive("purge_batch", self.purge_batch, 1000)?;
@@ -406,7 +430,7 @@ impl RawSource {
         ];
         let scheme = match self.scheme.as_str() {
             "stripe" => Scheme::Stripe,
-            "standard" => Scheme::Standard,
+            "standard" | "svix" => Scheme::Standard,
             "github" => Scheme::Github,
             "hmac" => Scheme::Hmac(self.generic_hmac(index)?),
             other => {
@@ -535,8 +559,9 @@ where
     }
 }
 
-fn duration(key: &str, value: Option<String>, default: &str) -> Result<Duration, Problem> {
-    let text = value.as_deref().unwrap_or(default);
+fn duration(key: &str, value: Option<DurationValue>, default: &str) -> Result<Duration, Problem> {
+    let text = value.map_or_else(|| default.to_string(), DurationValue::text);
+    let text = text.as_str();
     let parsed = parse_duration(text).map_err(|problem| (key.to_string(), problem))?;
     if parsed.is_zero() {
         return Err((

@@ -85,6 +85,8 @@ fn bad_values_name_their_key_on_one_line() {
         ("max_attempts = 0", "max_attempts"),
         ("purge_batch = -1", "purge_batch"),
         ("listen = \"localhost\"", "listen"),
+        ("listen = \"no-such-host.invalid:80\"", "listen"),
+        ("handler_timeout = 0", "handler_timeout"),
         ("retry_base = \"2h\"", "retry_cap"),
         ("max_body_bytes = \"big\"", "max_body_bytes"),
     ];
@@ -202,4 +204,15 @@ event_types = { "invoice.paid" = "invoice_paid" }
     assert_eq!(source.kind_of("invoice.paid"), Some("invoice_paid"));
     assert_eq!(source.secrets[0].expose(), "whsec_b");
     assert_eq!(env_name("my-shop.eu"), "MY_SHOP_EU");
+}
+
+#[test]
+fn bare_numbers_are_seconds_and_host_names_resolve() {
+    let s = load(&format!(
+        "handler_timeout = 7\nlisten = \"localhost:9000\"\n{MINIMAL}"
+    ))
+    .expect("valid");
+    assert_eq!(s.handler_timeout, Duration::from_secs(7));
+    assert_eq!(s.listen.port(), 9000);
+    assert!(s.listen.ip().is_loopback());
 }
