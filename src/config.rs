@@ -248,16 +248,12 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
         else {
             continue;
         };
-        let source = raw
-            .sources
-            .iter_mut()
-            .find(|s| env_name(&s.name) == upper)
-            .ok_or_else(|| {
-                (
-                    var.clone(),
-                    format!("no configured source is named {upper}"),
-                )
-            })?;
+        let Some(source) = raw.sources.iter_mut().find(|s| env_name(&s.name) == upper) else {
+            // Not fatal (one environment may serve several configurations), but
+            // never silent: it may be a typo.
+            log::warn!("{var}: no configured source is named {upper}; ignored");
+            continue;
+        };
         source.secrets = value
             .split(',')
             .map(str::trim)
