@@ -57,15 +57,25 @@ pub async fn migrate(pool: &Pool) -> Result<usize, StoreError> {
 }
 
 async fn apply_pending(client: &mut deadpool_postgres::Object) -> Result<usize, StoreError> {
-    client
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS hookd_schema_migrations (
+    // Checked first rather than `IF NOT EXISTS`, which logs a notice at every start.
+    let exists: bool = client
+        .query_one(
+            "SELECT to_regclass('hookd_schema_migrations') IS NOT NULL",
+            &[],
+        )
+        .await?
+        .get(0);
+    if !exists {
+        client
+            .batch_execute(
+                "CREATE TABLE hookd_schema_migrations (
                 version    integer PRIMARY KEY,
                 name       text NOT NULL,
                 sha256     bytea NOT NULL,
                 applied_at timestamptz NOT NULL DEFAULT now())",
-        )
-        .await?;
+            )
+            .await?;
+    }
     let rows = client
         .query("SELECT version, sha256 FROM hookd_schema_migrations", &[])
         .await?;
