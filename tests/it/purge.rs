@@ -208,24 +208,18 @@ async fn a_resend_after_the_payload_purge_is_replayed_not_applied() {
     let app = spawn(Spawn::default()).await;
     let body = event("evt_resend", "processed");
     let first = app.deliver("stripe", &body).await;
-    app.db()
-        .await
-        .execute(
-            "UPDATE webhook_events SET received_at = now() - interval '31 days'",
-            &[],
-        )
-        .await
-        .expect("age");
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - interval '31 days'",
+        &[],
+    )
+    .await;
     let outcome = app.app.purger.run_once(None).await.expect("purge");
     assert_eq!(PurgeOutcome::total(&outcome.payloads_dropped), 1);
-    app.db()
-        .await
-        .execute(
-            "UPDATE payments SET amount = 7 WHERE payment_id = 'pi_evt_resend'",
-            &[],
-        )
-        .await
-        .expect("mark");
+    app.execute(
+        "UPDATE payments SET amount = 7 WHERE payment_id = 'pi_evt_resend'",
+        &[],
+    )
+    .await;
 
     let again = app.deliver("stripe", &body).await;
     assert_eq!(again.status, 200);
@@ -314,14 +308,11 @@ async fn serve_purges_on_its_schedule_and_stops_promptly() {
     })
     .await;
     app.deliver("stripe", &event("evt_sched", "ignored")).await;
-    app.db()
-        .await
-        .execute(
-            "UPDATE webhook_events SET received_at = now() - interval '31 days'",
-            &[],
-        )
-        .await
-        .expect("age");
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - interval '31 days'",
+        &[],
+    )
+    .await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while app
         .count(

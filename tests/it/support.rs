@@ -330,6 +330,11 @@ impl TestApp {
         self.db().await.query(sql, params).await.expect("query")
     }
 
+    /// Runs one statement (test setup: ageing rows, marking them due, …).
+    pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> u64 {
+        self.db().await.execute(sql, params).await.expect("execute")
+    }
+
     /// The first column of every row, as text.
     pub async fn strings(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Vec<String> {
         self.query(sql, params)
@@ -352,14 +357,11 @@ impl TestApp {
     pub async fn run_due_retries(&self) -> usize {
         let mut attempts = 0;
         loop {
-            self.db()
-                .await
-                .execute(
-                    "UPDATE webhook_events SET next_attempt_at = now() WHERE status = 'failed'",
-                    &[],
-                )
-                .await
-                .expect("make due");
+            self.execute(
+                "UPDATE webhook_events SET next_attempt_at = now() WHERE status = 'failed'",
+                &[],
+            )
+            .await;
             match self
                 .app
                 .dispatcher
