@@ -112,59 +112,67 @@ fn summary(row: &tokio_postgres::Row) -> EventSummary {
     }
 }
 
+impl EventFilter {
+    /// The listing's SQL and its parameters. Only the filters given become
+    /// clauses, and only column names and placeholders are written into the
+    /// text; the values travel as parameters.
+    pub fn to_sql(&self) -> (String, Vec<&(dyn ToSql + Sync)>) {
+        let mut clauses: Vec<String> = Vec::new();
+        let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
+        let equal = [
+            ("source", &self.source),
+            ("kind", &self.kind),
+            ("event_type", &self.event_type),
+            ("status", &self.status),
+        ];
+        for (column, value) in equal {
+            if let Some(value) = value {
+                params.push(value);
+                clauses.push(format!("{column} = ${}", params.len()));
+            }
+        }
+        if let Some(since) = &self.since {
+            params.push(since);
+            clauses.push(format!("received_at >= ${}", params.len()));
+        }
+        if let Some(until) = &self.until {
+            params.push(until);
+            clauses.push(format!("received_at < ${}", params.len()));
+        }
+        if let Some(q) = &self.q {
+            params.push(q);
+            let n = params.len();
+            clauses.push(format!(
+                "(event_id = ${n} OR payment_id = ${n} OR customer_id = ${n})"
+            ));
+        }
+        if let Some((received_at, id)) = &self.after {
+            params.push(received_at);
+            params.push(id);
+            let n = params.len();
+            clauses.push(format!("(received_at, id) < (${}, ${n})", n - 1));
+        }
+        params.push(&self.limit);
+        let where_sql = if clauses.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", clauses.join(" AND "))
+        };
+        let sql = format!(
+            "SELECT {SUMMARY_COLUMNS} FROM webhook_events {where_sql}
+             ORDER BY received_at DESC, id DESC LIMIT ${}",
+            params.len()
+        );
+        (sql, params)
+    }
+}
+
 /// Newest first; returns at most `filter.limit` rows.
 pub async fn list_events(
     client: &impl GenericClient,
     filter: &EventFilter,
 ) -> Result<Vec<EventSummary>, StoreError> {
-    let mut clauses: Vec<String> = Vec::new();
-    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
-    // Only column names and placeholders are written into the SQL text; the
-    // values travel as parameters.
-    let equal = [
-        ("source", &filter.source),
-        ("kind", &filter.kind),
-        ("event_type", &filter.event_type),
-        ("status", &filter.status),
-    ];
-    for (column, value) in equal {
-        if let Some(value) = value {
-            params.push(value);
-            clauses.push(format!("{column} = ${}", params.len()));
-        }
-    }
-    if let Some(since) = &filter.since {
-        params.push(since);
-        clauses.push(format!("received_at >= ${}", params.len()));
-    }
-    if let Some(until) = &filter.until {
-        params.push(until);
-        clauses.push(format!("received_at < ${}", params.len()));
-    }
-    if let Some(q) = &filter.q {
-        params.push(q);
-        let n = params.len();
-        clauses.push(format!(
-            "(event_id = ${n} OR payment_id = ${n} OR customer_id = ${n})"
-        ));
-    }
-    if let Some((received_at, id)) = &filter.after {
-        params.push(received_at);
-        params.push(id);
-        let n = params.len();
-        clauses.push(format!("(received_at, id) < (${}, ${n})", n - 1));
-    }
-    params.push(&filter.limit);
-    let where_sql = if clauses.is_empty() {
-        String::new()
-    } else {
-        format!("WHERE {}", clauses.join(" AND "))
-    };
-    let sql = format!(
-        "SELECT {SUMMARY_COLUMNS} FROM webhook_events {where_sql}
-         ORDER BY received_at DESC, id DESC LIMIT ${}",
-        params.len()
-    );
+    let (sql, params) = filter.to_sql();
     let statement = client.prepare_cached(&sql).await?;
     let rows = client.query(&statement, &params).await?;
     Ok(rows.iter().map(summary).collect())
