@@ -166,10 +166,6 @@ impl EmbeddedPostgres {
         &self.dir
     }
 
-    pub fn started_here(&self) -> bool {
-        self.started_here
-    }
-
     pub fn pg_config(&self, dbname: &str) -> tokio_postgres::Config {
         let mut config = tokio_postgres::Config::new();
         config

@@ -90,15 +90,6 @@ impl Metrics {
         }
     }
 
-    /// A counter's current value (for tests and summaries).
-    pub fn get(&self, name: &'static str, labels: &[(&'static str, &str)]) -> u64 {
-        let key = (name, owned(labels));
-        self.counters
-            .lock()
-            .map(|c| c.get(&key).copied().unwrap_or(0))
-            .unwrap_or(0)
-    }
-
     /// The text exposition, with gauges computed by the caller appended.
     pub fn render(&self, gauges: &[(&'static str, i64)]) -> String {
         let mut out = String::new();

@@ -38,35 +38,36 @@ pub async fn claim(
              RETURNING 1",
         )
         .await?;
-    if client
-        .query_opt(&insert, &[&token, &key, &request_sha256, &ABANDONED_AFTER])
-        .await?
-        .is_some()
-    {
-        return Ok(Claim::Fresh);
-    }
     let select = client
         .prepare_cached(
             "SELECT request_sha256, response_status, response_body FROM admin_idempotency_keys
              WHERE token_name = $1 AND idempotency_key = $2",
         )
         .await?;
-    let Some(row) = client.query_opt(&select, &[&token, &key]).await? else {
-        // Purged between the two statements: claim it again.
-        return Box::pin(claim(client, token, key, request_sha256)).await;
-    };
-    let stored: Vec<u8> = row.get(0);
-    if stored != request_sha256 {
-        return Ok(Claim::Mismatch);
+    // Twice at most: the record can be purged between the two statements.
+    for _ in 0..2 {
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&token, &key, &request_sha256, &ABANDONED_AFTER];
+        if client.query_opt(&insert, &params).await?.is_some() {
+            return Ok(Claim::Fresh);
+        }
+        let Some(row) = client.query_opt(&select, &[&token, &key]).await? else {
+            continue;
+        };
+        let stored: Vec<u8> = row.get(0);
+        if stored != request_sha256 {
+            return Ok(Claim::Mismatch);
+        }
+        let status: Option<i16> = row.get(1);
+        return Ok(match status {
+            Some(status) => Claim::Replay {
+                status: u16::try_from(status).unwrap_or(500),
+                body: row.get::<_, Option<Vec<u8>>>(2).unwrap_or_default(),
+            },
+            None => Claim::InProgress,
+        });
     }
-    let status: Option<i16> = row.get(1);
-    Ok(match status {
-        Some(status) => Claim::Replay {
-            status: u16::try_from(status).unwrap_or(500),
-            body: row.get::<_, Option<Vec<u8>>>(2).unwrap_or_default(),
-        },
-        None => Claim::InProgress,
-    })
+    Ok(Claim::InProgress)
 }
 
 pub async fn complete(
