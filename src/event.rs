@@ -159,7 +159,7 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_scalar(&Value::String(key.clone()), out);
+                write_scalar(key, out);
                 out.push(b':');
                 write_canonical(item, out);
             }
@@ -179,8 +179,8 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     }
 }
 
-fn write_scalar(value: &Value, out: &mut Vec<u8>) {
-    // Writing a scalar Value into a Vec cannot fail.
+fn write_scalar(value: &(impl serde::Serialize + ?Sized), out: &mut Vec<u8>) {
+    // Writing a string or scalar into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, value);
 }
 
