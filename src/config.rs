@@ -129,11 +129,7 @@ impl Settings {
             };
             fail(key, one_line(inner.message()))
         })?;
-        apply_env(&mut raw, env).map_err(|(key, problem)| ConfigError {
-            origin: "environment".into(),
-            key,
-            problem,
-        })?;
+        apply_env(&mut raw, env);
         raw.validate().map_err(|(key, problem)| fail(key, problem))
     }
 }
@@ -227,7 +223,7 @@ struct RawToken {
 
 type Problem = (String, String);
 
-fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(), Problem> {
+fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) {
     if let Some(url) = env.get("DATABASE_URL").filter(|v| !v.is_empty()) {
         raw.database_url = Some(url.clone());
     }
@@ -261,7 +257,6 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
             .map(String::from)
             .collect();
     }
-    Ok(())
 }
 
 /// The NAME in `HOOKD_SOURCE_<NAME>_SECRETS`: upper-cased, and any character that
