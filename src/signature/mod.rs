@@ -15,6 +15,7 @@ mod stripe;
 pub use github::{DELIVERY as GITHUB_DELIVERY, EVENT as GITHUB_EVENT};
 pub use standard::event_id as standard_event_id;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
@@ -63,10 +64,10 @@ impl Scheme {
 
     /// The key bytes a secret stands for under this scheme; an error explains why a
     /// configured secret is unusable (checked once, at startup).
-    pub fn key_bytes(&self, secret: &Secret) -> Result<Vec<u8>, String> {
+    pub fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
         match self {
-            Scheme::Standard => standard::key_bytes(secret.expose()),
-            _ => Ok(secret.expose().as_bytes().to_vec()),
+            Scheme::Standard => standard::key_bytes(secret.expose()).map(Cow::Owned),
+            _ => Ok(Cow::Borrowed(secret.expose().as_bytes())),
         }
     }
 }
