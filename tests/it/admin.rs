@@ -42,6 +42,12 @@ async fn call(
     }
 }
 
+/// `POST /admin/api/events/{id}/retry` with a bearer token, or none.
+async fn retry(app: &TestApp, id: i64, token: Option<&str>) -> Answer {
+    let path = format!("/admin/api/events/{id}/retry");
+    call(app, "POST", &path, token, &[]).await
+}
+
 fn payment(id: &str, ty: &str, payment: &str, customer: &str) -> Value {
     stripe_event(
         id,
@@ -310,15 +316,14 @@ async fn operators_retry_viewers_may_not() {
     let app = spawn_app().await;
     history(&app).await;
     let dead = row_id(&app, "evt_h5").await;
-    let path = format!("/admin/api/events/{dead}/retry");
-    let denied = call(&app, "POST", &path, Some(VIEWER), &[]).await;
+    let denied = retry(&app, dead, Some(VIEWER)).await;
     assert_eq!(
         (denied.status, denied.json()["error"].clone()),
         (403, json!("forbidden"))
     );
-    assert_eq!(call(&app, "POST", &path, None, &[]).await.status, 401);
+    assert_eq!(retry(&app, dead, None).await.status, 401);
 
-    let retried = call(&app, "POST", &path, Some(OPERATOR), &[]).await;
+    let retried = retry(&app, dead, Some(OPERATOR)).await;
     assert_eq!(retried.status, 200);
     let body = retried.json();
     assert_eq!(
@@ -334,14 +339,7 @@ async fn operators_retry_viewers_may_not() {
             &[],
         )
         .await;
-    let again = call(
-        &app,
-        "POST",
-        &format!("/admin/api/events/{done}/retry"),
-        Some(OPERATOR),
-        &[],
-    )
-    .await;
+    let again = retry(&app, done, Some(OPERATOR)).await;
     assert_eq!(
         (again.status, again.json()["status"].clone()),
         (200, json!("processed"))
@@ -358,14 +356,7 @@ async fn operators_retry_viewers_may_not() {
     );
 
     let ignored = row_id(&app, "evt_h4").await;
-    let answer = call(
-        &app,
-        "POST",
-        &format!("/admin/api/events/{ignored}/retry"),
-        Some(OPERATOR),
-        &[],
-    )
-    .await;
+    let answer = retry(&app, ignored, Some(OPERATOR)).await;
     assert_eq!(
         (answer.status, answer.json()["error"].clone()),
         (409, json!("no_handler"))
@@ -388,14 +379,7 @@ async fn operators_retry_viewers_may_not() {
         &[&done],
     )
     .await;
-    let gone = call(
-        &app,
-        "POST",
-        &format!("/admin/api/events/{done}/retry"),
-        Some(OPERATOR),
-        &[],
-    )
-    .await;
+    let gone = retry(&app, done, Some(OPERATOR)).await;
     assert_eq!(
         (gone.status, gone.json()["error"].clone()),
         (410, json!("gone"))
