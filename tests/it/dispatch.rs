@@ -13,6 +13,21 @@ use serde_json::{Value, json};
 
 use crate::support::{Spawn, TestApp, spawn, stripe_event, test_settings};
 
+/// A business effect tests can look for: a `payments` row named `marker`.
+async fn leave_effect(
+    tx: &Transaction<'_>,
+    source: &str,
+    marker: &str,
+) -> Result<(), HandlerError> {
+    tx.execute(
+        "INSERT INTO payments (source, payment_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        &[&source, &marker],
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| HandlerError::Retry(e.to_string()))
+}
+
 /// Fails its first `failures` runs of each event, then succeeds, writing a marker
 /// row so tests can see whether its effects were kept.
 struct Flaky {
@@ -27,16 +42,8 @@ impl Handler for Flaky {
         tx: &Transaction<'_>,
         event: &EventToApply<'_>,
     ) -> Result<(), HandlerError> {
-        tx.execute(
-            "INSERT INTO payments (source, payment_id) VALUES ($1, $2)
-             ON CONFLICT DO NOTHING",
-            &[
-                &event.source,
-                &format!("effect-{}-{}", event.event_id, event.attempt),
-            ],
-        )
-        .await
-        .map_err(|e| HandlerError::Retry(e.to_string()))?;
+        let marker = format!("effect-{}-{}", event.event_id, event.attempt);
+        leave_effect(tx, event.source, &marker).await?;
         let mut runs = self.runs.lock().expect("lock");
         let run = runs.entry(event.id).or_insert(0);
         *run += 1;
@@ -58,12 +65,7 @@ impl Handler for Stuck {
         tx: &Transaction<'_>,
         event: &EventToApply<'_>,
     ) -> Result<(), HandlerError> {
-        tx.execute(
-            "INSERT INTO payments (source, payment_id) VALUES ($1, 'stuck-effect')",
-            &[&event.source],
-        )
-        .await
-        .map_err(|e| HandlerError::Retry(e.to_string()))?;
+        leave_effect(tx, event.source, "stuck-effect").await?;
         tx.execute("SELECT pg_sleep(30)", &[])
             .await
             .map_err(|e| HandlerError::Retry(e.to_string()))?;
