@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{BenchCluster, Report, Summary, ms, open_loop};
-use hookd::config::format_duration;
+use hookd::duration::format as format_duration;
 use hookd::purge::PurgeOutcome;
 use tokio::time::Instant;
 

@@ -310,7 +310,7 @@ impl RawSettings {
                     key.into(),
                     format!(
                         "{} is below the 24h minimum (it must outlive providers' retries)",
-                        format_duration(value)
+                        crate::duration::format(value)
                     ),
                 ));
             }
@@ -553,7 +553,7 @@ where
 fn duration(key: &str, value: Option<DurationValue>, default: &str) -> Result<Duration, Problem> {
     let text = value.map_or_else(|| default.to_string(), DurationValue::text);
     let text = text.as_str();
-    let parsed = parse_duration(text).map_err(|problem| (key.to_string(), problem))?;
+    let parsed = crate::duration::parse(text).map_err(|problem| (key.to_string(), problem))?;
     if parsed.is_zero() {
         return Err((
             key.to_string(),
@@ -561,50 +561,6 @@ fn duration(key: &str, value: Option<DurationValue>, default: &str) -> Result<Du
         ));
     }
     Ok(parsed)
-}
-
-/// Parses `250ms`, `5s`, `5m`, `1h`, `30d` (one number, one unit).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("{text:?} needs a unit (ms, s, m, h or d)"))?;
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 5s, 5m, 1h or 30d"))?;
-    let unit_ms: u64 = match unit {
-        "ms" => 1,
-        "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => {
-            return Err(format!(
-                "{text:?} has an unknown unit (use ms, s, m, h or d)"
-            ));
-        }
-    };
-    number
-        .checked_mul(unit_ms)
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("{text:?} is too long"))
-}
-
-/// The shortest exact form of a duration in the units `parse_duration` accepts.
-pub fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    for (unit, size) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1000),
-    ] {
-        if ms >= size && ms.is_multiple_of(size) {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    format!("{ms}ms")
 }
 
 #[cfg(test)]

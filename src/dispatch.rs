@@ -15,7 +15,8 @@ use deadpool_postgres::{Pool, Transaction};
 use serde_json::Value;
 use tokio_postgres::NoTls;
 
-use crate::config::{Settings, format_duration};
+use crate::config::Settings;
+use crate::duration;
 use crate::event::{IncomingEvent, PaymentShape};
 use crate::handlers::{EventToApply, HandlerError, Registry};
 use crate::metrics::Metrics;
@@ -231,7 +232,7 @@ impl Dispatcher {
                         let _ = tx.cancel_token().cancel_query(NoTls).await;
                         Err(HandlerError::Retry(format!(
                             "handler timed out after {}",
-                            format_duration(timeout)
+                            duration::format(timeout)
                         )))
                     }
                 };
@@ -260,7 +261,7 @@ impl Dispatcher {
                     self.settings.retry_cap,
                     target.attempt,
                 );
-                let due = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+                let due = duration::after(Utc::now(), delay).unwrap_or_else(Utc::now);
                 (EventStatus::Failed, Some(reason), Some(due))
             }
         };

@@ -7,6 +7,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod dispatch;
+pub mod duration;
 pub mod embedded_pg;
 pub mod event;
 pub mod handlers;

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 
 use crate::config::Settings;
+use crate::duration;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use crate::store::StoreError;
@@ -49,8 +50,8 @@ pub struct Cutoffs {
 
 impl Cutoffs {
     pub fn at(now: DateTime<Utc>, settings: &Settings) -> Self {
-        let ago =
-            |d: Duration| now - chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+        // Durations are bounded at parse time; the floor only guards the calendar's edge.
+        let ago = |d: Duration| duration::before(now, d).unwrap_or(DateTime::<Utc>::MIN_UTC);
         Cutoffs {
             payloads: ago(settings.retention),
             keys: ago(settings.key_retention),

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde::Deserialize;
 
-use crate::config::parse_duration;
+use crate::duration;
 use crate::store::StoreError;
 use crate::store::events::EventStatus;
 use crate::store::history::{self, EventFilter, EventSummary};
@@ -93,12 +93,13 @@ pub fn parse_moment(
     if let Ok(moment) = DateTime::parse_from_rfc3339(text) {
         return Ok(moment.with_timezone(&Utc));
     }
-    let age = parse_duration(text).map_err(|_| {
+    let bad = || {
         FilterError(format!(
             "{name} must be an RFC 3339 time or an age like 24h or 7d"
         ))
-    })?;
-    Ok(now - chrono::Duration::from_std(age).unwrap_or(chrono::Duration::MAX))
+    };
+    let age = duration::parse(text).map_err(|_| bad())?;
+    duration::before(now, age).ok_or_else(bad)
 }
 
 pub fn encode_cursor(event: &EventSummary) -> String {
@@ -115,6 +116,12 @@ fn decode_cursor(text: &str) -> Result<(DateTime<Utc>, i64), FilterError> {
     let (micros, id) = raw.split_once(':').ok_or_else(bad)?;
     let micros: i64 = micros.parse().map_err(|_| bad())?;
     let id: i64 = id.parse().map_err(|_| bad())?;
+    // Years 1 to 9999 only: PostgreSQL refuses times far outside them.
+    const YEARS_1_TO_9999: std::ops::RangeInclusive<i64> =
+        -62_135_596_800_000_000..=253_402_300_799_999_999;
+    if !YEARS_1_TO_9999.contains(&micros) {
+        return Err(bad());
+    }
     Ok((DateTime::from_timestamp_micros(micros).ok_or_else(bad)?, id))
 }
 

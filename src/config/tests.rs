@@ -182,17 +182,6 @@ fn admin_tokens_are_checked() {
 }
 
 #[test]
-fn durations_parse_and_print() {
-    assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-    assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86400)));
-    assert!(parse_duration("5").is_err());
-    assert!(parse_duration("m").is_err());
-    assert!(parse_duration("-5s").is_err());
-    assert_eq!(format_duration(Duration::from_secs(90)), "90s");
-    assert_eq!(format_duration(Duration::from_secs(7200)), "2h");
-}
-
-#[test]
 fn kinds_without_a_handler_and_url_safe_names_are_accepted() {
     let text = r#"
 [[sources]]

@@ -11,8 +11,8 @@ use sha2::{Digest, Sha256};
 use super::AppState;
 use super::auth::{self, Principal};
 use super::error::ApiError;
-use crate::config::{format_duration, parse_duration};
 use crate::dispatch::RetryOutcome;
+use crate::duration;
 use crate::query::{FilterError, ListParams};
 use crate::store::history::{self, EventFilter, EventSummary};
 use crate::store::idempotency::{self, Claim};
@@ -77,9 +77,9 @@ pub async fn stats(
         .map_err(|e| ApiError::BadRequest(e.to_string()))?
         .into_inner();
     let text = params.window.unwrap_or_else(|| "24h".into());
-    let window = parse_duration(&text)
-        .map_err(|_| ApiError::BadRequest("window must be an age like 24h or 7d".into()))?;
-    let since = Utc::now() - chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
+    let bad_window = || ApiError::BadRequest("window must be an age like 24h or 7d".into());
+    let window = duration::parse(&text).map_err(|_| bad_window())?;
+    let since = duration::before(Utc::now(), window).ok_or_else(bad_window)?;
     let client = state
         .pool
         .get()
@@ -87,7 +87,7 @@ pub async fn stats(
         .map_err(crate::store::StoreError::from)?;
     let stats = history::stats(&client, since).await?;
     Ok(HttpResponse::Ok().json(json!({
-        "window": format_duration(window),
+        "window": duration::format(window),
         "since": since,
         "total": stats.total,
         "by_status": stats.by_status,

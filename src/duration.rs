@@ -1,0 +1,113 @@
+//! Durations as people write them in the config, the admin API, the page and the
+//! command line: one number and a unit (`250ms`, `5s`, `5m`, `1h`, `30d`). Every
+//! duration is bounded, so no arithmetic on a time can overflow: a window of a
+//! hundred years is refused as a typo rather than turned into a panic.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+/// The longest duration accepted anywhere: 100 years of 365 days.
+pub const MAX: Duration = Duration::from_secs(36_500 * 86_400);
+
+/// Parses `250ms`, `5s`, `5m`, `1h`, `30d` (one number, one unit), at most [`MAX`].
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?} needs a unit (ms, s, m, h or d)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 5s, 5m, 1h or 30d"))?;
+    let unit_ms: u64 = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(format!(
+                "{text:?} has an unknown unit (use ms, s, m, h or d)"
+            ));
+        }
+    };
+    number
+        .checked_mul(unit_ms)
+        .map(Duration::from_millis)
+        .filter(|d| *d <= MAX)
+        .ok_or_else(|| format!("{text:?} is too long (at most {})", format(MAX)))
+}
+
+/// The shortest exact form of a duration in the units `parse` accepts.
+pub fn format(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// `moment - d`, or `None` when that is outside the calendar chrono can represent.
+pub fn before(moment: DateTime<Utc>, d: Duration) -> Option<DateTime<Utc>> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| moment.checked_sub_signed(d))
+}
+
+/// `moment + d`, or `None` when that is outside the calendar chrono can represent.
+pub fn after(moment: DateTime<Utc>, d: Duration) -> Option<DateTime<Utc>> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| moment.checked_add_signed(d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_and_bounds() {
+        assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse(" 5m "), Ok(Duration::from_secs(300)));
+        assert_eq!(parse("36500d"), Ok(MAX));
+        for bad in [
+            "36501d",
+            "999999999d",
+            "18446744073709551615ms",
+            "5",
+            "5y",
+            "d",
+            "",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(format(Duration::from_secs(86_400 * 30)), "30d");
+        assert_eq!(format(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(format(Duration::from_secs(90)), "90s");
+        assert_eq!(format(Duration::from_secs(7200)), "2h");
+        assert!(parse("-5s").is_err());
+    }
+
+    #[test]
+    fn arithmetic_on_the_longest_duration_never_overflows() {
+        let now = Utc::now();
+        assert!(before(now, MAX).is_some_and(|t| t < now));
+        assert!(after(now, MAX).is_some_and(|t| t > now));
+        assert_eq!(
+            before(DateTime::<Utc>::MIN_UTC, Duration::from_secs(1)),
+            None
+        );
+        assert_eq!(
+            after(DateTime::<Utc>::MAX_UTC, Duration::from_secs(1)),
+            None
+        );
+    }
+}
