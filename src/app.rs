@@ -53,7 +53,7 @@ impl Database {
     /// Connects to `DATABASE_URL`, or starts the embedded cluster when it is unset.
     pub async fn open(settings: &Settings) -> Result<Self, StartError> {
         if let Some(url) = &settings.database_url {
-            let config = tokio_postgres::Config::from_str(url)
+            let config = tokio_postgres::Config::from_str(url.expose())
                 .map_err(|e| StartError::DatabaseUrl(e.to_string()))?;
             return Ok(Database {
                 pool: store::pool(config, store::DEFAULT_POOL_SIZE),

@@ -26,6 +26,21 @@ const STRIPE_DEFAULT_TYPES: [(&str, &str); 4] = [
     ("charge.dispute.created", "dispute_opened"),
 ];
 
+/// The secrets and tokens of the shipped `hookd.toml`. They are public, so they are
+/// accepted only while hookd listens on a loopback address.
+pub const DEVELOPMENT_CREDENTIALS: [&str; 7] = [
+    "whsec_dev_stripe_current_0123456789",
+    "whsec_dev_stripe_previous_0123456789",
+    "whsec_aG9va2QtZGV2LXN0YW5kYXJkLXNlY3JldC1rZXktMzJi",
+    "dev-github-secret",
+    "dev-shop-secret",
+    "dev-viewer-token-0123456789",
+    "dev-operator-token-0123456789",
+];
+
+/// Admin tokens shorter than this are refused beyond loopback (and warned about on it).
+pub const MIN_TOKEN_LEN: usize = 16;
+
 /// Retention windows must outlive every provider's retry window.
 pub const MIN_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
@@ -39,8 +54,14 @@ pub struct ConfigError {
 
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// The file these settings came from, for messages.
+    pub origin: String,
     pub listen: SocketAddr,
+    /// When set, `/admin…` and `/metrics` are served only here.
+    pub admin_listen: Option<SocketAddr>,
     pub max_body_bytes: usize,
+    /// How long a request body may take to arrive, once its headers are in.
+    pub body_timeout: Duration,
     pub handler_timeout: Duration,
     pub max_attempts: i32,
     pub retry_base: Duration,
@@ -51,8 +72,11 @@ pub struct Settings {
     pub purge_batch: i64,
     pub sources: Vec<Source>,
     pub admin_tokens: Vec<AdminToken>,
-    /// `DATABASE_URL`; `None` means the embedded cluster.
-    pub database_url: Option<String>,
+    /// `Secure` on the session cookie: `None` decides by the admin listener
+    /// (off only on a loopback address, where plain HTTP is expected).
+    pub cookie_secure: Option<bool>,
+    /// `DATABASE_URL`; `None` means the embedded cluster. A secret: it may hold a password.
+    pub database_url: Option<Secret>,
 }
 
 #[derive(Debug, Clone)]
@@ -60,6 +84,8 @@ pub struct Source {
     pub name: String,
     pub scheme: Scheme,
     pub secrets: Vec<Secret>,
+    /// Where the secrets were set, for messages: `sources[0].secrets` or its variable.
+    pub secrets_key: String,
     pub tolerance: Duration,
     /// Provider type → hookd kind, defaults included.
     pub event_types: HashMap<String, String>,
@@ -87,11 +113,76 @@ pub struct AdminToken {
     pub name: String,
     pub token: Secret,
     pub role: Role,
+    /// Where the token was set, for messages: `admin.tokens[0].token` or its variable.
+    pub key: String,
 }
 
 impl Settings {
     pub fn source(&self, name: &str) -> Option<&Source> {
         self.sources.iter().find(|s| s.name == name)
+    }
+
+    /// Where `/admin…` and `/metrics` are served.
+    pub fn admin_address(&self) -> SocketAddr {
+        self.admin_listen.unwrap_or(self.listen)
+    }
+
+    /// Whether any source secret or admin token is a shipped development value.
+    pub fn uses_development_credentials(&self) -> bool {
+        let secrets = self.sources.iter().flat_map(|s| s.secrets.iter());
+        let tokens = self.admin_tokens.iter().map(|t| &t.token);
+        secrets
+            .chain(tokens)
+            .any(|secret| DEVELOPMENT_CREDENTIALS.contains(&secret.expose()))
+    }
+
+    /// `serve` refuses public development credentials on an address other machines
+    /// can reach: source secrets when the webhook listener is not loopback, admin
+    /// tokens (and short ones) when the admin listener is not. Loopback keeps the
+    /// shipped `hookd.toml` working out of the box.
+    pub fn check_exposure(&self) -> Result<(), ConfigError> {
+        let refuse = |key: &str, problem: String| ConfigError {
+            origin: self.origin.clone(),
+            key: key.to_string(),
+            problem,
+        };
+        let is_dev = |secret: &Secret| DEVELOPMENT_CREDENTIALS.contains(&secret.expose());
+        if !self.listen.ip().is_loopback() {
+            for source in &self.sources {
+                if let Some(j) = source.secrets.iter().position(is_dev) {
+                    return Err(refuse(
+                        &format!("{}[{j}]", source.secrets_key),
+                        format!(
+                            "is a shipped development secret, and listen = {} reaches beyond \
+                             this machine: set the provider's secret (hookd secret --scheme {} \
+                             prints a fresh one)",
+                            self.listen,
+                            source.scheme.name()
+                        ),
+                    ));
+                }
+            }
+        }
+        let admin = self.admin_address();
+        if !admin.ip().is_loopback() {
+            for token in &self.admin_tokens {
+                let problem = if is_dev(&token.token) {
+                    "is a shipped development token"
+                } else if token.token.expose().len() < MIN_TOKEN_LEN {
+                    "is shorter than 16 characters"
+                } else {
+                    continue;
+                };
+                return Err(refuse(
+                    &token.key,
+                    format!(
+                        "{problem}, and the admin pages listen on {admin}, beyond this machine: \
+                         set a long random token (hookd secret --scheme hmac prints one)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Reads the file, applies the process environment, validates.
@@ -130,7 +221,11 @@ impl Settings {
             fail(key, one_line(inner.message()))
         })?;
         apply_env(&mut raw, env);
-        raw.validate().map_err(|(key, problem)| fail(key, problem))
+        let mut settings = raw
+            .validate()
+            .map_err(|(key, problem)| fail(key, problem))?;
+        settings.origin = origin.to_string();
+        Ok(settings)
     }
 }
 
@@ -152,7 +247,9 @@ fn locate(text: &str, span: Option<std::ops::Range<usize>>) -> String {
 #[serde(deny_unknown_fields)]
 struct RawSettings {
     listen: Option<String>,
+    admin_listen: Option<String>,
     max_body_bytes: Option<i64>,
+    body_timeout: Option<DurationValue>,
     handler_timeout: Option<DurationValue>,
     max_attempts: Option<i64>,
     retry_base: Option<DurationValue>,
@@ -204,6 +301,9 @@ struct RawSource {
     type_header: Option<String>,
     type_pointer: Option<String>,
     timestamp_header: Option<String>,
+    /// The environment variable that replaced `secrets`, if one did.
+    #[serde(skip)]
+    secrets_env: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -211,6 +311,7 @@ struct RawSource {
 struct RawAdmin {
     #[serde(default)]
     tokens: Vec<RawToken>,
+    cookie_secure: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -219,6 +320,8 @@ struct RawToken {
     name: String,
     token: String,
     role: String,
+    #[serde(skip)]
+    from_env: bool,
 }
 
 type Problem = (String, String);
@@ -230,11 +333,15 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) {
     if let Some(listen) = env.get("HOOKD_LISTEN").filter(|v| !v.is_empty()) {
         raw.listen = Some(listen.clone());
     }
+    if let Some(listen) = env.get("HOOKD_ADMIN_LISTEN").filter(|v| !v.is_empty()) {
+        raw.admin_listen = Some(listen.clone());
+    }
     if let Some(token) = env.get("HOOKD_ADMIN_TOKEN").filter(|v| !v.is_empty()) {
         raw.admin.tokens.push(RawToken {
             name: "env".into(),
             token: token.clone(),
             role: "operator".into(),
+            from_env: true,
         });
     }
     for (var, value) in env {
@@ -250,6 +357,7 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) {
             log::warn!("{var}: no configured source is named {upper}; ignored");
             continue;
         };
+        source.secrets_env = Some(var.clone());
         source.secrets = value
             .split(',')
             .map(str::trim)
@@ -276,21 +384,20 @@ pub fn env_name(source: &str) -> String {
 
 impl RawSettings {
     fn validate(self) -> Result<Settings, Problem> {
-        let listen = self.listen.as_deref().unwrap_or("127.0.0.1:8080");
-        let listen: SocketAddr = match listen.parse() {
-            Ok(addr) => addr,
-            // A host name (`localhost:8080`) is resolved once, at startup.
-            Err(_) => std::net::ToSocketAddrs::to_socket_addrs(listen)
-                .ok()
-                .and_then(|mut addrs| addrs.next())
-                .ok_or_else(|| {
-                    (
-                        "listen".to_string(),
-                        format!("{listen:?} is not a host:port address"),
-                    )
-                })?,
-        };
+        let listen = socket_address("listen", self.listen.as_deref().unwrap_or("127.0.0.1:8080"))?;
+        let admin_listen = self
+            .admin_listen
+            .as_deref()
+            .map(|text| socket_address("admin_listen", text))
+            .transpose()?;
+        if admin_listen.is_some_and(|admin| admin == listen) {
+            return Err((
+                "admin_listen".into(),
+                "must differ from listen (it separates the admin pages from the webhooks)".into(),
+            ));
+        }
         let max_body_bytes = positive("max_body_bytes", self.max_body_bytes, 1_048_576)?;
+        let body_timeout = duration("body_timeout", self.body_timeout, "10s")?;
         let max_attempts = positive("max_attempts", self.max_attempts, 10)?;
         let purge_batch = positive("purge_batch", self.purge_batch, 1000)?;
         let handler_timeout = duration("handler_timeout", self.handler_timeout, "5s")?;
@@ -337,14 +444,20 @@ impl RawSettings {
 
         let mut admin_tokens: Vec<AdminToken> = Vec::with_capacity(self.admin.tokens.len());
         for (i, raw) in self.admin.tokens.into_iter().enumerate() {
-            let key = |field: &str| format!("admin.tokens[{i}].{field}");
+            let key = |field: &str| {
+                if raw.from_env {
+                    "HOOKD_ADMIN_TOKEN".to_string()
+                } else {
+                    format!("admin.tokens[{i}].{field}")
+                }
+            };
             if raw.name.trim().is_empty() {
                 return Err((key("name"), "must not be empty".into()));
             }
             if raw.token.is_empty() {
                 return Err((key("token"), "must not be empty".into()));
             }
-            if raw.token.len() < 16 {
+            if raw.token.len() < MIN_TOKEN_LEN {
                 log::warn!(
                     "{}: shorter than 16 characters; easy to guess",
                     key("token")
@@ -367,6 +480,7 @@ impl RawSettings {
                 return Err((key("token"), "is the same as another token".into()));
             }
             admin_tokens.push(AdminToken {
+                key: key("token"),
                 name: raw.name,
                 token: Secret::new(raw.token),
                 role,
@@ -374,8 +488,11 @@ impl RawSettings {
         }
 
         Ok(Settings {
+            origin: String::new(),
             listen,
+            admin_listen,
             max_body_bytes,
+            body_timeout,
             handler_timeout,
             max_attempts,
             retry_base,
@@ -386,7 +503,8 @@ impl RawSettings {
             purge_batch,
             sources,
             admin_tokens,
-            database_url: self.database_url,
+            cookie_secure: self.admin.cookie_secure,
+            database_url: self.database_url.map(Secret::new),
         })
     }
 }
@@ -437,18 +555,19 @@ impl RawSource {
         ) {
             return Err((key(field), "only applies to scheme \"hmac\"".into()));
         }
+        let secrets_key = self.secrets_env.clone().unwrap_or_else(|| key("secrets"));
         if self.secrets.is_empty() {
-            return Err((key("secrets"), "needs at least one secret".into()));
+            return Err((secrets_key, "needs at least one secret".into()));
         }
         let mut secrets = Vec::with_capacity(self.secrets.len());
         for (j, value) in self.secrets.into_iter().enumerate() {
             let secret = Secret::new(value);
             if secret.expose().is_empty() {
-                return Err((format!("sources[{index}].secrets[{j}]"), "is empty".into()));
+                return Err((format!("{secrets_key}[{j}]"), "is empty".into()));
             }
             scheme
                 .key_bytes(&secret)
-                .map_err(|problem| (format!("sources[{index}].secrets[{j}]"), problem))?;
+                .map_err(|problem| (format!("{secrets_key}[{j}]"), problem))?;
             secrets.push(secret);
         }
         let tolerance = duration(&key("tolerance"), self.tolerance, "5m")?;
@@ -480,6 +599,7 @@ impl RawSource {
             name: self.name,
             scheme,
             secrets,
+            secrets_key,
             tolerance,
             event_types,
         })
@@ -535,6 +655,22 @@ impl RawSource {
             timestamp_header: self.timestamp_header.clone().filter(|h| !h.is_empty()),
         })
     }
+}
+
+/// `IP:port`, or `host:port` resolved once, at startup.
+fn socket_address(key: &str, text: &str) -> Result<SocketAddr, Problem> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    std::net::ToSocketAddrs::to_socket_addrs(text)
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| {
+            (
+                key.to_string(),
+                format!("{text:?} is not a host:port address"),
+            )
+        })
 }
 
 fn positive<T>(key: &str, value: Option<i64>, default: T) -> Result<T, Problem>

@@ -65,6 +65,12 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Print a fresh random secret in a scheme's format (or, with hmac, an admin token).
+    Secret {
+        /// stripe, standard (or svix), github or hmac.
+        #[arg(long, value_parser = crate::signature::SCHEME_NAMES)]
+        scheme: String,
+    },
     /// Print the headers the provider would send with FILE (for curl -H @headers).
     Sign {
         /// Source whose scheme and first secret sign the file.
@@ -169,6 +175,10 @@ pub fn run(cli: Cli) -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
+        // Needs no configuration: it makes the values that go into one.
+        if let Command::Secret { scheme } = &cli.command {
+            return secret(scheme);
+        }
         let settings = Settings::load(&cli.config)?;
         match cli.command {
             Command::Serve => serve::serve(settings).await,
@@ -188,6 +198,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 .await
             }
             Command::Sign { source, file } => sign::run(&settings, &source, &file),
+            Command::Secret { scheme } => secret(&scheme),
             Command::Replay {
                 paths,
                 source,
@@ -276,6 +287,13 @@ async fn purge(settings: Settings, dry_run: bool) -> Result<(), CliError> {
         Ok(())
     })
     .await
+}
+
+fn secret(scheme: &str) -> Result<(), CliError> {
+    let secret = crate::signature::new_secret(scheme)
+        .ok_or_else(|| CliError::Other(format!("no scheme named {scheme:?}")))?;
+    println!("{}", secret.expose());
+    Ok(())
 }
 
 fn latest_version() -> i32 {

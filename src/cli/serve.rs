@@ -7,6 +7,13 @@ use crate::app::Parts;
 use crate::config::Settings;
 
 pub async fn serve(settings: Settings) -> Result<(), CliError> {
+    settings.check_exposure()?;
+    if settings.uses_development_credentials() {
+        log::warn!(
+            "serving with the shipped development secrets or tokens; hookd accepts them on \
+             loopback addresses only"
+        );
+    }
     let mut terminate = signal(SignalKind::terminate())
         .map_err(|e| CliError::Other(format!("cannot watch SIGTERM: {e}")))?;
     let mut interrupt = signal(SignalKind::interrupt())

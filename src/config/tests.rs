@@ -157,7 +157,10 @@ fn environment_overrides_the_file() {
     let secrets: Vec<_> = s.sources[0].secrets.iter().map(|x| x.expose()).collect();
     assert_eq!(secrets, ["whsec_env1", "whsec_env2"]);
     assert_eq!(s.admin_tokens[0].role, Role::Operator);
-    assert_eq!(s.database_url.as_deref(), Some("postgres://x@localhost/db"));
+    assert_eq!(
+        s.database_url.as_ref().map(Secret::expose),
+        Some("postgres://x@localhost/db")
+    );
 
     let s = load_env(MINIMAL, &[("HOOKD_SOURCE_STRIPPE_SECRETS", "x")]).expect("a warning only");
     assert_eq!(
@@ -206,4 +209,123 @@ fn bare_numbers_are_seconds_and_host_names_resolve() {
     assert_eq!(s.handler_timeout, Duration::from_secs(7));
     assert_eq!(s.listen.port(), 9000);
     assert!(s.listen.ip().is_loopback());
+}
+
+#[test]
+fn every_credential_of_the_shipped_config_is_known_as_a_development_value() {
+    let raw: toml::Value = toml::from_str(include_str!("../../hookd.toml")).expect("toml");
+    let mut shipped: Vec<String> = Vec::new();
+    for source in raw["sources"].as_array().expect("sources") {
+        for secret in source["secrets"].as_array().expect("secrets") {
+            shipped.push(secret.as_str().expect("text").to_string());
+        }
+    }
+    for token in raw["admin"]["tokens"].as_array().expect("tokens") {
+        shipped.push(token["token"].as_str().expect("text").to_string());
+    }
+    assert_eq!(shipped.len(), DEVELOPMENT_CREDENTIALS.len());
+    for value in &shipped {
+        assert!(DEVELOPMENT_CREDENTIALS.contains(&value.as_str()), "{value}");
+    }
+}
+
+#[test]
+fn development_credentials_are_refused_beyond_loopback_only() {
+    let shipped = include_str!("../../hookd.toml");
+    let on_loopback = load(shipped).expect("valid");
+    assert!(on_loopback.uses_development_credentials());
+    assert!(on_loopback.check_exposure().is_ok());
+
+    let public = load_env(shipped, &[("HOOKD_LISTEN", "0.0.0.0:8080")]).expect("valid");
+    let e = public.check_exposure().expect_err("refused").to_string();
+    assert!(
+        e.contains("sources[0].secrets[0]") && e.contains("0.0.0.0:8080"),
+        "{e}"
+    );
+    assert!(!e.contains('\n') && !e.contains("whsec_dev"), "{e}");
+
+    // Every source secret replaced, admin pages on loopback: the dev tokens may stay.
+    let mut env = vec![
+        ("HOOKD_LISTEN", "0.0.0.0:8080"),
+        ("HOOKD_ADMIN_LISTEN", "127.0.0.1:9090"),
+    ];
+    let secrets = [
+        ("HOOKD_SOURCE_STRIPE_SECRETS", "whsec_live_a1b2c3"),
+        (
+            "HOOKD_SOURCE_STANDARD_SECRETS",
+            "whsec_bGl2ZS1zdGFuZGFyZC1zZWNyZXQ=",
+        ),
+        ("HOOKD_SOURCE_GITHUB_SECRETS", "live-github"),
+        ("HOOKD_SOURCE_SHOP_SECRETS", "live-shop"),
+    ];
+    env.extend(secrets);
+    assert!(
+        load_env(shipped, &env)
+            .expect("valid")
+            .check_exposure()
+            .is_ok()
+    );
+
+    // The admin pages beyond loopback: the shipped tokens, or a short one, are refused.
+    env[1] = ("HOOKD_ADMIN_LISTEN", "10.0.0.5:9090");
+    let e = load_env(shipped, &env)
+        .expect("valid")
+        .check_exposure()
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("admin.tokens[0].token") && e.contains("development token"),
+        "{e}"
+    );
+    let own_tokens = format!(
+        "{}\n[[admin.tokens]]\nname = \"ops\"\ntoken = \"short\"\nrole = \"operator\"\n",
+        shipped.split("[[admin.tokens]]").next().expect("head")
+    );
+    let e = load_env(&own_tokens, &env)
+        .expect("valid")
+        .check_exposure()
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("admin.tokens[0].token") && e.contains("shorter than 16"),
+        "{e}"
+    );
+    let long_env_token = load_env(
+        shipped.split("[[admin.tokens]]").next().expect("head"),
+        &[
+            env.as_slice(),
+            &[("HOOKD_ADMIN_TOKEN", "0123456789abcdef0123")],
+        ]
+        .concat(),
+    )
+    .expect("valid");
+    assert!(long_env_token.check_exposure().is_ok());
+    let e = load_env(
+        shipped.split("[[admin.tokens]]").next().expect("head"),
+        &[env.as_slice(), &[("HOOKD_ADMIN_TOKEN", "tiny")]].concat(),
+    )
+    .expect("valid")
+    .check_exposure()
+    .expect_err("refused")
+    .to_string();
+    assert!(e.contains("HOOKD_ADMIN_TOKEN"), "{e}");
+}
+
+#[test]
+fn the_admin_listener_and_body_timeout_are_read_and_checked() {
+    let s = load(MINIMAL).expect("valid");
+    assert_eq!(s.body_timeout, Duration::from_secs(10));
+    assert_eq!(s.admin_listen, None);
+    assert_eq!(s.admin_address(), s.listen);
+    let s = load_env(
+        &format!("body_timeout = \"2s\"\nadmin_listen = \"127.0.0.1:9090\"\n{MINIMAL}"),
+        &[("HOOKD_ADMIN_LISTEN", "127.0.0.1:9191")],
+    )
+    .expect("valid");
+    assert_eq!(s.body_timeout, Duration::from_secs(2));
+    assert_eq!(s.admin_address().to_string(), "127.0.0.1:9191");
+    let e = error(&format!("admin_listen = \"127.0.0.1:8080\"\n{MINIMAL}"));
+    assert!(e.contains("admin_listen"), "{e}");
+    let e = error(&format!("body_timeout = \"36501d\"\n{MINIMAL}"));
+    assert!(e.contains("body_timeout") && e.contains("too long"), "{e}");
 }

@@ -16,6 +16,7 @@ fn source(scheme: Scheme) -> Source {
         name: "s".into(),
         scheme,
         secrets: vec![Secret::new("x")],
+        secrets_key: "sources[0].secrets".into(),
         tolerance: Duration::from_secs(300),
         event_types,
     }

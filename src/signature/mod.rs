@@ -43,6 +43,36 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// Names `hookd secret --scheme` accepts (`svix` is another name for `standard`).
+pub const SCHEME_NAMES: [&str; 5] = ["stripe", "standard", "svix", "github", "hmac"];
+
+/// A fresh random secret in the format providers of `scheme` use: `whsec_` and the
+/// base64 of 32 random bytes for Standard Webhooks, `whsec_` and 32 letters and
+/// digits for Stripe (the whole string is the key), 64 hex digits otherwise. `None`
+/// for an unknown scheme name.
+pub fn new_secret(scheme: &str) -> Option<Secret> {
+    use base64::Engine;
+    use rand::RngExt;
+    let bytes: [u8; 32] = rand::random();
+    let text = match scheme {
+        "standard" | "svix" => format!(
+            "whsec_{}",
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        ),
+        "stripe" => {
+            let tail: String = rand::rng()
+                .sample_iter(rand::distr::Alphanumeric)
+                .take(32)
+                .map(char::from)
+                .collect();
+            format!("whsec_{tail}")
+        }
+        "github" | "hmac" => hex::encode(bytes),
+        _ => return None,
+    };
+    Some(Secret::new(text))
+}
+
 /// How a provider signs, and where it puts the event's identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scheme {

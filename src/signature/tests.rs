@@ -280,3 +280,34 @@ fn standard_secrets_must_be_base64() {
             .is_ok()
     );
 }
+
+#[test]
+fn new_secrets_have_the_scheme_format_sign_and_verify_and_never_repeat() {
+    let body = br#"{"id":"evt_1","type":"payment_intent.succeeded"}"#;
+    for (scheme, _) in all_schemes() {
+        let secret = new_secret(scheme.name()).expect("a known scheme");
+        let again = new_secret(scheme.name()).expect("a known scheme");
+        assert_ne!(secret, again, "{}", scheme.name());
+        let key = scheme.key_bytes(&secret).expect("a usable secret");
+        assert!(
+            key.len() >= 32,
+            "{}: {} key bytes",
+            scheme.name(),
+            key.len()
+        );
+        let h = sign(&scheme, &secret, body, &envelope(NOW)).expect("sign");
+        let keys = [secret];
+        assert!(verifier(&scheme, &keys).verify(&h, body, NOW).is_ok());
+    }
+    let standard = new_secret("svix").expect("svix");
+    assert!(standard.expose().starts_with("whsec_"));
+    assert_eq!(
+        Scheme::Standard.key_bytes(&standard).map(|k| k.len()),
+        Ok(32)
+    );
+    let stripe = new_secret("stripe").expect("stripe");
+    assert!(stripe.expose().starts_with("whsec_") && stripe.expose().len() == 38);
+    let github = new_secret("github").expect("github");
+    assert!(github.expose().len() == 64 && hex::decode(github.expose()).is_ok());
+    assert_eq!(new_secret("paypal"), None);
+}

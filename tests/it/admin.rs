@@ -469,6 +469,7 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
         name: "second-operator".into(),
         token: hookd::signature::Secret::new("second-operator-token-000"),
         role: hookd::config::Role::Operator,
+        key: "admin.tokens[2].token".into(),
     });
     let mut registry = Registry::builtin();
     registry.register("test_slow", Arc::new(Slow));

@@ -2,6 +2,7 @@
 
 mod admin;
 mod dispatch;
+mod hardening;
 mod migrate;
 mod outage;
 mod payments;
