@@ -27,6 +27,16 @@ pub const EMBEDDED_DIR: &str = ".hookd/pg";
 const DISPATCH_WORKERS: usize = 2;
 /// How long in-flight requests get to finish after a stop is requested.
 const GRACE: Duration = Duration::from_secs(30);
+/// A request's head (line and headers) must arrive within this.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// An idle keep-alive connection is closed after this.
+const KEEP_ALIVE: Duration = Duration::from_secs(30);
+/// After an early answer (413, 408), the rest of a body is read and dropped for at
+/// most this long, so the client sees the answer rather than a reset.
+const LINGER: Duration = Duration::from_secs(1);
+/// Open connections per listener, all workers together; past it, new connections
+/// wait in the kernel's backlog.
+const MAX_CONNECTIONS: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -138,40 +148,30 @@ impl App {
         }
     }
 
-    /// Binds the listener and starts the server and the chosen loops.
+    /// Binds the listeners and starts the servers and the chosen loops.
     pub fn start(&self, parts: Parts) -> Result<Running, StartError> {
-        let addr = self.settings.listen;
-        let listener =
-            TcpListener::bind(addr).map_err(|source| StartError::Listen { addr, source })?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|source| StartError::Listen { addr, source })?;
-        let state = actix_web::web::Data::new(AppState {
-            settings: self.settings.clone(),
-            pool: self.pool.clone(),
-            dispatcher: self.dispatcher.clone(),
-            metrics: self.metrics.clone(),
-        });
-        let mut server = actix_web::HttpServer::new(move || {
-            actix_web::App::new()
-                .app_data(state.clone())
-                .configure(http::routes)
-        })
-        .disable_signals()
-        .shutdown_timeout(GRACE.as_secs());
-        if let Some(workers) = parts.http_workers {
-            server = server.workers(workers);
+        raise_open_files_limit();
+        let state = actix_web::web::Data::new(AppState::new(
+            self.settings.clone(),
+            self.pool.clone(),
+            self.dispatcher.clone(),
+            self.metrics.clone(),
+        ));
+        let with_admin = self.settings.admin_listen.is_none();
+        let (addr, public) = serve_http(
+            self.settings.listen,
+            state.clone(),
+            move |config| http::public_routes(config, with_admin),
+            parts.http_workers,
+        )?;
+        let mut servers = vec![public];
+        let mut admin_addr = None;
+        if let Some(listen) = self.settings.admin_listen {
+            // Operators and staff only: one worker is plenty.
+            let (bound, admin) = serve_http(listen, state, http::admin_listener_routes, Some(1))?;
+            admin_addr = Some(bound);
+            servers.push(admin);
         }
-        let server = server
-            .listen(listener)
-            .map_err(|source| StartError::Listen { addr, source })?
-            .run();
-        let handle = server.handle();
-        let server_task = tokio::spawn(async move {
-            if let Err(error) = server.await {
-                log::error!("http server: {error}");
-            }
-        });
 
         let (trigger, stop) = shutdown::channel();
         let mut loops = Vec::new();
@@ -188,20 +188,83 @@ impl App {
             ));
         }
         Ok(Running {
-            addr: local_addr,
-            handle,
-            server_task,
+            addr,
+            admin_addr,
+            servers,
             trigger,
             loops,
         })
     }
 }
 
+/// One HTTP server of an instance.
+struct HttpServer {
+    handle: ServerHandle,
+    task: JoinHandle<()>,
+}
+
+/// Binds `listen` and starts a server with `routes` and the shared timeouts.
+fn serve_http<F>(
+    listen: SocketAddr,
+    state: actix_web::web::Data<AppState>,
+    routes: F,
+    workers: Option<usize>,
+) -> Result<(SocketAddr, HttpServer), StartError>
+where
+    F: Fn(&mut actix_web::web::ServiceConfig) + Clone + Send + 'static,
+{
+    let fail = |source| StartError::Listen {
+        addr: listen,
+        source,
+    };
+    let listener = TcpListener::bind(listen).map_err(fail)?;
+    let bound = listener.local_addr().map_err(fail)?;
+    let workers = workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let server = actix_web::HttpServer::new(move || {
+        actix_web::App::new()
+            .app_data(state.clone())
+            .configure(routes.clone())
+    })
+    .disable_signals()
+    .shutdown_timeout(GRACE.as_secs())
+    .workers(workers)
+    .max_connections(MAX_CONNECTIONS.div_ceil(workers))
+    .client_request_timeout(HEAD_TIMEOUT)
+    .client_disconnect_timeout(LINGER)
+    .keep_alive(KEEP_ALIVE)
+    .listen(listener)
+    .map_err(fail)?
+    .run();
+    let handle = server.handle();
+    let task = tokio::spawn(async move {
+        if let Err(error) = server.await {
+            log::error!("http server: {error}");
+        }
+    });
+    Ok((bound, HttpServer { handle, task }))
+}
+
+/// Each connection is a file descriptor: lift the soft limit to the hard one (often
+/// 1024 → far more), so the connection cap, not the descriptor limit, applies.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        log::warn!("cannot raise the open files limit from {soft} to {hard}: {error}");
+    }
+}
+
 /// A started instance.
 pub struct Running {
+    /// Where the webhooks are served.
     pub addr: SocketAddr,
-    handle: ServerHandle,
-    server_task: JoinHandle<()>,
+    /// Where the admin pages and metrics are served, when apart from `addr`.
+    pub admin_addr: Option<SocketAddr>,
+    servers: Vec<HttpServer>,
     trigger: ShutdownTrigger,
     loops: Vec<JoinHandle<()>>,
 }
@@ -210,8 +273,11 @@ impl Running {
     /// Stops accepting, lets in-flight deliveries and attempts finish, then returns.
     pub async fn stop(self) {
         self.trigger.trigger();
-        self.handle.stop(true).await;
-        let _ = self.server_task.await;
+        let stops = self.servers.iter().map(|s| s.handle.stop(true));
+        futures_util::future::join_all(stops).await;
+        for server in self.servers {
+            let _ = server.task.await;
+        }
         for task in self.loops {
             let _ = task.await;
         }
@@ -220,7 +286,9 @@ impl Running {
     /// Stops at once, without waiting for anything (tests tearing down).
     pub fn abort(self) {
         self.trigger.trigger();
-        drop(self.handle.stop(false));
+        for server in &self.servers {
+            drop(server.handle.stop(false));
+        }
         for task in self.loops {
             task.abort();
         }

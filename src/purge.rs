@@ -30,6 +30,8 @@ pub struct PurgeOutcome {
     pub payloads_dropped: ByStatus,
     pub keys_deleted: ByStatus,
     pub idempotency_keys_deleted: u64,
+    /// Signed-out sessions past the time they would have expired anyway.
+    pub revoked_sessions_deleted: u64,
     /// Shutdown arrived mid-pass; the rest waits for the next pass.
     pub interrupted: bool,
 }
@@ -46,6 +48,7 @@ pub struct Cutoffs {
     pub payloads: DateTime<Utc>,
     pub keys: DateTime<Utc>,
     pub idempotency_keys: DateTime<Utc>,
+    pub revoked_sessions: DateTime<Utc>,
 }
 
 impl Cutoffs {
@@ -56,6 +59,7 @@ impl Cutoffs {
             payloads: ago(settings.retention),
             keys: ago(settings.key_retention),
             idempotency_keys: ago(IDEMPOTENCY_KEY_TTL),
+            revoked_sessions: now,
         }
     }
 }
@@ -122,6 +126,7 @@ impl Purger {
             Step::Pending,
             Step::Payloads,
             Step::IdempotencyKeys,
+            Step::RevokedSessions,
         ] {
             loop {
                 let started = Instant::now();
@@ -146,6 +151,13 @@ impl Purger {
                         outcome.idempotency_keys_deleted += n;
                         n
                     }
+                    Step::RevokedSessions => {
+                        let expired = cutoffs.revoked_sessions;
+                        let n =
+                            purge::delete_revoked_sessions_batch(&*client, expired, limit).await?;
+                        outcome.revoked_sessions_deleted += n;
+                        n
+                    }
                 };
                 if done < limit.unsigned_abs() {
                     break;
@@ -166,6 +178,7 @@ impl Purger {
             ("payload", payloads),
             ("key", keys),
             ("idempotency_key", outcome.idempotency_keys_deleted),
+            ("revoked_session", outcome.revoked_sessions_deleted),
         ] {
             self.metrics
                 .add("hookd_purged_rows_total", &[("what", what)], n);
@@ -206,6 +219,7 @@ enum Step {
     Pending,
     Payloads,
     IdempotencyKeys,
+    RevokedSessions,
 }
 
 /// After a batch that took `busy`, the pass rests `PAUSE_PER_BUSY` times as long:

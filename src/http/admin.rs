@@ -8,9 +8,9 @@ use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::AppState;
 use super::auth::{self, Principal};
 use super::error::ApiError;
+use super::{AppState, body};
 use crate::dispatch::RetryOutcome;
 use crate::duration;
 use crate::query::{FilterError, ListParams};
@@ -40,13 +40,14 @@ pub async fn list(
     state: web::Data<AppState>,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    auth::require(&state.settings, &request)?;
+    auth::require(&state, &request).await?;
     let filter = ListParams::from_query(request.query_string())?.to_filter(Utc::now())?;
     let (events, next_cursor) = page(&state, filter).await?;
     Ok(HttpResponse::Ok().json(json!({"events": events, "next_cursor": next_cursor})))
 }
 
-fn event_id(path: &str) -> Result<i64, ApiError> {
+/// The `webhook_events.id` in a path (not the provider's event id).
+pub fn event_row_id(path: &str) -> Result<i64, ApiError> {
     path.parse::<i64>().map_err(|_| ApiError::NotFound)
 }
 
@@ -55,8 +56,8 @@ pub async fn show(
     request: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    auth::require(&state.settings, &request)?;
-    let id = event_id(&path)?;
+    auth::require(&state, &request).await?;
+    let id = event_row_id(&path)?;
     let event = history::load_event(&state.pool, id)
         .await?
         .ok_or(ApiError::NotFound)?;
@@ -72,7 +73,7 @@ pub async fn stats(
     state: web::Data<AppState>,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    auth::require(&state.settings, &request)?;
+    auth::require(&state, &request).await?;
     let params = web::Query::<StatsParams>::from_query(request.query_string())
         .map_err(|e| ApiError::BadRequest(e.to_string()))?
         .into_inner();
@@ -102,6 +103,12 @@ pub async fn apply_again(
     principal: &Principal,
     id: i64,
 ) -> Result<EventSummary, ApiError> {
+    // Waits its turn rather than taking the connections deliveries need.
+    let _permit = state
+        .retry_permits
+        .acquire()
+        .await
+        .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
     let outcome = state.dispatcher.retry_now(id).await?;
     log::info!(
         "admin retry of event {id} by {}: {outcome:?}",
@@ -149,13 +156,23 @@ fn respond(status: u16, body: Vec<u8>, replayed: bool) -> HttpResponse {
     response.body(body)
 }
 
+/// Admin bodies are small forms or JSON.
+pub const ADMIN_BODY_LIMIT: usize = 64 * 1024;
+
 pub async fn retry(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
-    body: web::Bytes,
+    mut payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let principal = auth::require_operator(&state.settings, &request)?;
+    let principal = auth::require_operator(&state, &request).await?;
+    let body = body::read(
+        &mut payload,
+        &request,
+        ADMIN_BODY_LIMIT,
+        state.settings.body_timeout,
+    )
+    .await?;
     let key = match request.headers().get("Idempotency-Key") {
         None => None,
         Some(value) => match value.to_str() {
@@ -168,36 +185,47 @@ pub async fn retry(
         },
     };
     let Some(key) = key else {
-        let id = event_id(&path)?;
+        let id = event_row_id(&path)?;
         let (status, body) = answer(apply_again(&state, &principal, id).await);
         return Ok(respond(status, body, false));
     };
     let fingerprint =
-        Sha256::digest([request.path().as_bytes(), b"\n", body.as_ref()].concat()).to_vec();
-    let client = state
-        .pool
-        .get()
-        .await
-        .map_err(crate::store::StoreError::from)?;
-    match idempotency::claim(&client, &principal.name, &key, &fingerprint).await? {
+        Sha256::digest([request.path().as_bytes(), b"\n", body.as_slice()].concat()).to_vec();
+    // Each step takes a connection and gives it back: none is held while the
+    // handler runs (that takes its own).
+    let claim = {
+        let client = connection(&state).await?;
+        idempotency::claim(&client, &principal.name, &key, &fingerprint).await?
+    };
+    match claim {
         Claim::Replay { status, body } => Ok(respond(status, body, true)),
         Claim::InProgress => Err(ApiError::Conflict(
             "request_in_progress",
             "a request with this Idempotency-Key is still running".into(),
         )),
         Claim::Mismatch => Err(ApiError::IdempotencyKeyReused),
-        Claim::Fresh => {
-            let result = match event_id(&path) {
+        Claim::Fresh(claim_id) => {
+            let result = match event_row_id(&path) {
                 Ok(id) => apply_again(&state, &principal, id).await,
                 Err(error) => Err(error),
             };
             let (status, body) = answer(result);
+            let client = connection(&state).await?;
             if status >= 500 {
-                idempotency::release(&client, &principal.name, &key).await?;
+                idempotency::release(&client, &principal.name, &key, &claim_id).await?;
             } else {
-                idempotency::complete(&client, &principal.name, &key, status, &body).await?;
+                idempotency::complete(&client, &principal.name, &key, &claim_id, status, &body)
+                    .await?;
             }
             Ok(respond(status, body, false))
         }
     }
+}
+
+async fn connection(state: &AppState) -> Result<deadpool_postgres::Object, ApiError> {
+    Ok(state
+        .pool
+        .get()
+        .await
+        .map_err(crate::store::StoreError::from)?)
 }

@@ -1,31 +1,70 @@
-//! Who is asking: a bearer token, or the web page's session cookie. Sessions are
-//! stateless — `name.expiry.MAC`, keyed with the token itself — so they work across
-//! instances and end when the token is rotated. Cookie-authenticated requests that
-//! change state must come from this origin, and the page's forms also carry a
-//! token bound to the session.
+//! Who is asking: a bearer token, or the web page's session cookie.
+//!
+//! A session cookie is `name.expiry.nonce.MAC`. The MAC is keyed with a key derived
+//! from the server secret (kept in the database, shared by every instance) and the
+//! token, so a stolen cookie reveals nothing that helps guess the token, and
+//! rotating either ends the token's sessions. Signing out records the nonce as
+//! revoked until the session would have expired. Failed sign-ins and unknown
+//! tokens are limited per client. Cookie-authenticated requests that change state
+//! must name this host in `Origin`/`Referer` or carry the session's form token.
+
+use std::fmt;
 
 use actix_web::HttpRequest;
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::http::header::{AUTHORIZATION, HOST, ORIGIN, REFERER};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tokio::sync::OnceCell;
 
+use super::AppState;
 use super::error::ApiError;
+use super::limiter::{FailureLimiter, client_address};
 use crate::config::{AdminToken, Role, Settings};
 use crate::signature::hmac_sha256;
+use crate::store::{self, StoreError};
 
 pub const SESSION_COOKIE: &str = "hookd_session";
 const SESSION_HOURS: i64 = 12;
+/// The header a script using the session cookie sends the form token in.
+pub const CSRF_HEADER: &str = "X-CSRF-Token";
+
+/// Authentication state an instance keeps: the failure limiter and the server
+/// secret, loaded from the database on first use.
+#[derive(Debug, Default)]
+pub struct Guard {
+    limiter: FailureLimiter,
+    server_secret: OnceCell<Key>,
+}
+
+/// 32 secret bytes whose `Debug` never shows them.
+#[derive(Clone)]
+struct Key([u8; 32]);
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Key([redacted])")
+    }
+}
+
+/// A verified session cookie.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub nonce: String,
+    pub expires_at: DateTime<Utc>,
+}
 
 #[derive(Debug, Clone)]
 pub struct Principal {
     pub name: String,
     pub role: Role,
-    /// The session cookie value, when that is how the request authenticated.
-    pub session: Option<String>,
-    token: String,
+    /// Set when the request authenticated with the session cookie.
+    pub session: Option<Session>,
+    /// Keys the form token; derived from the server secret and the token.
+    session_key: Option<Key>,
 }
 
 impl Principal {
@@ -42,31 +81,23 @@ impl Principal {
 
     /// The form token that proves a page action came from a page we served.
     pub fn csrf_token(&self) -> String {
-        let session = self.session.as_deref().unwrap_or_default();
-        hex::encode(hmac_sha256(
-            self.token.as_bytes(),
-            &[b"csrf:", session.as_bytes()],
-        ))
+        match (&self.session_key, &self.session) {
+            (Some(key), Some(session)) => {
+                hex::encode(hmac_sha256(&key.0, &[b"csrf:", session.nonce.as_bytes()]))
+            }
+            _ => String::new(),
+        }
     }
 
     pub fn check_csrf(&self, presented: &str) -> Result<(), ApiError> {
         let expected = self.csrf_token();
-        if bool::from(expected.as_bytes().ct_eq(presented.as_bytes())) {
+        if !expected.is_empty() && bool::from(expected.as_bytes().ct_eq(presented.as_bytes())) {
             Ok(())
         } else {
             Err(ApiError::Forbidden(
                 "the form is stale or came from another site".into(),
             ))
         }
-    }
-}
-
-fn principal(token: &AdminToken, session: Option<String>) -> Principal {
-    Principal {
-        name: token.name.clone(),
-        role: token.role,
-        session,
-        token: token.token.expose().to_string(),
     }
 }
 
@@ -79,32 +110,189 @@ pub fn find_token<'s>(settings: &'s Settings, presented: &str) -> Option<&'s Adm
     })
 }
 
-/// The bearer token or a valid session cookie; `None` means 401.
-pub fn authenticate(settings: &Settings, request: &HttpRequest) -> Option<Principal> {
-    if let Some(value) = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    {
-        let token = value.strip_prefix("Bearer ").map(str::trim)?;
-        return find_token(settings, token).map(|t| principal(t, None));
+impl Guard {
+    /// Refuses a client over its failure limit (429).
+    pub fn check_client(&self, request: &HttpRequest) -> Result<(), ApiError> {
+        self.limiter
+            .check(client_address(request))
+            .map_err(ApiError::TooManyRequests)
     }
-    let cookie = request.cookie(SESSION_COOKIE)?;
-    verify_session(settings, cookie.value(), chrono::Utc::now().timestamp())
+
+    pub fn record_failure(&self, request: &HttpRequest) {
+        self.limiter.record_failure(client_address(request));
+    }
+
+    async fn server_secret(&self, pool: &deadpool_postgres::Pool) -> Result<&Key, StoreError> {
+        self.server_secret
+            .get_or_try_init(|| async {
+                let client = pool.get().await?;
+                let stored = store::sessions::server_secret(&client, &rand::random()).await?;
+                let bytes: [u8; 32] = stored
+                    .try_into()
+                    .map_err(|_| StoreError::Schema("the server secret is not 32 bytes".into()))?;
+                Ok(Key(bytes))
+            })
+            .await
+    }
+
+    async fn session_key(
+        &self,
+        pool: &deadpool_postgres::Pool,
+        token: &AdminToken,
+    ) -> Result<Key, StoreError> {
+        let secret = self.server_secret(pool).await?;
+        let derived = hmac_sha256(
+            &secret.0,
+            &[b"hookd-session:", token.token.expose().as_bytes()],
+        );
+        let mut key = [0u8; 32];
+        key.copy_from_slice(&derived);
+        Ok(Key(key))
+    }
+
+    /// A new session for `token`: the cookie's value and the session.
+    pub async fn new_session(
+        &self,
+        pool: &deadpool_postgres::Pool,
+        token: &AdminToken,
+        now: DateTime<Utc>,
+    ) -> Result<String, StoreError> {
+        let key = self.session_key(pool, token).await?;
+        let expires = now.timestamp() + SESSION_HOURS * 3600;
+        let name = B64.encode(token.name.as_bytes());
+        let nonce = hex::encode(rand::random::<[u8; 16]>());
+        let mac = session_mac(&key, &name, expires, &nonce);
+        Ok(format!("{name}.{expires}.{nonce}.{mac}"))
+    }
 }
 
-/// Like `authenticate`, and for state-changing requests made with the cookie,
-/// refuses those another site's page sent.
-pub fn require(settings: &Settings, request: &HttpRequest) -> Result<Principal, ApiError> {
-    let principal = authenticate(settings, request).ok_or(ApiError::Unauthorized)?;
+fn session_mac(key: &Key, name: &str, expires: i64, nonce: &str) -> String {
+    let message = format!("session:{name}.{expires}.{nonce}");
+    hex::encode(hmac_sha256(&key.0, &[message.as_bytes()]))
+}
+
+fn principal(token: &AdminToken, session: Option<Session>, key: Option<Key>) -> Principal {
+    Principal {
+        name: token.name.clone(),
+        role: token.role,
+        session,
+        session_key: key,
+    }
+}
+
+/// The bearer token or a valid session cookie; `Ok(None)` means not signed in.
+/// A client over its failure limit gets 429, whatever it presents.
+pub async fn authenticate(
+    state: &AppState,
+    request: &HttpRequest,
+) -> Result<Option<Principal>, ApiError> {
+    let guard = &state.guard;
+    guard.check_client(request)?;
+    if let Some(value) = request.headers().get(AUTHORIZATION) {
+        let found = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|token| find_token(&state.settings, token.trim()));
+        if found.is_none() {
+            guard.record_failure(request);
+        }
+        return Ok(found.map(|t| principal(t, None, None)));
+    }
+    let Some(cookie) = request.cookie(SESSION_COOKIE) else {
+        return Ok(None);
+    };
+    verify_session(state, request, cookie.value(), Utc::now()).await
+}
+
+async fn verify_session(
+    state: &AppState,
+    request: &HttpRequest,
+    value: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<Principal>, ApiError> {
+    let mut parts = value.split('.');
+    let (Some(name_b64), Some(expires), Some(nonce), Some(mac), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return Ok(None);
+    };
+    let Some(expires_at) = expires
+        .parse::<i64>()
+        .ok()
+        .and_then(|e| DateTime::from_timestamp(e, 0))
+    else {
+        return Ok(None);
+    };
+    if expires_at < now {
+        return Ok(None);
+    }
+    let token = B64
+        .decode(name_b64)
+        .ok()
+        .and_then(|n| String::from_utf8(n).ok())
+        .and_then(|name| state.settings.admin_tokens.iter().find(|t| t.name == name));
+    let Some(token) = token else {
+        state.guard.record_failure(request);
+        return Ok(None);
+    };
+    let key = state.guard.session_key(&state.pool, token).await?;
+    let expected = session_mac(&key, name_b64, expires_at.timestamp(), nonce);
+    if !bool::from(expected.as_bytes().ct_eq(mac.as_bytes())) {
+        state.guard.record_failure(request);
+        return Ok(None);
+    }
+    let client = state.pool.get().await.map_err(StoreError::from)?;
+    if store::sessions::is_revoked(&client, nonce).await? {
+        return Ok(None);
+    }
+    let session = Session {
+        nonce: nonce.to_string(),
+        expires_at,
+    };
+    Ok(Some(principal(token, Some(session), Some(key))))
+}
+
+/// Ends a session everywhere: its nonce is refused until it would have expired.
+pub async fn revoke(state: &AppState, session: &Session) -> Result<(), ApiError> {
+    let client = state.pool.get().await.map_err(StoreError::from)?;
+    store::sessions::revoke(&client, &session.nonce, session.expires_at).await?;
+    Ok(())
+}
+
+/// For the JSON API: signed in (401 otherwise); a state-changing request made with
+/// the cookie must name this host in `Origin`/`Referer`, or carry the form token
+/// in `X-CSRF-Token` (403 otherwise).
+pub async fn require(state: &AppState, request: &HttpRequest) -> Result<Principal, ApiError> {
+    let principal = authenticate(state, request)
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
     if principal.session.is_some() && !request.method().is_safe() {
-        check_same_origin(request)?;
+        match same_origin(request) {
+            Some(true) => {}
+            Some(false) => return Err(cross_site()),
+            None => {
+                let presented = request
+                    .headers()
+                    .get(CSRF_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                principal.check_csrf(presented)?;
+            }
+        }
     }
     Ok(principal)
 }
 
-pub fn require_operator(settings: &Settings, request: &HttpRequest) -> Result<Principal, ApiError> {
-    let principal = require(settings, request)?;
+pub async fn require_operator(
+    state: &AppState,
+    request: &HttpRequest,
+) -> Result<Principal, ApiError> {
+    let principal = require(state, request).await?;
     if principal.can_retry() {
         Ok(principal)
     } else {
@@ -112,9 +300,13 @@ pub fn require_operator(settings: &Settings, request: &HttpRequest) -> Result<Pr
     }
 }
 
-/// Browsers always send `Origin` (or at least `Referer`) with a cross-site POST;
-/// when either is present it must name this host.
-pub fn check_same_origin(request: &HttpRequest) -> Result<(), ApiError> {
+fn cross_site() -> ApiError {
+    ApiError::Forbidden("cross-site request refused".into())
+}
+
+/// Whether `Origin` (or, without it, `Referer`) names this host; `None` when the
+/// request carries neither.
+fn same_origin(request: &HttpRequest) -> Option<bool> {
     let host = request
         .headers()
         .get(HOST)
@@ -122,61 +314,45 @@ pub fn check_same_origin(request: &HttpRequest) -> Result<(), ApiError> {
         .unwrap_or_default();
     let claimed = [ORIGIN, REFERER]
         .into_iter()
-        .find_map(|name| request.headers().get(name).and_then(|v| v.to_str().ok()));
-    let Some(claimed) = claimed else {
-        return Ok(());
-    };
+        .find_map(|name| request.headers().get(name))?;
     let claimed_host = claimed
-        .split_once("://")
+        .to_str()
+        .ok()
+        .and_then(|c| c.split_once("://"))
         .map(|(_, rest)| rest.split('/').next().unwrap_or_default())
         .unwrap_or_default();
-    if !host.is_empty() && claimed_host.eq_ignore_ascii_case(host) {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden("cross-site request refused".into()))
+    Some(!host.is_empty() && claimed_host.eq_ignore_ascii_case(host))
+}
+
+/// For page forms, which also carry the form token: an `Origin`/`Referer` that
+/// names another host is refused.
+pub fn check_same_origin(request: &HttpRequest) -> Result<(), ApiError> {
+    match same_origin(request) {
+        Some(false) => Err(cross_site()),
+        _ => Ok(()),
     }
 }
 
-pub fn new_session(token: &AdminToken, now: i64) -> String {
-    let expires = now + SESSION_HOURS * 3600;
-    let name = B64.encode(token.name.as_bytes());
-    let mac = session_mac(token, &name, expires);
-    format!("{name}.{expires}.{mac}")
+/// `Secure` unless configured otherwise or the admin pages listen on loopback,
+/// where plain HTTP is expected.
+pub fn cookie_is_secure(settings: &Settings) -> bool {
+    settings
+        .cookie_secure
+        .unwrap_or_else(|| !settings.admin_address().ip().is_loopback())
 }
 
-fn session_mac(token: &AdminToken, name: &str, expires: i64) -> String {
-    let message = format!("session:{name}.{expires}");
-    hex::encode(hmac_sha256(
-        token.token.expose().as_bytes(),
-        &[message.as_bytes()],
-    ))
-}
-
-pub fn verify_session(settings: &Settings, value: &str, now: i64) -> Option<Principal> {
-    let mut parts = value.split('.');
-    let (name_b64, expires, mac) = (parts.next()?, parts.next()?, parts.next()?);
-    let expires: i64 = expires.parse().ok()?;
-    if expires < now || parts.next().is_some() {
-        return None;
-    }
-    let name = String::from_utf8(B64.decode(name_b64).ok()?).ok()?;
-    let token = settings.admin_tokens.iter().find(|t| t.name == name)?;
-    let expected = session_mac(token, name_b64, expires);
-    bool::from(expected.as_bytes().ct_eq(mac.as_bytes()))
-        .then(|| principal(token, Some(value.to_string())))
-}
-
-pub fn session_cookie(value: String) -> Cookie<'static> {
+pub fn session_cookie(settings: &Settings, value: String) -> Cookie<'static> {
     Cookie::build(SESSION_COOKIE, value)
         .path("/admin")
         .http_only(true)
+        .secure(cookie_is_secure(settings))
         .same_site(SameSite::Strict)
         .max_age(actix_web::cookie::time::Duration::hours(SESSION_HOURS))
         .finish()
 }
 
-pub fn expired_cookie() -> Cookie<'static> {
-    let mut cookie = session_cookie(String::new());
+pub fn expired_cookie(settings: &Settings) -> Cookie<'static> {
+    let mut cookie = session_cookie(settings, String::new());
     cookie.make_removal();
     cookie
 }

@@ -17,6 +17,8 @@ pub enum ApiError {
     UnknownSource,
     #[error("payload too large")]
     PayloadTooLarge,
+    #[error("the body did not arrive in time")]
+    RequestTimeout,
     #[error("invalid signature: {0}")]
     InvalidSignature(#[from] SignatureError),
     #[error("bad request: {0}")]
@@ -25,6 +27,8 @@ pub enum ApiError {
     EventIdConflict,
     #[error("unauthorized")]
     Unauthorized,
+    #[error("too many failed attempts; retry in {}s", retry_after_seconds(.0))]
+    TooManyRequests(std::time::Duration),
     #[error("forbidden: {0}")]
     Forbidden(String),
     #[error("not found")]
@@ -39,6 +43,10 @@ pub enum ApiError {
     Unavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+fn retry_after_seconds(wait: &std::time::Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 
 impl From<StoreError> for ApiError {
@@ -64,10 +72,12 @@ impl ApiError {
         match self {
             ApiError::UnknownSource => "unknown_source",
             ApiError::PayloadTooLarge => "payload_too_large",
+            ApiError::RequestTimeout => "request_timeout",
             ApiError::InvalidSignature(_) => "invalid_signature",
             ApiError::BadRequest(_) => "bad_request",
             ApiError::EventIdConflict => "event_id_conflict",
             ApiError::Unauthorized => "unauthorized",
+            ApiError::TooManyRequests(_) => "too_many_requests",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound => "not_found",
             ApiError::Gone(_) => "gone",
@@ -98,6 +108,19 @@ impl ApiError {
             _ => None,
         }
     }
+
+    /// One sentence for people (the admin page): the public reason, or a plain
+    /// description of the failure that gives away nothing internal.
+    pub fn public_message(&self) -> String {
+        if let Some(reason) = self.public_reason() {
+            return reason;
+        }
+        match self {
+            ApiError::Unavailable(_) => "The database is unavailable; try again shortly.".into(),
+            ApiError::Internal(_) => "Something went wrong; the server log has the details.".into(),
+            other => other.to_string(),
+        }
+    }
 }
 
 impl ResponseError for ApiError {
@@ -105,12 +128,14 @@ impl ResponseError for ApiError {
         match self {
             ApiError::UnknownSource => StatusCode::NOT_FOUND,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::EventIdConflict | ApiError::IdempotencyKeyReused => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::Gone(_) => StatusCode::GONE,
@@ -125,6 +150,13 @@ impl ResponseError for ApiError {
         response.insert_header((CONTENT_TYPE, "application/json"));
         if matches!(self, ApiError::Unavailable(_)) {
             response.insert_header((RETRY_AFTER, RETRY_AFTER_SECONDS));
+        }
+        if let ApiError::TooManyRequests(wait) = self {
+            response.insert_header((RETRY_AFTER, retry_after_seconds(wait).to_string()));
+        }
+        if matches!(self, ApiError::RequestTimeout) {
+            // The rest of the body may still be on its way: end the connection.
+            response.force_close();
         }
         if matches!(self, ApiError::Unauthorized) {
             response.insert_header((WWW_AUTHENTICATE, "Bearer realm=\"hookd\""));

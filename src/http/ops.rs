@@ -1,10 +1,15 @@
 //! Health, readiness and metrics for operators and orchestrators.
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpResponse, ResponseError, web};
 use serde_json::json;
 
 use super::AppState;
+use super::error::ApiError;
 use crate::store;
+
+pub async fn not_found() -> HttpResponse {
+    ApiError::NotFound.error_response()
+}
 
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))

@@ -3,20 +3,16 @@
 
 use std::time::Instant;
 
-use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap};
+use actix_web::http::header::{CONTENT_TYPE, HeaderMap};
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
-use futures_util::StreamExt;
 use serde::Serialize;
 
-use super::AppState;
 use super::error::ApiError;
+use super::{AppState, body};
 use crate::dispatch::Ingested;
 use crate::event::IncomingEvent;
 use crate::signature::{Headers, Verifier};
 use crate::store::events::Recorded;
-
-/// Past this much, an oversized body is no longer drained: the connection is closed.
-const MAX_DRAIN_BYTES: usize = 64 * 1024 * 1024;
 
 struct RequestHeaders<'a>(&'a HeaderMap);
 
@@ -109,11 +105,19 @@ async fn handle(
     mut payload: web::Payload,
     summary: &mut Summary,
 ) -> Result<HttpResponse, ApiError> {
-    let Some(source) = state.settings.source(source_name) else {
-        drain(&mut payload, 0).await;
+    let settings = &state.settings;
+    let Some(source) = settings.source(source_name) else {
+        let deadline = tokio::time::Instant::now() + settings.body_timeout;
+        body::drain(&mut payload, 0, deadline).await;
         return Err(ApiError::UnknownSource);
     };
-    let body = read_capped(&mut payload, request, state.settings.max_body_bytes).await?;
+    let body = body::read(
+        &mut payload,
+        request,
+        settings.max_body_bytes,
+        settings.body_timeout,
+    )
+    .await?;
     let headers = RequestHeaders(request.headers());
     let verifier = Verifier {
         scheme: &source.scheme,
@@ -146,42 +150,4 @@ async fn handle(
         Recorded::Conflict => return Err(ApiError::EventIdConflict),
     }
     Ok(response.body(body))
-}
-
-/// Reads the body up to `limit` bytes. A larger body is drained (read and dropped)
-/// before answering, so the client receives the 413 instead of a connection reset.
-async fn read_capped(
-    payload: &mut web::Payload,
-    request: &HttpRequest,
-    limit: usize,
-) -> Result<Vec<u8>, ApiError> {
-    let declared = request
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        drain(payload, 0).await;
-        return Err(ApiError::PayloadTooLarge);
-    }
-    let mut body = Vec::with_capacity(declared.unwrap_or(8 * 1024).min(limit));
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("could not read body: {e}")))?;
-        if body.len() + chunk.len() > limit {
-            drain(payload, body.len() + chunk.len()).await;
-            return Err(ApiError::PayloadTooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
-async fn drain(payload: &mut web::Payload, already: usize) {
-    let mut seen = already;
-    while let Some(Ok(chunk)) = payload.next().await {
-        seen += chunk.len();
-        if seen > MAX_DRAIN_BYTES {
-            break;
-        }
-    }
 }

@@ -9,10 +9,10 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::AppState;
-use super::admin::{apply_again, page};
+use super::admin::{ADMIN_BODY_LIMIT, apply_again, page};
 use super::auth::{self, Principal};
 use super::error::ApiError;
+use super::{AppState, body};
 use crate::query::ListParams;
 use crate::store::events::EventStatus;
 use crate::store::history::{self, EventSummary};
@@ -107,17 +107,56 @@ fn to_sign_in() -> HttpResponse {
     redirect("/admin/login")
 }
 
+/// The failure as a page: only what the API would also say (no database details).
 fn error_page(error: &ApiError, who: Option<&Principal>) -> HttpResponse {
     let status = actix_web::ResponseError::status_code(error);
     let body = format!(
         "<p class=note>{}</p><p><a href=\"/admin\">Back to the list</a></p>",
-        escape(&error.to_string())
+        escape(&error.public_message())
     );
-    html(status, "Error", who, &body)
+    let mut page = html(status, "Error", who, &body);
+    if let Some(retry_after) = actix_web::ResponseError::error_response(error)
+        .headers()
+        .get(actix_web::http::header::RETRY_AFTER)
+    {
+        page.headers_mut()
+            .insert(actix_web::http::header::RETRY_AFTER, retry_after.clone());
+    }
+    page
+}
+
+/// The signed-in person, or the response to send instead (sign-in, 429, 503).
+async fn signed_in(state: &AppState, request: &HttpRequest) -> Result<Principal, HttpResponse> {
+    match auth::authenticate(state, request).await {
+        Ok(Some(who)) => Ok(who),
+        Ok(None) => Err(to_sign_in()),
+        Err(error) => Err(error_page(&error, None)),
+    }
+}
+
+/// A page form's body (small, and within the body deadline).
+async fn form_body(
+    state: &AppState,
+    request: &HttpRequest,
+    payload: &mut web::Payload,
+) -> Result<Vec<u8>, ApiError> {
+    body::read(
+        payload,
+        request,
+        ADMIN_BODY_LIMIT,
+        state.settings.body_timeout,
+    )
+    .await
+}
+
+fn csrf_field(body: &[u8]) -> String {
+    web::Query::<CsrfForm>::from_query(&String::from_utf8_lossy(body))
+        .map(|f| f.into_inner().csrf)
+        .unwrap_or_default()
 }
 
 pub async fn login_form(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
-    if auth::authenticate(&state.settings, &request).is_some() {
+    if let Ok(Some(_)) = auth::authenticate(&state, &request).await {
         return redirect("/admin");
     }
     login_page(actix_web::http::StatusCode::OK, "")
@@ -158,25 +197,39 @@ fn presented_token(request: &HttpRequest, body: &[u8]) -> String {
 pub async fn login(
     state: web::Data<AppState>,
     request: HttpRequest,
-    body: web::Bytes,
+    mut payload: web::Payload,
 ) -> HttpResponse {
-    if let Err(error) = auth::check_same_origin(&request) {
+    let checked =
+        auth::check_same_origin(&request).and_then(|()| state.guard.check_client(&request));
+    if let Err(error) = checked {
         return error_page(&error, None);
     }
+    let body = match form_body(&state, &request, &mut payload).await {
+        Ok(body) => body,
+        Err(error) => return error_page(&error, None),
+    };
     let token = presented_token(&request, &body);
-    match auth::find_token(&state.settings, &token) {
-        Some(token) => {
-            let session = auth::new_session(token, Utc::now().timestamp());
+    let Some(token) = auth::find_token(&state.settings, &token) else {
+        state.guard.record_failure(&request);
+        log::warn!("admin sign-in refused: unknown token");
+        return login_page(
+            actix_web::http::StatusCode::UNAUTHORIZED,
+            "<p class=note>That token is not valid.</p>",
+        );
+    };
+    match state
+        .guard
+        .new_session(&state.pool, token, Utc::now())
+        .await
+    {
+        Ok(session) => {
             log::info!("admin sign-in: {}", token.name);
             HttpResponse::SeeOther()
                 .insert_header((LOCATION, "/admin"))
-                .cookie(auth::session_cookie(session))
+                .cookie(auth::session_cookie(&state.settings, session))
                 .finish()
         }
-        None => login_page(
-            actix_web::http::StatusCode::UNAUTHORIZED,
-            "<p class=note>That token is not valid.</p>",
-        ),
+        Err(error) => error_page(&error.into(), None),
     }
 }
 
@@ -189,23 +242,36 @@ pub struct CsrfForm {
 pub async fn logout(
     state: web::Data<AppState>,
     request: HttpRequest,
-    form: web::Form<CsrfForm>,
+    mut payload: web::Payload,
 ) -> HttpResponse {
-    if let Some(who) = auth::authenticate(&state.settings, &request)
-        && let Err(error) =
-            auth::check_same_origin(&request).and_then(|()| who.check_csrf(&form.csrf))
+    let body = match form_body(&state, &request, &mut payload).await {
+        Ok(body) => body,
+        Err(error) => return error_page(&error, None),
+    };
+    if let Ok(Some(who)) = auth::authenticate(&state, &request).await
+        && let Some(session) = &who.session
     {
-        return error_page(&error, Some(&who));
+        let checked =
+            auth::check_same_origin(&request).and_then(|()| who.check_csrf(&csrf_field(&body)));
+        if let Err(error) = checked {
+            return error_page(&error, Some(&who));
+        }
+        // The cookie goes from this browser; the revocation ends it everywhere.
+        if let Err(error) = auth::revoke(&state, session).await {
+            return error_page(&error, Some(&who));
+        }
+        log::info!("admin sign-out: {}", who.name);
     }
     HttpResponse::SeeOther()
         .insert_header((LOCATION, "/admin/login"))
-        .cookie(auth::expired_cookie())
+        .cookie(auth::expired_cookie(&state.settings))
         .finish()
 }
 
 pub async fn list(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
-    let Some(who) = auth::authenticate(&state.settings, &request) else {
-        return to_sign_in();
+    let who = match signed_in(&state, &request).await {
+        Ok(who) => who,
+        Err(response) => return response,
     };
     let params = match ListParams::from_query(request.query_string()) {
         Ok(params) => params,
@@ -334,8 +400,9 @@ pub async fn detail(
     path: web::Path<String>,
     query: web::Query<DetailQuery>,
 ) -> HttpResponse {
-    let Some(who) = auth::authenticate(&state.settings, &request) else {
-        return to_sign_in();
+    let who = match signed_in(&state, &request).await {
+        Ok(who) => who,
+        Err(response) => return response,
     };
     let Ok(id) = path.parse::<i64>() else {
         return error_page(&ApiError::NotFound, Some(&who));
@@ -427,13 +494,18 @@ pub async fn retry(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
-    form: web::Form<CsrfForm>,
+    mut payload: web::Payload,
 ) -> HttpResponse {
-    let Some(who) = auth::authenticate(&state.settings, &request) else {
-        return to_sign_in();
+    let who = match signed_in(&state, &request).await {
+        Ok(who) => who,
+        Err(response) => return response,
+    };
+    let body = match form_body(&state, &request, &mut payload).await {
+        Ok(body) => body,
+        Err(error) => return error_page(&error, Some(&who)),
     };
     let checked = auth::check_same_origin(&request)
-        .and_then(|()| who.check_csrf(&form.csrf))
+        .and_then(|()| who.check_csrf(&csrf_field(&body)))
         .and_then(|()| {
             if who.can_retry() {
                 Ok(())
@@ -449,7 +521,7 @@ pub async fn retry(
     };
     let outcome = match apply_again(&state, &who, id).await {
         Ok(event) => event.status,
-        Err(error) => error.to_string(),
+        Err(error) => error.public_message(),
     };
     redirect(&format!(
         "/admin/events/{id}?retried={}",

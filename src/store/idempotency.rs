@@ -1,6 +1,8 @@
 //! Admin `Idempotency-Key` records, scoped to the token's name: the first request
 //! with a key claims it (committed at once, so a concurrent repeat sees it), then
-//! stores its answer; repeats get that answer back.
+//! stores its answer; repeats get that answer back. A claim carries a random id:
+//! only its owner answers or releases it, and a claim abandoned by a crash is taken
+//! over only by the same request (the stored request hash never changes).
 
 use deadpool_postgres::GenericClient;
 
@@ -11,8 +13,9 @@ const ABANDONED_AFTER: &str = "5 minutes";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// This request owns the key: run it, then `complete` (or `release`).
-    Fresh,
+    /// This request owns the key under this claim id: run it, then `complete`
+    /// (or `release`) with the id.
+    Fresh(Vec<u8>),
     /// The same request was answered before.
     Replay { status: u16, body: Vec<u8> },
     /// The first request with this key is still running.
@@ -29,12 +32,14 @@ pub async fn claim(
 ) -> Result<Claim, StoreError> {
     let insert = client
         .prepare_cached(
-            "INSERT INTO admin_idempotency_keys (token_name, idempotency_key, request_sha256)
-             VALUES ($1, $2, $3)
+            "INSERT INTO admin_idempotency_keys
+                 (token_name, idempotency_key, request_sha256, claim_id)
+             VALUES ($1, $2, $3, $5)
              ON CONFLICT (token_name, idempotency_key) DO UPDATE
-                 SET request_sha256 = EXCLUDED.request_sha256, created_at = now()
+                 SET claim_id = EXCLUDED.claim_id, created_at = now()
                  WHERE admin_idempotency_keys.response_status IS NULL
                    AND admin_idempotency_keys.created_at < now() - $4::text::interval
+                   AND admin_idempotency_keys.request_sha256 = EXCLUDED.request_sha256
              RETURNING 1",
         )
         .await?;
@@ -44,12 +49,18 @@ pub async fn claim(
              WHERE token_name = $1 AND idempotency_key = $2",
         )
         .await?;
+    let claim_id: [u8; 16] = rand::random();
     // Twice at most: the record can be purged between the two statements.
     for _ in 0..2 {
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-            [&token, &key, &request_sha256, &ABANDONED_AFTER];
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+            &token,
+            &key,
+            &request_sha256,
+            &ABANDONED_AFTER,
+            &claim_id.as_slice(),
+        ];
         if client.query_opt(&insert, &params).await?.is_some() {
-            return Ok(Claim::Fresh);
+            return Ok(Claim::Fresh(claim_id.to_vec()));
         }
         let Some(row) = client.query_opt(&select, &[&token, &key]).await? else {
             continue;
@@ -70,22 +81,25 @@ pub async fn claim(
     Ok(Claim::InProgress)
 }
 
+/// Stores the answer, if `claim_id` still owns the key (a takeover may have won).
 pub async fn complete(
     client: &impl GenericClient,
     token: &str,
     key: &str,
+    claim_id: &[u8],
     status: u16,
     body: &[u8],
 ) -> Result<(), StoreError> {
     let statement = client
         .prepare_cached(
             "UPDATE admin_idempotency_keys SET response_status = $3, response_body = $4
-             WHERE token_name = $1 AND idempotency_key = $2",
+             WHERE token_name = $1 AND idempotency_key = $2 AND claim_id = $5
+               AND response_status IS NULL",
         )
         .await?;
     let status = i16::try_from(status).unwrap_or(500);
     client
-        .execute(&statement, &[&token, &key, &status, &body])
+        .execute(&statement, &[&token, &key, &status, &body, &claim_id])
         .await?;
     Ok(())
 }
@@ -95,13 +109,17 @@ pub async fn release(
     client: &impl GenericClient,
     token: &str,
     key: &str,
+    claim_id: &[u8],
 ) -> Result<(), StoreError> {
     let statement = client
         .prepare_cached(
             "DELETE FROM admin_idempotency_keys
-             WHERE token_name = $1 AND idempotency_key = $2 AND response_status IS NULL",
+             WHERE token_name = $1 AND idempotency_key = $2 AND claim_id = $3
+               AND response_status IS NULL",
         )
         .await?;
-    client.execute(&statement, &[&token, &key]).await?;
+    client
+        .execute(&statement, &[&token, &key, &claim_id])
+        .await?;
     Ok(())
 }

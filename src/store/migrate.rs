@@ -34,6 +34,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0004_purge_watermark.sql",
         sql: include_str!("../../sql/0004_purge_watermark.sql"),
     },
+    Migration {
+        version: 5,
+        name: "0005_admin_sessions.sql",
+        sql: include_str!("../../sql/0005_admin_sessions.sql"),
+    },
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.
@@ -42,6 +47,9 @@ const MIGRATION_LOCK: i64 = 0x0068_6f6f_6b64;
 /// Applies pending migrations; returns how many were applied.
 pub async fn migrate(pool: &Pool) -> Result<usize, StoreError> {
     let mut client = pool.get().await?;
+    // Waiting for another instance's migration, or building an index on a big
+    // table, may outlast the pool's statement timeout.
+    client.batch_execute("SET statement_timeout = 0").await?;
     // Everything, the bookkeeping table included, happens under the lock: even
     // `CREATE TABLE IF NOT EXISTS` races with itself.
     client
@@ -51,8 +59,10 @@ pub async fn migrate(pool: &Pool) -> Result<usize, StoreError> {
     let unlock = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
         .await;
+    let reset = client.batch_execute("RESET statement_timeout").await;
     let applied = result?;
     unlock?;
+    reset?;
     Ok(applied)
 }
 

@@ -7,6 +7,7 @@ pub mod idempotency;
 mod migrate;
 pub mod payments;
 pub mod purge;
+pub mod sessions;
 
 use std::time::Duration;
 
@@ -20,6 +21,11 @@ pub use migrate::{MIGRATIONS, migrate};
 const POOL_WAIT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_POOL_SIZE: usize = 16;
+/// PostgreSQL cancels any statement of hookd's that runs longer than this, and
+/// ends a session left idle inside a transaction, so nothing stuck holds locks or
+/// connections for long. Migrations lift the limit on their own session.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -85,6 +91,17 @@ pub fn pool(mut config: tokio_postgres::Config, max_size: usize) -> Pool {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
     config.application_name("hookd");
+    // Appended, so options given in DATABASE_URL still apply.
+    let limits = format!(
+        "-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+        STATEMENT_TIMEOUT.as_millis(),
+        IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
+    );
+    let options = match config.get_options() {
+        Some(given) if !given.trim().is_empty() => format!("{given} {limits}"),
+        _ => limits,
+    };
+    config.options(&options);
     let manager = Manager::from_config(
         config,
         NoTls,

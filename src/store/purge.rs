@@ -193,6 +193,22 @@ pub async fn delete_idempotency_keys_batch(
     Ok(client.execute(&statement, &[&cutoff, &limit]).await?)
 }
 
+/// Deletes up to `limit` revoked-session records whose sessions have expired.
+pub async fn delete_revoked_sessions_batch(
+    client: &impl GenericClient,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "DELETE FROM admin_revoked_sessions
+             WHERE nonce IN (SELECT nonce FROM admin_revoked_sessions
+                             WHERE expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .await?;
+    Ok(client.execute(&statement, &[&now, &limit]).await?)
+}
+
 /// What a pass would remove, without removing it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Preview {

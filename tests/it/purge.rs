@@ -51,7 +51,9 @@ async fn aged_events(app: &TestApp) {
          UPDATE webhook_events SET received_at = now() - interval '40 days' WHERE event_id LIKE 'evt\\_old\\_%';
          UPDATE webhook_events SET received_at = now() - interval '400 days' WHERE event_id LIKE 'evt\\_ancient\\_%';
          INSERT INTO admin_idempotency_keys (token_name, idempotency_key, request_sha256, created_at)
-         VALUES ('t', 'old', '\\x00', now() - interval '2 days'), ('t', 'new', '\\x00', now());",
+         VALUES ('t', 'old', '\\x00', now() - interval '2 days'), ('t', 'new', '\\x00', now());
+         INSERT INTO admin_revoked_sessions (nonce, expires_at)
+         VALUES ('expired', now() - interval '1 minute'), ('live', now() + interval '1 hour');",
     )
     .await
     .expect("age rows");
@@ -115,6 +117,7 @@ async fn a_pass_drops_old_payloads_and_older_keys_but_never_failed_events() {
             payloads_dropped: counts(&[("dead", 2), ("ignored", 2), ("processed", 2)]),
             keys_deleted: counts(&[("dead", 2), ("ignored", 2), ("processed", 2)]),
             idempotency_keys_deleted: 1,
+            revoked_sessions_deleted: 1,
             interrupted: false,
         }
     );
@@ -154,6 +157,12 @@ async fn a_pass_drops_old_payloads_and_older_keys_but_never_failed_events() {
             .await,
         1,
         "only the expired idempotency key went"
+    );
+    assert_eq!(
+        app.strings("SELECT nonce FROM admin_revoked_sessions", &[])
+            .await,
+        ["live"],
+        "a sign-out is remembered until its session would have expired"
     );
     let again = app.app.purger.run_once(None).await.expect("purge");
     assert_eq!(
