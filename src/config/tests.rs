@@ -329,3 +329,23 @@ fn the_admin_listener_and_body_timeout_are_read_and_checked() {
     let e = error(&format!("body_timeout = \"36501d\"\n{MINIMAL}"));
     assert!(e.contains("body_timeout") && e.contains("too long"), "{e}");
 }
+
+#[test]
+fn debug_output_never_shows_a_secret_a_token_or_the_database_password() {
+    let settings = load_env(
+        include_str!("../../hookd.toml"),
+        &[
+            ("DATABASE_URL", "postgres://hookd:db-password-42@db/hookd"),
+            ("HOOKD_ADMIN_TOKEN", "env-token-0123456789abcdef"),
+        ],
+    )
+    .expect("valid");
+    let printed = format!("{settings:?}");
+    for value in DEVELOPMENT_CREDENTIALS
+        .iter()
+        .copied()
+        .chain(["db-password-42", "env-token-0123456789abcdef"])
+    {
+        assert!(!printed.contains(value), "{value} in {printed}");
+    }
+}

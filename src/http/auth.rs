@@ -356,3 +356,30 @@ pub fn expired_cookie(settings: &Settings) -> Cookie<'static> {
     cookie.make_removal();
     cookie
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_principal_prints_no_key_material() {
+        let who = Principal {
+            name: "alice".into(),
+            role: Role::Operator,
+            session: Some(Session {
+                nonce: "n".into(),
+                expires_at: Utc::now(),
+            }),
+            session_key: Some(Key([0xab; 32])),
+        };
+        let printed = format!("{who:?}");
+        assert!(
+            printed.contains("alice") && printed.contains("redacted"),
+            "{printed}"
+        );
+        assert!(
+            !printed.contains("171") && !printed.contains("ab, ab"),
+            "{printed}"
+        );
+    }
+}

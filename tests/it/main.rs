@@ -1,6 +1,7 @@
 //! hookd's integration tests: real HTTP against a real PostgreSQL.
 
 mod admin;
+mod admin_security;
 mod dispatch;
 mod hardening;
 mod migrate;

@@ -396,3 +396,110 @@ pub fn stripe_event(id: &str, event_type: &str, object: Value) -> Value {
         "data": { "object": object },
     })
 }
+
+/// How an admin request proves who sends it.
+#[derive(Debug, Clone)]
+pub enum Credential {
+    None,
+    Bearer(String),
+    /// A `hookd_session=…` cookie pair, as a browser would send it.
+    Cookie(String),
+}
+
+/// Admin requests to one app, without following redirects (so a test sees them).
+pub struct AdminClient<'a> {
+    pub app: &'a TestApp,
+    pub credential: Credential,
+    http: reqwest::Client,
+}
+
+impl TestApp {
+    pub fn admin(&self, credential: Credential) -> AdminClient<'_> {
+        AdminClient {
+            app: self,
+            credential,
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("client"),
+        }
+    }
+
+    /// Signs in through the page's form; returns the session cookie pair.
+    pub async fn sign_in(&self, token: &str) -> String {
+        let answer = self
+            .admin(Credential::None)
+            .send(
+                "POST",
+                "/admin/login",
+                &[("Content-Type", "application/x-www-form-urlencoded")],
+                format!("token={token}").into_bytes(),
+            )
+            .await;
+        assert_eq!(answer.status, 303, "sign-in");
+        answer
+            .header("set-cookie")
+            .and_then(|c| c.split(';').next())
+            .expect("session cookie")
+            .to_string()
+    }
+}
+
+impl AdminClient<'_> {
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Answer {
+        let url = format!("{}{path}", self.app.base);
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = self.http.request(method, url).body(body);
+        request = match &self.credential {
+            Credential::None => request,
+            Credential::Bearer(token) => request.bearer_auth(token),
+            Credential::Cookie(cookie) => request.header("Cookie", cookie),
+        };
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.expect("request");
+        Answer {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            body: response.bytes().await.expect("body").to_vec(),
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        self.send("GET", path, &[], Vec::new()).await
+    }
+
+    pub async fn post(&self, path: &str, headers: &[(&str, &str)]) -> Answer {
+        self.send("POST", path, headers, Vec::new()).await
+    }
+
+    /// A page form post, with its fields url-encoded.
+    pub async fn post_form(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        fields: &[(&str, &str)],
+    ) -> Answer {
+        let body = fields
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        let mut all = vec![("Content-Type", "application/x-www-form-urlencoded")];
+        all.extend_from_slice(headers);
+        self.send("POST", path, &all, body.into_bytes()).await
+    }
+}
+
+/// The form token of a page (`name=csrf value="…"`).
+pub fn csrf_of(html: &str) -> String {
+    let start = html.find("name=csrf value=\"").expect("csrf field") + "name=csrf value=\"".len();
+    html[start..].split('"').next().expect("value").to_string()
+}

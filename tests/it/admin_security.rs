@@ -1,0 +1,516 @@
+//! The admin surface facing the open internet: sessions keyed by a server secret
+//! and revoked at sign-out, guessing limited per client, cross-site requests
+//! refused, Idempotency-Key claims owned, connections left for deliveries, and
+//! nothing internal on the page.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use deadpool_postgres::Transaction;
+use hookd::handlers::{EventToApply, Handler, HandlerError, Registry};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::support::{
+    AdminClient, Credential, Spawn, TestApp, csrf_of, spawn, spawn_app, stripe_event, test_settings,
+};
+
+const VIEWER: &str = "dev-viewer-token-0123456789";
+const OPERATOR: &str = "dev-operator-token-0123456789";
+
+/// A dead payment event (its amount is not a number); returns its row id.
+async fn dead_event(app: &TestApp, event_id: &str) -> i64 {
+    let event = stripe_event(
+        event_id,
+        "payment_intent.succeeded",
+        json!({"id": "pi_x", "amount": "bad"}),
+    );
+    assert_eq!(app.deliver("stripe", &event).await.status, 200);
+    app.count(
+        "SELECT id FROM webhook_events WHERE event_id = $1",
+        &[&event_id],
+    )
+    .await
+}
+
+async fn attempts(app: &TestApp, id: i64) -> i64 {
+    app.count(
+        "SELECT attempts::bigint FROM webhook_events WHERE id = $1",
+        &[&id],
+    )
+    .await
+}
+
+fn cookie_client<'a>(app: &'a TestApp, cookie: &str) -> AdminClient<'a> {
+    app.admin(Credential::Cookie(cookie.to_string()))
+}
+
+#[tokio::test]
+async fn the_session_cookie_is_secure_except_on_loopback() {
+    let app = spawn_app().await;
+    let answer = app
+        .admin(Credential::None)
+        .post_form("/admin/login", &[], &[("token", VIEWER)])
+        .await;
+    let cookie = answer.header("set-cookie").expect("cookie");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(
+        !cookie.contains("Secure"),
+        "plain HTTP on loopback: {cookie}"
+    );
+
+    let mut settings = test_settings();
+    settings.cookie_secure = Some(true);
+    let forced = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let answer = forced
+        .admin(Credential::None)
+        .post_form("/admin/login", &[], &[("token", VIEWER)])
+        .await;
+    assert!(
+        answer
+            .header("set-cookie")
+            .expect("cookie")
+            .contains("Secure")
+    );
+}
+
+#[tokio::test]
+async fn a_cookie_keyed_with_the_token_alone_is_refused() {
+    let app = spawn_app().await;
+    let real = app.sign_in(VIEWER).await;
+    assert_eq!(
+        cookie_client(&app, &real)
+            .get("/admin/api/events")
+            .await
+            .status,
+        200
+    );
+    // What a thief who guessed the token could forge without the server secret.
+    let name = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, "viewer");
+    let expires = chrono::Utc::now().timestamp() + 3600;
+    let nonce = "00112233445566778899aabbccddeeff";
+    let message = format!("session:{name}.{expires}.{nonce}");
+    let mac = hex::encode(hookd::signature::hmac_sha256(
+        VIEWER.as_bytes(),
+        &[message.as_bytes()],
+    ));
+    let forged = format!("hookd_session={name}.{expires}.{nonce}.{mac}");
+    assert_eq!(
+        cookie_client(&app, &forged)
+            .get("/admin/api/events")
+            .await
+            .status,
+        401
+    );
+    // A real cookie whose expiry was pushed out no longer matches its MAC.
+    let value = real.trim_start_matches("hookd_session=");
+    let parts: Vec<&str> = value.split('.').collect();
+    let stretched = format!(
+        "hookd_session={}.{}.{}.{}",
+        parts[0],
+        parts[1].parse::<i64>().expect("expiry") + 86_400,
+        parts[2],
+        parts[3]
+    );
+    assert_eq!(
+        cookie_client(&app, &stretched)
+            .get("/admin/api/events")
+            .await
+            .status,
+        401
+    );
+}
+
+#[tokio::test]
+async fn rotating_the_token_or_the_server_secret_ends_sessions() {
+    let app = spawn_app().await;
+    let cookie = app.sign_in(OPERATOR).await;
+    assert_eq!(
+        cookie_client(&app, &cookie)
+            .get("/admin/api/events")
+            .await
+            .status,
+        200
+    );
+
+    // Another instance where the operator's token was rotated.
+    let mut settings = test_settings();
+    let operator = settings
+        .admin_tokens
+        .iter_mut()
+        .find(|t| t.name == "operator")
+        .expect("operator");
+    operator.token = hookd::signature::Secret::new("rotated-operator-token-0123");
+    let rotated = spawn(Spawn {
+        settings,
+        db: app.db.clone(),
+        ..Spawn::default()
+    })
+    .await;
+    assert_eq!(
+        cookie_client(&rotated, &cookie)
+            .get("/admin/api/events")
+            .await
+            .status,
+        401
+    );
+
+    // A new server secret (the row deleted, instances restarted) ends them too.
+    app.execute("DELETE FROM hookd_server_secret", &[]).await;
+    let restarted = spawn(Spawn {
+        db: app.db.clone(),
+        ..Spawn::default()
+    })
+    .await;
+    assert_eq!(
+        cookie_client(&restarted, &cookie)
+            .get("/admin/api/events")
+            .await
+            .status,
+        401
+    );
+    let fresh = restarted.sign_in(OPERATOR).await;
+    assert_eq!(
+        cookie_client(&restarted, &fresh)
+            .get("/admin/api/events")
+            .await
+            .status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn signing_out_ends_the_session_on_every_instance() {
+    let app = spawn_app().await;
+    let other = spawn(Spawn {
+        db: app.db.clone(),
+        ..Spawn::default()
+    })
+    .await;
+    let cookie = app.sign_in(VIEWER).await;
+    let page = cookie_client(&app, &cookie).get("/admin").await;
+    assert_eq!(page.status, 200);
+    let csrf = csrf_of(&String::from_utf8_lossy(&page.body));
+    assert_eq!(
+        cookie_client(&other, &cookie)
+            .get("/admin/api/events")
+            .await
+            .status,
+        200
+    );
+
+    let out = cookie_client(&app, &cookie)
+        .post_form("/admin/logout", &[], &[("csrf", &csrf)])
+        .await;
+    assert_eq!(out.status, 303);
+    // A copy of the cookie kept elsewhere is worth nothing now.
+    for instance in [&app, &other] {
+        assert_eq!(
+            cookie_client(instance, &cookie)
+                .get("/admin/api/events")
+                .await
+                .status,
+            401
+        );
+        let page = cookie_client(instance, &cookie).get("/admin").await;
+        assert_eq!(
+            (page.status, page.header("location")),
+            (303, Some("/admin/login"))
+        );
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM admin_revoked_sessions", &[])
+            .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn failed_sign_ins_and_bearer_guesses_are_limited_per_client() {
+    let app = spawn_app().await;
+    let anonymous = app.admin(Credential::None);
+    for _ in 0..10 {
+        let wrong = anonymous
+            .post_form("/admin/login", &[], &[("token", "not-a-token-at-all")])
+            .await;
+        assert_eq!(wrong.status, 401);
+    }
+    // Past the limit even the right token is refused, so guessing learns nothing.
+    let refused = anonymous
+        .post_form("/admin/login", &[], &[("token", VIEWER)])
+        .await;
+    assert_eq!(refused.status, 429);
+    let wait: u64 = refused
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
+    assert!((1..=60).contains(&wait), "{wait}");
+    let api = app
+        .admin(Credential::Bearer(VIEWER.into()))
+        .get("/admin/api/events")
+        .await;
+    assert_eq!(api.status, 429);
+    assert_eq!(api.json()["error"], "too_many_requests");
+    // Another client (behind the same local proxy) is not held back.
+    let elsewhere = anonymous
+        .post_form(
+            "/admin/login",
+            &[("X-Forwarded-For", "203.0.113.9")],
+            &[("token", VIEWER)],
+        )
+        .await;
+    assert_eq!(elsewhere.status, 303);
+
+    let app = spawn_app().await;
+    for _ in 0..10 {
+        let guess = app.admin(Credential::Bearer("guess-guess-guess-guess".into()));
+        assert_eq!(guess.get("/admin/api/events").await.status, 401);
+    }
+    let right = app.admin(Credential::Bearer(OPERATOR.into()));
+    assert_eq!(right.get("/admin/api/events").await.status, 429);
+}
+
+#[tokio::test]
+async fn cookie_requests_that_change_state_need_a_same_host_origin_or_the_form_token() {
+    let app = spawn_app().await;
+    let dead = dead_event(&app, "evt_csrf").await;
+    let cookie = app.sign_in(OPERATOR).await;
+    let client = cookie_client(&app, &cookie);
+    let detail = client.get(&format!("/admin/events/{dead}")).await;
+    let csrf = csrf_of(&String::from_utf8_lossy(&detail.body));
+    let api = format!("/admin/api/events/{dead}/retry");
+    let same_host = format!("http://{}", app.base.trim_start_matches("http://"));
+
+    // Neither Origin nor Referer nor the token: refused.
+    assert_eq!(client.post(&api, &[]).await.status, 403);
+    assert_eq!(
+        client
+            .post(&api, &[("Referer", "https://evil.example/page")])
+            .await
+            .status,
+        403
+    );
+    assert_eq!(attempts(&app, dead).await, 1, "nothing ran");
+    assert_eq!(
+        client.post(&api, &[("Origin", &same_host)]).await.status,
+        200
+    );
+    assert_eq!(
+        client.post(&api, &[("X-CSRF-Token", &csrf)]).await.status,
+        200
+    );
+    assert_eq!(
+        client
+            .post(&api, &[("Referer", &format!("{same_host}/admin"))])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(attempts(&app, dead).await, 4);
+
+    let page = format!("/admin/events/{dead}/retry");
+    let cross = client
+        .post_form(
+            &page,
+            &[("Referer", "https://evil.example/")],
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(cross.status, 403);
+    let same = client
+        .post_form(&page, &[("Origin", &same_host)], &[("csrf", &csrf)])
+        .await;
+    assert_eq!(same.status, 303);
+    assert_eq!(attempts(&app, dead).await, 5);
+}
+
+#[tokio::test]
+async fn an_abandoned_idempotency_claim_is_taken_over_only_by_the_same_request() {
+    let app = spawn_app().await;
+    let dead = dead_event(&app, "evt_claim").await;
+    let path = format!("/admin/api/events/{dead}/retry");
+    let hash = Sha256::digest(format!("{path}\n").as_bytes()).to_vec();
+    let other_hash = Sha256::digest(b"another request").to_vec();
+    app.execute(
+        "INSERT INTO admin_idempotency_keys
+             (token_name, idempotency_key, request_sha256, claim_id, created_at)
+         VALUES ('operator', 'crashed', $1, '\\x01', now() - interval '6 minutes'),
+                ('operator', 'crashed-other', $2, '\\x02', now() - interval '6 minutes'),
+                ('operator', 'running', $1, '\\x03', now() - interval '1 minute')",
+        &[&hash, &other_hash],
+    )
+    .await;
+    let operator = app.admin(Credential::Bearer(OPERATOR.into()));
+
+    let taken = operator
+        .post(&path, &[("Idempotency-Key", "crashed")])
+        .await;
+    assert_eq!(taken.status, 200);
+    assert_eq!(taken.header("Idempotent-Replayed"), None);
+    let reused = operator
+        .post(&path, &[("Idempotency-Key", "crashed-other")])
+        .await;
+    assert_eq!(
+        (reused.status, reused.json()["error"].clone()),
+        (422, json!("idempotency_key_reused"))
+    );
+    let running = operator
+        .post(&path, &[("Idempotency-Key", "running")])
+        .await;
+    assert_eq!(running.status, 409);
+    assert_eq!(attempts(&app, dead).await, 2, "only the takeover ran");
+
+    // The crashed request's owner coming back cannot overwrite the new answer.
+    let db = app.app.pool.get().await.expect("connection");
+    hookd::store::idempotency::complete(&db, "operator", "crashed", &[1], 500, b"late")
+        .await
+        .expect("complete");
+    let stored = app
+        .query(
+            "SELECT response_status, request_sha256 FROM admin_idempotency_keys
+             WHERE idempotency_key = 'crashed'",
+            &[],
+        )
+        .await;
+    assert_eq!(stored[0].get::<_, Option<i16>>(0), Some(200));
+    assert_eq!(
+        stored[0].get::<_, Vec<u8>>(1),
+        hash,
+        "the request hash never changes"
+    );
+    let replay = operator
+        .post(&path, &[("Idempotency-Key", "crashed")])
+        .await;
+    assert_eq!(replay.body, taken.body);
+    assert_eq!(replay.header("Idempotent-Replayed"), Some("true"));
+}
+
+/// Holds a retry (not the first run) for a second.
+struct Slow;
+
+#[async_trait]
+impl Handler for Slow {
+    async fn apply(
+        &self,
+        _tx: &Transaction<'_>,
+        event: &EventToApply<'_>,
+    ) -> Result<(), HandlerError> {
+        if event.attempt > 1 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn keyed_retries_of_a_slow_handler_leave_connections_for_deliveries() {
+    let mut settings = test_settings();
+    settings.sources[0]
+        .event_types
+        .insert("test.slow".into(), "test_slow".into());
+    let mut registry = Registry::builtin();
+    registry.register("test_slow", Arc::new(Slow));
+    let app = spawn(Spawn {
+        settings,
+        registry,
+        ..Spawn::default()
+    })
+    .await;
+    let mut ids = Vec::new();
+    // More retries than the pool has connections.
+    for i in 0..20 {
+        let id = format!("evt_slow_{i}");
+        app.deliver("stripe", &stripe_event(&id, "test.slow", json!({})))
+            .await;
+        ids.push(
+            app.count("SELECT id FROM webhook_events WHERE event_id = $1", &[&id])
+                .await,
+        );
+    }
+    let retries = ids.iter().map(|id| {
+        let app = &app;
+        async move {
+            let key = format!("slow-{id}");
+            app.admin(Credential::Bearer(OPERATOR.into()))
+                .post(
+                    &format!("/admin/api/events/{id}/retry"),
+                    &[("Idempotency-Key", &key)],
+                )
+                .await
+                .status
+        }
+    });
+    let deliveries = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut slowest = Duration::ZERO;
+        for i in 0..10 {
+            let started = Instant::now();
+            let event = stripe_event(
+                &format!("evt_meanwhile_{i}"),
+                "payment_intent.succeeded",
+                json!({"id": format!("pi_m_{i}"), "amount": 100, "currency": "usd"}),
+            );
+            assert_eq!(app.deliver("stripe", &event).await.status, 200);
+            slowest = slowest.max(started.elapsed());
+        }
+        slowest
+    };
+    let (statuses, slowest) = tokio::join!(futures_util::future::join_all(retries), deliveries);
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert!(
+        slowest < Duration::from_millis(500),
+        "a delivery waited {slowest:?}"
+    );
+}
+
+#[tokio::test]
+async fn database_trouble_shows_a_plain_message_on_the_page() {
+    let mut missing = crate::support::cluster().config("no_such_database");
+    missing.connect_timeout(Duration::from_secs(2));
+    let app = spawn(Spawn {
+        database: Some(missing),
+        ..Spawn::default()
+    })
+    .await;
+    let answer = app
+        .admin(Credential::None)
+        .post_form("/admin/login", &[], &[("token", VIEWER)])
+        .await;
+    assert!(answer.status >= 500, "{}", answer.status);
+    let page = String::from_utf8_lossy(&answer.body);
+    assert!(
+        !page.contains("no_such_database") && !page.contains("3D000"),
+        "{page}"
+    );
+    assert!(
+        page.contains("went wrong") || page.contains("unavailable"),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn every_session_has_a_statement_timeout() {
+    let app = spawn_app().await;
+    let client = app.app.pool.get().await.expect("connection");
+    let show = |name: &'static str| {
+        let client = &client;
+        async move {
+            client
+                .query_one(&format!("SHOW {name}"), &[])
+                .await
+                .expect("show")
+                .get::<_, String>(0)
+        }
+    };
+    assert_eq!(show("statement_timeout").await, "30s");
+    assert_eq!(show("idle_in_transaction_session_timeout").await, "1min");
+}
