@@ -3,8 +3,13 @@
 //! and a signed event never answered with a 5xx.
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
-use crate::support::{spawn_app, stripe_event};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{Spawn, spawn, spawn_app, stripe_event, test_settings};
 
 fn hookd(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hookd"));
@@ -119,4 +124,206 @@ async fn ages_beyond_a_hundred_years_are_400_not_a_dropped_connection() {
         .status,
         200
     );
+}
+
+/// Opens a connection, sends `head`, then one byte of body every `every`, until
+/// hookd answers or closes; returns what it answered and how long that took.
+async fn trickle(addr: std::net::SocketAddr, head: String, every: Duration) -> (String, Duration) {
+    let started = Instant::now();
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let (mut reader, mut writer) = stream.into_split();
+    writer.write_all(head.as_bytes()).await.expect("head");
+    let sender = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            if writer.write_all(b"x").await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(40), reader.read_to_end(&mut answer)).await;
+    sender.abort();
+    (
+        String::from_utf8_lossy(&answer).into_owned(),
+        started.elapsed(),
+    )
+}
+
+fn post_head(path: &str, length: usize) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {length}\r\n\r\n{{"
+    )
+}
+
+fn app_addr(app: &crate::support::TestApp) -> std::net::SocketAddr {
+    app.base
+        .trim_start_matches("http://")
+        .parse()
+        .expect("address")
+}
+
+#[tokio::test]
+async fn a_trickling_body_is_cut_at_the_body_timeout() {
+    let mut settings = test_settings();
+    settings.body_timeout = Duration::from_secs(2);
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let addr = app_addr(&app);
+    let every = Duration::from_millis(300);
+    let (webhook, admin, oversized) = tokio::join!(
+        trickle(addr, post_head("/webhooks/stripe", 1000), every),
+        trickle(addr, post_head("/admin/login", 1000), every),
+        trickle(addr, post_head("/webhooks/stripe", 10 * 1024 * 1024), every),
+    );
+    for ((answer, took), status) in [(webhook, "408"), (admin, "408"), (oversized, "413")] {
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{answer:?}"
+        );
+        assert!(
+            took >= Duration::from_millis(1900) && took < Duration::from_secs(6),
+            "cut after {took:?}"
+        );
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn with_the_default_timeout_a_trickling_body_is_cut_within_30_seconds() {
+    let app = spawn_app().await;
+    let (answer, took) = trickle(
+        app_addr(&app),
+        post_head("/webhooks/stripe", 100_000),
+        Duration::from_secs(1),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(took < Duration::from_secs(30), "cut after {took:?}");
+}
+
+#[tokio::test]
+async fn a_trickling_head_is_cut_too() {
+    let app = spawn_app().await;
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(app_addr(&app)).await.expect("connect");
+    stream
+        .write_all(b"POST /webhooks/stripe HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .expect("partial head");
+    let mut closed = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if stream.write_all(b"X-Slow: 1\r\n").await.is_err() {
+            closed = true;
+            break;
+        }
+        let mut probe = [0u8; 512];
+        if let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_millis(1), stream.read(&mut probe)).await
+        {
+            closed = true;
+            assert!(
+                n == 0 || probe.starts_with(b"HTTP/1.1 408"),
+                "{:?}",
+                &probe[..n]
+            );
+            break;
+        }
+    }
+    assert!(closed, "still open after {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+#[tokio::test]
+async fn with_400_trickling_connections_open_deliveries_still_get_200_within_2_seconds() {
+    let app = spawn_app().await;
+    let addr = app_addr(&app);
+    let mut tricklers = Vec::new();
+    for _ in 0..400 {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(post_head("/webhooks/stripe", 100_000).as_bytes())
+            .await
+            .expect("head");
+        tricklers.push(stream);
+    }
+    let keep_trickling = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            for stream in &mut tricklers {
+                let _ = stream.write_all(b"x").await;
+            }
+        }
+    });
+    for i in 0..20 {
+        let started = Instant::now();
+        let event = stripe_event(
+            &format!("evt_busy_{i}"),
+            "payment_intent.succeeded",
+            json!({"id": format!("pi_busy_{i}"), "amount": 100, "currency": "usd"}),
+        );
+        let answer = app.deliver("stripe", &event).await;
+        assert_eq!(answer.status, 200);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    keep_trickling.abort();
+}
+
+#[tokio::test]
+async fn an_admin_listener_keeps_the_admin_pages_and_metrics_off_the_public_one() {
+    let mut settings = test_settings();
+    settings.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let admin_base = app.admin_base.clone().expect("an admin listener");
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let status = |base: &str, path: &str| {
+        let request = http
+            .get(format!("{base}{path}"))
+            .bearer_auth("dev-viewer-token-0123456789");
+        async move { request.send().await.expect("answer").status().as_u16() }
+    };
+    for path in ["/admin", "/admin/login", "/admin/api/events", "/metrics"] {
+        assert_eq!(status(&app.base, path).await, 404, "public {path}");
+    }
+    assert_eq!(status(&admin_base, "/admin/api/events").await, 200);
+    assert_eq!(status(&admin_base, "/metrics").await, 200);
+    assert_eq!(status(&admin_base, "/admin").await, 200);
+    assert_eq!(status(&admin_base, "/readyz").await, 200);
+    assert_eq!(status(&app.base, "/readyz").await, 200);
+    let webhook = http
+        .post(format!("{admin_base}/webhooks/stripe"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(
+        webhook.status().as_u16(),
+        404,
+        "webhooks stay on the public listener"
+    );
+    let delivered = app
+        .deliver(
+            "stripe",
+            &stripe_event("evt_public", "customer.created", json!({"id": "cus_p"})),
+        )
+        .await;
+    assert_eq!(delivered.status, 200);
 }

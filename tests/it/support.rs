@@ -158,6 +158,8 @@ pub fn test_settings() -> Settings {
 
 pub struct TestApp {
     pub base: String,
+    /// The admin listener's base URL, when the settings give it one.
+    pub admin_base: Option<String>,
     pub app: App,
     pub http: reqwest::Client,
     pub db: Option<std::sync::Arc<TestDb>>,
@@ -216,6 +218,7 @@ pub async fn spawn(options: Spawn) -> TestApp {
     let running = app.start(options.parts).expect("start app");
     TestApp {
         base: format!("http://{}", running.addr),
+        admin_base: running.admin_addr.map(|addr| format!("http://{addr}")),
         app,
         http: reqwest::Client::new(),
         db,
