@@ -168,11 +168,13 @@ fn verifier(
     params: &TlsParams,
     provider: &Arc<CryptoProvider>,
 ) -> Result<Arc<dyn ServerCertVerifier>, DatabaseUrlError> {
+    let algorithms = provider.signature_verification_algorithms;
     let check_name = match (params.mode, &params.root_cert) {
         (SslMode::Disable | SslMode::Prefer, _) | (SslMode::Require, None) => {
-            return Ok(Arc::new(AnyCertificate(
-                provider.signature_verification_algorithms,
-            )));
+            return Ok(Arc::new(Lenient {
+                chain: None,
+                algorithms,
+            }));
         }
         // libpq's rule: a root certificate makes `require` check the chain.
         (SslMode::Require, Some(_)) | (SslMode::VerifyCa, _) => false,
@@ -188,7 +190,10 @@ fn verifier(
     if check_name {
         Ok(webpki)
     } else {
-        Ok(Arc::new(ChainOnly(webpki)))
+        Ok(Arc::new(Lenient {
+            chain: Some(webpki),
+            algorithms,
+        }))
     }
 }
 
@@ -236,51 +241,17 @@ fn system_roots(mode: SslMode) -> Result<RootCertStore, DatabaseUrlError> {
     Ok(roots)
 }
 
-/// `prefer` and `require`: encryption without authentication, as in libpq. The
-/// handshake's signatures are still checked, so the session key is the certificate's.
+/// What `prefer`, `require` and `verify-ca` check. Without `chain`, any certificate
+/// passes (encryption without authentication, as in libpq); with it, the chain must
+/// lead to a trusted root but the host name is not checked. The handshake's
+/// signatures are always checked, so the session is bound to the certificate's key.
 #[derive(Debug)]
-struct AnyCertificate(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
-    }
+struct Lenient {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    algorithms: WebPkiSupportedAlgorithms,
 }
 
-/// `verify-ca`: the chain must lead to a trusted root; the host name is not checked.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -289,10 +260,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             // webpki checks the name last: getting here means the chain verified.
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
@@ -307,7 +278,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -316,11 +287,11 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 
@@ -360,7 +331,7 @@ fn describe_cause(error: &(dyn StdError + 'static)) -> String {
 fn certificate_problem(problem: &CertificateError) -> String {
     match problem {
         CertificateError::UnknownIssuer => {
-            "it is not signed by a trusted certificate authority (sslrootcert)".into()
+            "it was not issued by a trusted certificate authority".into()
         }
         CertificateError::NotValidForName => "it is not valid for the host name".into(),
         CertificateError::Expired => "it has expired".into(),
