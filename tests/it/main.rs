@@ -10,3 +10,4 @@ mod purge;
 mod receive;
 mod replay;
 mod support;
+mod tls;
