@@ -3,7 +3,6 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,10 +62,10 @@ impl Database {
     /// Connects to `DATABASE_URL`, or starts the embedded cluster when it is unset.
     pub async fn open(settings: &Settings) -> Result<Self, StartError> {
         if let Some(url) = &settings.database_url {
-            let config = tokio_postgres::Config::from_str(url.expose())
+            let (config, tls) = store::tls::connect_options(url.expose())
                 .map_err(|e| StartError::DatabaseUrl(e.to_string()))?;
             return Ok(Database {
-                pool: store::pool(config, store::DEFAULT_POOL_SIZE),
+                pool: store::pool(config, tls, store::DEFAULT_POOL_SIZE),
                 embedded: None,
             });
         }
@@ -83,6 +82,7 @@ impl Database {
         Ok(Database {
             pool: store::pool(
                 cluster.pg_config(embedded_pg::DATABASE),
+                store::DbConnector::Plain,
                 store::DEFAULT_POOL_SIZE,
             ),
             embedded: Some(cluster),

@@ -119,7 +119,11 @@ impl Hookd {
         store::create_database_if_missing(&cluster.config("postgres"), cluster.database())
             .await
             .expect("create the benchmark database");
-        let pool = store::pool(cluster.config(cluster.database()), POOL_SIZE);
+        let pool = store::pool(
+            cluster.config(cluster.database()),
+            store::DbConnector::Plain,
+            POOL_SIZE,
+        );
         store::migrate(&pool).await.expect("migrations");
         let app = App::new(shipped_settings(), pool, Registry::builtin());
         let running = app

@@ -8,14 +8,16 @@ mod migrate;
 pub mod payments;
 pub mod purge;
 pub mod sessions;
+pub mod tls;
 
 use std::time::Duration;
 
-use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{GenericClient, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 pub use migrate::{MIGRATIONS, migrate};
+pub use tls::DbConnector;
 
 /// How long a request waits for a connection before the database counts as unavailable.
 const POOL_WAIT: Duration = Duration::from_secs(5);
@@ -41,7 +43,7 @@ pub enum StoreError {
 impl From<tokio_postgres::Error> for StoreError {
     fn from(error: tokio_postgres::Error) -> Self {
         if is_transient(&error) {
-            StoreError::Unavailable(error.to_string())
+            StoreError::Unavailable(tls::explain(&error))
         } else {
             StoreError::Query(error)
         }
@@ -61,7 +63,7 @@ impl From<deadpool_postgres::PoolError> for StoreError {
 fn describe(error: &tokio_postgres::Error) -> String {
     match error.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => error.to_string(),
+        None => tls::explain(error),
     }
 }
 
@@ -86,7 +88,7 @@ fn is_transient(error: &tokio_postgres::Error) -> bool {
     }
 }
 
-pub fn pool(mut config: tokio_postgres::Config, max_size: usize) -> Pool {
+pub fn pool(mut config: tokio_postgres::Config, tls: DbConnector, max_size: usize) -> Pool {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
@@ -102,9 +104,8 @@ pub fn pool(mut config: tokio_postgres::Config, max_size: usize) -> Pool {
         _ => limits,
     };
     config.options(&options);
-    let manager = Manager::from_config(
+    let manager = tls.manager(
         config,
-        NoTls,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },

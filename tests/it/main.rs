@@ -12,3 +12,4 @@ mod purge;
 mod receive;
 mod replay;
 mod support;
+mod tls;

@@ -27,7 +27,9 @@ async fn drop_database(name: &str) {
 async fn instances_starting_together_migrate_once() {
     let name = format!("m_{}", std::process::id());
     let config = empty_database(&name).await;
-    let pools: Vec<_> = (0..4).map(|_| store::pool(config.clone(), 2)).collect();
+    let pools: Vec<_> = (0..4)
+        .map(|_| store::pool(config.clone(), store::DbConnector::Plain, 2))
+        .collect();
     let results = futures_util::future::join_all(pools.iter().map(store::migrate)).await;
     let applied: Vec<usize> = results.into_iter().map(|r| r.expect("migrate")).collect();
     assert_eq!(

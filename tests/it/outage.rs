@@ -25,7 +25,7 @@ async fn a_stopped_database_gives_503_then_recovers_by_itself() {
     store::create_database_if_missing(&cluster.pg_config("postgres"), "hookd")
         .await
         .expect("db");
-    let pool = store::pool(cluster.pg_config("hookd"), 2);
+    let pool = store::pool(cluster.pg_config("hookd"), store::DbConnector::Plain, 2);
     store::migrate(&pool).await.expect("migrate");
     let app = spawn(Spawn {
         database: Some(cluster.pg_config("hookd")),

@@ -50,7 +50,7 @@ pub fn cluster() -> &'static TestCluster {
                 store::create_database_if_missing(&admin, TEMPLATE)
                     .await
                     .expect("template database");
-                let pool = store::pool(template, 1);
+                let pool = store::pool(template, store::DbConnector::Plain, 1);
                 store::migrate(&pool).await.expect("migrations");
                 pool.close();
             });
@@ -212,7 +212,7 @@ pub async fn spawn(options: Spawn) -> TestApp {
     };
     let app = App::new(
         options.settings,
-        store::pool(db_config.clone(), 16),
+        store::pool(db_config.clone(), store::DbConnector::Plain, 16),
         options.registry,
     );
     let running = app.start(options.parts).expect("start app");
