@@ -282,7 +282,7 @@ impl Dispatcher {
             started_at,
             finished_at: Utc::now(),
             status,
-            error,
+            error: error.map(|e| storable_error(&e)),
             next_attempt_at,
         })
     }
@@ -326,6 +326,22 @@ impl Dispatcher {
             ],
         );
     }
+}
+
+/// Longest `last_error` kept, in characters.
+const MAX_ERROR_CHARS: usize = 2000;
+
+/// An error message as a text column can hold it: no NUL, bounded length.
+fn storable_error(error: &str) -> String {
+    let mut text: String = error
+        .chars()
+        .map(|c| if c == '\0' { '\u{fffd}' } else { c })
+        .take(MAX_ERROR_CHARS)
+        .collect();
+    if error.chars().count() > MAX_ERROR_CHARS {
+        text.push('…');
+    }
+    text
 }
 
 /// Exponential backoff with "equal jitter": the delay doubles from `base` per

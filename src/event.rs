@@ -2,13 +2,17 @@
 //! hookd kind), the canonical fingerprint used for dedupe, and the payment fields
 //! support staff search by. Pure: no HTTP, no database.
 
-use serde_json::Value;
+use std::borrow::Cow;
+
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::config::Source;
 use crate::signature::{Headers, Locator, Scheme};
 
-const MAX_ID_LEN: usize = 255;
+/// Ids and types longer than this are refused; payment and customer ids longer
+/// than this are not indexed (and a payment handler refuses them).
+pub const MAX_ID_LEN: usize = 255;
 
 #[derive(Debug, Clone)]
 pub struct IncomingEvent {
@@ -17,6 +21,10 @@ pub struct IncomingEvent {
     pub event_type: String,
     pub kind: Option<String>,
     pub payload: Value,
+    /// The body exactly as received: kept so the signature can be checked again.
+    pub body: Vec<u8>,
+    /// The headers the signature depends on, as received (a JSON object).
+    pub signature_headers: Value,
     pub fingerprint: [u8; 32],
     pub payment_id: Option<String>,
     pub customer_id: Option<String>,
@@ -32,6 +40,8 @@ pub enum EventError {
     MissingType(String),
     #[error("{0} is longer than 255 bytes")]
     TooLong(&'static str),
+    #[error("{0} contains a NUL character")]
+    Nul(&'static str),
 }
 
 impl IncomingEvent {
@@ -44,24 +54,77 @@ impl IncomingEvent {
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| EventError::NotJson(e.to_string()))?;
         let (event_id, event_type) = identity(&source.scheme, headers, &payload)?;
-        if event_id.len() > MAX_ID_LEN {
-            return Err(EventError::TooLong("event id"));
-        }
-        if event_type.len() > MAX_ID_LEN {
-            return Err(EventError::TooLong("event type"));
+        // PostgreSQL text cannot hold these: refused the same way on every resend.
+        for (what, value) in [("event id", &event_id), ("event type", &event_type)] {
+            if value.len() > MAX_ID_LEN {
+                return Err(EventError::TooLong(what));
+            }
+            if value.contains('\0') {
+                return Err(EventError::Nul(what));
+            }
         }
         let kind = source.kind_of(&event_type).map(String::from);
         let fields = PaymentShape::of(&source.scheme).index_fields(&payload);
+        let signature_headers = source
+            .scheme
+            .signed_header_names()
+            .into_iter()
+            .filter_map(|name| {
+                let value = headers.header(name)?;
+                Some((name.to_string(), Value::String(value.to_string())))
+            })
+            .collect::<Map<String, Value>>();
         Ok(IncomingEvent {
             source: source.name.clone(),
             event_id,
             event_type,
             kind,
             fingerprint: fingerprint(&payload),
-            payment_id: fields.payment_id,
-            customer_id: fields.customer_id,
+            payment_id: fields.payment_id.filter(|id| storable_id(id)),
+            customer_id: fields.customer_id.filter(|id| storable_id(id)),
             payload,
+            body: body.to_vec(),
+            signature_headers: Value::Object(signature_headers),
         })
+    }
+
+    /// The payload as the `payload` column (jsonb) can hold it: jsonb refuses the
+    /// NUL character, so any in a string or key becomes U+FFFD there. The exact
+    /// body is kept beside it, and the fingerprint is of the payload as sent.
+    pub fn storable_payload(&self) -> Cow<'_, Value> {
+        if has_nul(&self.payload) {
+            Cow::Owned(without_nul(&self.payload))
+        } else {
+            Cow::Borrowed(&self.payload)
+        }
+    }
+}
+
+/// Whether a payment or customer id fits its text column and index.
+pub fn storable_id(id: &str) -> bool {
+    id.len() <= MAX_ID_LEN && !id.contains('\0')
+}
+
+fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
+fn without_nul(value: &Value) -> Value {
+    let clean = |s: &str| s.replace('\0', "\u{fffd}");
+    match value {
+        Value::String(s) => Value::String(clean(s)),
+        Value::Array(items) => Value::Array(items.iter().map(without_nul).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (clean(k), without_nul(v)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 
@@ -241,7 +304,7 @@ impl PaymentShape {
             PaymentShape::Stripe => format!("{path} has neither payment_intent nor id"),
             PaymentShape::Neutral => format!("{path}.payment_id is missing"),
         })?;
-        Ok(PaymentFacts {
+        let facts = PaymentFacts {
             payment_id,
             amount: amount(object, "amount", path)?,
             amount_refunded: amount(object, "amount_refunded", path)?,
@@ -252,7 +315,20 @@ impl PaymentShape {
                     format!("{path}.{customer} is neither an id nor an object with one")
                 })?),
             },
-        })
+        };
+        let texts = [
+            ("payment id", Some(&facts.payment_id)),
+            ("currency", facts.currency.as_ref()),
+            ("customer id", facts.customer_id.as_ref()),
+        ];
+        for (what, text) in texts {
+            if text.is_some_and(|t| !storable_id(t)) {
+                return Err(format!(
+                    "the {what} is longer than {MAX_ID_LEN} bytes or contains a NUL character"
+                ));
+            }
+        }
+        Ok(facts)
     }
 
     /// Payment and customer ids for the history index. Never fails: an event that

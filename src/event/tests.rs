@@ -190,3 +190,44 @@ fn stripe_customers_are_indexed_as_customers_not_payments() {
         }
     );
 }
+
+#[test]
+fn nul_characters_are_kept_in_the_body_and_fingerprint_and_replaced_in_the_jsonb_copy() {
+    let body = br#"{"id":"evt_1","type":"x","a\u0000":"b\u0000c","list":["\u0000"]}"#;
+    let s = source(Scheme::Stripe);
+    let e = IncomingEvent::parse(&s, &no_headers(), body).expect("valid");
+    assert_eq!(e.body, body.to_vec());
+    assert_eq!(e.payload["a\u{0}"], "b\u{0}c");
+    let stored = e.storable_payload();
+    assert_eq!(stored["a\u{fffd}"], "b\u{fffd}c");
+    assert_eq!(stored["list"][0], "\u{fffd}");
+    assert_ne!(
+        fingerprint(&stored),
+        e.fingerprint,
+        "the fingerprint is of what was sent"
+    );
+    let plain =
+        IncomingEvent::parse(&s, &no_headers(), br#"{"id":"evt_2","type":"x"}"#).expect("valid");
+    assert!(matches!(
+        plain.storable_payload(),
+        std::borrow::Cow::Borrowed(_)
+    ));
+    let nul_id = IncomingEvent::parse(&s, &no_headers(), br#"{"id":"e\u0000","type":"x"}"#);
+    assert_eq!(nul_id.err(), Some(EventError::Nul("event id")));
+}
+
+#[test]
+fn the_headers_a_signature_depends_on_are_kept() {
+    let headers = vec![
+        ("X-GitHub-Delivery".to_string(), "d-1".to_string()),
+        ("X-GitHub-Event".to_string(), "push".to_string()),
+        ("X-Hub-Signature-256".to_string(), "sha256=00".to_string()),
+        ("User-Agent".to_string(), "GitHub-Hookshot".to_string()),
+    ];
+    let e = IncomingEvent::parse(&source(Scheme::Github), &headers, b"{}").expect("valid");
+    assert_eq!(
+        e.signature_headers,
+        json!({"X-Hub-Signature-256": "sha256=00", "X-GitHub-Event": "push",
+               "X-GitHub-Delivery": "d-1"})
+    );
+}

@@ -6,6 +6,8 @@ use super::{Envelope, Headers, SignatureError, Verified, Verifier, hmac_sha256};
 const SIGNATURE: &str = "X-Hub-Signature-256";
 pub const EVENT: &str = "X-GitHub-Event";
 pub const DELIVERY: &str = "X-GitHub-Delivery";
+/// Every header name the scheme reads.
+pub(super) const HEADERS: [&str; 3] = [SIGNATURE, EVENT, DELIVERY];
 
 pub(super) fn verify(
     verifier: &Verifier<'_>,

@@ -92,6 +92,26 @@ impl Scheme {
         }
     }
 
+    /// The headers a delivery's signature depends on (all names a scheme accepts):
+    /// kept with the event so its signature can be checked again later.
+    pub fn signed_header_names(&self) -> Vec<&str> {
+        match self {
+            Scheme::Stripe => vec![stripe::HEADER],
+            Scheme::Standard => standard::HEADERS.to_vec(),
+            Scheme::Github => github::HEADERS.to_vec(),
+            Scheme::Hmac(opts) => {
+                let mut names = vec![opts.signature_header.as_str()];
+                for locator in [&opts.id, &opts.event_type] {
+                    if let Locator::Header(name) = locator {
+                        names.push(name);
+                    }
+                }
+                names.extend(opts.timestamp_header.as_deref());
+                names
+            }
+        }
+    }
+
     /// The key bytes a secret stands for under this scheme; an error explains why a
     /// configured secret is unusable (checked once, at startup).
     pub fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {

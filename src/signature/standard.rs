@@ -11,6 +11,15 @@ use super::{Envelope, Headers, SignatureError, Verified, Verifier, hmac_sha256};
 const ID: [&str; 2] = ["webhook-id", "svix-id"];
 const TIMESTAMP: [&str; 2] = ["webhook-timestamp", "svix-timestamp"];
 const SIGNATURE: [&str; 2] = ["webhook-signature", "svix-signature"];
+/// Every header name the scheme reads.
+pub(super) const HEADERS: [&str; 6] = [
+    ID[0],
+    ID[1],
+    TIMESTAMP[0],
+    TIMESTAMP[1],
+    SIGNATURE[0],
+    SIGNATURE[1],
+];
 
 pub(super) fn key_bytes(secret: &str) -> Result<Vec<u8>, String> {
     let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);

@@ -66,9 +66,10 @@ pub async fn record_delivery(
         .prepare_cached(
             "INSERT INTO webhook_events AS e
                  (source, event_id, event_type, kind, status, payload, payload_sha256,
-                  signed_with, payment_id, customer_id, attempts, processed_at)
+                  signed_with, payment_id, customer_id, attempts, processed_at, body,
+                  signature_headers)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-                     CASE WHEN $11 THEN 1 ELSE 0 END, now())
+                     CASE WHEN $11 THEN 1 ELSE 0 END, now(), $12, $13)
              ON CONFLICT (source, event_id) DO UPDATE
                  SET deliveries = e.deliveries + 1, last_delivery_at = now()
                  WHERE e.payload_sha256 = EXCLUDED.payload_sha256
@@ -89,12 +90,14 @@ pub async fn record_delivery(
                 &event.event_type,
                 &event.kind,
                 &status.as_str(),
-                &event.payload,
+                &event.storable_payload().as_ref(),
                 &event.fingerprint.as_slice(),
                 &signed_with,
                 &event.payment_id,
                 &event.customer_id,
                 &has_handler,
+                &event.body,
+                &event.signature_headers,
             ],
         )
         .await?;
@@ -114,6 +117,8 @@ pub struct ClaimedEvent {
     pub source: String,
     pub event_id: String,
     pub kind: Option<String>,
+    /// The payload as sent (parsed from the exact body when it is kept); `None`
+    /// once purged.
     pub payload: Option<Value>,
     pub attempts: i32,
 }
@@ -123,7 +128,7 @@ pub struct ClaimedEvent {
 pub async fn claim_due(client: &impl GenericClient) -> Result<Option<ClaimedEvent>, StoreError> {
     let statement = client
         .prepare_cached(
-            "SELECT id, source, event_id, kind, payload, attempts
+            "SELECT id, source, event_id, kind, payload, attempts, body
              FROM webhook_events
              WHERE status = 'failed' AND next_attempt_at <= now()
              ORDER BY next_attempt_at
@@ -136,12 +141,20 @@ pub async fn claim_due(client: &impl GenericClient) -> Result<Option<ClaimedEven
 }
 
 fn claimed(row: &tokio_postgres::Row) -> ClaimedEvent {
+    // A NULL payload means purged. Otherwise the exact body is the truth: the
+    // jsonb copy cannot hold every string.
+    let stored: Option<Value> = row.get(4);
+    let body: Option<Vec<u8>> = row.get(6);
+    let payload = stored.map(|stored| {
+        body.and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(stored)
+    });
     ClaimedEvent {
         id: row.get(0),
         source: row.get(1),
         event_id: row.get(2),
         kind: row.get(3),
-        payload: row.get(4),
+        payload,
         attempts: row.get(5),
     }
 }
@@ -153,7 +166,7 @@ pub async fn lock_by_id(
 ) -> Result<Option<ClaimedEvent>, StoreError> {
     let statement = client
         .prepare_cached(
-            "SELECT id, source, event_id, kind, payload, attempts
+            "SELECT id, source, event_id, kind, payload, attempts, body
              FROM webhook_events WHERE id = $1 FOR UPDATE",
         )
         .await?;

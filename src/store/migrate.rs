@@ -39,6 +39,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_admin_sessions.sql",
         sql: include_str!("../../sql/0005_admin_sessions.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_exact_bodies.sql",
+        sql: include_str!("../../sql/0006_exact_bodies.sql"),
+    },
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

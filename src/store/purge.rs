@@ -127,7 +127,8 @@ async fn drop_payloads(
 ) -> Result<Vec<i64>, StoreError> {
     let update = client
         .prepare_cached(&format!(
-            "UPDATE webhook_events SET payload = NULL, last_error = NULL, purged_at = now()
+            "UPDATE webhook_events SET payload = NULL, body = NULL, signature_headers = NULL,
+                 last_error = NULL, purged_at = now()
              WHERE id = ANY($1) AND status IN {FINAL} AND payload IS NOT NULL
              RETURNING status, id"
         ))

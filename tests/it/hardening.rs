@@ -327,3 +327,131 @@ async fn an_admin_listener_keeps_the_admin_pages_and_metrics_off_the_public_one(
         .await;
     assert_eq!(delivered.status, 200);
 }
+
+fn nul_event(id: &str, object: serde_json::Value) -> serde_json::Value {
+    let mut event = stripe_event(id, "payment_intent.succeeded", object);
+    event["description"] = json!("before\u{0}after");
+    event["we\u{0}ird"] = json!(1);
+    event
+}
+
+#[tokio::test]
+async fn a_signed_event_with_nul_characters_is_stored_and_answered_200_every_time() {
+    let app = spawn_app().await;
+    let event = nul_event(
+        "evt_nul",
+        json!({"id": "pi_nul", "object": "payment_intent", "amount": 500, "currency": "usd",
+               "customer": "cus_\u{0}x"}),
+    );
+    let bytes = serde_json::to_vec(&event).expect("json");
+    assert!(String::from_utf8_lossy(&bytes).contains("\\u0000"));
+    let first = app.deliver("stripe", &event).await;
+    assert_eq!(
+        first.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    let again = app.deliver("stripe", &event).await;
+    assert_eq!((again.status, &again.body), (200, &first.body));
+    assert_eq!(again.header("Idempotent-Replayed"), Some("true"));
+
+    let row = &app
+        .query(
+            "SELECT payload->>'description', body, signature_headers ? 'Stripe-Signature',
+                    customer_id, status, last_error, deliveries
+             FROM webhook_events WHERE event_id = 'evt_nul'",
+            &[],
+        )
+        .await[0];
+    assert_eq!(row.get::<_, String>(0), "before\u{fffd}after");
+    assert_eq!(row.get::<_, Vec<u8>>(1), bytes, "the exact body is kept");
+    assert!(
+        row.get::<_, bool>(2),
+        "with the header its signature depends on"
+    );
+    assert_eq!(
+        row.get::<_, Option<String>>(3),
+        None,
+        "an unstorable id is not indexed"
+    );
+    // The payment handler refuses a customer id PostgreSQL cannot store: dead, not 5xx.
+    assert_eq!(row.get::<_, String>(4), "dead");
+    assert!(row.get::<_, String>(5).contains("NUL"));
+    assert_eq!(row.get::<_, i32>(6), 2);
+}
+
+#[tokio::test]
+async fn retries_apply_the_exact_body_not_its_jsonb_copy() {
+    let app = spawn_app().await;
+    let event = nul_event(
+        "evt_nul_currency",
+        json!({"id": "pi_nc", "object": "payment_intent", "amount": 500, "currency": "us\u{0}d"}),
+    );
+    assert_eq!(app.deliver("stripe", &event).await.status, 200);
+    let id = app
+        .count(
+            "SELECT id FROM webhook_events WHERE event_id = 'evt_nul_currency'",
+            &[],
+        )
+        .await;
+    let retried = app
+        .admin(crate::support::Credential::Bearer(
+            "dev-operator-token-0123456789".into(),
+        ))
+        .post(&format!("/admin/api/events/{id}/retry"), &[])
+        .await;
+    assert_eq!(retried.status, 200);
+    // The jsonb copy says "us\u{fffd}d", which a handler could store; the event as
+    // sent cannot be applied, and the retry says so again.
+    assert_eq!(retried.json()["status"], "dead");
+    assert_eq!(app.count("SELECT count(*) FROM payments", &[]).await, 0);
+}
+
+#[tokio::test]
+async fn over_long_payment_ids_are_stored_unindexed_and_dead_not_5xx() {
+    let app = spawn_app().await;
+    let long = format!("pi_{}", "x".repeat(3000));
+    let event = stripe_event(
+        "evt_long_pi",
+        "payment_intent.succeeded",
+        json!({"id": long, "object": "payment_intent", "amount": 500, "currency": "usd",
+               "customer": format!("cus_{}", "y".repeat(3000))}),
+    );
+    assert_eq!(app.deliver("stripe", &event).await.status, 200);
+    let row = &app
+        .query(
+            "SELECT payment_id, customer_id, status FROM webhook_events
+             WHERE event_id = 'evt_long_pi'",
+            &[],
+        )
+        .await[0];
+    assert_eq!(row.get::<_, Option<String>>(0), None);
+    assert_eq!(row.get::<_, Option<String>>(1), None);
+    assert_eq!(row.get::<_, String>(2), "dead");
+}
+
+#[tokio::test]
+async fn ids_postgresql_cannot_store_are_400_with_the_same_reason_every_time() {
+    let app = spawn_app().await;
+    for event in [
+        stripe_event("evt_\u{0}", "payment_intent.succeeded", json!({})),
+        stripe_event("evt_ok", "payment_intent.\u{0}", json!({})),
+    ] {
+        let first = app.deliver("stripe", &event).await;
+        let again = app.deliver("stripe", &event).await;
+        assert_eq!(first.status, 400);
+        assert!(
+            first.json()["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("NUL")),
+            "{:?}",
+            first.json()
+        );
+        assert_eq!((again.status, again.body), (first.status, first.body));
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        0
+    );
+}
