@@ -570,31 +570,8 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// Where the PostgreSQL client programs are: next to `initdb` on PATH (symlinks
 /// resolved), else the newest `/usr/lib/postgresql/*/bin` — as hookd finds them.
 pub fn postgres_bin(program: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            if let Ok(initdb) = std::fs::canonicalize(dir.join("initdb"))
-                && let Some(bin) = initdb.parent()
-                && bin.join(program).is_file()
-            {
-                return bin.join(program);
-            }
-        }
-    }
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
-            let bin = entry.path().join("bin");
-            bin.join(program).is_file().then_some((version, bin))
-        })
-        .collect();
-    versions.sort();
-    let (_, bin) = versions
-        .pop()
-        .unwrap_or_else(|| panic!("no {program} next to initdb (PATH or /usr/lib/postgresql)"));
-    bin.join(program)
+    embedded_pg::binaries::program(program)
+        .unwrap_or_else(|| panic!("no {program} next to initdb (PATH or /usr/lib/postgresql)"))
 }
 
 /// A short description of the machine for the printed header.

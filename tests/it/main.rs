@@ -3,6 +3,7 @@
 mod admin;
 mod admin_security;
 mod dispatch;
+mod embedded;
 mod hardening;
 mod migrate;
 mod outage;

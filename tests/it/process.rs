@@ -277,11 +277,34 @@ async fn sigterm_finishes_in_flight_deliveries_and_exits_zero() {
     assert!(acked.len() < 400, "it stopped accepting");
 }
 
+/// Where hookd put the cluster of the project in `dir`: `./.hookd/pg`, or the
+/// private folder it recorded when the `postgres` user cannot reach the project.
+fn cluster_dir(dir: &std::path::Path) -> PathBuf {
+    match std::fs::read_to_string(dir.join(".hookd/pg.location")) {
+        Ok(recorded) => PathBuf::from(recorded),
+        Err(_) => dir.join(".hookd/pg"),
+    }
+}
+
+/// The cluster's postmaster is alive (`pg_ctl status`, which needs no access to
+/// a folder that belongs to the `postgres` user).
 fn postmaster_running(dir: &std::path::Path) -> bool {
-    std::fs::read_to_string(dir.join(".hookd/pg/data/postmaster.pid"))
-        .ok()
-        .and_then(|text| text.lines().next().map(str::to_string))
-        .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+    let data = cluster_dir(dir).join("data");
+    let pg_ctl = hookd::embedded_pg::binaries::program("pg_ctl").expect("pg_ctl");
+    let mut status = Command::new("sh");
+    status
+        .arg("-c")
+        .arg("\"$0\" status -D \"$1\" >/dev/null 2>&1")
+        .arg(&pg_ctl)
+        .arg(&data);
+    if nix::unistd::Uid::effective().is_root() {
+        use std::os::unix::process::CommandExt;
+        let postgres = nix::unistd::User::from_name("postgres")
+            .expect("lookup")
+            .expect("postgres user");
+        status.uid(postgres.uid.as_raw()).gid(postgres.gid.as_raw());
+    }
+    status.status().is_ok_and(|s| s.success())
 }
 
 #[tokio::test]
@@ -289,6 +312,10 @@ async fn serve_runs_its_own_cluster_and_adopts_one_a_killed_serve_left_behind() 
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("embedded-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
+    // A project folder closed to others (as root, the postgres user cannot enter
+    // it, so the cluster must live in a private folder of its own).
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .expect("chmod");
     let port = free_port();
     let config = dir.join("hookd.toml");
     std::fs::write(
@@ -325,9 +352,25 @@ async fn serve_runs_its_own_cluster_and_adopts_one_a_killed_serve_left_behind() 
     };
 
     let first = start().await;
-    assert!(postmaster_running(&dir), "the cluster lives in ./.hookd/pg");
+    assert!(postmaster_running(&dir), "the cluster runs");
     let log = std::fs::read_to_string(dir.join("serve.log")).expect("log");
-    assert!(log.contains("started embedded PostgreSQL in"), "{log}");
+    let cluster = cluster_dir(&dir);
+    assert!(
+        log.contains(&format!(
+            "started embedded PostgreSQL in {}",
+            cluster.display()
+        )),
+        "{log}"
+    );
+    if nix::unistd::Uid::effective().is_root() {
+        assert!(
+            cluster.starts_with(std::env::temp_dir()),
+            "{}",
+            cluster.display()
+        );
+    } else {
+        assert_eq!(cluster, dir.join(".hookd/pg"));
+    }
     first.signal(Signal::SIGKILL);
     first.wait().await;
     assert!(
@@ -338,11 +381,13 @@ async fn serve_runs_its_own_cluster_and_adopts_one_a_killed_serve_left_behind() 
     let second = start().await;
     let log = std::fs::read_to_string(dir.join("serve.log")).expect("log");
     assert!(log.contains("adopting it"), "{log}");
+    assert_eq!(cluster_dir(&dir), cluster, "the same cluster, found again");
     second.signal(Signal::SIGTERM);
     assert!(second.wait().await.success());
     assert!(
         !postmaster_running(&dir),
         "the adopted cluster was stopped at exit"
     );
+    let _ = std::fs::remove_dir_all(&cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }

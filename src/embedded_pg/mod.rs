@@ -1,0 +1,312 @@
+//! The private PostgreSQL cluster hookd runs when `DATABASE_URL` is unset, built from
+//! the server binaries on this machine. It listens on a Unix socket inside its own
+//! folder only (no TCP port), keeps its data between runs, and is stopped by the
+//! process that owns it. As root it runs as the `postgres` system user, since
+//! PostgreSQL refuses to run as root. The test suite uses the same code for its
+//! throwaway cluster.
+//!
+//! `binaries` finds the server programs, `folder` chooses and guards the folder,
+//! and this module runs the cluster's life: initialise, configure, start or adopt,
+//! stop.
+
+pub mod binaries;
+mod folder;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+use folder::{ClusterFolder, RunAs};
+
+/// The superuser initdb creates, and the database hookd uses.
+pub const USER: &str = "hookd";
+pub const DATABASE: &str = "hookd";
+const PORT: u16 = 5432;
+/// Written in the cluster's folder: the pid of the hookd that will stop it.
+const OWNER_FILE: &str = "hookd.pid";
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    #[error(
+        "no PostgreSQL server binaries (initdb, pg_ctl) on PATH or in /usr/lib/postgresql/*/bin: \
+         set DATABASE_URL or install PostgreSQL"
+    )]
+    NoBinaries,
+    #[error(
+        "running as root needs a `postgres` system user to own the embedded cluster: \
+         create one, or set DATABASE_URL"
+    )]
+    NoPostgresUser,
+    #[error("{action} failed: {detail}")]
+    Command { action: String, detail: String },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{0}")]
+    Folder(String),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ClusterOptions {
+    /// `false` trades crash safety for speed (fsync off): for throwaway test clusters.
+    pub durable: bool,
+}
+
+/// Who stops the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// This process started it and stops it.
+    Owned,
+    /// A hookd that is gone (killed) started it; this process stops it.
+    Adopted,
+    /// Another live hookd (or a watcher) stops it; this process leaves it running.
+    Borrowed,
+}
+
+#[derive(Debug)]
+pub struct EmbeddedPostgres {
+    folder: ClusterFolder,
+    bin: PathBuf,
+    ownership: Ownership,
+}
+
+impl EmbeddedPostgres {
+    /// Starts (initialising on first use) the cluster in `preferred_dir`, or reuses it
+    /// when it is already running. Falls back to a private folder under the system
+    /// temporary directory when the `postgres` user cannot reach `preferred_dir`.
+    pub fn start(preferred_dir: &Path, options: ClusterOptions) -> Result<Self, EmbeddedError> {
+        let bin = binaries::folder().ok_or(EmbeddedError::NoBinaries)?;
+        let run_as = RunAs::for_this_process()?;
+        let folder = ClusterFolder::choose(preferred_dir, run_as)?;
+        let mut cluster = EmbeddedPostgres {
+            folder,
+            bin,
+            ownership: Ownership::Borrowed,
+        };
+        cluster.init_if_needed(options)?;
+        cluster.write_settings(options)?;
+        if cluster.is_running() {
+            let orphaned = cluster.owner().is_none_or(|pid| !process_alive(pid));
+            log::info!(
+                "embedded PostgreSQL already running in {}; reusing it{}",
+                cluster.dir().display(),
+                if orphaned {
+                    " (its owner is gone: adopting it)"
+                } else {
+                    ""
+                }
+            );
+            if orphaned {
+                cluster.take_ownership(Ownership::Adopted)?;
+            }
+            return Ok(cluster);
+        }
+        let log_file = cluster.dir().join("postgres.log");
+        let started = cluster.pg_ctl(&[
+            "start",
+            "-w",
+            "-t",
+            "60",
+            "-s",
+            "-l",
+            &log_file.to_string_lossy(),
+        ])?;
+        if !started.status.success() {
+            // Another hookd may have started it at the same moment.
+            if cluster.is_running() {
+                return Ok(cluster);
+            }
+            return Err(EmbeddedError::Command {
+                action: "pg_ctl start".into(),
+                detail: format!("{}; see {}", last_line(&started), log_file.display()),
+            });
+        }
+        cluster.take_ownership(Ownership::Owned)?;
+        log::info!(
+            "started embedded PostgreSQL in {} (socket only, user {})",
+            cluster.dir().display(),
+            if run_as.is_some() {
+                "postgres"
+            } else {
+                "current"
+            }
+        );
+        Ok(cluster)
+    }
+
+    /// The folder holding the data directory and the socket.
+    pub fn dir(&self) -> &Path {
+        &self.folder.dir
+    }
+
+    pub fn ownership(&self) -> Ownership {
+        self.ownership
+    }
+
+    pub fn pg_config(&self, dbname: &str) -> tokio_postgres::Config {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host_path(self.dir())
+            .port(PORT)
+            .user(USER)
+            .dbname(dbname);
+        config
+    }
+
+    /// A `DATABASE_URL` (key=value form) for another process.
+    pub fn connection_string(&self, dbname: &str) -> String {
+        let host = self
+            .dir()
+            .to_string_lossy()
+            .replace('\\', "\\\\")
+            .replace('\'', "\\'");
+        format!("host='{host}' port={PORT} user={USER} dbname={dbname}")
+    }
+
+    /// Stops the cluster if this process owns it (started or adopted it).
+    pub fn stop(&mut self) -> Result<(), EmbeddedError> {
+        if self.ownership == Ownership::Borrowed {
+            return Ok(());
+        }
+        let out = self.pg_ctl(&["stop", "-m", "fast", "-w", "-s"])?;
+        if !out.status.success() && self.is_running() {
+            return Err(EmbeddedError::Command {
+                action: "pg_ctl stop".into(),
+                detail: last_line(&out),
+            });
+        }
+        self.ownership = Ownership::Borrowed;
+        // An empty owner file reads as "no owner".
+        let _ = self.folder.write(OWNER_FILE, "", false);
+        log::info!("stopped embedded PostgreSQL in {}", self.dir().display());
+        Ok(())
+    }
+
+    /// The hookd process that will stop the cluster.
+    fn owner(&self) -> Option<u32> {
+        self.folder.read(OWNER_FILE)?.trim().parse().ok()
+    }
+
+    fn take_ownership(&mut self, how: Ownership) -> Result<(), EmbeddedError> {
+        self.folder
+            .write(OWNER_FILE, &std::process::id().to_string(), false)?;
+        self.ownership = how;
+        Ok(())
+    }
+
+    /// For throwaway clusters (tests, benchmarks): a detached watcher, running as
+    /// the cluster's user, that stops the cluster and deletes its folder once
+    /// process `pid` has exited, however it exited.
+    pub fn remove_when_process_exits(&mut self, pid: u32) -> Result<(), EmbeddedError> {
+        let quote = |p: &Path| p.to_string_lossy().replace('\'', "'\\''");
+        let dir = quote(self.dir());
+        let pg_ctl = quote(&self.bin.join("pg_ctl"));
+        let script = format!(
+            "while [ -d /proc/{pid} ]; do sleep 0.5; done; \
+             '{pg_ctl}' -D '{dir}/data' stop -m immediate -w -s >/dev/null 2>&1; \
+             rm -rf '{dir}'"
+        );
+        use std::os::unix::process::CommandExt;
+        self.folder
+            .command(Path::new("/bin/sh"))
+            .args(["-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|source| EmbeddedError::Io {
+                path: PathBuf::from("/bin/sh"),
+                source,
+            })?;
+        // The watcher owns the shutdown now.
+        self.ownership = Ownership::Borrowed;
+        Ok(())
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir().join("data")
+    }
+
+    fn is_running(&self) -> bool {
+        self.pg_ctl(&["status", "-s"])
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    }
+
+    fn init_if_needed(&self, options: ClusterOptions) -> Result<(), EmbeddedError> {
+        if self.folder.read("data/PG_VERSION").is_some() {
+            return Ok(());
+        }
+        let data_arg = self.data_dir().to_string_lossy().into_owned();
+        let mut args = vec![
+            "-D",
+            &data_arg,
+            "-U",
+            USER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-locale",
+        ];
+        if !options.durable {
+            args.push("--no-sync");
+        }
+        let out = self.run("initdb", &args)?;
+        if !out.status.success() {
+            return Err(EmbeddedError::Command {
+                action: "initdb".into(),
+                detail: last_line(&out),
+            });
+        }
+        self.folder.write(
+            "data/postgresql.conf",
+            "\n# hookd rewrites hookd.conf at every start\ninclude_if_exists = 'hookd.conf'\n",
+            true,
+        )
+    }
+
+    fn write_settings(&self, options: ClusterOptions) -> Result<(), EmbeddedError> {
+        let socket_dir = self.dir().to_string_lossy().replace('\'', "''");
+        // wal_compression: a retention purge rewrites many old pages, and their
+        // full-page images in the WAL compress several-fold.
+        let mut text = format!(
+            "listen_addresses = ''\nunix_socket_directories = '{socket_dir}'\nport = {PORT}\n\
+             max_connections = 200\nwal_compression = on\n"
+        );
+        if !options.durable {
+            text.push_str("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n");
+        }
+        self.folder.write("data/hookd.conf", &text, false)
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result<Output, EmbeddedError> {
+        let data = self.data_dir().to_string_lossy().into_owned();
+        let mut full = vec!["-D", data.as_str()];
+        full.extend_from_slice(args);
+        self.run("pg_ctl", &full)
+    }
+
+    fn run(&self, program: &str, args: &[&str]) -> Result<Output, EmbeddedError> {
+        let path = self.bin.join(program);
+        self.folder
+            .command(&path)
+            .args(args)
+            .output()
+            .map_err(|source| EmbeddedError::Io { path, source })
+    }
+}
+
+fn process_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn last_line(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stderr
+        .lines()
+        .chain(stdout.lines())
+        .rfind(|l| !l.trim().is_empty())
+        .unwrap_or("no output")
+        .trim()
+        .to_string()
+}
