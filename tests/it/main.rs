@@ -4,6 +4,7 @@ mod admin;
 mod admin_security;
 mod dispatch;
 mod hardening;
+mod hostile;
 mod migrate;
 mod outage;
 mod payments;
