@@ -9,6 +9,7 @@ mod migrate;
 mod outage;
 mod payments;
 mod process;
+mod properties;
 mod purge;
 mod receive;
 mod replay;
