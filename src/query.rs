@@ -45,6 +45,24 @@ impl ListParams {
 
     pub fn to_filter(&self, now: DateTime<Utc>) -> Result<EventFilter, FilterError> {
         let present = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        // PostgreSQL text cannot hold NUL, and no stored id or name contains one.
+        let fields = [
+            ("source", &self.source),
+            ("kind", &self.kind),
+            ("type", &self.event_type),
+            ("status", &self.status),
+            ("since", &self.since),
+            ("until", &self.until),
+            ("q", &self.q),
+            ("limit", &self.limit),
+            ("cursor", &self.cursor),
+        ];
+        if let Some((name, _)) = fields
+            .iter()
+            .find(|(_, value)| value.as_deref().is_some_and(|v| v.contains('\0')))
+        {
+            return Err(FilterError(format!("{name} contains a NUL character")));
+        }
         let status = present(&self.status);
         if let Some(status) = &status
             && EventStatus::parse(status).is_none()

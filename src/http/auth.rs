@@ -189,11 +189,13 @@ pub async fn authenticate(
     let guard = &state.guard;
     guard.check_client(request)?;
     if let Some(value) = request.headers().get(AUTHORIZATION) {
+        // The scheme name is case-insensitive (RFC 7235).
         let found = value
             .to_str()
             .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .and_then(|token| find_token(&state.settings, token.trim()));
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .and_then(|(_, token)| find_token(&state.settings, token.trim()));
         if found.is_none() {
             guard.record_failure(request);
         }

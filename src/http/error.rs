@@ -109,6 +109,25 @@ impl ApiError {
         }
     }
 
+    /// `Retry-After` seconds, for the failures that pass.
+    pub fn retry_after(&self) -> Option<String> {
+        match self {
+            ApiError::Unavailable(_) => Some(RETRY_AFTER_SECONDS.to_string()),
+            ApiError::TooManyRequests(wait) => Some(retry_after_seconds(wait).to_string()),
+            _ => None,
+        }
+    }
+
+    /// The server's own failures go to the log with their detail, which the
+    /// answer never carries.
+    pub fn log_failure(&self) {
+        match self {
+            ApiError::Internal(detail) => log::error!("internal error: {detail}"),
+            ApiError::Unavailable(detail) => log::warn!("unavailable: {detail}"),
+            _ => {}
+        }
+    }
+
     /// One sentence for people (the admin page): the public reason, or a plain
     /// description of the failure that gives away nothing internal.
     pub fn public_message(&self) -> String {
@@ -146,13 +165,11 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
+        self.log_failure();
         let mut response = HttpResponse::build(self.status_code());
         response.insert_header((CONTENT_TYPE, "application/json"));
-        if matches!(self, ApiError::Unavailable(_)) {
-            response.insert_header((RETRY_AFTER, RETRY_AFTER_SECONDS));
-        }
-        if let ApiError::TooManyRequests(wait) = self {
-            response.insert_header((RETRY_AFTER, retry_after_seconds(wait).to_string()));
+        if let Some(seconds) = self.retry_after() {
+            response.insert_header((RETRY_AFTER, seconds));
         }
         if matches!(self, ApiError::RequestTimeout) {
             // The rest of the body may still be on its way: end the connection.

@@ -68,17 +68,11 @@ pub async fn receive(
         Ok(response) => response,
         Err(error) => {
             summary.outcome = error.code();
-            match &error {
-                ApiError::Internal(detail) | ApiError::Unavailable(detail) => {
-                    log::error!("delivery to {source:?} failed: {detail}");
-                }
-                ApiError::InvalidSignature(reason) => {
-                    state.metrics.inc(
-                        "hookd_signature_failures_total",
-                        &[("source", label), ("reason", reason.label())],
-                    );
-                }
-                _ => {}
+            if let ApiError::InvalidSignature(reason) = &error {
+                state.metrics.inc(
+                    "hookd_signature_failures_total",
+                    &[("source", label), ("reason", reason.label())],
+                );
             }
             error.error_response()
         }

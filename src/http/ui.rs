@@ -114,13 +114,14 @@ fn error_page(error: &ApiError, who: Option<&Principal>) -> HttpResponse {
         "<p class=note>{}</p><p><a href=\"/admin\">Back to the list</a></p>",
         escape(&error.public_message())
     );
+    error.log_failure();
     let mut page = html(status, "Error", who, &body);
-    if let Some(retry_after) = actix_web::ResponseError::error_response(error)
-        .headers()
-        .get(actix_web::http::header::RETRY_AFTER)
+    if let Some(seconds) = error
+        .retry_after()
+        .and_then(|s| actix_web::http::header::HeaderValue::from_str(&s).ok())
     {
         page.headers_mut()
-            .insert(actix_web::http::header::RETRY_AFTER, retry_after.clone());
+            .insert(actix_web::http::header::RETRY_AFTER, seconds);
     }
     page
 }
