@@ -41,6 +41,10 @@ pub const DEVELOPMENT_CREDENTIALS: [&str; 7] = [
 /// Admin tokens shorter than this are refused beyond loopback (and warned about on it).
 pub const MIN_TOKEN_LEN: usize = 16;
 
+/// Parts of a Stripe event that may differ between two deliveries of it: left out
+/// of the fingerprint unless a source says otherwise.
+pub const STRIPE_VOLATILE_FIELDS: [&str; 2] = ["/pending_webhooks", "/request"];
+
 /// Retention windows must outlive every provider's retry window.
 pub const MIN_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
@@ -89,6 +93,9 @@ pub struct Source {
     pub tolerance: Duration,
     /// Provider type → hookd kind, defaults included.
     pub event_types: HashMap<String, String>,
+    /// JSON pointers left out of the fingerprint (fields a provider changes
+    /// between deliveries of one event).
+    pub fingerprint_ignore: Vec<String>,
 }
 
 impl Source {
@@ -293,6 +300,7 @@ struct RawSource {
     tolerance: Option<DurationValue>,
     #[serde(default)]
     event_types: BTreeMap<String, String>,
+    fingerprint_ignore: Option<Vec<String>>,
     signature_header: Option<String>,
     signature_encoding: Option<String>,
     signature_prefix: Option<String>,
@@ -595,6 +603,19 @@ impl RawSource {
             }
             event_types.insert(provider, kind);
         }
+        let fingerprint_ignore = match self.fingerprint_ignore {
+            Some(pointers) => pointers,
+            None if scheme == Scheme::Stripe => STRIPE_VOLATILE_FIELDS.map(String::from).to_vec(),
+            None => Vec::new(),
+        };
+        for (j, pointer) in fingerprint_ignore.iter().enumerate() {
+            if !pointer.starts_with('/') {
+                return Err((
+                    format!("sources[{index}].fingerprint_ignore[{j}]"),
+                    format!("{pointer:?} is not a JSON pointer (it must start with /)"),
+                ));
+            }
+        }
         Ok(Source {
             name: self.name,
             scheme,
@@ -602,6 +623,7 @@ impl RawSource {
             secrets_key,
             tolerance,
             event_types,
+            fingerprint_ignore,
         })
     }
 

@@ -25,7 +25,13 @@ pub struct IncomingEvent {
     pub body: Vec<u8>,
     /// The headers the signature depends on, as received (a JSON object).
     pub signature_headers: Value,
+    /// SHA-256 of the canonical JSON of the whole payload (`payload_sha256`).
     pub fingerprint: [u8; 32],
+    /// The same without the source's `fingerprint_ignore` fields: two deliveries
+    /// of one event that differ only there are the same event.
+    pub stable_fingerprint: [u8; 32],
+    /// The source's `fingerprint_ignore`, which `stable_fingerprint` left out.
+    pub fingerprint_ignore: Vec<String>,
     pub payment_id: Option<String>,
     pub customer_id: Option<String>,
 }
@@ -80,6 +86,8 @@ impl IncomingEvent {
             event_type,
             kind,
             fingerprint: fingerprint(&payload),
+            stable_fingerprint: stable_fingerprint(&payload, &source.fingerprint_ignore),
+            fingerprint_ignore: source.fingerprint_ignore.clone(),
             payment_id: fields.payment_id.filter(|id| storable_id(id)),
             customer_id: fields.customer_id.filter(|id| storable_id(id)),
             payload,
@@ -210,6 +218,40 @@ pub fn fingerprint(payload: &Value) -> [u8; 32] {
     let mut canonical = Vec::with_capacity(256);
     write_canonical(payload, &mut canonical);
     Sha256::digest(&canonical).into()
+}
+
+/// The fingerprint of `payload` without the fields at `ignore` (JSON pointers;
+/// absent ones are skipped).
+pub fn stable_fingerprint(payload: &Value, ignore: &[String]) -> [u8; 32] {
+    if ignore.iter().all(|p| payload.pointer(p).is_none()) {
+        return fingerprint(payload);
+    }
+    let mut trimmed = payload.clone();
+    for pointer in ignore {
+        remove_pointer(&mut trimmed, pointer);
+    }
+    fingerprint(&trimmed)
+}
+
+/// Removes the value a JSON pointer names (an object member or an array item).
+fn remove_pointer(value: &mut Value, pointer: &str) {
+    let Some((parent, last)) = pointer.rsplit_once('/') else {
+        return;
+    };
+    let last = last.replace("~1", "/").replace("~0", "~");
+    match value.pointer_mut(parent) {
+        Some(Value::Object(map)) => {
+            map.remove(&last);
+        }
+        Some(Value::Array(items)) => {
+            if let Ok(index) = last.parse::<usize>()
+                && index < items.len()
+            {
+                items.remove(index);
+            }
+        }
+        _ => {}
+    }
 }
 
 fn write_canonical(value: &Value, out: &mut Vec<u8>) {

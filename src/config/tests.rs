@@ -349,3 +349,18 @@ fn debug_output_never_shows_a_secret_a_token_or_the_database_password() {
         assert!(!printed.contains(value), "{value} in {printed}");
     }
 }
+
+#[test]
+fn stripe_sources_leave_volatile_fields_out_of_the_fingerprint_unless_told_otherwise() {
+    let s = load(MINIMAL).expect("valid");
+    assert_eq!(
+        s.source("stripe").expect("stripe").fingerprint_ignore,
+        ["/pending_webhooks", "/request"]
+    );
+    let s = load(&format!("{MINIMAL}fingerprint_ignore = []\n")).expect("valid");
+    assert!(s.source("stripe").expect("stripe").fingerprint_ignore.is_empty());
+    let shop = "[[sources]]\nname = \"g\"\nscheme = \"github\"\nsecrets = [\"x\"]\n";
+    assert!(load(shop).expect("valid").sources[0].fingerprint_ignore.is_empty());
+    let e = error(&format!("{MINIMAL}fingerprint_ignore = [\"request\"]\n"));
+    assert!(e.contains("sources[0].fingerprint_ignore[0]"), "{e}");
+}

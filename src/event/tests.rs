@@ -19,6 +19,7 @@ fn source(scheme: Scheme) -> Source {
         secrets_key: "sources[0].secrets".into(),
         tolerance: Duration::from_secs(300),
         event_types,
+        fingerprint_ignore: vec!["/pending_webhooks".into(), "/request".into()],
     }
 }
 
@@ -229,5 +230,41 @@ fn the_headers_a_signature_depends_on_are_kept() {
         e.signature_headers,
         json!({"X-Hub-Signature-256": "sha256=00", "X-GitHub-Event": "push",
                "X-GitHub-Delivery": "d-1"})
+    );
+}
+
+#[test]
+fn the_stable_fingerprint_leaves_out_the_ignored_fields_only() {
+    let ignore = vec!["/pending_webhooks".to_string(), "/request".to_string()];
+    let first: Value = serde_json::from_str(
+        r#"{"id":"evt_1","pending_webhooks":1,"request":{"id":"req_1"},"data":{"amount":5}}"#,
+    )
+    .expect("json");
+    let resend: Value = serde_json::from_str(
+        r#"{"id":"evt_1","pending_webhooks":3,"request":{"id":null},"data":{"amount":5}}"#,
+    )
+    .expect("json");
+    let changed: Value = serde_json::from_str(
+        r#"{"id":"evt_1","pending_webhooks":1,"request":{"id":"req_1"},"data":{"amount":6}}"#,
+    )
+    .expect("json");
+    assert_ne!(fingerprint(&first), fingerprint(&resend));
+    assert_eq!(
+        stable_fingerprint(&first, &ignore),
+        stable_fingerprint(&resend, &ignore)
+    );
+    assert_ne!(
+        stable_fingerprint(&first, &ignore),
+        stable_fingerprint(&changed, &ignore)
+    );
+    // Nothing to leave out: the same as the whole fingerprint.
+    let plain = json!({"id": "evt_2"});
+    assert_eq!(stable_fingerprint(&plain, &ignore), fingerprint(&plain));
+    // Escaped pointer tokens and array items.
+    let odd = json!({"a/b": 1, "list": [1, 2], "keep": true});
+    let pointers = vec!["/a~1b".to_string(), "/list/0".to_string()];
+    assert_eq!(
+        stable_fingerprint(&odd, &pointers),
+        fingerprint(&json!({"list": [2], "keep": true}))
     );
 }

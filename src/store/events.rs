@@ -67,12 +67,13 @@ pub async fn record_delivery(
             "INSERT INTO webhook_events AS e
                  (source, event_id, event_type, kind, status, payload, payload_sha256,
                   signed_with, payment_id, customer_id, attempts, processed_at, body,
-                  signature_headers)
+                  signature_headers, stable_sha256)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-                     CASE WHEN $11 THEN 1 ELSE 0 END, now(), $12, $13)
+                     CASE WHEN $11 THEN 1 ELSE 0 END, now(), $12, $13, $14)
              ON CONFLICT (source, event_id) DO UPDATE
                  SET deliveries = e.deliveries + 1, last_delivery_at = now()
                  WHERE e.payload_sha256 = EXCLUDED.payload_sha256
+                    OR e.stable_sha256 = EXCLUDED.stable_sha256
              RETURNING id, deliveries",
         )
         .await?;
@@ -98,16 +99,66 @@ pub async fn record_delivery(
                 &has_handler,
                 &event.body,
                 &event.signature_headers,
+                &event.stable_fingerprint.as_slice(),
             ],
         )
         .await?;
     Ok(match row {
-        // The conflict's WHERE refused the update: the stored payload differs.
-        None => Recorded::Conflict,
+        // The conflict's WHERE refused the update: the stored payload differs,
+        // unless the row predates stable fingerprints.
+        None => recount_legacy_duplicate(client, event).await?,
         // Only an insert leaves `deliveries` at its starting value.
         Some(row) if row.get::<_, i32>(1) == 1 => Recorded::New { id: row.get(0) },
         Some(row) => Recorded::Duplicate { id: row.get(0) },
     })
+}
+
+/// A row stored before stable fingerprints has none to compare: its stable
+/// fingerprint is computed from its stored body (or payload) and kept, and the
+/// delivery counts as a duplicate when it matches.
+async fn recount_legacy_duplicate(
+    client: &impl GenericClient,
+    event: &IncomingEvent,
+) -> Result<Recorded, StoreError> {
+    let stored = client
+        .prepare_cached(
+            "SELECT body, payload FROM webhook_events
+             WHERE source = $1 AND event_id = $2 AND stable_sha256 IS NULL
+               AND payload IS NOT NULL",
+        )
+        .await?;
+    let Some(row) = client
+        .query_opt(&stored, &[&event.source, &event.event_id])
+        .await?
+    else {
+        return Ok(Recorded::Conflict);
+    };
+    let body: Option<Vec<u8>> = row.get(0);
+    let payload = body
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .or_else(|| row.get(1));
+    let Some(payload) = payload else {
+        return Ok(Recorded::Conflict);
+    };
+    let theirs = crate::event::stable_fingerprint(&payload, &event.fingerprint_ignore);
+    if theirs != event.stable_fingerprint {
+        return Ok(Recorded::Conflict);
+    }
+    let count = client
+        .prepare_cached(
+            "UPDATE webhook_events
+             SET deliveries = deliveries + 1, last_delivery_at = now(), stable_sha256 = $3
+             WHERE source = $1 AND event_id = $2
+             RETURNING id",
+        )
+        .await?;
+    let row = client
+        .query_one(
+            &count,
+            &[&event.source, &event.event_id, &theirs.as_slice()],
+        )
+        .await?;
+    Ok(Recorded::Duplicate { id: row.get(0) })
 }
 
 /// An event to apply, as loaded for a retry.

@@ -44,6 +44,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0006_exact_bodies.sql",
         sql: include_str!("../../sql/0006_exact_bodies.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_stable_fingerprint.sql",
+        sql: include_str!("../../sql/0007_stable_fingerprint.sql"),
+    },
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

@@ -542,3 +542,93 @@ async fn metrics_count_deliveries_failures_duplicates_and_events() {
         assert!(text.contains(line), "missing {line}:\n{text}");
     }
 }
+
+fn with_envelope(pending: i64, request: Value) -> Value {
+    let mut event = succeeded("evt_volatile", "pi_volatile");
+    event["pending_webhooks"] = json!(pending);
+    event["request"] = request;
+    event
+}
+
+#[tokio::test]
+async fn a_resend_that_differs_only_in_stripe_volatile_fields_is_the_same_event() {
+    let app = spawn_app().await;
+    let first = app
+        .deliver(
+            "stripe",
+            &with_envelope(1, json!({"id": "req_1", "idempotency_key": null})),
+        )
+        .await;
+    assert_eq!(first.status, 200);
+    let resend = app
+        .deliver("stripe", &with_envelope(3, json!({"id": null})))
+        .await;
+    assert_eq!((resend.status, &resend.body), (200, &first.body));
+    assert_eq!(resend.header("Idempotent-Replayed"), Some("true"));
+    let mut changed = with_envelope(1, json!({"id": "req_1"}));
+    changed["data"]["object"]["amount"] = json!(9999);
+    let refused = app.deliver("stripe", &changed).await;
+    assert_eq!(error_of(&refused), (422, "event_id_conflict".into()));
+    assert_eq!(
+        app.count(
+            "SELECT deliveries::bigint FROM webhook_events WHERE event_id = 'evt_volatile'",
+            &[]
+        )
+        .await,
+        2
+    );
+}
+
+#[tokio::test]
+async fn events_stored_before_stable_fingerprints_still_dedupe_their_resends() {
+    let app = spawn_app().await;
+    assert_eq!(
+        app.deliver("stripe", &with_envelope(1, json!({"id": "req_1"})))
+            .await
+            .status,
+        200
+    );
+    // As a row written before the column existed: no stable fingerprint.
+    app.execute("UPDATE webhook_events SET stable_sha256 = NULL", &[])
+        .await;
+    let same = app
+        .deliver("stripe", &with_envelope(1, json!({"id": "req_1"})))
+        .await;
+    assert_eq!(same.header("Idempotent-Replayed"), Some("true"));
+    app.execute("UPDATE webhook_events SET stable_sha256 = NULL", &[])
+        .await;
+    let volatile = app.deliver("stripe", &with_envelope(2, json!(null))).await;
+    assert_eq!(volatile.status, 200);
+    assert_eq!(volatile.header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_events WHERE stable_sha256 IS NOT NULL AND deliveries = 3",
+            &[]
+        )
+        .await,
+        1,
+        "counted, and the stable fingerprint filled in"
+    );
+    let mut changed = with_envelope(2, json!(null));
+    changed["data"]["object"]["currency"] = json!("eur");
+    assert_eq!(app.deliver("stripe", &changed).await.status, 422);
+}
+
+#[tokio::test]
+async fn a_source_can_fingerprint_the_whole_body() {
+    let mut settings = test_settings();
+    settings.sources[0].fingerprint_ignore.clear();
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    assert_eq!(
+        app.deliver("stripe", &with_envelope(1, json!(null)))
+            .await
+            .status,
+        200
+    );
+    let resend = app.deliver("stripe", &with_envelope(2, json!(null))).await;
+    assert_eq!(error_of(&resend), (422, "event_id_conflict".into()));
+}
