@@ -36,6 +36,8 @@ const LINGER: Duration = Duration::from_secs(1);
 /// Open connections per listener, all workers together; past it, new connections
 /// wait in the kernel's backlog.
 const MAX_CONNECTIONS: usize = 4096;
+/// Added to the time a request may take, for a connection's answer deadline.
+const ANSWER_SLACK: Duration = Duration::from_secs(20);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -203,7 +205,7 @@ struct HttpServer {
     task: JoinHandle<()>,
 }
 
-/// Binds `listen` and starts a server with `routes` and the shared timeouts.
+/// Binds `listen` and starts a server with `routes` and the shared limits.
 fn serve_http<F>(
     listen: SocketAddr,
     state: actix_web::web::Data<AppState>,
@@ -222,21 +224,21 @@ where
     let workers = workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let server = actix_web::HttpServer::new(move || {
-        actix_web::App::new()
-            .app_data(state.clone())
-            .configure(routes.clone())
-    })
-    .disable_signals()
-    .shutdown_timeout(GRACE.as_secs())
-    .workers(workers)
-    .max_connections(MAX_CONNECTIONS.div_ceil(workers))
-    .client_request_timeout(HEAD_TIMEOUT)
-    .client_disconnect_timeout(LINGER)
-    .keep_alive(KEEP_ALIVE)
-    .listen(listener)
-    .map_err(fail)?
-    .run();
+    let settings = &state.settings;
+    // Long enough for any request hookd serves: its head, its body, a handler run
+    // (and a retry's wait for its turn), with room to spare.
+    let answer_within =
+        HEAD_TIMEOUT + settings.body_timeout + settings.handler_timeout * 2 + ANSWER_SLACK;
+    let limits = http::server::Limits {
+        head: HEAD_TIMEOUT,
+        keep_alive: KEEP_ALIVE,
+        linger: LINGER,
+        answer_within,
+        max_connections: MAX_CONNECTIONS,
+        workers,
+        grace: GRACE,
+    };
+    let server = http::server::serve(listener, state, routes, limits).map_err(fail)?;
     let handle = server.handle();
     let task = tokio::spawn(async move {
         if let Err(error) = server.await {

@@ -358,9 +358,18 @@ fn stripe_sources_leave_volatile_fields_out_of_the_fingerprint_unless_told_other
         ["/pending_webhooks", "/request"]
     );
     let s = load(&format!("{MINIMAL}fingerprint_ignore = []\n")).expect("valid");
-    assert!(s.source("stripe").expect("stripe").fingerprint_ignore.is_empty());
+    assert!(
+        s.source("stripe")
+            .expect("stripe")
+            .fingerprint_ignore
+            .is_empty()
+    );
     let shop = "[[sources]]\nname = \"g\"\nscheme = \"github\"\nsecrets = [\"x\"]\n";
-    assert!(load(shop).expect("valid").sources[0].fingerprint_ignore.is_empty());
+    assert!(
+        load(shop).expect("valid").sources[0]
+            .fingerprint_ignore
+            .is_empty()
+    );
     let e = error(&format!("{MINIMAL}fingerprint_ignore = [\"request\"]\n"));
     assert!(e.contains("sources[0].fingerprint_ignore[0]"), "{e}");
 }

@@ -7,6 +7,7 @@ pub mod error;
 mod limiter;
 mod ops;
 pub mod receive;
+pub mod server;
 mod ui;
 
 use std::sync::Arc;

@@ -455,3 +455,79 @@ async fn ids_postgresql_cannot_store_are_400_with_the_same_reason_every_time() {
         0
     );
 }
+
+/// Reads until hookd closes the connection (or `within` passes); returns whether it
+/// closed and what it sent.
+async fn closes_within(stream: &mut TcpStream, within: Duration, trickle: &[u8]) -> (bool, String) {
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    while started.elapsed() < within {
+        let mut buf = [0u8; 4096];
+        match tokio::time::timeout(Duration::from_millis(500), stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (true, String::from_utf8_lossy(&seen).into_owned()),
+            Ok(Ok(n)) => seen.extend_from_slice(&buf[..n]),
+            Err(_) => {
+                if stream.write_all(trickle).await.is_err() {
+                    return (true, String::from_utf8_lossy(&seen).into_owned());
+                }
+            }
+        }
+    }
+    (false, String::from_utf8_lossy(&seen).into_owned())
+}
+
+/// body_timeout 2 s and handler_timeout 1 s: a connection must answer within
+/// 5 + 2 + 2 × 1 + 20 = 29 s of its previous answer.
+fn quick_limits() -> crate::support::Spawn {
+    let mut settings = test_settings();
+    settings.body_timeout = Duration::from_secs(2);
+    settings.handler_timeout = Duration::from_secs(1);
+    Spawn {
+        settings,
+        ..Spawn::default()
+    }
+}
+
+#[tokio::test]
+async fn a_slow_second_request_on_a_kept_alive_connection_is_cut() {
+    let app = spawn(quick_limits()).await;
+    let mut stream = TcpStream::connect(app_addr(&app)).await.expect("connect");
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .expect("first request");
+    let mut first = [0u8; 1024];
+    let n = stream.read(&mut first).await.expect("first answer");
+    assert!(first[..n].starts_with(b"HTTP/1.1 200"));
+    let started = Instant::now();
+    stream.write_all(b"G").await.expect("second request begins");
+    let (closed, _) = closes_within(&mut stream, Duration::from_secs(45), b"E").await;
+    assert!(closed, "still open after {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(35),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn an_endless_chunked_body_after_an_early_answer_is_cut() {
+    let app = spawn(quick_limits()).await;
+    let mut stream = TcpStream::connect(app_addr(&app)).await.expect("connect");
+    stream
+        .write_all(
+            b"POST /webhooks/nosuch HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+              Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\n",
+        )
+        .await
+        .expect("head");
+    let started = Instant::now();
+    let (closed, seen) = closes_within(&mut stream, Duration::from_secs(45), b"1\r\nx\r\n").await;
+    assert!(seen.starts_with("HTTP/1.1 404"), "{seen:?}");
+    assert!(closed, "still open after {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(35),
+        "{:?}",
+        started.elapsed()
+    );
+}
