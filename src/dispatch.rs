@@ -267,7 +267,7 @@ impl Dispatcher {
         };
         if let Some(reason) = &error {
             log::warn!(
-                "event {} ({}/{}) attempt {} {}: {reason}",
+                "event {} ({}/{:?}) attempt {} {}: {reason:?}",
                 target.id,
                 target.source,
                 target.event_id,

@@ -103,7 +103,8 @@ impl ClusterFolder {
             );
         }
         log::warn!(
-            "embedded PostgreSQL cannot live in {} ({why}); using {} instead",
+            "embedded PostgreSQL cannot live in {} ({why}); using {} instead (the system may \
+             empty its temporary folder at reboot: set DATABASE_URL for data that must last)",
             preferred.display(),
             fallback.display()
         );

@@ -12,7 +12,7 @@ use std::fmt;
 
 use actix_web::HttpRequest;
 use actix_web::cookie::{Cookie, SameSite};
-use actix_web::http::header::{AUTHORIZATION, HOST, ORIGIN, REFERER};
+use actix_web::http::header::{AUTHORIZATION, ORIGIN, REFERER};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use chrono::{DateTime, Utc};
@@ -21,9 +21,10 @@ use subtle::ConstantTimeEq;
 use tokio::sync::OnceCell;
 
 use super::AppState;
+use super::client;
 use super::error::ApiError;
-use super::limiter::{FailureLimiter, client_address};
-use crate::config::{AdminToken, Role, Settings};
+use super::limiter::FailureLimiter;
+use crate::config::{AdminToken, DEVELOPMENT_CREDENTIALS, Role, Settings};
 use crate::signature::hmac_sha256;
 use crate::store::{self, StoreError};
 
@@ -114,12 +115,12 @@ impl Guard {
     /// Refuses a client over its failure limit (429).
     pub fn check_client(&self, request: &HttpRequest) -> Result<(), ApiError> {
         self.limiter
-            .check(client_address(request))
+            .check(client::address(request))
             .map_err(ApiError::TooManyRequests)
     }
 
     pub fn record_failure(&self, request: &HttpRequest) {
-        self.limiter.record_failure(client_address(request));
+        self.limiter.record_failure(client::address(request));
     }
 
     async fn server_secret(&self, pool: &deadpool_postgres::Pool) -> Result<&Key, StoreError> {
@@ -180,6 +181,20 @@ fn principal(token: &AdminToken, session: Option<Session>, key: Option<Key>) -> 
     }
 }
 
+/// The shipped development tokens are public: a request a proxy forwarded (from
+/// beyond this machine) may not use them, whatever address hookd listens on.
+pub fn usable_here(token: &AdminToken, request: &HttpRequest) -> bool {
+    let public = DEVELOPMENT_CREDENTIALS.contains(&token.token.expose());
+    if public && client::is_forwarded(request) {
+        log::warn!(
+            "refused the shipped development token {:?} on a forwarded request",
+            token.name
+        );
+        return false;
+    }
+    true
+}
+
 /// The bearer token or a valid session cookie; `Ok(None)` means not signed in.
 /// A client over its failure limit gets 429, whatever it presents.
 pub async fn authenticate(
@@ -188,14 +203,17 @@ pub async fn authenticate(
 ) -> Result<Option<Principal>, ApiError> {
     let guard = &state.guard;
     guard.check_client(request)?;
-    if let Some(value) = request.headers().get(AUTHORIZATION) {
-        // The scheme name is case-insensitive (RFC 7235).
-        let found = value
-            .to_str()
-            .ok()
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .and_then(|(_, token)| find_token(&state.settings, token.trim()));
+    // Only a Bearer header is hookd's (the scheme name is case-insensitive, RFC
+    // 7235); any other, e.g. a proxy's Basic auth, leaves the cookie to decide.
+    let bearer = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
+    if let Some((_, presented)) = bearer {
+        let found = find_token(&state.settings, presented.trim())
+            .filter(|token| usable_here(token, request));
         if found.is_none() {
             guard.record_failure(request);
         }
@@ -238,7 +256,7 @@ async fn verify_session(
         .ok()
         .and_then(|n| String::from_utf8(n).ok())
         .and_then(|name| state.settings.admin_tokens.iter().find(|t| t.name == name));
-    let Some(token) = token else {
+    let Some(token) = token.filter(|token| usable_here(token, request)) else {
         state.guard.record_failure(request);
         return Ok(None);
     };
@@ -309,11 +327,7 @@ fn cross_site() -> ApiError {
 /// Whether `Origin` (or, without it, `Referer`) names this host; `None` when the
 /// request carries neither.
 fn same_origin(request: &HttpRequest) -> Option<bool> {
-    let host = request
-        .headers()
-        .get(HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
+    let host = client::requested_host(request);
     let claimed = [ORIGIN, REFERER]
         .into_iter()
         .find_map(|name| request.headers().get(name))?;

@@ -33,6 +33,8 @@ pub enum ApiError {
     Forbidden(String),
     #[error("not found")]
     NotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
     #[error("gone: {0}")]
     Gone(String),
     #[error("conflict: {0}")]
@@ -80,6 +82,7 @@ impl ApiError {
             ApiError::TooManyRequests(_) => "too_many_requests",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Gone(_) => "gone",
             ApiError::Conflict(code, _) => code,
             ApiError::IdempotencyKeyReused => "idempotency_key_reused",
@@ -157,6 +160,7 @@ impl ResponseError for ApiError {
             ApiError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Gone(_) => StatusCode::GONE,
             ApiError::Conflict(..) => StatusCode::CONFLICT,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,

@@ -8,8 +8,6 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use actix_web::HttpRequest;
-
 /// Failures allowed per client and window.
 pub const MAX_FAILURES: u32 = 10;
 pub const WINDOW: Duration = Duration::from_secs(60);
@@ -67,25 +65,6 @@ impl FailureLimiter {
         }
         window.failures = window.failures.saturating_add(1);
     }
-}
-
-/// Who is asking: the peer's address, or — when the peer is a proxy on this
-/// machine — the address that proxy appended last to `X-Forwarded-For` (earlier
-/// entries are the client's to invent).
-pub fn client_address(request: &HttpRequest) -> IpAddr {
-    let peer = request
-        .peer_addr()
-        .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip());
-    if !peer.is_loopback() {
-        return peer;
-    }
-    request
-        .headers()
-        .get("X-Forwarded-For")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit(',').next())
-        .and_then(|last| last.trim().parse().ok())
-        .unwrap_or(peer)
 }
 
 #[cfg(test)]

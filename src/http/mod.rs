@@ -3,6 +3,7 @@
 mod admin;
 mod auth;
 pub mod body;
+mod client;
 pub mod error;
 mod limiter;
 mod ops;
@@ -28,6 +29,8 @@ pub struct AppState {
     /// Operators' retries running at once: a handler run holds a pool connection,
     /// and deliveries need most of them.
     pub retry_permits: tokio::sync::Semaphore,
+    /// The last readiness check: when, and what was wrong (`None`: ready).
+    pub readiness: std::sync::Mutex<Option<(std::time::Instant, Option<&'static str>)>>,
 }
 
 impl AppState {
@@ -45,17 +48,34 @@ impl AppState {
             metrics,
             guard: auth::Guard::default(),
             retry_permits: tokio::sync::Semaphore::new(permits),
+            readiness: std::sync::Mutex::new(None),
         }
     }
+}
+
+/// One path and the methods it answers; any other method is 405.
+fn at(config: &mut web::ServiceConfig, path: &str, routes: Vec<actix_web::Route>) {
+    let mut resource = web::resource(path).default_service(web::to(ops::method_not_allowed));
+    for route in routes {
+        resource = resource.route(route);
+    }
+    config.service(resource);
+}
+
+fn health_routes(config: &mut web::ServiceConfig) {
+    at(config, "/healthz", vec![web::get().to(ops::healthz)]);
+    at(config, "/readyz", vec![web::get().to(ops::readyz)]);
 }
 
 /// The routes of the listener that faces providers: webhooks and health, plus the
 /// admin pages and metrics when they have no listener of their own.
 pub fn public_routes(config: &mut web::ServiceConfig, with_admin: bool) {
-    config
-        .route("/webhooks/{source}", web::post().to(receive::receive))
-        .route("/healthz", web::get().to(ops::healthz))
-        .route("/readyz", web::get().to(ops::readyz));
+    at(
+        config,
+        "/webhooks/{source}",
+        vec![web::post().to(receive::receive)],
+    );
+    health_routes(config);
     if with_admin {
         admin_routes(config);
     }
@@ -64,26 +84,40 @@ pub fn public_routes(config: &mut web::ServiceConfig, with_admin: bool) {
 
 /// The routes for operators and support staff.
 pub fn admin_routes(config: &mut web::ServiceConfig) {
-    config
-        .route("/metrics", web::get().to(ops::metrics))
-        .route("/admin/api/events", web::get().to(admin::list))
-        .route("/admin/api/events/{id}", web::get().to(admin::show))
-        .route("/admin/api/events/{id}/retry", web::post().to(admin::retry))
-        .route("/admin/api/stats", web::get().to(admin::stats))
-        .route("/admin", web::get().to(ui::list))
-        .route("/admin/", web::get().to(ui::list))
-        .route("/admin/login", web::get().to(ui::login_form))
-        .route("/admin/login", web::post().to(ui::login))
-        .route("/admin/logout", web::post().to(ui::logout))
-        .route("/admin/events/{id}", web::get().to(ui::detail))
-        .route("/admin/events/{id}/retry", web::post().to(ui::retry));
+    let get = web::get;
+    let post = web::post;
+    at(config, "/metrics", vec![get().to(ops::metrics)]);
+    at(config, "/admin/api/events", vec![get().to(admin::list)]);
+    at(
+        config,
+        "/admin/api/events/{id}",
+        vec![get().to(admin::show)],
+    );
+    at(
+        config,
+        "/admin/api/events/{id}/retry",
+        vec![post().to(admin::retry)],
+    );
+    at(config, "/admin/api/stats", vec![get().to(admin::stats)]);
+    at(config, "/admin", vec![get().to(ui::list)]);
+    at(config, "/admin/", vec![get().to(ui::list)]);
+    at(
+        config,
+        "/admin/login",
+        vec![get().to(ui::login_form), post().to(ui::login)],
+    );
+    at(config, "/admin/logout", vec![post().to(ui::logout)]);
+    at(config, "/admin/events/{id}", vec![get().to(ui::detail)]);
+    at(
+        config,
+        "/admin/events/{id}/retry",
+        vec![post().to(ui::retry)],
+    );
 }
 
 /// The admin listener: its routes, and health for its own probes.
 pub fn admin_listener_routes(config: &mut web::ServiceConfig) {
     admin_routes(config);
-    config
-        .route("/healthz", web::get().to(ops::healthz))
-        .route("/readyz", web::get().to(ops::readyz))
-        .default_service(web::to(ops::not_found));
+    health_routes(config);
+    config.default_service(web::to(ops::not_found));
 }

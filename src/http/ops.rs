@@ -1,5 +1,7 @@
 //! Health, readiness and metrics for operators and orchestrators.
 
+use std::time::{Duration, Instant};
+
 use actix_web::{HttpResponse, ResponseError, web};
 use serde_json::json;
 
@@ -11,23 +13,50 @@ pub async fn not_found() -> HttpResponse {
     ApiError::NotFound.error_response()
 }
 
+pub async fn method_not_allowed() -> HttpResponse {
+    ApiError::MethodNotAllowed.error_response()
+}
+
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
+/// Readiness answers from a result at most this old, so probes (or floods of
+/// them) cost the database one query a second.
+const READY_FOR: Duration = Duration::from_secs(1);
+
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    match store::is_ready(&state.pool).await {
-        Ok(()) => HttpResponse::Ok().json(json!({"status": "ready"})),
-        Err(error) => {
-            log::warn!("not ready: {error}");
-            let reason = match error {
-                store::StoreError::Schema(_) => "database not migrated",
-                _ => "database unreachable",
+    let cached = state
+        .readiness
+        .lock()
+        .ok()
+        .and_then(|c| *c)
+        .filter(|(at, _)| at.elapsed() < READY_FOR)
+        .map(|(_, problem)| problem);
+    let problem = match cached {
+        Some(problem) => problem,
+        None => {
+            let problem = match store::is_ready(&state.pool).await {
+                Ok(()) => None,
+                Err(error) => {
+                    log::warn!("not ready: {error}");
+                    Some(match error {
+                        store::StoreError::Schema(_) => "database not migrated",
+                        _ => "database unreachable",
+                    })
+                }
             };
-            HttpResponse::ServiceUnavailable()
-                .insert_header(("Retry-After", "5"))
-                .json(json!({"status": "unavailable", "reason": reason}))
+            if let Ok(mut cache) = state.readiness.lock() {
+                *cache = Some((Instant::now(), problem));
+            }
+            problem
         }
+    };
+    match problem {
+        None => HttpResponse::Ok().json(json!({"status": "ready"})),
+        Some(reason) => HttpResponse::ServiceUnavailable()
+            .insert_header(("Retry-After", "5"))
+            .json(json!({"status": "unavailable", "reason": reason})),
     }
 }
 

@@ -8,10 +8,11 @@ use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use serde::Serialize;
 
 use super::error::ApiError;
-use super::{AppState, body};
+use super::{AppState, body, client};
+use crate::config::DEVELOPMENT_CREDENTIALS;
 use crate::dispatch::Ingested;
 use crate::event::IncomingEvent;
-use crate::signature::{Headers, Verifier};
+use crate::signature::{Headers, SignatureError, Verifier};
 use crate::store::events::Recorded;
 
 struct RequestHeaders<'a>(&'a HeaderMap);
@@ -119,6 +120,19 @@ async fn handle(
         tolerance: source.tolerance,
     };
     let verified = verifier.verify(&headers, &body, chrono::Utc::now().timestamp())?;
+    // The shipped secrets are public: a delivery a proxy forwarded (from beyond
+    // this machine) may not use them, whatever address hookd listens on.
+    let signer = usize::try_from(verified.signed_with - 1)
+        .ok()
+        .and_then(|i| source.secrets.get(i));
+    if signer.is_some_and(|s| DEVELOPMENT_CREDENTIALS.contains(&s.expose()))
+        && client::is_forwarded(request)
+    {
+        log::warn!(
+            "refused a forwarded delivery to {source_name:?} signed with a shipped development secret"
+        );
+        return Err(SignatureError::Mismatch.into());
+    }
     let event = IncomingEvent::parse(source, &headers, &body)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     summary.event_id = Some(event.event_id.clone());

@@ -210,7 +210,9 @@ pub async fn login(
         Err(error) => return error_page(&error, None),
     };
     let token = presented_token(&request, &body);
-    let Some(token) = auth::find_token(&state.settings, &token) else {
+    let found =
+        auth::find_token(&state.settings, &token).filter(|t| auth::usable_here(t, &request));
+    let Some(token) = found else {
         state.guard.record_failure(&request);
         log::warn!("admin sign-in refused: unknown token");
         return login_page(
@@ -249,7 +251,12 @@ pub async fn logout(
         Ok(body) => body,
         Err(error) => return error_page(&error, None),
     };
-    if let Ok(Some(who)) = auth::authenticate(&state, &request).await
+    let signed_in = match auth::authenticate(&state, &request).await {
+        Ok(who) => who,
+        // Clearing the cookie without revoking would leave copies of it valid.
+        Err(error) => return error_page(&error, None),
+    };
+    if let Some(who) = signed_in
         && let Some(session) = &who.session
     {
         let checked =

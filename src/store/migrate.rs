@@ -69,7 +69,7 @@ pub async fn migrate(pool: &Pool) -> Result<usize, StoreError> {
     let unlock = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
         .await;
-    let reset = client.batch_execute("RESET statement_timeout").await;
+    let reset = client.batch_execute(&super::session_limits()).await;
     let applied = result?;
     unlock?;
     reset?;
@@ -77,6 +77,16 @@ pub async fn migrate(pool: &Pool) -> Result<usize, StoreError> {
 }
 
 async fn apply_pending(client: &mut deadpool_postgres::Object) -> Result<usize, StoreError> {
+    // Event bodies are Unicode text: another server encoding would refuse some.
+    let encoding: String = client
+        .query_one("SELECT current_setting('server_encoding')", &[])
+        .await?
+        .get(0);
+    if encoding != "UTF8" {
+        return Err(StoreError::Schema(format!(
+            "the database's encoding is {encoding}; hookd needs UTF8 (CREATE DATABASE … ENCODING 'UTF8')"
+        )));
+    }
     // Checked first rather than `IF NOT EXISTS`, which logs a notice at every start.
     let exists: bool = client
         .query_one(

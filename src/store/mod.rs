@@ -93,17 +93,6 @@ pub fn pool(mut config: tokio_postgres::Config, tls: DbConnector, max_size: usiz
         config.connect_timeout(CONNECT_TIMEOUT);
     }
     config.application_name("hookd");
-    // Appended, so options given in DATABASE_URL still apply.
-    let limits = format!(
-        "-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
-        STATEMENT_TIMEOUT.as_millis(),
-        IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
-    );
-    let options = match config.get_options() {
-        Some(given) if !given.trim().is_empty() => format!("{given} {limits}"),
-        _ => limits,
-    };
-    config.options(&options);
     let manager = tls.manager(
         config,
         ManagerConfig {
@@ -116,8 +105,27 @@ pub fn pool(mut config: tokio_postgres::Config, tls: DbConnector, max_size: usiz
         .wait_timeout(Some(POOL_WAIT))
         .create_timeout(Some(CONNECT_TIMEOUT))
         .recycle_timeout(Some(CONNECT_TIMEOUT))
+        // Set on each new session rather than as startup options, which poolers
+        // such as pgbouncer refuse.
+        .post_create(deadpool_postgres::Hook::async_fn(|client, _| {
+            Box::pin(async move {
+                client
+                    .batch_execute(&session_limits())
+                    .await
+                    .map_err(deadpool_postgres::HookError::Backend)
+            })
+        }))
         .build()
         .unwrap_or_else(|e| unreachable!("a pool with a runtime always builds: {e}"))
+}
+
+/// The `SET` statements that bound every session of hookd's.
+pub fn session_limits() -> String {
+    format!(
+        "SET statement_timeout = {}; SET idle_in_transaction_session_timeout = {}",
+        STATEMENT_TIMEOUT.as_millis(),
+        IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
+    )
 }
 
 /// Reachable and migrated to the schema this binary expects.

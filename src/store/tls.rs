@@ -100,6 +100,12 @@ pub enum DatabaseUrlError {
          name a CA file with sslrootcert"
     )]
     SystemRoots { mode: SslMode, detail: String },
+    #[error(
+        "sslmode=verify-ca needs sslrootcert: against the system's public CAs without a \
+         name check, anyone with any public certificate could pose as the database \
+         (use verify-full, or name your CA file)"
+    )]
+    VerifyCaWithoutRoot,
     #[error("{}", explain(.0))]
     Parse(tokio_postgres::Error),
     /// rustls refusing the ring provider's defaults; not expected to happen.
@@ -148,6 +154,18 @@ pub fn connect_options(
         config.ssl_mode(PgSslMode::Disable);
         return Ok((config, DbConnector::Plain));
     }
+    // With `hostaddr` alone, TLS would get an empty server name; like libpq, the
+    // address itself is the name then.
+    if config.get_hosts().is_empty() {
+        let addresses: Vec<String> = config
+            .get_hostaddrs()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        for address in &addresses {
+            config.host(address);
+        }
+    }
     config.ssl_mode(if params.mode == SslMode::Prefer {
         PgSslMode::Prefer
     } else {
@@ -176,8 +194,9 @@ fn verifier(
                 algorithms,
             }));
         }
+        (SslMode::VerifyCa, None) => return Err(DatabaseUrlError::VerifyCaWithoutRoot),
         // libpq's rule: a root certificate makes `require` check the chain.
-        (SslMode::Require, Some(_)) | (SslMode::VerifyCa, _) => false,
+        (SslMode::Require, Some(_)) | (SslMode::VerifyCa, Some(_)) => false,
         (SslMode::VerifyFull, _) => true,
     };
     let roots = match &params.root_cert {

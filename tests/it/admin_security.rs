@@ -18,6 +18,7 @@ use crate::support::{
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
 const OPERATOR: &str = "dev-operator-token-0123456789";
+const SUPPORT: &str = "support-team-token-0123456789";
 
 /// A dead payment event (its amount is not a number); returns its row id.
 async fn dead_event(app: &TestApp, event_id: &str) -> i64 {
@@ -235,7 +236,19 @@ async fn signing_out_ends_the_session_on_every_instance() {
 
 #[tokio::test]
 async fn failed_sign_ins_and_bearer_guesses_are_limited_per_client() {
-    let app = spawn_app().await;
+    // A token of the team's own (the shipped ones are refused behind a proxy).
+    let mut settings = test_settings();
+    settings.admin_tokens.push(hookd::config::AdminToken {
+        name: "support".into(),
+        token: hookd::signature::Secret::new(SUPPORT),
+        role: hookd::config::Role::Viewer,
+        key: "admin.tokens[2].token".into(),
+    });
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
     let anonymous = app.admin(Credential::None);
     for _ in 0..10 {
         let wrong = anonymous
@@ -265,7 +278,7 @@ async fn failed_sign_ins_and_bearer_guesses_are_limited_per_client() {
         .post_form(
             "/admin/login",
             &[("X-Forwarded-For", "203.0.113.9")],
-            &[("token", VIEWER)],
+            &[("token", SUPPORT)],
         )
         .await;
     assert_eq!(elsewhere.status, 303);
@@ -513,4 +526,38 @@ async fn every_session_has_a_statement_timeout() {
     };
     assert_eq!(show("statement_timeout").await, "30s");
     assert_eq!(show("idle_in_transaction_session_timeout").await, "1min");
+}
+
+#[tokio::test]
+async fn the_shipped_credentials_are_refused_on_requests_a_proxy_forwarded() {
+    let app = spawn_app().await;
+    let via_proxy = [("X-Forwarded-For", "198.51.100.4")];
+    let bearer = app
+        .admin(Credential::Bearer(OPERATOR.into()))
+        .send("GET", "/admin/api/events", &via_proxy, Vec::new())
+        .await;
+    assert_eq!(bearer.status, 401);
+    let sign_in = app
+        .admin(Credential::None)
+        .post_form(
+            "/admin/login",
+            &[("X-Real-IP", "198.51.100.4")],
+            &[("token", OPERATOR)],
+        )
+        .await;
+    assert_eq!(sign_in.status, 401);
+    // A delivery signed with the shipped Stripe secret, through a proxy.
+    let event = stripe_event(
+        "evt_forged",
+        "payment_intent.succeeded",
+        json!({"id": "pi_forged", "amount": 100, "currency": "usd"}),
+    );
+    let body = serde_json::to_vec(&event).expect("json");
+    let mut headers = app.sign("stripe", &body, Default::default());
+    headers.push(("Forwarded".into(), "for=198.51.100.4".into()));
+    let answer = app.post("stripe", &headers, body).await;
+    assert_eq!(answer.status, 401);
+    assert_eq!(app.count("SELECT count(*) FROM payments", &[]).await, 0);
+    // The same, straight from this machine (development), still works.
+    assert_eq!(app.deliver("stripe", &event).await.status, 200);
 }

@@ -54,7 +54,12 @@ async fn a_stopped_database_gives_503_then_recovers_by_itself() {
         assert_eq!(answer.json()["error"], "unavailable");
         assert!(answer.header("Retry-After").is_some());
     }
-    assert_eq!(app.get("/readyz").await.status, 503);
+    // Readiness is checked at most once a second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while app.get("/readyz").await.status != 503 {
+        assert!(std::time::Instant::now() < deadline, "/readyz still 200");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     assert_eq!(
         app.get("/healthz").await.status,
         200,
@@ -62,7 +67,11 @@ async fn a_stopped_database_gives_503_then_recovers_by_itself() {
     );
 
     let mut cluster = start_cluster(dir).await;
-    assert_eq!(app.get("/readyz").await.status, 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while app.get("/readyz").await.status != 200 {
+        assert!(std::time::Instant::now() < deadline, "/readyz still 503");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     let retried = app.deliver("stripe", &event("evt_during")).await;
     assert_eq!(retried.status, 200);
     assert_eq!(

@@ -246,6 +246,13 @@ async fn each_sslmode_connects_or_refuses_as_libpq_would() {
     assert_refused(&alias, "wrong.example").await;
     // verify-ca checks no name.
     assert_encrypted(&alias.replace("verify-full", "verify-ca")).await;
+    // An address alone (no host name) still negotiates TLS.
+    let address_only = format!(
+        "hostaddr=127.0.0.1 port={} user={} dbname={DATABASE} sslmode=prefer",
+        server.port,
+        embedded_pg::USER
+    );
+    assert_encrypted(&address_only).await;
 
     // Another CA's root: refused by the verifying modes, and by require too, which
     // checks the chain once a root certificate is named.
@@ -301,6 +308,13 @@ async fn a_bad_sslmode_or_sslrootcert_stops_startup_with_one_line() {
             "postgres://127.0.0.1/hookd?sslmode=verify".to_string(),
             "hookd: DATABASE_URL: sslmode: \"verify\" is not one of disable, prefer, require, \
              verify-ca, verify-full"
+                .to_string(),
+        ),
+        (
+            "postgres://127.0.0.1/hookd?sslmode=verify-ca".to_string(),
+            "hookd: DATABASE_URL: sslmode=verify-ca needs sslrootcert: against the system's \
+             public CAs without a name check, anyone with any public certificate could pose \
+             as the database (use verify-full, or name your CA file)"
                 .to_string(),
         ),
     ] {
