@@ -4,14 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use deadpool_postgres::Transaction;
-use hookd::handlers::{EventToApply, Handler, HandlerError, Registry};
+use hookd::handlers::Registry;
 use hookd::store::history::EventFilter;
 use reqwest::redirect::Policy;
 use serde_json::{Value, json};
 
-use crate::support::{Answer, Spawn, TestApp, spawn, spawn_app, stripe_event, test_settings};
+use crate::support::{
+    Answer, SlowRetries, Spawn, TestApp, spawn, spawn_app, stripe_event, test_settings,
+};
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
 const OPERATOR: &str = "dev-operator-token-0123456789";
@@ -386,23 +386,6 @@ async fn operators_retry_viewers_may_not() {
     );
 }
 
-/// Holds each run for a while, so a second request can arrive during the first.
-struct Slow;
-
-#[async_trait]
-impl Handler for Slow {
-    async fn apply(
-        &self,
-        _tx: &Transaction<'_>,
-        event: &EventToApply<'_>,
-    ) -> Result<(), HandlerError> {
-        if event.attempt > 1 {
-            tokio::time::sleep(Duration::from_millis(700)).await;
-        }
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
     let mut settings = test_settings();
@@ -410,7 +393,10 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
         .event_types
         .insert("test.slow".into(), "test_slow".into());
     let mut registry = Registry::builtin();
-    registry.register("test_slow", Arc::new(Slow));
+    registry.register(
+        "test_slow",
+        Arc::new(SlowRetries(Duration::from_millis(700))),
+    );
     let app = spawn(Spawn {
         settings,
         registry,
@@ -472,7 +458,10 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
         key: "admin.tokens[2].token".into(),
     });
     let mut registry = Registry::builtin();
-    registry.register("test_slow", Arc::new(Slow));
+    registry.register(
+        "test_slow",
+        Arc::new(SlowRetries(Duration::from_millis(700))),
+    );
     let second = spawn(Spawn {
         settings,
         registry,

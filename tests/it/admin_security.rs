@@ -6,14 +6,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use deadpool_postgres::Transaction;
-use hookd::handlers::{EventToApply, Handler, HandlerError, Registry};
+use hookd::handlers::Registry;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::support::{
-    AdminClient, Credential, Spawn, TestApp, csrf_of, spawn, spawn_app, stripe_event, test_settings,
+    AdminClient, Credential, SlowRetries, Spawn, TestApp, csrf_of, spawn, spawn_app, stripe_event,
+    test_settings,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -407,23 +406,6 @@ async fn an_abandoned_idempotency_claim_is_taken_over_only_by_the_same_request()
     assert_eq!(replay.header("Idempotent-Replayed"), Some("true"));
 }
 
-/// Holds a retry (not the first run) for a second.
-struct Slow;
-
-#[async_trait]
-impl Handler for Slow {
-    async fn apply(
-        &self,
-        _tx: &Transaction<'_>,
-        event: &EventToApply<'_>,
-    ) -> Result<(), HandlerError> {
-        if event.attempt > 1 {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn keyed_retries_of_a_slow_handler_leave_connections_for_deliveries() {
     let mut settings = test_settings();
@@ -431,7 +413,7 @@ async fn keyed_retries_of_a_slow_handler_leave_connections_for_deliveries() {
         .event_types
         .insert("test.slow".into(), "test_slow".into());
     let mut registry = Registry::builtin();
-    registry.register("test_slow", Arc::new(Slow));
+    registry.register("test_slow", Arc::new(SlowRetries(Duration::from_secs(1))));
     let app = spawn(Spawn {
         settings,
         registry,

@@ -9,28 +9,11 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{Spawn, spawn, spawn_app, stripe_event, test_settings};
+use crate::support::{Spawn, run_hookd_with, spawn, spawn_app, stripe_event, test_settings};
 
-fn hookd(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hookd"));
-    command
-        .args(args)
-        .args([
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env_remove("DATABASE_URL")
-        .env("RUST_LOG", "warn");
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    command.output().expect("run hookd")
-}
-
-#[test]
-fn serve_refuses_the_shipped_credentials_beyond_loopback_with_one_line() {
-    let output = hookd(&["serve"], &[("HOOKD_LISTEN", "0.0.0.0:0")]);
+#[tokio::test]
+async fn serve_refuses_the_shipped_credentials_beyond_loopback_with_one_line() {
+    let output = run_hookd_with(&["serve"], &[("HOOKD_LISTEN", "0.0.0.0:0".into())]).await;
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<&str> = stderr.trim().lines().collect();

@@ -126,7 +126,20 @@ pub async fn connect(config: tokio_postgres::Config) -> tokio_postgres::Client {
 /// Runs the real `hookd` binary from the repository folder with the shipped
 /// configuration, against `database` (a `DATABASE_URL`), or none.
 pub async fn run_hookd(args: &[&str], database: Option<String>) -> std::process::Output {
+    let env: Vec<(&str, String)> = database
+        .into_iter()
+        .map(|url| ("DATABASE_URL", url))
+        .collect();
+    run_hookd_with(args, &env).await
+}
+
+/// `run_hookd` with environment variables of the test's choosing.
+pub async fn run_hookd_with(args: &[&str], env: &[(&str, String)]) -> std::process::Output {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
     tokio::task::spawn_blocking(move || {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
         command
@@ -137,10 +150,8 @@ pub async fn run_hookd(args: &[&str], database: Option<String>) -> std::process:
             ])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .env_remove("DATABASE_URL")
-            .env("RUST_LOG", "warn");
-        if let Some(url) = database {
-            command.env("DATABASE_URL", url);
-        }
+            .env("RUST_LOG", "warn")
+            .envs(env);
         command.output().expect("run hookd")
     })
     .await
@@ -505,4 +516,22 @@ impl AdminClient<'_> {
 pub fn csrf_of(html: &str) -> String {
     let start = html.find("name=csrf value=\"").expect("csrf field") + "name=csrf value=\"".len();
     html[start..].split('"').next().expect("value").to_string()
+}
+
+/// A handler that holds every retry (not the first run) for `0`, so a second
+/// request can arrive while one runs.
+pub struct SlowRetries(pub std::time::Duration);
+
+#[async_trait::async_trait]
+impl hookd::handlers::Handler for SlowRetries {
+    async fn apply(
+        &self,
+        _tx: &deadpool_postgres::Transaction<'_>,
+        event: &hookd::handlers::EventToApply<'_>,
+    ) -> Result<(), hookd::handlers::HandlerError> {
+        if event.attempt > 1 {
+            tokio::time::sleep(self.0).await;
+        }
+        Ok(())
+    }
 }
