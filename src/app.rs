@@ -15,6 +15,7 @@ use crate::dispatch::Dispatcher;
 use crate::embedded_pg::{self, ClusterOptions, EmbeddedPostgres};
 use crate::handlers::Registry;
 use crate::http::{self, AppState};
+use crate::ingest::Ingester;
 use crate::metrics::Metrics;
 use crate::purge::Purger;
 use crate::shutdown::{self, ShutdownTrigger};
@@ -127,6 +128,7 @@ pub struct App {
     pub pool: Pool,
     pub metrics: Arc<Metrics>,
     pub dispatcher: Dispatcher,
+    pub ingester: Ingester,
     pub purger: Purger,
 }
 
@@ -141,11 +143,13 @@ impl App {
             metrics.clone(),
         );
         let purger = Purger::new(pool.clone(), settings.clone(), metrics.clone());
+        let ingester = Ingester::new(pool.clone(), dispatcher.clone());
         App {
             settings,
             pool,
             metrics,
             dispatcher,
+            ingester,
             purger,
         }
     }
@@ -157,6 +161,7 @@ impl App {
             self.settings.clone(),
             self.pool.clone(),
             self.dispatcher.clone(),
+            self.ingester.clone(),
             self.metrics.clone(),
         ));
         let with_admin = self.settings.admin_listen.is_none();

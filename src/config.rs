@@ -75,6 +75,8 @@ pub struct Settings {
     pub purge_interval: Duration,
     pub purge_batch: i64,
     pub sources: Vec<Source>,
+    /// Where events are POSTed for handlers in other stacks.
+    pub forwards: Vec<Forward>,
     pub admin_tokens: Vec<AdminToken>,
     /// `Secure` on the session cookie: `None` decides by the admin listener
     /// (off only on a loopback address, where plain HTTP is expected).
@@ -106,6 +108,37 @@ impl Source {
             return Some(kind);
         }
         BUILTIN_KINDS.iter().copied().find(|k| *k == event_type)
+    }
+}
+
+/// A `[[forwards]]` table: events it matches are POSTed to `url`, signed as
+/// Standard Webhooks with `secret`, after the delivery is acknowledged.
+#[derive(Debug, Clone)]
+pub struct Forward {
+    pub name: String,
+    pub url: reqwest::Url,
+    pub secret: Secret,
+    /// hookd kinds it takes.
+    pub kinds: Vec<String>,
+    /// Provider types it takes; `*` takes every event.
+    pub types: Vec<String>,
+    /// Sources it takes events from; empty means every source.
+    pub sources: Vec<String>,
+    pub timeout: Duration,
+}
+
+impl Forward {
+    /// Whether an event of this source, type and kind goes to this forward.
+    pub fn matches(&self, source: &str, event_type: &str, kind: Option<&str>) -> bool {
+        let from_source = self.sources.is_empty() || self.sources.iter().any(|s| s == source);
+        let by_kind = kind.is_some_and(|kind| self.kinds.iter().any(|k| k == kind));
+        let by_type = self.types.iter().any(|t| t == "*" || t == event_type);
+        from_source && (by_kind || by_type)
+    }
+
+    /// Its name in the attempts and the admin views: `forward:NAME`.
+    pub fn handler_name(&self) -> String {
+        format!("forward:{}", self.name)
     }
 }
 
@@ -268,6 +301,8 @@ struct RawSettings {
     #[serde(default)]
     sources: Vec<RawSource>,
     #[serde(default)]
+    forwards: Vec<RawForward>,
+    #[serde(default)]
     admin: RawAdmin,
     #[serde(skip)]
     database_url: Option<String>,
@@ -312,6 +347,21 @@ struct RawSource {
     /// The environment variable that replaced `secrets`, if one did.
     #[serde(skip)]
     secrets_env: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawForward {
+    name: String,
+    url: String,
+    secret: String,
+    #[serde(default)]
+    kinds: Vec<String>,
+    #[serde(default)]
+    types: Vec<String>,
+    #[serde(default)]
+    sources: Vec<String>,
+    timeout: Option<DurationValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -450,6 +500,18 @@ impl RawSettings {
             sources.push(source);
         }
 
+        let mut forwards: Vec<Forward> = Vec::with_capacity(self.forwards.len());
+        for (i, raw) in self.forwards.into_iter().enumerate() {
+            let forward = raw.validate(i, &sources)?;
+            if forwards.iter().any(|f| f.name == forward.name) {
+                return Err((
+                    format!("forwards[{i}].name"),
+                    format!("{:?} is used twice", forward.name),
+                ));
+            }
+            forwards.push(forward);
+        }
+
         let mut admin_tokens: Vec<AdminToken> = Vec::with_capacity(self.admin.tokens.len());
         for (i, raw) in self.admin.tokens.into_iter().enumerate() {
             let key = |field: &str| {
@@ -510,6 +572,7 @@ impl RawSettings {
             purge_interval,
             purge_batch,
             sources,
+            forwards,
             admin_tokens,
             cookie_secure: self.admin.cookie_secure,
             database_url: self.database_url.map(Secret::new),
@@ -675,6 +738,60 @@ impl RawSource {
             id: locator("id", &self.id_header, &self.id_pointer)?,
             event_type: locator("type", &self.type_header, &self.type_pointer)?,
             timestamp_header: self.timestamp_header.clone().filter(|h| !h.is_empty()),
+        })
+    }
+}
+
+impl RawForward {
+    fn validate(self, index: usize, sources: &[Source]) -> Result<Forward, Problem> {
+        let key = |field: &str| format!("forwards[{index}].{field}");
+        let name_ok = !self.name.is_empty()
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !name_ok {
+            return Err((
+                key("name"),
+                format!(
+                    "{:?} must be non-empty and use only letters, digits, -, _ and .",
+                    self.name
+                ),
+            ));
+        }
+        let url = reqwest::Url::parse(&self.url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .ok_or_else(|| (key("url"), format!("{:?} is not an http(s) URL", self.url)))?;
+        let secret = Secret::new(self.secret);
+        Scheme::Standard.key_bytes(&secret).map_err(|problem| {
+            (
+                key("secret"),
+                format!("{problem} (a Standard Webhooks secret)"),
+            )
+        })?;
+        if self.kinds.is_empty() && self.types.is_empty() {
+            return Err((
+                key("kinds"),
+                "set kinds and/or types (\"*\" for every event): it matches nothing".into(),
+            ));
+        }
+        for (j, source) in self.sources.iter().enumerate() {
+            if !sources.iter().any(|s| &s.name == source) {
+                return Err((
+                    format!("forwards[{index}].sources[{j}]"),
+                    format!("{source:?} is not a configured source"),
+                ));
+            }
+        }
+        Ok(Forward {
+            name: self.name,
+            url,
+            secret,
+            kinds: self.kinds,
+            types: self.types,
+            sources: self.sources,
+            timeout: duration(&key("timeout"), self.timeout, "10s")?,
         })
     }
 }

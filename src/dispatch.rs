@@ -1,34 +1,42 @@
-//! Applying events. A new event's handler runs inline, in the transaction that
-//! stored it, inside a savepoint and under `handler_timeout`; a failure rolls back to
-//! the savepoint and leaves the event `failed` with a due time. The retry loop
-//! claims due events with `FOR UPDATE SKIP LOCKED` (any number of instances can
-//! run it) and runs them the same way, until `processed` or `dead`.
+//! Running an event's handlers. An event has a *plan*: its kind's handler (run in
+//! the transaction that records it, inside a savepoint and under
+//! `handler_timeout`) and the forwards that match it (POSTed after). Each run is
+//! an attempt row naming its handler; a `processed` attempt, written with the
+//! handler's effects, is that handler's completion, so a retry runs only the
+//! handlers not yet done: a failed forward is retried without applying the
+//! payment again, and the other way round.
 //!
-//! `try_dispatch_due` is one step of that loop, public so tests and tools drive the
-//! queue without sleeping.
+//! The event is `processed` when every handler is done, `failed` while one will
+//! run again (or a forward has yet to run), `dead` when what is left failed for
+//! good. The retry loop claims due events with `FOR UPDATE SKIP LOCKED` (any
+//! number of instances can run it); `try_dispatch_due` is one step of it, public so
+//! tests and tools drive the queue without sleeping. Receiving wakes the loop as
+//! soon as an event with forwards commits.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
-use serde_json::Value;
+use tokio::sync::Notify;
 use tokio_postgres::NoTls;
 
-use crate::config::Settings;
+use crate::config::{Forward, Settings};
 use crate::duration;
-use crate::event::{IncomingEvent, PaymentShape};
-use crate::handlers::{EventToApply, HandlerError, Registry};
-use crate::metrics::Metrics;
+use crate::handlers::forward::{self, Outgoing};
+use crate::handlers::{Event, Handler, HandlerError, Registry};
+use crate::metrics::{Metric, Metrics};
 use crate::shutdown::Shutdown;
-use crate::signature::Verified;
-use crate::store::events::{self, AttemptRecord, EventStatus, Recorded};
+use crate::store::events::{self, AttemptRecord, ClaimedEvent, EventStatus, HandlerRuns, Settled};
 use crate::store::{self, StoreError};
 
-/// How often an idle dispatcher looks for due retries.
+/// How often an idle dispatcher looks for due retries (it is woken sooner when an
+/// event with forwards arrives).
 const POLL: Duration = Duration::from_millis(500);
 /// How long it waits after a database error before trying again.
 const BACKOFF_ON_ERROR: Duration = Duration::from_secs(2);
+/// Longest `last_error` kept, in characters.
+const MAX_ERROR_CHARS: usize = 2000;
 
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -36,25 +44,41 @@ pub struct Dispatcher {
     registry: Arc<Registry>,
     settings: Arc<Settings>,
     metrics: Arc<Metrics>,
+    http: reqwest::Client,
+    wake: Arc<Notify>,
 }
 
-/// The outcome of receiving one delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ingested {
-    pub recorded: Recorded,
-    /// The event's status after the inline attempt (new events only).
-    pub status: Option<EventStatus>,
+/// One handler of an event.
+#[derive(Clone, Copy)]
+pub enum Step<'a> {
+    /// The kind's handler: runs in the transaction that records it.
+    Local {
+        kind: &'a str,
+        handler: &'a Arc<dyn Handler>,
+    },
+    /// A forward: a POST to another stack.
+    Forward(&'a Forward),
+}
+
+impl Step<'_> {
+    /// Its name in attempts and views: the kind, or `forward:NAME`.
+    pub fn name(&self) -> String {
+        match self {
+            Step::Local { kind, .. } => (*kind).to_string(),
+            Step::Forward(forward) => forward.handler_name(),
+        }
+    }
 }
 
 /// The outcome of an operator's retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryOutcome {
-    /// The handler ran again; the event now has this status.
+    /// The handlers ran again; the event now has this status.
     Applied(EventStatus),
     NotFound,
     /// The payload was purged: there is nothing to apply.
     Gone,
-    /// The event's kind has no handler: there is nothing to apply.
+    /// No handler applies to the event: there is nothing to apply.
     NoHandler,
 }
 
@@ -66,14 +90,25 @@ pub enum DispatchStep {
     Idle,
 }
 
-/// What an attempt needs to know about its event.
-struct Target<'a> {
-    id: i64,
-    source: &'a str,
-    event_id: &'a str,
-    kind: Option<&'a str>,
-    payload: Option<&'a Value>,
-    attempt: i32,
+/// One handler run, as it ended.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub handler: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub result: Result<(), HandlerError>,
+    pub http_status: Option<i32>,
+    pub response: Option<String>,
+}
+
+/// Where a handler of an event stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Standing {
+    Done,
+    /// Will run again; with its latest error (none: it has not run yet).
+    Again(Option<String>),
+    /// Failed for good.
+    Dead(String),
 }
 
 impl Dispatcher {
@@ -83,77 +118,72 @@ impl Dispatcher {
         settings: Arc<Settings>,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let timeout = settings
+            .forwards
+            .iter()
+            .map(|f| f.timeout)
+            .max()
+            .unwrap_or(Duration::from_secs(10));
+        let http = crate::outbound::client(timeout).unwrap_or_else(|problem| {
+            log::error!("{problem}; forwards will fail until restart");
+            reqwest::Client::new()
+        });
         Self {
             pool,
             registry,
             settings,
             metrics,
+            http,
+            wake: Arc::new(Notify::new()),
         }
     }
 
-    /// Stores a verified delivery once and, when it is new, applies it — one
-    /// transaction, committed before this returns.
-    pub async fn ingest(
-        &self,
-        event: &IncomingEvent,
-        verified: Verified,
-    ) -> Result<Ingested, StoreError> {
-        let has_handler = self.has_handler(event.kind.as_deref());
-        let mut client = self.pool.get().await?;
-        if !has_handler {
-            // Nothing to apply: the one statement is the whole transaction.
-            let recorded =
-                events::record_delivery(&client, event, verified.signed_with, false).await?;
-            let status = matches!(recorded, Recorded::New { .. }).then(|| {
-                self.count_status(event.kind.as_deref(), EventStatus::Ignored);
-                EventStatus::Ignored
-            });
-            return Ok(Ingested { recorded, status });
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The handlers of an event of this source, type and kind: the kind's own
+    /// first, then the matching forwards.
+    pub fn plan(&self, source: &str, event_type: &str, kind: Option<&str>) -> Vec<Step<'_>> {
+        let mut steps = Vec::new();
+        if let Some((kind, handler)) = kind.and_then(|k| self.registry.entry(k)) {
+            steps.push(Step::Local { kind, handler });
         }
-        let tx = client.transaction().await?;
-        let recorded = events::record_delivery(&tx, event, verified.signed_with, true).await?;
-        let status = match recorded {
-            Recorded::New { id } => {
-                let target = Target {
-                    id,
-                    source: &event.source,
-                    event_id: &event.event_id,
-                    kind: event.kind.as_deref(),
-                    payload: Some(&event.payload),
-                    attempt: 1,
-                };
-                let record = self.attempt(&tx, &target).await?;
-                if record.status == EventStatus::Processed {
-                    // The row was written as processed: only the attempt is new.
-                    events::append_attempt(&tx, &record).await?;
-                } else {
-                    events::record_attempt(&tx, &record).await?;
-                }
-                Some(record.status)
+        for forward in &self.settings.forwards {
+            if forward.matches(source, event_type, kind) {
+                steps.push(Step::Forward(forward));
             }
-            Recorded::Duplicate { .. } | Recorded::Conflict => None,
-        };
-        tx.commit().await?;
-        Ok(Ingested { recorded, status })
+        }
+        steps
     }
 
-    /// Claims the most overdue failed event, if any, and attempts it.
+    /// Wakes a waiting retry loop: an event is due now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Claims the most overdue failed event, if any, and runs its handlers.
     pub async fn try_dispatch_due(&self) -> Result<DispatchStep, StoreError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let Some(claimed) = events::claim_due(&tx).await? else {
             return Ok(DispatchStep::Idle);
         };
-        let record = self.attempt_again(&tx, &claimed).await?;
+        let status = self.run_again(&tx, &claimed, false).await?;
         tx.commit().await?;
         Ok(DispatchStep::Attempted {
             id: claimed.id,
-            status: record.status,
+            status,
         })
     }
 
-    /// Applies one event again now, whatever its status (operators' retry). The
-    /// handlers are idempotent, so re-applying a processed event changes nothing.
+    /// Runs an event's handlers again now, whatever its status (operators'
+    /// retry), including those that failed for good. Handlers already done do not
+    /// run again.
     pub async fn retry_now(&self, id: i64) -> Result<RetryOutcome, StoreError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
@@ -163,15 +193,18 @@ impl Dispatcher {
         if event.payload.is_none() {
             return Ok(RetryOutcome::Gone);
         }
-        if !self.has_handler(event.kind.as_deref()) {
+        if self
+            .plan(&event.source, &event.event_type, event.kind.as_deref())
+            .is_empty()
+        {
             return Ok(RetryOutcome::NoHandler);
         }
-        let record = self.attempt_again(&tx, &event).await?;
+        let status = self.run_again(&tx, &event, true).await?;
         tx.commit().await?;
-        Ok(RetryOutcome::Applied(record.status))
+        Ok(RetryOutcome::Applied(status))
     }
 
-    /// Runs due retries until shutdown; an attempt under way is finished first.
+    /// Runs due retries until shutdown; a run under way is finished first.
     pub async fn run_until_stopped(self, mut shutdown: Shutdown) {
         while !shutdown.is_requested() {
             let pause = match self.try_dispatch_due().await {
@@ -182,144 +215,285 @@ impl Dispatcher {
                     BACKOFF_ON_ERROR
                 }
             };
-            if !shutdown.sleep(pause).await {
-                break;
+            tokio::select! {
+                () = self.wake.notified() => {}
+                awake = shutdown.sleep(pause) => if !awake { break },
             }
         }
     }
 
-    fn has_handler(&self, kind: Option<&str>) -> bool {
-        kind.is_some_and(|kind| self.registry.get(kind).is_some())
-    }
-
-    /// The next attempt of an event locked in `tx`, recorded there.
-    async fn attempt_again(
+    /// The handlers of a locked event that are not done, run and recorded in `tx`;
+    /// returns the event's new status. `operator` also runs those that failed
+    /// for good.
+    async fn run_again(
         &self,
         tx: &Transaction<'_>,
-        event: &events::ClaimedEvent,
-    ) -> Result<AttemptRecord, StoreError> {
-        let target = Target {
-            id: event.id,
-            source: &event.source,
-            event_id: &event.event_id,
-            kind: event.kind.as_deref(),
-            payload: event.payload.as_ref(),
-            attempt: event.attempts + 1,
-        };
-        let record = self.attempt(tx, &target).await?;
-        events::record_attempt(tx, &record).await?;
-        Ok(record)
+        claimed: &ClaimedEvent,
+        operator: bool,
+    ) -> Result<EventStatus, StoreError> {
+        let history = events::handler_runs(tx, claimed.id).await?;
+        let plan = self.plan(
+            &claimed.source,
+            &claimed.event_type,
+            claimed.kind.as_deref(),
+        );
+        let scheme = self
+            .settings
+            .source(&claimed.source)
+            .map_or("", |s| s.scheme.name());
+        let body = claimed.body.as_deref().unwrap_or_default();
+        let mut attempt = claimed.attempts;
+        let mut runs = Vec::new();
+        let mut standings = Vec::new();
+        if plan.is_empty() {
+            // Its handler was removed from the configuration since.
+            standings.push((
+                claimed.kind.clone().unwrap_or_default(),
+                0,
+                Standing::Dead(format!(
+                    "no handler applies to kind {} any more",
+                    claimed.kind.as_deref().unwrap_or("none")
+                )),
+            ));
+        }
+        // An operator's retry of an event whose handlers are all done applies it
+        // all again (idempotent handlers make that safe); otherwise only what is
+        // not done runs.
+        let all_done = plan.iter().all(|step| {
+            let name = step.name();
+            history.iter().any(|h| h.handler == name && h.done)
+        });
+        for step in &plan {
+            let name = step.name();
+            let before = history.iter().find(|h| h.handler == name);
+            let previous = before.map_or(0, |h| h.runs);
+            let skip = !(operator && all_done)
+                && before
+                    .is_some_and(|h| h.done || (!operator && h.last_outcome == EventStatus::Dead));
+            if skip {
+                standings.push((name, previous, standing_of(before)));
+                continue;
+            }
+            attempt += 1;
+            let Some(payload) = claimed.payload.as_ref() else {
+                standings.push((
+                    name,
+                    previous,
+                    Standing::Dead("the payload was purged".into()),
+                ));
+                continue;
+            };
+            let event = Event {
+                id: claimed.id,
+                source: &claimed.source,
+                scheme,
+                event_id: &claimed.event_id,
+                event_type: &claimed.event_type,
+                kind: claimed.kind.as_deref(),
+                payload,
+                body,
+                attempt,
+                received_at: claimed.received_at,
+            };
+            let run = self.run_step(tx, step, &event).await?;
+            let standing = self.standing_after(&run, previous + 1);
+            standings.push((name, previous + 1, standing));
+            runs.push((attempt, run));
+        }
+        let settled = self.settle(&standings, attempt);
+        self.record(
+            tx,
+            claimed.id,
+            claimed.kind.as_deref(),
+            &runs,
+            &standings,
+            &settled,
+        )
+        .await?;
+        Ok(settled.status)
     }
 
-    /// One handler run inside a savepoint of `tx`; returns what to record. Only
-    /// database errors outside the handler itself escape (they abort `tx`).
-    async fn attempt(
+    /// Runs one handler of `event`: the kind's in a savepoint of `tx`, a forward
+    /// by HTTP. Only database errors outside the handler escape (they abort `tx`).
+    pub async fn run_step(
         &self,
         tx: &Transaction<'_>,
-        target: &Target<'_>,
-    ) -> Result<AttemptRecord, StoreError> {
+        step: &Step<'_>,
+        event: &Event<'_>,
+    ) -> Result<Run, StoreError> {
         let started_at = Utc::now();
         let clock = Instant::now();
-        let kind = target.kind.unwrap_or("none");
-        let result = match self.prepare(target) {
-            Ok((event, handler)) => {
-                store::savepoint(tx).await?;
-                let timeout = self.settings.handler_timeout;
-                let result = match tokio::time::timeout(timeout, handler.apply(tx, &event)).await {
-                    Ok(result) => result,
-                    Err(_) => {
-                        // Stop whatever statement the abandoned handler left running.
-                        let _ = tx.cancel_token().cancel_query(NoTls).await;
-                        Err(HandlerError::Retry(format!(
-                            "handler timed out after {}",
-                            duration::format(timeout)
-                        )))
-                    }
+        let (result, http_status, response) = match step {
+            Step::Local { handler, .. } => (self.run_local(tx, handler, event).await?, None, None),
+            Step::Forward(forward) => {
+                let outgoing = Outgoing {
+                    source: event.source,
+                    event_id: event.event_id,
+                    event_type: event.event_type,
+                    kind: event.kind,
+                    body: event.body,
                 };
-                if result.is_ok() {
-                    store::release_savepoint(tx).await?;
+                let sent = forward::send(&self.http, forward, &outgoing).await;
+                let outcome = if sent.result.is_ok() {
+                    "delivered"
                 } else {
-                    store::rollback_to_savepoint(tx).await?;
-                }
-                result
-            }
-            Err(error) => Err(error),
-        };
-        let elapsed = clock.elapsed();
-        self.metrics
-            .observe("hookd_handler_duration_seconds", &[("kind", kind)], elapsed);
-        let (status, error, next_attempt_at) = match result {
-            Ok(()) => (EventStatus::Processed, None, None),
-            Err(HandlerError::Permanent(reason)) => (EventStatus::Dead, Some(reason), None),
-            Err(HandlerError::Retry(reason)) if target.attempt >= self.settings.max_attempts => {
-                let reason = format!("{reason} (gave up after {} attempts)", target.attempt);
-                (EventStatus::Dead, Some(reason), None)
-            }
-            Err(HandlerError::Retry(reason)) => {
-                let delay = retry_delay(
-                    self.settings.retry_base,
-                    self.settings.retry_cap,
-                    target.attempt,
+                    "failed"
+                };
+                self.metrics.inc(
+                    Metric::Forwards,
+                    &[("forward", &forward.name), ("outcome", outcome)],
                 );
-                let due = duration::after(Utc::now(), delay).unwrap_or_else(Utc::now);
-                (EventStatus::Failed, Some(reason), Some(due))
+                (sent.result, sent.http_status, sent.response)
             }
         };
-        if let Some(reason) = &error {
+        let name = step.name();
+        self.metrics
+            .observe(Metric::HandlerDuration, &[("kind", &name)], clock.elapsed());
+        if let Err(error) = &result {
             log::warn!(
-                "event {} ({}/{:?}) attempt {} {}: {reason:?}",
-                target.id,
-                target.source,
-                target.event_id,
-                target.attempt,
-                status.as_str()
+                "event {} ({}/{:?}) {name} attempt {}: {:?}",
+                event.id,
+                event.source,
+                event.event_id,
+                event.attempt,
+                error.to_string()
             );
         }
-        self.count_status(target.kind, status);
-        Ok(AttemptRecord {
-            event: target.id,
-            attempt: target.attempt,
+        Ok(Run {
+            handler: name,
             started_at,
             finished_at: Utc::now(),
-            status,
-            error: error.map(|e| storable_error(&e)),
-            next_attempt_at,
+            result,
+            http_status,
+            response,
         })
     }
 
-    /// The handler and the event as it sees it, or why it cannot run at all.
-    fn prepare<'t>(
-        &'t self,
-        target: &'t Target<'t>,
-    ) -> Result<(EventToApply<'t>, &'t Arc<dyn crate::handlers::Handler>), HandlerError> {
-        let kind = target
-            .kind
-            .ok_or_else(|| HandlerError::Permanent("the event has no kind".into()))?;
-        let handler = self
-            .registry
-            .get(kind)
-            .ok_or_else(|| HandlerError::Permanent(format!("no handler for kind {kind}")))?;
-        let payload = target
-            .payload
-            .ok_or_else(|| HandlerError::Permanent("the payload was purged".into()))?;
-        let source = self.settings.source(target.source).ok_or_else(|| {
-            HandlerError::Retry(format!("source {} is not configured", target.source))
-        })?;
-        let event = EventToApply {
-            id: target.id,
-            source: target.source,
-            event_id: target.event_id,
-            kind,
-            payload,
-            attempt: target.attempt,
-            shape: PaymentShape::of(&source.scheme),
+    /// A handler inside a savepoint of `tx`, under `handler_timeout`.
+    async fn run_local(
+        &self,
+        tx: &Transaction<'_>,
+        handler: &Arc<dyn Handler>,
+        event: &Event<'_>,
+    ) -> Result<Result<(), HandlerError>, StoreError> {
+        store::savepoint(tx).await?;
+        let timeout = self.settings.handler_timeout;
+        let result = match tokio::time::timeout(timeout, handler.apply(tx, event)).await {
+            Ok(result) => result,
+            Err(_) => {
+                // Stop whatever statement the abandoned handler left running.
+                let _ = tx.cancel_token().cancel_query(NoTls).await;
+                Err(HandlerError::Retry(format!(
+                    "handler timed out after {}",
+                    duration::format(timeout)
+                )))
+            }
         };
-        Ok((event, handler))
+        if result.is_ok() {
+            store::release_savepoint(tx).await?;
+        } else {
+            store::rollback_to_savepoint(tx).await?;
+        }
+        Ok(result)
     }
 
-    fn count_status(&self, kind: Option<&str>, status: EventStatus) {
+    /// Where a handler stands after its `runs`-th run ended as `run` did.
+    pub(crate) fn standing_after(&self, run: &Run, runs: i32) -> Standing {
+        match &run.result {
+            Ok(()) => Standing::Done,
+            Err(HandlerError::Permanent(reason)) => Standing::Dead(reason.clone()),
+            Err(HandlerError::Retry(reason)) if runs >= self.settings.max_attempts => {
+                Standing::Dead(format!("{reason} (gave up after {runs} attempts)"))
+            }
+            Err(HandlerError::Retry(reason)) => Standing::Again(Some(reason.clone())),
+        }
+    }
+
+    /// The event's row from where its handlers stand (name, runs, standing).
+    pub(crate) fn settle(&self, standings: &[(String, i32, Standing)], attempts: i32) -> Settled {
+        let named = standings.len() > 1;
+        let error_of = |name: &str, reason: &str| {
+            storable_error(&if named {
+                format!("{name}: {reason}")
+            } else {
+                reason.to_string()
+            })
+        };
+        let again: Vec<_> = standings
+            .iter()
+            .filter_map(|(name, runs, s)| match s {
+                Standing::Again(reason) => Some((name, *runs, reason)),
+                _ => None,
+            })
+            .collect();
+        let dead = standings.iter().find_map(|(name, _, s)| match s {
+            Standing::Dead(reason) => Some(error_of(name, reason)),
+            _ => None,
+        });
+        if !again.is_empty() {
+            // A handler that has not run yet (a forward) is due at once.
+            let delay = if again.iter().any(|(_, _, reason)| reason.is_none()) {
+                Duration::ZERO
+            } else {
+                let runs = again.iter().map(|(_, runs, _)| *runs).max().unwrap_or(1);
+                retry_delay(self.settings.retry_base, self.settings.retry_cap, runs)
+            };
+            let last_error = again
+                .iter()
+                .find_map(|(name, _, reason)| reason.as_deref().map(|r| error_of(name, r)))
+                .or(dead);
+            return Settled {
+                status: EventStatus::Failed,
+                attempts,
+                last_error,
+                next_attempt_at: Some(duration::after(Utc::now(), delay).unwrap_or_else(Utc::now)),
+            };
+        }
+        match dead {
+            Some(reason) => Settled {
+                status: EventStatus::Dead,
+                attempts,
+                last_error: Some(reason),
+                next_attempt_at: None,
+            },
+            None => Settled {
+                status: EventStatus::Processed,
+                attempts,
+                last_error: None,
+                next_attempt_at: None,
+            },
+        }
+    }
+
+    /// Writes a run's attempts and the event's new row in `tx`, and counts them.
+    async fn record(
+        &self,
+        tx: &Transaction<'_>,
+        id: i64,
+        kind: Option<&str>,
+        runs: &[(i32, Run)],
+        standings: &[(String, i32, Standing)],
+        settled: &Settled,
+    ) -> Result<(), StoreError> {
+        let attempts: Vec<AttemptRecord> = runs
+            .iter()
+            .map(|(number, run)| {
+                let standing = standings
+                    .iter()
+                    .find(|(name, _, _)| *name == run.handler)
+                    .map(|(_, _, s)| s);
+                attempt_record(id, *number, run, standing)
+            })
+            .collect();
+        events::settle(tx, id, settled).await?;
+        events::append_attempts(tx, &attempts).await?;
+        self.count_status(kind, settled.status);
+        Ok(())
+    }
+
+    pub(crate) fn count_status(&self, kind: Option<&str>, status: EventStatus) {
         self.metrics.inc(
-            "hookd_events_total",
+            Metric::Events,
             &[
                 ("kind", kind.unwrap_or("none")),
                 ("status", status.as_str()),
@@ -328,8 +502,47 @@ impl Dispatcher {
     }
 }
 
-/// Longest `last_error` kept, in characters.
-const MAX_ERROR_CHARS: usize = 2000;
+/// The attempt row of a run, its outcome what the run means for its handler.
+pub(crate) fn attempt_record(
+    event: i64,
+    attempt: i32,
+    run: &Run,
+    standing: Option<&Standing>,
+) -> AttemptRecord {
+    let outcome = match standing {
+        Some(Standing::Done) => EventStatus::Processed,
+        Some(Standing::Dead(_)) => EventStatus::Dead,
+        _ => EventStatus::Failed,
+    };
+    let error = match standing {
+        Some(Standing::Dead(reason)) | Some(Standing::Again(Some(reason))) => {
+            Some(storable_error(reason))
+        }
+        _ => None,
+    };
+    AttemptRecord {
+        event,
+        attempt,
+        handler: run.handler.clone(),
+        started_at: run.started_at,
+        finished_at: run.finished_at,
+        outcome,
+        error,
+        http_status: run.http_status,
+        response: run.response.clone(),
+    }
+}
+
+/// Where a handler that does not run now stands, from its runs so far.
+fn standing_of(runs: Option<&HandlerRuns>) -> Standing {
+    match runs {
+        Some(r) if r.done => Standing::Done,
+        Some(r) if r.last_outcome == EventStatus::Dead => {
+            Standing::Dead("failed for good before".into())
+        }
+        _ => Standing::Again(None),
+    }
+}
 
 /// An error message as a text column can hold it: no NUL, bounded length.
 fn storable_error(error: &str) -> String {

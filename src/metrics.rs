@@ -22,61 +22,85 @@ struct Histogram {
 
 #[derive(Debug, Default)]
 pub struct Metrics {
-    counters: Mutex<BTreeMap<(&'static str, Labels), u64>>,
-    histograms: Mutex<BTreeMap<(&'static str, Labels), Histogram>>,
+    counters: Mutex<BTreeMap<(Metric, Labels), u64>>,
+    histograms: Mutex<BTreeMap<(Metric, Labels), Histogram>>,
 }
 
-const HELP: [(&str, &str, &str); 7] = [
-    (
-        "hookd_deliveries_total",
-        "counter",
-        "Deliveries received, by source and outcome.",
-    ),
-    (
-        "hookd_signature_failures_total",
-        "counter",
-        "Deliveries refused for their signature, by source and reason.",
-    ),
-    (
-        "hookd_duplicates_total",
-        "counter",
-        "Repeated deliveries answered with the stored answer.",
-    ),
-    (
-        "hookd_events_total",
-        "counter",
-        "Events reaching a status, by kind and status.",
-    ),
-    (
-        "hookd_handler_duration_seconds",
-        "histogram",
-        "Handler run time, by kind.",
-    ),
-    (
-        "hookd_purged_rows_total",
-        "counter",
-        "Rows removed by retention purges, by what was removed.",
-    ),
-    (
-        "hookd_retry_backlog",
-        "gauge",
-        "Failed events waiting for a retry.",
-    ),
-];
+/// Every metric hookd exposes: its name, type and help text in one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Metric {
+    Deliveries,
+    SignatureFailures,
+    Duplicates,
+    Events,
+    HandlerDuration,
+    Forwards,
+    PurgedRows,
+    RetryBacklog,
+}
+
+impl Metric {
+    pub const ALL: [Metric; 8] = [
+        Metric::Deliveries,
+        Metric::SignatureFailures,
+        Metric::Duplicates,
+        Metric::Events,
+        Metric::HandlerDuration,
+        Metric::Forwards,
+        Metric::PurgedRows,
+        Metric::RetryBacklog,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Deliveries => "hookd_deliveries_total",
+            Metric::SignatureFailures => "hookd_signature_failures_total",
+            Metric::Duplicates => "hookd_duplicates_total",
+            Metric::Events => "hookd_events_total",
+            Metric::HandlerDuration => "hookd_handler_duration_seconds",
+            Metric::Forwards => "hookd_forwards_total",
+            Metric::PurgedRows => "hookd_purged_rows_total",
+            Metric::RetryBacklog => "hookd_retry_backlog",
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Metric::HandlerDuration => "histogram",
+            Metric::RetryBacklog => "gauge",
+            _ => "counter",
+        }
+    }
+
+    fn help(self) -> &'static str {
+        match self {
+            Metric::Deliveries => "Deliveries received, by source and outcome.",
+            Metric::SignatureFailures => {
+                "Deliveries refused for their signature, by source and reason."
+            }
+            Metric::Duplicates => "Repeated deliveries answered with the stored answer.",
+            Metric::Events => "Events reaching a status, by kind and status.",
+            Metric::HandlerDuration => "Handler run time, by handler (the kind, or forward:NAME).",
+            Metric::Forwards => "Forward requests, by forward and outcome (delivered or failed).",
+            Metric::PurgedRows => "Rows removed by retention purges, by what was removed.",
+            Metric::RetryBacklog => "Failed events waiting for a retry.",
+        }
+    }
+}
 
 impl Metrics {
-    pub fn add(&self, name: &'static str, labels: &[(&'static str, &str)], value: u64) {
+    pub fn add(&self, name: Metric, labels: &[(&'static str, &str)], value: u64) {
         let key = (name, owned(labels));
         if let Ok(mut counters) = self.counters.lock() {
             *counters.entry(key).or_default() += value;
         }
     }
 
-    pub fn inc(&self, name: &'static str, labels: &[(&'static str, &str)]) {
+    pub fn inc(&self, name: Metric, labels: &[(&'static str, &str)]) {
         self.add(name, labels, 1);
     }
 
-    pub fn observe(&self, name: &'static str, labels: &[(&'static str, &str)], value: Duration) {
+    pub fn observe(&self, name: Metric, labels: &[(&'static str, &str)], value: Duration) {
         let seconds = value.as_secs_f64();
         if let Ok(mut histograms) = self.histograms.lock() {
             let h = histograms.entry((name, owned(labels))).or_default();
@@ -91,7 +115,7 @@ impl Metrics {
     }
 
     /// The text exposition, with gauges computed by the caller appended.
-    pub fn render(&self, gauges: &[(&'static str, i64)]) -> String {
+    pub fn render(&self, gauges: &[(Metric, i64)]) -> String {
         let mut out = String::new();
         let counters = self.counters.lock().map(|c| c.clone()).unwrap_or_default();
         let histograms = self
@@ -99,12 +123,13 @@ impl Metrics {
             .lock()
             .map(|h| h.clone())
             .unwrap_or_default();
-        for (name, kind, help) in HELP {
+        for metric in Metric::ALL {
+            let (name, kind, help) = (metric.name(), metric.kind(), metric.help());
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for ((_, labels), value) in counters.iter().filter(|((n, _), _)| *n == name) {
+            for ((_, labels), value) in counters.iter().filter(|((n, _), _)| *n == metric) {
                 let _ = writeln!(out, "{name}{} {value}", render_labels(labels, None));
             }
-            for ((_, labels), h) in histograms.iter().filter(|((n, _), _)| *n == name) {
+            for ((_, labels), h) in histograms.iter().filter(|((n, _), _)| *n == metric) {
                 for (bound, count) in BUCKETS.iter().zip(h.counts) {
                     let le = format!("{bound}");
                     let _ = writeln!(
@@ -127,7 +152,7 @@ impl Metrics {
                     h.count
                 );
             }
-            for (_, value) in gauges.iter().filter(|(n, _)| *n == name) {
+            for (_, value) in gauges.iter().filter(|(n, _)| *n == metric) {
                 let _ = writeln!(out, "{name} {value}");
             }
         }

@@ -12,6 +12,7 @@ use deadpool_postgres::Pool;
 
 use crate::config::Settings;
 use crate::duration;
+use crate::metrics::Metric;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use crate::store::StoreError;
@@ -180,8 +181,7 @@ impl Purger {
             ("idempotency_key", outcome.idempotency_keys_deleted),
             ("revoked_session", outcome.revoked_sessions_deleted),
         ] {
-            self.metrics
-                .add("hookd_purged_rows_total", &[("what", what)], n);
+            self.metrics.add(Metric::PurgedRows, &[("what", what)], n);
         }
         log::info!(
             "purge: dropped {payloads} payloads ({}), deleted {keys} keys ({}) and {} idempotency keys in {:.1} s{}",

@@ -242,6 +242,7 @@ pub struct Sender {
 impl Sender {
     pub fn new(base: &str, source: Source) -> Result<Self, String> {
         let base = loopback_base(base)?;
+        hookd::outbound::install_crypto();
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(REQUEST_TIMEOUT)

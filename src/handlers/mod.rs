@@ -1,39 +1,116 @@
-//! Business rules, one handler per event kind. Handlers run inside the transaction
-//! (and savepoint) that records their attempt, so their effects commit with the
-//! event's status or not at all. They must be idempotent and order-tolerant: the
-//! provider resends, reorders and races events.
+//! Business rules. A handler applies one kind of event (`invoice_paid`,
+//! `payment_succeeded`, …) inside the transaction (and savepoint) that records its
+//! attempt, so its effects commit with the record of its completion or not at all.
+//! Providers resend, reorder and race events, so handlers must be idempotent and
+//! order-tolerant: applying any set of events, any number of times, in any order,
+//! must leave the same state.
+//!
+//! hookd ships the payment handlers; a team registers its own in a [`Registry`]
+//! (see [`crate::Hookd`]), and `[[forwards]]` send events to handlers in any other
+//! stack.
 
+pub mod forward;
 pub mod payments;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::event::PaymentShape;
 use crate::store::StoreError;
 
-/// The event a handler applies.
+/// An event as a handler sees it: the provider's payload and where it came from.
 #[derive(Debug, Clone, Copy)]
-pub struct EventToApply<'a> {
+pub struct Event<'a> {
+    /// `webhook_events.id`: hookd's row id.
     pub id: i64,
+    /// The configured source it arrived at (`stripe`, `shop`, …).
     pub source: &'a str,
+    /// That source's signature scheme (`stripe`, `standard`, `github`, `hmac`).
+    pub scheme: &'a str,
+    /// The provider's event id.
     pub event_id: &'a str,
-    pub kind: &'a str,
+    /// The provider's event type (`invoice.paid`).
+    pub event_type: &'a str,
+    /// hookd's kind for that type (`invoice_paid`), if its source maps the type.
+    pub kind: Option<&'a str>,
+    /// The body as the provider sent it, parsed.
     pub payload: &'a Value,
-    /// 1 for the inline run at receipt, then 2, 3, … for retries.
+    /// The body exactly as received.
+    pub body: &'a [u8],
+    /// 1 for the run at receipt, then 2, 3, … for retries.
     pub attempt: i32,
-    pub shape: PaymentShape,
+    /// When hookd first received the event.
+    pub received_at: DateTime<Utc>,
+}
+
+impl Event<'_> {
+    /// The value at a JSON pointer (`/data/object/id`), or a permanent error that
+    /// names what is missing.
+    pub fn value(&self, pointer: &str) -> Result<&Value, HandlerError> {
+        self.payload
+            .pointer(pointer)
+            .filter(|v| !v.is_null())
+            .ok_or_else(|| HandlerError::Permanent(format!("the event has no {pointer}")))
+    }
+
+    /// The text at a JSON pointer; a permanent error when it is missing or not text.
+    pub fn text(&self, pointer: &str) -> Result<&str, HandlerError> {
+        self.value(pointer)?
+            .as_str()
+            .ok_or_else(|| HandlerError::Permanent(format!("{pointer} is not text")))
+    }
+
+    /// The integer at a JSON pointer; a permanent error when it is missing or not one.
+    pub fn integer(&self, pointer: &str) -> Result<i64, HandlerError> {
+        self.value(pointer)?
+            .as_i64()
+            .ok_or_else(|| HandlerError::Permanent(format!("{pointer} is not an integer")))
+    }
+
+    /// The payload, or a part of it (`""` for the whole), as a type of the
+    /// handler's own; a permanent error says which field did not fit.
+    pub fn parse<T: DeserializeOwned>(&self, pointer: &str) -> Result<T, HandlerError> {
+        let value = if pointer.is_empty() {
+            self.payload
+        } else {
+            self.value(pointer)?
+        };
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            HandlerError::Permanent(format!(
+                "{pointer}{} does not fit: {}",
+                match e.path().to_string().as_str() {
+                    "." => String::new(),
+                    path => format!(" at {path}"),
+                },
+                e.inner()
+            ))
+        })
+    }
+
+    /// When the provider says the event happened: a Unix-seconds `created` field at
+    /// the top (Stripe, Standard Webhooks, the neutral shape). Handlers use it to
+    /// keep an older event from overwriting newer state.
+    pub fn created(&self) -> Option<DateTime<Utc>> {
+        self.payload
+            .get("created")
+            .and_then(Value::as_i64)
+            .and_then(|seconds| DateTime::from_timestamp(seconds, 0))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HandlerError {
-    /// Worth trying again later (database hiccup, timeout, dependency down).
+    /// Worth trying again later (database hiccup, timeout, dependency down): the
+    /// event is retried with backoff, up to `max_attempts`.
     #[error("{0}")]
     Retry(String),
-    /// Will never succeed as is (malformed payload): the event goes `dead`.
+    /// Will never succeed as is (malformed payload): the event goes `dead` and
+    /// waits for a person.
     #[error("{0}")]
     Permanent(String),
 }
@@ -44,22 +121,33 @@ impl From<StoreError> for HandlerError {
     }
 }
 
-#[async_trait]
-pub trait Handler: Send + Sync {
-    async fn apply(
-        &self,
-        tx: &Transaction<'_>,
-        event: &EventToApply<'_>,
-    ) -> Result<(), HandlerError>;
+impl From<tokio_postgres::Error> for HandlerError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        StoreError::from(error).into()
+    }
 }
 
-/// Handlers by kind. Kinds without one are stored as `ignored`.
+/// Applies one kind of event to the business data.
+#[async_trait]
+pub trait Handler: Send + Sync {
+    /// Applies `event` in `tx`. Return `Retry` for a failure worth trying again,
+    /// `Permanent` for one that never will; either rolls back what this run did.
+    async fn apply(&self, tx: &Transaction<'_>, event: &Event<'_>) -> Result<(), HandlerError>;
+}
+
+/// Handlers by kind. Events of a kind without one (and without a forward) are
+/// stored as `ignored`.
 #[derive(Clone, Default)]
 pub struct Registry {
     handlers: HashMap<String, Arc<dyn Handler>>,
 }
 
 impl Registry {
+    /// No handlers at all.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
     /// The handlers hookd ships: the payment kinds.
     pub fn builtin() -> Self {
         let mut registry = Self::default();
@@ -69,6 +157,7 @@ impl Registry {
         registry
     }
 
+    /// Makes `handler` apply the events of `kind` (replacing any handler it had).
     pub fn register(&mut self, kind: &str, handler: Arc<dyn Handler>) {
         self.handlers.insert(kind.to_string(), handler);
     }
@@ -76,12 +165,26 @@ impl Registry {
     pub fn get(&self, kind: &str) -> Option<&Arc<dyn Handler>> {
         self.handlers.get(kind)
     }
+
+    /// The kind as registered, with its handler.
+    pub fn entry(&self, kind: &str) -> Option<(&str, &Arc<dyn Handler>)> {
+        self.handlers
+            .get_key_value(kind)
+            .map(|(kind, handler)| (kind.as_str(), handler))
+    }
+
+    /// The kinds with a handler, sorted.
+    pub fn kinds(&self) -> Vec<&str> {
+        let mut kinds: Vec<&str> = self.handlers.keys().map(String::as_str).collect();
+        kinds.sort_unstable();
+        kinds
+    }
 }
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut kinds: Vec<_> = self.handlers.keys().collect();
-        kinds.sort();
-        f.debug_struct("Registry").field("kinds", &kinds).finish()
+        f.debug_struct("Registry")
+            .field("kinds", &self.kinds())
+            .finish()
     }
 }

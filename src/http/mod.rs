@@ -18,12 +18,14 @@ use deadpool_postgres::Pool;
 
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
+use crate::ingest::Ingester;
 use crate::metrics::Metrics;
 
 pub struct AppState {
     pub settings: Arc<Settings>,
     pub pool: Pool,
     pub dispatcher: Dispatcher,
+    pub ingester: Ingester,
     pub metrics: Arc<Metrics>,
     pub guard: auth::Guard,
     /// Operators' retries running at once: a handler run holds a pool connection,
@@ -38,6 +40,7 @@ impl AppState {
         settings: Arc<Settings>,
         pool: Pool,
         dispatcher: Dispatcher,
+        ingester: Ingester,
         metrics: Arc<Metrics>,
     ) -> Self {
         let permits = (pool.status().max_size / 4).max(1);
@@ -45,6 +48,7 @@ impl AppState {
             settings,
             pool,
             dispatcher,
+            ingester,
             metrics,
             guard: auth::Guard::default(),
             retry_permits: tokio::sync::Semaphore::new(permits),

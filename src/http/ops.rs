@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::AppState;
 use super::error::ApiError;
+use crate::metrics::Metric;
 use crate::store;
 
 pub async fn not_found() -> HttpResponse {
@@ -65,7 +66,7 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     if let Ok(client) = state.pool.get().await
         && let Ok(backlog) = store::events::retry_backlog(&client).await
     {
-        gauges.push(("hookd_retry_backlog", backlog));
+        gauges.push((Metric::RetryBacklog, backlog));
     }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")

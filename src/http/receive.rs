@@ -10,8 +10,9 @@ use serde::Serialize;
 use super::error::ApiError;
 use super::{AppState, body, client};
 use crate::config::DEVELOPMENT_CREDENTIALS;
-use crate::dispatch::Ingested;
 use crate::event::IncomingEvent;
+use crate::ingest::Ingested;
+use crate::metrics::Metric;
 use crate::signature::{Headers, SignatureError, Verifier};
 use crate::store::events::Recorded;
 
@@ -71,7 +72,7 @@ pub async fn receive(
             summary.outcome = error.code();
             if let ApiError::InvalidSignature(reason) = &error {
                 state.metrics.inc(
-                    "hookd_signature_failures_total",
+                    Metric::SignatureFailures,
                     &[("source", label), ("reason", reason.label())],
                 );
             }
@@ -79,7 +80,7 @@ pub async fn receive(
         }
     };
     state.metrics.inc(
-        "hookd_deliveries_total",
+        Metric::Deliveries,
         &[("source", label), ("outcome", summary.outcome)],
     );
     log::info!(
@@ -137,7 +138,7 @@ async fn handle(
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     summary.event_id = Some(event.event_id.clone());
     summary.kind = event.kind.clone();
-    let Ingested { recorded, status } = state.dispatcher.ingest(&event, verified).await?;
+    let Ingested { recorded, status } = state.ingester.ingest(&event, verified).await?;
     let body = accepted_body(&event.event_id);
     let mut response = HttpResponse::Ok();
     response.insert_header((CONTENT_TYPE, "application/json"));
@@ -152,7 +153,7 @@ async fn handle(
             summary.outcome = "duplicate";
             state
                 .metrics
-                .inc("hookd_duplicates_total", &[("source", source_name)]);
+                .inc(Metric::Duplicates, &[("source", source_name)]);
             response.insert_header(("Idempotent-Replayed", "true"));
         }
         Recorded::Conflict => return Err(ApiError::EventIdConflict),

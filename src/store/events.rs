@@ -8,7 +8,11 @@ use serde_json::Value;
 use super::StoreError;
 use crate::event::IncomingEvent;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where an event stands: `processed` (every handler done), `ignored` (none
+/// applies), `failed` (a handler will run again at `next_attempt_at`, or a forward
+/// has yet to run), `dead` (waits for a person).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum EventStatus {
     Processed,
     Ignored,
@@ -49,27 +53,36 @@ pub enum Recorded {
     Conflict,
 }
 
-/// Inserts the event, or counts a repeated delivery of it, in one statement.
-///
-/// A new row with a handler is written as the inline attempt usually ends —
-/// `processed`, one attempt — so that success, the common case, needs no second
-/// write of the row (an UPDATE that would touch every index); the caller changes
-/// it, in the same transaction, when the attempt fails. Without a handler it is
-/// `ignored` at once.
+/// How a new event's row is first written: as its run at receipt usually ends,
+/// so that success, the common case, needs no second write of the row (an UPDATE
+/// that would touch every index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expected {
+    pub status: EventStatus,
+    /// Handler runs at receipt (0 or 1).
+    pub attempts: i32,
+    /// Due for the dispatcher at once (forwards still to run).
+    pub due_now: bool,
+}
+
+/// Inserts the event, or counts a repeated delivery of it, in one statement. A
+/// new row is written as `expected` says; the caller changes it, in the same
+/// transaction, when the run at receipt ends otherwise.
 pub async fn record_delivery(
     client: &impl GenericClient,
     event: &IncomingEvent,
     signed_with: i32,
-    has_handler: bool,
+    expected: Expected,
 ) -> Result<Recorded, StoreError> {
     let statement = client
         .prepare_cached(
             "INSERT INTO webhook_events AS e
                  (source, event_id, event_type, kind, status, payload, payload_sha256,
                   signed_with, payment_id, customer_id, attempts, processed_at, body,
-                  signature_headers, stable_sha256)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-                     CASE WHEN $11 THEN 1 ELSE 0 END, now(), $12, $13, $14)
+                  signature_headers, stable_sha256, next_attempt_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+                     CASE WHEN $5 IN ('processed', 'ignored') THEN now() END, $12, $13, $14,
+                     CASE WHEN $15 THEN now() END)
              ON CONFLICT (source, event_id) DO UPDATE
                  SET deliveries = e.deliveries + 1, last_delivery_at = now()
                  WHERE e.payload_sha256 = EXCLUDED.payload_sha256
@@ -77,11 +90,6 @@ pub async fn record_delivery(
              RETURNING id, deliveries",
         )
         .await?;
-    let status = if has_handler {
-        EventStatus::Processed
-    } else {
-        EventStatus::Ignored
-    };
     let row = client
         .query_opt(
             &statement,
@@ -90,16 +98,17 @@ pub async fn record_delivery(
                 &event.event_id,
                 &event.event_type,
                 &event.kind,
-                &status.as_str(),
+                &expected.status.as_str(),
                 &event.storable_payload().as_ref(),
                 &event.fingerprint.as_slice(),
                 &signed_with,
                 &event.payment_id,
                 &event.customer_id,
-                &has_handler,
+                &expected.attempts,
                 &event.body,
                 &event.signature_headers,
                 &event.stable_fingerprint.as_slice(),
+                &expected.due_now,
             ],
         )
         .await?;
@@ -167,25 +176,33 @@ pub struct ClaimedEvent {
     pub id: i64,
     pub source: String,
     pub event_id: String,
+    pub event_type: String,
     pub kind: Option<String>,
     /// The payload as sent (parsed from the exact body when it is kept); `None`
     /// once purged.
     pub payload: Option<Value>,
+    /// The body as received (for events stored before bodies were kept, the
+    /// payload written out); `None` once purged.
+    pub body: Option<Vec<u8>>,
     pub attempts: i32,
+    pub received_at: DateTime<Utc>,
 }
+
+const CLAIMED_COLUMNS: &str =
+    "id, source, event_id, event_type, kind, payload, attempts, body, received_at";
 
 /// Locks the most overdue `failed` event for this transaction, skipping rows other
 /// instances hold, so any number of dispatchers can run side by side.
 pub async fn claim_due(client: &impl GenericClient) -> Result<Option<ClaimedEvent>, StoreError> {
     let statement = client
-        .prepare_cached(
-            "SELECT id, source, event_id, kind, payload, attempts, body
+        .prepare_cached(&format!(
+            "SELECT {CLAIMED_COLUMNS}
              FROM webhook_events
              WHERE status = 'failed' AND next_attempt_at <= now()
              ORDER BY next_attempt_at
              LIMIT 1
-             FOR UPDATE SKIP LOCKED",
-        )
+             FOR UPDATE SKIP LOCKED"
+        ))
         .await?;
     let row = client.query_opt(&statement, &[]).await?;
     Ok(row.as_ref().map(claimed))
@@ -194,19 +211,26 @@ pub async fn claim_due(client: &impl GenericClient) -> Result<Option<ClaimedEven
 fn claimed(row: &tokio_postgres::Row) -> ClaimedEvent {
     // A NULL payload means purged. Otherwise the exact body is the truth: the
     // jsonb copy cannot hold every string.
-    let stored: Option<Value> = row.get(4);
-    let body: Option<Vec<u8>> = row.get(6);
-    let payload = stored.map(|stored| {
-        body.and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or(stored)
-    });
+    let stored: Option<Value> = row.get(5);
+    let kept: Option<Vec<u8>> = row.get(7);
+    let (payload, body) = match stored {
+        None => (None, None),
+        Some(stored) => {
+            let parsed = kept.as_ref().and_then(|b| serde_json::from_slice(b).ok());
+            let body = kept.unwrap_or_else(|| serde_json::to_vec(&stored).unwrap_or_default());
+            (Some(parsed.unwrap_or(stored)), Some(body))
+        }
+    };
     ClaimedEvent {
         id: row.get(0),
         source: row.get(1),
         event_id: row.get(2),
-        kind: row.get(3),
+        event_type: row.get(3),
+        kind: row.get(4),
         payload,
-        attempts: row.get(5),
+        body,
+        attempts: row.get(6),
+        received_at: row.get(8),
     }
 }
 
@@ -216,89 +240,147 @@ pub async fn lock_by_id(
     id: i64,
 ) -> Result<Option<ClaimedEvent>, StoreError> {
     let statement = client
-        .prepare_cached(
-            "SELECT id, source, event_id, kind, payload, attempts, body
-             FROM webhook_events WHERE id = $1 FOR UPDATE",
-        )
+        .prepare_cached(&format!(
+            "SELECT {CLAIMED_COLUMNS} FROM webhook_events WHERE id = $1 FOR UPDATE"
+        ))
         .await?;
     let row = client.query_opt(&statement, &[&id]).await?;
     Ok(row.as_ref().map(claimed))
 }
 
-/// How one handler run ended, to be written with the event's new status.
+/// What one handler of an event has done so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerRuns {
+    /// The kind, or `forward:NAME`.
+    pub handler: String,
+    pub runs: i32,
+    /// A run succeeded: the handler is done.
+    pub done: bool,
+    /// The latest run's outcome.
+    pub last_outcome: EventStatus,
+}
+
+/// Each handler's runs of an event (attempts written before handlers were named
+/// count as the kind's).
+pub async fn handler_runs(
+    client: &impl GenericClient,
+    id: i64,
+) -> Result<Vec<HandlerRuns>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT COALESCE(a.handler, e.kind, ''), count(*)::int,
+                    bool_or(a.outcome = 'processed'),
+                    (array_agg(a.outcome ORDER BY a.attempt DESC, a.id DESC))[1]
+             FROM webhook_event_attempts a
+             JOIN webhook_events e ON e.id = a.webhook_event_id
+             WHERE a.webhook_event_id = $1
+             GROUP BY 1",
+        )
+        .await?;
+    let rows = client.query(&statement, &[&id]).await?;
+    Ok(rows
+        .iter()
+        .map(|row| HandlerRuns {
+            handler: row.get(0),
+            runs: row.get(1),
+            done: row.get(2),
+            last_outcome: EventStatus::parse(row.get(3)).unwrap_or(EventStatus::Failed),
+        })
+        .collect())
+}
+
+/// How one handler run ended.
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
     pub event: i64,
-    /// 1 for the inline run, then 2, 3, …
+    /// The event's run number: 1 for the first, then 2, 3, …
     pub attempt: i32,
+    /// The kind, or `forward:NAME`.
+    pub handler: String,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
-    pub status: EventStatus,
+    /// `processed`, `failed` or `dead`: what this run means for its handler.
+    pub outcome: EventStatus,
     pub error: Option<String>,
+    /// Forwards: the receiver's status and the first bytes of its answer.
+    pub http_status: Option<i32>,
+    pub response: Option<String>,
+}
+
+/// The event row after a run of its handlers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub status: EventStatus,
+    pub attempts: i32,
+    pub last_error: Option<String>,
     pub next_attempt_at: Option<DateTime<Utc>>,
 }
 
-/// Updates the event's status and counters and appends the attempt, in one statement.
-pub async fn record_attempt(
+/// Writes the event's new status and counters.
+pub async fn settle(
     client: &impl GenericClient,
-    attempt: &AttemptRecord,
+    id: i64,
+    settled: &Settled,
 ) -> Result<(), StoreError> {
     let statement = client
         .prepare_cached(
-            "WITH event AS (
-                 UPDATE webhook_events
-                 SET status = $2,
-                     attempts = $7,
-                     last_error = $3,
-                     next_attempt_at = $4,
-                     processed_at = CASE WHEN $2 = 'processed' THEN $6::timestamptz END
-                 WHERE id = $1
-                 RETURNING id)
-             INSERT INTO webhook_event_attempts
-                 (webhook_event_id, attempt, started_at, finished_at, outcome, error)
-             SELECT id, $7, $5, $6, $2, $3 FROM event",
+            "UPDATE webhook_events
+             SET status = $2,
+                 attempts = $3,
+                 last_error = $4,
+                 next_attempt_at = $5,
+                 processed_at = CASE WHEN $2 = 'processed' THEN now() END
+             WHERE id = $1",
         )
         .await?;
     client
         .execute(
             &statement,
             &[
-                &attempt.event,
-                &attempt.status.as_str(),
-                &attempt.error,
-                &attempt.next_attempt_at,
-                &attempt.started_at,
-                &attempt.finished_at,
-                &attempt.attempt,
+                &id,
+                &settled.status.as_str(),
+                &settled.attempts,
+                &settled.last_error,
+                &settled.next_attempt_at,
             ],
         )
         .await?;
     Ok(())
 }
 
-/// Appends an attempt whose outcome the event row already shows (an inline
-/// success, see `record_delivery`).
-pub async fn append_attempt(
+/// Appends attempt rows, in one statement.
+pub async fn append_attempts(
     client: &impl GenericClient,
-    attempt: &AttemptRecord,
+    attempts: &[AttemptRecord],
 ) -> Result<(), StoreError> {
+    if attempts.is_empty() {
+        return Ok(());
+    }
     let statement = client
         .prepare_cached(
             "INSERT INTO webhook_event_attempts
-                 (webhook_event_id, attempt, started_at, finished_at, outcome, error)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+                 (webhook_event_id, attempt, handler, started_at, finished_at, outcome, error,
+                  http_status, response)
+             SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[],
+                                  $5::timestamptz[], $6::text[], $7::text[], $8::int[],
+                                  $9::text[])",
         )
         .await?;
+    let events: Vec<i64> = attempts.iter().map(|a| a.event).collect();
+    let numbers: Vec<i32> = attempts.iter().map(|a| a.attempt).collect();
+    let handlers: Vec<&str> = attempts.iter().map(|a| a.handler.as_str()).collect();
+    let started: Vec<DateTime<Utc>> = attempts.iter().map(|a| a.started_at).collect();
+    let finished: Vec<DateTime<Utc>> = attempts.iter().map(|a| a.finished_at).collect();
+    let outcomes: Vec<&str> = attempts.iter().map(|a| a.outcome.as_str()).collect();
+    let errors: Vec<Option<&str>> = attempts.iter().map(|a| a.error.as_deref()).collect();
+    let statuses: Vec<Option<i32>> = attempts.iter().map(|a| a.http_status).collect();
+    let responses: Vec<Option<&str>> = attempts.iter().map(|a| a.response.as_deref()).collect();
     client
         .execute(
             &statement,
             &[
-                &attempt.event,
-                &attempt.attempt,
-                &attempt.started_at,
-                &attempt.finished_at,
-                &attempt.status.as_str(),
-                &attempt.error,
+                &events, &numbers, &handlers, &started, &finished, &outcomes, &errors, &statuses,
+                &responses,
             ],
         )
         .await?;

@@ -49,6 +49,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0007_stable_fingerprint.sql",
         sql: include_str!("../../sql/0007_stable_fingerprint.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_handler_ledger.sql",
+        sql: include_str!("../../sql/0008_handler_ledger.sql"),
+    },
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

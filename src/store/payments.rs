@@ -6,7 +6,7 @@
 use deadpool_postgres::GenericClient;
 
 use super::StoreError;
-use crate::event::PaymentFacts;
+use crate::handlers::payments::shape::PaymentFacts;
 
 /// The facts one event adds to a payment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::Transaction;
-use hookd::handlers::{EventToApply, Handler, HandlerError, Registry};
+use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::{Value, json};
 
 use crate::support::{Spawn, TestApp, spawn, stripe_event, test_settings};
@@ -37,11 +37,7 @@ struct Flaky {
 
 #[async_trait]
 impl Handler for Flaky {
-    async fn apply(
-        &self,
-        tx: &Transaction<'_>,
-        event: &EventToApply<'_>,
-    ) -> Result<(), HandlerError> {
+    async fn apply(&self, tx: &Transaction<'_>, event: &Event<'_>) -> Result<(), HandlerError> {
         let marker = format!("effect-{}-{}", event.event_id, event.attempt);
         leave_effect(tx, event.source, &marker).await?;
         let mut runs = self.runs.lock().expect("lock");
@@ -60,11 +56,7 @@ struct Stuck;
 
 #[async_trait]
 impl Handler for Stuck {
-    async fn apply(
-        &self,
-        tx: &Transaction<'_>,
-        event: &EventToApply<'_>,
-    ) -> Result<(), HandlerError> {
+    async fn apply(&self, tx: &Transaction<'_>, event: &Event<'_>) -> Result<(), HandlerError> {
         leave_effect(tx, event.source, "stuck-effect").await?;
         tx.execute("SELECT pg_sleep(30)", &[])
             .await
@@ -82,11 +74,7 @@ struct Overlap {
 
 #[async_trait]
 impl Handler for Overlap {
-    async fn apply(
-        &self,
-        _tx: &Transaction<'_>,
-        event: &EventToApply<'_>,
-    ) -> Result<(), HandlerError> {
+    async fn apply(&self, _tx: &Transaction<'_>, event: &Event<'_>) -> Result<(), HandlerError> {
         if !self.running.lock().expect("lock").insert(event.id) {
             self.overlaps.fetch_add(1, Ordering::SeqCst);
         }

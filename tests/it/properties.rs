@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use hookd::config::Source;
-use hookd::event::{IncomingEvent, PaymentShape, fingerprint};
+use hookd::event::{IncomingEvent, fingerprint};
+use hookd::handlers::payments::shape::PaymentShape;
 use hookd::signature::{
     Encoding, Envelope, GenericHmac, Locator, Scheme, Secret, SignatureError, Verified, Verifier,
     sign,

@@ -31,6 +31,7 @@ static NEXT_DB: AtomicUsize = AtomicUsize::new(0);
 pub fn cluster() -> &'static TestCluster {
     CLUSTER.get_or_init(|| {
         let _ = env_logger::builder().is_test(true).try_init();
+        hookd::outbound::install_crypto();
         let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
         let dir = root.join(format!("pg-{}", std::process::id()));
         let mut cluster = EmbeddedPostgres::start(&dir, ClusterOptions { durable: false })
@@ -527,7 +528,7 @@ impl hookd::handlers::Handler for SlowRetries {
     async fn apply(
         &self,
         _tx: &deadpool_postgres::Transaction<'_>,
-        event: &hookd::handlers::EventToApply<'_>,
+        event: &hookd::handlers::Event<'_>,
     ) -> Result<(), hookd::handlers::HandlerError> {
         if event.attempt > 1 {
             tokio::time::sleep(self.0).await;

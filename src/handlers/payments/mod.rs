@@ -10,12 +10,15 @@
 //! `payments.status` is derived from the facts, highest first: disputed > refunded
 //! (amount_refunded ≥ amount > 0) > partially_refunded > succeeded > failed > pending.
 
+pub mod shape;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use deadpool_postgres::Transaction;
 
-use super::{EventToApply, Handler, HandlerError};
+use self::shape::PaymentShape;
+use super::{Event, Handler, HandlerError};
 use crate::store::payments::{PaymentUpdate, merge};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,11 +45,7 @@ pub(super) fn handlers() -> Vec<(&'static str, Arc<dyn Handler>)> {
 
 #[async_trait]
 impl Handler for PaymentHandler {
-    async fn apply(
-        &self,
-        tx: &Transaction<'_>,
-        event: &EventToApply<'_>,
-    ) -> Result<(), HandlerError> {
+    async fn apply(&self, tx: &Transaction<'_>, event: &Event<'_>) -> Result<(), HandlerError> {
         let update = self.update_for(event)?;
         merge(tx, event.source, &update).await?;
         Ok(())
@@ -54,9 +53,8 @@ impl Handler for PaymentHandler {
 }
 
 impl PaymentHandler {
-    fn update_for(&self, event: &EventToApply<'_>) -> Result<PaymentUpdate, HandlerError> {
-        let facts = event
-            .shape
+    fn update_for(&self, event: &Event<'_>) -> Result<PaymentUpdate, HandlerError> {
+        let facts = PaymentShape::of_scheme(event.scheme)
             .payment_facts(event.payload)
             .map_err(HandlerError::Permanent)?;
         if self.0 == Fact::Refunded && facts.amount_refunded.is_none() {
