@@ -4,6 +4,7 @@ mod admin;
 mod admin_security;
 mod dispatch;
 mod embedded;
+mod forwards;
 mod hardening;
 mod hostile;
 mod migrate;

@@ -536,3 +536,156 @@ impl hookd::handlers::Handler for SlowRetries {
         Ok(())
     }
 }
+
+/// One request a `Receiver` got.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub at: std::time::Instant,
+    pub webhook_id: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Whether the Standard Webhooks library accepted its signature.
+    pub verified: bool,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A forward's receiver in another stack: verifies each request with the
+/// Standard Webhooks reference library, keeps what it got, and answers with the
+/// statuses it is given (then 200).
+pub struct Receiver {
+    pub url: String,
+    got: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
+    answers: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<u16>>>,
+    handle: actix_web::dev::ServerHandle,
+}
+
+/// A Standard Webhooks secret for tests' forwards.
+pub const FORWARD_SECRET: &str = "whsec_Zm9yd2FyZC10ZXN0LXNlY3JldC0zMi1ieXRlcy1sb25nISE=";
+
+impl Receiver {
+    pub async fn start(answers: &[u16]) -> Receiver {
+        use actix_web::{HttpRequest, HttpResponse, web};
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let answers = std::sync::Arc::new(std::sync::Mutex::new(
+            answers
+                .iter()
+                .copied()
+                .collect::<std::collections::VecDeque<u16>>(),
+        ));
+        let (got2, answers2) = (got.clone(), answers.clone());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}/hooks", listener.local_addr().expect("addr"));
+        let server = actix_web::HttpServer::new(move || {
+            let (got, answers) = (got2.clone(), answers2.clone());
+            actix_web::App::new().route(
+                "/hooks",
+                web::post().to(move |request: HttpRequest, body: web::Bytes| {
+                    let (got, answers) = (got.clone(), answers.clone());
+                    async move {
+                        let mut map = http::HeaderMap::new();
+                        let mut headers = Vec::new();
+                        for (name, value) in request.headers() {
+                            if let (Ok(n), Ok(v)) = (
+                                http::HeaderName::from_bytes(name.as_str().as_bytes()),
+                                http::HeaderValue::from_bytes(value.as_bytes()),
+                            ) {
+                                map.append(n, v);
+                            }
+                            headers.push((
+                                name.to_string(),
+                                value.to_str().unwrap_or_default().to_string(),
+                            ));
+                        }
+                        let verified = standardwebhooks::Webhook::new(FORWARD_SECRET)
+                            .expect("secret")
+                            .verify(&body, &map)
+                            .is_ok();
+                        let webhook_id = request
+                            .headers()
+                            .get("webhook-id")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_string();
+                        got.lock().expect("lock").push(Received {
+                            at: std::time::Instant::now(),
+                            webhook_id,
+                            headers,
+                            body: body.to_vec(),
+                            verified,
+                        });
+                        let status = answers.lock().expect("lock").pop_front().unwrap_or(200);
+                        HttpResponse::build(
+                            actix_web::http::StatusCode::from_u16(status).expect("status"),
+                        )
+                        .body(format!("answer {status}"))
+                    }
+                }),
+            )
+        })
+        .workers(1)
+        .disable_signals()
+        .listen(listener)
+        .expect("listen")
+        .run();
+        let handle = server.handle();
+        tokio::spawn(server);
+        Receiver {
+            url,
+            got,
+            answers,
+            handle,
+        }
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.got.lock().expect("lock").clone()
+    }
+
+    /// Waits (up to 10 s) until `count` requests have arrived.
+    pub async fn wait_for(&self, count: usize) -> Vec<Received> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let got = self.received();
+            if got.len() >= count {
+                return got;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "only {} of {count} forwarded requests arrived",
+                got.len()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A `[[forwards]]` entry sending to this receiver.
+    pub fn forward(&self, name: &str, kinds: &[&str], types: &[&str]) -> hookd::config::Forward {
+        hookd::config::Forward {
+            name: name.into(),
+            url: self.url.parse().expect("url"),
+            secret: hookd::signature::Secret::new(FORWARD_SECRET),
+            kinds: kinds.iter().map(|k| k.to_string()).collect(),
+            types: types.iter().map(|t| t.to_string()).collect(),
+            sources: Vec::new(),
+            timeout: std::time::Duration::from_secs(5),
+        }
+    }
+
+    pub fn answer_next(&self, statuses: &[u16]) {
+        self.answers.lock().expect("lock").extend(statuses);
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        drop(self.handle.stop(false));
+    }
+}
