@@ -130,6 +130,8 @@ pub struct App {
     pub dispatcher: Dispatcher,
     pub ingester: Ingester,
     pub purger: Purger,
+    /// The application's own migrations (readiness checks them too).
+    pub migrations: &'static [crate::store::Migration],
 }
 
 impl App {
@@ -151,7 +153,14 @@ impl App {
             dispatcher,
             ingester,
             purger,
+            migrations: &[],
         }
+    }
+
+    /// Readiness also waits for these migrations of the application's.
+    pub fn with_migrations(mut self, migrations: &'static [crate::store::Migration]) -> Self {
+        self.migrations = migrations;
+        self
     }
 
     /// Binds the listeners and starts the servers and the chosen loops.
@@ -163,6 +172,7 @@ impl App {
             self.dispatcher.clone(),
             self.ingester.clone(),
             self.metrics.clone(),
+            self.migrations,
         ));
         let with_admin = self.settings.admin_listen.is_none();
         let (addr, public) = serve_http(

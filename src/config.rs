@@ -655,15 +655,6 @@ impl RawSource {
                     "the kind must not be empty".into(),
                 ));
             }
-            // Allowed (its events are stored as `ignored`), but said out loud: it
-            // may be a typo for a payment kind.
-            if !BUILTIN_KINDS.contains(&kind.as_str()) {
-                log::warn!(
-                    "sources[{index}].event_types.{provider:?}: no built-in handler for kind \
-                     {kind:?} ({}); these events will be stored as ignored",
-                    BUILTIN_KINDS.join(", ")
-                );
-            }
             event_types.insert(provider, kind);
         }
         let fingerprint_ignore = match self.fingerprint_ignore {

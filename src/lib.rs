@@ -4,6 +4,7 @@
 //! them together and owns shutdown.
 
 pub mod app;
+mod builder;
 pub mod cli;
 pub mod config;
 pub mod dispatch;
@@ -20,3 +21,7 @@ pub mod query;
 pub mod shutdown;
 pub mod signature;
 pub mod store;
+
+pub use builder::Hookd;
+pub use handlers::{Event, Handler, HandlerError, Registry};
+pub use store::Migration;

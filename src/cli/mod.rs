@@ -13,7 +13,6 @@ use clap::{Parser, Subcommand};
 
 use crate::app::{App, Database, StartError};
 use crate::config::Settings;
-use crate::handlers::Registry;
 use crate::purge::describe;
 use crate::store;
 
@@ -163,7 +162,7 @@ pub enum CliError {
     Other(String),
 }
 
-pub fn run(cli: Cli) -> ExitCode {
+pub fn run(cli: Cli, hookd: crate::Hookd) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -180,12 +179,13 @@ pub fn run(cli: Cli) -> ExitCode {
             return secret(scheme);
         }
         let settings = Settings::load(&cli.config)?;
+        warn_unhandled_kinds(&settings, &hookd);
         match cli.command {
-            Command::Serve => serve::serve(settings).await,
-            Command::Migrate => migrate(settings).await,
-            Command::Purge { dry_run } => purge(settings, dry_run).await,
+            Command::Serve => serve::serve(settings, hookd).await,
+            Command::Migrate => migrate(settings, &hookd).await,
+            Command::Purge { dry_run } => purge(settings, hookd, dry_run).await,
             Command::Events { action } => {
-                with_app(settings, |app| async move {
+                with_app(settings, hookd, |app| async move {
                     match action {
                         EventsAction::List(args) => {
                             let (params, json) = args.into_params();
@@ -228,9 +228,31 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-async fn migrate(settings: Settings) -> Result<(), CliError> {
+/// A kind a source maps types to, with neither a handler nor a forward, is
+/// stored as `ignored`: allowed, but said, since it may be a typo.
+fn warn_unhandled_kinds(settings: &Settings, hookd: &crate::Hookd) {
+    for source in &settings.sources {
+        let mut kinds: Vec<&String> = source.event_types.values().collect();
+        kinds.sort();
+        kinds.dedup();
+        for kind in kinds {
+            let handled = hookd.registry.get(kind).is_some()
+                || settings.forwards.iter().any(|f| f.kinds.contains(kind));
+            if !handled {
+                log::warn!(
+                    "source {}: no handler or forward takes kind {kind:?} (handlers: {}); \
+                     its events will be stored as ignored",
+                    source.name,
+                    hookd.registry.kinds().join(", ")
+                );
+            }
+        }
+    }
+}
+
+async fn migrate(settings: Settings, hookd: &crate::Hookd) -> Result<(), CliError> {
     let database = Database::open(&settings).await?;
-    let result = store::migrate(&database.pool).await;
+    let result = store::migrate_with(&database.pool, hookd.migrations).await;
     database.close().await;
     let applied = result?;
     println!(
@@ -241,28 +263,25 @@ async fn migrate(settings: Settings) -> Result<(), CliError> {
 }
 
 /// Runs `work` against the configured database (migrated first), then closes it.
-async fn with_app<F, Fut>(settings: Settings, work: F) -> Result<(), CliError>
+async fn with_app<F, Fut>(settings: Settings, hookd: crate::Hookd, work: F) -> Result<(), CliError>
 where
     F: FnOnce(App) -> Fut,
     Fut: std::future::Future<Output = Result<(), CliError>>,
 {
     let database = Database::open(&settings).await?;
     let result = async {
-        store::migrate(&database.pool).await?;
-        work(App::new(
-            settings,
-            database.pool.clone(),
-            Registry::builtin(),
-        ))
-        .await
+        store::migrate_with(&database.pool, hookd.migrations).await?;
+        let app = App::new(settings, database.pool.clone(), hookd.registry)
+            .with_migrations(hookd.migrations);
+        work(app).await
     }
     .await;
     database.close().await;
     result
 }
 
-async fn purge(settings: Settings, dry_run: bool) -> Result<(), CliError> {
-    with_app(settings, |app| async move {
+async fn purge(settings: Settings, hookd: crate::Hookd, dry_run: bool) -> Result<(), CliError> {
+    with_app(settings, hookd, |app| async move {
         if dry_run {
             let preview = app.purger.preview().await?;
             println!("would drop payloads: {}", describe(&preview.payloads));

@@ -6,7 +6,7 @@ use super::{CliError, with_app};
 use crate::app::Parts;
 use crate::config::Settings;
 
-pub async fn serve(settings: Settings) -> Result<(), CliError> {
+pub async fn serve(settings: Settings, hookd: crate::Hookd) -> Result<(), CliError> {
     settings.check_exposure()?;
     if settings.uses_development_credentials() {
         log::warn!(
@@ -18,7 +18,7 @@ pub async fn serve(settings: Settings) -> Result<(), CliError> {
         .map_err(|e| CliError::Other(format!("cannot watch SIGTERM: {e}")))?;
     let mut interrupt = signal(SignalKind::interrupt())
         .map_err(|e| CliError::Other(format!("cannot watch SIGINT: {e}")))?;
-    with_app(settings, |app| async move {
+    with_app(settings, hookd, |app| async move {
         let running = app.start(Parts::ALL)?;
         log::info!("hookd listening on http://{}", running.addr);
         tokio::select! {

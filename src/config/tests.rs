@@ -389,9 +389,16 @@ timeout = "3s"
 fn forwards_are_read_and_match_by_kind_type_and_source() {
     let s = load(&format!("{MINIMAL}{FORWARD}")).expect("valid");
     let f = &s.forwards[0];
-    assert_eq!((f.name.as_str(), f.timeout), ("billing", Duration::from_secs(3)));
+    assert_eq!(
+        (f.name.as_str(), f.timeout),
+        ("billing", Duration::from_secs(3))
+    );
     assert_eq!(f.handler_name(), "forward:billing");
-    assert!(f.matches("stripe", "payment_intent.succeeded", Some("payment_succeeded")));
+    assert!(f.matches(
+        "stripe",
+        "payment_intent.succeeded",
+        Some("payment_succeeded")
+    ));
     assert!(f.matches("stripe", "invoice.paid", None));
     assert!(!f.matches("stripe", "customer.created", None));
     assert!(!f.matches("shop", "invoice.paid", None), "another source");
@@ -402,24 +409,42 @@ fn forwards_are_read_and_match_by_kind_type_and_source() {
     .expect("valid");
     assert!(every.forwards[0].matches("anything", "any.type", None));
     assert_eq!(every.forwards[0].timeout, Duration::from_secs(10));
-    assert!(!format!("{every:?}").contains("c2VjcmV0"), "the secret is redacted");
+    assert!(
+        !format!("{every:?}").contains("c2VjcmV0"),
+        "the secret is redacted"
+    );
 }
 
 #[test]
 fn bad_forwards_name_their_key() {
     let cases = [
-        (FORWARD.replace("http://127.0.0.1:9000/hooks", "ftp://x"), "forwards[0].url"),
-        (FORWARD.replace("whsec_Zm9y", "whsec_***"), "forwards[0].secret"),
+        (
+            FORWARD.replace("http://127.0.0.1:9000/hooks", "ftp://x"),
+            "forwards[0].url",
+        ),
+        (
+            FORWARD.replace("whsec_Zm9y", "whsec_***"),
+            "forwards[0].secret",
+        ),
         (
             FORWARD
                 .replace("kinds = [\"payment_succeeded\"]\n", "")
                 .replace("types = [\"invoice.paid\"]\n", ""),
             "forwards[0].kinds",
         ),
-        (FORWARD.replace("[\"stripe\"]", "[\"nope\"]"), "forwards[0].sources[0]"),
-        (FORWARD.replace("\"billing\"", "\"bill ing\""), "forwards[0].name"),
+        (
+            FORWARD.replace("[\"stripe\"]", "[\"nope\"]"),
+            "forwards[0].sources[0]",
+        ),
+        (
+            FORWARD.replace("\"billing\"", "\"bill ing\""),
+            "forwards[0].name",
+        ),
         (format!("{FORWARD}{FORWARD}"), "forwards[1].name"),
-        (FORWARD.replace("timeout = \"3s\"", "timout = \"3s\""), "timout"),
+        (
+            FORWARD.replace("timeout = \"3s\"", "timout = \"3s\""),
+            "timout",
+        ),
     ];
     for (forward, key) in cases {
         let e = error(&format!("{MINIMAL}{forward}"));

@@ -20,6 +20,7 @@ use crate::config::Settings;
 use crate::dispatch::Dispatcher;
 use crate::ingest::Ingester;
 use crate::metrics::Metrics;
+use crate::store::Migration;
 
 pub struct AppState {
     pub settings: Arc<Settings>,
@@ -27,6 +28,8 @@ pub struct AppState {
     pub dispatcher: Dispatcher,
     pub ingester: Ingester,
     pub metrics: Arc<Metrics>,
+    /// The application's own migrations, which readiness waits for too.
+    pub migrations: &'static [Migration],
     pub guard: auth::Guard,
     /// Operators' retries running at once: a handler run holds a pool connection,
     /// and deliveries need most of them.
@@ -42,6 +45,7 @@ impl AppState {
         dispatcher: Dispatcher,
         ingester: Ingester,
         metrics: Arc<Metrics>,
+        migrations: &'static [Migration],
     ) -> Self {
         let permits = (pool.status().max_size / 4).max(1);
         AppState {
@@ -50,6 +54,7 @@ impl AppState {
             dispatcher,
             ingester,
             metrics,
+            migrations,
             guard: auth::Guard::default(),
             retry_permits: tokio::sync::Semaphore::new(permits),
             readiness: std::sync::Mutex::new(None),

@@ -37,7 +37,7 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let problem = match cached {
         Some(problem) => problem,
         None => {
-            let problem = match store::is_ready(&state.pool).await {
+            let problem = match store::is_ready(&state.pool, state.migrations).await {
                 Ok(()) => None,
                 Err(error) => {
                     log::warn!("not ready: {error}");

@@ -1,17 +1,38 @@
 //! Forward-only migrations from `sql/`, applied in order under an advisory lock so
 //! any number of instances can start at once. A migration that changed after it was
-//! applied is refused rather than silently skipped.
+//! applied is refused rather than silently skipped. A team embedding hookd adds its
+//! own list, applied after hookd's under the same lock and checks, and recorded in
+//! a table of its own (`hookd_app_migrations`), so the two numberings never meet.
 
 use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 use super::StoreError;
 
+/// One forward-only migration: a version (increasing), a name for messages, and
+/// its SQL (usually `include_str!` of a file in `sql/`).
+#[derive(Debug, Clone, Copy)]
 pub struct Migration {
     pub version: i32,
     pub name: &'static str,
     pub sql: &'static str,
 }
+
+/// Whose migrations a list is, and where they are recorded.
+#[derive(Debug, Clone, Copy)]
+struct Ledger {
+    table: &'static str,
+    whose: &'static str,
+}
+
+const HOOKD: Ledger = Ledger {
+    table: "hookd_schema_migrations",
+    whose: "hookd",
+};
+const APPLICATION: Ledger = Ledger {
+    table: "hookd_app_migrations",
+    whose: "the application",
+};
 
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -59,8 +80,14 @@ pub const MIGRATIONS: &[Migration] = &[
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.
 const MIGRATION_LOCK: i64 = 0x0068_6f6f_6b64;
 
-/// Applies pending migrations; returns how many were applied.
+/// Applies hookd's pending migrations; returns how many were applied.
 pub async fn migrate(pool: &Pool) -> Result<usize, StoreError> {
+    migrate_with(pool, &[]).await
+}
+
+/// Applies hookd's pending migrations, then the application's; returns how many
+/// were applied in all.
+pub async fn migrate_with(pool: &Pool, application: &[Migration]) -> Result<usize, StoreError> {
     let mut client = pool.get().await?;
     // Waiting for another instance's migration, or building an index on a big
     // table, may outlast the pool's statement timeout.
@@ -70,7 +97,15 @@ pub async fn migrate(pool: &Pool) -> Result<usize, StoreError> {
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .await?;
-    let result = apply_pending(&mut client).await;
+    let result = async {
+        check_encoding(&client).await?;
+        let mut applied = apply_pending(&mut client, HOOKD, MIGRATIONS).await?;
+        if !application.is_empty() {
+            applied += apply_pending(&mut client, APPLICATION, application).await?;
+        }
+        Ok::<_, StoreError>(applied)
+    }
+    .await;
     let unlock = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
         .await;
@@ -81,8 +116,8 @@ pub async fn migrate(pool: &Pool) -> Result<usize, StoreError> {
     Ok(applied)
 }
 
-async fn apply_pending(client: &mut deadpool_postgres::Object) -> Result<usize, StoreError> {
-    // Event bodies are Unicode text: another server encoding would refuse some.
+/// Event bodies are Unicode text: another server encoding would refuse some.
+async fn check_encoding(client: &deadpool_postgres::Object) -> Result<(), StoreError> {
     let encoding: String = client
         .query_one("SELECT current_setting('server_encoding')", &[])
         .await?
@@ -92,37 +127,44 @@ async fn apply_pending(client: &mut deadpool_postgres::Object) -> Result<usize, 
             "the database's encoding is {encoding}; hookd needs UTF8 (CREATE DATABASE … ENCODING 'UTF8')"
         )));
     }
+    Ok(())
+}
+
+async fn apply_pending(
+    client: &mut deadpool_postgres::Object,
+    ledger: Ledger,
+    migrations: &[Migration],
+) -> Result<usize, StoreError> {
+    let table = ledger.table;
     // Checked first rather than `IF NOT EXISTS`, which logs a notice at every start.
     let exists: bool = client
-        .query_one(
-            "SELECT to_regclass('hookd_schema_migrations') IS NOT NULL",
-            &[],
-        )
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
         .await?
         .get(0);
+    // The table names are hookd's own constants, never input.
     if !exists {
         client
-            .batch_execute(
-                "CREATE TABLE hookd_schema_migrations (
+            .batch_execute(&format!(
+                "CREATE TABLE {table} (
                 version    integer PRIMARY KEY,
                 name       text NOT NULL,
                 sha256     bytea NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now())",
-            )
+                applied_at timestamptz NOT NULL DEFAULT now())"
+            ))
             .await?;
     }
     let rows = client
-        .query("SELECT version, sha256 FROM hookd_schema_migrations", &[])
+        .query(&format!("SELECT version, sha256 FROM {table}"), &[])
         .await?;
     let applied: Vec<(i32, Vec<u8>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     let mut count = 0;
-    for migration in MIGRATIONS {
+    for migration in migrations {
         let digest = Sha256::digest(migration.sql.as_bytes()).to_vec();
         if let Some((_, existing)) = applied.iter().find(|(v, _)| *v == migration.version) {
             if *existing != digest {
                 return Err(StoreError::Schema(format!(
-                    "migration {} was changed after it was applied",
-                    migration.name
+                    "{} migration {} was changed after it was applied",
+                    ledger.whose, migration.name
                 )));
             }
             continue;
@@ -130,19 +172,20 @@ async fn apply_pending(client: &mut deadpool_postgres::Object) -> Result<usize, 
         let tx = client.transaction().await?;
         tx.batch_execute(migration.sql).await?;
         tx.execute(
-            "INSERT INTO hookd_schema_migrations (version, name, sha256) VALUES ($1, $2, $3)",
+            &format!("INSERT INTO {table} (version, name, sha256) VALUES ($1, $2, $3)"),
             &[&migration.version, &migration.name, &digest],
         )
         .await?;
         tx.commit().await?;
-        log::info!("applied migration {}", migration.name);
+        log::info!("applied {} migration {}", ledger.whose, migration.name);
         count += 1;
     }
     if let Some(newest) = applied.iter().map(|(v, _)| *v).max() {
-        let known = MIGRATIONS.last().map_or(0, |m| m.version);
+        let known = migrations.last().map_or(0, |m| m.version);
         if newest > known {
             log::warn!(
-                "the database has migration {newest}, newer than this hookd knows ({known})"
+                "the database has {} migration {newest}, newer than this build knows ({known})",
+                ledger.whose
             );
         }
     }

@@ -16,7 +16,7 @@ use deadpool_postgres::{GenericClient, ManagerConfig, Pool, RecyclingMethod, Run
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
-pub use migrate::{MIGRATIONS, migrate};
+pub use migrate::{MIGRATIONS, Migration, migrate, migrate_with};
 pub use tls::DbConnector;
 
 /// How long a request waits for a connection before the database counts as unavailable.
@@ -129,20 +129,40 @@ pub fn session_limits() -> String {
 }
 
 /// Reachable and migrated to the schema this binary expects.
-pub async fn is_ready(pool: &Pool) -> Result<(), StoreError> {
+pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), StoreError> {
     let client = pool.get().await?;
-    let expected = MIGRATIONS.last().map_or(0, |m| m.version);
-    let row = client
-        .query_opt("SELECT max(version) FROM hookd_schema_migrations", &[])
-        .await?;
-    let applied: Option<i32> = row.and_then(|r| r.get(0));
-    match applied {
-        Some(version) if version >= expected => Ok(()),
-        _ => Err(StoreError::Schema(format!(
-            "at version {}, this hookd needs {expected}",
-            applied.unwrap_or(0)
-        ))),
+    let wanted = [
+        ("hookd_schema_migrations", "hookd", MIGRATIONS.last()),
+        (
+            "hookd_app_migrations",
+            "the application",
+            application.last(),
+        ),
+    ];
+    for (table, whose, newest) in wanted {
+        let Some(newest) = newest else { continue };
+        let exists: bool = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+            .await?
+            .get(0);
+        // The table names are constants, never input.
+        let applied: Option<i32> = if exists {
+            client
+                .query_one(&format!("SELECT max(version) FROM {table}"), &[])
+                .await?
+                .get(0)
+        } else {
+            None
+        };
+        if applied.is_none_or(|v| v < newest.version) {
+            return Err(StoreError::Schema(format!(
+                "{whose}'s schema is at version {}, this build needs {}",
+                applied.unwrap_or(0),
+                newest.version
+            )));
+        }
     }
+    Ok(())
 }
 
 /// Creates database `name` if missing (embedded cluster and tests); connects to the
