@@ -2,6 +2,7 @@
 
 mod admin;
 mod admin_security;
+mod custom_handler;
 mod dispatch;
 mod embedded;
 mod forwards;
