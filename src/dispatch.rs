@@ -161,6 +161,14 @@ impl Dispatcher {
         steps
     }
 
+    /// The names of an event's handlers as the configuration has them now.
+    pub fn plan_names(&self, event: &crate::store::history::EventSummary) -> Vec<String> {
+        self.plan(&event.source, &event.event_type, event.kind.as_deref())
+            .iter()
+            .map(Step::name)
+            .collect()
+    }
+
     /// Wakes a waiting retry loop: an event is due now.
     pub fn wake(&self) {
         self.wake.notify_one();

@@ -8,7 +8,7 @@ use super::CliError;
 use crate::app::App;
 use crate::dispatch::RetryOutcome;
 use crate::query::{ListParams, page};
-use crate::store::history::{self, EventDetail, EventSummary};
+use crate::store::history::{self, EventDetail, EventSummary, HandlerState};
 
 impl From<crate::query::FilterError> for CliError {
     fn from(error: crate::query::FilterError) -> Self {
@@ -48,7 +48,7 @@ fn print_table(events: &[EventSummary]) {
                 e.source.clone(),
                 e.event_id.clone(),
                 e.event_type.clone(),
-                e.status.clone(),
+                e.status.to_string(),
                 e.attempts.to_string(),
                 e.deliveries.to_string(),
                 e.payment_id.clone().unwrap_or_default(),
@@ -82,15 +82,16 @@ pub async fn show(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
     let event = history::load_event(&app.pool, id)
         .await?
         .ok_or_else(|| CliError::Other(format!("no event with id {id}")))?;
+    let handlers = event.handler_states(&app.dispatcher.plan_names(&event.summary));
     if as_json {
-        println!("{}", event.to_json());
+        println!("{}", event.to_json(&handlers));
     } else {
-        print_detail(&event);
+        print_detail(&event, &handlers);
     }
     Ok(())
 }
 
-fn print_detail(event: &EventDetail) {
+fn print_detail(event: &EventDetail, handlers: &[HandlerState]) {
     let e = &event.summary;
     let time = |t: Option<chrono::DateTime<Utc>>| t.map(|t| t.to_rfc3339()).unwrap_or_default();
     let fields = [
@@ -99,7 +100,7 @@ fn print_detail(event: &EventDetail) {
         ("event_id", e.event_id.clone()),
         ("event_type", e.event_type.clone()),
         ("kind", e.kind.clone().unwrap_or_default()),
-        ("status", e.status.clone()),
+        ("status", e.status.to_string()),
         ("last_error", e.last_error.clone().unwrap_or_default()),
         ("payment_id", e.payment_id.clone().unwrap_or_default()),
         ("customer_id", e.customer_id.clone().unwrap_or_default()),
@@ -123,14 +124,32 @@ fn print_detail(event: &EventDetail) {
         ),
         None => println!("(purged)"),
     }
+    println!("\nhandlers:");
+    for h in handlers {
+        println!(
+            "  {:24} {:9} {} run(s){}{}",
+            h.handler,
+            h.status,
+            h.attempts,
+            h.http_status
+                .map(|s| format!("  HTTP {s}"))
+                .unwrap_or_default(),
+            h.last_error
+                .as_deref()
+                .map(|e| format!("  {e}"))
+                .unwrap_or_default()
+        );
+    }
     println!("\nattempts:");
     for a in &event.attempts {
         println!(
-            "  #{} {} {:>8.1} ms  {}  {}",
+            "  #{} {} {:24} {:>8.1} ms  {}{}  {}",
             a.attempt,
             a.started_at.to_rfc3339(),
+            a.handler,
             a.duration_ms,
             a.outcome,
+            a.http_status.map(|s| format!(" ({s})")).unwrap_or_default(),
             a.error.as_deref().unwrap_or("")
         );
     }

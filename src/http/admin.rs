@@ -61,7 +61,8 @@ pub async fn show(
     let event = history::load_event(&state.pool, id)
         .await?
         .ok_or(ApiError::NotFound)?;
-    Ok(HttpResponse::Ok().json(event.to_json()))
+    let handlers = event.handler_states(&state.dispatcher.plan_names(&event.summary));
+    Ok(HttpResponse::Ok().json(event.to_json(&handlers)))
 }
 
 #[derive(Debug, Deserialize)]

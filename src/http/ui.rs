@@ -309,8 +309,8 @@ pub async fn list(state: web::Data<AppState>, request: HttpRequest) -> HttpRespo
             escape(&event.event_id),
             escape(&event.event_type),
             opt(&event.kind),
-            escape(&event.status),
-            escape(&event.status),
+            event.status,
+            event.status,
             event.attempts,
             event.deliveries,
             opt(&event.payment_id),
@@ -442,17 +442,37 @@ pub async fn detail(
         None => body.push_str("<p>Purged by the retention policy; the dedupe key remains.</p>"),
     }
     body.push_str(
-        "<h2>Attempts</h2><table><tr><th>#</th><th>Started</th><th>Duration</th><th>Outcome</th><th>Error</th></tr>",
+        "<h2>Handlers</h2><table><tr><th>Handler</th><th>Status</th><th>Runs</th><th>HTTP</th><th>Last error</th></tr>",
+    );
+    for state in event.handler_states(&state.dispatcher.plan_names(&event.summary)) {
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td class=\"status-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&state.handler),
+            escape(&state.status),
+            escape(&state.status),
+            state.attempts,
+            state.http_status.map(|s| s.to_string()).unwrap_or_default(),
+            opt(&state.last_error)
+        );
+    }
+    body.push_str(
+        "</table><h2>Attempts</h2><table><tr><th>#</th><th>Handler</th><th>Started</th><th>Duration</th><th>Outcome</th><th>HTTP</th><th>Error</th></tr>",
     );
     for attempt in &event.attempts {
         let _ = write!(
             body,
-            "<tr><td>{}</td><td>{}</td><td>{:.1} ms</td><td class=\"status-{}\">{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1} ms</td><td class=\"status-{}\">{}</td><td>{}</td><td>{}</td></tr>",
             attempt.attempt,
+            escape(&attempt.handler),
             time(&Some(attempt.started_at)),
             attempt.duration_ms,
             escape(&attempt.outcome),
             escape(&attempt.outcome),
+            attempt
+                .http_status
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
             opt(&attempt.error)
         );
     }
@@ -475,7 +495,7 @@ fn summary_table(event: &EventSummary) -> String {
             "Status",
             format!(
                 "<span class=\"status-{0}\">{0}</span>",
-                escape(&event.status)
+                event.status
             ),
         ),
         ("Last error", opt(&event.last_error)),
@@ -528,7 +548,7 @@ pub async fn retry(
         return error_page(&ApiError::NotFound, Some(&who));
     };
     let outcome = match apply_again(&state, &who, id).await {
-        Ok(event) => event.status,
+        Ok(event) => event.status.to_string(),
         Err(error) => error.public_message(),
     };
     redirect(&format!(

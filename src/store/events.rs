@@ -42,6 +42,12 @@ impl EventStatus {
     }
 }
 
+impl std::fmt::Display for EventStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What the one dedupe statement decided about a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recorded {

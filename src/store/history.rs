@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio_postgres::types::ToSql;
 
 use super::StoreError;
+use super::events::EventStatus;
 
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
@@ -34,7 +35,7 @@ pub struct EventSummary {
     pub event_id: String,
     pub event_type: String,
     pub kind: Option<String>,
-    pub status: String,
+    pub status: EventStatus,
     pub payment_id: Option<String>,
     pub customer_id: Option<String>,
     pub deliveries: i32,
@@ -51,11 +52,63 @@ pub struct EventSummary {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Attempt {
     pub attempt: i32,
+    /// The handler that ran: the kind, or `forward:NAME`.
+    pub handler: String,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
     pub duration_ms: f64,
     pub outcome: String,
     pub error: Option<String>,
+    /// Forwards: the receiver's status and the first bytes of its answer.
+    pub http_status: Option<i32>,
+    pub response: Option<String>,
+}
+
+/// Where one handler of an event stands, from its attempts.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HandlerState {
+    pub handler: String,
+    /// `processed`, `failed`, `dead`, or `pending` (not run yet).
+    pub status: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub http_status: Option<i32>,
+}
+
+impl EventDetail {
+    /// Each handler's standing: those of `plan` (the handlers the event has now)
+    /// and any that ran before, in plan order.
+    pub fn handler_states(&self, plan: &[String]) -> Vec<HandlerState> {
+        let mut names: Vec<String> = plan.to_vec();
+        for attempt in &self.attempts {
+            if !names.contains(&attempt.handler) {
+                names.push(attempt.handler.clone());
+            }
+        }
+        names
+            .into_iter()
+            .map(|handler| {
+                let runs: Vec<&Attempt> = self
+                    .attempts
+                    .iter()
+                    .filter(|a| a.handler == handler)
+                    .collect();
+                let latest = runs.last();
+                let status = if runs.iter().any(|a| a.outcome == "processed") {
+                    "processed"
+                } else {
+                    latest.map_or("pending", |a| a.outcome.as_str())
+                };
+                HandlerState {
+                    status: status.to_string(),
+                    attempts: i32::try_from(runs.len()).unwrap_or(i32::MAX),
+                    last_error: latest.and_then(|a| a.error.clone()),
+                    http_status: latest.and_then(|a| a.http_status),
+                    handler,
+                }
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -69,7 +122,7 @@ pub struct EventDetail {
 impl EventDetail {
     /// The event's columns with `payload`, and `attempts` as the list of runs
     /// (`attempt_count` keeps the counter, which outlives a purge of the list).
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(&self, handlers: &[HandlerState]) -> Value {
         let mut value = serde_json::to_value(&self.summary).unwrap_or(Value::Null);
         if let Value::Object(map) = &mut value {
             map.insert("attempt_count".into(), self.summary.attempts.into());
@@ -80,6 +133,10 @@ impl EventDetail {
             map.insert(
                 "attempts".into(),
                 serde_json::to_value(&self.attempts).unwrap_or(Value::Null),
+            );
+            map.insert(
+                "handlers".into(),
+                serde_json::to_value(handlers).unwrap_or(Value::Null),
             );
         }
         value
@@ -97,7 +154,7 @@ fn summary(row: &tokio_postgres::Row) -> EventSummary {
         event_id: row.get(2),
         event_type: row.get(3),
         kind: row.get(4),
-        status: row.get(5),
+        status: EventStatus::parse(row.get(5)).unwrap_or(EventStatus::Failed),
         payment_id: row.get(6),
         customer_id: row.get(7),
         deliveries: row.get(8),
@@ -198,9 +255,11 @@ pub async fn get_event(
     };
     let attempts = client
         .prepare_cached(
-            "SELECT attempt, started_at, finished_at,
-                    extract(epoch FROM finished_at - started_at)::float8 * 1000, outcome, error
-             FROM webhook_event_attempts WHERE webhook_event_id = $1 ORDER BY attempt, id",
+            "SELECT a.attempt, a.started_at, a.finished_at,
+                    extract(epoch FROM a.finished_at - a.started_at)::float8 * 1000, a.outcome,
+                    a.error, COALESCE(a.handler, e.kind, ''), a.http_status, a.response
+             FROM webhook_event_attempts a JOIN webhook_events e ON e.id = a.webhook_event_id
+             WHERE a.webhook_event_id = $1 ORDER BY a.attempt, a.id",
         )
         .await?;
     let attempts = client
@@ -214,6 +273,9 @@ pub async fn get_event(
             duration_ms: r.get(3),
             outcome: r.get(4),
             error: r.get(5),
+            handler: r.get(6),
+            http_status: r.get(7),
+            response: r.get(8),
         })
         .collect();
     Ok(Some(EventDetail {

@@ -299,3 +299,65 @@ async fn forwards_by_type_take_events_without_a_handler_and_survive_a_restart() 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn each_handlers_state_shows_in_the_api_the_page_and_the_terminal() {
+    let receiver = Receiver::start(&[503]).await;
+    let app = app_forwarding_to(&receiver, &["payment_succeeded"], &[], false).await;
+    assert_eq!(
+        app.deliver("stripe", &paid("evt_states", "pi_states"))
+            .await
+            .status,
+        200
+    );
+    app.execute(
+        "UPDATE webhook_events SET next_attempt_at = now() WHERE status = 'failed'",
+        &[],
+    )
+    .await;
+    app.app
+        .dispatcher
+        .try_dispatch_due()
+        .await
+        .expect("one run");
+    let id = app
+        .count(
+            "SELECT id FROM webhook_events WHERE event_id = 'evt_states'",
+            &[],
+        )
+        .await;
+    let operator = app.admin(crate::support::Credential::Bearer(
+        "dev-operator-token-0123456789".into(),
+    ));
+    let detail = operator
+        .get(&format!("/admin/api/events/{id}"))
+        .await
+        .json();
+    assert_eq!(detail["status"], "failed");
+    assert_eq!(
+        detail["handlers"],
+        json!([
+            {"handler": "payment_succeeded", "status": "processed", "attempts": 1,
+             "last_error": null, "http_status": null},
+            {"handler": "forward:billing", "status": "failed", "attempts": 1,
+             "last_error": detail["handlers"][1]["last_error"], "http_status": 503},
+        ])
+    );
+    assert_eq!(detail["attempts"][1]["response"], "answer 503");
+    let page = operator.get(&format!("/admin/events/{id}")).await;
+    let html = String::from_utf8_lossy(&page.body);
+    assert!(
+        html.contains("forward:billing") && html.contains("503"),
+        "{html}"
+    );
+    let shown = crate::support::run_hookd(
+        &["events", "show", &id.to_string()],
+        Some(app.database_url()),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains("handlers:") && text.contains("forward:billing"),
+        "{text}"
+    );
+}
