@@ -9,22 +9,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::handlers::payments::PaymentKind;
 use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret};
 
-/// Event kinds the built-in handlers understand.
-pub const BUILTIN_KINDS: [&str; 4] = [
-    "payment_succeeded",
-    "payment_failed",
-    "payment_refunded",
-    "dispute_opened",
-];
-
-const STRIPE_DEFAULT_TYPES: [(&str, &str); 4] = [
-    ("payment_intent.succeeded", "payment_succeeded"),
-    ("payment_intent.payment_failed", "payment_failed"),
-    ("charge.refunded", "payment_refunded"),
-    ("charge.dispute.created", "dispute_opened"),
-];
 
 /// The secrets and tokens of the shipped `hookd.toml`. They are public, so they are
 /// accepted only while hookd listens on a loopback address.
@@ -107,7 +94,7 @@ impl Source {
         if let Some(kind) = self.event_types.get(event_type) {
             return Some(kind);
         }
-        BUILTIN_KINDS.iter().copied().find(|k| *k == event_type)
+        PaymentKind::parse(event_type).map(PaymentKind::as_str)
     }
 }
 
@@ -644,8 +631,8 @@ impl RawSource {
         let tolerance = duration(&key("tolerance"), self.tolerance, "5m")?;
         let mut event_types: HashMap<String, String> = HashMap::new();
         if scheme == Scheme::Stripe {
-            for (provider, kind) in STRIPE_DEFAULT_TYPES {
-                event_types.insert(provider.into(), kind.into());
+            for kind in PaymentKind::ALL {
+                event_types.insert(kind.stripe_type().into(), kind.as_str().into());
             }
         }
         for (provider, kind) in self.event_types {

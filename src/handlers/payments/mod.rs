@@ -21,26 +21,58 @@ use self::shape::PaymentShape;
 use super::{Event, Handler, HandlerError};
 use crate::store::payments::{PaymentUpdate, merge};
 
+/// The built-in kinds: each is one fact about a payment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fact {
+pub enum PaymentKind {
     Succeeded,
     Failed,
     Refunded,
-    Disputed,
+    DisputeOpened,
 }
 
-struct PaymentHandler(Fact);
+impl PaymentKind {
+    pub const ALL: [PaymentKind; 4] = [
+        PaymentKind::Succeeded,
+        PaymentKind::Failed,
+        PaymentKind::Refunded,
+        PaymentKind::DisputeOpened,
+    ];
+
+    /// The kind's name, as sources' `event_types` map provider types to it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PaymentKind::Succeeded => "payment_succeeded",
+            PaymentKind::Failed => "payment_failed",
+            PaymentKind::Refunded => "payment_refunded",
+            PaymentKind::DisputeOpened => "dispute_opened",
+        }
+    }
+
+    pub fn parse(kind: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+
+    /// Stripe's type for it, mapped by default on every Stripe source.
+    pub fn stripe_type(self) -> &'static str {
+        match self {
+            PaymentKind::Succeeded => "payment_intent.succeeded",
+            PaymentKind::Failed => "payment_intent.payment_failed",
+            PaymentKind::Refunded => "charge.refunded",
+            PaymentKind::DisputeOpened => "charge.dispute.created",
+        }
+    }
+}
+
+struct PaymentHandler(PaymentKind);
 
 pub(super) fn handlers() -> Vec<(&'static str, Arc<dyn Handler>)> {
-    vec![
-        (
-            "payment_succeeded",
-            Arc::new(PaymentHandler(Fact::Succeeded)),
-        ),
-        ("payment_failed", Arc::new(PaymentHandler(Fact::Failed))),
-        ("payment_refunded", Arc::new(PaymentHandler(Fact::Refunded))),
-        ("dispute_opened", Arc::new(PaymentHandler(Fact::Disputed))),
-    ]
+    PaymentKind::ALL
+        .into_iter()
+        .map(|kind| {
+            let handler: Arc<dyn Handler> = Arc::new(PaymentHandler(kind));
+            (kind.as_str(), handler)
+        })
+        .collect()
 }
 
 #[async_trait]
@@ -57,16 +89,16 @@ impl PaymentHandler {
         let facts = PaymentShape::of_scheme(event.scheme)
             .payment_facts(event.payload)
             .map_err(HandlerError::Permanent)?;
-        if self.0 == Fact::Refunded && facts.amount_refunded.is_none() {
+        if self.0 == PaymentKind::Refunded && facts.amount_refunded.is_none() {
             return Err(HandlerError::Permanent(
                 "a refund event must carry amount_refunded".into(),
             ));
         }
         Ok(PaymentUpdate {
             facts,
-            succeeded: self.0 == Fact::Succeeded,
-            failed: self.0 == Fact::Failed,
-            disputed: self.0 == Fact::Disputed,
+            succeeded: self.0 == PaymentKind::Succeeded,
+            failed: self.0 == PaymentKind::Failed,
+            disputed: self.0 == PaymentKind::DisputeOpened,
         })
     }
 }
