@@ -22,7 +22,7 @@ use std::time::Duration;
 use common::{BenchCluster, Cpu, MAX_REQUESTS, Report, closed_loop, ms, percentile};
 use sha2::{Digest, Sha256};
 
-const CONCURRENCIES: [usize; 2] = [8, 32];
+const CONCURRENCIES: [usize; 2] = [32, 64];
 const WARM_UP: Duration = Duration::from_secs(3);
 /// Each contender runs ROUNDS slices of SLICE per concurrency, alternating order,
 /// so a burst of outside load falls on all of them alike.

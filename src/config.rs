@@ -12,7 +12,6 @@ use serde::Deserialize;
 use crate::handlers::payments::PaymentKind;
 use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret};
 
-
 /// The secrets and tokens of the shipped `hookd.toml`. They are public, so they are
 /// accepted only while hookd listens on a loopback address.
 pub const DEVELOPMENT_CREDENTIALS: [&str; 7] = [

@@ -3,22 +3,59 @@
 //! transaction, so the event, its status and its effects commit together (and the
 //! provider's 200 follows that commit). Forwards run after the commit: the row
 //! says they are due, and the dispatcher is woken.
+//!
+//! **Group commit.** Deliveries queue for a few committers. A committer takes
+//! whatever is queued (one delivery when hookd is idle: nobody waits for company;
+//! up to `MAX_BATCH` under load) and stores it in one transaction: one multi-row
+//! dedupe statement, each handler once for its events of the batch
+//! (`Handler::apply_batch`, the payments one set-based merge), the attempts in one
+//! statement, one commit — and only then every answer. Copies of one event inside
+//! a batch are decided together (one row, one effect, one answer for all). If
+//! anything of the batch fails (a handler's error, its time limit), the whole
+//! transaction is undone and each delivery is stored on its own, concurrently,
+//! with its handler in a savepoint: one event's failure never fails its
+//! batch-mates, and delays them by at most `handler_timeout`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use chrono::Utc;
-use deadpool_postgres::Pool;
+use deadpool_postgres::{Pool, Transaction};
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio_postgres::NoTls;
 
 use crate::dispatch::{Dispatcher, Standing, Step, attempt_record};
 use crate::event::IncomingEvent;
-use crate::handlers::Event;
+use crate::handlers::{Event, Handler, HandlerError};
 use crate::signature::Verified;
 use crate::store::StoreError;
-use crate::store::events::{self, EventStatus, Expected, Recorded};
+use crate::store::events::{self, AttemptRecord, BatchItem, EventStatus, Expected, Recorded};
+
+/// Deliveries stored in one transaction at most.
+const MAX_BATCH: usize = 64;
+/// Transactions storing deliveries at once (each on a connection of its own).
+const COMMITTERS: usize = 4;
+/// Deliveries that may wait for a committer; past it, receiving waits.
+const QUEUE: usize = 1024;
 
 /// Receives verified deliveries.
 #[derive(Clone)]
 pub struct Ingester {
+    queue: mpsc::Sender<Job>,
+    core: Arc<Core>,
+}
+
+/// What the committers share.
+struct Core {
     pool: Pool,
     dispatcher: Dispatcher,
+}
+
+/// One delivery waiting for its transaction, and where its outcome goes.
+struct Job {
+    event: IncomingEvent,
+    verified: Verified,
+    reply: oneshot::Sender<Result<Ingested, StoreError>>,
 }
 
 /// The outcome of receiving one delivery.
@@ -30,13 +67,263 @@ pub struct Ingested {
 }
 
 impl Ingester {
+    /// Starts the committers (on the current Tokio runtime).
     pub fn new(pool: Pool, dispatcher: Dispatcher) -> Self {
-        Ingester { pool, dispatcher }
+        let (queue, jobs) = mpsc::channel(QUEUE);
+        let core = Arc::new(Core { pool, dispatcher });
+        let jobs = Arc::new(Mutex::new(jobs));
+        for _ in 0..COMMITTERS {
+            tokio::spawn(run_committer(core.clone(), jobs.clone()));
+        }
+        Ingester { queue, core }
     }
 
-    /// Stores a verified delivery once and, when it is new, runs its own handler —
-    /// one transaction, committed before this returns.
+    /// Stores a verified delivery once and, when it is new, runs its own handler;
+    /// returns after the commit that stored it (shared with the deliveries that
+    /// arrived meanwhile).
     pub async fn ingest(
+        &self,
+        event: IncomingEvent,
+        verified: Verified,
+    ) -> Result<Ingested, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            event,
+            verified,
+            reply,
+        };
+        if self.queue.send(job).await.is_err() {
+            return Err(StoreError::Unavailable("hookd is stopping".into()));
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Unavailable("hookd is stopping".into())))
+    }
+
+    /// Stores one delivery in a transaction of its own (what a batch falls back to).
+    pub async fn ingest_one(
+        &self,
+        event: &IncomingEvent,
+        verified: Verified,
+    ) -> Result<Ingested, StoreError> {
+        self.core.ingest_one(event, verified).await
+    }
+}
+
+/// Takes whatever is queued, up to `MAX_BATCH`, and stores it; until the queue is
+/// gone.
+async fn run_committer(core: Arc<Core>, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
+    loop {
+        let mut batch = Vec::new();
+        {
+            let mut jobs = jobs.lock().await;
+            match jobs.recv().await {
+                Some(job) => batch.push(job),
+                None => return,
+            }
+            while batch.len() < MAX_BATCH {
+                match jobs.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+        }
+        core.commit(batch).await;
+    }
+}
+
+/// How a delivery of a batch relates to the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The first delivery of its event in the batch: it goes into the statement.
+    First(usize),
+    /// A later copy of item `0`, with a matching fingerprint.
+    CopyOf(usize),
+    /// A later delivery of item `0`'s event id with another payload: decided alone.
+    Apart,
+}
+
+impl Core {
+    /// Stores a batch and answers every delivery in it.
+    async fn commit(&self, batch: Vec<Job>) {
+        if batch.len() == 1 {
+            for job in batch {
+                let result = self.ingest_one(&job.event, job.verified).await;
+                let _ = job.reply.send(result);
+            }
+            return;
+        }
+        match self.commit_batch(&batch).await {
+            Ok(results) => {
+                let mut apart = Vec::new();
+                for (job, result) in batch.into_iter().zip(results) {
+                    match result {
+                        Some(result) => {
+                            let _ = job.reply.send(result);
+                        }
+                        None => apart.push(job),
+                    }
+                }
+                self.one_by_one(apart).await;
+            }
+            Err(Fallback::Unavailable(error)) => {
+                for job in batch {
+                    let _ = job.reply.send(Err(StoreError::Unavailable(error.clone())));
+                }
+            }
+            Err(Fallback::OneByOne(why)) => {
+                log::debug!("batch of {} stored one by one: {why}", batch.len());
+                self.one_by_one(batch).await;
+            }
+        }
+    }
+
+    /// Each delivery in a transaction of its own, all at once.
+    async fn one_by_one(&self, jobs: Vec<Job>) {
+        let stores = jobs.into_iter().map(|job| async move {
+            let result = self.ingest_one(&job.event, job.verified).await;
+            let _ = job.reply.send(result);
+        });
+        futures_util::future::join_all(stores).await;
+    }
+
+    /// The batch in one transaction. `Ok` holds each delivery's outcome (`None`:
+    /// to be stored apart); `Err` says the transaction was undone.
+    async fn commit_batch(
+        &self,
+        batch: &[Job],
+    ) -> Result<Vec<Option<Result<Ingested, StoreError>>>, Fallback> {
+        let dispatcher = &self.dispatcher;
+        // Copies of one event in the batch: the first carries them all.
+        let mut first_of: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut roles = Vec::with_capacity(batch.len());
+        let mut items: Vec<BatchItem<'_>> = Vec::new();
+        let mut plans = Vec::new();
+        for job in batch {
+            let event = &job.event;
+            let key = (event.source.as_str(), event.event_id.as_str());
+            if let Some(&at) = first_of.get(&key) {
+                let first: &IncomingEvent = items[at].event;
+                let same = first.fingerprint == event.fingerprint
+                    || first.stable_fingerprint == event.stable_fingerprint;
+                if same {
+                    items[at].deliveries += 1;
+                    roles.push(Role::CopyOf(at));
+                } else {
+                    roles.push(Role::Apart);
+                }
+                continue;
+            }
+            let plan = dispatcher.plan(&event.source, &event.event_type, event.kind.as_deref());
+            let expected = expected_for(&plan);
+            first_of.insert(key, items.len());
+            roles.push(Role::First(items.len()));
+            items.push(BatchItem {
+                event,
+                signed_with: job.verified.signed_with,
+                expected,
+                deliveries: 1,
+            });
+            plans.push(plan);
+        }
+
+        let mut client = self.pool.get().await.map_err(Fallback::store)?;
+        let tx = client.transaction().await.map_err(Fallback::store)?;
+        let decided = events::record_batch(&tx, &items)
+            .await
+            .map_err(Fallback::store)?;
+
+        // Each handler once, for its new events of the batch.
+        let mut by_handler: Vec<(&Arc<dyn Handler>, String, Vec<usize>)> = Vec::new();
+        for (at, recorded) in decided.iter().enumerate() {
+            let Recorded::New { .. } = recorded else {
+                continue;
+            };
+            let Some(Step::Local { kind, handler }) =
+                plans[at].iter().find(|s| matches!(s, Step::Local { .. }))
+            else {
+                continue;
+            };
+            match by_handler.iter_mut().find(|(_, k, _)| k == kind) {
+                Some((_, _, ats)) => ats.push(at),
+                None => by_handler.push((handler, (*kind).to_string(), vec![at])),
+            }
+        }
+        let started = Utc::now();
+        let received_at = Utc::now();
+        let mut attempts: Vec<AttemptRecord> = Vec::new();
+        for (handler, kind, ats) in &by_handler {
+            let views: Vec<Event<'_>> = ats
+                .iter()
+                .map(|&at| {
+                    let Recorded::New { id } = decided[at] else {
+                        unreachable!("only new events are grouped")
+                    };
+                    view(dispatcher, items[at].event, id, received_at)
+                })
+                .collect();
+            let clock = std::time::Instant::now();
+            apply_in_time(dispatcher, &tx, handler, &views).await?;
+            let per_event = clock.elapsed() / u32::try_from(views.len()).unwrap_or(1).max(1);
+            for view in &views {
+                dispatcher.metrics().observe(
+                    crate::metrics::Metric::HandlerDuration,
+                    &[("kind", kind)],
+                    per_event,
+                );
+                attempts.push(AttemptRecord {
+                    event: view.id,
+                    attempt: 1,
+                    handler: kind.clone(),
+                    started_at: started,
+                    finished_at: Utc::now(),
+                    outcome: EventStatus::Processed,
+                    error: None,
+                    http_status: None,
+                    response: None,
+                });
+            }
+        }
+        events::append_attempts(&tx, &attempts)
+            .await
+            .map_err(Fallback::store)?;
+        tx.commit().await.map_err(Fallback::store)?;
+
+        let mut wake = false;
+        for (at, recorded) in decided.iter().enumerate() {
+            if matches!(recorded, Recorded::New { .. }) {
+                let expected = items[at].expected;
+                dispatcher.count_status(items[at].event.kind.as_deref(), expected.status);
+                wake |= expected.due_now;
+            }
+        }
+        if wake {
+            dispatcher.wake();
+        }
+        let outcome = |at: usize, copy: bool| -> Result<Ingested, StoreError> {
+            let recorded = match decided[at] {
+                Recorded::New { id } if copy => Recorded::Duplicate { id },
+                other => other,
+            };
+            let status = match recorded {
+                Recorded::New { .. } => Some(items[at].expected.status),
+                _ => None,
+            };
+            Ok(Ingested { recorded, status })
+        };
+        Ok(roles
+            .iter()
+            .map(|role| match *role {
+                Role::First(at) => Some(outcome(at, false)),
+                Role::CopyOf(at) => Some(outcome(at, true)),
+                Role::Apart => None,
+            })
+            .collect())
+    }
+
+    /// Stores a verified delivery once and, when it is new, runs its own handler in
+    /// a savepoint — one transaction, committed before this returns.
+    async fn ingest_one(
         &self,
         event: &IncomingEvent,
         verified: Verified,
@@ -65,37 +352,14 @@ impl Ingester {
             .filter(|s| matches!(s, Step::Forward(_)))
             .map(Step::name)
             .collect();
-        // Written as the run usually ends: done, unless forwards are still to go.
-        let expected = Expected {
-            status: if forwards.is_empty() {
-                EventStatus::Processed
-            } else {
-                EventStatus::Failed
-            },
-            attempts: i32::from(local.is_some()),
-            due_now: !forwards.is_empty(),
-        };
+        let expected = expected_for(&plan);
         let tx = client.transaction().await?;
         let recorded = events::record_delivery(&tx, event, verified.signed_with, expected).await?;
         let status = match recorded {
             Recorded::New { id } => {
                 let mut status = expected.status;
                 if let Some(step) = local {
-                    let view = Event {
-                        id,
-                        source: &event.source,
-                        scheme: dispatcher
-                            .settings()
-                            .source(&event.source)
-                            .map_or("", |s| s.scheme.name()),
-                        event_id: &event.event_id,
-                        event_type: &event.event_type,
-                        kind: event.kind.as_deref(),
-                        payload: &event.payload,
-                        body: &event.body,
-                        attempt: 1,
-                        received_at: Utc::now(),
-                    };
+                    let view = view(dispatcher, event, id, Utc::now());
                     let run = dispatcher.run_step(&tx, step, &view).await?;
                     let standing = dispatcher.standing_after(&run, 1);
                     if standing != Standing::Done {
@@ -122,5 +386,90 @@ impl Ingester {
             dispatcher.wake();
         }
         Ok(Ingested { recorded, status })
+    }
+}
+
+/// Why a batch's transaction was undone.
+enum Fallback {
+    /// The database is unreachable: every delivery of the batch gets 503.
+    Unavailable(String),
+    /// Something of the batch failed: store each delivery on its own.
+    OneByOne(String),
+}
+
+impl Fallback {
+    fn store(error: impl Into<StoreError>) -> Self {
+        let error: StoreError = error.into();
+        match error {
+            StoreError::Unavailable(why) => Fallback::Unavailable(why),
+            other => Fallback::OneByOne(other.to_string()),
+        }
+    }
+}
+
+/// A new event's row, written as its run at receipt usually ends: `processed`
+/// after its handler, or `failed` and due at once while forwards are to go, or
+/// `ignored` without handlers.
+fn expected_for(plan: &[Step<'_>]) -> Expected {
+    let local = plan.iter().any(|s| matches!(s, Step::Local { .. }));
+    let forwards = plan.iter().any(|s| matches!(s, Step::Forward(_)));
+    let status = if forwards {
+        EventStatus::Failed
+    } else if local {
+        EventStatus::Processed
+    } else {
+        EventStatus::Ignored
+    };
+    Expected {
+        status,
+        attempts: i32::from(local),
+        due_now: forwards,
+    }
+}
+
+/// The handlers' view of a delivery stored as row `id`.
+fn view<'a>(
+    dispatcher: &'a Dispatcher,
+    event: &'a IncomingEvent,
+    id: i64,
+    received_at: chrono::DateTime<Utc>,
+) -> Event<'a> {
+    Event {
+        id,
+        source: &event.source,
+        scheme: dispatcher
+            .settings()
+            .source(&event.source)
+            .map_or("", |s| s.scheme.name()),
+        event_id: &event.event_id,
+        event_type: &event.event_type,
+        kind: event.kind.as_deref(),
+        payload: &event.payload,
+        body: &event.body,
+        attempt: 1,
+        received_at,
+    }
+}
+
+/// A handler's batch under `handler_timeout`; any failure undoes the batch.
+async fn apply_in_time(
+    dispatcher: &Dispatcher,
+    tx: &Transaction<'_>,
+    handler: &Arc<dyn Handler>,
+    events: &[Event<'_>],
+) -> Result<(), Fallback> {
+    let limit = dispatcher.settings().handler_timeout;
+    match tokio::time::timeout(limit, handler.apply_batch(tx, events)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(HandlerError::Retry(why) | HandlerError::Permanent(why))) => {
+            Err(Fallback::OneByOne(why))
+        }
+        Err(_) => {
+            // Stop whatever statement the abandoned batch left running.
+            let _ = tx.cancel_token().cancel_query(NoTls).await;
+            Err(Fallback::OneByOne(
+                "a handler's batch ran out of time".into(),
+            ))
+        }
     }
 }

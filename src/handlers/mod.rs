@@ -133,6 +133,24 @@ pub trait Handler: Send + Sync {
     /// Applies `event` in `tx`. Return `Retry` for a failure worth trying again,
     /// `Permanent` for one that never will; either rolls back what this run did.
     async fn apply(&self, tx: &Transaction<'_>, event: &Event<'_>) -> Result<(), HandlerError>;
+
+    /// Applies several events of this handler's kind that arrived together, in
+    /// `tx`, all or nothing. Under load hookd stores a batch of deliveries in one
+    /// transaction and calls this once for the batch; any error (or the time
+    /// limit) undoes the whole batch, which is then applied event by event with
+    /// `apply`, each in a savepoint of its own. The default applies them in turn;
+    /// a handler whose effects combine (like the payment merge) can do it in one
+    /// statement.
+    async fn apply_batch(
+        &self,
+        tx: &Transaction<'_>,
+        events: &[Event<'_>],
+    ) -> Result<(), HandlerError> {
+        for event in events {
+            self.apply(tx, event).await?;
+        }
+        Ok(())
+    }
 }
 
 /// Handlers by kind. Events of a kind without one (and without a forward) are

@@ -138,8 +138,8 @@ async fn handle(
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     summary.event_id = Some(event.event_id.clone());
     summary.kind = event.kind.clone();
-    let Ingested { recorded, status } = state.ingester.ingest(&event, verified).await?;
     let body = accepted_body(&event.event_id);
+    let Ingested { recorded, status } = state.ingester.ingest(event, verified).await?;
     let mut response = HttpResponse::Ok();
     response.insert_header((CONTENT_TYPE, "application/json"));
     match recorded {

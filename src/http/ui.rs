@@ -493,10 +493,7 @@ fn summary_table(event: &EventSummary) -> String {
         ("Kind", opt(&event.kind)),
         (
             "Status",
-            format!(
-                "<span class=\"status-{0}\">{0}</span>",
-                event.status
-            ),
+            format!("<span class=\"status-{0}\">{0}</span>", event.status),
         ),
         ("Last error", opt(&event.last_error)),
         ("Payment", opt(&event.payment_id)),

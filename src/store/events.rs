@@ -121,11 +121,116 @@ pub async fn record_delivery(
     Ok(match row {
         // The conflict's WHERE refused the update: the stored payload differs,
         // unless the row predates stable fingerprints.
-        None => recount_legacy_duplicate(client, event).await?,
+        None => recount_legacy_duplicate(client, event, 1).await?,
         // Only an insert leaves `deliveries` at its starting value.
         Some(row) if row.get::<_, i32>(1) == 1 => Recorded::New { id: row.get(0) },
         Some(row) => Recorded::Duplicate { id: row.get(0) },
     })
+}
+
+/// One event of a batch: its delivery, how its row is first written, and how many
+/// deliveries of it the batch holds (copies that arrived together count at once).
+#[derive(Debug, Clone, Copy)]
+pub struct BatchItem<'a> {
+    pub event: &'a IncomingEvent,
+    pub signed_with: i32,
+    pub expected: Expected,
+    pub deliveries: i32,
+}
+
+/// `record_delivery` for several distinct events in one statement; the decisions
+/// come back in the items' order.
+pub async fn record_batch(
+    client: &impl GenericClient,
+    items: &[BatchItem<'_>],
+) -> Result<Vec<Recorded>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "INSERT INTO webhook_events AS e
+                 (source, event_id, event_type, kind, status, payload, payload_sha256,
+                  signed_with, payment_id, customer_id, attempts, processed_at, body,
+                  signature_headers, stable_sha256, next_attempt_at, deliveries)
+             SELECT source, event_id, event_type, kind, status, payload, payload_sha256,
+                    signed_with, payment_id, customer_id, attempts,
+                    CASE WHEN status IN ('processed', 'ignored') THEN now() END, body,
+                    signature_headers, stable_sha256,
+                    CASE WHEN due_now THEN now() END, deliveries
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                         $6::jsonb[], $7::bytea[], $8::int[], $9::text[], $10::text[],
+                         $11::int[], $12::bytea[], $13::jsonb[], $14::bytea[], $15::bool[],
+                         $16::int[])
+                  AS u(source, event_id, event_type, kind, status, payload, payload_sha256,
+                       signed_with, payment_id, customer_id, attempts, body,
+                       signature_headers, stable_sha256, due_now, deliveries)
+             ON CONFLICT (source, event_id) DO UPDATE
+                 SET deliveries = e.deliveries + EXCLUDED.deliveries, last_delivery_at = now()
+                 WHERE e.payload_sha256 = EXCLUDED.payload_sha256
+                    OR e.stable_sha256 = EXCLUDED.stable_sha256
+             RETURNING id, source, event_id, (xmax = 0)",
+        )
+        .await?;
+    let payloads: Vec<std::borrow::Cow<'_, Value>> =
+        items.iter().map(|i| i.event.storable_payload()).collect();
+    let sources: Vec<&str> = items.iter().map(|i| i.event.source.as_str()).collect();
+    let ids: Vec<&str> = items.iter().map(|i| i.event.event_id.as_str()).collect();
+    let types: Vec<&str> = items.iter().map(|i| i.event.event_type.as_str()).collect();
+    let kinds: Vec<Option<&str>> = items.iter().map(|i| i.event.kind.as_deref()).collect();
+    let statuses: Vec<&str> = items.iter().map(|i| i.expected.status.as_str()).collect();
+    let payload_refs: Vec<&Value> = payloads.iter().map(AsRef::as_ref).collect();
+    let fingerprints: Vec<&[u8]> = items.iter().map(|i| &i.event.fingerprint[..]).collect();
+    let signed: Vec<i32> = items.iter().map(|i| i.signed_with).collect();
+    let payments: Vec<Option<&str>> = items
+        .iter()
+        .map(|i| i.event.payment_id.as_deref())
+        .collect();
+    let customers: Vec<Option<&str>> = items
+        .iter()
+        .map(|i| i.event.customer_id.as_deref())
+        .collect();
+    let attempts: Vec<i32> = items.iter().map(|i| i.expected.attempts).collect();
+    let bodies: Vec<&[u8]> = items.iter().map(|i| i.event.body.as_slice()).collect();
+    let headers: Vec<&Value> = items.iter().map(|i| &i.event.signature_headers).collect();
+    let stable: Vec<&[u8]> = items
+        .iter()
+        .map(|i| &i.event.stable_fingerprint[..])
+        .collect();
+    let due: Vec<bool> = items.iter().map(|i| i.expected.due_now).collect();
+    let deliveries: Vec<i32> = items.iter().map(|i| i.deliveries).collect();
+    let rows = client
+        .query(
+            &statement,
+            &[
+                &sources,
+                &ids,
+                &types,
+                &kinds,
+                &statuses,
+                &payload_refs,
+                &fingerprints,
+                &signed,
+                &payments,
+                &customers,
+                &attempts,
+                &bodies,
+                &headers,
+                &stable,
+                &due,
+                &deliveries,
+            ],
+        )
+        .await?;
+    let mut decided = Vec::with_capacity(items.len());
+    for item in items {
+        let row = rows.iter().find(|r| {
+            r.get::<_, &str>(1) == item.event.source && r.get::<_, &str>(2) == item.event.event_id
+        });
+        decided.push(match row {
+            Some(row) if row.get::<_, bool>(3) => Recorded::New { id: row.get(0) },
+            Some(row) => Recorded::Duplicate { id: row.get(0) },
+            None => recount_legacy_duplicate(client, item.event, item.deliveries).await?,
+        });
+    }
+    Ok(decided)
 }
 
 /// A row stored before stable fingerprints has none to compare: its stable
@@ -134,6 +239,7 @@ pub async fn record_delivery(
 async fn recount_legacy_duplicate(
     client: &impl GenericClient,
     event: &IncomingEvent,
+    deliveries: i32,
 ) -> Result<Recorded, StoreError> {
     let stored = client
         .prepare_cached(
@@ -162,7 +268,7 @@ async fn recount_legacy_duplicate(
     let count = client
         .prepare_cached(
             "UPDATE webhook_events
-             SET deliveries = deliveries + 1, last_delivery_at = now(), stable_sha256 = $3
+             SET deliveries = deliveries + $4, last_delivery_at = now(), stable_sha256 = $3
              WHERE source = $1 AND event_id = $2
              RETURNING id",
         )
@@ -170,7 +276,12 @@ async fn recount_legacy_duplicate(
     let row = client
         .query_one(
             &count,
-            &[&event.source, &event.event_id, &theirs.as_slice()],
+            &[
+                &event.source,
+                &event.event_id,
+                &theirs.as_slice(),
+                &deliveries,
+            ],
         )
         .await?;
     Ok(Recorded::Duplicate { id: row.get(0) })

@@ -58,3 +58,74 @@ pub async fn merge(
         .await?;
     Ok(())
 }
+
+/// `merge` for many updates in one statement: the updates of one payment are
+/// combined by the database first (the same `OR` and `GREATEST`/`max`, under the
+/// same collation), so the row ends as it would after merging them one by one.
+pub async fn merge_many(
+    client: &impl GenericClient,
+    updates: &[(&str, &PaymentUpdate)],
+) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached(
+            "INSERT INTO payments AS p
+                 (source, payment_id, succeeded, failed, disputed, amount, amount_refunded,
+                  currency, customer_id)
+             SELECT source, payment_id, bool_or(succeeded), bool_or(failed), bool_or(disputed),
+                    COALESCE(max(amount), 0), COALESCE(max(amount_refunded), 0),
+                    max(currency), max(customer_id)
+             FROM unnest($1::text[], $2::text[], $3::bool[], $4::bool[], $5::bool[],
+                         $6::bigint[], $7::bigint[], $8::text[], $9::text[])
+                  AS u(source, payment_id, succeeded, failed, disputed, amount,
+                       amount_refunded, currency, customer_id)
+             GROUP BY source, payment_id
+             ON CONFLICT (source, payment_id) DO UPDATE SET
+                 succeeded       = p.succeeded OR EXCLUDED.succeeded,
+                 failed          = p.failed OR EXCLUDED.failed,
+                 disputed        = p.disputed OR EXCLUDED.disputed,
+                 amount          = GREATEST(p.amount, EXCLUDED.amount),
+                 amount_refunded = GREATEST(p.amount_refunded, EXCLUDED.amount_refunded),
+                 currency        = GREATEST(p.currency, EXCLUDED.currency),
+                 customer_id     = GREATEST(p.customer_id, EXCLUDED.customer_id),
+                 updated_at      = now()",
+        )
+        .await?;
+    let sources: Vec<&str> = updates.iter().map(|(s, _)| *s).collect();
+    let ids: Vec<&str> = updates
+        .iter()
+        .map(|(_, u)| u.facts.payment_id.as_str())
+        .collect();
+    let succeeded: Vec<bool> = updates.iter().map(|(_, u)| u.succeeded).collect();
+    let failed: Vec<bool> = updates.iter().map(|(_, u)| u.failed).collect();
+    let disputed: Vec<bool> = updates.iter().map(|(_, u)| u.disputed).collect();
+    let amounts: Vec<Option<i64>> = updates.iter().map(|(_, u)| u.facts.amount).collect();
+    let refunded: Vec<Option<i64>> = updates
+        .iter()
+        .map(|(_, u)| u.facts.amount_refunded)
+        .collect();
+    let currencies: Vec<Option<&str>> = updates
+        .iter()
+        .map(|(_, u)| u.facts.currency.as_deref())
+        .collect();
+    let customers: Vec<Option<&str>> = updates
+        .iter()
+        .map(|(_, u)| u.facts.customer_id.as_deref())
+        .collect();
+    client
+        .execute(
+            &statement,
+            &[
+                &sources,
+                &ids,
+                &succeeded,
+                &failed,
+                &disputed,
+                &amounts,
+                &refunded,
+                &currencies,
+                &customers,
+            ],
+        )
+        .await?;
+    Ok(())
+}

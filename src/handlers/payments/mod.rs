@@ -19,7 +19,7 @@ use deadpool_postgres::Transaction;
 
 use self::shape::PaymentShape;
 use super::{Event, Handler, HandlerError};
-use crate::store::payments::{PaymentUpdate, merge};
+use crate::store::payments::{PaymentUpdate, merge, merge_many};
 
 /// The built-in kinds: each is one fact about a payment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +80,26 @@ impl Handler for PaymentHandler {
     async fn apply(&self, tx: &Transaction<'_>, event: &Event<'_>) -> Result<(), HandlerError> {
         let update = self.update_for(event)?;
         merge(tx, event.source, &update).await?;
+        Ok(())
+    }
+
+    /// The facts of every event of the batch in one set-based merge: the merge is
+    /// commutative and idempotent, so the result is that of merging one by one.
+    async fn apply_batch(
+        &self,
+        tx: &Transaction<'_>,
+        events: &[Event<'_>],
+    ) -> Result<(), HandlerError> {
+        let updates = events
+            .iter()
+            .map(|event| self.update_for(event))
+            .collect::<Result<Vec<_>, _>>()?;
+        let pairs: Vec<(&str, &PaymentUpdate)> = events
+            .iter()
+            .zip(&updates)
+            .map(|(event, update)| (event.source, update))
+            .collect();
+        merge_many(tx, &pairs).await?;
         Ok(())
     }
 }
