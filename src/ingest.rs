@@ -34,7 +34,7 @@ use crate::store::events::{self, AttemptRecord, BatchItem, EventStatus, Expected
 /// Deliveries stored in one transaction at most.
 const MAX_BATCH: usize = 64;
 /// Transactions storing deliveries at once (each on a connection of its own).
-const COMMITTERS: usize = 4;
+const COMMITTERS: usize = 3;
 /// Deliveries that may wait for a committer; past it, receiving waits.
 const QUEUE: usize = 1024;
 
@@ -249,44 +249,57 @@ impl Core {
                 None => by_handler.push((handler, (*kind).to_string(), vec![at])),
             }
         }
-        let started = Utc::now();
         let received_at = Utc::now();
-        let mut attempts: Vec<AttemptRecord> = Vec::new();
-        for (handler, kind, ats) in &by_handler {
-            let views: Vec<Event<'_>> = ats
-                .iter()
-                .map(|&at| {
-                    let Recorded::New { id } = decided[at] else {
-                        unreachable!("only new events are grouped")
-                    };
-                    view(dispatcher, items[at].event, id, received_at)
-                })
-                .collect();
-            let clock = std::time::Instant::now();
-            apply_in_time(dispatcher, &tx, handler, &views).await?;
-            let per_event = clock.elapsed() / u32::try_from(views.len()).unwrap_or(1).max(1);
-            for view in &views {
-                dispatcher.metrics().observe(
-                    crate::metrics::Metric::HandlerDuration,
-                    &[("kind", kind)],
-                    per_event,
-                );
-                attempts.push(AttemptRecord {
+        let groups: Vec<(&Arc<dyn Handler>, &String, Vec<Event<'_>>)> = by_handler
+            .iter()
+            .map(|(handler, kind, ats)| {
+                let views = ats
+                    .iter()
+                    .filter_map(|&at| match decided[at] {
+                        Recorded::New { id } => Some(view(dispatcher, items[at].event, id, received_at)),
+                        _ => None,
+                    })
+                    .collect();
+                (*handler, kind, views)
+            })
+            .collect();
+        // A batch's runs share its time: each attempt says when the batch's
+        // handlers ran. They are written alongside (pipelined on the connection):
+        // if a handler fails, the transaction and its attempts are undone together.
+        let attempts: Vec<AttemptRecord> = groups
+            .iter()
+            .flat_map(|(_, kind, views)| {
+                views.iter().map(|view| AttemptRecord {
                     event: view.id,
                     attempt: 1,
-                    handler: kind.clone(),
-                    started_at: started,
+                    handler: (*kind).clone(),
+                    started_at: received_at,
                     finished_at: Utc::now(),
                     outcome: EventStatus::Processed,
                     error: None,
                     http_status: None,
                     response: None,
-                });
+                })
+            })
+            .collect();
+        let run_handlers = async {
+            for (handler, kind, views) in &groups {
+                let clock = std::time::Instant::now();
+                apply_in_time(dispatcher, &tx, handler, views).await?;
+                let per_event = clock.elapsed() / u32::try_from(views.len()).unwrap_or(1).max(1);
+                for _ in views {
+                    dispatcher.metrics().observe(
+                        crate::metrics::Metric::HandlerDuration,
+                        &[("kind", kind)],
+                        per_event,
+                    );
+                }
             }
-        }
-        events::append_attempts(&tx, &attempts)
-            .await
-            .map_err(Fallback::store)?;
+            Ok::<(), Fallback>(())
+        };
+        let (ran, written) = tokio::join!(run_handlers, events::append_attempts(&tx, &attempts));
+        ran?;
+        written.map_err(Fallback::store)?;
         tx.commit().await.map_err(Fallback::store)?;
 
         let mut wake = false;

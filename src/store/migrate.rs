@@ -75,6 +75,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0008_handler_ledger.sql",
         sql: include_str!("../../sql/0008_handler_ledger.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_lz4_payloads.sql",
+        sql: include_str!("../../sql/0009_lz4_payloads.sql"),
+    },
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.
