@@ -23,8 +23,6 @@ use crate::store::{self, StoreError};
 
 /// Where `hookd` keeps its embedded cluster, relative to the working directory.
 pub const EMBEDDED_DIR: &str = ".hookd/pg";
-/// Concurrent retry loops per instance.
-const DISPATCH_WORKERS: usize = 2;
 /// How long in-flight requests get to finish after a stop is requested.
 const GRACE: Duration = Duration::from_secs(30);
 /// A request's head (line and headers) must arrive within this.
@@ -68,7 +66,7 @@ impl Database {
             let (config, tls) = store::tls::connect_options(url.expose())
                 .map_err(|e| StartError::DatabaseUrl(e.to_string()))?;
             return Ok(Database {
-                pool: store::pool(config, tls, store::DEFAULT_POOL_SIZE),
+                pool: store::pool(config, tls, settings.pool_size),
                 embedded: None,
             });
         }
@@ -86,7 +84,7 @@ impl Database {
             pool: store::pool(
                 cluster.pg_config(embedded_pg::DATABASE),
                 store::DbConnector::Plain,
-                store::DEFAULT_POOL_SIZE,
+                settings.pool_size,
             ),
             embedded: Some(cluster),
         })
@@ -193,7 +191,7 @@ impl App {
         let (trigger, stop) = shutdown::channel();
         let mut loops = Vec::new();
         if parts.dispatcher {
-            for _ in 0..DISPATCH_WORKERS {
+            for _ in 0..self.settings.dispatchers {
                 loops.push(tokio::spawn(
                     self.dispatcher.clone().run_until_stopped(stop.clone()),
                 ));

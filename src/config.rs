@@ -60,6 +60,10 @@ pub struct Settings {
     pub key_retention: Duration,
     pub purge_interval: Duration,
     pub purge_batch: i64,
+    /// Connections to PostgreSQL per instance.
+    pub pool_size: usize,
+    /// Retry loops per instance (each runs one event's handlers at a time).
+    pub dispatchers: usize,
     pub sources: Vec<Source>,
     /// Where events are POSTed for handlers in other stacks.
     pub forwards: Vec<Forward>,
@@ -284,6 +288,8 @@ struct RawSettings {
     key_retention: Option<DurationValue>,
     purge_interval: Option<DurationValue>,
     purge_batch: Option<i64>,
+    pool_size: Option<i64>,
+    dispatchers: Option<i64>,
     #[serde(default)]
     sources: Vec<RawSource>,
     #[serde(default)]
@@ -444,6 +450,16 @@ impl RawSettings {
         let body_timeout = duration("body_timeout", self.body_timeout, "10s")?;
         let max_attempts = positive("max_attempts", self.max_attempts, 10)?;
         let purge_batch = positive("purge_batch", self.purge_batch, 1000)?;
+        let pool_size = positive("pool_size", self.pool_size, 16)?;
+        if pool_size < 4 {
+            return Err((
+                "pool_size".into(),
+                format!(
+                    "{pool_size} is too small: receiving, retries and the purge need 4 at least"
+                ),
+            ));
+        }
+        let dispatchers = positive("dispatchers", self.dispatchers, 2)?;
         let handler_timeout = duration("handler_timeout", self.handler_timeout, "5s")?;
         let retry_base = duration("retry_base", self.retry_base, "1s")?;
         let retry_cap = duration("retry_cap", self.retry_cap, "1h")?;
@@ -557,6 +573,8 @@ impl RawSettings {
             key_retention,
             purge_interval,
             purge_batch,
+            pool_size,
+            dispatchers,
             sources,
             forwards,
             admin_tokens,

@@ -27,6 +27,7 @@ use tokio_postgres::NoTls;
 use crate::dispatch::{Dispatcher, Standing, Step, attempt_record};
 use crate::event::IncomingEvent;
 use crate::handlers::{Event, Handler, HandlerError};
+use crate::metrics::Metric;
 use crate::signature::Verified;
 use crate::store::StoreError;
 use crate::store::events::{self, AttemptRecord, BatchItem, EventStatus, Expected, Recorded};
@@ -146,6 +147,13 @@ enum Role {
 impl Core {
     /// Stores a batch and answers every delivery in it.
     async fn commit(&self, batch: Vec<Job>) {
+        let metrics = self.dispatcher.metrics();
+        metrics.inc(Metric::IngestBatches, &[]);
+        metrics.add(
+            Metric::IngestBatchedDeliveries,
+            &[],
+            u64::try_from(batch.len()).unwrap_or(0),
+        );
         if batch.len() == 1 {
             for job in batch {
                 let result = self.ingest_one(&job.event, job.verified).await;
@@ -256,7 +264,9 @@ impl Core {
                 let views = ats
                     .iter()
                     .filter_map(|&at| match decided[at] {
-                        Recorded::New { id } => Some(view(dispatcher, items[at].event, id, received_at)),
+                        Recorded::New { id } => {
+                            Some(view(dispatcher, items[at].event, id, received_at))
+                        }
                         _ => None,
                     })
                     .collect();
@@ -289,7 +299,7 @@ impl Core {
                 let per_event = clock.elapsed() / u32::try_from(views.len()).unwrap_or(1).max(1);
                 for _ in views {
                     dispatcher.metrics().observe(
-                        crate::metrics::Metric::HandlerDuration,
+                        Metric::HandlerDuration,
                         &[("kind", kind)],
                         per_event,
                     );

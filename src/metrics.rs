@@ -35,18 +35,22 @@ pub enum Metric {
     Events,
     HandlerDuration,
     Forwards,
+    IngestBatches,
+    IngestBatchedDeliveries,
     PurgedRows,
     RetryBacklog,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 8] = [
+    pub const ALL: [Metric; 10] = [
         Metric::Deliveries,
         Metric::SignatureFailures,
         Metric::Duplicates,
         Metric::Events,
         Metric::HandlerDuration,
         Metric::Forwards,
+        Metric::IngestBatches,
+        Metric::IngestBatchedDeliveries,
         Metric::PurgedRows,
         Metric::RetryBacklog,
     ];
@@ -59,6 +63,8 @@ impl Metric {
             Metric::Events => "hookd_events_total",
             Metric::HandlerDuration => "hookd_handler_duration_seconds",
             Metric::Forwards => "hookd_forwards_total",
+            Metric::IngestBatches => "hookd_ingest_batches_total",
+            Metric::IngestBatchedDeliveries => "hookd_ingest_batched_deliveries_total",
             Metric::PurgedRows => "hookd_purged_rows_total",
             Metric::RetryBacklog => "hookd_retry_backlog",
         }
@@ -82,6 +88,12 @@ impl Metric {
             Metric::Events => "Events reaching a status, by kind and status.",
             Metric::HandlerDuration => "Handler run time, by handler (the kind, or forward:NAME).",
             Metric::Forwards => "Forward requests, by forward and outcome (delivered or failed).",
+            Metric::IngestBatches => {
+                "Transactions that stored deliveries (several deliveries share one under load)."
+            }
+            Metric::IngestBatchedDeliveries => {
+                "Deliveries stored by those transactions (divided by the batches: the average batch)."
+            }
             Metric::PurgedRows => "Rows removed by retention purges, by what was removed.",
             Metric::RetryBacklog => "Failed events waiting for a retry.",
         }

@@ -49,6 +49,7 @@ fn defaults_follow_the_contract() {
     assert_eq!(s.key_retention, Duration::from_secs(365 * 86400));
     assert_eq!(s.purge_interval, Duration::from_secs(3600));
     assert_eq!(s.purge_batch, 1000);
+    assert_eq!((s.pool_size, s.dispatchers), (16, 2));
     let stripe = s.source("stripe").expect("stripe");
     assert_eq!(stripe.tolerance, Duration::from_secs(300));
     assert_eq!(
@@ -89,6 +90,8 @@ fn bad_values_name_their_key_on_one_line() {
         ("handler_timeout = 0", "handler_timeout"),
         ("retry_base = \"2h\"", "retry_cap"),
         ("max_body_bytes = \"big\"", "max_body_bytes"),
+        ("pool_size = 2", "pool_size"),
+        ("dispatchers = 0", "dispatchers"),
     ];
     for (line, key) in cases {
         let e = error(&format!("{line}\n{MINIMAL}"));

@@ -2,6 +2,7 @@
 
 mod admin;
 mod admin_security;
+mod batching;
 mod custom_handler;
 mod dispatch;
 mod embedded;

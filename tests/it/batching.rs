@@ -1,0 +1,206 @@
+//! Group commit: deliveries that arrive together share one transaction, yet one
+//! event's failure, time limit or conflict never fails its batch-mates or delays
+//! them beyond `handler_timeout`, and copies of one event in a batch are one row,
+//! one effect and one answer.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hookd::handlers::{Event, Handler, HandlerError, Registry};
+use serde_json::json;
+
+use crate::support::{Spawn, TestApp, spawn, stripe_event, test_settings};
+
+/// Marks each event it applies; `evt_stuck` never finishes, `evt_broken` fails for
+/// good, `evt_flaky` fails once.
+struct Picky;
+
+#[async_trait::async_trait]
+impl Handler for Picky {
+    async fn apply(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        event: &Event<'_>,
+    ) -> Result<(), HandlerError> {
+        match event.event_id {
+            "evt_stuck" => {
+                tx.execute("SELECT pg_sleep(60)", &[]).await?;
+            }
+            "evt_broken" => return Err(HandlerError::Permanent("broken on purpose".into())),
+            "evt_flaky" if event.attempt == 1 => {
+                return Err(HandlerError::Retry("flaky on purpose".into()));
+            }
+            _ => {}
+        }
+        tx.execute(
+            "INSERT INTO payments (source, payment_id) VALUES ($1, $2)",
+            &[&event.source, &format!("effect-{}", event.event_id)],
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+async fn picky_app() -> TestApp {
+    let mut settings = test_settings();
+    settings.handler_timeout = Duration::from_secs(1);
+    settings.sources[0]
+        .event_types
+        .insert("test.picky".into(), "test_picky".into());
+    let mut registry = Registry::builtin();
+    registry.register("test_picky", Arc::new(Picky));
+    spawn(Spawn {
+        settings,
+        registry,
+        ..Spawn::default()
+    })
+    .await
+}
+
+fn picky(id: &str) -> serde_json::Value {
+    stripe_event(id, "test.picky", json!({"n": id}))
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn one_events_failure_never_fails_or_holds_its_batch_mates() {
+    let app = picky_app().await;
+    let mut ids: Vec<String> = (0..40).map(|i| format!("evt_fine_{i}")).collect();
+    ids.extend(["evt_stuck", "evt_broken", "evt_flaky"].map(String::from));
+    // A conflicting delivery of one event id among them: whichever is stored
+    // first wins, the other is 422, and nobody else notices.
+    let conflicting = stripe_event("evt_fine_0", "test.picky", json!({"n": "other"}));
+    let mut events: Vec<serde_json::Value> = ids.iter().map(|id| picky(id)).collect();
+    events.push(conflicting);
+    let started = Instant::now();
+    let answers = futures_util::future::join_all(events.iter().map(|event| {
+        let app = &app;
+        async move { (app.deliver("stripe", event).await, started.elapsed()) }
+    }))
+    .await;
+    for (answer, took) in &answers[1..ids.len()] {
+        assert_eq!(
+            answer.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        // The stuck handler costs its batch-mates at most one handler_timeout.
+        assert!(
+            *took < Duration::from_millis(3500),
+            "answered after {took:?}"
+        );
+    }
+    let mut pair = [answers[0].0.status, answers[ids.len()].0.status];
+    pair.sort_unstable();
+    assert_eq!(pair, [200, 422]);
+
+    let status = |id: &'static str| {
+        let app = &app;
+        async move {
+            app.strings(
+                "SELECT status FROM webhook_events WHERE event_id = $1",
+                &[&id],
+            )
+            .await
+            .remove(0)
+        }
+    };
+    assert_eq!(status("evt_stuck").await, "failed");
+    assert_eq!(status("evt_broken").await, "dead");
+    assert_eq!(status("evt_flaky").await, "failed");
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt_fine_%' AND status = 'processed'",
+            &[]
+        )
+        .await,
+        40
+    );
+    // Effects exactly for what was applied: the 40, not the failed ones.
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM payments WHERE payment_id LIKE 'effect-%'",
+            &[]
+        )
+        .await,
+        40
+    );
+    let metrics = String::from_utf8(app.get("/metrics").await.body).expect("utf-8");
+    let batches = metric(&metrics, "hookd_ingest_batches_total");
+    let delivered = metric(&metrics, "hookd_ingest_batched_deliveries_total");
+    assert!(
+        delivered > batches,
+        "deliveries shared transactions: {delivered} in {batches}"
+    );
+    // Retries apply what failed (the stuck one set aside: it would only time out).
+    app.execute(
+        "UPDATE webhook_events SET status = 'dead' WHERE event_id = 'evt_stuck'",
+        &[],
+    )
+    .await;
+    app.run_due_retries().await;
+    assert_eq!(status("evt_flaky").await, "processed");
+}
+
+#[tokio::test]
+async fn copies_of_one_event_in_one_batch_are_one_row_one_effect_one_answer() {
+    let app = crate::support::spawn_app().await;
+    let event = stripe_event(
+        "evt_copies",
+        "payment_intent.succeeded",
+        json!({"id": "pi_copies", "amount": 100, "currency": "usd"}),
+    );
+    let mut events = vec![event.clone(); 30];
+    // Others in the same batches.
+    for i in 0..30 {
+        events.push(stripe_event(
+            &format!("evt_other_{i}"),
+            "payment_intent.succeeded",
+            json!({"id": format!("pi_other_{i}"), "amount": 100, "currency": "usd"}),
+        ));
+    }
+    let answers =
+        futures_util::future::join_all(events.iter().map(|e| app.deliver("stripe", e))).await;
+    let copies: Vec<_> = answers[..30].iter().collect();
+    assert!(
+        copies
+            .iter()
+            .all(|a| a.status == 200 && a.body == copies[0].body)
+    );
+    assert_eq!(
+        copies
+            .iter()
+            .filter(|a| a.header("Idempotent-Replayed").is_none())
+            .count(),
+        1,
+        "one copy is the first; the others are replays"
+    );
+    let row = &app
+        .query(
+            "SELECT deliveries, attempts FROM webhook_events WHERE event_id = 'evt_copies'",
+            &[],
+        )
+        .await[0];
+    assert_eq!((row.get::<_, i32>(0), row.get::<_, i32>(1)), (30, 1));
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_event_attempts a JOIN webhook_events e
+             ON e.id = a.webhook_event_id WHERE e.event_id = 'evt_copies'",
+            &[]
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM payments WHERE succeeded", &[])
+            .await,
+        31
+    );
+}
