@@ -16,10 +16,10 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{BenchCluster, Cpu, MAX_REQUESTS, Report, closed_loop, ms, percentile};
+use common::{BenchCluster, Cpu, MAX_REQUESTS, Report, closed_loop, ms, open_loop, percentile};
 use sha2::{Digest, Sha256};
 
 const CONCURRENCIES: [usize; 2] = [32, 64];
@@ -29,6 +29,8 @@ const WARM_UP: Duration = Duration::from_secs(3);
 const ROUNDS: usize = 2;
 const SLICE: Duration = Duration::from_secs(5);
 const PGBENCH_WARM_UP: Duration = Duration::from_secs(2);
+/// The open-loop run at half of hookd's peak rate.
+const OPEN_LOOP: Duration = Duration::from_secs(10);
 
 /// The dedupe statement of `store::events::record_delivery`, with a new event's
 /// values: the payload comes as a text parameter (the ids spliced in) and is parsed
@@ -443,6 +445,32 @@ async fn run() {
             ),
         );
     }
+
+    // Latency a provider sees at half the peak rate, without coordinated omission.
+    let peak = levels
+        .iter()
+        .map(|(_, summary, _)| summary.throughput())
+        .fold(0.0, f64::max);
+    let half = open_loop(sender.clone(), peak / 2.0, OPEN_LOOP, None).await;
+    let half_summary = half.summary();
+    accepted += half_summary.ok;
+    println!(
+        "\nopen loop at half the peak ({:.0}/s of {peak:.0}/s) for {} s: {}",
+        peak / 2.0,
+        OPEN_LOOP.as_secs(),
+        half_summary.line()
+    );
+
+    // The real binary alone: its peak memory under the highest concurrency.
+    let busiest = CONCURRENCIES[CONCURRENCIES.len() - 1];
+    let (rss_kib, serve) = hookd
+        .serve_peak_rss(Path::new(env!("CARGO_BIN_EXE_hookd")), &cluster, busiest, SLICE)
+        .await;
+    println!(
+        "hookd serve (release binary) under {busiest} senders: peak RSS {:.1} MiB; {}",
+        rss_kib as f64 / 1024.0,
+        serve.summary().line()
+    );
 
     // Every 200 must be a stored, processed event with its payment.
     let prefix = format!("{}%", sender.event_id_prefix());

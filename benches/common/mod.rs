@@ -65,6 +65,11 @@ impl BenchCluster {
     }
 
     /// The folder holding the cluster's Unix socket (`-h` for libpq tools).
+    /// A `DATABASE_URL` for hookd's database on this cluster.
+    pub fn connection_string(&self) -> String {
+        self.pg.connection_string(embedded_pg::DATABASE)
+    }
+
     pub fn socket_dir(&self) -> &Path {
         self.pg.dir()
     }
@@ -111,6 +116,10 @@ pub struct Hookd {
     pub app: App,
     pub addr: SocketAddr,
     running: Option<Running>,
+    /// hookd's own Tokio runtime (threads `hookd-rt`), apart from the load
+    /// generator's, as in `hookd serve`: its committers and loops never wait
+    /// behind senders, and its CPU is counted as hookd's.
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Hookd {
@@ -125,23 +134,93 @@ impl Hookd {
             POOL_SIZE,
         );
         store::migrate(&pool).await.expect("migrations");
-        let app = App::new(shipped_settings(), pool, Registry::builtin());
-        let running = app
-            .start(Parts {
-                dispatcher: false,
-                purge: false,
-                http_workers: None,
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("hookd-rt")
+            .enable_all()
+            .build()
+            .expect("hookd's runtime");
+        let (app, running) = runtime
+            .spawn(async move {
+                let app = App::new(shipped_settings(), pool, Registry::builtin());
+                let running = app
+                    .start(Parts {
+                        dispatcher: false,
+                        purge: false,
+                        http_workers: None,
+                    })
+                    .expect("start hookd");
+                (app, running)
             })
-            .expect("start hookd");
+            .await
+            .expect("hookd started");
         Hookd {
             app,
             addr: running.addr,
             running: Some(running),
+            runtime: Some(runtime),
         }
     }
 
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Runs the real `hookd serve` binary (release) on the same cluster, loads it
+    /// with `concurrency` senders for `duration`, and reports its peak resident
+    /// memory (VmHWM, in KiB) with the load's report.
+    pub async fn serve_peak_rss(
+        &self,
+        binary: &Path,
+        cluster: &BenchCluster,
+        concurrency: usize,
+        duration: Duration,
+    ) -> (u64, Report) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let config = cluster.socket_dir().with_extension("serve.toml");
+        let shipped = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("hookd.toml"))
+            .expect("hookd.toml");
+        std::fs::write(
+            &config,
+            shipped.replace(
+                "listen = \"127.0.0.1:8080\"",
+                &format!("listen = \"127.0.0.1:{port}\""),
+            ),
+        )
+        .expect("config");
+        let mut child = tokio::process::Command::new(binary)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .env("DATABASE_URL", cluster.connection_string())
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true)
+            .spawn()
+            .expect("hookd serve");
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !matches!(http.get(format!("{base}/readyz")).send().await, Ok(r) if r.status() == 200)
+        {
+            assert!(Instant::now() < deadline, "hookd serve did not become ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let source = self.app.settings.source("stripe").expect("stripe").clone();
+        let sender = Arc::new(Sender::new(&base, source).expect("sender"));
+        let report = closed_loop(sender, concurrency, duration, MAX_REQUESTS).await;
+        let pid = child.id().expect("pid");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let peak = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM");
+        let _ = child.kill().await;
+        let _ = std::fs::remove_file(&config);
+        (peak, report)
     }
 
     /// A load generator for one of hookd's configured sources.
@@ -160,6 +239,18 @@ impl Hookd {
             running.stop().await;
         }
         self.app.pool.close();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Hookd {
+    fn drop(&mut self) {
+        // A runtime may not be dropped (blocking) inside the benchmark's own.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -672,7 +763,7 @@ impl BenchCluster {
         for task in std::fs::read_dir("/proc/self/task").into_iter().flatten() {
             let Ok(task) = task else { continue };
             if let Some((comm, fields)) = proc_stat(&task.path().join("stat"))
-                && comm.starts_with("actix")
+                && (comm.starts_with("actix") || comm.starts_with("hookd-rt"))
             {
                 cpu.hookd += own_and_children(&fields).0;
             }
