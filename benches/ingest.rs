@@ -464,7 +464,12 @@ async fn run() {
     // The real binary alone: its peak memory under the highest concurrency.
     let busiest = CONCURRENCIES[CONCURRENCIES.len() - 1];
     let (rss_kib, serve) = hookd
-        .serve_peak_rss(Path::new(env!("CARGO_BIN_EXE_hookd")), &cluster, busiest, SLICE)
+        .serve_peak_rss(
+            Path::new(env!("CARGO_BIN_EXE_hookd")),
+            &cluster,
+            busiest,
+            SLICE,
+        )
         .await;
     println!(
         "hookd serve (release binary) under {busiest} senders: peak RSS {:.1} MiB; {}",

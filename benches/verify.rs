@@ -23,7 +23,10 @@ fn main() {
     };
     let schemes = [
         (Scheme::Stripe, "whsec_bench_stripe_secret_0123456789"),
-        (Scheme::Standard, "whsec_YmVuY2gtc3RhbmRhcmQtc2VjcmV0LTMyLWJ5dGVzISE="),
+        (
+            Scheme::Standard,
+            "whsec_YmVuY2gtc3RhbmRhcmQtc2VjcmV0LTMyLWJ5dGVzISE=",
+        ),
         (Scheme::Github, "bench-github-secret"),
         (
             Scheme::Hmac(GenericHmac {

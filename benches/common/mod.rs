@@ -181,8 +181,9 @@ impl Hookd {
             .expect("free port")
             .port();
         let config = cluster.socket_dir().with_extension("serve.toml");
-        let shipped = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("hookd.toml"))
-            .expect("hookd.toml");
+        let shipped =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("hookd.toml"))
+                .expect("hookd.toml");
         std::fs::write(
             &config,
             shipped.replace(
@@ -205,7 +206,10 @@ impl Hookd {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !matches!(http.get(format!("{base}/readyz")).send().await, Ok(r) if r.status() == 200)
         {
-            assert!(Instant::now() < deadline, "hookd serve did not become ready");
+            assert!(
+                Instant::now() < deadline,
+                "hookd serve did not become ready"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let source = self.app.settings.source("stripe").expect("stripe").clone();
