@@ -33,6 +33,8 @@ pub struct PurgeOutcome {
     pub idempotency_keys_deleted: u64,
     /// Signed-out sessions past the time they would have expired anyway.
     pub revoked_sessions_deleted: u64,
+    /// Audit entries older than `retention`, gone with the event records.
+    pub audit_entries_deleted: u64,
     /// Shutdown arrived mid-pass; the rest waits for the next pass.
     pub interrupted: bool,
 }
@@ -128,6 +130,7 @@ impl Purger {
             Step::Payloads,
             Step::IdempotencyKeys,
             Step::RevokedSessions,
+            Step::Audit,
         ] {
             loop {
                 let started = Instant::now();
@@ -150,6 +153,12 @@ impl Purger {
                         let n =
                             purge::delete_idempotency_keys_batch(&*client, expired, limit).await?;
                         outcome.idempotency_keys_deleted += n;
+                        n
+                    }
+                    Step::Audit => {
+                        let n =
+                            purge::delete_audit_batch(&*client, cutoffs.payloads, limit).await?;
+                        outcome.audit_entries_deleted += n;
                         n
                     }
                     Step::RevokedSessions => {
@@ -180,6 +189,7 @@ impl Purger {
             ("key", keys),
             ("idempotency_key", outcome.idempotency_keys_deleted),
             ("revoked_session", outcome.revoked_sessions_deleted),
+            ("audit_entry", outcome.audit_entries_deleted),
         ] {
             self.metrics.add(Metric::PurgedRows, &[("what", what)], n);
         }
@@ -220,6 +230,7 @@ enum Step {
     Payloads,
     IdempotencyKeys,
     RevokedSessions,
+    Audit,
 }
 
 /// After a batch that took `busy`, the pass rests `PAUSE_PER_BUSY` times as long:

@@ -253,35 +253,139 @@ pub async fn get_event(
     let Some(row) = client.query_opt(&statement, &[&id]).await? else {
         return Ok(None);
     };
-    let attempts = client
-        .prepare_cached(
-            "SELECT a.attempt, a.started_at, a.finished_at,
-                    extract(epoch FROM a.finished_at - a.started_at)::float8 * 1000, a.outcome,
-                    a.error, COALESCE(a.handler, e.kind, ''), a.http_status, a.response
-             FROM webhook_event_attempts a JOIN webhook_events e ON e.id = a.webhook_event_id
-             WHERE a.webhook_event_id = $1 ORDER BY a.attempt, a.id",
-        )
-        .await?;
-    let attempts = client
-        .query(&attempts, &[&id])
+    let attempts = attempts_of(client, &[id])
         .await?
-        .iter()
-        .map(|r| Attempt {
-            attempt: r.get(0),
-            started_at: r.get(1),
-            finished_at: r.get(2),
-            duration_ms: r.get(3),
-            outcome: r.get(4),
-            error: r.get(5),
-            handler: r.get(6),
-            http_status: r.get(7),
-            response: r.get(8),
-        })
-        .collect();
+        .remove(&id)
+        .unwrap_or_default();
     Ok(Some(EventDetail {
         summary: summary(&row),
         payload: row.get(17),
         attempts,
+    }))
+}
+
+/// The attempts of several events, by event, in run order.
+pub async fn attempts_of(
+    client: &impl GenericClient,
+    ids: &[i64],
+) -> Result<std::collections::HashMap<i64, Vec<Attempt>>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT a.webhook_event_id, a.attempt, a.started_at, a.finished_at,
+                    extract(epoch FROM a.finished_at - a.started_at)::float8 * 1000, a.outcome,
+                    a.error, COALESCE(a.handler, e.kind, ''), a.http_status, a.response
+             FROM webhook_event_attempts a JOIN webhook_events e ON e.id = a.webhook_event_id
+             WHERE a.webhook_event_id = ANY($1) ORDER BY a.webhook_event_id, a.attempt, a.id",
+        )
+        .await?;
+    let mut by_event: std::collections::HashMap<i64, Vec<Attempt>> = Default::default();
+    for r in client.query(&statement, &[&ids]).await? {
+        by_event.entry(r.get(0)).or_default().push(Attempt {
+            attempt: r.get(1),
+            started_at: r.get(2),
+            finished_at: r.get(3),
+            duration_ms: r.get(4),
+            outcome: r.get(5),
+            error: r.get(6),
+            handler: r.get(7),
+            http_status: r.get(8),
+            response: r.get(9),
+        });
+    }
+    Ok(by_event)
+}
+
+/// The events about one payment, oldest first (at most `limit`).
+pub async fn events_of_payment(
+    client: &impl GenericClient,
+    source: &str,
+    payment_id: &str,
+    limit: i64,
+) -> Result<Vec<EventSummary>, StoreError> {
+    let statement = client
+        .prepare_cached(&format!(
+            "SELECT {SUMMARY_COLUMNS} FROM webhook_events
+             WHERE payment_id = $2 AND source = $1
+             ORDER BY received_at, id LIMIT $3"
+        ))
+        .await?;
+    let rows = client
+        .query(&statement, &[&source, &payment_id, &limit])
+        .await?;
+    Ok(rows.iter().map(summary).collect())
+}
+
+/// How many events have each of `statuses`, over all the history.
+pub async fn count_by_status(
+    client: &impl GenericClient,
+    statuses: &[&str],
+) -> Result<std::collections::BTreeMap<String, i64>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT s, (SELECT count(*) FROM webhook_events WHERE status = s)
+             FROM unnest($1::text[]) AS s",
+        )
+        .await?;
+    let rows = client.query(&statement, &[&statuses]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// When secret `position` of `source` last signed an event.
+pub async fn secret_last_used(
+    client: &impl GenericClient,
+    source: &str,
+    position: i32,
+) -> Result<Option<DateTime<Utc>>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT max(received_at) FROM webhook_events WHERE source = $1 AND signed_with = $2",
+        )
+        .await?;
+    Ok(client
+        .query_one(&statement, &[&source, &position])
+        .await?
+        .get(0))
+}
+
+/// What a stored event's signature can be checked with again.
+#[derive(Debug, Clone)]
+pub struct SignedDelivery {
+    pub source: String,
+    pub received_at: DateTime<Utc>,
+    /// The body exactly as received.
+    pub body: Vec<u8>,
+    /// The headers its signature depends on, as received.
+    pub headers: Vec<(String, String)>,
+}
+
+/// The exact body and signature headers of an event, when they are kept.
+pub async fn signed_delivery(
+    client: &impl GenericClient,
+    id: i64,
+) -> Result<Option<SignedDelivery>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT source, received_at, body, signature_headers FROM webhook_events
+             WHERE id = $1 AND body IS NOT NULL AND signature_headers IS NOT NULL",
+        )
+        .await?;
+    let Some(row) = client.query_opt(&statement, &[&id]).await? else {
+        return Ok(None);
+    };
+    let headers: Value = row.get(3);
+    let headers = headers
+        .as_object()
+        .map(|map| {
+            map.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Some(SignedDelivery {
+        source: row.get(0),
+        received_at: row.get(1),
+        body: row.get(2),
+        headers,
     }))
 }
 

@@ -80,6 +80,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_lz4_payloads.sql",
         sql: include_str!("../../sql/0009_lz4_payloads.sql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_support_desk.sql",
+        sql: include_str!("../../sql/0010_support_desk.sql"),
+    },
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

@@ -1,6 +1,7 @@
 //! Everything hookd says to PostgreSQL. Queries are parameterised and prepared once
 //! per connection (`prepare_cached`); the schema lives in `sql/` migrations.
 
+pub mod audit;
 pub mod events;
 pub mod history;
 pub mod idempotency;

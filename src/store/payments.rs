@@ -3,7 +3,9 @@
 //! and idempotent: applying any set of events, any number of times, in any order,
 //! leaves the same row. `status` is a generated column derived from those facts.
 
+use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
+use serde::Serialize;
 
 use super::StoreError;
 use crate::handlers::payments::shape::PaymentFacts;
@@ -128,4 +130,85 @@ pub async fn merge_many(
         )
         .await?;
     Ok(())
+}
+
+/// A `payments` row, with its column names.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Payment {
+    pub source: String,
+    pub payment_id: String,
+    pub status: String,
+    pub succeeded: bool,
+    pub failed: bool,
+    pub disputed: bool,
+    pub amount: i64,
+    pub amount_refunded: i64,
+    pub currency: Option<String>,
+    pub customer_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+const PAYMENT_COLUMNS: &str = "source, payment_id, status, succeeded, failed, disputed, amount, \
+     amount_refunded, currency, customer_id, created_at, updated_at";
+
+fn payment(row: &tokio_postgres::Row) -> Payment {
+    Payment {
+        source: row.get(0),
+        payment_id: row.get(1),
+        status: row.get(2),
+        succeeded: row.get(3),
+        failed: row.get(4),
+        disputed: row.get(5),
+        amount: row.get(6),
+        amount_refunded: row.get(7),
+        currency: row.get(8),
+        customer_id: row.get(9),
+        created_at: row.get(10),
+        updated_at: row.get(11),
+    }
+}
+
+pub async fn get(
+    client: &impl GenericClient,
+    source: &str,
+    payment_id: &str,
+) -> Result<Option<Payment>, StoreError> {
+    let statement = client
+        .prepare_cached(&format!(
+            "SELECT {PAYMENT_COLUMNS} FROM payments WHERE source = $1 AND payment_id = $2"
+        ))
+        .await?;
+    let row = client
+        .query_opt(&statement, &[&source, &payment_id])
+        .await?;
+    Ok(row.as_ref().map(payment))
+}
+
+/// A customer's payments, newest first; at most `limit`, after `after` (the
+/// `(created_at, source, payment_id)` of the previous page's last).
+pub async fn of_customer(
+    client: &impl GenericClient,
+    customer: &str,
+    limit: i64,
+    after: Option<&(DateTime<Utc>, String, String)>,
+) -> Result<Vec<Payment>, StoreError> {
+    let (at, source, id) = match after {
+        Some((at, source, id)) => (Some(*at), Some(source.as_str()), Some(id.as_str())),
+        None => (None, None, None),
+    };
+    let statement = client
+        .prepare_cached(&format!(
+            "SELECT {PAYMENT_COLUMNS} FROM payments
+             WHERE customer_id = $1
+               AND ($3::timestamptz IS NULL
+                    OR (created_at, source, payment_id) < ($3, $4::text, $5::text))
+             ORDER BY created_at DESC, source DESC, payment_id DESC
+             LIMIT $2"
+        ))
+        .await?;
+    let rows = client
+        .query(&statement, &[&customer, &limit, &at, &source, &id])
+        .await?;
+    Ok(rows.iter().map(payment).collect())
 }

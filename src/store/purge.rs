@@ -210,6 +210,22 @@ pub async fn delete_revoked_sessions_batch(
     Ok(client.execute(&statement, &[&now, &limit]).await?)
 }
 
+/// Deletes up to `limit` audit entries made before `cutoff`.
+pub async fn delete_audit_batch(
+    client: &impl GenericClient,
+    cutoff: DateTime<Utc>,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "DELETE FROM admin_audit
+             WHERE id IN (SELECT id FROM admin_audit WHERE at < $1
+                          ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .await?;
+    Ok(client.execute(&statement, &[&cutoff, &limit]).await?)
+}
+
 /// What a pass would remove, without removing it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Preview {

@@ -53,7 +53,9 @@ async fn aged_events(app: &TestApp) {
          INSERT INTO admin_idempotency_keys (token_name, idempotency_key, request_sha256, created_at)
          VALUES ('t', 'old', '\\x00', now() - interval '2 days'), ('t', 'new', '\\x00', now());
          INSERT INTO admin_revoked_sessions (nonce, expires_at)
-         VALUES ('expired', now() - interval '1 minute'), ('live', now() + interval '1 hour');",
+         VALUES ('expired', now() - interval '1 minute'), ('live', now() + interval '1 hour');
+         INSERT INTO admin_audit (at, who, action)
+         VALUES (now() - interval '40 days', 'operator', 'retried'), (now(), 'operator', 'retried');",
     )
     .await
     .expect("age rows");
@@ -118,6 +120,7 @@ async fn a_pass_drops_old_payloads_and_older_keys_but_never_failed_events() {
             keys_deleted: counts(&[("dead", 2), ("ignored", 2), ("processed", 2)]),
             idempotency_keys_deleted: 1,
             revoked_sessions_deleted: 1,
+            audit_entries_deleted: 1,
             interrupted: false,
         }
     );
@@ -163,6 +166,11 @@ async fn a_pass_drops_old_payloads_and_older_keys_but_never_failed_events() {
             .await,
         ["live"],
         "a sign-out is remembered until its session would have expired"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM admin_audit", &[]).await,
+        1,
+        "the audit trail goes with the event records"
     );
     let again = app.app.purger.run_once(None).await.expect("purge");
     assert_eq!(
