@@ -11,6 +11,7 @@ use deadpool_postgres::Pool;
 use tokio::task::JoinHandle;
 
 use crate::config::Settings;
+use crate::desk::Desk;
 use crate::dispatch::Dispatcher;
 use crate::embedded_pg::{self, ClusterOptions, EmbeddedPostgres};
 use crate::handlers::Registry;
@@ -128,6 +129,7 @@ pub struct App {
     pub dispatcher: Dispatcher,
     pub ingester: Ingester,
     pub purger: Purger,
+    pub desk: Desk,
     /// The application's own migrations (readiness checks them too).
     pub migrations: &'static [crate::store::Migration],
 }
@@ -144,6 +146,7 @@ impl App {
         );
         let purger = Purger::new(pool.clone(), settings.clone(), metrics.clone());
         let ingester = Ingester::new(pool.clone(), dispatcher.clone());
+        let desk = Desk::new(pool.clone(), dispatcher.clone(), settings.clone());
         App {
             settings,
             pool,
@@ -151,6 +154,7 @@ impl App {
             dispatcher,
             ingester,
             purger,
+            desk,
             migrations: &[],
         }
     }
@@ -169,6 +173,7 @@ impl App {
             self.pool.clone(),
             self.dispatcher.clone(),
             self.ingester.clone(),
+            self.desk.clone(),
             self.metrics.clone(),
             self.migrations,
         ));

@@ -7,6 +7,7 @@ pub mod app;
 mod builder;
 pub mod cli;
 pub mod config;
+pub mod desk;
 pub mod dispatch;
 pub mod duration;
 pub mod embedded_pg;

@@ -134,13 +134,18 @@ fn decode_cursor(text: &str) -> Result<(DateTime<Utc>, i64), FilterError> {
     let (micros, id) = raw.split_once(':').ok_or_else(bad)?;
     let micros: i64 = micros.parse().map_err(|_| bad())?;
     let id: i64 = id.parse().map_err(|_| bad())?;
-    // Years 1 to 9999 only: PostgreSQL refuses times far outside them.
+    Ok((cursor_time(micros).ok_or_else(bad)?, id))
+}
+
+/// A cursor's time: years 1 to 9999 only, since PostgreSQL refuses times far
+/// outside them.
+pub fn cursor_time(micros: i64) -> Option<DateTime<Utc>> {
     const YEARS_1_TO_9999: std::ops::RangeInclusive<i64> =
         -62_135_596_800_000_000..=253_402_300_799_999_999;
-    if !YEARS_1_TO_9999.contains(&micros) {
-        return Err(bad());
-    }
-    Ok((DateTime::from_timestamp_micros(micros).ok_or_else(bad)?, id))
+    YEARS_1_TO_9999
+        .contains(&micros)
+        .then(|| DateTime::from_timestamp_micros(micros))
+        .flatten()
 }
 
 /// A page of the history and the cursor of the next one.

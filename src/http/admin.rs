@@ -1,5 +1,6 @@
-//! `/admin/api/*`: the event history for support staff (SPEC §8). Viewers read;
-//! operators may also retry, with `Idempotency-Key` support scoped to their token.
+//! `/admin/api/*`: the support desk as JSON. Viewers read; operators may also
+//! retry (one event, or every event a filter matches) and read the audit trail.
+//! Retries honour `Idempotency-Key`, scoped to the token.
 
 use actix_web::http::header::CONTENT_TYPE;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -11,11 +12,18 @@ use sha2::{Digest, Sha256};
 use super::auth::{self, Principal};
 use super::error::ApiError;
 use super::{AppState, body};
+use crate::desk::DeskError;
 use crate::dispatch::RetryOutcome;
 use crate::duration;
 use crate::query::{FilterError, ListParams};
-use crate::store::history::{self, EventFilter, EventSummary};
+use crate::store::history::{self, EventSummary};
 use crate::store::idempotency::{self, Claim};
+
+/// Admin bodies are small forms or JSON.
+pub const ADMIN_BODY_LIMIT: usize = 64 * 1024;
+/// Payments and audit entries per page, by default and at most.
+const DEFAULT_PAGE: i64 = 50;
+const MAX_PAGE: i64 = 500;
 
 impl From<FilterError> for ApiError {
     fn from(error: FilterError) -> Self {
@@ -23,17 +31,16 @@ impl From<FilterError> for ApiError {
     }
 }
 
-/// A page of the history and the cursor of the next one.
-pub async fn page(
-    state: &AppState,
-    filter: EventFilter,
-) -> Result<(Vec<EventSummary>, Option<String>), ApiError> {
-    let client = state
-        .pool
-        .get()
-        .await
-        .map_err(crate::store::StoreError::from)?;
-    Ok(crate::query::page(&client, filter).await?)
+impl From<DeskError> for ApiError {
+    fn from(error: DeskError) -> Self {
+        match error {
+            DeskError::Store(error) => error.into(),
+            DeskError::Filter(error) => error.into(),
+            error @ DeskError::TooMany { .. } => {
+                ApiError::Unprocessable("too_many_events", error.to_string())
+            }
+        }
+    }
 }
 
 pub async fn list(
@@ -42,7 +49,7 @@ pub async fn list(
 ) -> Result<HttpResponse, ApiError> {
     auth::require(&state, &request).await?;
     let filter = ListParams::from_query(request.query_string())?.to_filter(Utc::now())?;
-    let (events, next_cursor) = page(&state, filter).await?;
+    let (events, next_cursor) = state.desk.list(filter).await?;
     Ok(HttpResponse::Ok().json(json!({"events": events, "next_cursor": next_cursor})))
 }
 
@@ -56,13 +63,14 @@ pub async fn show(
     request: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    auth::require(&state, &request).await?;
+    let who = auth::require(&state, &request).await?;
     let id = event_row_id(&path)?;
-    let event = history::load_event(&state.pool, id)
+    let event = state
+        .desk
+        .event(id, &who.name)
         .await?
         .ok_or(ApiError::NotFound)?;
-    let handlers = event.handler_states(&state.dispatcher.plan_names(&event.summary));
-    Ok(HttpResponse::Ok().json(event.to_json(&handlers)))
+    Ok(HttpResponse::Ok().json(event.to_json()))
 }
 
 #[derive(Debug, Deserialize)]
@@ -110,12 +118,7 @@ pub async fn apply_again(
         .acquire()
         .await
         .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
-    let outcome = state.dispatcher.retry_now(id).await?;
-    log::info!(
-        "admin retry of event {id} by {}: {outcome:?}",
-        principal.name
-    );
-    match outcome {
+    match state.desk.retry(id, &principal.name).await? {
         RetryOutcome::Applied(_) => {}
         RetryOutcome::NotFound => return Err(ApiError::NotFound),
         RetryOutcome::Gone => {
@@ -136,9 +139,10 @@ pub async fn apply_again(
     Ok(event.summary)
 }
 
-fn answer(result: Result<EventSummary, ApiError>) -> (u16, Vec<u8>) {
+/// An answer as status and JSON bytes (what an Idempotency-Key stores).
+fn answer<T: serde::Serialize>(result: Result<T, ApiError>) -> (u16, Vec<u8>) {
     match result {
-        Ok(event) => (200, serde_json::to_vec(&event).unwrap_or_default()),
+        Ok(value) => (200, serde_json::to_vec(&value).unwrap_or_default()),
         Err(error) => (
             actix_web::ResponseError::status_code(&error).as_u16(),
             error.json_body(),
@@ -157,19 +161,89 @@ fn respond(status: u16, body: Vec<u8>, replayed: bool) -> HttpResponse {
     response.body(body)
 }
 
-/// Admin bodies are small forms or JSON.
-pub const ADMIN_BODY_LIMIT: usize = 64 * 1024;
-
 pub async fn retry(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
-    mut payload: web::Payload,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let principal = auth::require_operator(&state, &request).await?;
+    keyed(&state, &principal, &request, payload, |_body| async {
+        let id = event_row_id(&path)?;
+        apply_again(&state, &principal, id).await
+    })
+    .await
+}
+
+/// The filter keys of the history list, and `dry_run`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BulkRequest {
+    source: Option<String>,
+    kind: Option<String>,
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+    status: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    q: Option<String>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+pub async fn bulk_retry(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let principal = auth::require_operator(&state, &request).await?;
+    let (desk, permits, who) = (&state.desk, &state.retry_permits, &principal.name);
+    keyed(&state, &principal, &request, payload, |body| async move {
+        let bulk: BulkRequest = if body.iter().all(u8::is_ascii_whitespace) {
+            BulkRequest::default()
+        } else {
+            serde_json::from_slice(&body)
+                .map_err(|e| ApiError::BadRequest(format!("the body is not a filter: {e}")))?
+        };
+        let params = ListParams {
+            source: bulk.source,
+            kind: bulk.kind,
+            event_type: bulk.event_type,
+            status: bulk.status,
+            since: bulk.since,
+            until: bulk.until,
+            q: bulk.q,
+            limit: None,
+            cursor: None,
+        };
+        let filter = params.to_filter(Utc::now())?;
+        let _permit = permits
+            .acquire()
+            .await
+            .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
+        Ok(desk.bulk_retry(filter, bulk.dry_run, who).await?)
+    })
+    .await
+}
+
+/// Runs `work` once per `Idempotency-Key` (when the request has one): a repeat
+/// gets the stored answer, the same key with another request 422, a repeat while
+/// the first runs 409. No connection is held while `work` runs.
+async fn keyed<F, Fut, T>(
+    state: &AppState,
+    principal: &Principal,
+    request: &HttpRequest,
+    mut payload: web::Payload,
+    work: F,
+) -> Result<HttpResponse, ApiError>
+where
+    F: FnOnce(Vec<u8>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ApiError>>,
+    T: serde::Serialize,
+{
     let body = body::read(
         &mut payload,
-        &request,
+        request,
         ADMIN_BODY_LIMIT,
         state.settings.body_timeout,
     )
@@ -185,17 +259,14 @@ pub async fn retry(
             }
         },
     };
-    let Some(key) = key else {
-        let id = event_row_id(&path)?;
-        let (status, body) = answer(apply_again(&state, &principal, id).await);
-        return Ok(respond(status, body, false));
-    };
     let fingerprint =
         Sha256::digest([request.path().as_bytes(), b"\n", body.as_slice()].concat()).to_vec();
-    // Each step takes a connection and gives it back: none is held while the
-    // handler runs (that takes its own).
+    let Some(key) = key else {
+        let (status, body) = answer(work(body).await);
+        return Ok(respond(status, body, false));
+    };
     let claim = {
-        let client = connection(&state).await?;
+        let client = connection(state).await?;
         idempotency::claim(&client, &principal.name, &key, &fingerprint).await?
     };
     match claim {
@@ -206,12 +277,8 @@ pub async fn retry(
         )),
         Claim::Mismatch => Err(ApiError::IdempotencyKeyReused),
         Claim::Fresh(claim_id) => {
-            let result = match event_row_id(&path) {
-                Ok(id) => apply_again(&state, &principal, id).await,
-                Err(error) => Err(error),
-            };
-            let (status, body) = answer(result);
-            let client = connection(&state).await?;
+            let (status, body) = answer(work(body).await);
+            let client = connection(state).await?;
             if status >= 500 {
                 idempotency::release(&client, &principal.name, &key, &claim_id).await?;
             } else {
@@ -229,4 +296,75 @@ async fn connection(state: &AppState) -> Result<deadpool_postgres::Object, ApiEr
         .get()
         .await
         .map_err(crate::store::StoreError::from)?)
+}
+
+pub async fn payment(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let who = auth::require(&state, &request).await?;
+    let (source, payment_id) = path.into_inner();
+    let view = state
+        .desk
+        .payment(&source, &payment_id, &who.name)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    Ok(HttpResponse::Ok().json(view.to_json()))
+}
+
+#[derive(Debug, Deserialize)]
+struct PageParams {
+    customer: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+/// `limit` as given: 1 to `MAX_PAGE`, default `DEFAULT_PAGE`.
+fn page_limit(limit: Option<&str>) -> Result<i64, ApiError> {
+    match limit.filter(|l| !l.is_empty()) {
+        None => Ok(DEFAULT_PAGE),
+        Some(text) => text
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!("limit must be a number from 1 to {MAX_PAGE}"))
+            }),
+    }
+}
+
+fn page_params(request: &HttpRequest) -> Result<PageParams, ApiError> {
+    web::Query::<PageParams>::from_query(request.query_string())
+        .map(web::Query::into_inner)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))
+}
+
+pub async fn payments(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    auth::require(&state, &request).await?;
+    let params = page_params(&request)?;
+    let customer = params
+        .customer
+        .filter(|c| !c.trim().is_empty() && !c.contains('\0'))
+        .ok_or_else(|| ApiError::BadRequest("customer (a customer id) is required".into()))?;
+    let limit = page_limit(params.limit.as_deref())?;
+    let (payments, next_cursor) = state
+        .desk
+        .customer_payments(customer.trim(), limit, params.cursor.as_deref())
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({"payments": payments, "next_cursor": next_cursor})))
+}
+
+pub async fn audit(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    auth::require_operator(&state, &request).await?;
+    let params = page_params(&request)?;
+    let limit = page_limit(params.limit.as_deref())?;
+    let (entries, next_cursor) = state.desk.audit(limit, params.cursor.as_deref()).await?;
+    Ok(HttpResponse::Ok().json(json!({"entries": entries, "next_cursor": next_cursor})))
 }

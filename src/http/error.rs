@@ -41,6 +41,8 @@ pub enum ApiError {
     Conflict(&'static str, String),
     #[error("idempotency key reused for a different request")]
     IdempotencyKeyReused,
+    #[error("{1}")]
+    Unprocessable(&'static str, String),
     #[error("unavailable: {0}")]
     Unavailable(String),
     #[error("internal error: {0}")]
@@ -86,6 +88,7 @@ impl ApiError {
             ApiError::Gone(_) => "gone",
             ApiError::Conflict(code, _) => code,
             ApiError::IdempotencyKeyReused => "idempotency_key_reused",
+            ApiError::Unprocessable(code, _) => code,
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal",
         }
@@ -107,7 +110,8 @@ impl ApiError {
             ApiError::BadRequest(reason)
             | ApiError::Forbidden(reason)
             | ApiError::Gone(reason)
-            | ApiError::Conflict(_, reason) => Some(reason.clone()),
+            | ApiError::Conflict(_, reason)
+            | ApiError::Unprocessable(_, reason) => Some(reason.clone()),
             _ => None,
         }
     }
@@ -153,9 +157,9 @@ impl ResponseError for ApiError {
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::EventIdConflict | ApiError::IdempotencyKeyReused => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            ApiError::EventIdConflict
+            | ApiError::IdempotencyKeyReused
+            | ApiError::Unprocessable(..) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,

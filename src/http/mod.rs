@@ -7,6 +7,7 @@ mod client;
 pub mod error;
 mod limiter;
 mod ops;
+mod pages;
 pub mod receive;
 pub mod server;
 mod ui;
@@ -17,6 +18,7 @@ use actix_web::web;
 use deadpool_postgres::Pool;
 
 use crate::config::Settings;
+use crate::desk::Desk;
 use crate::dispatch::Dispatcher;
 use crate::ingest::Ingester;
 use crate::metrics::Metrics;
@@ -27,6 +29,7 @@ pub struct AppState {
     pub pool: Pool,
     pub dispatcher: Dispatcher,
     pub ingester: Ingester,
+    pub desk: Desk,
     pub metrics: Arc<Metrics>,
     /// The application's own migrations, which readiness waits for too.
     pub migrations: &'static [Migration],
@@ -44,6 +47,7 @@ impl AppState {
         pool: Pool,
         dispatcher: Dispatcher,
         ingester: Ingester,
+        desk: Desk,
         metrics: Arc<Metrics>,
         migrations: &'static [Migration],
     ) -> Self {
@@ -53,6 +57,7 @@ impl AppState {
             pool,
             dispatcher,
             ingester,
+            desk,
             metrics,
             migrations,
             guard: auth::Guard::default(),
@@ -97,6 +102,12 @@ pub fn admin_routes(config: &mut web::ServiceConfig) {
     let post = web::post;
     at(config, "/metrics", vec![get().to(ops::metrics)]);
     at(config, "/admin/api/events", vec![get().to(admin::list)]);
+    // Before `{id}`, which would otherwise take "retry" for an id.
+    at(
+        config,
+        "/admin/api/events/retry",
+        vec![post().to(admin::bulk_retry)],
+    );
     at(
         config,
         "/admin/api/events/{id}",
@@ -108,6 +119,17 @@ pub fn admin_routes(config: &mut web::ServiceConfig) {
         vec![post().to(admin::retry)],
     );
     at(config, "/admin/api/stats", vec![get().to(admin::stats)]);
+    at(
+        config,
+        "/admin/api/payments",
+        vec![get().to(admin::payments)],
+    );
+    at(
+        config,
+        "/admin/api/payments/{source}/{payment_id}",
+        vec![get().to(admin::payment)],
+    );
+    at(config, "/admin/api/audit", vec![get().to(admin::audit)]);
     at(config, "/admin", vec![get().to(ui::list)]);
     at(config, "/admin/", vec![get().to(ui::list)]);
     at(
@@ -122,6 +144,22 @@ pub fn admin_routes(config: &mut web::ServiceConfig) {
         "/admin/events/{id}/retry",
         vec![post().to(ui::retry)],
     );
+    at(
+        config,
+        "/admin/payments/{source}/{payment_id}",
+        vec![get().to(ui::payment)],
+    );
+    at(
+        config,
+        "/admin/customers/{customer}",
+        vec![get().to(ui::customer)],
+    );
+    at(
+        config,
+        "/admin/retry",
+        vec![get().to(ui::bulk_form), post().to(ui::bulk_post)],
+    );
+    at(config, "/admin/audit", vec![get().to(ui::audit)]);
 }
 
 /// The admin listener: its routes, and health for its own probes.

@@ -1,91 +1,29 @@
-//! `/admin`: the history as an HTML page for people. Server-rendered, no script and
-//! no build step: a filter form, the list, an event's detail with its pretty-printed
-//! payload and attempts, and a retry button. Sign-in sets the session cookie.
+//! `/admin`: the support desk as pages for people. Server-rendered (templates in
+//! `pages.rs`), no script and no build step: the dashboard, the filtered list,
+//! an event's detail, a payment with the timeline of its events, a customer's
+//! payments, retries one at a time or in bulk, and the audit trail. Sign-in sets
+//! the session cookie; every form carries the session's form token.
 
-use std::fmt::Write;
-
+use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_TYPE, LOCATION};
 use actix_web::{HttpRequest, HttpResponse, web};
-use chrono::{DateTime, Utc};
+use chrono::Utc;
+use maud::Markup;
 use serde::Deserialize;
 
-use super::admin::{ADMIN_BODY_LIMIT, apply_again, page};
+use super::admin::{ADMIN_BODY_LIMIT, apply_again};
 use super::auth::{self, Principal};
 use super::error::ApiError;
+use super::pages::{self, url_encode};
 use super::{AppState, body};
 use crate::query::ListParams;
-use crate::store::events::EventStatus;
-use crate::store::history::{self, EventSummary};
 
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+/// Customers' payments per page.
+const CUSTOMER_PAGE: i64 = 50;
+/// Audit entries per page.
+const AUDIT_PAGE: i64 = 100;
 
-fn opt(value: &Option<String>) -> String {
-    value.as_deref().map(escape).unwrap_or_default()
-}
-
-fn time(value: &Option<DateTime<Utc>>) -> String {
-    value
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
-        .unwrap_or_default()
-}
-
-fn url_encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5rem;color:#222}\
-table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.3rem .5rem;\
-border-bottom:1px solid #ddd;vertical-align:top}th{background:#f4f4f4}\
-form.filters{display:flex;flex-wrap:wrap;gap:.5rem;margin:1rem 0}input,select,button{font:inherit}\
-pre{background:#f7f7f7;padding:1rem;overflow:auto}.status-dead,.status-failed{color:#b00}\
-.status-processed{color:#070}.status-ignored{color:#777}header{display:flex;\
-justify-content:space-between;align-items:center}.note{background:#eef;padding:.5rem}";
-
-fn html(
-    status: actix_web::http::StatusCode,
-    title: &str,
-    who: Option<&Principal>,
-    body: &str,
-) -> HttpResponse {
-    let mut page = format!(
-        "<!doctype html><html lang=en><head><meta charset=utf-8><title>{} · hookd</title>\
-         <meta name=viewport content=\"width=device-width\"><style>{STYLE}</style></head><body><header>\
-         <h1><a href=\"/admin\">hookd</a> · {}</h1>",
-        escape(title),
-        escape(title)
-    );
-    if let Some(who) = who {
-        let _ = write!(
-            page,
-            "<form method=post action=\"/admin/logout\">{} ({}) \
-             <input type=hidden name=csrf value=\"{}\"><button>Sign out</button></form>",
-            escape(&who.name),
-            who.role_name(),
-            who.csrf_token()
-        );
-    }
-    let _ = write!(page, "</header>{body}</body></html>");
+fn html(status: StatusCode, markup: Markup) -> HttpResponse {
     HttpResponse::build(status)
         .insert_header((CONTENT_TYPE, "text/html; charset=utf-8"))
         .insert_header((
@@ -94,7 +32,11 @@ fn html(
         ))
         .insert_header(("X-Frame-Options", "DENY"))
         .insert_header(("Cache-Control", "no-store"))
-        .body(page)
+        .body(markup.into_string())
+}
+
+fn ok(markup: Markup) -> HttpResponse {
+    html(StatusCode::OK, markup)
 }
 
 fn redirect(to: &str) -> HttpResponse {
@@ -103,19 +45,11 @@ fn redirect(to: &str) -> HttpResponse {
         .finish()
 }
 
-fn to_sign_in() -> HttpResponse {
-    redirect("/admin/login")
-}
-
 /// The failure as a page: only what the API would also say (no database details).
 fn error_page(error: &ApiError, who: Option<&Principal>) -> HttpResponse {
-    let status = actix_web::ResponseError::status_code(error);
-    let body = format!(
-        "<p class=note>{}</p><p><a href=\"/admin\">Back to the list</a></p>",
-        escape(&error.public_message())
-    );
     error.log_failure();
-    let mut page = html(status, "Error", who, &body);
+    let status = actix_web::ResponseError::status_code(error);
+    let mut page = html(status, pages::error(&error.public_message(), who));
     if let Some(seconds) = error
         .retry_after()
         .and_then(|s| actix_web::http::header::HeaderValue::from_str(&s).ok())
@@ -130,8 +64,16 @@ fn error_page(error: &ApiError, who: Option<&Principal>) -> HttpResponse {
 async fn signed_in(state: &AppState, request: &HttpRequest) -> Result<Principal, HttpResponse> {
     match auth::authenticate(state, request).await {
         Ok(Some(who)) => Ok(who),
-        Ok(None) => Err(to_sign_in()),
+        Ok(None) => Err(redirect("/admin/login")),
         Err(error) => Err(error_page(&error, None)),
+    }
+}
+
+fn operator_only(who: &Principal) -> Result<(), ApiError> {
+    if who.can_retry() {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden("the operator role is needed".into()))
     }
 }
 
@@ -150,26 +92,28 @@ async fn form_body(
     .await
 }
 
+#[derive(Deserialize)]
+pub struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
 fn csrf_field(body: &[u8]) -> String {
     web::Query::<CsrfForm>::from_query(&String::from_utf8_lossy(body))
         .map(|f| f.into_inner().csrf)
         .unwrap_or_default()
 }
 
+/// A page POST: same origin (when the browser says) and the session's form token.
+fn check_form(who: &Principal, request: &HttpRequest, body: &[u8]) -> Result<(), ApiError> {
+    auth::check_same_origin(request).and_then(|()| who.check_csrf(&csrf_field(body)))
+}
+
 pub async fn login_form(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
     if let Ok(Some(_)) = auth::authenticate(&state, &request).await {
         return redirect("/admin");
     }
-    login_page(actix_web::http::StatusCode::OK, "")
-}
-
-fn login_page(status: actix_web::http::StatusCode, message: &str) -> HttpResponse {
-    let body = format!(
-        "{message}<form method=post action=\"/admin/login\"><p><label>Admin token \
-         <input type=password name=token autocomplete=current-password required autofocus></label> \
-         <button>Sign in</button></p></form>"
-    );
-    html(status, "Sign in", None, &body)
+    ok(pages::login(None))
 }
 
 #[derive(Deserialize)]
@@ -215,9 +159,9 @@ pub async fn login(
     let Some(token) = found else {
         state.guard.record_failure(&request);
         log::warn!("admin sign-in refused: unknown token");
-        return login_page(
-            actix_web::http::StatusCode::UNAUTHORIZED,
-            "<p class=note>That token is not valid.</p>",
+        return html(
+            StatusCode::UNAUTHORIZED,
+            pages::login(Some("That token is not valid.")),
         );
     };
     match state
@@ -234,12 +178,6 @@ pub async fn login(
         }
         Err(error) => error_page(&error.into(), None),
     }
-}
-
-#[derive(Deserialize)]
-pub struct CsrfForm {
-    #[serde(default)]
-    csrf: String,
 }
 
 pub async fn logout(
@@ -259,9 +197,7 @@ pub async fn logout(
     if let Some(who) = signed_in
         && let Some(session) = &who.session
     {
-        let checked =
-            auth::check_same_origin(&request).and_then(|()| who.check_csrf(&csrf_field(&body)));
-        if let Err(error) = checked {
+        if let Err(error) = check_form(&who, &request, &body) {
             return error_page(&error, Some(&who));
         }
         // The cookie goes from this browser; the revocation ends it everywhere.
@@ -276,64 +212,18 @@ pub async fn logout(
         .finish()
 }
 
-pub async fn list(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
-    let who = match signed_in(&state, &request).await {
-        Ok(who) => who,
-        Err(response) => return response,
-    };
-    let params = match ListParams::from_query(request.query_string()) {
-        Ok(params) => params,
-        Err(error) => return error_page(&error.into(), Some(&who)),
-    };
-    let result = match params.to_filter(Utc::now()) {
-        Ok(filter) => page(&state, filter).await,
-        Err(error) => Err(error.into()),
-    };
-    let (events, next) = match result {
-        Ok(found) => found,
-        Err(error) => return error_page(&error, Some(&who)),
-    };
-    let mut body = filter_form(&state, &params);
-    body.push_str(
-        "<table><tr><th>Received</th><th>Source</th><th>Event id</th><th>Type</th><th>Kind</th>\
-         <th>Status</th><th>Attempts</th><th>Deliveries</th><th>Payment</th><th>Customer</th></tr>",
-    );
-    for event in &events {
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td>{}</td><td><a href=\"/admin/events/{}\">{}</a></td><td>{}</td><td>{}</td>\
-             <td class=\"status-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            time(&Some(event.received_at)),
-            escape(&event.source),
-            event.id,
-            escape(&event.event_id),
-            escape(&event.event_type),
-            opt(&event.kind),
-            event.status,
-            event.status,
-            event.attempts,
-            event.deliveries,
-            opt(&event.payment_id),
-            opt(&event.customer_id),
-        );
-    }
-    body.push_str("</table>");
-    if events.is_empty() {
-        body.push_str("<p>No events match.</p>");
-    }
-    if let Some(cursor) = next {
-        let query = next_page_query(&params, &cursor);
-        let _ = write!(
-            body,
-            "<p><a href=\"/admin?{}\">Older events →</a></p>",
-            escape(&query)
-        );
-    }
-    html(actix_web::http::StatusCode::OK, "Events", Some(&who), &body)
+/// A list's filters as a query string (no limit or cursor); empty when none.
+fn filter_query(params: &ListParams) -> String {
+    filter_fields(params)
+        .iter()
+        .map(|(name, value)| format!("{name}={}", url_encode(value)))
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
-fn next_page_query(params: &ListParams, cursor: &str) -> String {
-    let fields = [
+/// The filters that are set, by their query names.
+fn filter_fields(params: &ListParams) -> Vec<(&'static str, String)> {
+    [
         ("source", &params.source),
         ("kind", &params.kind),
         ("type", &params.event_type),
@@ -341,60 +231,58 @@ fn next_page_query(params: &ListParams, cursor: &str) -> String {
         ("since", &params.since),
         ("until", &params.until),
         ("q", &params.q),
-        ("limit", &params.limit),
-    ];
-    let mut parts: Vec<String> = fields
-        .iter()
-        .filter_map(|(name, value)| {
-            value
-                .as_deref()
-                .filter(|v| !v.is_empty())
-                .map(|v| format!("{name}={}", url_encode(v)))
-        })
-        .collect();
-    parts.push(format!("cursor={}", url_encode(cursor)));
-    parts.join("&")
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| {
+        value
+            .as_deref()
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| (name, v.to_string()))
+    })
+    .collect()
 }
 
-fn filter_form(state: &AppState, params: &ListParams) -> String {
-    let select = |name: &str, current: &Option<String>, options: Vec<&str>| {
-        let mut html = format!("<select name={name}><option value=\"\">any {name}</option>");
-        for option in options {
-            let selected = if current.as_deref() == Some(option) {
-                " selected"
-            } else {
-                ""
-            };
-            let _ = write!(html, "<option{selected}>{}</option>", escape(option));
+pub async fn list(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
+    let who = match signed_in(&state, &request).await {
+        Ok(who) => who,
+        Err(response) => return response,
+    };
+    let result = async {
+        let params = ListParams::from_query(request.query_string())?;
+        let filter = params.to_filter(Utc::now())?;
+        let (events, next) = state.desk.list(filter).await?;
+        let dashboard = state.desk.dashboard(Utc::now()).await?;
+        Ok::<_, ApiError>((params, events, next, dashboard))
+    }
+    .await;
+    let (params, events, next, dashboard) = match result {
+        Ok(found) => found,
+        Err(error) => return error_page(&error, Some(&who)),
+    };
+    let filters = filter_query(&params);
+    let mut next_query = None;
+    if let Some(cursor) = next {
+        let mut query = filters.clone();
+        if let Some(limit) = params.limit.as_deref().filter(|l| !l.is_empty()) {
+            query.push_str(&format!("&limit={}", url_encode(limit)));
         }
-        html.push_str("</select>");
-        html
-    };
-    let input = |name: &str, current: &Option<String>, hint: &str| {
-        format!(
-            "<input name={name} value=\"{}\" placeholder=\"{}\">",
-            opt(current),
-            escape(hint)
-        )
-    };
-    let sources = state
-        .settings
-        .sources
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect();
-    let statuses = EventStatus::ALL.iter().map(|s| s.as_str()).collect();
-    format!(
-        "<form class=filters method=get action=\"/admin\">{}{}{}{}{}{}{}<button>Filter</button> \
-         <a href=\"/admin\">clear</a></form>",
-        input("q", &params.q, "event, payment or customer id"),
-        select("source", &params.source, sources),
-        select("status", &params.status, statuses),
-        input("kind", &params.kind, "kind"),
-        input("type", &params.event_type, "provider type"),
-        input("since", &params.since, "since (24h or RFC 3339)"),
-        input("until", &params.until, "until"),
-    )
+        query.push_str(&format!("&cursor={}", url_encode(&cursor)));
+        next_query = Some(query.trim_start_matches('&').to_string());
+    }
+    ok(pages::list(&pages::ListPage {
+        who: &who,
+        dashboard: &dashboard,
+        params: &params,
+        sources: state
+            .settings
+            .sources
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect(),
+        events: &events,
+        next_query,
+        filter_query: filters,
+    }))
 }
 
 #[derive(Deserialize)]
@@ -415,104 +303,11 @@ pub async fn detail(
     let Ok(id) = path.parse::<i64>() else {
         return error_page(&ApiError::NotFound, Some(&who));
     };
-    let event = match history::load_event(&state.pool, id).await {
-        Ok(Some(event)) => event,
-        Ok(None) => return error_page(&ApiError::NotFound, Some(&who)),
-        Err(error) => return error_page(&error.into(), Some(&who)),
-    };
-    let mut body = String::new();
-    if let Some(outcome) = &query.retried {
-        let _ = write!(body, "<p class=note>Retried: {}</p>", escape(outcome));
+    match state.desk.event(id, &who.name).await {
+        Ok(Some(view)) => ok(pages::event(&who, &view, query.retried.as_deref())),
+        Ok(None) => error_page(&ApiError::NotFound, Some(&who)),
+        Err(error) => error_page(&error.into(), Some(&who)),
     }
-    body.push_str(&summary_table(&event.summary));
-    if who.can_retry() && event.payload.is_some() {
-        let _ = write!(
-            body,
-            "<form method=post action=\"/admin/events/{id}/retry\"><input type=hidden name=csrf value=\"{}\">\
-             <button>Apply this event again</button></form>",
-            who.csrf_token()
-        );
-    }
-    body.push_str("<h2>Payload</h2>");
-    match &event.payload {
-        Some(payload) => {
-            let pretty = serde_json::to_string_pretty(payload).unwrap_or_default();
-            let _ = write!(body, "<pre>{}</pre>", escape(&pretty));
-        }
-        None => body.push_str("<p>Purged by the retention policy; the dedupe key remains.</p>"),
-    }
-    body.push_str(
-        "<h2>Handlers</h2><table><tr><th>Handler</th><th>Status</th><th>Runs</th><th>HTTP</th><th>Last error</th></tr>",
-    );
-    for state in event.handler_states(&state.dispatcher.plan_names(&event.summary)) {
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td class=\"status-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&state.handler),
-            escape(&state.status),
-            escape(&state.status),
-            state.attempts,
-            state.http_status.map(|s| s.to_string()).unwrap_or_default(),
-            opt(&state.last_error)
-        );
-    }
-    body.push_str(
-        "</table><h2>Attempts</h2><table><tr><th>#</th><th>Handler</th><th>Started</th><th>Duration</th><th>Outcome</th><th>HTTP</th><th>Error</th></tr>",
-    );
-    for attempt in &event.attempts {
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1} ms</td><td class=\"status-{}\">{}</td><td>{}</td><td>{}</td></tr>",
-            attempt.attempt,
-            escape(&attempt.handler),
-            time(&Some(attempt.started_at)),
-            attempt.duration_ms,
-            escape(&attempt.outcome),
-            escape(&attempt.outcome),
-            attempt
-                .http_status
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
-            opt(&attempt.error)
-        );
-    }
-    body.push_str("</table>");
-    html(
-        actix_web::http::StatusCode::OK,
-        &format!("Event {id}"),
-        Some(&who),
-        &body,
-    )
-}
-
-fn summary_table(event: &EventSummary) -> String {
-    let rows = [
-        ("Source", escape(&event.source)),
-        ("Event id", escape(&event.event_id)),
-        ("Type", escape(&event.event_type)),
-        ("Kind", opt(&event.kind)),
-        (
-            "Status",
-            format!("<span class=\"status-{0}\">{0}</span>", event.status),
-        ),
-        ("Last error", opt(&event.last_error)),
-        ("Payment", opt(&event.payment_id)),
-        ("Customer", opt(&event.customer_id)),
-        ("Deliveries", event.deliveries.to_string()),
-        ("Attempts", event.attempts.to_string()),
-        ("Signed with secret", format!("#{}", event.signed_with)),
-        ("Received", time(&Some(event.received_at))),
-        ("Last delivery", time(&Some(event.last_delivery_at))),
-        ("Processed", time(&event.processed_at)),
-        ("Next attempt", time(&event.next_attempt_at)),
-        ("Purged", time(&event.purged_at)),
-    ];
-    let mut html = String::from("<table>");
-    for (label, value) in rows {
-        let _ = write!(html, "<tr><th>{label}</th><td>{value}</td></tr>");
-    }
-    html.push_str("</table>");
-    html
 }
 
 pub async fn retry(
@@ -529,16 +324,7 @@ pub async fn retry(
         Ok(body) => body,
         Err(error) => return error_page(&error, Some(&who)),
     };
-    let checked = auth::check_same_origin(&request)
-        .and_then(|()| who.check_csrf(&csrf_field(&body)))
-        .and_then(|()| {
-            if who.can_retry() {
-                Ok(())
-            } else {
-                Err(ApiError::Forbidden("the operator role is needed".into()))
-            }
-        });
-    if let Err(error) = checked {
+    if let Err(error) = check_form(&who, &request, &body).and_then(|()| operator_only(&who)) {
         return error_page(&error, Some(&who));
     }
     let Ok(id) = path.parse::<i64>() else {
@@ -552,4 +338,131 @@ pub async fn retry(
         "/admin/events/{id}?retried={}",
         url_encode(&outcome)
     ))
+}
+
+pub async fn payment(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
+    let who = match signed_in(&state, &request).await {
+        Ok(who) => who,
+        Err(response) => return response,
+    };
+    let (source, payment_id) = path.into_inner();
+    match state.desk.payment(&source, &payment_id, &who.name).await {
+        Ok(Some(view)) => ok(pages::payment(&who, &view)),
+        Ok(None) => error_page(&ApiError::NotFound, Some(&who)),
+        Err(error) => error_page(&error.into(), Some(&who)),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct CursorQuery {
+    cursor: Option<String>,
+}
+
+pub async fn customer(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+    query: web::Query<CursorQuery>,
+) -> HttpResponse {
+    let who = match signed_in(&state, &request).await {
+        Ok(who) => who,
+        Err(response) => return response,
+    };
+    let customer = path.into_inner();
+    match state
+        .desk
+        .customer_payments(&customer, CUSTOMER_PAGE, query.cursor.as_deref())
+        .await
+    {
+        Ok((payments, next)) => ok(pages::customer(&who, &customer, &payments, next.as_deref())),
+        Err(error) => error_page(&error.into(), Some(&who)),
+    }
+}
+
+/// The bulk retry's preview: how many events the list's filter matches.
+pub async fn bulk_form(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
+    let who = match signed_in(&state, &request).await {
+        Ok(who) => who,
+        Err(response) => return response,
+    };
+    let result = async {
+        operator_only(&who)?;
+        let params = ListParams::from_query(request.query_string())?;
+        let preview = state
+            .desk
+            .bulk_retry(params.to_filter(Utc::now())?, true, &who.name)
+            .await?;
+        Ok::<_, ApiError>((params, preview))
+    }
+    .await;
+    match result {
+        Ok((params, preview)) => ok(pages::bulk_confirm(
+            &who,
+            &filter_query(&params),
+            &filter_fields(&params),
+            &preview,
+        )),
+        Err(error) => error_page(&error, Some(&who)),
+    }
+}
+
+pub async fn bulk_post(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    mut payload: web::Payload,
+) -> HttpResponse {
+    let who = match signed_in(&state, &request).await {
+        Ok(who) => who,
+        Err(response) => return response,
+    };
+    let result = async {
+        let body = form_body(&state, &request, &mut payload).await?;
+        check_form(&who, &request, &body)?;
+        operator_only(&who)?;
+        let params = ListParams::from_query(&String::from_utf8_lossy(&body))?;
+        let _permit = state
+            .retry_permits
+            .acquire()
+            .await
+            .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
+        let outcome = state
+            .desk
+            .bulk_retry(params.to_filter(Utc::now())?, false, &who.name)
+            .await?;
+        Ok::<_, ApiError>((params, outcome))
+    }
+    .await;
+    match result {
+        Ok((params, outcome)) => ok(pages::bulk_done(&who, &filter_query(&params), &outcome)),
+        Err(error) => error_page(&error, Some(&who)),
+    }
+}
+
+pub async fn audit(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    query: web::Query<CursorQuery>,
+) -> HttpResponse {
+    let who = match signed_in(&state, &request).await {
+        Ok(who) => who,
+        Err(response) => return response,
+    };
+    let result = async {
+        operator_only(&who)?;
+        Ok::<_, ApiError>(
+            state
+                .desk
+                .audit(AUDIT_PAGE, query.cursor.as_deref())
+                .await?,
+        )
+    }
+    .await;
+    match result {
+        Ok((entries, next)) => ok(pages::audit(&who, &entries, next.as_deref())),
+        Err(error) => error_page(&error, Some(&who)),
+    }
 }

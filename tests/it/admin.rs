@@ -10,7 +10,7 @@ use reqwest::redirect::Policy;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Answer, SlowRetries, Spawn, TestApp, spawn, spawn_app, stripe_event, test_settings,
+    Answer, SlowRetries, Spawn, TestApp, csrf_of, spawn, spawn_app, stripe_event, test_settings,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -521,11 +521,6 @@ async fn page(app: &TestApp, path: &str, cookie: &str) -> (u16, String) {
     )
 }
 
-fn csrf_of(html: &str) -> String {
-    let start = html.find("name=csrf value=\"").expect("csrf field") + "name=csrf value=\"".len();
-    html[start..].split('"').next().expect("value").to_string()
-}
-
 #[tokio::test]
 async fn the_page_asks_people_to_sign_in_first() {
     let app = spawn_app().await;
@@ -538,7 +533,7 @@ async fn the_page_asks_people_to_sign_in_first() {
     assert_eq!(response.headers()["location"], "/admin/login");
     let form = app.get("/admin/login").await;
     assert_eq!(form.status, 200);
-    assert!(String::from_utf8_lossy(&form.body).contains("name=token"));
+    assert!(String::from_utf8_lossy(&form.body).contains("name=\"token\""));
     let wrong = no_redirects()
         .post(format!("{}/admin/login", app.base))
         .form(&[("token", "wrong-token-wrong-token")])

@@ -515,8 +515,9 @@ impl AdminClient<'_> {
 
 /// The form token of a page (`name=csrf value="…"`).
 pub fn csrf_of(html: &str) -> String {
-    let start = html.find("name=csrf value=\"").expect("csrf field") + "name=csrf value=\"".len();
-    html[start..].split('"').next().expect("value").to_string()
+    let field = html.find("name=\"csrf\"").expect("csrf field");
+    let value = html[field..].find("value=\"").expect("csrf value") + field + "value=\"".len();
+    html[value..].split('"').next().expect("value").to_string()
 }
 
 /// A handler that holds every retry (not the first run) for `0`, so a second

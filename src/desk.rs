@@ -1,0 +1,489 @@
+//! The support desk: what the admin API, the page and the terminal show and do —
+//! events, payments, the dashboard, retries one at a time or in bulk, the audit
+//! trail, and proof of an event's origin — in one place, so the three cannot
+//! disagree. Viewing a payload and retrying are recorded in the audit trail
+//! under the name of who did it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Pool;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::config::Settings;
+use crate::dispatch::{Dispatcher, RetryOutcome};
+use crate::query::{self, FilterError};
+use crate::signature::Verifier;
+use crate::store::audit::{self, AuditEntry, Record};
+use crate::store::history::{self, Attempt, EventDetail, EventFilter, EventSummary, HandlerState};
+use crate::store::payments::{self, Payment};
+use crate::store::{StoreError, events::EventStatus};
+
+/// Events one bulk retry may touch; more matching is refused (narrow the filter).
+pub const BULK_RETRY_LIMIT: usize = 1000;
+/// Events a payment view shows at most.
+const PAYMENT_EVENTS: i64 = 500;
+/// The dashboard's windows.
+const DASHBOARD_WINDOW: chrono::Duration = chrono::Duration::hours(24);
+const SECRETS_WINDOW: chrono::Duration = chrono::Duration::days(7);
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeskError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Filter(#[from] FilterError),
+    #[error(
+        "{matched} events match; a bulk retry takes at most {BULK_RETRY_LIMIT}: narrow the filter"
+    )]
+    TooMany { matched: usize },
+}
+
+/// The support desk of one instance.
+#[derive(Clone)]
+pub struct Desk {
+    pool: Pool,
+    dispatcher: Dispatcher,
+    settings: Arc<Settings>,
+}
+
+/// One event as support staff see it.
+#[derive(Debug, Clone)]
+pub struct EventView {
+    pub detail: EventDetail,
+    pub handlers: Vec<HandlerState>,
+    pub origin: Origin,
+}
+
+impl EventView {
+    /// The event's columns, `payload`, `attempts` (the runs), `attempt_count`,
+    /// `handlers` and `origin`.
+    pub fn to_json(&self) -> Value {
+        let mut value = self.detail.to_json(&self.handlers);
+        if let Value::Object(map) = &mut value {
+            map.insert(
+                "origin".into(),
+                serde_json::to_value(&self.origin).unwrap_or(Value::Null),
+            );
+        }
+        value
+    }
+}
+
+/// Whether a stored event's signature still proves where it came from, checked
+/// with the source's current secrets as of the time it was received.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Origin {
+    /// The kept body and headers verify with secret number `secret` (1-based).
+    Verified { secret: i32 },
+    /// They do not verify (a secret was rotated away since, or the record changed).
+    Unverified { reason: String },
+    /// The exact body or its signature headers are not kept (purged, or stored
+    /// before hookd kept them), or the source is no longer configured.
+    Unavailable { reason: String },
+}
+
+/// A payment with the events that made it, oldest first, each with its runs.
+#[derive(Debug, Clone)]
+pub struct PaymentView {
+    pub payment: Payment,
+    pub events: Vec<(EventSummary, Vec<Attempt>)>,
+}
+
+impl PaymentView {
+    pub fn to_json(&self) -> Value {
+        let events: Vec<Value> = self
+            .events
+            .iter()
+            .map(|(event, attempts)| {
+                let mut value = serde_json::to_value(event).unwrap_or(Value::Null);
+                if let Value::Object(map) = &mut value {
+                    map.insert(
+                        "attempts".into(),
+                        serde_json::to_value(attempts).unwrap_or(Value::Null),
+                    );
+                }
+                value
+            })
+            .collect();
+        json!({"payment": self.payment, "events": events})
+    }
+}
+
+/// The top of the page.
+#[derive(Debug, Clone, Serialize)]
+pub struct Dashboard {
+    /// Events received in the last 24 hours, by status, kind and source.
+    pub last_24h: history::Stats,
+    /// All events waiting for a person, and those waiting for a retry.
+    pub dead: i64,
+    pub failed: i64,
+    /// Failed events waiting for a retry (the same as `failed`).
+    pub retry_backlog: i64,
+    /// Per source, which secret positions signed events in the last 7 days.
+    pub secrets: Vec<SourceSecrets>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceSecrets {
+    pub source: String,
+    pub positions: Vec<SecretUse>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SecretUse {
+    /// 1-based, as `signed_with` counts.
+    pub position: i32,
+    pub last_used: Option<DateTime<Utc>>,
+    /// Used in the last 7 days; a position unused that long can be retired.
+    pub used_in_7_days: bool,
+}
+
+/// What a bulk retry did (or, as a preview, would do).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct BulkOutcome {
+    pub matched: usize,
+    pub retried: usize,
+    /// How many ended in each status, or `gone` (payload purged) / `no_handler`.
+    pub outcomes: BTreeMap<String, usize>,
+}
+
+impl Desk {
+    pub fn new(pool: Pool, dispatcher: Dispatcher, settings: Arc<Settings>) -> Self {
+        Desk {
+            pool,
+            dispatcher,
+            settings,
+        }
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// A page of the history and the cursor of the next one.
+    pub async fn list(
+        &self,
+        filter: EventFilter,
+    ) -> Result<(Vec<EventSummary>, Option<String>), StoreError> {
+        query::page(&self.client().await?, filter).await
+    }
+
+    /// One event, its handlers and its origin; viewing it is audited.
+    pub async fn event(&self, id: i64, who: &str) -> Result<Option<EventView>, StoreError> {
+        let client = self.client().await?;
+        let Some(detail) = history::get_event(&client, id).await? else {
+            return Ok(None);
+        };
+        let handlers = detail.handler_states(&self.dispatcher.plan_names(&detail.summary));
+        let origin = self.origin_with(&client, id).await?;
+        audit::record(
+            &client,
+            &Record {
+                who,
+                action: "viewed_event",
+                webhook_event_id: Some(id),
+                source: Some(&detail.summary.source),
+                payment_id: detail.summary.payment_id.as_deref(),
+                detail: None,
+            },
+        )
+        .await?;
+        Ok(Some(EventView {
+            detail,
+            handlers,
+            origin,
+        }))
+    }
+
+    /// Re-checks a stored event's signature against the source's current
+    /// secrets, as of the time it was received.
+    pub async fn verify_origin(&self, id: i64) -> Result<Origin, StoreError> {
+        self.origin_with(&self.client().await?, id).await
+    }
+
+    async fn origin_with(
+        &self,
+        client: &deadpool_postgres::Object,
+        id: i64,
+    ) -> Result<Origin, StoreError> {
+        let Some(delivery) = history::signed_delivery(client, id).await? else {
+            return Ok(Origin::Unavailable {
+                reason: "the exact body and signature headers are not kept (purged, or \
+                         stored before hookd kept them)"
+                    .into(),
+            });
+        };
+        let Some(source) = self.settings.source(&delivery.source) else {
+            return Ok(Origin::Unavailable {
+                reason: format!("source {} is not configured any more", delivery.source),
+            });
+        };
+        let verifier = Verifier {
+            scheme: &source.scheme,
+            secrets: &source.secrets,
+            tolerance: source.tolerance,
+        };
+        Ok(
+            match verifier.verify(
+                &delivery.headers,
+                &delivery.body,
+                delivery.received_at.timestamp(),
+            ) {
+                Ok(verified) => Origin::Verified {
+                    secret: verified.signed_with,
+                },
+                Err(error) => Origin::Unverified {
+                    reason: format!("{error} (with the current secrets, as of its received time)"),
+                },
+            },
+        )
+    }
+
+    /// A payment and its events; viewing it is audited.
+    pub async fn payment(
+        &self,
+        source: &str,
+        payment_id: &str,
+        who: &str,
+    ) -> Result<Option<PaymentView>, StoreError> {
+        let client = self.client().await?;
+        let Some(payment) = payments::get(&client, source, payment_id).await? else {
+            return Ok(None);
+        };
+        let events =
+            history::events_of_payment(&client, source, payment_id, PAYMENT_EVENTS).await?;
+        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+        let mut attempts = history::attempts_of(&client, &ids).await?;
+        let events = events
+            .into_iter()
+            .map(|event| {
+                let runs = attempts.remove(&event.id).unwrap_or_default();
+                (event, runs)
+            })
+            .collect();
+        audit::record(
+            &client,
+            &Record {
+                who,
+                action: "viewed_payment",
+                source: Some(source),
+                payment_id: Some(payment_id),
+                ..Record::default()
+            },
+        )
+        .await?;
+        Ok(Some(PaymentView { payment, events }))
+    }
+
+    /// A customer's payments, newest first, and the cursor of the next page.
+    pub async fn customer_payments(
+        &self,
+        customer: &str,
+        limit: i64,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<Payment>, Option<String>), DeskError> {
+        let after = cursor.map(decode_payment_cursor).transpose()?;
+        let mut found =
+            payments::of_customer(&self.client().await?, customer, limit + 1, after.as_ref())
+                .await?;
+        let next = if found.len() as i64 > limit {
+            found.truncate(usize::try_from(limit).unwrap_or(0));
+            found.last().map(encode_payment_cursor)
+        } else {
+            None
+        };
+        Ok((found, next))
+    }
+
+    pub async fn dashboard(&self, now: DateTime<Utc>) -> Result<Dashboard, StoreError> {
+        let client = self.client().await?;
+        let last_24h = history::stats(&client, now - DASHBOARD_WINDOW).await?;
+        let counts = history::count_by_status(
+            &client,
+            &[EventStatus::Dead.as_str(), EventStatus::Failed.as_str()],
+        )
+        .await?;
+        let count = |s: EventStatus| counts.get(s.as_str()).copied().unwrap_or(0);
+        let mut secrets = Vec::new();
+        for source in &self.settings.sources {
+            let mut positions = Vec::new();
+            for position in 1..=i32::try_from(source.secrets.len()).unwrap_or(i32::MAX) {
+                let last_used = history::secret_last_used(&client, &source.name, position).await?;
+                positions.push(SecretUse {
+                    position,
+                    last_used,
+                    used_in_7_days: last_used.is_some_and(|t| t >= now - SECRETS_WINDOW),
+                });
+            }
+            secrets.push(SourceSecrets {
+                source: source.name.clone(),
+                positions,
+            });
+        }
+        Ok(Dashboard {
+            last_24h,
+            dead: count(EventStatus::Dead),
+            failed: count(EventStatus::Failed),
+            retry_backlog: count(EventStatus::Failed),
+            secrets,
+        })
+    }
+
+    /// Runs an event's handlers again now; audited.
+    pub async fn retry(&self, id: i64, who: &str) -> Result<RetryOutcome, StoreError> {
+        let outcome = self.dispatcher.retry_now(id).await?;
+        log::info!("admin retry of event {id} by {who}: {outcome:?}");
+        self.record_retry(who, id, &outcome).await?;
+        Ok(outcome)
+    }
+
+    async fn record_retry(
+        &self,
+        who: &str,
+        id: i64,
+        outcome: &RetryOutcome,
+    ) -> Result<(), StoreError> {
+        audit::record(
+            &self.client().await?,
+            &Record {
+                who,
+                action: "retried",
+                webhook_event_id: Some(id),
+                detail: Some(json!({"outcome": outcome_name(outcome)})),
+                ..Record::default()
+            },
+        )
+        .await
+    }
+
+    /// Retries every event the filter matches (at most `BULK_RETRY_LIMIT`), or
+    /// with `dry_run` only counts them; audited (the preview too is not).
+    pub async fn bulk_retry(
+        &self,
+        mut filter: EventFilter,
+        dry_run: bool,
+        who: &str,
+    ) -> Result<BulkOutcome, DeskError> {
+        filter.limit = i64::try_from(BULK_RETRY_LIMIT + 1).unwrap_or(i64::MAX);
+        filter.after = None;
+        let matched = history::list_events(&self.client().await?, &filter).await?;
+        if matched.len() > BULK_RETRY_LIMIT {
+            return Err(DeskError::TooMany {
+                matched: matched.len(),
+            });
+        }
+        let mut outcome = BulkOutcome {
+            matched: matched.len(),
+            retried: 0,
+            outcomes: BTreeMap::new(),
+        };
+        if dry_run {
+            return Ok(outcome);
+        }
+        // Oldest first, one at a time: a bulk retry never crowds out deliveries.
+        for event in matched.iter().rev() {
+            let result = self.dispatcher.retry_now(event.id).await?;
+            if matches!(result, RetryOutcome::Applied(_)) {
+                outcome.retried += 1;
+            }
+            *outcome
+                .outcomes
+                .entry(outcome_name(&result).to_string())
+                .or_default() += 1;
+        }
+        log::info!(
+            "admin bulk retry by {who}: {} matched, {} retried, {:?}",
+            outcome.matched,
+            outcome.retried,
+            outcome.outcomes
+        );
+        audit::record(
+            &self.client().await?,
+            &Record {
+                who,
+                action: "bulk_retried",
+                detail: Some(json!({
+                    "filter": filter_json(&filter),
+                    "matched": outcome.matched,
+                    "retried": outcome.retried,
+                    "outcomes": outcome.outcomes,
+                })),
+                ..Record::default()
+            },
+        )
+        .await?;
+        Ok(outcome)
+    }
+
+    /// The audit trail, newest first, and the cursor of the next page.
+    pub async fn audit(
+        &self,
+        limit: i64,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<AuditEntry>, Option<String>), DeskError> {
+        let after = cursor.map(decode_audit_cursor).transpose()?;
+        let mut entries = audit::list(&self.client().await?, limit + 1, after).await?;
+        let next = if entries.len() as i64 > limit {
+            entries.truncate(usize::try_from(limit).unwrap_or(0));
+            entries
+                .last()
+                .map(|e| B64.encode(format!("{}:{}", e.at.timestamp_micros(), e.id)))
+        } else {
+            None
+        };
+        Ok((entries, next))
+    }
+}
+
+/// How a retry ended, as one word.
+pub fn outcome_name(outcome: &RetryOutcome) -> &'static str {
+    match outcome {
+        RetryOutcome::Applied(status) => status.as_str(),
+        RetryOutcome::NotFound => "not_found",
+        RetryOutcome::Gone => "gone",
+        RetryOutcome::NoHandler => "no_handler",
+    }
+}
+
+fn filter_json(filter: &EventFilter) -> Value {
+    json!({
+        "source": filter.source, "kind": filter.kind, "type": filter.event_type,
+        "status": filter.status, "since": filter.since, "until": filter.until, "q": filter.q,
+    })
+}
+
+fn bad_cursor() -> FilterError {
+    FilterError("cursor is not one this API returned".into())
+}
+
+fn encode_payment_cursor(payment: &Payment) -> String {
+    let key = json!([
+        payment.created_at.timestamp_micros(),
+        payment.source,
+        payment.payment_id
+    ]);
+    B64.encode(key.to_string())
+}
+
+fn decode_payment_cursor(text: &str) -> Result<(DateTime<Utc>, String, String), FilterError> {
+    let raw = B64.decode(text).map_err(|_| bad_cursor())?;
+    let (micros, source, id): (i64, String, String) =
+        serde_json::from_slice(&raw).map_err(|_| bad_cursor())?;
+    let at = query::cursor_time(micros).ok_or_else(bad_cursor)?;
+    Ok((at, source, id))
+}
+
+fn decode_audit_cursor(text: &str) -> Result<(DateTime<Utc>, i64), FilterError> {
+    let raw =
+        String::from_utf8(B64.decode(text).map_err(|_| bad_cursor())?).map_err(|_| bad_cursor())?;
+    let (micros, id) = raw.split_once(':').ok_or_else(bad_cursor)?;
+    let micros: i64 = micros.parse().map_err(|_| bad_cursor())?;
+    let id: i64 = id.parse().map_err(|_| bad_cursor())?;
+    Ok((query::cursor_time(micros).ok_or_else(bad_cursor)?, id))
+}
