@@ -1,14 +1,33 @@
-//! `hookd events list|show|retry`: the history from a terminal, as a table or as
-//! the same JSON the admin API returns.
+//! `hookd events list|show|retry|verify` and `hookd payments show`: the support
+//! desk from a terminal, as tables or as the same JSON the admin API returns.
+//! What is viewed or retried here is audited as `cli:USER`.
 
 use chrono::Utc;
 use serde_json::json;
 
 use super::CliError;
 use crate::app::App;
+use crate::desk::{DeskError, EventView, Origin, PaymentView};
 use crate::dispatch::RetryOutcome;
-use crate::query::{ListParams, page};
-use crate::store::history::{self, EventDetail, EventSummary, HandlerState};
+use crate::query::ListParams;
+use crate::store::history::{self, EventSummary};
+
+impl From<DeskError> for CliError {
+    fn from(error: DeskError) -> Self {
+        match error {
+            DeskError::Store(error) => CliError::Store(error),
+            other => CliError::Other(other.to_string()),
+        }
+    }
+}
+
+/// Who acts from a terminal, for the audit trail.
+fn who() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| format!("uid{}", nix::unistd::Uid::current()));
+    format!("cli:{user}")
+}
 
 impl From<crate::query::FilterError> for CliError {
     fn from(error: crate::query::FilterError) -> Self {
@@ -18,12 +37,7 @@ impl From<crate::query::FilterError> for CliError {
 
 pub async fn list(app: &App, params: &ListParams, as_json: bool) -> Result<(), CliError> {
     let filter = params.to_filter(Utc::now())?;
-    let client = app
-        .pool
-        .get()
-        .await
-        .map_err(crate::store::StoreError::from)?;
-    let (events, next_cursor) = page(&client, filter).await?;
+    let (events, next_cursor) = app.desk.list(filter).await?;
     if as_json {
         println!("{}", json!({"events": events, "next_cursor": next_cursor}));
         return Ok(());
@@ -79,19 +93,31 @@ fn print_table(events: &[EventSummary]) {
 }
 
 pub async fn show(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
-    let event = history::load_event(&app.pool, id)
+    let view = app
+        .desk
+        .event(id, &who())
         .await?
         .ok_or_else(|| CliError::Other(format!("no event with id {id}")))?;
-    let handlers = event.handler_states(&app.dispatcher.plan_names(&event.summary));
     if as_json {
-        println!("{}", event.to_json(&handlers));
+        println!("{}", view.to_json());
     } else {
-        print_detail(&event, &handlers);
+        print_detail(&view);
     }
     Ok(())
 }
 
-fn print_detail(event: &EventDetail, handlers: &[HandlerState]) {
+fn origin_line(origin: &Origin) -> String {
+    match origin {
+        Origin::Verified { secret } => {
+            format!("verified with secret {secret} (the current secrets, as of its received time)")
+        }
+        Origin::Unverified { reason } => format!("not verified: {reason}"),
+        Origin::Unavailable { reason } => format!("cannot be checked: {reason}"),
+    }
+}
+
+fn print_detail(view: &EventView) {
+    let (event, handlers) = (&view.detail, &view.handlers);
     let e = &event.summary;
     let time = |t: Option<chrono::DateTime<Utc>>| t.map(|t| t.to_rfc3339()).unwrap_or_default();
     let fields = [
@@ -107,6 +133,7 @@ fn print_detail(event: &EventDetail, handlers: &[HandlerState]) {
         ("deliveries", e.deliveries.to_string()),
         ("attempts", e.attempts.to_string()),
         ("signed_with", e.signed_with.to_string()),
+        ("signature", origin_line(&view.origin)),
         ("received_at", time(Some(e.received_at))),
         ("last_delivery_at", time(Some(e.last_delivery_at))),
         ("processed_at", time(e.processed_at)),
@@ -159,7 +186,7 @@ fn print_detail(event: &EventDetail, handlers: &[HandlerState]) {
 }
 
 pub async fn retry(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
-    let outcome = app.dispatcher.retry_now(id).await?;
+    let outcome = app.desk.retry(id, &who()).await?;
     let problem = match outcome {
         RetryOutcome::Applied(_) => None,
         RetryOutcome::NotFound => Some(format!("no event with id {id}")),
@@ -193,4 +220,129 @@ pub async fn retry(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
         );
     }
     Ok(())
+}
+
+/// Retries every event the filters match (or with `dry_run`, counts them).
+pub async fn bulk_retry(
+    app: &App,
+    params: &ListParams,
+    dry_run: bool,
+    as_json: bool,
+) -> Result<(), CliError> {
+    let filter = params.to_filter(Utc::now())?;
+    let outcome = app.desk.bulk_retry(filter, dry_run, &who()).await?;
+    if as_json {
+        println!("{}", serde_json::to_value(&outcome).unwrap_or_default());
+    } else if dry_run {
+        println!("{} events match; none retried (dry run)", outcome.matched);
+    } else {
+        let outcomes: Vec<String> = outcome
+            .outcomes
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        println!(
+            "{} events matched, {} retried: {}",
+            outcome.matched,
+            outcome.retried,
+            if outcomes.is_empty() {
+                "nothing to do".to_string()
+            } else {
+                outcomes.join(", ")
+            }
+        );
+    }
+    Ok(())
+}
+
+/// Checks a stored event's signature again; fails unless it verifies.
+pub async fn verify(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
+    if history::load_event(&app.pool, id).await?.is_none() {
+        return Err(CliError::Other(format!("no event with id {id}")));
+    }
+    let origin = app.desk.verify_origin(id).await?;
+    if as_json {
+        println!("{}", serde_json::to_value(&origin).unwrap_or_default());
+    } else {
+        println!("event {id}: {}", origin_line(&origin));
+    }
+    match origin {
+        Origin::Verified { .. } => Ok(()),
+        _ => Err(CliError::Other(format!(
+            "event {id}: its origin is not proven"
+        ))),
+    }
+}
+
+pub async fn payment(
+    app: &App,
+    source: &str,
+    payment_id: &str,
+    as_json: bool,
+) -> Result<(), CliError> {
+    let view = app
+        .desk
+        .payment(source, payment_id, &who())
+        .await?
+        .ok_or_else(|| CliError::Other(format!("no payment {payment_id} from {source}")))?;
+    if as_json {
+        println!("{}", view.to_json());
+    } else {
+        print_payment(&view);
+    }
+    Ok(())
+}
+
+fn print_payment(view: &PaymentView) {
+    let p = &view.payment;
+    let fields = [
+        ("source", p.source.clone()),
+        ("payment_id", p.payment_id.clone()),
+        ("status", p.status.clone()),
+        (
+            "amount",
+            format!("{} {}", p.amount, p.currency.as_deref().unwrap_or_default()),
+        ),
+        ("amount_refunded", p.amount_refunded.to_string()),
+        (
+            "facts",
+            format!(
+                "succeeded {}, failed {}, disputed {}",
+                p.succeeded, p.failed, p.disputed
+            ),
+        ),
+        ("customer_id", p.customer_id.clone().unwrap_or_default()),
+        ("created_at", p.created_at.to_rfc3339()),
+        ("updated_at", p.updated_at.to_rfc3339()),
+    ];
+    for (name, value) in fields {
+        println!("{name:16} {value}");
+    }
+    println!("\nevents, oldest first:");
+    for (event, runs) in &view.events {
+        println!(
+            "  #{} {} {} {} {} ({} deliveries)",
+            event.id,
+            event.received_at.to_rfc3339(),
+            event.event_type,
+            event.event_id,
+            event.status,
+            event.deliveries
+        );
+        for a in runs {
+            println!(
+                "      run {} {} {}{}",
+                a.attempt,
+                a.handler,
+                a.outcome,
+                a.error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    if view.events.is_empty() {
+        println!("  (none kept)");
+    }
 }

@@ -53,10 +53,15 @@ pub enum Command {
         #[arg(long)]
         new_ids: bool,
     },
-    /// The event history: list, show or retry events.
+    /// The event history: list, show, retry or verify events.
     Events {
         #[command(subcommand)]
         action: EventsAction,
+    },
+    /// Payments as the handlers left them, with their events.
+    Payments {
+        #[command(subcommand)]
+        action: PaymentsAction,
     },
     /// Run one retention pass now (or, with --dry-run, print what it would remove).
     Purge {
@@ -91,8 +96,11 @@ pub enum EventsAction {
         #[arg(long)]
         json: bool,
     },
-    /// Apply one event again now.
-    Retry {
+    /// Apply one event again now, or every event the filters match (at most 1,000).
+    Retry(Box<RetryArgs>),
+    /// Check a stored event's signature again, with the current secrets, as of
+    /// its received time.
+    Verify {
         /// webhook_events.id
         id: i64,
         #[arg(long)]
@@ -100,8 +108,33 @@ pub enum EventsAction {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum PaymentsAction {
+    /// A payment with the events that made it.
+    Show {
+        source: String,
+        payment_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 #[derive(Debug, clap::Args)]
-pub struct ListArgs {
+pub struct RetryArgs {
+    /// webhook_events.id (or give filters instead, for a bulk retry).
+    id: Option<i64>,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// With filters: only count what would be retried.
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+/// The history's filters.
+#[derive(Debug, Default, clap::Args)]
+pub struct FilterArgs {
     #[arg(long)]
     source: Option<String>,
     #[arg(long)]
@@ -121,6 +154,40 @@ pub struct ListArgs {
     /// An event id, payment id or customer id.
     #[arg(short, long)]
     q: Option<String>,
+}
+
+impl FilterArgs {
+    fn is_empty(&self) -> bool {
+        self.params().to_filter(chrono::Utc::now()).is_ok_and(|f| {
+            f.source.is_none()
+                && f.kind.is_none()
+                && f.event_type.is_none()
+                && f.status.is_none()
+                && f.since.is_none()
+                && f.until.is_none()
+                && f.q.is_none()
+        })
+    }
+
+    fn params(&self) -> crate::query::ListParams {
+        crate::query::ListParams {
+            source: self.source.clone(),
+            kind: self.kind.clone(),
+            event_type: self.event_type.clone(),
+            status: self.status.clone(),
+            since: self.since.clone(),
+            until: self.until.clone(),
+            q: self.q.clone(),
+            limit: None,
+            cursor: None,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    filter: FilterArgs,
     /// At most this many (1 to 500; default 50).
     #[arg(long)]
     limit: Option<String>,
@@ -134,17 +201,9 @@ pub struct ListArgs {
 
 impl ListArgs {
     fn into_params(self) -> (crate::query::ListParams, bool) {
-        let params = crate::query::ListParams {
-            source: self.source,
-            kind: self.kind,
-            event_type: self.event_type,
-            status: self.status,
-            since: self.since,
-            until: self.until,
-            q: self.q,
-            limit: self.limit,
-            cursor: self.cursor,
-        };
+        let mut params = self.filter.params();
+        params.limit = self.limit;
+        params.cursor = self.cursor;
         (params, self.json)
     }
 }
@@ -192,7 +251,41 @@ pub fn run(cli: Cli, hookd: crate::Hookd) -> ExitCode {
                             events::list(&app, &params, json).await
                         }
                         EventsAction::Show { id, json } => events::show(&app, id, json).await,
-                        EventsAction::Retry { id, json } => events::retry(&app, id, json).await,
+                        EventsAction::Retry(args) => {
+                            let RetryArgs {
+                                id,
+                                filter,
+                                dry_run,
+                                json,
+                            } = *args;
+                            match (id, filter.is_empty()) {
+                                (Some(id), true) => events::retry(&app, id, json).await,
+                                (None, false) => {
+                                    events::bulk_retry(&app, &filter.params(), dry_run, json)
+                                        .await
+                                }
+                                (Some(_), false) => Err(CliError::Other(
+                                    "give an event id or filters, not both".into(),
+                                )),
+                                (None, true) => Err(CliError::Other(
+                                    "give an event id, or filters such as --status dead --since 24h"
+                                        .into(),
+                                )),
+                            }
+                        }
+                        EventsAction::Verify { id, json } => events::verify(&app, id, json).await,
+                    }
+                })
+                .await
+            }
+            Command::Payments { action } => {
+                with_app(settings, hookd, |app| async move {
+                    match action {
+                        PaymentsAction::Show {
+                            source,
+                            payment_id,
+                            json,
+                        } => events::payment(&app, &source, &payment_id, json).await,
                     }
                 })
                 .await

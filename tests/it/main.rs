@@ -4,6 +4,7 @@ mod admin;
 mod admin_security;
 mod batching;
 mod custom_handler;
+mod desk;
 mod dispatch;
 mod embedded;
 mod forwards;

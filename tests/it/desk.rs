@@ -1,0 +1,501 @@
+//! The support desk: a payment with its events, a customer's payments, the
+//! dashboard, bulk retries, the audit trail and proof of origin — the same from
+//! the API, the page and the terminal.
+
+use serde_json::{Value, json};
+
+use crate::support::{
+    Credential, Spawn, TestApp, run_hookd, spawn, spawn_app, stripe_event, test_settings,
+};
+
+const VIEWER: &str = "dev-viewer-token-0123456789";
+const OPERATOR: &str = "dev-operator-token-0123456789";
+
+fn payment_event(id: &str, ty: &str, payment: &str, object: Value) -> Value {
+    let mut object = object;
+    object["payment_intent"] = json!(payment);
+    stripe_event(id, ty, object)
+}
+
+/// pi_desk: succeeded 2000 usd for cus_desk, then refunded 500.
+async fn a_refunded_payment(app: &TestApp) {
+    for event in [
+        stripe_event(
+            "evt_desk_1",
+            "payment_intent.succeeded",
+            json!({"id": "pi_desk", "object": "payment_intent", "amount": 2000,
+                   "currency": "usd", "customer": "cus_desk"}),
+        ),
+        payment_event(
+            "evt_desk_2",
+            "charge.refunded",
+            "pi_desk",
+            json!({"id": "ch_desk", "object": "charge", "amount": 2000, "amount_refunded": 500,
+                   "currency": "usd", "customer": "cus_desk"}),
+        ),
+    ] {
+        assert_eq!(app.deliver("stripe", &event).await.status, 200);
+    }
+}
+
+fn operator(app: &TestApp) -> crate::support::AdminClient<'_> {
+    app.admin(Credential::Bearer(OPERATOR.into()))
+}
+
+fn viewer(app: &TestApp) -> crate::support::AdminClient<'_> {
+    app.admin(Credential::Bearer(VIEWER.into()))
+}
+
+#[tokio::test]
+async fn a_payment_comes_with_its_events_oldest_first_and_their_runs() {
+    let app = spawn_app().await;
+    a_refunded_payment(&app).await;
+    let answer = viewer(&app).get("/admin/api/payments/stripe/pi_desk").await;
+    assert_eq!(answer.status, 200);
+    let view = answer.json();
+    let payment = &view["payment"];
+    assert_eq!(payment["payment_id"], "pi_desk");
+    assert_eq!(payment["status"], "partially_refunded");
+    assert_eq!(
+        (
+            payment["amount"].clone(),
+            payment["amount_refunded"].clone()
+        ),
+        (json!(2000), json!(500))
+    );
+    assert_eq!(payment["customer_id"], "cus_desk");
+    for column in [
+        "succeeded",
+        "failed",
+        "disputed",
+        "currency",
+        "created_at",
+        "updated_at",
+        "source",
+    ] {
+        assert!(payment.get(column).is_some(), "{column}");
+    }
+    let events = view["events"].as_array().expect("events");
+    let ids: Vec<&str> = events
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(ids, ["evt_desk_1", "evt_desk_2"], "oldest first");
+    assert_eq!(events[1]["attempts"][0]["handler"], "payment_refunded");
+    assert_eq!(events[1]["attempts"][0]["outcome"], "processed");
+    assert_eq!(
+        viewer(&app)
+            .get("/admin/api/payments/stripe/pi_none")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        app.admin(Credential::None)
+            .get("/admin/api/payments/stripe/pi_desk")
+            .await
+            .status,
+        401
+    );
+
+    // The same from a terminal.
+    let shown = run_hookd(
+        &["payments", "show", "stripe", "pi_desk", "--json"],
+        Some(app.database_url()),
+    )
+    .await;
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    let from_cli: Value = serde_json::from_slice(&shown.stdout).expect("json");
+    assert_eq!(from_cli["payment"], view["payment"]);
+    assert_eq!(from_cli["events"].as_array().map(Vec::len), Some(2));
+}
+
+#[tokio::test]
+async fn a_customers_payments_page_newest_first_without_gaps() {
+    let app = spawn_app().await;
+    for i in 0..5 {
+        let event = stripe_event(
+            &format!("evt_cust_{i}"),
+            "payment_intent.succeeded",
+            json!({"id": format!("pi_cust_{i}"), "object": "payment_intent", "amount": 100 + i,
+                   "currency": "eur", "customer": "cus_many"}),
+        );
+        assert_eq!(app.deliver("stripe", &event).await.status, 200);
+        app.execute(
+            "UPDATE payments SET created_at = now() - make_interval(mins => $1)
+             WHERE payment_id = $2",
+            &[&(10 - i), &format!("pi_cust_{i}")],
+        )
+        .await;
+    }
+    let mut seen = Vec::new();
+    let mut path = "/admin/api/payments?customer=cus_many&limit=2".to_string();
+    loop {
+        let page = viewer(&app).get(&path).await.json();
+        for p in page["payments"].as_array().expect("payments") {
+            seen.push(p["payment_id"].as_str().expect("id").to_string());
+        }
+        match page["next_cursor"].as_str() {
+            Some(cursor) => {
+                path = format!("/admin/api/payments?customer=cus_many&limit=2&cursor={cursor}")
+            }
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            "pi_cust_4",
+            "pi_cust_3",
+            "pi_cust_2",
+            "pi_cust_1",
+            "pi_cust_0"
+        ]
+    );
+    assert_eq!(viewer(&app).get("/admin/api/payments").await.status, 400);
+    assert_eq!(
+        viewer(&app)
+            .get("/admin/api/payments?customer=x&cursor=nope")
+            .await
+            .status,
+        400
+    );
+}
+
+async fn dead_events(app: &TestApp, n: usize) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let id = format!("evt_dead_{i}");
+        let event = stripe_event(&id, "payment_intent.succeeded", json!({"amount": "bad"}));
+        assert_eq!(app.deliver("stripe", &event).await.status, 200);
+        ids.push(
+            app.count("SELECT id FROM webhook_events WHERE event_id = $1", &[&id])
+                .await,
+        );
+    }
+    ids
+}
+
+#[tokio::test]
+async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
+    let app = spawn_app().await;
+    dead_events(&app, 3).await;
+    a_refunded_payment(&app).await;
+    let body = |v: Value| serde_json::to_vec(&v).expect("json");
+    let preview = operator(&app)
+        .send(
+            "POST",
+            "/admin/api/events/retry",
+            &[],
+            body(json!({"status": "dead", "since": "24h", "dry_run": true})),
+        )
+        .await;
+    assert_eq!(preview.status, 200);
+    assert_eq!(
+        preview.json(),
+        json!({"matched": 3, "retried": 0, "outcomes": {}})
+    );
+    assert_eq!(
+        app.count(
+            "SELECT sum(attempts)::bigint FROM webhook_events WHERE status = 'dead'",
+            &[]
+        )
+        .await,
+        3,
+        "a preview runs nothing"
+    );
+    let key = [("Idempotency-Key", "bulk-1")];
+    let run = operator(&app)
+        .send(
+            "POST",
+            "/admin/api/events/retry",
+            &key,
+            body(json!({"status": "dead", "since": "24h"})),
+        )
+        .await;
+    assert_eq!(
+        run.json(),
+        json!({"matched": 3, "retried": 3, "outcomes": {"dead": 3}})
+    );
+    let again = operator(&app)
+        .send(
+            "POST",
+            "/admin/api/events/retry",
+            &key,
+            body(json!({"status": "dead", "since": "24h"})),
+        )
+        .await;
+    assert_eq!(
+        (again.body.clone(), again.header("Idempotent-Replayed")),
+        (run.body.clone(), Some("true"))
+    );
+    assert_eq!(
+        app.count(
+            "SELECT sum(attempts)::bigint FROM webhook_events WHERE status = 'dead'",
+            &[]
+        )
+        .await,
+        6,
+        "the repeat ran nothing"
+    );
+    let reused = operator(&app)
+        .send(
+            "POST",
+            "/admin/api/events/retry",
+            &key,
+            body(json!({"status": "failed"})),
+        )
+        .await;
+    assert_eq!(reused.status, 422);
+    assert_eq!(
+        viewer(&app)
+            .post("/admin/api/events/retry", &[])
+            .await
+            .status,
+        403
+    );
+    let unknown = operator(&app)
+        .send(
+            "POST",
+            "/admin/api/events/retry",
+            &[],
+            body(json!({"stauts": "dead"})),
+        )
+        .await;
+    assert_eq!(
+        unknown.status, 400,
+        "a misspelt filter is refused, not ignored"
+    );
+
+    // More than a thousand match: refused, nothing runs.
+    app.execute(
+        "INSERT INTO webhook_events (source, event_id, event_type, kind, status, payload,
+                                     payload_sha256, signed_with)
+         SELECT 'stripe', 'evt_many_' || g, 'x', 'payment_succeeded', 'dead', '{}', '\\x00', 1
+         FROM generate_series(1, 1001) g",
+        &[],
+    )
+    .await;
+    let many = operator(&app)
+        .send(
+            "POST",
+            "/admin/api/events/retry",
+            &[],
+            body(json!({"status": "dead"})),
+        )
+        .await;
+    assert_eq!(
+        (many.status, many.json()["error"].clone()),
+        (422, json!("too_many_events"))
+    );
+
+    // From a terminal.
+    let cli = run_hookd(
+        &[
+            "events",
+            "retry",
+            "--status",
+            "dead",
+            "--q",
+            "evt_dead_0",
+            "--json",
+        ],
+        Some(app.database_url()),
+    )
+    .await;
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let out: Value = serde_json::from_slice(&cli.stdout).expect("json");
+    assert_eq!(
+        (out["matched"].clone(), out["retried"].clone()),
+        (json!(1), json!(1))
+    );
+}
+
+#[tokio::test]
+async fn who_viewed_and_retried_what_is_audited_for_operators() {
+    let app = spawn_app().await;
+    let ids = dead_events(&app, 1).await;
+    a_refunded_payment(&app).await;
+    viewer(&app)
+        .get(&format!("/admin/api/events/{}", ids[0]))
+        .await;
+    viewer(&app).get("/admin/api/payments/stripe/pi_desk").await;
+    operator(&app)
+        .post(&format!("/admin/api/events/{}/retry", ids[0]), &[])
+        .await;
+    assert_eq!(viewer(&app).get("/admin/api/audit").await.status, 403);
+    let entries = operator(&app).get("/admin/api/audit").await.json()["entries"].clone();
+    let seen: Vec<(String, String)> = entries
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| {
+            (
+                e["who"].as_str().unwrap_or("").into(),
+                e["action"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("operator".to_string(), "retried".to_string()),
+            ("viewer".to_string(), "viewed_payment".to_string()),
+            ("viewer".to_string(), "viewed_event".to_string()),
+        ],
+        "newest first"
+    );
+    assert_eq!(entries[2]["webhook_event_id"], json!(ids[0]));
+    assert_eq!(entries[1]["payment_id"], "pi_desk");
+    assert_eq!(entries[0]["detail"]["outcome"], "dead");
+}
+
+#[tokio::test]
+async fn a_stored_event_proves_its_origin_until_its_secret_is_retired() {
+    let app = spawn_app().await;
+    a_refunded_payment(&app).await;
+    let id = app
+        .count(
+            "SELECT id FROM webhook_events WHERE event_id = 'evt_desk_1'",
+            &[],
+        )
+        .await;
+    let detail = viewer(&app)
+        .get(&format!("/admin/api/events/{id}"))
+        .await
+        .json();
+    assert_eq!(detail["origin"], json!({"status": "verified", "secret": 1}));
+    let page = app
+        .admin(Credential::Bearer(VIEWER.into()))
+        .get(&format!("/admin/events/{id}"))
+        .await;
+    assert!(String::from_utf8_lossy(&page.body).contains("verified"));
+    let cli = run_hookd(
+        &["events", "verify", &id.to_string()],
+        Some(app.database_url()),
+    )
+    .await;
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stdout)
+    );
+
+    // Another instance whose Stripe secret was rotated away: no longer provable.
+    let mut settings = test_settings();
+    settings.sources[0].secrets = vec![hookd::signature::Secret::new("whsec_rotated_new_secret")];
+    let rotated = spawn(Spawn {
+        settings,
+        db: app.db.clone(),
+        ..Spawn::default()
+    })
+    .await;
+    let detail = viewer(&rotated)
+        .get(&format!("/admin/api/events/{id}"))
+        .await
+        .json();
+    assert_eq!(detail["origin"]["status"], "unverified");
+    // A changed record does not verify either.
+    app.execute(
+        "UPDATE webhook_events SET body = body || ' '::bytea WHERE id = $1",
+        &[&id],
+    )
+    .await;
+    assert_eq!(
+        viewer(&app)
+            .get(&format!("/admin/api/events/{id}"))
+            .await
+            .json()["origin"]["status"],
+        "unverified"
+    );
+    let cli = run_hookd(
+        &["events", "verify", &id.to_string()],
+        Some(app.database_url()),
+    )
+    .await;
+    assert!(!cli.status.success());
+    app.execute(
+        "UPDATE webhook_events SET body = NULL WHERE id = $1",
+        &[&id],
+    )
+    .await;
+    assert_eq!(
+        viewer(&app)
+            .get(&format!("/admin/api/events/{id}"))
+            .await
+            .json()["origin"]["status"],
+        "unavailable"
+    );
+}
+
+#[tokio::test]
+async fn the_dashboard_counts_the_day_and_says_which_secrets_are_in_use() {
+    let app = spawn_app().await;
+    dead_events(&app, 2).await;
+    a_refunded_payment(&app).await;
+    // One event signed with the second Stripe secret.
+    let stripe = app.settings().source("stripe").expect("stripe").clone();
+    let body = serde_json::to_vec(&stripe_event(
+        "evt_second",
+        "customer.created",
+        json!({"id": "cus_2"}),
+    ))
+    .expect("json");
+    let envelope = hookd::signature::Envelope {
+        event_id: "evt_second",
+        event_type: "customer.created",
+        timestamp: chrono::Utc::now().timestamp(),
+    };
+    let headers =
+        hookd::signature::sign(&stripe.scheme, &stripe.secrets[1], &body, &envelope).expect("sign");
+    assert_eq!(app.post("stripe", &headers, body).await.status, 200);
+    // An old event, outside the day.
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - interval '3 days' WHERE event_id = 'evt_desk_1'",
+        &[],
+    )
+    .await;
+    let board = app
+        .app
+        .desk
+        .dashboard(chrono::Utc::now())
+        .await
+        .expect("dashboard");
+    assert_eq!(board.last_24h.total, 4);
+    assert_eq!((board.dead, board.failed, board.retry_backlog), (2, 0, 0));
+    let stripe_secrets = board
+        .secrets
+        .iter()
+        .find(|s| s.source == "stripe")
+        .expect("stripe");
+    let used: Vec<(i32, bool)> = stripe_secrets
+        .positions
+        .iter()
+        .map(|p| (p.position, p.used_in_7_days))
+        .collect();
+    assert_eq!(used, [(1, true), (2, true)]);
+    let github = board
+        .secrets
+        .iter()
+        .find(|s| s.source == "github")
+        .expect("github");
+    assert!(!github.positions[0].used_in_7_days && github.positions[0].last_used.is_none());
+
+    let page = String::from_utf8_lossy(&viewer(&app).get("/admin").await.body).into_owned();
+    assert!(
+        page.contains("href=\"/admin?status=dead\"") && page.contains("2 dead"),
+        "{page}"
+    );
+    assert!(
+        page.contains("can be retired"),
+        "github's unused secret is pointed out"
+    );
+}
