@@ -3,6 +3,7 @@
 mod admin;
 mod admin_security;
 mod batching;
+mod browser;
 mod custom_handler;
 mod desk;
 mod dispatch;

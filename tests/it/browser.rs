@@ -1,0 +1,334 @@
+//! The admin page in a real browser: headless Chromium, driven through
+//! chromedriver's WebDriver protocol (a few calls, made with reqwest). Sign in,
+//! search a payment id, open the payment, open its dead event, retry it, see it
+//! processed, sign out — with no console error, and every page fitting a
+//! 1280-pixel-wide window. Needs Debian's `chromium` and `chromium-driver` (CI
+//! installs them).
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use hookd::handlers::{Event, Handler, HandlerError, Registry};
+use serde_json::{Value, json};
+
+use crate::support::{Spawn, TestApp, spawn, stripe_event, test_settings};
+
+const OPERATOR: &str = "dev-operator-token-0123456789";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A chromedriver process and one browser session in it; both end when dropped.
+struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+    http: reqwest::Client,
+    profile: std::path::PathBuf,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        let driver_path = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect(
+                "the browser test needs Chromium and its driver: \
+                 apt-get install chromium chromium-driver (CI installs them)",
+            );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let driver = Command::new(driver_path)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver");
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !matches!(http.get(format!("{base}/status")).send().await, Ok(r) if r.status() == 200)
+        {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let profile = std::env::temp_dir().join(format!("hookd-chromium-{}", std::process::id()));
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--disable-quic", "--no-first-run", "--disable-background-networking",
+                         "--disable-component-update", "--disable-sync", "--window-size=1280,900",
+                         format!("--user-data-dir={}", profile.display())]
+            },
+            "goog:loggingPrefs": {"browser": "ALL"}
+        }}});
+        let created: Value = http
+            .post(format!("{base}/session"))
+            .json(&capabilities)
+            .send()
+            .await
+            .expect("new session")
+            .json()
+            .await
+            .expect("session json");
+        let session = created["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {created}"))
+            .to_string();
+        Browser {
+            driver,
+            base,
+            session,
+            http,
+            profile,
+        }
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Value) -> Value {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let request = match method {
+            "GET" => self.http.get(url),
+            _ => self.http.post(url).json(&body),
+        };
+        let answer: Value = request
+            .send()
+            .await
+            .expect("webdriver")
+            .json()
+            .await
+            .expect("webdriver json");
+        if answer["value"].get("error").is_some() {
+            panic!("{method} {path}: {answer}");
+        }
+        answer["value"].clone()
+    }
+
+    async fn go(&self, url: &str) {
+        self.call("POST", "/url", json!({"url": url})).await;
+    }
+
+    async fn find(&self, css: &str) -> String {
+        let found = self
+            .call(
+                "POST",
+                "/element",
+                json!({"using": "css selector", "value": css}),
+            )
+            .await;
+        found[ELEMENT]
+            .as_str()
+            .unwrap_or_else(|| panic!("no element {css}: {found}"))
+            .to_string()
+    }
+
+    async fn click(&self, css: &str) {
+        let element = self.find(css).await;
+        self.call("POST", &format!("/element/{element}/click"), json!({}))
+            .await;
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let element = self.find(css).await;
+        self.call(
+            "POST",
+            &format!("/element/{element}/value"),
+            json!({"text": text}),
+        )
+        .await;
+    }
+
+    async fn url(&self) -> String {
+        self.call("GET", "/url", Value::Null)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    async fn text(&self) -> String {
+        self.call(
+            "POST",
+            "/execute/sync",
+            json!({"script": "return document.body.innerText", "args": []}),
+        )
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+    }
+
+    /// The page's width against the window's: no horizontal scrolling.
+    async fn assert_fits(&self) {
+        let widths = self
+            .call(
+                "POST",
+                "/execute/sync",
+                json!({"script": "return [document.documentElement.scrollWidth, window.innerWidth]",
+                       "args": []}),
+            )
+            .await;
+        let (page, window) = (
+            widths[0].as_i64().unwrap_or(0),
+            widths[1].as_i64().unwrap_or(0),
+        );
+        assert!(
+            window <= 1280 && page <= window,
+            "{}: {page} px wide in {window}",
+            self.url().await
+        );
+    }
+
+    /// Console errors (and failed loads) since the last call.
+    async fn errors(&self) -> Vec<String> {
+        let entries = self
+            .call("POST", "/se/log", json!({"type": "browser"}))
+            .await;
+        entries
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["level"] == "SEVERE")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+}
+
+/// Fails for good until switched on: makes an event dead, then lets a retry apply it.
+struct Switch(Arc<AtomicBool>);
+
+#[async_trait::async_trait]
+impl Handler for Switch {
+    async fn apply(
+        &self,
+        _tx: &deadpool_postgres::Transaction<'_>,
+        _event: &Event<'_>,
+    ) -> Result<(), HandlerError> {
+        if self.0.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(HandlerError::Permanent("the switch is off".into()))
+        }
+    }
+}
+
+async fn desk_with_a_dead_event(switch: Arc<AtomicBool>) -> TestApp {
+    let mut settings = test_settings();
+    settings.sources[0]
+        .event_types
+        .insert("charge.dispute.updated".into(), "test_switch".into());
+    let mut registry = Registry::builtin();
+    registry.register("test_switch", Arc::new(Switch(switch)));
+    let app = spawn(Spawn {
+        settings,
+        registry,
+        ..Spawn::default()
+    })
+    .await;
+    let paid = stripe_event(
+        "evt_browser_paid",
+        "payment_intent.succeeded",
+        json!({"id": "pi_browser", "object": "payment_intent", "amount": 4200, "currency": "usd",
+               "customer": "cus_browser"}),
+    );
+    let disputed = stripe_event(
+        "evt_browser_dispute",
+        "charge.dispute.updated",
+        json!({"id": "dp_browser", "object": "dispute", "payment_intent": "pi_browser",
+               "amount": 4200}),
+    );
+    for event in [paid, disputed] {
+        assert_eq!(app.deliver("stripe", &event).await.status, 200);
+    }
+    app
+}
+
+#[tokio::test]
+async fn support_staff_find_a_payment_and_retry_its_dead_event_in_a_real_browser() {
+    let switch = Arc::new(AtomicBool::new(false));
+    let app = desk_with_a_dead_event(switch.clone()).await;
+    let browser = Browser::start().await;
+    let mut errors = Vec::new();
+
+    browser.go(&format!("{}/admin", app.base)).await;
+    assert!(
+        browser.url().await.ends_with("/admin/login"),
+        "sent to sign in"
+    );
+    browser.assert_fits().await;
+    browser.type_into("input[name=token]", OPERATOR).await;
+    browser.click("form[action='/admin/login'] button").await;
+    assert!(
+        browser.url().await.ends_with("/admin"),
+        "{}",
+        browser.url().await
+    );
+    browser.assert_fits().await;
+    errors.extend(browser.errors().await);
+
+    browser.type_into("input[name=q]", "pi_browser").await;
+    browser.click("form.filters button").await;
+    assert!(browser.url().await.contains("q=pi_browser"));
+    browser.assert_fits().await;
+    browser
+        .click("a[href='/admin/payments/stripe/pi_browser']")
+        .await;
+    assert!(
+        browser
+            .url()
+            .await
+            .ends_with("/admin/payments/stripe/pi_browser")
+    );
+    let payment = browser.text().await;
+    assert!(
+        payment.contains("succeeded") && payment.contains("4200 usd"),
+        "{payment}"
+    );
+    assert!(
+        payment.contains("dead"),
+        "the timeline shows the dead event"
+    );
+    browser.assert_fits().await;
+    errors.extend(browser.errors().await);
+
+    browser
+        .click("section.event a[href^='/admin/events/']:not([href$='/1'])")
+        .await;
+    let detail = browser.text().await;
+    assert!(
+        detail.contains("charge.dispute.updated") && detail.contains("dead"),
+        "{detail}"
+    );
+    browser.assert_fits().await;
+    switch.store(true, Ordering::SeqCst);
+    browser.click("form[action$='/retry'] button").await;
+    let after = browser.text().await;
+    assert!(after.contains("Retried: processed"), "{after}");
+    assert_eq!(
+        app.strings(
+            "SELECT status FROM webhook_events WHERE event_id = 'evt_browser_dispute'",
+            &[]
+        )
+        .await,
+        ["processed"]
+    );
+    errors.extend(browser.errors().await);
+
+    browser.click("form[action='/admin/logout'] button").await;
+    assert!(browser.url().await.ends_with("/admin/login"));
+    browser.go(&format!("{}/admin", app.base)).await;
+    assert!(browser.url().await.ends_with("/admin/login"), "signed out");
+    errors.extend(browser.errors().await);
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+}
