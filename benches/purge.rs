@@ -326,53 +326,19 @@ fn summarize(
 /// the measured phases start from a settled cluster.
 async fn fill(cluster: &BenchCluster) -> String {
     let clock = Instant::now();
-    // Bulk loading as PostgreSQL's manual advises: without the secondary indexes,
-    // which are rebuilt afterwards from their own definitions (the migrations').
     let db = cluster.connect().await;
-    let indexes: Vec<(String, String)> = db
-        .query(
-            "SELECT indexname, indexdef FROM pg_indexes \
-             WHERE schemaname = 'public' \
-               AND tablename IN ('webhook_events', 'webhook_event_attempts') \
-               AND indexname NOT IN (SELECT conname FROM pg_constraint)",
-            &[],
-        )
-        .await
-        .expect("list indexes")
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    for (name, _) in &indexes {
-        db.batch_execute(&format!(
-            "DROP INDEX {}",
-            hookd::store::quote_identifier(name)
-        ))
-        .await
-        .expect("drop index for the fill");
-    }
+    let indexes =
+        common::drop_secondary_indexes(&db, &["webhook_events", "webhook_event_attempts"]).await;
     // The payload hookd would have stored: with placeholders for the ids, replaced
     // per row where there are few rows; for the million, parsed once and the event
     // id set per row (parsing 1.4 KB of JSON per row would double the fill time).
     let template = common::stripe_payment_succeeded("@EVT@", "@PI@", 1_726_050_000);
     let payload = common::stripe_payment_succeeded("evt_old", "pi_old", 1_726_050_000);
-    let chunk = OLD_EVENTS / FILL_CHUNKS;
-    let mut tasks = Vec::new();
-    for i in 0..FILL_CHUNKS {
-        let first = i * chunk + 1;
-        let last = if i + 1 == FILL_CHUNKS {
-            OLD_EVENTS
-        } else {
-            first + chunk - 1
-        };
-        let client = cluster.connect().await;
+    common::fill_in_chunks(cluster, OLD_EVENTS, FILL_CHUNKS, |client, first, last| {
         let payload = payload.clone();
-        tasks.push(tokio::spawn(async move {
-            fill_old(&client, &payload, first, last).await;
-        }));
-    }
-    for task in tasks {
-        task.await.expect("fill task");
-    }
+        async move { fill_old(&client, &payload, first, last).await }
+    })
+    .await;
     let mut stages = vec![format!("old events {:.1} s", clock.elapsed().as_secs_f64())];
     let event_row = |id: &str, status: &str, at: &str, attempts: &str, error: &str| {
         format!(
@@ -422,30 +388,8 @@ async fn fill(cluster: &BenchCluster) -> String {
     )
     .await
     .expect("fill attempts of failed and recent events");
-    let started = Instant::now();
-    db.batch_execute("SET maintenance_work_mem = '256MB'")
-        .await
-        .expect("maintenance_work_mem");
-    for (_, definition) in &indexes {
-        db.batch_execute(definition)
-            .await
-            .unwrap_or_else(|e| panic!("{definition}: {e}"));
-    }
-    stages.push(format!(
-        "{} indexes rebuilt {:.1} s",
-        indexes.len(),
-        started.elapsed().as_secs_f64()
-    ));
-    for command in ["VACUUM ANALYZE", "CHECKPOINT"] {
-        let started = Instant::now();
-        db.batch_execute(command)
-            .await
-            .unwrap_or_else(|e| panic!("{command}: {e}"));
-        stages.push(format!(
-            "{command} {:.1} s",
-            started.elapsed().as_secs_f64()
-        ));
-    }
+    stages.push(common::rebuild_indexes(&db, &indexes).await);
+    stages.push(common::settle(&db).await);
     stages.join(", ")
 }
 

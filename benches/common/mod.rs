@@ -807,3 +807,95 @@ impl BenchCluster {
         names
     }
 }
+
+// ---------------------------------------------------------------------------
+// Bulk fills
+
+/// The secondary indexes of `tables` (name, definition), dropped: bulk loading as
+/// PostgreSQL's manual advises. `rebuild_indexes` puts them back from their own
+/// definitions, the migrations'.
+pub async fn drop_secondary_indexes(
+    db: &tokio_postgres::Client,
+    tables: &[&str],
+) -> Vec<(String, String)> {
+    let tables: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
+    let indexes: Vec<(String, String)> = db
+        .query(
+            "SELECT indexname, indexdef FROM pg_indexes \
+             WHERE schemaname = 'public' AND tablename = ANY($1) \
+               AND indexname NOT IN (SELECT conname FROM pg_constraint)",
+            &[&tables],
+        )
+        .await
+        .expect("list indexes")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    for (name, _) in &indexes {
+        db.batch_execute(&format!(
+            "DROP INDEX {}",
+            hookd::store::quote_identifier(name)
+        ))
+        .await
+        .expect("drop index for the fill");
+    }
+    indexes
+}
+
+/// Recreates the indexes `drop_secondary_indexes` dropped; says how long it took.
+pub async fn rebuild_indexes(db: &tokio_postgres::Client, indexes: &[(String, String)]) -> String {
+    let started = Instant::now();
+    db.batch_execute("SET maintenance_work_mem = '256MB'")
+        .await
+        .expect("maintenance_work_mem");
+    for (_, definition) in indexes {
+        db.batch_execute(definition)
+            .await
+            .unwrap_or_else(|e| panic!("{definition}: {e}"));
+    }
+    format!(
+        "{} indexes rebuilt {:.1} s",
+        indexes.len(),
+        started.elapsed().as_secs_f64()
+    )
+}
+
+/// VACUUM ANALYZE and a checkpoint, so measurements start from a settled cluster;
+/// says how long each took.
+pub async fn settle(db: &tokio_postgres::Client) -> String {
+    let mut stages = Vec::new();
+    for command in ["VACUUM ANALYZE", "CHECKPOINT"] {
+        let started = Instant::now();
+        db.batch_execute(command)
+            .await
+            .unwrap_or_else(|e| panic!("{command}: {e}"));
+        stages.push(format!(
+            "{command} {:.1} s",
+            started.elapsed().as_secs_f64()
+        ));
+    }
+    stages.join(", ")
+}
+
+/// Runs `fill` over rows `1..=total` in `chunks` parallel ranges (one connection
+/// each), for set-based fills that keep both cores busy.
+pub async fn fill_in_chunks<F, Fut>(cluster: &BenchCluster, total: i64, chunks: i64, fill: F)
+where
+    F: Fn(tokio_postgres::Client, i64, i64) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let chunk = total / chunks;
+    let mut tasks = Vec::new();
+    for i in 0..chunks {
+        let first = i * chunk + 1;
+        let last = if i + 1 == chunks {
+            total
+        } else {
+            first + chunk - 1
+        };
+        tasks.push(tokio::spawn(fill(cluster.connect().await, first, last)));
+    }
+    for task in tasks {
+        task.await.expect("fill task");
+    }
+}

@@ -399,31 +399,23 @@ pub struct Stats {
 }
 
 pub async fn stats(client: &impl GenericClient, since: DateTime<Utc>) -> Result<Stats, StoreError> {
+    // One plain GROUP BY over the three columns (a few dozen groups) and the three
+    // breakdowns added up here: a fifth cheaper than GROUPING SETS at a million
+    // events (see benches/desk.rs).
     let statement = client
         .prepare_cached(
-            "SELECT status, COALESCE(kind, 'none'), source, count(*),
-                    GROUPING(status), GROUPING(COALESCE(kind, 'none')), GROUPING(source)
-             FROM webhook_events
-             WHERE received_at >= $1
-             GROUP BY GROUPING SETS ((status), (COALESCE(kind, 'none')), (source), ())",
+            "SELECT status, COALESCE(kind, 'none'), source, count(*)
+             FROM webhook_events WHERE received_at >= $1
+             GROUP BY 1, 2, 3",
         )
         .await?;
     let mut stats = Stats::default();
     for row in client.query(&statement, &[&since]).await? {
         let count: i64 = row.get(3);
-        let grouped = |i: usize| row.get::<_, i32>(i) == 0;
-        match (grouped(4), grouped(5), grouped(6)) {
-            (true, false, false) => {
-                stats.by_status.insert(row.get(0), count);
-            }
-            (false, true, false) => {
-                stats.by_kind.insert(row.get(1), count);
-            }
-            (false, false, true) => {
-                stats.by_source.insert(row.get(2), count);
-            }
-            _ => stats.total = count,
-        }
+        stats.total += count;
+        *stats.by_status.entry(row.get(0)).or_default() += count;
+        *stats.by_kind.entry(row.get(1)).or_default() += count;
+        *stats.by_source.entry(row.get(2)).or_default() += count;
     }
     Ok(stats)
 }

@@ -133,10 +133,35 @@ impl Browser {
             .to_string()
     }
 
+    /// Clicks a link or a form's button and waits until the next page has loaded:
+    /// a form submission returns from the click before the browser has left the
+    /// page, so reading the page at once would read the old one.
     async fn click(&self, css: &str) {
         let element = self.find(css).await;
+        self.script("window.hookdOldPage = true").await;
         self.call("POST", &format!("/element/{element}/click"), json!({}))
             .await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self
+            .script("return window.hookdOldPage === true || document.readyState !== 'complete'")
+            .await
+            != Value::Bool(false)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "clicking {css} did not load another page within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn script(&self, script: &str) -> Value {
+        self.call(
+            "POST",
+            "/execute/sync",
+            json!({"script": script, "args": []}),
+        )
+        .await
     }
 
     async fn type_into(&self, css: &str, text: &str) {
@@ -158,26 +183,17 @@ impl Browser {
     }
 
     async fn text(&self) -> String {
-        self.call(
-            "POST",
-            "/execute/sync",
-            json!({"script": "return document.body.innerText", "args": []}),
-        )
-        .await
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
+        self.script("return document.body.innerText")
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// The page's width against the window's: no horizontal scrolling.
     async fn assert_fits(&self) {
         let widths = self
-            .call(
-                "POST",
-                "/execute/sync",
-                json!({"script": "return [document.documentElement.scrollWidth, window.innerWidth]",
-                       "args": []}),
-            )
+            .script("return [document.documentElement.scrollWidth, window.innerWidth]")
             .await;
         let (page, window) = (
             widths[0].as_i64().unwrap_or(0),
