@@ -85,10 +85,22 @@ impl Hookd {
     }
 
     /// Parses the command line and runs it: the whole `hookd` CLI, with these
-    /// handlers. Logs go to stderr (`RUST_LOG`, default `info`).
+    /// handlers. Logs go to stderr (`RUST_LOG`, default `info`), as text or, with
+    /// `HOOKD_LOG_FORMAT=json`, one JSON object per line.
     pub fn main(self) -> ExitCode {
-        let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-            .try_init();
+        let mut logger =
+            env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+        match std::env::var("HOOKD_LOG_FORMAT").as_deref() {
+            Err(_) | Ok("" | "text") => {}
+            Ok("json") => {
+                logger.format(crate::logging::json_line);
+            }
+            Ok(other) => {
+                eprintln!("hookd: HOOKD_LOG_FORMAT: {other:?} is not one of text, json");
+                return ExitCode::from(cli::EX_CONFIG);
+            }
+        }
+        let _ = logger.try_init();
         self.run(Cli::parse())
     }
 

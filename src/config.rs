@@ -250,7 +250,7 @@ impl Settings {
             };
             fail(key, one_line(inner.message()))
         })?;
-        apply_env(&mut raw, env);
+        apply_env(&mut raw, env).map_err(|(key, problem)| fail(key, problem))?;
         let mut settings = raw
             .validate()
             .map_err(|(key, problem)| fail(key, problem))?;
@@ -370,50 +370,91 @@ struct RawToken {
     name: String,
     token: String,
     role: String,
+    /// The environment variable it came from, if it did.
     #[serde(skip)]
-    from_env: bool,
+    from_env: Option<String>,
 }
 
 type Problem = (String, String);
 
-fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) {
-    if let Some(url) = env.get("DATABASE_URL").filter(|v| !v.is_empty()) {
+fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(), Problem> {
+    let set = |var: &str| env.get(var).filter(|v| !v.is_empty());
+    if let Some(url) = set("DATABASE_URL") {
         raw.database_url = Some(url.clone());
     }
-    if let Some(listen) = env.get("HOOKD_LISTEN").filter(|v| !v.is_empty()) {
+    if let Some(listen) = set("HOOKD_LISTEN") {
         raw.listen = Some(listen.clone());
     }
-    if let Some(listen) = env.get("HOOKD_ADMIN_LISTEN").filter(|v| !v.is_empty()) {
+    if let Some(listen) = set("HOOKD_ADMIN_LISTEN") {
         raw.admin_listen = Some(listen.clone());
     }
-    if let Some(token) = env.get("HOOKD_ADMIN_TOKEN").filter(|v| !v.is_empty()) {
+    if let Some((var, token)) = secret_from_env(env, "HOOKD_ADMIN_TOKEN")? {
         raw.admin.tokens.push(RawToken {
             name: "env".into(),
-            token: token.clone(),
+            token,
             role: "operator".into(),
-            from_env: true,
+            from_env: Some(var),
         });
     }
-    for (var, value) in env {
-        let Some(upper) = var
-            .strip_prefix("HOOKD_SOURCE_")
-            .and_then(|rest| rest.strip_suffix("_SECRETS"))
-        else {
+    // In name order, so the first problem reported is always the same one.
+    let mut names: Vec<&String> = env.keys().collect();
+    names.sort();
+    for var in names {
+        let Some(upper) = var.strip_prefix("HOOKD_SOURCE_").and_then(|rest| {
+            rest.strip_suffix("_SECRETS")
+                .or_else(|| rest.strip_suffix("_SECRETS_FILE"))
+        }) else {
             continue;
         };
+        let plain = format!("HOOKD_SOURCE_{upper}_SECRETS");
+        if var != &plain && set(&plain).is_some() {
+            // Reported once, under the plain variable.
+            continue;
+        }
         let Some(source) = raw.sources.iter_mut().find(|s| env_name(&s.name) == upper) else {
             // Not fatal (one environment may serve several configurations), but
             // never silent: it may be a typo.
             log::warn!("{var}: no configured source is named {upper}; ignored");
             continue;
         };
-        source.secrets_env = Some(var.clone());
+        let Some((from, value)) = secret_from_env(env, &plain)? else {
+            continue;
+        };
+        source.secrets_env = Some(from);
         source.secrets = value
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .map(String::from)
             .collect();
+    }
+    Ok(())
+}
+
+/// A secret from the environment: `VAR` itself, or the contents of the file that
+/// `VAR_FILE` names (a container secret, a systemd credential) without its
+/// trailing newline. Returns the variable it came from; refuses both at once.
+fn secret_from_env(
+    env: &HashMap<String, String>,
+    var: &str,
+) -> Result<Option<(String, String)>, Problem> {
+    let file_var = format!("{var}_FILE");
+    let plain = env.get(var).filter(|v| !v.is_empty());
+    let file = env.get(&file_var).filter(|v| !v.is_empty());
+    match (plain, file) {
+        (None, None) => Ok(None),
+        (Some(value), None) => Ok(Some((var.to_string(), value.clone()))),
+        (Some(_), Some(_)) => Err((
+            file_var,
+            format!("set either {var} or {var}_FILE, not both"),
+        )),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| (file_var.clone(), format!("cannot read {path}: {e}")))?;
+            let value = text.strip_suffix('\n').unwrap_or(&text);
+            let value = value.strip_suffix('\r').unwrap_or(value);
+            Ok(Some((file_var, value.to_string())))
+        }
     }
 }
 
@@ -516,12 +557,9 @@ impl RawSettings {
 
         let mut admin_tokens: Vec<AdminToken> = Vec::with_capacity(self.admin.tokens.len());
         for (i, raw) in self.admin.tokens.into_iter().enumerate() {
-            let key = |field: &str| {
-                if raw.from_env {
-                    "HOOKD_ADMIN_TOKEN".to_string()
-                } else {
-                    format!("admin.tokens[{i}].{field}")
-                }
+            let key = |field: &str| match &raw.from_env {
+                Some(var) => var.clone(),
+                None => format!("admin.tokens[{i}].{field}"),
             };
             if raw.name.trim().is_empty() {
                 return Err((key("name"), "must not be empty".into()));

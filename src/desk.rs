@@ -103,6 +103,11 @@ impl PaymentView {
             .map(|(event, attempts)| {
                 let mut value = serde_json::to_value(event).unwrap_or(Value::Null);
                 if let Value::Object(map) = &mut value {
+                    // As in the event detail: `attempts` lists the runs, the
+                    // counter moves to `attempt_count`.
+                    if let Some(count) = map.remove("attempts") {
+                        map.insert("attempt_count".into(), count);
+                    }
                     map.insert(
                         "attempts".into(),
                         serde_json::to_value(attempts).unwrap_or(Value::Null),
@@ -338,7 +343,6 @@ impl Desk {
     /// Runs an event's handlers again now; audited.
     pub async fn retry(&self, id: i64, who: &str) -> Result<RetryOutcome, StoreError> {
         let outcome = self.dispatcher.retry_now(id).await?;
-        log::info!("admin retry of event {id} by {who}: {outcome:?}");
         self.record_retry(who, id, &outcome).await?;
         Ok(outcome)
     }
@@ -397,12 +401,6 @@ impl Desk {
                 .entry(outcome_name(&result).to_string())
                 .or_default() += 1;
         }
-        log::info!(
-            "admin bulk retry by {who}: {} matched, {} retried, {:?}",
-            outcome.matched,
-            outcome.retried,
-            outcome.outcomes
-        );
         audit::record(
             &self.client().await?,
             &Record {

@@ -15,6 +15,7 @@ pub mod event;
 pub mod handlers;
 pub mod http;
 pub mod ingest;
+pub mod logging;
 pub mod metrics;
 pub mod outbound;
 pub mod purge;

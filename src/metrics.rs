@@ -1,5 +1,8 @@
 //! Prometheus counters and histograms, kept in memory per process and rendered in
-//! the text exposition format at `GET /metrics`.
+//! the text exposition format at `GET /metrics`, with gauges read at scrape time
+//! (the database, the pool, and the process from `/proc/self`).
+
+pub mod process;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -8,9 +11,9 @@ use std::time::Duration;
 
 type Labels = Vec<(&'static str, String)>;
 
-/// Handler latency buckets, in seconds.
-const BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+/// Latency buckets of handlers and deliveries, in seconds: 1 ms to 10 s.
+const BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 #[derive(Debug, Default, Clone)]
@@ -30,6 +33,7 @@ pub struct Metrics {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Metric {
     Deliveries,
+    DeliveryDuration,
     SignatureFailures,
     Duplicates,
     Events,
@@ -39,11 +43,24 @@ pub enum Metric {
     IngestBatchedDeliveries,
     PurgedRows,
     RetryBacklog,
+    DeadEvents,
+    DbPoolSize,
+    DbPoolAvailable,
+    DbPoolMaxSize,
+    DbPoolWaiting,
+    BuildInfo,
+    ProcessCpuSeconds,
+    ProcessResidentMemory,
+    ProcessVirtualMemory,
+    ProcessOpenFds,
+    ProcessMaxFds,
+    ProcessStartTime,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 10] = [
+    pub const ALL: [Metric; 23] = [
         Metric::Deliveries,
+        Metric::DeliveryDuration,
         Metric::SignatureFailures,
         Metric::Duplicates,
         Metric::Events,
@@ -53,11 +70,24 @@ impl Metric {
         Metric::IngestBatchedDeliveries,
         Metric::PurgedRows,
         Metric::RetryBacklog,
+        Metric::DeadEvents,
+        Metric::DbPoolSize,
+        Metric::DbPoolAvailable,
+        Metric::DbPoolMaxSize,
+        Metric::DbPoolWaiting,
+        Metric::BuildInfo,
+        Metric::ProcessCpuSeconds,
+        Metric::ProcessResidentMemory,
+        Metric::ProcessVirtualMemory,
+        Metric::ProcessOpenFds,
+        Metric::ProcessMaxFds,
+        Metric::ProcessStartTime,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
             Metric::Deliveries => "hookd_deliveries_total",
+            Metric::DeliveryDuration => "hookd_delivery_duration_seconds",
             Metric::SignatureFailures => "hookd_signature_failures_total",
             Metric::Duplicates => "hookd_duplicates_total",
             Metric::Events => "hookd_events_total",
@@ -67,20 +97,44 @@ impl Metric {
             Metric::IngestBatchedDeliveries => "hookd_ingest_batched_deliveries_total",
             Metric::PurgedRows => "hookd_purged_rows_total",
             Metric::RetryBacklog => "hookd_retry_backlog",
+            Metric::DeadEvents => "hookd_dead_events",
+            Metric::DbPoolSize => "hookd_db_pool_size",
+            Metric::DbPoolAvailable => "hookd_db_pool_available",
+            Metric::DbPoolMaxSize => "hookd_db_pool_max_size",
+            Metric::DbPoolWaiting => "hookd_db_pool_waiting",
+            Metric::BuildInfo => "hookd_build_info",
+            Metric::ProcessCpuSeconds => "process_cpu_seconds_total",
+            Metric::ProcessResidentMemory => "process_resident_memory_bytes",
+            Metric::ProcessVirtualMemory => "process_virtual_memory_bytes",
+            Metric::ProcessOpenFds => "process_open_fds",
+            Metric::ProcessMaxFds => "process_max_fds",
+            Metric::ProcessStartTime => "process_start_time_seconds",
         }
     }
 
-    fn kind(self) -> &'static str {
+    /// `counter`, `gauge` or `histogram`.
+    pub fn kind(self) -> &'static str {
         match self {
-            Metric::HandlerDuration => "histogram",
-            Metric::RetryBacklog => "gauge",
-            _ => "counter",
+            Metric::HandlerDuration | Metric::DeliveryDuration => "histogram",
+            Metric::Deliveries
+            | Metric::SignatureFailures
+            | Metric::Duplicates
+            | Metric::Events
+            | Metric::Forwards
+            | Metric::IngestBatches
+            | Metric::IngestBatchedDeliveries
+            | Metric::PurgedRows
+            | Metric::ProcessCpuSeconds => "counter",
+            _ => "gauge",
         }
     }
 
     fn help(self) -> &'static str {
         match self {
             Metric::Deliveries => "Deliveries received, by source and outcome.",
+            Metric::DeliveryDuration => {
+                "Time from a delivery's arrival to its answer, by source (unknown names: unknown)."
+            }
             Metric::SignatureFailures => {
                 "Deliveries refused for their signature, by source and reason."
             }
@@ -96,6 +150,20 @@ impl Metric {
             }
             Metric::PurgedRows => "Rows removed by retention purges, by what was removed.",
             Metric::RetryBacklog => "Failed events waiting for a retry.",
+            Metric::DeadEvents => "Dead events waiting for a person (all instances: one database).",
+            Metric::DbPoolSize => "Open connections of this instance's PostgreSQL pool.",
+            Metric::DbPoolAvailable => "Open pool connections not in use.",
+            Metric::DbPoolMaxSize => "The pool's limit (pool_size).",
+            Metric::DbPoolWaiting => "Tasks waiting for a pool connection.",
+            Metric::BuildInfo => "Always 1; the version label names the running build.",
+            Metric::ProcessCpuSeconds => "User and system CPU time spent, in seconds.",
+            Metric::ProcessResidentMemory => "Resident memory size, in bytes.",
+            Metric::ProcessVirtualMemory => "Virtual memory size, in bytes.",
+            Metric::ProcessOpenFds => "Open file descriptors.",
+            Metric::ProcessMaxFds => "The open file descriptors limit.",
+            Metric::ProcessStartTime => {
+                "Start time of the process since the Unix epoch, in seconds."
+            }
         }
     }
 }
@@ -126,8 +194,9 @@ impl Metrics {
         }
     }
 
-    /// The text exposition, with gauges computed by the caller appended.
-    pub fn render(&self, gauges: &[(Metric, i64)]) -> String {
+    /// The text exposition, with gauges (and the process's counter) read by the
+    /// caller at scrape time.
+    pub fn render(&self, gauges: &[(Metric, f64)]) -> String {
         let mut out = String::new();
         let counters = self.counters.lock().map(|c| c.clone()).unwrap_or_default();
         let histograms = self
@@ -166,6 +235,10 @@ impl Metrics {
             }
             for (_, value) in gauges.iter().filter(|(n, _)| *n == metric) {
                 let _ = writeln!(out, "{name} {value}");
+            }
+            if metric == Metric::BuildInfo {
+                let version = [("version", env!("CARGO_PKG_VERSION").to_string())];
+                let _ = writeln!(out, "{name}{} 1", render_labels(&version.to_vec(), None));
             }
         }
         out

@@ -5,6 +5,7 @@ mod events;
 pub mod replay;
 mod serve;
 pub mod sign;
+pub mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,7 +21,12 @@ use crate::store;
 #[command(name = "hookd", version, about = "A self-hosted webhook receiver")]
 pub struct Cli {
     /// Configuration file.
-    #[arg(long, global = true, default_value = "hookd.toml")]
+    #[arg(
+        long,
+        global = true,
+        env = "HOOKD_CONFIG",
+        default_value = "hookd.toml"
+    )]
     pub config: PathBuf,
     #[command(subcommand)]
     pub command: Command,
@@ -75,6 +81,21 @@ pub enum Command {
         #[arg(long, value_parser = crate::signature::SCHEME_NAMES)]
         scheme: String,
     },
+    /// Check a delivery's signature now, as POST /webhooks/NAME would: which secret
+    /// signed it, or which check fails and why.
+    Verify {
+        /// Source whose scheme and secrets check the delivery.
+        #[arg(long)]
+        source: String,
+        /// The delivery's headers, one "Name: value" per line (as hookd sign prints them).
+        #[arg(long)]
+        headers: PathBuf,
+        /// The body, byte for byte as received.
+        body: PathBuf,
+    },
+    /// Load and check the configuration (environment included) without touching the
+    /// database; exit 78 with one line if it is bad.
+    CheckConfig,
     /// Print the headers the provider would send with FILE (for curl -H @headers).
     Sign {
         /// Source whose scheme and first secret sign the file.
@@ -241,6 +262,12 @@ pub fn run(cli: Cli, hookd: crate::Hookd) -> ExitCode {
         warn_unhandled_kinds(&settings, &hookd);
         match cli.command {
             Command::Serve => serve::serve(settings, hookd).await,
+            Command::CheckConfig => check_config(&settings),
+            Command::Verify {
+                source,
+                headers,
+                body,
+            } => verify::run(&settings, &source, &headers, &body),
             Command::Migrate => migrate(settings, &hookd).await,
             Command::Purge { dry_run } => purge(settings, hookd, dry_run).await,
             Command::Events { action } => {
@@ -316,9 +343,59 @@ pub fn run(cli: Cli, hookd: crate::Hookd) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("hookd: {error}");
-            ExitCode::FAILURE
+            error.exit_code()
         }
     }
+}
+
+/// `sysexits.h`'s EX_CONFIG: a configuration error, which restarting will not
+/// cure (systemd's `RestartPreventExitStatus=78`).
+pub const EX_CONFIG: u8 = 78;
+
+impl CliError {
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            CliError::Config(_) | CliError::Start(StartError::DatabaseUrl(_)) => {
+                ExitCode::from(EX_CONFIG)
+            }
+            _ => ExitCode::FAILURE,
+        }
+    }
+}
+
+/// `hookd check-config`: everything `serve` checks before it starts, and a
+/// summary of what it would serve.
+fn check_config(settings: &Settings) -> Result<(), CliError> {
+    settings.check_exposure()?;
+    let database = match &settings.database_url {
+        Some(url) => {
+            crate::store::tls::connect_options(url.expose()).map_err(|e| {
+                crate::config::ConfigError {
+                    origin: settings.origin.clone(),
+                    key: "DATABASE_URL".into(),
+                    problem: e.to_string(),
+                }
+            })?;
+            "DATABASE_URL"
+        }
+        None => "the embedded cluster",
+    };
+    let names: Vec<&str> = settings.sources.iter().map(|s| s.name.as_str()).collect();
+    let admin = match settings.admin_listen {
+        Some(addr) => format!("admin pages on {addr}"),
+        None => "admin pages on the same listener".into(),
+    };
+    println!(
+        "ok: {}: {} source(s) ({}), {} forward(s), {} admin token(s); webhooks on {}, {admin}; \
+         database: {database}",
+        settings.origin,
+        names.len(),
+        names.join(", "),
+        settings.forwards.len(),
+        settings.admin_tokens.len(),
+        settings.listen,
+    );
+    Ok(())
 }
 
 /// A kind a source maps types to, with neither a handler nor a forward, is

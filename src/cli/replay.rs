@@ -225,7 +225,10 @@ async fn send(
                 replayed,
             })
         }
-        Err(error) if error.is_connect() => Err(format!("cannot connect to {url}")),
+        Err(error) if error.is_connect() => Err(format!(
+            "cannot connect to {url}{}",
+            tls_cause(&error).map_or_else(String::new, |cause| format!(" ({cause})"))
+        )),
         Err(error) if error.is_timeout() => Err(format!("no answer from {url} within 30 s")),
         Err(error) => Err(error.to_string()),
     };
@@ -258,4 +261,19 @@ fn summary(deliveries: &[Delivery], unreadable: usize) -> String {
         at(0.5),
         at(1.0)
     )
+}
+
+/// What TLS said, when a connection failed in its handshake (an untrusted or
+/// mismatched certificate): the innermost cause that names a certificate.
+fn tls_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cause = error.source();
+    let mut found = None;
+    while let Some(current) = cause {
+        let text = current.to_string();
+        if text.contains("certificate") {
+            found = Some(text);
+        }
+        cause = current.source();
+    }
+    found
 }

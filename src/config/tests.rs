@@ -173,6 +173,114 @@ fn environment_overrides_the_file() {
     );
 }
 
+/// A file of this test's own under the system's temporary folder.
+fn secret_file(name: &str, contents: &str) -> String {
+    let path = std::env::temp_dir().join(format!("hookd-config-{}-{name}", std::process::id()));
+    std::fs::write(&path, contents).expect("write secret file");
+    path.display().to_string()
+}
+
+#[test]
+fn secrets_and_the_admin_token_can_come_from_files() {
+    let secrets = secret_file("secrets", "whsec_file1,whsec_file2\n");
+    let token = secret_file("token", "an-operator-token-from-a-file\r\n");
+    let s = load_env(
+        MINIMAL,
+        &[
+            ("HOOKD_SOURCE_STRIPE_SECRETS_FILE", secrets.as_str()),
+            ("HOOKD_ADMIN_TOKEN_FILE", token.as_str()),
+        ],
+    )
+    .expect("valid");
+    let stripe: Vec<_> = s.sources[0].secrets.iter().map(|x| x.expose()).collect();
+    assert_eq!(stripe, ["whsec_file1", "whsec_file2"], "newline trimmed");
+    assert_eq!(s.sources[0].secrets_key, "HOOKD_SOURCE_STRIPE_SECRETS_FILE");
+    let env_token = &s.admin_tokens[0];
+    assert_eq!(env_token.token.expose(), "an-operator-token-from-a-file");
+    assert_eq!(
+        (env_token.role, env_token.key.as_str()),
+        (Role::Operator, "HOOKD_ADMIN_TOKEN_FILE")
+    );
+
+    // An empty variable counts as unset, as with the plain ones.
+    let s = load_env(
+        MINIMAL,
+        &[
+            ("HOOKD_SOURCE_STRIPE_SECRETS", ""),
+            ("HOOKD_SOURCE_STRIPE_SECRETS_FILE", secrets.as_str()),
+        ],
+    )
+    .expect("valid");
+    assert_eq!(s.sources[0].secrets[0].expose(), "whsec_file1");
+}
+
+#[test]
+fn secret_files_that_cannot_be_used_are_one_line_naming_the_variable() {
+    let missing = "/nonexistent/hookd/secret";
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(Env, &str, &str); 5] = [
+        (
+            &[("HOOKD_SOURCE_STRIPE_SECRETS_FILE", missing)],
+            "HOOKD_SOURCE_STRIPE_SECRETS_FILE",
+            "cannot read /nonexistent/hookd/secret",
+        ),
+        (
+            &[("HOOKD_ADMIN_TOKEN_FILE", missing)],
+            "HOOKD_ADMIN_TOKEN_FILE",
+            "cannot read",
+        ),
+        (
+            &[
+                ("HOOKD_SOURCE_STRIPE_SECRETS", "whsec_x"),
+                ("HOOKD_SOURCE_STRIPE_SECRETS_FILE", missing),
+            ],
+            "HOOKD_SOURCE_STRIPE_SECRETS_FILE",
+            "set either HOOKD_SOURCE_STRIPE_SECRETS or HOOKD_SOURCE_STRIPE_SECRETS_FILE, not both",
+        ),
+        (
+            &[
+                ("HOOKD_ADMIN_TOKEN", "an-operator-token-from-env"),
+                ("HOOKD_ADMIN_TOKEN_FILE", missing),
+            ],
+            "HOOKD_ADMIN_TOKEN_FILE",
+            "not both",
+        ),
+        (
+            &[("HOOKD_SOURCE_STRIPE_SECRETS_FILE", "/")],
+            "HOOKD_SOURCE_STRIPE_SECRETS_FILE",
+            "cannot read /",
+        ),
+    ];
+    for (env, key, problem) in cases {
+        let e = load_env(MINIMAL, env).expect_err("refused").to_string();
+        assert!(
+            e.starts_with(&format!("config test.toml: {key}: ")) && e.contains(problem),
+            "{env:?}: {e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+    }
+    let empty = secret_file("empty", "\n");
+    let e = load_env(
+        MINIMAL,
+        &[("HOOKD_SOURCE_STRIPE_SECRETS_FILE", empty.as_str())],
+    )
+    .expect_err("no secret")
+    .to_string();
+    assert!(
+        e.contains("HOOKD_SOURCE_STRIPE_SECRETS_FILE: needs at least one secret"),
+        "{e}"
+    );
+    let e = load_env(MINIMAL, &[("HOOKD_ADMIN_TOKEN_FILE", empty.as_str())])
+        .expect_err("empty token")
+        .to_string();
+    assert!(
+        e.contains("HOOKD_ADMIN_TOKEN_FILE: must not be empty"),
+        "{e}"
+    );
+    // A file for a source that is not configured is a warning, like the plain variable.
+    assert!(load_env(MINIMAL, &[("HOOKD_SOURCE_NOPE_SECRETS_FILE", missing)]).is_ok());
+}
+
 #[test]
 fn admin_tokens_are_checked() {
     let token = |role: &str, value: &str| {

@@ -11,8 +11,8 @@ use sha2::{Digest, Sha256};
 
 use super::auth::{self, Principal};
 use super::error::ApiError;
-use super::{AppState, body};
-use crate::desk::DeskError;
+use super::{AppState, body, request_id};
+use crate::desk::{BulkOutcome, DeskError};
 use crate::dispatch::RetryOutcome;
 use crate::duration;
 use crate::query::{FilterError, ListParams};
@@ -110,6 +110,7 @@ pub async fn stats(
 pub async fn apply_again(
     state: &AppState,
     principal: &Principal,
+    request_id: &str,
     id: i64,
 ) -> Result<EventSummary, ApiError> {
     // Waits its turn rather than taking the connections deliveries need.
@@ -118,7 +119,13 @@ pub async fn apply_again(
         .acquire()
         .await
         .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
-    match state.desk.retry(id, &principal.name).await? {
+    let outcome = state.desk.retry(id, &principal.name).await?;
+    log::info!(
+        token = principal.name.as_str(), event = id, request_id = request_id;
+        "admin retry of event {id} by {}: {outcome:?} request_id={request_id}",
+        principal.name
+    );
+    match outcome {
         RetryOutcome::Applied(_) => {}
         RetryOutcome::NotFound => return Err(ApiError::NotFound),
         RetryOutcome::Gone => {
@@ -168,11 +175,23 @@ pub async fn retry(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let principal = auth::require_operator(&state, &request).await?;
+    let request_id = request_id::of(&request);
     keyed(&state, &principal, &request, payload, |_body| async {
         let id = event_row_id(&path)?;
-        apply_again(&state, &principal, id).await
+        apply_again(&state, &principal, &request_id, id).await
     })
     .await
+}
+
+/// The API described for tools and people (OpenAPI 3.1), to viewers and operators.
+pub async fn openapi(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    auth::require(&state, &request).await?;
+    Ok(HttpResponse::Ok()
+        .insert_header((CONTENT_TYPE, "application/json"))
+        .body(super::OPENAPI))
 }
 
 /// The filter keys of the history list, and `dry_run`.
@@ -198,6 +217,8 @@ pub async fn bulk_retry(
 ) -> Result<HttpResponse, ApiError> {
     let principal = auth::require_operator(&state, &request).await?;
     let (desk, permits, who) = (&state.desk, &state.retry_permits, &principal.name);
+    let request_id = request_id::of(&request);
+    let request_id = request_id.as_str();
     keyed(&state, &principal, &request, payload, |body| async move {
         let bulk: BulkRequest = if body.iter().all(u8::is_ascii_whitespace) {
             BulkRequest::default()
@@ -221,9 +242,24 @@ pub async fn bulk_retry(
             .acquire()
             .await
             .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
-        Ok(desk.bulk_retry(filter, bulk.dry_run, who).await?)
+        let outcome = desk.bulk_retry(filter, bulk.dry_run, who).await?;
+        if !bulk.dry_run {
+            log_bulk_retry(who, request_id, &outcome);
+        }
+        Ok(outcome)
     })
     .await
+}
+
+/// One log line per bulk retry run (from the API or the page).
+pub fn log_bulk_retry(who: &str, request_id: &str, outcome: &BulkOutcome) {
+    log::info!(
+        token = who, request_id = request_id;
+        "admin bulk retry by {who}: {} matched, {} retried, {:?} request_id={request_id}",
+        outcome.matched,
+        outcome.retried,
+        outcome.outcomes
+    );
 }
 
 /// Runs `work` once per `Idempotency-Key` (when the request has one): a repeat

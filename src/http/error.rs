@@ -1,4 +1,4 @@
-//! The one place where failures become HTTP answers (SPEC §3 and §8).
+//! The one place where failures become HTTP answers (the receiver's and the admin API's status codes).
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};

@@ -9,11 +9,13 @@ mod limiter;
 mod ops;
 mod pages;
 pub mod receive;
+pub mod request_id;
 pub mod server;
 mod ui;
 
 use std::sync::Arc;
 
+use actix_web::http::Method;
 use actix_web::web;
 use deadpool_postgres::Pool;
 
@@ -96,40 +98,59 @@ pub fn public_routes(config: &mut web::ServiceConfig, with_admin: bool) {
     config.default_service(web::to(ops::not_found));
 }
 
+/// `docs/openapi.json`, built into the binary and served at `/admin/api/openapi.json`.
+pub const OPENAPI: &str = include_str!("../../docs/openapi.json");
+
+/// Every `/admin/api` route: method, path, handler. `docs/openapi.json` describes
+/// each of them (a test compares the two), so a new route goes here and there.
+pub fn admin_api_routes() -> Vec<(Method, &'static str, actix_web::Route)> {
+    vec![
+        (Method::GET, "/admin/api/events", web::to(admin::list)),
+        // Before `{id}`, which would otherwise take "retry" for an id.
+        (
+            Method::POST,
+            "/admin/api/events/retry",
+            web::to(admin::bulk_retry),
+        ),
+        (Method::GET, "/admin/api/events/{id}", web::to(admin::show)),
+        (
+            Method::POST,
+            "/admin/api/events/{id}/retry",
+            web::to(admin::retry),
+        ),
+        (Method::GET, "/admin/api/stats", web::to(admin::stats)),
+        (Method::GET, "/admin/api/payments", web::to(admin::payments)),
+        (
+            Method::GET,
+            "/admin/api/payments/{source}/{payment_id}",
+            web::to(admin::payment),
+        ),
+        (Method::GET, "/admin/api/audit", web::to(admin::audit)),
+        (
+            Method::GET,
+            "/admin/api/openapi.json",
+            web::to(admin::openapi),
+        ),
+    ]
+}
+
 /// The routes for operators and support staff.
 pub fn admin_routes(config: &mut web::ServiceConfig) {
     let get = web::get;
     let post = web::post;
     at(config, "/metrics", vec![get().to(ops::metrics)]);
-    at(config, "/admin/api/events", vec![get().to(admin::list)]);
-    // Before `{id}`, which would otherwise take "retry" for an id.
-    at(
-        config,
-        "/admin/api/events/retry",
-        vec![post().to(admin::bulk_retry)],
-    );
-    at(
-        config,
-        "/admin/api/events/{id}",
-        vec![get().to(admin::show)],
-    );
-    at(
-        config,
-        "/admin/api/events/{id}/retry",
-        vec![post().to(admin::retry)],
-    );
-    at(config, "/admin/api/stats", vec![get().to(admin::stats)]);
-    at(
-        config,
-        "/admin/api/payments",
-        vec![get().to(admin::payments)],
-    );
-    at(
-        config,
-        "/admin/api/payments/{source}/{payment_id}",
-        vec![get().to(admin::payment)],
-    );
-    at(config, "/admin/api/audit", vec![get().to(admin::audit)]);
+    // One resource per path, with all its methods.
+    let mut api: Vec<(&str, Vec<actix_web::Route>)> = Vec::new();
+    for (method, path, route) in admin_api_routes() {
+        let route = route.method(method);
+        match api.iter_mut().find(|(p, _)| *p == path) {
+            Some((_, routes)) => routes.push(route),
+            None => api.push((path, vec![route])),
+        }
+    }
+    for (path, routes) in api {
+        at(config, path, routes);
+    }
     at(config, "/admin", vec![get().to(ui::list)]);
     at(config, "/admin/", vec![get().to(ui::list)]);
     at(

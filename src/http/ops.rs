@@ -62,12 +62,21 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
 }
 
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    let mut gauges = Vec::new();
+    // The pool as it is before this scrape takes a connection of it.
+    let pool = state.pool.status();
+    let mut gauges = vec![
+        (Metric::DbPoolSize, pool.size as f64),
+        (Metric::DbPoolAvailable, pool.available as f64),
+        (Metric::DbPoolMaxSize, pool.max_size as f64),
+        (Metric::DbPoolWaiting, pool.waiting as f64),
+    ];
     if let Ok(client) = state.pool.get().await
-        && let Ok(backlog) = store::events::retry_backlog(&client).await
+        && let Ok((failed, dead)) = store::events::backlog(&client).await
     {
-        gauges.push((Metric::RetryBacklog, backlog));
+        gauges.push((Metric::RetryBacklog, failed as f64));
+        gauges.push((Metric::DeadEvents, dead as f64));
     }
+    gauges.extend(crate::metrics::process::read());
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(state.metrics.render(&gauges))

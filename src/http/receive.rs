@@ -1,4 +1,4 @@
-//! `POST /webhooks/{source}`: the checks of SPEC §3, in order — source, size,
+//! `POST /webhooks/{source}`: the receiver's checks, in order — source, size,
 //! signature, body, dedupe — and the answer, sent only after the commit.
 
 use std::time::Instant;
@@ -8,7 +8,7 @@ use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use serde::Serialize;
 
 use super::error::ApiError;
-use super::{AppState, body, client};
+use super::{AppState, body, client, request_id};
 use crate::config::DEVELOPMENT_CREDENTIALS;
 use crate::event::IncomingEvent;
 use crate::ingest::Ingested;
@@ -79,17 +79,32 @@ pub async fn receive(
             error.error_response()
         }
     };
+    let elapsed = started.elapsed();
     state.metrics.inc(
         Metric::Deliveries,
         &[("source", label), ("outcome", summary.outcome)],
     );
+    state
+        .metrics
+        .observe(Metric::DeliveryDuration, &[("source", label)], elapsed);
+    let request_id = request_id::of(&request);
+    let status = response.status().as_u16();
+    let latency_ms = (elapsed.as_secs_f64() * 10_000.0).round() / 10.0;
+    // The line as text, and its fields apart for JSON logs.
     log::info!(
-        "delivery source={source:?} event_id={:?} kind={} outcome={} status={} latency_ms={:.1}",
+        source = source.as_str(),
+        event_id = summary.event_id.as_deref(),
+        kind = summary.kind.as_deref(),
+        outcome = summary.outcome,
+        status = status,
+        latency_ms = latency_ms,
+        request_id = request_id.as_str();
+        "delivery source={:?} event_id={:?} kind={} outcome={} status={status} \
+         latency_ms={latency_ms:.1} request_id={request_id}",
+        source.as_str(),
         summary.event_id.as_deref().unwrap_or("-"),
         summary.kind.as_deref().unwrap_or("-"),
         summary.outcome,
-        response.status().as_u16(),
-        started.elapsed().as_secs_f64() * 1000.0
     );
     response
 }

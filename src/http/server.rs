@@ -70,7 +70,12 @@ where
         .shutdown_timeout(limits.grace.as_secs())
         .disable_signals()
         .listen(format!("hookd-{local}"), listener, move || {
-            let app = App::new().app_data(state.clone()).configure(routes.clone());
+            let app = App::new()
+                .app_data(state.clone())
+                .wrap(actix_web::middleware::from_fn(
+                    super::request_id::middleware,
+                ))
+                .configure(routes.clone());
             let draining = draining.clone();
             let service = HttpService::build()
                 // Idle keep-alive connections end at once when the server stops.

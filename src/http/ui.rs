@@ -11,11 +11,11 @@ use chrono::Utc;
 use maud::Markup;
 use serde::Deserialize;
 
-use super::admin::{ADMIN_BODY_LIMIT, apply_again};
+use super::admin::{ADMIN_BODY_LIMIT, apply_again, log_bulk_retry};
 use super::auth::{self, Principal};
 use super::error::ApiError;
 use super::pages::{self, url_encode};
-use super::{AppState, body};
+use super::{AppState, body, request_id};
 use crate::query::ListParams;
 
 /// Customers' payments per page.
@@ -158,7 +158,11 @@ pub async fn login(
         auth::find_token(&state.settings, &token).filter(|t| auth::usable_here(t, &request));
     let Some(token) = found else {
         state.guard.record_failure(&request);
-        log::warn!("admin sign-in refused: unknown token");
+        let request_id = request_id::of(&request);
+        log::warn!(
+            request_id = request_id.as_str();
+            "admin sign-in refused: unknown token request_id={request_id}"
+        );
         return html(
             StatusCode::UNAUTHORIZED,
             pages::login(Some("That token is not valid.")),
@@ -170,7 +174,11 @@ pub async fn login(
         .await
     {
         Ok(session) => {
-            log::info!("admin sign-in: {}", token.name);
+            let request_id = request_id::of(&request);
+            log::info!(
+                token = token.name.as_str(), request_id = request_id.as_str();
+                "admin sign-in: {} request_id={request_id}", token.name
+            );
             HttpResponse::SeeOther()
                 .insert_header((LOCATION, "/admin"))
                 .cookie(auth::session_cookie(&state.settings, session))
@@ -204,7 +212,11 @@ pub async fn logout(
         if let Err(error) = auth::revoke(&state, session).await {
             return error_page(&error, Some(&who));
         }
-        log::info!("admin sign-out: {}", who.name);
+        let request_id = request_id::of(&request);
+        log::info!(
+            token = who.name.as_str(), request_id = request_id.as_str();
+            "admin sign-out: {} request_id={request_id}", who.name
+        );
     }
     HttpResponse::SeeOther()
         .insert_header((LOCATION, "/admin/login"))
@@ -330,7 +342,7 @@ pub async fn retry(
     let Ok(id) = path.parse::<i64>() else {
         return error_page(&ApiError::NotFound, Some(&who));
     };
-    let outcome = match apply_again(&state, &who, id).await {
+    let outcome = match apply_again(&state, &who, &request_id::of(&request), id).await {
         Ok(event) => event.status.to_string(),
         Err(error) => error.public_message(),
     };
@@ -433,6 +445,7 @@ pub async fn bulk_post(
             .desk
             .bulk_retry(params.to_filter(Utc::now())?, false, &who.name)
             .await?;
+        log_bulk_retry(&who.name, &request_id::of(&request), &outcome);
         Ok::<_, ApiError>((params, outcome))
     }
     .await;

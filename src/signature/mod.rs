@@ -184,10 +184,12 @@ pub enum SignatureError {
     },
     #[error("signature mismatch")]
     Mismatch,
+    /// Signed this many seconds before now, beyond the tolerance.
     #[error("timestamp too old")]
-    TooOld,
+    TooOld { seconds: u64 },
+    /// Signed this many seconds after now, beyond the tolerance.
     #[error("timestamp too new")]
-    TooNew,
+    TooNew { seconds: u64 },
 }
 
 impl SignatureError {
@@ -204,8 +206,8 @@ impl SignatureError {
             SignatureError::Missing(_) => "missing",
             SignatureError::Malformed { .. } => "malformed",
             SignatureError::Mismatch => "mismatch",
-            SignatureError::TooOld => "too_old",
-            SignatureError::TooNew => "too_new",
+            SignatureError::TooOld { .. } => "too_old",
+            SignatureError::TooNew { .. } => "too_new",
         }
     }
 }
@@ -259,10 +261,11 @@ impl Verifier<'_> {
 
     fn check_timestamp(&self, timestamp: i64, now: i64) -> Result<(), SignatureError> {
         let tolerance = i64::try_from(self.tolerance.as_secs()).unwrap_or(i64::MAX);
+        let seconds = timestamp.abs_diff(now);
         if timestamp < now.saturating_sub(tolerance) {
-            Err(SignatureError::TooOld)
+            Err(SignatureError::TooOld { seconds })
         } else if timestamp > now.saturating_add(tolerance) {
-            Err(SignatureError::TooNew)
+            Err(SignatureError::TooNew { seconds })
         } else {
             Ok(())
         }

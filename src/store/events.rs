@@ -505,9 +505,15 @@ pub async fn append_attempts(
 }
 
 /// Number of `failed` events waiting for a retry (for metrics).
-pub async fn retry_backlog(client: &impl GenericClient) -> Result<i64, StoreError> {
+/// Failed events waiting for a retry, and dead events waiting for a person.
+pub async fn backlog(client: &impl GenericClient) -> Result<(i64, i64), StoreError> {
     let statement = client
-        .prepare_cached("SELECT count(*) FROM webhook_events WHERE status = 'failed'")
+        .prepare_cached(
+            "SELECT count(*) FILTER (WHERE status = 'failed'),
+                    count(*) FILTER (WHERE status = 'dead')
+             FROM webhook_events WHERE status IN ('failed', 'dead')",
+        )
         .await?;
-    Ok(client.query_one(&statement, &[]).await?.get(0))
+    let row = client.query_one(&statement, &[]).await?;
+    Ok((row.get(0), row.get(1)))
 }

@@ -1128,7 +1128,7 @@ fn ops_cases(cases: &mut Cases) {
 }
 
 /// The admin endpoints, as method, a path template (`{id}` becomes `1`) and family.
-const ADMIN_ROUTES: [(&str, &str, &str); 11] = [
+const ADMIN_ROUTES: [(&str, &str, &str); 21] = [
     ("GET", "/admin", "GET /admin"),
     ("GET", "/admin/", "GET /admin/"),
     ("GET", "/admin/login", "GET /admin/login"),
@@ -1148,6 +1148,40 @@ const ADMIN_ROUTES: [(&str, &str, &str); 11] = [
         "POST /admin/api/events/{id}/retry",
     ),
     ("GET", "/admin/api/stats", "GET /admin/api/stats"),
+    (
+        "POST",
+        "/admin/api/events/retry",
+        "POST /admin/api/events/retry",
+    ),
+    (
+        "GET",
+        "/admin/api/payments?customer=cus_1",
+        "GET /admin/api/payments",
+    ),
+    (
+        "GET",
+        "/admin/api/payments/stripe/pi_1",
+        "GET /admin/api/payments/{source}/{payment_id}",
+    ),
+    ("GET", "/admin/api/audit", "GET /admin/api/audit"),
+    (
+        "GET",
+        "/admin/api/openapi.json",
+        "GET /admin/api/openapi.json",
+    ),
+    (
+        "GET",
+        "/admin/payments/stripe/pi_1",
+        "GET /admin/payments/{source}/{payment_id}",
+    ),
+    (
+        "GET",
+        "/admin/customers/cus_1",
+        "GET /admin/customers/{customer}",
+    ),
+    ("GET", "/admin/retry", "GET /admin/retry"),
+    ("POST", "/admin/retry", "POST /admin/retry"),
+    ("GET", "/admin/audit", "GET /admin/audit"),
 ];
 
 fn b64(text: impl AsRef<[u8]>) -> String {

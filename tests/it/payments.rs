@@ -60,7 +60,7 @@ fn body(fact: &Fact, n: usize, payment: &str, amount: i64) -> Value {
     }
 }
 
-/// SPEC §4's rules, computed independently of hookd.
+/// The payment rules (which facts give which status), computed independently of hookd.
 fn expected(facts: &[Fact], intent_amount: i64) -> PaymentRow {
     let succeeded = facts.iter().any(|f| matches!(f, Fact::Succeeded));
     let failed = facts.iter().any(|f| matches!(f, Fact::Failed));
@@ -229,7 +229,7 @@ fn any_order_and_repetition_of_events_gives_the_same_payment() {
 
 #[test]
 fn the_oracle_matches_the_contract_on_examples() {
-    // Guards the test's own model of SPEC §4.
+    // Guards the test's own model of the payment rules.
     let s = |facts: &[Fact]| expected(facts, 1000).status;
     assert_eq!(s(&[]), "pending");
     assert_eq!(s(&[Fact::Failed]), "failed");

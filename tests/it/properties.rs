@@ -252,8 +252,8 @@ proptest! {
         prop_assert_eq!(verifier.verify(&headers, &longer, at), Err(SignatureError::Mismatch));
         let tolerance = i64::try_from(TOLERANCE.as_secs()).expect("seconds");
         if let (Some(later), Some(earlier)) = (at.checked_add(tolerance + 1), at.checked_sub(tolerance + 1)) {
-            let expect_late = if has_timestamp(scheme) { Err(SignatureError::TooOld) } else { Ok(Verified { signed_with: 1 }) };
-            let expect_early = if has_timestamp(scheme) { Err(SignatureError::TooNew) } else { Ok(Verified { signed_with: 1 }) };
+            let expect_late = if has_timestamp(scheme) { Err(SignatureError::TooOld { seconds: TOLERANCE.as_secs() + 1 }) } else { Ok(Verified { signed_with: 1 }) };
+            let expect_early = if has_timestamp(scheme) { Err(SignatureError::TooNew { seconds: TOLERANCE.as_secs() + 1 }) } else { Ok(Verified { signed_with: 1 }) };
             prop_assert_eq!(verifier.verify(&headers, &body, later), expect_late);
             prop_assert_eq!(verifier.verify(&headers, &body, earlier), expect_early);
         }

@@ -1,4 +1,4 @@
-//! Receiving: every row of SPEC §3, in its order of checks, for every scheme.
+//! Receiving: every check of the receiver, in its order, for every scheme.
 
 use hookd::cli::sign::Hints;
 use serde_json::{Value, json};

@@ -292,3 +292,88 @@ async fn the_headers_hookd_sign_prints_are_accepted_by_the_receiver() {
         );
     }
 }
+
+/// A TLS terminator in front of `app`: https on 127.0.0.1 with a certificate for
+/// `localhost` from a CA made here, each connection piped to the app's plain HTTP.
+async fn https_in_front_of(app: &TestApp, pki: &crate::tls::Pki) -> String {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    hookd::outbound::install_crypto();
+    let certs = vec![CertificateDer::from_pem_slice(pki.server_cert.as_bytes()).expect("cert")];
+    let key = PrivateKeyDer::from_pem_slice(pki.server_key.as_bytes()).expect("key");
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let backend = app.base.trim_start_matches("http://").to_string();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, backend) = (acceptor.clone(), backend.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                if let Ok(mut plain) = tokio::net::TcpStream::connect(&backend).await {
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                }
+            });
+        }
+    });
+    format!("https://localhost:{port}")
+}
+
+#[tokio::test]
+async fn replay_sends_over_https_verifying_the_certificate() {
+    let app = spawn_app().await;
+    let pki = crate::tls::pki();
+    let url = https_in_front_of(&app, &pki).await;
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let ca = dir.join(format!("replay-ca-{}.pem", std::process::id()));
+    let other = dir.join(format!("replay-other-ca-{}.pem", std::process::id()));
+    std::fs::write(&ca, &pki.ca).expect("CA file");
+    std::fs::write(&other, &pki.other_ca).expect("CA file");
+    let args = [
+        "replay",
+        "fixtures/stripe/01_payment_intent.succeeded.json",
+        "--source",
+        "stripe",
+        "--url",
+        &url,
+    ];
+    // The system's trust store, as rustls-native-certs reads it: only these files.
+    let trusting = |file: &std::path::Path| {
+        vec![
+            ("SSL_CERT_FILE", file.display().to_string()),
+            (
+                "SSL_CERT_DIR",
+                dir.join("no-such-dir").display().to_string(),
+            ),
+        ]
+    };
+    let sent = crate::support::run_hookd_with(&args, &trusting(&ca)).await;
+    let stdout = String::from_utf8_lossy(&sent.stdout);
+    assert!(sent.status.success(), "{sent:?}");
+    assert!(stdout.contains("200 accepted  new"), "{stdout}");
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        1
+    );
+
+    // A certificate from a CA the machine does not trust is refused.
+    let refused = crate::support::run_hookd_with(&args, &trusting(&other)).await;
+    assert!(!refused.status.success());
+    let stdout = String::from_utf8_lossy(&refused.stdout);
+    assert!(
+        stdout.contains("error: cannot connect") && stdout.contains("UnknownIssuer"),
+        "{stdout}"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        1
+    );
+}

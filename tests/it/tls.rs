@@ -21,11 +21,11 @@ use crate::support::run_hookd;
 const DATABASE: &str = "hookd";
 
 /// A CA, the server's certificate and key signed by it, and an unrelated CA.
-struct Pki {
-    ca: String,
-    other_ca: String,
-    server_cert: String,
-    server_key: String,
+pub struct Pki {
+    pub ca: String,
+    pub other_ca: String,
+    pub server_cert: String,
+    pub server_key: String,
 }
 
 fn authority(name: &str) -> CertifiedIssuer<'static, KeyPair> {
@@ -36,7 +36,8 @@ fn authority(name: &str) -> CertifiedIssuer<'static, KeyPair> {
     CertifiedIssuer::self_signed(params, KeyPair::generate().expect("CA key")).expect("CA")
 }
 
-fn pki() -> Pki {
+/// A server certificate for `localhost` and `127.0.0.1`, from a CA made here.
+pub fn pki() -> Pki {
     let ca = authority("hookd test CA");
     let other_ca = authority("some other CA");
     let key = KeyPair::generate().expect("server key");

@@ -1,0 +1,531 @@
+//! What operators watch: `X-Request-Id` on every answer of both listeners, log
+//! lines as text or JSON from the real binary, and the metrics parsed from
+//! `/metrics` as Prometheus would read them.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{Spawn, TestDb, cluster, spawn, stripe_event, test_settings};
+
+fn is_generated_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+#[tokio::test]
+async fn every_answer_of_both_listeners_carries_a_request_id() {
+    let mut settings = test_settings();
+    settings.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let admin = app.admin_base.clone().expect("an admin listener");
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let requests = [
+        ("GET", &app.base, "/healthz", 200),
+        ("GET", &app.base, "/readyz", 200),
+        ("POST", &app.base, "/webhooks/stripe", 401),
+        ("POST", &app.base, "/webhooks/nope", 404),
+        ("GET", &app.base, "/webhooks/stripe", 405),
+        ("GET", &app.base, "/nowhere", 404),
+        ("GET", &app.base, "/metrics", 404),
+        ("GET", &admin, "/metrics", 200),
+        ("GET", &admin, "/admin/api/events", 401),
+        ("GET", &admin, "/admin", 303),
+        ("GET", &admin, "/healthz", 200),
+    ];
+    let mut seen = Vec::new();
+    for (method, base, path, status) in requests {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let answer = http
+            .request(method, format!("{base}{path}"))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(answer.status().as_u16(), status, "{path}");
+        let id = answer
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_else(|| panic!("{base}{path}: no X-Request-Id"))
+            .to_string();
+        assert!(is_generated_id(&id), "{path}: {id}");
+        seen.push(id);
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), requests.len(), "a fresh id per request");
+
+    // A caller's (a proxy's) own id is kept when it is a sane token, else replaced.
+    let long = "r".repeat(129);
+    for (given, kept) in [
+        ("req-7f3a_01:edge/2", true),
+        (long.as_str(), false),
+        ("two words", false),
+        ("quote\"d", false),
+    ] {
+        for base in [&app.base, &admin] {
+            let answer = http
+                .get(format!("{base}/healthz"))
+                .header("X-Request-Id", given)
+                .send()
+                .await
+                .expect("answer");
+            let id = answer
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .expect("X-Request-Id")
+                .to_string();
+            if kept {
+                assert_eq!(id, given);
+            } else {
+                assert!(is_generated_id(&id), "{given:?} → {id}");
+            }
+        }
+    }
+}
+
+/// `hookd serve` as a process with these variables, against a fresh test database.
+struct Served {
+    child: std::process::Child,
+    base: String,
+    _db: TestDb,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        // A test that failed half-way leaves no server behind.
+        let _ = self.child.kill();
+    }
+}
+
+impl Served {
+    async fn start(env: &[(&str, &str)]) -> Served {
+        let db = TestDb::create().await;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .args(["serve", "--config"])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"))
+            .env("DATABASE_URL", cluster().connection_string(&db.name))
+            .env("HOOKD_LISTEN", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "info")
+            .env_remove("HOOKD_LOG_FORMAT")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn hookd");
+        let served = Served {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            _db: db,
+        };
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .expect("client");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = http.get(format!("{}/readyz", served.base)).send().await
+                && r.status() == 200
+            {
+                return served;
+            }
+            assert!(Instant::now() < deadline, "hookd did not become ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops it (SIGTERM) and returns what it logged.
+    async fn stop(mut self) -> String {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        let mut stderr = self.child.stderr.take().expect("stderr");
+        let read = tokio::task::spawn_blocking(move || {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut stderr, &mut text).map(|_| text)
+        });
+        let status = tokio::task::spawn_blocking(move || self.child.wait())
+            .await
+            .expect("join")
+            .expect("wait");
+        assert!(status.success(), "{status:?}");
+        read.await.expect("join").expect("stderr")
+    }
+}
+
+/// Delivers one Stripe event and signs in, each with a request id of our own.
+async fn deliver_and_sign_in(base: &str, tag: &str) {
+    let settings = test_settings();
+    let stripe = settings.source("stripe").expect("stripe");
+    let body = serde_json::to_vec(&stripe_event(
+        &format!("evt_log_{tag}"),
+        "payment_intent.succeeded",
+        json!({"id": format!("pi_log_{tag}"), "object": "payment_intent", "amount": 500}),
+    ))
+    .expect("json");
+    let headers = hookd::cli::sign::sign_delivery(
+        stripe,
+        &body,
+        Default::default(),
+        chrono::Utc::now().timestamp(),
+    )
+    .expect("sign")
+    .headers;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let mut request = http
+        .post(format!("{base}/webhooks/stripe"))
+        .header("X-Request-Id", format!("req-delivery-{tag}"))
+        .body(body);
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    assert_eq!(request.send().await.expect("answer").status(), 200);
+    let signed_in = http
+        .post(format!("{base}/admin/login"))
+        .header("X-Request-Id", format!("req-login-{tag}"))
+        .json(&json!({"token": "dev-viewer-token-0123456789"}))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(signed_in.status(), 303);
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_per_line_with_the_deliverys_fields_and_text_stays() {
+    let (json_run, text_run) = tokio::join!(
+        Served::start(&[("HOOKD_LOG_FORMAT", "json")]),
+        Served::start(&[])
+    );
+    tokio::join!(
+        deliver_and_sign_in(&json_run.base, "json"),
+        deliver_and_sign_in(&text_run.base, "text")
+    );
+    let (json_log, text_log) = tokio::join!(json_run.stop(), text_run.stop());
+
+    let lines: Vec<Value> = json_log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    assert!(lines.len() >= 4, "{json_log}");
+    for line in &lines {
+        for key in ["timestamp", "level", "target", "message"] {
+            assert!(line[key].is_string(), "{key} in {line}");
+        }
+        let timestamp = line["timestamp"].as_str().unwrap_or_default();
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(timestamp).is_ok(),
+            "{timestamp}"
+        );
+    }
+    let delivery = lines
+        .iter()
+        .find(|l| l["request_id"] == "req-delivery-json")
+        .unwrap_or_else(|| panic!("no delivery line: {json_log}"));
+    assert_eq!(delivery["level"], "info");
+    assert_eq!(delivery["source"], "stripe");
+    assert_eq!(delivery["event_id"], "evt_log_json");
+    assert_eq!(delivery["kind"], "payment_succeeded");
+    assert_eq!(delivery["outcome"], "processed");
+    assert_eq!(delivery["status"], 200);
+    assert!(delivery["latency_ms"].as_f64().is_some_and(|ms| ms >= 0.0));
+    let sign_in = lines
+        .iter()
+        .find(|l| l["request_id"] == "req-login-json")
+        .unwrap_or_else(|| panic!("no sign-in line: {json_log}"));
+    assert_eq!(sign_in["token"], "viewer");
+    assert!(lines.iter().any(|l| l["message"] == "hookd stopped"));
+
+    // Text stays the default, with today's delivery line and the request id.
+    assert!(!text_log.trim_start().starts_with('{'), "{text_log}");
+    let delivery = text_log
+        .lines()
+        .find(|l| l.contains("request_id=req-delivery-text"))
+        .unwrap_or_else(|| panic!("no delivery line: {text_log}"));
+    assert!(
+        delivery.contains(
+            "delivery source=\"stripe\" event_id=\"evt_log_text\" kind=payment_succeeded \
+             outcome=processed status=200 latency_ms="
+        ),
+        "{delivery}"
+    );
+    assert!(
+        text_log
+            .lines()
+            .any(|l| l.contains("admin sign-in: viewer request_id=req-login-text")),
+        "{text_log}"
+    );
+}
+
+#[test]
+fn an_unknown_log_format_is_a_configuration_error() {
+    let output = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        .args(["check-config", "--config"])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"))
+        .env("HOOKD_LOG_FORMAT", "yaml")
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(78));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.trim(),
+        "hookd: HOOKD_LOG_FORMAT: \"yaml\" is not one of text, json"
+    );
+}
+
+/// One sample of the text exposition format.
+#[derive(Debug, Clone, PartialEq)]
+struct Sample {
+    name: String,
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+/// The text exposition format as Prometheus reads it: `# TYPE` and `# HELP`
+/// lines per family, then `name{label="value",…} value` samples (label values
+/// with `\\`, `\"` and `\n` escapes). Panics on anything else.
+fn parse_exposition(text: &str) -> (Vec<(String, String)>, Vec<String>, Vec<Sample>) {
+    let (mut types, mut helps, mut samples) = (Vec::new(), Vec::new(), Vec::new());
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
+            types.push((name.to_string(), kind.to_string()));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').expect("HELP name text");
+            assert!(!help.trim().is_empty(), "{line}");
+            helps.push(name.to_string());
+            continue;
+        }
+        assert!(!line.starts_with('#'), "unexpected comment: {line}");
+        let name_end = line.find(['{', ' ']).expect("a value");
+        let name = &line[..name_end];
+        assert!(
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "{line}"
+        );
+        let mut rest = &line[name_end..];
+        let mut labels = Vec::new();
+        if let Some(inner) = rest.strip_prefix('{') {
+            let mut chars = inner.char_indices().peekable();
+            loop {
+                let (start, c) = chars.next().expect("label or }");
+                if c == '}' {
+                    rest = &inner[start + 1..];
+                    break;
+                }
+                if c == ',' {
+                    continue;
+                }
+                let eq = inner[start..].find("=\"").expect("label=\"") + start;
+                let key = inner[start..eq].to_string();
+                while chars.peek().is_some_and(|(i, _)| *i <= eq + 1) {
+                    chars.next();
+                }
+                let mut value = String::new();
+                loop {
+                    match chars.next().expect("closing quote") {
+                        (_, '"') => break,
+                        (_, '\\') => match chars.next().expect("escape") {
+                            (_, 'n') => value.push('\n'),
+                            (_, other) => value.push(other),
+                        },
+                        (_, other) => value.push(other),
+                    }
+                }
+                labels.push((key, value));
+            }
+        }
+        let value_text = rest.trim();
+        let value = match value_text {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            other => other
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value in {line}")),
+        };
+        samples.push(Sample {
+            name: name.to_string(),
+            labels,
+            value,
+        });
+    }
+    (types, helps, samples)
+}
+
+#[test]
+fn the_exposition_parser_reads_labels_escapes_and_special_values() {
+    let (types, _, samples) = parse_exposition(
+        "# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"q\\\"u,o}te\",le=\"+Inf\"} 3\nb 1.5e3\n",
+    );
+    assert_eq!(types, [("a_total".to_string(), "counter".to_string())]);
+    assert_eq!(
+        samples,
+        [
+            Sample {
+                name: "a_total".into(),
+                labels: vec![
+                    ("x".into(), "q\"u,o}te".into()),
+                    ("le".into(), "+Inf".into())
+                ],
+                value: 3.0
+            },
+            Sample {
+                name: "b".into(),
+                labels: vec![],
+                value: 1500.0
+            }
+        ]
+    );
+}
+
+#[tokio::test]
+async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_the_build() {
+    let app = crate::support::spawn_app().await;
+    let processed = stripe_event(
+        "evt_metrics_ok",
+        "payment_intent.succeeded",
+        json!({"id": "pi_metrics", "object": "payment_intent", "amount": 100}),
+    );
+    // A payment event without a payment id fails for good: dead.
+    let dead = stripe_event(
+        "evt_metrics_dead",
+        "payment_intent.succeeded",
+        json!({"object": "payment_intent", "amount": 100}),
+    );
+    assert_eq!(app.deliver("stripe", &processed).await.status, 200);
+    assert_eq!(app.deliver("stripe", &dead).await.status, 200);
+    assert_eq!(app.post("nope", &[], b"{}".to_vec()).await.status, 404);
+
+    let answer = app.get("/metrics").await;
+    assert_eq!(answer.status, 200);
+    let text = String::from_utf8(answer.body).expect("utf-8");
+    let (types, helps, samples) = parse_exposition(&text);
+
+    // Every metric is declared once, with its type and help, and every sample
+    // belongs to a declared family.
+    for metric in hookd::metrics::Metric::ALL {
+        let declared: Vec<_> = types.iter().filter(|(n, _)| n == metric.name()).collect();
+        assert_eq!(declared.len(), 1, "{}", metric.name());
+        assert_eq!(declared[0].1, metric.kind(), "{}", metric.name());
+        assert!(
+            helps.iter().any(|n| n == metric.name()),
+            "{}",
+            metric.name()
+        );
+    }
+    for sample in &samples {
+        let family = types.iter().find(|(name, kind)| {
+            sample.name == *name
+                || (kind == "histogram"
+                    && ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .any(|suffix| sample.name == format!("{name}{suffix}")))
+        });
+        assert!(family.is_some(), "undeclared sample {sample:?}");
+    }
+    let value = |name: &str, labels: &[(&str, &str)]| -> f64 {
+        let found: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && s.labels.len() == labels.len()
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.iter().any(|(k2, v2)| k2 == k && v2 == v))
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{name}{labels:?} in:\n{text}");
+        found[0].value
+    };
+
+    // The delivery latency histogram, per configured source (others: unknown).
+    let latency = "hookd_delivery_duration_seconds";
+    for (source, count) in [("stripe", 2.0), ("unknown", 1.0)] {
+        assert_eq!(
+            value(&format!("{latency}_count"), &[("source", source)]),
+            count
+        );
+        let buckets: Vec<(f64, f64)> = samples
+            .iter()
+            .filter(|s| {
+                s.name == format!("{latency}_bucket")
+                    && s.labels.iter().any(|(k, v)| k == "source" && v == source)
+            })
+            .map(|s| {
+                let le = &s.labels.iter().find(|(k, _)| k == "le").expect("le").1;
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().expect("le")
+                };
+                (le, s.value)
+            })
+            .collect();
+        let bounds: Vec<f64> = buckets.iter().map(|(le, _)| *le).collect();
+        assert_eq!(bounds.first(), Some(&0.001));
+        assert!(bounds.contains(&10.0) && bounds.last() == Some(&f64::INFINITY));
+        assert!(bounds.windows(2).all(|w| w[0] < w[1]), "{bounds:?}");
+        assert!(
+            buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+            "cumulative: {buckets:?}"
+        );
+        assert_eq!(buckets.last().map(|b| b.1), Some(count));
+        assert!(value(&format!("{latency}_sum"), &[("source", source)]) > 0.0);
+    }
+
+    assert_eq!(value("hookd_dead_events", &[]), 1.0);
+    assert_eq!(value("hookd_retry_backlog", &[]), 0.0);
+    assert_eq!(
+        value(
+            "hookd_events_total",
+            &[("kind", "payment_succeeded"), ("status", "dead")]
+        ),
+        1.0
+    );
+
+    let max = value("hookd_db_pool_max_size", &[]);
+    let open = value("hookd_db_pool_size", &[]);
+    let idle = value("hookd_db_pool_available", &[]);
+    assert_eq!(max, 16.0);
+    assert!(open >= 1.0 && open <= max, "{open}");
+    assert!(idle >= 0.0 && idle <= open, "{idle} of {open}");
+    assert_eq!(value("hookd_db_pool_waiting", &[]), 0.0);
+
+    assert_eq!(
+        value(
+            "hookd_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        1.0
+    );
+
+    let rss = value("process_resident_memory_bytes", &[]);
+    assert!(rss > 1_000_000.0, "{rss}");
+    assert!(value("process_virtual_memory_bytes", &[]) >= rss);
+    let fds = value("process_open_fds", &[]);
+    assert!(fds >= 3.0 && fds <= value("process_max_fds", &[]), "{fds}");
+    assert!(value("process_cpu_seconds_total", &[]) > 0.0);
+    let now = chrono::Utc::now().timestamp() as f64;
+    let start = value("process_start_time_seconds", &[]);
+    assert!(start <= now + 1.0 && start > now - 86_400.0, "{start}");
+}
