@@ -20,13 +20,13 @@
 //! and `GET /readyz` (its database check cached for a second, so mostly HTTP) as
 //! the floor to compare with. Twice: on an idle hookd, then while deliveries arrive at a steady rate.
 
-mod common;
-
+use hookd_kit::{bench, load};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{BenchCluster, ms, open_loop, percentile};
+use hookd_kit::bench::BenchCluster;
+use hookd_kit::load::{ms, open_loop, percentile};
 use tokio::time::Instant;
 
 /// Events in the history, spread over the last 30 days.
@@ -47,7 +47,7 @@ const DELIVERY_RATE: f64 = 200.0;
 const TARGET_P99: Duration = Duration::from_millis(20);
 
 fn main() {
-    common::runtime().block_on(run());
+    bench::runtime().block_on(run());
 }
 
 /// One of the measured queries: a name, the path of its `i`-th request, and text
@@ -127,24 +127,21 @@ const SOURCE_SQL: &str = "CASE WHEN p % 20 < 12 THEN 'stripe' \
 
 async fn run() {
     let started = chrono::Utc::now();
-    let common::Setup {
+    let bench::Setup {
         cluster,
         hookd,
         sender,
         db,
         server_version,
-    } = common::setup("desk").await;
+    } = bench::setup("desk").await;
     println!(
         "hookd support-desk benchmark, {}",
         started.format("%Y-%m-%d %H:%M UTC")
     );
-    println!(
-        "machine: {}; PostgreSQL {server_version}",
-        common::machine()
-    );
+    println!("machine: {}; PostgreSQL {server_version}", bench::machine());
     println!(
         "hookd: in-process, pool of {} connections, shipped hookd.toml; {}\n",
-        common::POOL_SIZE,
+        bench::POOL_SIZE,
         hookd.base_url()
     );
 
@@ -206,7 +203,7 @@ async fn run() {
     let load = tokio::spawn(open_loop(
         sender.clone(),
         DELIVERY_RATE,
-        common::MAX_DURATION,
+        load::MAX_DURATION,
         Some(stop.clone()),
     ));
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -310,12 +307,12 @@ async fn measure(http: &reqwest::Client, base: &str, token: &str, query: &Query)
 async fn fill(cluster: &BenchCluster) -> String {
     let clock = Instant::now();
     let db = cluster.connect().await;
-    let indexes = common::drop_secondary_indexes(
+    let indexes = bench::drop_secondary_indexes(
         &db,
         &["webhook_events", "webhook_event_attempts", "payments"],
     )
     .await;
-    common::fill_in_chunks(
+    bench::fill_in_chunks(
         cluster,
         EVENTS,
         FILL_CHUNKS,
@@ -326,8 +323,8 @@ async fn fill(cluster: &BenchCluster) -> String {
     let started = Instant::now();
     fill_payments(&db).await;
     stages.push(format!("payments {:.1} s", started.elapsed().as_secs_f64()));
-    stages.push(common::rebuild_indexes(&db, &indexes).await);
-    stages.push(common::settle(&db).await);
+    stages.push(bench::rebuild_indexes(&db, &indexes).await);
+    stages.push(bench::settle(&db).await);
     stages.join(", ")
 }
 

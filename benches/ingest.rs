@@ -14,12 +14,12 @@
 //! ratios hookd / pgbench, measured seconds apart in alternating rounds on the
 //! same cluster, and the CPU each spends per event.
 
-mod common;
-
+use hookd_kit::{bench, cluster, load};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{BenchCluster, Cpu, MAX_REQUESTS, Report, closed_loop, ms, open_loop, percentile};
+use hookd_kit::bench::{BenchCluster, Cpu};
+use hookd_kit::load::{MAX_REQUESTS, Report, closed_loop, ms, open_loop, percentile};
 use sha2::{Digest, Sha256};
 
 const CONCURRENCIES: [usize; 2] = [32, 64];
@@ -158,10 +158,10 @@ impl<'a> Pgbench<'a> {
                 .expect("write pgbench script");
         }
         // The same body hookd receives, with placeholders for the two ids.
-        let payload = common::stripe_payment_succeeded("@EVT@", "@PI@", 1_726_050_000);
+        let payload = load::stripe_payment_succeeded("@EVT@", "@PI@", 1_726_050_000);
         let sha = hex::encode(Sha256::digest(payload.as_bytes()));
         Pgbench {
-            bin: common::postgres_bin("pgbench"),
+            bin: cluster::postgres_bin("pgbench"),
             cluster,
             work,
             payload,
@@ -281,18 +281,18 @@ struct Totals {
 }
 
 fn main() {
-    common::runtime().block_on(run());
+    bench::runtime().block_on(run());
 }
 
 async fn run() {
     let started = chrono::Utc::now();
-    let common::Setup {
+    let bench::Setup {
         cluster,
         hookd,
         sender,
         db,
         server_version,
-    } = common::setup("ingest").await;
+    } = bench::setup("ingest").await;
     let mut pgbench = Pgbench::new(&cluster);
     println!(
         "hookd ingest benchmark, {}",
@@ -300,14 +300,14 @@ async fn run() {
     );
     println!(
         "machine: {}; PostgreSQL {server_version}, durable (fsync, synchronous_commit on); {}",
-        common::machine(),
+        bench::machine(),
         pgbench.version().await
     );
     println!(
         "hookd: in-process, {} HTTP workers, pool of {} connections, shipped hookd.toml; \
          target {}",
         std::thread::available_parallelism().map_or(1, |n| n.get()),
-        common::POOL_SIZE,
+        bench::POOL_SIZE,
         sender.url()
     );
     println!(

@@ -13,16 +13,16 @@
 //! The figure that matters is p99 during / p99 baseline (same run, same cluster),
 //! then what the pass removed, checked against the fill.
 
-mod common;
-
+use hookd_kit::{bench, load};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{BenchCluster, Report, Summary, ms, open_loop};
 use hookd::duration::format as format_duration;
 use hookd::purge::PurgeOutcome;
+use hookd_kit::bench::BenchCluster;
+use hookd_kit::load::{Report, Summary, ms, open_loop};
 use tokio::time::Instant;
 
 /// Old finished events (`processed`, `ignored`, `dead`).
@@ -105,18 +105,18 @@ fn expected() -> Expected {
 }
 
 fn main() {
-    common::runtime().block_on(run());
+    bench::runtime().block_on(run());
 }
 
 async fn run() {
     let started = chrono::Utc::now();
-    let common::Setup {
+    let bench::Setup {
         cluster,
         hookd,
         sender,
         db,
         server_version,
-    } = common::setup("purge").await;
+    } = bench::setup("purge").await;
     let batch = hookd.app.settings.purge_batch;
     println!(
         "hookd purge benchmark, {}",
@@ -124,12 +124,12 @@ async fn run() {
     );
     println!(
         "machine: {}; PostgreSQL {server_version} (durable: fsync and synchronous_commit on)",
-        common::machine()
+        bench::machine()
     );
     println!(
         "hookd: in-process, pool of {} connections, shipped hookd.toml (retention {}, \
          key_retention {}, purge_batch {batch}); target {}\n",
-        common::POOL_SIZE,
+        bench::POOL_SIZE,
         format_duration(hookd.app.settings.retention),
         format_duration(hookd.app.settings.key_retention),
         sender.url()
@@ -328,13 +328,13 @@ async fn fill(cluster: &BenchCluster) -> String {
     let clock = Instant::now();
     let db = cluster.connect().await;
     let indexes =
-        common::drop_secondary_indexes(&db, &["webhook_events", "webhook_event_attempts"]).await;
+        bench::drop_secondary_indexes(&db, &["webhook_events", "webhook_event_attempts"]).await;
     // The payload hookd would have stored: with placeholders for the ids, replaced
     // per row where there are few rows; for the million, parsed once and the event
     // id set per row (parsing 1.4 KB of JSON per row would double the fill time).
-    let template = common::stripe_payment_succeeded("@EVT@", "@PI@", 1_726_050_000);
-    let payload = common::stripe_payment_succeeded("evt_old", "pi_old", 1_726_050_000);
-    common::fill_in_chunks(cluster, OLD_EVENTS, FILL_CHUNKS, |client, first, last| {
+    let template = load::stripe_payment_succeeded("@EVT@", "@PI@", 1_726_050_000);
+    let payload = load::stripe_payment_succeeded("evt_old", "pi_old", 1_726_050_000);
+    bench::fill_in_chunks(cluster, OLD_EVENTS, FILL_CHUNKS, |client, first, last| {
         let payload = payload.clone();
         async move { fill_old(&client, &payload, first, last).await }
     })
@@ -388,8 +388,8 @@ async fn fill(cluster: &BenchCluster) -> String {
     )
     .await
     .expect("fill attempts of failed and recent events");
-    stages.push(common::rebuild_indexes(&db, &indexes).await);
-    stages.push(common::settle(&db).await);
+    stages.push(bench::rebuild_indexes(&db, &indexes).await);
+    stages.push(bench::settle(&db).await);
     stages.join(", ")
 }
 

@@ -8,16 +8,14 @@
 //!
 //! Every delivery is a new Stripe `payment_intent.succeeded` event (unique event and
 //! payment ids), signed with the source's first secret by hookd's own signing code
-//! (`hookd::cli::sign::sign_delivery`), from the same configuration file hookd reads
+//! (`hookd::provider::sign_delivery`), from the same configuration file hookd reads
 //! (environment overrides included). `--concurrency N` is a closed loop (N senders,
 //! each waits for its answer); `--rate R` an open loop (R deliveries a second
 //! whatever the answers, latency counted from when each was due). Loopback targets
 //! only, at most 5 minutes and 1,000,000 deliveries; the exit code is non-zero if
 //! any delivery was not answered 200.
 
-#[path = "../benches/common/mod.rs"]
-mod common;
-
+use hookd_kit::load;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -50,7 +48,7 @@ struct Args {
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
     /// Stop after this many deliveries (at most 1,000,000).
-    #[arg(long, default_value_t = common::MAX_REQUESTS)]
+    #[arg(long, default_value_t = load::MAX_REQUESTS)]
     max_requests: u64,
 }
 
@@ -69,31 +67,31 @@ async fn main() -> ExitCode {
 
 /// `Ok(true)` when every delivery was answered 200.
 async fn run(args: Args) -> Result<bool, String> {
-    let limit = common::MAX_DURATION.as_secs_f64();
+    let limit = load::MAX_DURATION.as_secs_f64();
     if !(args.duration > 0.0 && args.duration <= limit) {
         return Err(format!(
             "--duration must be more than 0 and at most {limit} seconds"
         ));
     }
-    if args.max_requests == 0 || args.max_requests > common::MAX_REQUESTS {
+    if args.max_requests == 0 || args.max_requests > load::MAX_REQUESTS {
         return Err(format!(
             "--max-requests must be between 1 and {}",
-            common::MAX_REQUESTS
+            load::MAX_REQUESTS
         ));
     }
     if let Some(rate) = args.rate
-        && !(rate > 0.0 && rate.is_finite() && rate * args.duration <= common::MAX_REQUESTS as f64)
+        && !(rate > 0.0 && rate.is_finite() && rate * args.duration <= load::MAX_REQUESTS as f64)
     {
         return Err(format!(
             "--rate must be positive, and rate × duration at most {}",
-            common::MAX_REQUESTS
+            load::MAX_REQUESTS
         ));
     }
     let concurrency = args.concurrency.unwrap_or(8);
     if concurrency == 0 || concurrency > 1024 {
         return Err("--concurrency must be between 1 and 1024".into());
     }
-    let base = common::loopback_base(&args.url)?;
+    let base = load::loopback_base(&args.url)?;
     let settings = Settings::load(&args.config).map_err(|e| e.to_string())?;
     let source = settings
         .source(&args.source)
@@ -104,7 +102,7 @@ async fn run(args: Args) -> Result<bool, String> {
             source.name
         ));
     }
-    let sender = Arc::new(common::Sender::new(&base, source.clone())?);
+    let sender = Arc::new(load::Sender::new(&base, source.clone())?);
     let duration = Duration::from_secs_f64(args.duration);
     let report = match args.rate {
         Some(rate) => {
@@ -114,7 +112,7 @@ async fn run(args: Args) -> Result<bool, String> {
                 sender.url()
             );
             let capped = duration.min(Duration::from_secs_f64(args.max_requests as f64 / rate));
-            common::open_loop(sender, rate, capped, None).await
+            load::open_loop(sender, rate, capped, None).await
         }
         None => {
             println!(
@@ -122,7 +120,7 @@ async fn run(args: Args) -> Result<bool, String> {
                 args.duration,
                 sender.url()
             );
-            common::closed_loop(sender, concurrency, duration, args.max_requests).await
+            load::closed_loop(sender, concurrency, duration, args.max_requests).await
         }
     };
     let summary = report.summary();

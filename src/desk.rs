@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::config::Settings;
 use crate::dispatch::{Dispatcher, RetryOutcome};
-use crate::query::{self, FilterError};
+use crate::filter::{self, FilterError};
 use crate::signature::Verifier;
 use crate::store::audit::{self, AuditEntry, Record};
 use crate::store::history::{self, Attempt, EventDetail, EventFilter, EventSummary, HandlerState};
@@ -176,7 +176,7 @@ impl Desk {
         &self,
         filter: EventFilter,
     ) -> Result<(Vec<EventSummary>, Option<String>), StoreError> {
-        query::page(&self.client().await?, filter).await
+        filter::history_page(&self.client().await?, filter).await
     }
 
     /// One event, its handlers and its origin; viewing it is audited.
@@ -473,7 +473,7 @@ fn decode_payment_cursor(text: &str) -> Result<(DateTime<Utc>, String, String), 
     let raw = B64.decode(text).map_err(|_| bad_cursor())?;
     let (micros, source, id): (i64, String, String) =
         serde_json::from_slice(&raw).map_err(|_| bad_cursor())?;
-    let at = query::cursor_time(micros).ok_or_else(bad_cursor)?;
+    let at = filter::cursor_time(micros).ok_or_else(bad_cursor)?;
     Ok((at, source, id))
 }
 
@@ -483,5 +483,5 @@ fn decode_audit_cursor(text: &str) -> Result<(DateTime<Utc>, i64), FilterError> 
     let (micros, id) = raw.split_once(':').ok_or_else(bad_cursor)?;
     let micros: i64 = micros.parse().map_err(|_| bad_cursor())?;
     let id: i64 = id.parse().map_err(|_| bad_cursor())?;
-    Ok((query::cursor_time(micros).ok_or_else(bad_cursor)?, id))
+    Ok((filter::cursor_time(micros).ok_or_else(bad_cursor)?, id))
 }

@@ -9,7 +9,7 @@ use super::CliError;
 use crate::app::App;
 use crate::desk::{DeskError, EventView, Origin, PaymentView};
 use crate::dispatch::RetryOutcome;
-use crate::query::ListParams;
+use crate::filter::ListParams;
 use crate::store::history::{self, EventSummary};
 
 impl From<DeskError> for CliError {
@@ -29,8 +29,8 @@ fn who() -> String {
     format!("cli:{user}")
 }
 
-impl From<crate::query::FilterError> for CliError {
-    fn from(error: crate::query::FilterError) -> Self {
+impl From<crate::filter::FilterError> for CliError {
+    fn from(error: crate::filter::FilterError) -> Self {
         CliError::Other(error.0)
     }
 }

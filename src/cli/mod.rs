@@ -190,8 +190,8 @@ impl FilterArgs {
         })
     }
 
-    fn params(&self) -> crate::query::ListParams {
-        crate::query::ListParams {
+    fn params(&self) -> crate::filter::ListParams {
+        crate::filter::ListParams {
             source: self.source.clone(),
             kind: self.kind.clone(),
             event_type: self.event_type.clone(),
@@ -221,7 +221,7 @@ pub struct ListArgs {
 }
 
 impl ListArgs {
-    fn into_params(self) -> (crate::query::ListParams, bool) {
+    fn into_params(self) -> (crate::filter::ListParams, bool) {
         let mut params = self.filter.params();
         params.limit = self.limit;
         params.cursor = self.cursor;

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::CliError;
-use super::sign::{Hints, event_name_from_path, sign_delivery, source, with_new_id};
+use super::sign::{event_name_from_path, source};
 use crate::config::{Settings, Source};
+use crate::provider::{Hints, sign_delivery, with_new_id};
 use crate::signature::Scheme;
 
 #[derive(Debug, Clone)]

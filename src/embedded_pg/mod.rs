@@ -14,7 +14,7 @@ mod folder;
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 use folder::{ClusterFolder, RunAs};
 
@@ -193,33 +193,21 @@ impl EmbeddedPostgres {
         Ok(())
     }
 
-    /// For throwaway clusters (tests, benchmarks): a detached watcher, running as
-    /// the cluster's user, that stops the cluster and deletes its folder once
-    /// process `pid` has exited, however it exited.
-    pub fn remove_when_process_exits(&mut self, pid: u32) -> Result<(), EmbeddedError> {
-        let quote = |p: &Path| p.to_string_lossy().replace('\'', "'\\''");
-        let dir = quote(self.dir());
-        let pg_ctl = quote(&self.bin.join("pg_ctl"));
-        let script = format!(
-            "while [ -d /proc/{pid} ]; do sleep 0.5; done; \
-             '{pg_ctl}' -D '{dir}/data' stop -m immediate -w -s >/dev/null 2>&1; \
-             rm -rf '{dir}'"
-        );
-        use std::os::unix::process::CommandExt;
-        self.folder
-            .command(Path::new("/bin/sh"))
-            .args(["-c", &script])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map_err(|source| EmbeddedError::Io {
-                path: PathBuf::from("/bin/sh"),
-                source,
-            })?;
-        // The watcher owns the shutdown now.
+    /// The folder of the server programs this cluster runs.
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin
+    }
+
+    /// A command run as the cluster's user, in its folder, with a scrubbed
+    /// environment (as hookd runs `pg_ctl`).
+    pub fn command_as_cluster_user(&self, program: &Path) -> std::process::Command {
+        self.folder.command(program)
+    }
+
+    /// From now on something else stops the cluster (a watcher of a throwaway
+    /// cluster): dropping this value leaves it running.
+    pub fn hand_over_shutdown(&mut self) {
         self.ownership = Ownership::Borrowed;
-        Ok(())
     }
 
     fn data_dir(&self) -> PathBuf {

@@ -15,7 +15,7 @@ use super::{AppState, body, request_id};
 use crate::desk::{BulkOutcome, DeskError};
 use crate::dispatch::RetryOutcome;
 use crate::duration;
-use crate::query::{FilterError, ListParams};
+use crate::filter::{FilterError, ListParams};
 use crate::store::history::{self, EventSummary};
 use crate::store::idempotency::{self, Claim};
 

@@ -7,7 +7,7 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::auth::Principal;
 use crate::desk::{BulkOutcome, Dashboard, EventView, Origin, PaymentView};
-use crate::query::ListParams;
+use crate::filter::ListParams;
 use crate::store::audit::AuditEntry;
 use crate::store::history::EventSummary;
 use crate::store::payments::Payment;

@@ -16,7 +16,7 @@ use super::auth::{self, Principal};
 use super::error::ApiError;
 use super::pages::{self, url_encode};
 use super::{AppState, body, request_id};
-use crate::query::ListParams;
+use crate::filter::ListParams;
 
 /// Customers' payments per page.
 const CUSTOMER_PAGE: i64 = 50;

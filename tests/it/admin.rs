@@ -10,7 +10,7 @@ use reqwest::redirect::Policy;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Answer, SlowRetries, Spawn, TestApp, csrf_of, spawn, spawn_app, stripe_event, test_settings,
+    Answer, SlowRetries, Spawn, TestApp, csrf_of, shipped_settings, spawn, spawn_app, stripe_event,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -388,7 +388,7 @@ async fn operators_retry_viewers_may_not() {
 
 #[tokio::test]
 async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.sources[0]
         .event_types
         .insert("test.slow".into(), "test_slow".into());
@@ -450,7 +450,7 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
     );
 
     // Keys are scoped to the token: another operator's key-1 is its own.
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.admin_tokens.push(hookd::config::AdminToken {
         name: "second-operator".into(),
         token: hookd::signature::Secret::new("second-operator-token-000"),

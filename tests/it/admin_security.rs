@@ -11,8 +11,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::support::{
-    AdminClient, Credential, SlowRetries, Spawn, TestApp, csrf_of, spawn, spawn_app, stripe_event,
-    test_settings,
+    AdminClient, Credential, SlowRetries, Spawn, TestApp, csrf_of, shipped_settings, spawn,
+    spawn_app, stripe_event,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -63,7 +63,7 @@ async fn the_session_cookie_is_secure_except_on_loopback() {
         "plain HTTP on loopback: {cookie}"
     );
 
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.cookie_secure = Some(true);
     let forced = spawn(Spawn {
         settings,
@@ -142,7 +142,7 @@ async fn rotating_the_token_or_the_server_secret_ends_sessions() {
     );
 
     // Another instance where the operator's token was rotated.
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     let operator = settings
         .admin_tokens
         .iter_mut()
@@ -236,7 +236,7 @@ async fn signing_out_ends_the_session_on_every_instance() {
 #[tokio::test]
 async fn failed_sign_ins_and_bearer_guesses_are_limited_per_client() {
     // A token of the team's own (the shipped ones are refused behind a proxy).
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.admin_tokens.push(hookd::config::AdminToken {
         name: "support".into(),
         token: hookd::signature::Secret::new(SUPPORT),
@@ -408,7 +408,7 @@ async fn an_abandoned_idempotency_claim_is_taken_over_only_by_the_same_request()
 
 #[tokio::test]
 async fn keyed_retries_of_a_slow_handler_leave_connections_for_deliveries() {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.sources[0]
         .event_types
         .insert("test.slow".into(), "test_slow".into());

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::json;
 
-use crate::support::{Spawn, TestApp, spawn, stripe_event, test_settings};
+use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event};
 
 /// Marks each event it applies; `evt_stuck` never finishes, `evt_broken` fails for
 /// good, `evt_flaky` fails once.
@@ -42,7 +42,7 @@ impl Handler for Picky {
 }
 
 async fn picky_app() -> TestApp {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.handler_timeout = Duration::from_secs(1);
     settings.sources[0]
         .event_types

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestApp, spawn, stripe_event, test_settings};
+use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event};
 
 const OPERATOR: &str = "dev-operator-token-0123456789";
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
@@ -240,7 +240,7 @@ impl Handler for Switch {
 }
 
 async fn desk_with_a_dead_event(switch: Arc<AtomicBool>) -> TestApp {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.sources[0]
         .event_types
         .insert("charge.dispute.updated".into(), "test_switch".into());

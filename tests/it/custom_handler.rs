@@ -13,7 +13,7 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestApp, spawn, test_settings};
+use crate::support::{Spawn, TestApp, shipped_settings, spawn};
 
 const STATUSES: [&str; 5] = ["incomplete", "active", "past_due", "unpaid", "canceled"];
 
@@ -89,7 +89,7 @@ fn invoice_event(case: usize, fact: usize, variant: usize, n: usize, amount: i64
 }
 
 async fn app() -> TestApp {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     let stripe = settings
         .sources
         .iter_mut()

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::support::{
-    Credential, Spawn, TestApp, run_hookd, spawn, spawn_app, stripe_event, test_settings,
+    Credential, Spawn, TestApp, run_hookd, shipped_settings, spawn, spawn_app, stripe_event,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -390,7 +390,7 @@ async fn a_stored_event_proves_its_origin_until_its_secret_is_retired() {
     );
 
     // Another instance whose Stripe secret was rotated away: no longer provable.
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.sources[0].secrets = vec![hookd::signature::Secret::new("whsec_rotated_new_secret")];
     let rotated = spawn(Spawn {
         settings,

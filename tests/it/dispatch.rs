@@ -11,7 +11,7 @@ use deadpool_postgres::Transaction;
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestApp, spawn, stripe_event, test_settings};
+use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event};
 
 /// A business effect tests can look for: a `payments` row named `marker`.
 async fn leave_effect(
@@ -93,7 +93,7 @@ async fn app_with(
     handler: Arc<dyn Handler>,
     tweak: impl FnOnce(&mut hookd::config::Settings),
 ) -> TestApp {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     for source in &mut settings.sources {
         source
             .event_types
@@ -308,7 +308,7 @@ async fn a_handler_over_its_time_limit_is_stopped_and_rolled_back() {
 
 #[tokio::test]
 async fn unknown_kinds_are_ignored_and_malformed_payments_are_dead() {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.sources[0]
         .event_types
         .insert("invoice.paid".into(), "invoice_paid".into());
@@ -376,7 +376,7 @@ async fn unknown_kinds_are_ignored_and_malformed_payments_are_dead() {
 async fn dispatchers_on_two_instances_never_run_one_event_twice_at_once() {
     let overlap = Arc::new(Overlap::default());
     let first = app_with("test_overlap", overlap.clone(), |_| {}).await;
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     for source in &mut settings.sources {
         source
             .event_types

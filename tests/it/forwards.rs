@@ -9,7 +9,7 @@ use hookd::app::Parts;
 use hookd::handlers::Registry;
 use serde_json::{Value, json};
 
-use crate::support::{Receiver, Spawn, TestApp, spawn, stripe_event, test_settings};
+use crate::support::{Receiver, Spawn, TestApp, shipped_settings, spawn, stripe_event};
 
 fn paid(id: &str, payment: &str) -> Value {
     stripe_event(
@@ -25,7 +25,7 @@ async fn app_forwarding_to(
     types: &[&str],
     dispatcher: bool,
 ) -> TestApp {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.forwards = vec![receiver.forward("billing", kinds, types)];
     spawn(Spawn {
         settings,
@@ -229,7 +229,7 @@ impl hookd::handlers::Handler for FailsTwice {
 #[tokio::test]
 async fn a_failing_handler_is_retried_without_forwarding_again() {
     let receiver = Receiver::start(&[]).await;
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.forwards = vec![receiver.forward("billing", &["payment_succeeded"], &[])];
     let mut registry = Registry::builtin();
     registry.register("payment_succeeded", Arc::new(FailsTwice(0.into())));
@@ -278,7 +278,7 @@ async fn forwards_by_type_take_events_without_a_handler_and_survive_a_restart() 
     assert!(receiver.received().is_empty());
 
     // Another instance (a restart) picks it up at once.
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.forwards = vec![receiver.forward("billing", &[], &["customer.created"])];
     let restarted = spawn(Spawn {
         settings,

@@ -9,7 +9,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{Spawn, run_hookd_with, spawn, spawn_app, stripe_event, test_settings};
+use crate::support::{Spawn, run_hookd_with, shipped_settings, spawn, spawn_app, stripe_event};
 
 #[tokio::test]
 async fn serve_refuses_the_shipped_credentials_beyond_loopback_with_one_line() {
@@ -149,7 +149,7 @@ fn app_addr(app: &crate::support::TestApp) -> std::net::SocketAddr {
 
 #[tokio::test]
 async fn a_trickling_body_is_cut_at_the_body_timeout() {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.body_timeout = Duration::from_secs(2);
     let app = spawn(Spawn {
         settings,
@@ -266,7 +266,7 @@ async fn with_400_trickling_connections_open_deliveries_still_get_200_within_2_s
 
 #[tokio::test]
 async fn an_admin_listener_keeps_the_admin_pages_and_metrics_off_the_public_one() {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
     let app = spawn(Spawn {
         settings,
@@ -462,7 +462,7 @@ async fn closes_within(stream: &mut TcpStream, within: Duration, trickle: &[u8])
 /// body_timeout 2 s and handler_timeout 1 s: a connection must answer within
 /// 5 + 2 + 2 × 1 + 20 = 29 s of its previous answer.
 fn quick_limits() -> crate::support::Spawn {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.body_timeout = Duration::from_secs(2);
     settings.handler_timeout = Duration::from_secs(1);
     Spawn {

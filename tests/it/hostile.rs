@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{Credential, Spawn, TestApp, csrf_of, spawn, stripe_event, test_settings};
+use crate::support::{Credential, Spawn, TestApp, csrf_of, shipped_settings, spawn, stripe_event};
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
 const OPERATOR: &str = "dev-operator-token-0123456789";
@@ -284,7 +284,7 @@ fn signed(
     event_type: &str,
     timestamp: i64,
 ) -> Vec<(String, String)> {
-    let settings = test_settings();
+    let settings = shipped_settings();
     let source = settings.source(source).expect("shipped source");
     let envelope = Envelope {
         event_id: id,
@@ -2504,7 +2504,7 @@ fn app_addr(app: &TestApp) -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_a_thousand_hostile_requests_get_answers_below_500_and_store_nothing() {
     let started = Instant::now();
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.body_timeout = BODY_TIMEOUT;
     let anon = spawn(Spawn {
         settings: settings.clone(),

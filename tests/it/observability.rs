@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestDb, cluster, spawn, stripe_event, test_settings};
+use crate::support::{Spawn, TestDb, cluster, shipped_settings, spawn, stripe_event};
 
 fn is_generated_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
@@ -15,7 +15,7 @@ fn is_generated_id(id: &str) -> bool {
 
 #[tokio::test]
 async fn every_answer_of_both_listeners_carries_a_request_id() {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
     let app = spawn(Spawn {
         settings,
@@ -167,7 +167,7 @@ impl Served {
 
 /// Delivers one Stripe event and signs in, each with a request id of our own.
 async fn deliver_and_sign_in(base: &str, tag: &str) {
-    let settings = test_settings();
+    let settings = shipped_settings();
     let stripe = settings.source("stripe").expect("stripe");
     let body = serde_json::to_vec(&stripe_event(
         &format!("evt_log_{tag}"),
@@ -175,7 +175,7 @@ async fn deliver_and_sign_in(base: &str, tag: &str) {
         json!({"id": format!("pi_log_{tag}"), "object": "payment_intent", "amount": 500}),
     ))
     .expect("json");
-    let headers = hookd::cli::sign::sign_delivery(
+    let headers = hookd::provider::sign_delivery(
         stripe,
         &body,
         Default::default(),

@@ -82,7 +82,5 @@ async fn a_stopped_database_gives_503_then_recovers_by_itself() {
     let again = app.deliver("stripe", &event("evt_before")).await;
     assert_eq!(again.header("Idempotent-Replayed"), Some("true"));
 
-    cluster
-        .remove_when_process_exits(std::process::id())
-        .expect("cleanup");
+    hookd_kit::cluster::remove_when_this_process_exits(&mut cluster);
 }

@@ -130,10 +130,10 @@ async fn send_load(
 }
 
 fn stripe_signer() -> impl Fn(&[u8]) -> Vec<(String, String)> + Send + Sync + 'static {
-    let settings = crate::support::test_settings();
+    let settings = crate::support::shipped_settings();
     let source = settings.source("stripe").expect("stripe").clone();
     move |body: &[u8]| {
-        hookd::cli::sign::sign_delivery(
+        hookd::provider::sign_delivery(
             &source,
             body,
             Default::default(),

@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use hookd::cli::sign::{Hints, sign_delivery};
+use hookd::provider::{Hints, sign_delivery};
 
-use crate::support::{run_hookd_with, test_settings};
+use crate::support::{run_hookd_with, shipped_settings};
 
 const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml");
 const FIXTURE: &str = concat!(
@@ -221,7 +221,7 @@ async fn verify(headers: &[(String, String)], body: &[u8], env: &[(&str, String)
 }
 
 fn signed_at(body: &[u8], at: i64) -> Vec<(String, String)> {
-    let settings = test_settings();
+    let settings = shipped_settings();
     let source = settings.source("stripe").expect("stripe");
     sign_delivery(source, body, Hints::default(), at)
         .expect("sign")

@@ -17,14 +17,14 @@ use hookd::signature::{
 use proptest::prelude::*;
 use serde_json::{Number, Value};
 
-use crate::support::test_settings;
+use crate::support::shipped_settings;
 
 const TOLERANCE: Duration = Duration::from_secs(300);
 
 /// Every shipped scheme with its secrets, and two generic HMAC variants: hex with a
 /// prefix, JSON-pointer identity and a timestamp header; base64 with none.
 fn schemes() -> Vec<(Scheme, Vec<Secret>)> {
-    let mut all: Vec<(Scheme, Vec<Secret>)> = test_settings()
+    let mut all: Vec<(Scheme, Vec<Secret>)> = shipped_settings()
         .sources
         .into_iter()
         .map(|s| (s.scheme, s.secrets))
@@ -609,7 +609,7 @@ proptest! {
         headers in delivery_headers(),
         body in delivery_body(),
     ) {
-        let settings = test_settings();
+        let settings = shipped_settings();
         let source = &settings.sources[which.index(settings.sources.len())];
         check_parse(source, &headers, &body)?;
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use hookd::purge::PurgeOutcome;
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestApp, spawn, stripe_event, test_settings};
+use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event};
 
 fn event(id: &str, kind: &str) -> Value {
     match kind {
@@ -66,7 +66,7 @@ fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
 }
 
 async fn small_batches() -> TestApp {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.purge_batch = 2;
     spawn(Spawn {
         settings,
@@ -274,7 +274,7 @@ async fn a_resend_after_the_payload_purge_is_replayed_not_applied() {
 async fn only_one_instance_purges_at_a_time() {
     let first = small_batches().await;
     aged_events(&first).await;
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.purge_batch = 2;
     let second = spawn(Spawn {
         settings,
@@ -312,7 +312,7 @@ async fn only_one_instance_purges_at_a_time() {
 
 #[tokio::test]
 async fn serve_purges_on_its_schedule_and_stops_promptly() {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.purge_interval = std::time::Duration::from_millis(200);
     let mut app = spawn(Spawn {
         settings,

@@ -1,9 +1,9 @@
 //! Receiving: every check of the receiver, in its order, for every scheme.
 
-use hookd::cli::sign::Hints;
+use hookd::provider::Hints;
 use serde_json::{Value, json};
 
-use crate::support::{Answer, Spawn, TestApp, spawn, spawn_app, stripe_event, test_settings};
+use crate::support::{Answer, Spawn, TestApp, shipped_settings, spawn, spawn_app, stripe_event};
 
 fn succeeded(id: &str, payment: &str) -> Value {
     stripe_event(
@@ -158,7 +158,7 @@ async fn an_unknown_source_is_404() {
 
 #[tokio::test]
 async fn an_oversized_body_is_413_and_the_client_still_reads_the_answer() {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.max_body_bytes = 1024;
     let app = spawn(Spawn {
         settings,
@@ -197,7 +197,7 @@ async fn an_oversized_body_is_413_and_the_client_still_reads_the_answer() {
 
 #[tokio::test]
 async fn checks_run_in_the_contract_order() {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.max_body_bytes = 64;
     let app = spawn(Spawn {
         settings,
@@ -297,9 +297,8 @@ async fn timestamps_outside_the_tolerance_are_refused_both_ways() {
     let body = serde_json::to_vec(&succeeded("evt_old", "pi_old")).expect("json");
     let now = chrono::Utc::now().timestamp();
     for (offset, reason) in [(-400, "too old"), (400, "too new")] {
-        let signed =
-            hookd::cli::sign::sign_delivery(&stripe, &body, Hints::default(), now + offset)
-                .expect("sign");
+        let signed = hookd::provider::sign_delivery(&stripe, &body, Hints::default(), now + offset)
+            .expect("sign");
         let answer = app.post("stripe", &signed.headers, body.clone()).await;
         assert_eq!(answer.status, 401);
         assert!(
@@ -310,7 +309,7 @@ async fn timestamps_outside_the_tolerance_are_refused_both_ways() {
     }
     let standard = app.settings().source("standard").expect("standard").clone();
     let body = serde_json::to_vec(&neutral("msg_old", "payment.succeeded", "p")).expect("json");
-    let signed = hookd::cli::sign::sign_delivery(&standard, &body, Hints::default(), now - 400)
+    let signed = hookd::provider::sign_delivery(&standard, &body, Hints::default(), now - 400)
         .expect("sign");
     let answer = app.post("standard", &signed.headers, body).await;
     assert_eq!(
@@ -321,7 +320,7 @@ async fn timestamps_outside_the_tolerance_are_refused_both_ways() {
 
 #[tokio::test]
 async fn every_scheme_round_trips_and_records_the_matching_secret() {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     for source in &mut settings.sources {
         // Rotation: a second, newer secret in front; deliveries signed with the old one.
         let old = source.secrets[0].clone();
@@ -339,7 +338,7 @@ async fn every_scheme_round_trips_and_records_the_matching_secret() {
     let sign_with_old = |source: &str, body: &[u8], hints: Hints<'_>| {
         let mut s = settings.source(source).expect("source").clone();
         s.secrets.remove(0);
-        hookd::cli::sign::sign_delivery(&s, body, hints, chrono::Utc::now().timestamp())
+        hookd::provider::sign_delivery(&s, body, hints, chrono::Utc::now().timestamp())
             .expect("sign")
             .headers
     };
@@ -616,7 +615,7 @@ async fn events_stored_before_stable_fingerprints_still_dedupe_their_resends() {
 
 #[tokio::test]
 async fn a_source_can_fingerprint_the_whole_body() {
-    let mut settings = test_settings();
+    let mut settings = shipped_settings();
     settings.sources[0].fingerprint_ignore.clear();
     let app = spawn(Spawn {
         settings,

@@ -112,9 +112,7 @@ impl TlsCluster {
             cluster.stop().expect("stop");
             // Should the test process die, this removes the folder and stops the
             // cluster; a normal end stops it through Drop.
-            cluster
-                .remove_when_process_exits(std::process::id())
-                .expect("cleanup watcher");
+            hookd_kit::cluster::remove_when_this_process_exits(&mut cluster);
             cluster
         })
         .await;

@@ -149,7 +149,7 @@ pub fn cursor_time(micros: i64) -> Option<DateTime<Utc>> {
 }
 
 /// A page of the history and the cursor of the next one.
-pub async fn page(
+pub async fn history_page(
     client: &impl GenericClient,
     mut filter: EventFilter,
 ) -> Result<(Vec<EventSummary>, Option<String>), StoreError> {

@@ -1,0 +1,352 @@
+//! hookd in-process for a test: one throwaway cluster per test run, a fresh
+//! database per test cloned from a migrated template and dropped afterwards, and
+//! an app on a random port with the handlers of the test's choosing.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hookd::app::{App, Parts, Running};
+use hookd::config::Settings;
+use hookd::dispatch::DispatchStep;
+use hookd::embedded_pg::{ClusterOptions, EmbeddedPostgres};
+use hookd::handlers::Registry;
+use hookd::provider::{Hints, sign_delivery};
+use hookd::store;
+use serde_json::Value;
+use tokio_postgres::types::ToSql;
+
+use crate::cluster::connect;
+use crate::settings::shipped_settings;
+
+const TEMPLATE: &str = "hookd_template";
+
+pub struct TestCluster {
+    cluster: EmbeddedPostgres,
+}
+
+static CLUSTER: OnceLock<TestCluster> = OnceLock::new();
+static NEXT_DB: AtomicUsize = AtomicUsize::new(0);
+
+pub fn cluster() -> &'static TestCluster {
+    CLUSTER.get_or_init(|| {
+        let _ = env_logger::builder().is_test(true).try_init();
+        hookd::outbound::install_crypto();
+        let dir = crate::cluster::tmp_root().join(format!("pg-{}", std::process::id()));
+        let cluster = crate::cluster::throwaway(&dir, ClusterOptions { durable: false });
+        let admin = cluster.pg_config("postgres");
+        let template = cluster.pg_config(TEMPLATE);
+        // The template is built on a runtime of its own: callers may be inside one.
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                store::create_database_if_missing(&admin, TEMPLATE)
+                    .await
+                    .expect("template database");
+                let pool = store::pool(template, store::DbConnector::Plain, 1);
+                store::migrate(&pool).await.expect("migrations");
+                pool.close();
+            });
+        })
+        .join()
+        .expect("template thread");
+        TestCluster { cluster }
+    })
+}
+
+impl TestCluster {
+    pub fn config(&self, dbname: &str) -> tokio_postgres::Config {
+        self.cluster.pg_config(dbname)
+    }
+
+    pub fn connection_string(&self, dbname: &str) -> String {
+        self.cluster.connection_string(dbname)
+    }
+}
+
+/// A database of one test's own, dropped when the test ends.
+pub struct TestDb {
+    pub name: String,
+}
+
+impl TestDb {
+    pub async fn create() -> TestDb {
+        let cluster = cluster();
+        let name = format!(
+            "t_{}_{}",
+            std::process::id(),
+            NEXT_DB.fetch_add(1, Ordering::SeqCst)
+        );
+        let admin = connect(cluster.config("postgres")).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {TEMPLATE}"))
+            .await
+            .expect("create test database");
+        TestDb { name }
+    }
+
+    pub fn config(&self) -> tokio_postgres::Config {
+        cluster().config(&self.name)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let admin = cluster().config("postgres");
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                let client = connect(admin).await;
+                let _ = client
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .await;
+            });
+        })
+        .join();
+    }
+}
+
+pub struct TestApp {
+    pub base: String,
+    /// The admin listener's base URL, when the settings give it one.
+    pub admin_base: Option<String>,
+    pub app: App,
+    pub http: reqwest::Client,
+    pub db: Option<std::sync::Arc<TestDb>>,
+    db_config: tokio_postgres::Config,
+    running: Option<Running>,
+}
+
+pub struct Spawn {
+    pub settings: Settings,
+    pub registry: Registry,
+    pub parts: Parts,
+    /// Share another app's database (several instances side by side).
+    pub db: Option<std::sync::Arc<TestDb>>,
+    /// A database outside the test cluster (e.g. one the test stops and starts).
+    pub database: Option<tokio_postgres::Config>,
+}
+
+impl Default for Spawn {
+    fn default() -> Self {
+        Spawn {
+            settings: shipped_settings(),
+            registry: Registry::builtin(),
+            parts: Parts {
+                dispatcher: false,
+                purge: false,
+                http_workers: Some(2),
+            },
+            db: None,
+            database: None,
+        }
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn(Spawn::default()).await
+}
+
+pub async fn spawn(options: Spawn) -> TestApp {
+    let (db, db_config) = match (options.database, options.db) {
+        (Some(config), _) => (None, config),
+        (None, Some(db)) => {
+            let config = db.config();
+            (Some(db), config)
+        }
+        (None, None) => {
+            let db = std::sync::Arc::new(TestDb::create().await);
+            let config = db.config();
+            (Some(db), config)
+        }
+    };
+    let app = App::new(
+        options.settings,
+        store::pool(db_config.clone(), store::DbConnector::Plain, 16),
+        options.registry,
+    );
+    let running = app.start(options.parts).expect("start app");
+    TestApp {
+        base: format!("http://{}", running.addr),
+        admin_base: running.admin_addr.map(|addr| format!("http://{addr}")),
+        app,
+        http: reqwest::Client::new(),
+        db,
+        db_config,
+        running: Some(running),
+    }
+}
+
+/// An HTTP answer, read whole.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    /// Reads a response whole.
+    pub async fn read(response: reqwest::Response) -> Answer {
+        Answer {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            body: response.bytes().await.expect("body").to_vec(),
+        }
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+impl TestApp {
+    /// A `DATABASE_URL` for this app's test database.
+    pub fn database_url(&self) -> String {
+        cluster().connection_string(&self.db.as_ref().expect("a test database").name)
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.app.settings
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(running) = self.running.take() {
+            running.stop().await;
+        }
+    }
+
+    pub async fn post(&self, source: &str, headers: &[(String, String)], body: Vec<u8>) -> Answer {
+        let mut request = self.http.post(format!("{}/webhooks/{source}", self.base));
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        Answer::read(request.body(body).send().await.expect("request")).await
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        let url = format!("{}{path}", self.base);
+        Answer::read(self.http.get(url).send().await.expect("request")).await
+    }
+
+    /// Headers a source's provider would send with `body`, signed now.
+    pub fn sign(&self, source: &str, body: &[u8], hints: Hints<'_>) -> Vec<(String, String)> {
+        let source = self.settings().source(source).expect("source");
+        sign_delivery(source, body, hints, chrono::Utc::now().timestamp())
+            .expect("sign")
+            .headers
+    }
+
+    /// Signs any bytes, with the envelope given (for bodies the signer would refuse).
+    pub fn sign_raw(
+        &self,
+        source: &str,
+        body: &[u8],
+        event_id: &str,
+        event_type: &str,
+    ) -> Vec<(String, String)> {
+        let source = self.settings().source(source).expect("source");
+        let envelope = hookd::signature::Envelope {
+            event_id,
+            event_type,
+            timestamp: chrono::Utc::now().timestamp(),
+        };
+        hookd::signature::sign(&source.scheme, &source.secrets[0], body, &envelope).expect("sign")
+    }
+
+    /// Signs and delivers `body` as the source's provider would.
+    pub async fn deliver(&self, source: &str, body: &Value) -> Answer {
+        let bytes = serde_json::to_vec(body).expect("json");
+        let headers = self.sign(source, &bytes, Hints::default());
+        self.post(source, &headers, bytes).await
+    }
+
+    pub async fn db(&self) -> tokio_postgres::Client {
+        connect(self.db_config.clone()).await
+    }
+
+    pub async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Vec<tokio_postgres::Row> {
+        self.db().await.query(sql, params).await.expect("query")
+    }
+
+    /// Runs one statement (test setup: ageing rows, marking them due, …).
+    pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> u64 {
+        self.db().await.execute(sql, params).await.expect("execute")
+    }
+
+    /// The first column of every row, as text.
+    pub async fn strings(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Vec<String> {
+        self.query(sql, params)
+            .await
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
+    pub async fn count(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> i64 {
+        self.db()
+            .await
+            .query_one(sql, params)
+            .await
+            .expect("query")
+            .get(0)
+    }
+
+    /// Makes every failed event due now and runs the dispatcher until nothing is due.
+    pub async fn run_due_retries(&self) -> usize {
+        let mut attempts = 0;
+        loop {
+            self.execute(
+                "UPDATE webhook_events SET next_attempt_at = now() WHERE status = 'failed'",
+                &[],
+            )
+            .await;
+            match self
+                .app
+                .dispatcher
+                .try_dispatch_due()
+                .await
+                .expect("dispatch")
+            {
+                DispatchStep::Attempted { .. } => attempts += 1,
+                DispatchStep::Idle => return attempts,
+            }
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        // Stop accepting at once; the test's runtime is ending anyway.
+        if let Some(running) = self.running.take() {
+            running.abort();
+        }
+    }
+}
+
+/// A Stripe event body of `type` about payment `pi`.
+pub fn stripe_event(id: &str, event_type: &str, object: Value) -> Value {
+    serde_json::json!({
+        "id": id,
+        "object": "event",
+        "type": event_type,
+        "created": 1_700_000_000,
+        "livemode": false,
+        "data": { "object": object },
+    })
+}

@@ -1,0 +1,68 @@
+//! Throwaway PostgreSQL clusters: started with the same embedded-cluster code as
+//! `hookd serve`, and stopped and deleted by a detached watcher once this process
+//! exits, however it exits (a failed test or a killed benchmark included).
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use hookd::embedded_pg::{self, ClusterOptions, EmbeddedPostgres};
+use tokio_postgres::NoTls;
+
+/// Starts a cluster in `dir` that lives as long as this process.
+pub fn throwaway(dir: &Path, options: ClusterOptions) -> EmbeddedPostgres {
+    let mut cluster = EmbeddedPostgres::start(dir, options)
+        .unwrap_or_else(|e| panic!("throwaway cluster in {}: {e}", dir.display()));
+    remove_when_this_process_exits(&mut cluster);
+    cluster
+}
+
+/// Starts a watcher, running as the cluster's user in its own process group, that
+/// stops the cluster and deletes its folder once this process has exited; from
+/// then on the watcher owns the cluster's shutdown.
+pub fn remove_when_this_process_exits(cluster: &mut EmbeddedPostgres) {
+    let pid = std::process::id();
+    let quote = |p: &Path| p.to_string_lossy().replace('\'', "'\\''");
+    let dir = quote(cluster.dir());
+    let pg_ctl = quote(&cluster.bin_dir().join("pg_ctl"));
+    let script = format!(
+        "while [ -d /proc/{pid} ]; do sleep 0.5; done; \
+         '{pg_ctl}' -D '{dir}/data' stop -m immediate -w -s >/dev/null 2>&1; \
+         rm -rf '{dir}'"
+    );
+    // Detached on purpose: the watcher must outlive this process.
+    #[allow(clippy::zombie_processes)]
+    let _watcher = cluster
+        .command_as_cluster_user(Path::new("/bin/sh"))
+        .args(["-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cluster watcher: {e}"));
+    cluster.hand_over_shutdown();
+}
+
+/// Where a PostgreSQL client program is: next to `initdb` on PATH (symlinks
+/// resolved), else the newest `/usr/lib/postgresql/*/bin` — as hookd finds them.
+pub fn postgres_bin(program: &str) -> PathBuf {
+    embedded_pg::binaries::program(program)
+        .unwrap_or_else(|| panic!("no {program} next to initdb (PATH or /usr/lib/postgresql)"))
+}
+
+/// A plain connection, driven on the current runtime.
+pub async fn connect(config: tokio_postgres::Config) -> tokio_postgres::Client {
+    let (client, connection) = config.connect(NoTls).await.expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+/// The build's `target/tmp` (where a test's or benchmark's files go), found from
+/// the running executable (`target/<profile>/deps/…` or
+/// `target/<profile>/examples/…`); the system's temporary folder otherwise.
+pub fn tmp_root() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(|target| target.join("tmp")))
+        .unwrap_or_else(std::env::temp_dir)
+}

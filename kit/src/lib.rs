@@ -1,0 +1,18 @@
+//! The kit hookd's integration tests, benchmarks and load generator share, so each
+//! sets up PostgreSQL, settings and hookd one way:
+//!
+//! - `cluster`: throwaway PostgreSQL clusters (the embedded-cluster code of
+//!   `hookd serve`, removed when the process exits), client programs, connections;
+//! - `settings`: the shipped `hookd.toml` on a free port;
+//! - `app`: hookd in-process for a test, on a fresh database, with the handlers of
+//!   the test's choosing;
+//! - `admin`: an admin client with one method per route;
+//! - `load`: the signing load generator (closed and open loops, reports);
+//! - `bench`: a durable cluster with hookd in-process, CPU accounting, bulk fills.
+
+pub mod admin;
+pub mod app;
+pub mod bench;
+pub mod cluster;
+pub mod load;
+pub mod settings;

@@ -1,0 +1,390 @@
+//! A load generator that signs every delivery with hookd's own signing code
+//! (`hookd::provider::sign_delivery`) and sends unique Stripe
+//! `payment_intent.succeeded` events to a loopback address only.
+//!
+//! Two ways to load: a closed loop (N senders, each sends its next delivery when the
+//! previous one is answered) measures the throughput hookd sustains; an open loop
+//! (deliveries scheduled at a fixed rate whatever the answers, latency counted from
+//! the *scheduled* send time) measures the latency a provider sees without the
+//! coordinated omission of a closed loop, which stops sending exactly when the
+//! server stalls.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use hookd::config::Source;
+use hookd::provider::{Hints, sign_delivery};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// No run of the load generator may last longer than this…
+pub const MAX_DURATION: Duration = Duration::from_secs(300);
+/// …or send more deliveries than this.
+pub const MAX_REQUESTS: u64 = 1_000_000;
+/// An answer slower than this counts as an error.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Open loop: deliveries in flight at once (each its own connection); beyond that a
+/// scheduled delivery waits for a free slot, and the wait counts in its latency.
+const OPEN_LOOP_MAX_IN_FLIGHT: usize = 512;
+
+/// A realistic Stripe `payment_intent.succeeded` event, compact: the shape of
+/// `fixtures/stripe/01_payment_intent.succeeded.json`, with placeholders `@EVT@` (event
+/// id), `@PI@` (payment intent id) and `@CREATED@` (Unix time).
+pub const STRIPE_PAYMENT_SUCCEEDED: &str = concat!(
+    r#"{"id":"@EVT@","object":"event","api_version":"2024-06-20","created":@CREATED@,"#,
+    r#""data":{"object":{"id":"@PI@","object":"payment_intent","amount":2000,"#,
+    r#""amount_capturable":0,"amount_details":{"tip":{}},"amount_received":2000,"#,
+    r#""application":null,"application_fee_amount":null,"#,
+    r#""automatic_payment_methods":null,"canceled_at":null,"cancellation_reason":null,"#,
+    r#""capture_method":"automatic_async","#,
+    r#""client_secret":"@PI@_secret_b9Rq0aNz4xLmVd8sQ2kWm1","#,
+    r#""confirmation_method":"automatic","created":@CREATED@,"currency":"usd","#,
+    r#""customer":"cus_QhT4nW8xY2kLpR","description":"Order ord_1001","invoice":null,"#,
+    r#""last_payment_error":null,"latest_charge":"ch_3PqA1cHkD4oWb9Rq0aT7vB2s","#,
+    r#""livemode":false,"metadata":{"order_id":"ord_1001"},"next_action":null,"#,
+    r#""on_behalf_of":null,"payment_method":"pm_1PqA1bHkD4oWb9RqXy3Zt8Km","#,
+    r#""payment_method_configuration_details":null,"#,
+    r#""payment_method_options":{"card":{"installments":null,"mandate_options":null,"#,
+    r#""network":null,"request_three_d_secure":"automatic"}},"#,
+    r#""payment_method_types":["card"],"processing":null,"receipt_email":null,"#,
+    r#""review":null,"setup_future_usage":null,"shipping":null,"source":null,"#,
+    r#""statement_descriptor":null,"statement_descriptor_suffix":null,"#,
+    r#""status":"succeeded","transfer_data":null,"transfer_group":null}},"#,
+    r#""livemode":false,"pending_webhooks":1,"request":{"id":"req_Zb3kT9qLm2VxWp","#,
+    r#""idempotency_key":null},"type":"payment_intent.succeeded"}"#,
+);
+
+/// The template above with its ids and time filled in. Ids must be plain
+/// identifiers (letters, digits, `_`): they are spliced into JSON strings.
+pub fn stripe_payment_succeeded(event_id: &str, payment_id: &str, created: i64) -> String {
+    STRIPE_PAYMENT_SUCCEEDED
+        .replace("@EVT@", event_id)
+        .replace("@PI@", payment_id)
+        .replace("@CREATED@", &created.to_string())
+}
+
+/// Accepts `http://` URLs whose host is a loopback address (or `localhost`) only.
+pub fn loopback_base(url: &str) -> Result<String, String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
+    if parsed.scheme() != "http" {
+        return Err(format!("{url}: only http:// is supported"));
+    }
+    let host = parsed.host_str().unwrap_or_default();
+    let ip = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = match ip.parse::<IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    };
+    if !loopback {
+        return Err(format!(
+            "{url}: refusing to send load anywhere but this machine (127.0.0.0/8, [::1], localhost)"
+        ));
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+/// How one delivery ended: the HTTP status, or why there was none.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Status(u16),
+    Error(String),
+}
+
+/// Sends unique, signed deliveries to `/webhooks/{source}` of one hookd.
+pub struct Sender {
+    http: reqwest::Client,
+    url: String,
+    source: Source,
+    /// Makes this run's event ids unique among runs against the same database.
+    tag: String,
+    next: AtomicU64,
+}
+
+impl Sender {
+    pub fn new(base: &str, source: Source) -> Result<Self, String> {
+        let base = loopback_base(base)?;
+        hookd::outbound::install_crypto();
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(REQUEST_TIMEOUT)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let random: u32 = rand::random();
+        Ok(Sender {
+            http,
+            url: format!("{base}/webhooks/{}", source.name),
+            source,
+            tag: format!("{}{random:08x}", chrono::Utc::now().format("%H%M%S")),
+            next: AtomicU64::new(0),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The prefix of every event id this sender uses (for checking the database).
+    pub fn event_id_prefix(&self) -> String {
+        format!("evt_bench_{}_", self.tag)
+    }
+
+    /// Builds the next unique event, signs it as Stripe would now, sends it and
+    /// reads the whole answer.
+    pub async fn send_one(&self) -> Outcome {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let now = chrono::Utc::now().timestamp();
+        let event_id = format!("{}{n}", self.event_id_prefix());
+        let payment_id = format!("pi_bench_{}_{n}", self.tag);
+        let body = stripe_payment_succeeded(&event_id, &payment_id, now).into_bytes();
+        let signed = match sign_delivery(&self.source, &body, Hints::default(), now) {
+            Ok(signed) => signed,
+            Err(e) => return Outcome::Error(format!("signing: {e}")),
+        };
+        let mut request = self.http.post(&self.url).body(body);
+        for (name, value) in &signed.headers {
+            request = request.header(name, value);
+        }
+        match request.send().await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                match response.bytes().await {
+                    Ok(_) => Outcome::Status(status),
+                    Err(e) => Outcome::Error(describe_error(&e)),
+                }
+            }
+            Err(e) => Outcome::Error(describe_error(&e)),
+        }
+    }
+}
+
+fn describe_error(error: &reqwest::Error) -> String {
+    if error.is_timeout() {
+        "timeout".into()
+    } else if error.is_connect() {
+        "connect".into()
+    } else {
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            text = format!("{text}: {cause}");
+            source = cause.source();
+        }
+        text
+    }
+}
+
+/// One delivery: when it was due (from the run's start), how long it took from then
+/// until the whole answer was read, and how it ended.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub due: Duration,
+    pub latency: Duration,
+    pub outcome: Outcome,
+}
+
+/// N senders, each sending its next delivery when the previous one is answered,
+/// for `duration` or `max_requests` deliveries, whichever comes first.
+pub async fn closed_loop(
+    sender: Arc<Sender>,
+    concurrency: usize,
+    duration: Duration,
+    max_requests: u64,
+) -> Report {
+    let duration = duration.min(MAX_DURATION);
+    let max_requests = max_requests.min(MAX_REQUESTS);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let issued = Arc::new(AtomicU64::new(0));
+    let mut tasks = JoinSet::new();
+    for _ in 0..concurrency.max(1) {
+        let sender = sender.clone();
+        let issued = issued.clone();
+        tasks.spawn(async move {
+            let mut samples = Vec::new();
+            while Instant::now() < deadline && issued.fetch_add(1, Ordering::Relaxed) < max_requests
+            {
+                let sent = Instant::now();
+                let outcome = sender.send_one().await;
+                samples.push(Sample {
+                    due: sent - start,
+                    latency: sent.elapsed(),
+                    outcome,
+                });
+            }
+            samples
+        });
+    }
+    let mut samples = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        samples.extend(done.expect("sender task"));
+    }
+    Report::new(samples, start.elapsed())
+}
+
+/// Deliveries due at a fixed `rate` per second, sent whether or not earlier ones
+/// were answered, for `duration` or until `stop` is set, whichever comes first.
+/// Latency is counted from the time each delivery was due.
+pub async fn open_loop(
+    sender: Arc<Sender>,
+    rate: f64,
+    duration: Duration,
+    stop: Option<Arc<AtomicBool>>,
+) -> Report {
+    assert!(rate > 0.0 && rate.is_finite(), "rate must be positive");
+    let duration = duration.min(MAX_DURATION);
+    let total = ((rate * duration.as_secs_f64()).ceil() as u64).min(MAX_REQUESTS);
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let slots = Arc::new(Semaphore::new(OPEN_LOOP_MAX_IN_FLIGHT));
+    let start = Instant::now();
+    let mut tasks = JoinSet::new();
+    let mut samples = Vec::new();
+    for i in 0..total {
+        if stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+            break;
+        }
+        let due = start + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(due).await;
+        let sender = sender.clone();
+        let slots = slots.clone();
+        tasks.spawn(async move {
+            let _slot = slots.acquire_owned().await.expect("semaphore open");
+            let outcome = sender.send_one().await;
+            Sample {
+                due: due - start,
+                latency: due.elapsed(),
+                outcome,
+            }
+        });
+        // Gather finished deliveries as we go so the set stays small.
+        while let Some(done) = tasks.try_join_next() {
+            samples.push(done.expect("delivery task"));
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        samples.push(done.expect("delivery task"));
+    }
+    Report::new(samples, start.elapsed())
+}
+
+/// What a load run measured.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub samples: Vec<Sample>,
+    pub elapsed: Duration,
+}
+
+/// Percentiles and counts of a report.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub requests: usize,
+    pub ok: usize,
+    /// Answers other than 200, by status.
+    pub other_statuses: BTreeMap<u16, usize>,
+    /// Deliveries without an answer, by reason.
+    pub errors: BTreeMap<String, usize>,
+    pub elapsed: Duration,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+}
+
+impl Report {
+    fn new(mut samples: Vec<Sample>, elapsed: Duration) -> Self {
+        samples.sort_by_key(|s| s.due);
+        Report { samples, elapsed }
+    }
+
+    /// The deliveries due within `[from, to)` of the run's start.
+    pub fn window(&self, from: Duration, to: Duration) -> Report {
+        Report {
+            samples: self
+                .samples
+                .iter()
+                .filter(|s| s.due >= from && s.due < to)
+                .cloned()
+                .collect(),
+            elapsed: to.saturating_sub(from),
+        }
+    }
+
+    pub fn summary(&self) -> Summary {
+        let mut summary = Summary {
+            requests: self.samples.len(),
+            elapsed: self.elapsed,
+            ..Summary::default()
+        };
+        for sample in &self.samples {
+            match &sample.outcome {
+                Outcome::Status(200) => summary.ok += 1,
+                Outcome::Status(status) => *summary.other_statuses.entry(*status).or_default() += 1,
+                Outcome::Error(reason) => *summary.errors.entry(reason.clone()).or_default() += 1,
+            }
+        }
+        // Every delivery counts, answered or not: leaving out the failures would
+        // flatter the tail.
+        let mut latencies: Vec<Duration> = self.samples.iter().map(|s| s.latency).collect();
+        latencies.sort();
+        summary.p50 = percentile(&latencies, 0.50);
+        summary.p99 = percentile(&latencies, 0.99);
+        summary.max = latencies.last().copied().unwrap_or_default();
+        summary
+    }
+}
+
+impl Summary {
+    /// 200 answers per second.
+    pub fn throughput(&self) -> f64 {
+        let secs = self.elapsed.as_secs_f64();
+        if secs > 0.0 {
+            self.ok as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    pub fn all_ok(&self) -> bool {
+        self.ok == self.requests
+    }
+
+    /// One line: counts, rate, latency.
+    pub fn line(&self) -> String {
+        let mut text = format!(
+            "{} deliveries in {:.1} s: {} × 200 ({:.0}/s)",
+            self.requests,
+            self.elapsed.as_secs_f64(),
+            self.ok,
+            self.throughput()
+        );
+        for (status, n) in &self.other_statuses {
+            text.push_str(&format!(", {n} × {status}"));
+        }
+        for (reason, n) in &self.errors {
+            text.push_str(&format!(", {n} × error ({reason})"));
+        }
+        text.push_str(&format!(
+            "; latency p50 {} p99 {} max {}",
+            ms(self.p50),
+            ms(self.p99),
+            ms(self.max)
+        ));
+        text
+    }
+}
+
+/// Nearest-rank percentile of sorted values.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+pub fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
