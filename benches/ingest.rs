@@ -1,25 +1,29 @@
 //! `cargo bench --bench ingest`: how fast hookd acknowledges new events, against
 //! what the same PostgreSQL cluster does with hookd's own SQL and nothing else.
 //!
-//! For each concurrency (8 and 32 senders), in one run on one cluster:
+//! For each concurrency (32 and 64 senders), in one run on one cluster:
 //! - hookd: a closed loop of signed, unique Stripe `payment_intent.succeeded`
 //!   deliveries over HTTP (signature check, parse, store, inline handler, commit);
-//! - pgbench "insert": the dedupe statement of `store::events::record_delivery`
+//! - pgbench "insert": the dedupe statement (`store::events::RECORD_DELIVERY`)
 //!   alone, one autocommitted transaction per event;
-//! - pgbench "full": the whole transaction hookd runs per new event (BEGIN, the
-//!   dedupe INSERT, SAVEPOINT, the `payments` merge, RELEASE, `append_attempt`,
-//!   COMMIT).
+//! - pgbench "full": the whole transaction of a new event (BEGIN, the dedupe
+//!   INSERT, SAVEPOINT, `store::payments::MERGE_PAYMENT`, RELEASE,
+//!   `store::events::APPEND_ATTEMPTS`, COMMIT).
+//!
+//! Both pgbench scripts are the store's own statements with pgbench expressions
+//! for their parameters (`hookd_kit::pgbench`), so they cannot drift from hookd.
 //!
 //! The machine is shared and noisy, so the figures that mean something are the
 //! ratios hookd / pgbench, measured seconds apart in alternating rounds on the
 //! same cluster, and the CPU each spends per event.
 
-use hookd_kit::{bench, cluster, load};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hookd_kit::bench::{BenchCluster, Cpu};
 use hookd_kit::load::{MAX_REQUESTS, Report, closed_loop, ms, open_loop, percentile};
+use hookd_kit::pgbench::Script;
+use hookd_kit::{bench, cluster, load};
 use sha2::{Digest, Sha256};
 
 const CONCURRENCIES: [usize; 2] = [32, 64];
@@ -31,73 +35,6 @@ const SLICE: Duration = Duration::from_secs(5);
 const PGBENCH_WARM_UP: Duration = Duration::from_secs(2);
 /// The open-loop run at half of hookd's peak rate.
 const OPEN_LOOP: Duration = Duration::from_secs(10);
-
-/// The dedupe statement of `store::events::record_delivery`, with a new event's
-/// values: the payload comes as a text parameter (the ids spliced in) and is parsed
-/// per execution, as hookd's jsonb parameter is.
-const DEDUPE_INSERT: &str = "INSERT INTO webhook_events AS e
-    (source, event_id, event_type, kind, status, payload, payload_sha256,
-     signed_with, payment_id, customer_id, attempts, processed_at)
-VALUES ('stripe', 'evt_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text,
-        'payment_intent.succeeded', 'payment_succeeded', 'processed',
-        replace(replace(:payload::text, '@EVT@',
-                        'evt_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text),
-                '@PI@', 'pi_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text)::jsonb,
-        decode(:sha::text, 'hex'), 1,
-        'pi_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text,
-        'cus_QhT4nW8xY2kLpR', 1, now())
-ON CONFLICT (source, event_id) DO UPDATE
-    SET deliveries = e.deliveries + 1, last_delivery_at = now()
-    WHERE e.payload_sha256 = EXCLUDED.payload_sha256
-RETURNING id AS event_row, deliveries";
-
-/// `store::payments::merge` for a `payment_succeeded` event.
-const PAYMENT_MERGE: &str = "INSERT INTO payments AS p
-    (source, payment_id, succeeded, failed, disputed, amount, amount_refunded,
-     currency, customer_id)
-VALUES ('stripe', 'pi_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text,
-        true, false, false, COALESCE(2000::bigint, 0), COALESCE(NULL::bigint, 0),
-        'usd', 'cus_QhT4nW8xY2kLpR')
-ON CONFLICT (source, payment_id) DO UPDATE SET
-    succeeded       = p.succeeded OR EXCLUDED.succeeded,
-    failed          = p.failed OR EXCLUDED.failed,
-    disputed        = p.disputed OR EXCLUDED.disputed,
-    amount          = GREATEST(p.amount, EXCLUDED.amount),
-    amount_refunded = GREATEST(p.amount_refunded, EXCLUDED.amount_refunded),
-    currency        = GREATEST(p.currency, EXCLUDED.currency),
-    customer_id     = GREATEST(p.customer_id, EXCLUDED.customer_id),
-    updated_at      = now();";
-
-/// `store::events::append_attempt` for a successful inline attempt (the row was
-/// already written as processed by the dedupe INSERT).
-const RECORD_ATTEMPT: &str = "INSERT INTO webhook_event_attempts
-    (webhook_event_id, attempt, started_at, finished_at, outcome, error)
-VALUES (:event_row, 1, now(), now(), 'processed', NULL);";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Script {
-    Insert,
-    Full,
-}
-
-impl Script {
-    fn name(self) -> &'static str {
-        match self {
-            Script::Insert => "insert",
-            Script::Full => "full",
-        }
-    }
-
-    fn text(self) -> String {
-        match self {
-            Script::Insert => format!("\\set n :n + 1\n{DEDUPE_INSERT};\n"),
-            Script::Full => format!(
-                "\\set n :n + 1\nBEGIN;\n{DEDUPE_INSERT} \\gset\nSAVEPOINT handler;\n\
-                 {PAYMENT_MERGE}\nRELEASE SAVEPOINT handler;\n{RECORD_ATTEMPT}\nCOMMIT;\n"
-            ),
-        }
-    }
-}
 
 /// What one or more pgbench runs measured.
 #[derive(Debug, Clone, Default)]

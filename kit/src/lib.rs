@@ -8,11 +8,13 @@
 //!   the test's choosing;
 //! - `admin`: an admin client with one method per route;
 //! - `load`: the signing load generator (closed and open loops, reports);
-//! - `bench`: a durable cluster with hookd in-process, CPU accounting, bulk fills.
+//! - `bench`: a durable cluster with hookd in-process, CPU accounting, bulk fills;
+//! - `pgbench`: the ingest benchmark's baseline, made from the store's statements.
 
 pub mod admin;
 pub mod app;
 pub mod bench;
 pub mod cluster;
 pub mod load;
+pub mod pgbench;
 pub mod settings;

@@ -71,6 +71,21 @@ pub struct Expected {
     pub due_now: bool,
 }
 
+/// The dedupe decision for one event, in one statement (the ingest benchmark's
+/// pgbench baseline runs this very text).
+pub const RECORD_DELIVERY: &str = "INSERT INTO webhook_events AS e
+        (source, event_id, event_type, kind, status, payload, payload_sha256,
+         signed_with, payment_id, customer_id, attempts, processed_at, body,
+         signature_headers, stable_sha256, next_attempt_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+            CASE WHEN $5 IN ('processed', 'ignored') THEN now() END, $12, $13, $14,
+            CASE WHEN $15 THEN now() END)
+    ON CONFLICT (source, event_id) DO UPDATE
+        SET deliveries = e.deliveries + 1, last_delivery_at = now()
+        WHERE e.payload_sha256 = EXCLUDED.payload_sha256
+           OR e.stable_sha256 = EXCLUDED.stable_sha256
+    RETURNING id, deliveries";
+
 /// Inserts the event, or counts a repeated delivery of it, in one statement. A
 /// new row is written as `expected` says; the caller changes it, in the same
 /// transaction, when the run at receipt ends otherwise.
@@ -80,22 +95,7 @@ pub async fn record_delivery(
     signed_with: i32,
     expected: Expected,
 ) -> Result<Recorded, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "INSERT INTO webhook_events AS e
-                 (source, event_id, event_type, kind, status, payload, payload_sha256,
-                  signed_with, payment_id, customer_id, attempts, processed_at, body,
-                  signature_headers, stable_sha256, next_attempt_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-                     CASE WHEN $5 IN ('processed', 'ignored') THEN now() END, $12, $13, $14,
-                     CASE WHEN $15 THEN now() END)
-             ON CONFLICT (source, event_id) DO UPDATE
-                 SET deliveries = e.deliveries + 1, last_delivery_at = now()
-                 WHERE e.payload_sha256 = EXCLUDED.payload_sha256
-                    OR e.stable_sha256 = EXCLUDED.stable_sha256
-             RETURNING id, deliveries",
-        )
-        .await?;
+    let statement = client.prepare_cached(RECORD_DELIVERY).await?;
     let row = client
         .query_opt(
             &statement,
@@ -465,6 +465,14 @@ pub async fn settle(
     Ok(())
 }
 
+/// Attempt rows, any number at once (also the pgbench baseline's, with one).
+pub const APPEND_ATTEMPTS: &str = "INSERT INTO webhook_event_attempts
+        (webhook_event_id, attempt, handler, started_at, finished_at, outcome, error,
+         http_status, response)
+    SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[],
+                         $5::timestamptz[], $6::text[], $7::text[], $8::int[],
+                         $9::text[])";
+
 /// Appends attempt rows, in one statement.
 pub async fn append_attempts(
     client: &impl GenericClient,
@@ -473,16 +481,7 @@ pub async fn append_attempts(
     if attempts.is_empty() {
         return Ok(());
     }
-    let statement = client
-        .prepare_cached(
-            "INSERT INTO webhook_event_attempts
-                 (webhook_event_id, attempt, handler, started_at, finished_at, outcome, error,
-                  http_status, response)
-             SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[],
-                                  $5::timestamptz[], $6::text[], $7::text[], $8::int[],
-                                  $9::text[])",
-        )
-        .await?;
+    let statement = client.prepare_cached(APPEND_ATTEMPTS).await?;
     let events: Vec<i64> = attempts.iter().map(|a| a.event).collect();
     let numbers: Vec<i32> = attempts.iter().map(|a| a.attempt).collect();
     let handlers: Vec<&str> = attempts.iter().map(|a| a.handler.as_str()).collect();

@@ -19,28 +19,27 @@ pub struct PaymentUpdate {
     pub disputed: bool,
 }
 
+/// One payment's facts merged into its row (also the pgbench baseline's).
+pub const MERGE_PAYMENT: &str = "INSERT INTO payments AS p
+        (source, payment_id, succeeded, failed, disputed, amount, amount_refunded,
+         currency, customer_id)
+    VALUES ($1, $2, $3, $4, $5, COALESCE($6::bigint, 0), COALESCE($7::bigint, 0), $8, $9)
+    ON CONFLICT (source, payment_id) DO UPDATE SET
+        succeeded       = p.succeeded OR EXCLUDED.succeeded,
+        failed          = p.failed OR EXCLUDED.failed,
+        disputed        = p.disputed OR EXCLUDED.disputed,
+        amount          = GREATEST(p.amount, EXCLUDED.amount),
+        amount_refunded = GREATEST(p.amount_refunded, EXCLUDED.amount_refunded),
+        currency        = GREATEST(p.currency, EXCLUDED.currency),
+        customer_id     = GREATEST(p.customer_id, EXCLUDED.customer_id),
+        updated_at      = now()";
+
 pub async fn merge(
     client: &impl GenericClient,
     source: &str,
     update: &PaymentUpdate,
 ) -> Result<(), StoreError> {
-    let statement = client
-        .prepare_cached(
-            "INSERT INTO payments AS p
-                 (source, payment_id, succeeded, failed, disputed, amount, amount_refunded,
-                  currency, customer_id)
-             VALUES ($1, $2, $3, $4, $5, COALESCE($6::bigint, 0), COALESCE($7::bigint, 0), $8, $9)
-             ON CONFLICT (source, payment_id) DO UPDATE SET
-                 succeeded       = p.succeeded OR EXCLUDED.succeeded,
-                 failed          = p.failed OR EXCLUDED.failed,
-                 disputed        = p.disputed OR EXCLUDED.disputed,
-                 amount          = GREATEST(p.amount, EXCLUDED.amount),
-                 amount_refunded = GREATEST(p.amount_refunded, EXCLUDED.amount_refunded),
-                 currency        = GREATEST(p.currency, EXCLUDED.currency),
-                 customer_id     = GREATEST(p.customer_id, EXCLUDED.customer_id),
-                 updated_at      = now()",
-        )
-        .await?;
+    let statement = client.prepare_cached(MERGE_PAYMENT).await?;
     let facts = &update.facts;
     client
         .execute(

@@ -8,6 +8,7 @@ mod custom_handler;
 mod deploy;
 mod desk;
 mod dispatch;
+mod drift;
 mod embedded;
 mod forwards;
 mod hardening;
