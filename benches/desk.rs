@@ -126,19 +126,14 @@ const SOURCE_SQL: &str = "CASE WHEN p % 20 < 12 THEN 'stripe' \
      WHEN p % 20 < 15 THEN 'standard' WHEN p % 20 < 18 THEN 'shop' ELSE 'github' END";
 
 async fn run() {
-    let started = chrono::Utc::now();
     let bench::Setup {
         cluster,
         hookd,
         sender,
         db,
-        server_version,
-    } = bench::setup("desk").await;
-    println!(
-        "hookd support-desk benchmark, {}",
-        started.format("%Y-%m-%d %H:%M UTC")
-    );
-    println!("machine: {}; PostgreSQL {server_version}", bench::machine());
+        started,
+        ..
+    } = bench::setup("desk", "support-desk").await;
     println!(
         "hookd: in-process, pool of {} connections, shipped hookd.toml; {}\n",
         bench::POOL_SIZE,

@@ -222,24 +222,16 @@ fn main() {
 }
 
 async fn run() {
-    let started = chrono::Utc::now();
     let bench::Setup {
         cluster,
         hookd,
         sender,
         db,
-        server_version,
-    } = bench::setup("ingest").await;
+        started,
+        ..
+    } = bench::setup("ingest", "ingest").await;
     let mut pgbench = Pgbench::new(&cluster);
-    println!(
-        "hookd ingest benchmark, {}",
-        started.format("%Y-%m-%d %H:%M UTC")
-    );
-    println!(
-        "machine: {}; PostgreSQL {server_version}, durable (fsync, synchronous_commit on); {}",
-        bench::machine(),
-        pgbench.version().await
-    );
+    println!("{}", pgbench.version().await);
     println!(
         "hookd: in-process, {} HTTP workers, pool of {} connections, shipped hookd.toml; \
          target {}",

@@ -109,23 +109,15 @@ fn main() {
 }
 
 async fn run() {
-    let started = chrono::Utc::now();
     let bench::Setup {
         cluster,
         hookd,
         sender,
         db,
-        server_version,
-    } = bench::setup("purge").await;
+        started,
+        ..
+    } = bench::setup("purge", "purge").await;
     let batch = hookd.app.settings.purge_batch;
-    println!(
-        "hookd purge benchmark, {}",
-        started.format("%Y-%m-%d %H:%M UTC")
-    );
-    println!(
-        "machine: {}; PostgreSQL {server_version} (durable: fsync and synchronous_commit on)",
-        bench::machine()
-    );
     println!(
         "hookd: in-process, pool of {} connections, shipped hookd.toml (retention {}, \
          key_retention {}, purge_batch {batch}); target {}\n",

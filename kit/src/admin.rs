@@ -22,7 +22,21 @@ pub struct AdminClient<'a> {
     http: reqwest::Client,
 }
 
+/// The shipped development tokens (they work on loopback only).
+pub const VIEWER_TOKEN: &str = "dev-viewer-token-0123456789";
+pub const OPERATOR_TOKEN: &str = "dev-operator-token-0123456789";
+
 impl TestApp {
+    /// Admin requests with the shipped viewer token.
+    pub fn viewer(&self) -> AdminClient<'_> {
+        self.admin(Credential::Bearer(VIEWER_TOKEN.into()))
+    }
+
+    /// Admin requests with the shipped operator token.
+    pub fn operator(&self) -> AdminClient<'_> {
+        self.admin(Credential::Bearer(OPERATOR_TOKEN.into()))
+    }
+
     pub fn admin(&self, credential: Credential) -> AdminClient<'_> {
         AdminClient {
             app: self,

@@ -215,9 +215,14 @@ pub struct Setup {
     pub sender: std::sync::Arc<Sender>,
     pub db: tokio_postgres::Client,
     pub server_version: String,
+    /// When the benchmark started.
+    pub started: chrono::DateTime<chrono::Utc>,
 }
 
-pub async fn setup(name: &'static str) -> Setup {
+/// Starts what every benchmark needs and prints the header every benchmark
+/// opens with: `hookd {title} benchmark`, the time, the machine and PostgreSQL.
+pub async fn setup(name: &'static str, title: &str) -> Setup {
+    let started = chrono::Utc::now();
     let cluster = tokio::task::spawn_blocking(move || BenchCluster::start(name))
         .await
         .expect("cluster thread");
@@ -229,12 +234,21 @@ pub async fn setup(name: &'static str) -> Setup {
         .await
         .expect("server version")
         .get(0);
+    println!(
+        "hookd {title} benchmark, {}",
+        started.format("%Y-%m-%d %H:%M UTC")
+    );
+    println!(
+        "machine: {}; PostgreSQL {server_version} (durable: fsync and synchronous_commit on)",
+        machine()
+    );
     Setup {
         cluster,
         hookd,
         sender,
         db,
         server_version,
+        started,
     }
 }
 

@@ -34,57 +34,29 @@ const APPLICATION: Ledger = Ledger {
     whose: "the application",
 };
 
+/// A migration of `sql/`, by its file name: the version is its number.
+macro_rules! migration {
+    ($version:literal, $file:literal) => {
+        Migration {
+            version: $version,
+            name: $file,
+            sql: include_str!(concat!("../../sql/", $file)),
+        }
+    };
+}
+
+/// Every file of `sql/`, in order (a test checks that none is left out).
 pub const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "0001_events.sql",
-        sql: include_str!("../../sql/0001_events.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "0002_purge.sql",
-        sql: include_str!("../../sql/0002_purge.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "0003_history.sql",
-        sql: include_str!("../../sql/0003_history.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "0004_purge_watermark.sql",
-        sql: include_str!("../../sql/0004_purge_watermark.sql"),
-    },
-    Migration {
-        version: 5,
-        name: "0005_admin_sessions.sql",
-        sql: include_str!("../../sql/0005_admin_sessions.sql"),
-    },
-    Migration {
-        version: 6,
-        name: "0006_exact_bodies.sql",
-        sql: include_str!("../../sql/0006_exact_bodies.sql"),
-    },
-    Migration {
-        version: 7,
-        name: "0007_stable_fingerprint.sql",
-        sql: include_str!("../../sql/0007_stable_fingerprint.sql"),
-    },
-    Migration {
-        version: 8,
-        name: "0008_handler_ledger.sql",
-        sql: include_str!("../../sql/0008_handler_ledger.sql"),
-    },
-    Migration {
-        version: 9,
-        name: "0009_lz4_payloads.sql",
-        sql: include_str!("../../sql/0009_lz4_payloads.sql"),
-    },
-    Migration {
-        version: 10,
-        name: "0010_support_desk.sql",
-        sql: include_str!("../../sql/0010_support_desk.sql"),
-    },
+    migration!(1, "0001_events.sql"),
+    migration!(2, "0002_purge.sql"),
+    migration!(3, "0003_history.sql"),
+    migration!(4, "0004_purge_watermark.sql"),
+    migration!(5, "0005_admin_sessions.sql"),
+    migration!(6, "0006_exact_bodies.sql"),
+    migration!(7, "0007_stable_fingerprint.sql"),
+    migration!(8, "0008_handler_ledger.sql"),
+    migration!(9, "0009_lz4_payloads.sql"),
+    migration!(10, "0010_support_desk.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

@@ -19,12 +19,11 @@ pub struct PaymentUpdate {
     pub disputed: bool,
 }
 
-/// One payment's facts merged into its row (also the pgbench baseline's).
-pub const MERGE_PAYMENT: &str = "INSERT INTO payments AS p
-        (source, payment_id, succeeded, failed, disputed, amount, amount_refunded,
-         currency, customer_id)
-    VALUES ($1, $2, $3, $4, $5, COALESCE($6::bigint, 0), COALESCE($7::bigint, 0), $8, $9)
-    ON CONFLICT (source, payment_id) DO UPDATE SET
+/// How a payment's row takes in new facts, whichever order they come in: a fact
+/// once true stays true, amounts only grow, and the same text always wins.
+macro_rules! merge_facts {
+    () => {
+        "ON CONFLICT (source, payment_id) DO UPDATE SET
         succeeded       = p.succeeded OR EXCLUDED.succeeded,
         failed          = p.failed OR EXCLUDED.failed,
         disputed        = p.disputed OR EXCLUDED.disputed,
@@ -32,7 +31,19 @@ pub const MERGE_PAYMENT: &str = "INSERT INTO payments AS p
         amount_refunded = GREATEST(p.amount_refunded, EXCLUDED.amount_refunded),
         currency        = GREATEST(p.currency, EXCLUDED.currency),
         customer_id     = GREATEST(p.customer_id, EXCLUDED.customer_id),
-        updated_at      = now()";
+        updated_at      = now()"
+    };
+}
+
+/// One payment's facts merged into its row (also the pgbench baseline's).
+pub const MERGE_PAYMENT: &str = concat!(
+    "INSERT INTO payments AS p
+        (source, payment_id, succeeded, failed, disputed, amount, amount_refunded,
+         currency, customer_id)
+    VALUES ($1, $2, $3, $4, $5, COALESCE($6::bigint, 0), COALESCE($7::bigint, 0), $8, $9)
+    ",
+    merge_facts!()
+);
 
 pub async fn merge(
     client: &impl GenericClient,
@@ -68,7 +79,7 @@ pub async fn merge_many(
     updates: &[(&str, &PaymentUpdate)],
 ) -> Result<(), StoreError> {
     let statement = client
-        .prepare_cached(
+        .prepare_cached(concat!(
             "INSERT INTO payments AS p
                  (source, payment_id, succeeded, failed, disputed, amount, amount_refunded,
                   currency, customer_id)
@@ -80,16 +91,9 @@ pub async fn merge_many(
                   AS u(source, payment_id, succeeded, failed, disputed, amount,
                        amount_refunded, currency, customer_id)
              GROUP BY source, payment_id
-             ON CONFLICT (source, payment_id) DO UPDATE SET
-                 succeeded       = p.succeeded OR EXCLUDED.succeeded,
-                 failed          = p.failed OR EXCLUDED.failed,
-                 disputed        = p.disputed OR EXCLUDED.disputed,
-                 amount          = GREATEST(p.amount, EXCLUDED.amount),
-                 amount_refunded = GREATEST(p.amount_refunded, EXCLUDED.amount_refunded),
-                 currency        = GREATEST(p.currency, EXCLUDED.currency),
-                 customer_id     = GREATEST(p.customer_id, EXCLUDED.customer_id),
-                 updated_at      = now()",
-        )
+             ",
+            merge_facts!()
+        ))
         .await?;
     let sources: Vec<&str> = updates.iter().map(|(s, _)| *s).collect();
     let ids: Vec<&str> = updates

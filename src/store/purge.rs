@@ -184,14 +184,15 @@ pub async fn delete_idempotency_keys_batch(
     cutoff: DateTime<Utc>,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "DELETE FROM admin_idempotency_keys
+    delete_batch(
+        client,
+        "DELETE FROM admin_idempotency_keys
              WHERE ctid IN (SELECT ctid FROM admin_idempotency_keys
                             WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        )
-        .await?;
-    Ok(client.execute(&statement, &[&cutoff, &limit]).await?)
+        cutoff,
+        limit,
+    )
+    .await
 }
 
 /// Deletes up to `limit` revoked-session records whose sessions have expired.
@@ -200,14 +201,15 @@ pub async fn delete_revoked_sessions_batch(
     now: DateTime<Utc>,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "DELETE FROM admin_revoked_sessions
+    delete_batch(
+        client,
+        "DELETE FROM admin_revoked_sessions
              WHERE nonce IN (SELECT nonce FROM admin_revoked_sessions
                              WHERE expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        )
-        .await?;
-    Ok(client.execute(&statement, &[&now, &limit]).await?)
+        now,
+        limit,
+    )
+    .await
 }
 
 /// Deletes up to `limit` audit entries made before `cutoff`.
@@ -216,14 +218,27 @@ pub async fn delete_audit_batch(
     cutoff: DateTime<Utc>,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "DELETE FROM admin_audit
+    delete_batch(
+        client,
+        "DELETE FROM admin_audit
              WHERE id IN (SELECT id FROM admin_audit WHERE at < $1
                           ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        )
-        .await?;
-    Ok(client.execute(&statement, &[&cutoff, &limit]).await?)
+        cutoff,
+        limit,
+    )
+    .await
+}
+
+/// Runs one `DELETE … LIMIT $2 … SKIP LOCKED` of rows older than `$1`; how many
+/// went.
+async fn delete_batch(
+    client: &impl GenericClient,
+    sql: &str,
+    before: DateTime<Utc>,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let statement = client.prepare_cached(sql).await?;
+    Ok(client.execute(&statement, &[&before, &limit]).await?)
 }
 
 /// What a pass would remove, without removing it.

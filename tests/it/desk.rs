@@ -9,7 +9,6 @@ use crate::support::{
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
-const OPERATOR: &str = "dev-operator-token-0123456789";
 
 fn payment_event(id: &str, ty: &str, payment: &str, object: Value) -> Value {
     let mut object = object;
@@ -38,19 +37,11 @@ async fn a_refunded_payment(app: &TestApp) {
     }
 }
 
-fn operator(app: &TestApp) -> crate::support::AdminClient<'_> {
-    app.admin(Credential::Bearer(OPERATOR.into()))
-}
-
-fn viewer(app: &TestApp) -> crate::support::AdminClient<'_> {
-    app.admin(Credential::Bearer(VIEWER.into()))
-}
-
 #[tokio::test]
 async fn a_payment_comes_with_its_events_oldest_first_and_their_runs() {
     let app = spawn_app().await;
     a_refunded_payment(&app).await;
-    let answer = viewer(&app).get("/admin/api/payments/stripe/pi_desk").await;
+    let answer = app.viewer().get("/admin/api/payments/stripe/pi_desk").await;
     assert_eq!(answer.status, 200);
     let view = answer.json();
     let payment = &view["payment"];
@@ -84,7 +75,7 @@ async fn a_payment_comes_with_its_events_oldest_first_and_their_runs() {
     assert_eq!(events[1]["attempts"][0]["handler"], "payment_refunded");
     assert_eq!(events[1]["attempts"][0]["outcome"], "processed");
     assert_eq!(
-        viewer(&app)
+        app.viewer()
             .get("/admin/api/payments/stripe/pi_none")
             .await
             .status,
@@ -135,7 +126,7 @@ async fn a_customers_payments_page_newest_first_without_gaps() {
     let mut seen = Vec::new();
     let mut path = "/admin/api/payments?customer=cus_many&limit=2".to_string();
     loop {
-        let page = viewer(&app).get(&path).await.json();
+        let page = app.viewer().get(&path).await.json();
         for p in page["payments"].as_array().expect("payments") {
             seen.push(p["payment_id"].as_str().expect("id").to_string());
         }
@@ -156,9 +147,9 @@ async fn a_customers_payments_page_newest_first_without_gaps() {
             "pi_cust_0"
         ]
     );
-    assert_eq!(viewer(&app).get("/admin/api/payments").await.status, 400);
+    assert_eq!(app.viewer().get("/admin/api/payments").await.status, 400);
     assert_eq!(
-        viewer(&app)
+        app.viewer()
             .get("/admin/api/payments?customer=x&cursor=nope")
             .await
             .status,
@@ -186,7 +177,8 @@ async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
     dead_events(&app, 3).await;
     a_refunded_payment(&app).await;
     let body = |v: Value| serde_json::to_vec(&v).expect("json");
-    let preview = operator(&app)
+    let preview = app
+        .operator()
         .send(
             "POST",
             "/admin/api/events/retry",
@@ -209,7 +201,8 @@ async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
         "a preview runs nothing"
     );
     let key = [("Idempotency-Key", "bulk-1")];
-    let run = operator(&app)
+    let run = app
+        .operator()
         .send(
             "POST",
             "/admin/api/events/retry",
@@ -221,7 +214,8 @@ async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
         run.json(),
         json!({"matched": 3, "retried": 3, "outcomes": {"dead": 3}})
     );
-    let again = operator(&app)
+    let again = app
+        .operator()
         .send(
             "POST",
             "/admin/api/events/retry",
@@ -242,7 +236,8 @@ async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
         6,
         "the repeat ran nothing"
     );
-    let reused = operator(&app)
+    let reused = app
+        .operator()
         .send(
             "POST",
             "/admin/api/events/retry",
@@ -252,13 +247,14 @@ async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
         .await;
     assert_eq!(reused.status, 422);
     assert_eq!(
-        viewer(&app)
+        app.viewer()
             .post("/admin/api/events/retry", &[])
             .await
             .status,
         403
     );
-    let unknown = operator(&app)
+    let unknown = app
+        .operator()
         .send(
             "POST",
             "/admin/api/events/retry",
@@ -280,7 +276,8 @@ async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
         &[],
     )
     .await;
-    let many = operator(&app)
+    let many = app
+        .operator()
         .send(
             "POST",
             "/admin/api/events/retry",
@@ -324,15 +321,15 @@ async fn who_viewed_and_retried_what_is_audited_for_operators() {
     let app = spawn_app().await;
     let ids = dead_events(&app, 1).await;
     a_refunded_payment(&app).await;
-    viewer(&app)
+    app.viewer()
         .get(&format!("/admin/api/events/{}", ids[0]))
         .await;
-    viewer(&app).get("/admin/api/payments/stripe/pi_desk").await;
-    operator(&app)
+    app.viewer().get("/admin/api/payments/stripe/pi_desk").await;
+    app.operator()
         .post(&format!("/admin/api/events/{}/retry", ids[0]), &[])
         .await;
-    assert_eq!(viewer(&app).get("/admin/api/audit").await.status, 403);
-    let entries = operator(&app).get("/admin/api/audit").await.json()["entries"].clone();
+    assert_eq!(app.viewer().get("/admin/api/audit").await.status, 403);
+    let entries = app.operator().get("/admin/api/audit").await.json()["entries"].clone();
     let seen: Vec<(String, String)> = entries
         .as_array()
         .expect("entries")
@@ -368,14 +365,11 @@ async fn a_stored_event_proves_its_origin_until_its_secret_is_retired() {
             &[],
         )
         .await;
-    let detail = viewer(&app)
-        .get(&format!("/admin/api/events/{id}"))
-        .await
-        .json();
+    let detail = app.viewer().event(id).await.json();
     assert_eq!(detail["origin"], json!({"status": "verified", "secret": 1}));
     let page = app
         .admin(Credential::Bearer(VIEWER.into()))
-        .get(&format!("/admin/events/{id}"))
+        .event_page(id)
         .await;
     assert!(String::from_utf8_lossy(&page.body).contains("verified"));
     let cli = run_hookd(
@@ -398,10 +392,7 @@ async fn a_stored_event_proves_its_origin_until_its_secret_is_retired() {
         ..Spawn::default()
     })
     .await;
-    let detail = viewer(&rotated)
-        .get(&format!("/admin/api/events/{id}"))
-        .await
-        .json();
+    let detail = rotated.viewer().event(id).await.json();
     assert_eq!(detail["origin"]["status"], "unverified");
     // A changed record does not verify either.
     app.execute(
@@ -410,10 +401,7 @@ async fn a_stored_event_proves_its_origin_until_its_secret_is_retired() {
     )
     .await;
     assert_eq!(
-        viewer(&app)
-            .get(&format!("/admin/api/events/{id}"))
-            .await
-            .json()["origin"]["status"],
+        app.viewer().event(id).await.json()["origin"]["status"],
         "unverified"
     );
     let cli = run_hookd(
@@ -428,10 +416,7 @@ async fn a_stored_event_proves_its_origin_until_its_secret_is_retired() {
     )
     .await;
     assert_eq!(
-        viewer(&app)
-            .get(&format!("/admin/api/events/{id}"))
-            .await
-            .json()["origin"]["status"],
+        app.viewer().event(id).await.json()["origin"]["status"],
         "unavailable"
     );
 }
@@ -489,7 +474,7 @@ async fn the_dashboard_counts_the_day_and_says_which_secrets_are_in_use() {
         .expect("github");
     assert!(!github.positions[0].used_in_7_days && github.positions[0].last_used.is_none());
 
-    let page = String::from_utf8_lossy(&viewer(&app).get("/admin").await.body).into_owned();
+    let page = String::from_utf8_lossy(&app.viewer().get("/admin").await.body).into_owned();
     assert!(
         page.contains("href=\"/admin?status=dead\"") && page.contains("2 dead"),
         "{page}"

@@ -190,12 +190,7 @@ async fn a_forward_refused_with_a_4xx_is_dead_and_an_operator_retry_sends_only_i
             &[],
         )
         .await;
-    let retried = app
-        .admin(crate::support::Credential::Bearer(
-            "dev-operator-token-0123456789".into(),
-        ))
-        .post(&format!("/admin/api/events/{id}/retry"), &[])
-        .await;
+    let retried = app.operator().retry(id, None).await;
     assert_eq!(retried.json()["status"], "processed");
     let handlers: Vec<String> = attempts(&app, "evt_4xx")
         .await
@@ -326,13 +321,8 @@ async fn each_handlers_state_shows_in_the_api_the_page_and_the_terminal() {
             &[],
         )
         .await;
-    let operator = app.admin(crate::support::Credential::Bearer(
-        "dev-operator-token-0123456789".into(),
-    ));
-    let detail = operator
-        .get(&format!("/admin/api/events/{id}"))
-        .await
-        .json();
+    let operator = app.operator();
+    let detail = operator.event(id).await.json();
     assert_eq!(detail["status"], "failed");
     assert_eq!(
         detail["handlers"],
@@ -344,7 +334,7 @@ async fn each_handlers_state_shows_in_the_api_the_page_and_the_terminal() {
         ])
     );
     assert_eq!(detail["attempts"][1]["response"], "answer 503");
-    let page = operator.get(&format!("/admin/events/{id}")).await;
+    let page = operator.event_page(id).await;
     let html = String::from_utf8_lossy(&page.body);
     assert!(
         html.contains("forward:billing") && html.contains("503"),

@@ -378,12 +378,7 @@ async fn retries_apply_the_exact_body_not_its_jsonb_copy() {
             &[],
         )
         .await;
-    let retried = app
-        .admin(crate::support::Credential::Bearer(
-            "dev-operator-token-0123456789".into(),
-        ))
-        .post(&format!("/admin/api/events/{id}/retry"), &[])
-        .await;
+    let retried = app.operator().retry(id, None).await;
     assert_eq!(retried.status, 200);
     // The jsonb copy says "us\u{fffd}d", which a handler could store; the event as
     // sent cannot be applied, and the retry says so again.

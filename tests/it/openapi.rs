@@ -65,14 +65,6 @@ fn type_matches(name: &str, value: &Value) -> bool {
 /// declares unless `additionalProperties` says what the others are.
 fn validate(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
     let schema = follow(doc, schema);
-    for part in schema
-        .get("allOf")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        validate_shallow(doc, part, value, at)?;
-    }
     validate_shallow(doc, schema, value, at)?;
     if let Some(object) = value.as_object()
         && schema.get("additionalProperties").is_none()
@@ -286,7 +278,7 @@ async fn the_real_answers_of_every_route_match_the_document() {
             &[],
         )
         .await;
-    let show = viewer.get(&format!("/admin/api/events/{id}")).await;
+    let show = viewer.event(id).await;
     assert_eq!(show.status, 200);
     check(&doc, "get", "/admin/api/events/{id}", &show);
     let missing = viewer.get("/admin/api/events/999999").await;
