@@ -153,6 +153,18 @@ pub async fn spawn_app() -> TestApp {
     spawn(Spawn::default()).await
 }
 
+/// An app whose admin pages, API and metrics listen apart, on a port of their own
+/// (`admin_base`).
+pub async fn spawn_with_admin_listener() -> TestApp {
+    let mut settings = shipped_settings();
+    settings.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await
+}
+
 pub async fn spawn(options: Spawn) -> TestApp {
     let (db, db_config) = match (options.database, options.db) {
         (Some(config), _) => (None, config),

@@ -9,7 +9,10 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{Spawn, run_hookd_with, shipped_settings, spawn, spawn_app, stripe_event};
+use crate::support::{
+    Spawn, run_hookd_with, shipped_settings, spawn, spawn_app, spawn_with_admin_listener,
+    stripe_event,
+};
 
 #[tokio::test]
 async fn serve_refuses_the_shipped_credentials_beyond_loopback_with_one_line() {
@@ -266,13 +269,7 @@ async fn with_400_trickling_connections_open_deliveries_still_get_200_within_2_s
 
 #[tokio::test]
 async fn an_admin_listener_keeps_the_admin_pages_and_metrics_off_the_public_one() {
-    let mut settings = shipped_settings();
-    settings.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_admin_listener().await;
     let admin_base = app.admin_base.clone().expect("an admin listener");
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

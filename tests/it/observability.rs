@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestDb, cluster, shipped_settings, spawn, stripe_event};
+use crate::support::{TestDb, cluster, shipped_settings, spawn_with_admin_listener, stripe_event};
 
 fn is_generated_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
@@ -15,13 +15,7 @@ fn is_generated_id(id: &str) -> bool {
 
 #[tokio::test]
 async fn every_answer_of_both_listeners_carries_a_request_id() {
-    let mut settings = shipped_settings();
-    settings.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_admin_listener().await;
     let admin = app.admin_base.clone().expect("an admin listener");
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

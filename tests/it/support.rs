@@ -3,7 +3,10 @@
 //! forwards.
 
 pub use hookd_kit::admin::{AdminClient, Credential, csrf_of};
-pub use hookd_kit::app::{Answer, Spawn, TestApp, TestDb, cluster, spawn, spawn_app, stripe_event};
+pub use hookd_kit::app::{
+    Answer, Spawn, TestApp, TestDb, cluster, spawn, spawn_app, spawn_with_admin_listener,
+    stripe_event,
+};
 pub use hookd_kit::cluster::connect;
 pub use hookd_kit::settings::shipped_settings;
 
