@@ -16,7 +16,7 @@ use crate::metrics::Metric;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use crate::store::StoreError;
-use crate::store::purge::{self, ByStatus, Preview};
+use crate::store::purge::{self, ByStatus, Expiring, Preview};
 
 /// Rest between batches, as a multiple of the time the batch took.
 const PAUSE_PER_BUSY: f64 = 2.0;
@@ -149,22 +149,20 @@ impl Purger {
                         purge::walk_payloads_batch(client, cutoffs.payloads, limit, dropped).await?
                     }
                     Step::IdempotencyKeys => {
-                        let expired = cutoffs.idempotency_keys;
-                        let n =
-                            purge::delete_idempotency_keys_batch(&*client, expired, limit).await?;
+                        let (what, before) = (Expiring::IdempotencyKeys, cutoffs.idempotency_keys);
+                        let n = purge::delete_expired_batch(&*client, what, before, limit).await?;
                         outcome.idempotency_keys_deleted += n;
                         n
                     }
                     Step::Audit => {
-                        let n =
-                            purge::delete_audit_batch(&*client, cutoffs.payloads, limit).await?;
+                        let (what, before) = (Expiring::AuditEntries, cutoffs.payloads);
+                        let n = purge::delete_expired_batch(&*client, what, before, limit).await?;
                         outcome.audit_entries_deleted += n;
                         n
                     }
                     Step::RevokedSessions => {
-                        let expired = cutoffs.revoked_sessions;
-                        let n =
-                            purge::delete_revoked_sessions_batch(&*client, expired, limit).await?;
+                        let (what, before) = (Expiring::RevokedSessions, cutoffs.revoked_sessions);
+                        let n = purge::delete_expired_batch(&*client, what, before, limit).await?;
                         outcome.revoked_sessions_deleted += n;
                         n
                     }

@@ -178,66 +178,48 @@ pub async fn settle_pending_batch(
     Ok(settled)
 }
 
-/// Deletes up to `limit` admin Idempotency-Key records created before `cutoff`.
-pub async fn delete_idempotency_keys_batch(
-    client: &impl GenericClient,
-    cutoff: DateTime<Utc>,
-    limit: i64,
-) -> Result<u64, StoreError> {
-    delete_batch(
-        client,
-        "DELETE FROM admin_idempotency_keys
-             WHERE ctid IN (SELECT ctid FROM admin_idempotency_keys
-                            WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        cutoff,
-        limit,
-    )
-    .await
+/// The small tables the purge empties of rows older than a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiring {
+    /// Admin Idempotency-Key records, by when they were created.
+    IdempotencyKeys,
+    /// Revoked sessions, once the session would have expired anyway.
+    RevokedSessions,
+    /// Audit entries, by when they were made.
+    AuditEntries,
 }
 
-/// Deletes up to `limit` revoked-session records whose sessions have expired.
-pub async fn delete_revoked_sessions_batch(
-    client: &impl GenericClient,
-    now: DateTime<Utc>,
-    limit: i64,
-) -> Result<u64, StoreError> {
-    delete_batch(
-        client,
-        "DELETE FROM admin_revoked_sessions
-             WHERE nonce IN (SELECT nonce FROM admin_revoked_sessions
-                             WHERE expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        now,
-        limit,
-    )
-    .await
+impl Expiring {
+    /// Deletes up to `$2` rows older than `$1`, skipping rows others hold.
+    fn delete_sql(self) -> &'static str {
+        match self {
+            Expiring::IdempotencyKeys => {
+                "DELETE FROM admin_idempotency_keys
+                 WHERE ctid IN (SELECT ctid FROM admin_idempotency_keys
+                                WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+            }
+            Expiring::RevokedSessions => {
+                "DELETE FROM admin_revoked_sessions
+                 WHERE nonce IN (SELECT nonce FROM admin_revoked_sessions
+                                 WHERE expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+            }
+            Expiring::AuditEntries => {
+                "DELETE FROM admin_audit
+                 WHERE id IN (SELECT id FROM admin_audit WHERE at < $1
+                              ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+            }
+        }
+    }
 }
 
-/// Deletes up to `limit` audit entries made before `cutoff`.
-pub async fn delete_audit_batch(
+/// Deletes up to `limit` rows of `what` older than `before`; how many went.
+pub async fn delete_expired_batch(
     client: &impl GenericClient,
-    cutoff: DateTime<Utc>,
-    limit: i64,
-) -> Result<u64, StoreError> {
-    delete_batch(
-        client,
-        "DELETE FROM admin_audit
-             WHERE id IN (SELECT id FROM admin_audit WHERE at < $1
-                          ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        cutoff,
-        limit,
-    )
-    .await
-}
-
-/// Runs one `DELETE … LIMIT $2 … SKIP LOCKED` of rows older than `$1`; how many
-/// went.
-async fn delete_batch(
-    client: &impl GenericClient,
-    sql: &str,
+    what: Expiring,
     before: DateTime<Utc>,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let statement = client.prepare_cached(sql).await?;
+    let statement = client.prepare_cached(what.delete_sql()).await?;
     Ok(client.execute(&statement, &[&before, &limit]).await?)
 }
 
