@@ -387,16 +387,7 @@ async fn fill_events(client: &tokio_postgres::Client, first: i64, last: i64) {
                 e.kind
          FROM events e, generate_series(1, e.attempts) a"
     );
-    // The rows are consistent by construction: skip the per-row foreign-key checks
-    // of the attempts (each one locks its event row).
-    client
-        .batch_execute("SET session_replication_role = replica")
-        .await
-        .expect("session_replication_role");
-    client
-        .execute(sql.as_str(), &[&first, &last])
-        .await
-        .expect("fill events and their attempts");
+    bench::execute_fill(client, &sql, &[&first, &last]).await;
 }
 
 /// One `payments` row per payment, as the handlers would have merged it.

@@ -560,16 +560,7 @@ async fn fill_old(client: &tokio_postgres::Client, payload: &str, first: i64, la
                 CASE WHEN a < e.attempts THEN 'handler timed out after 5s' ELSE e.last_error END
          FROM events e, generate_series(1, e.attempts) a"
     );
-    // The rows are consistent by construction: skip the per-row foreign-key checks
-    // of the attempts (each one locks its event row).
-    client
-        .batch_execute("SET session_replication_role = replica")
-        .await
-        .expect("session_replication_role");
-    client
-        .execute(sql.as_str(), &[&payload, &first, &last])
-        .await
-        .expect("fill old events and their attempts");
+    bench::execute_fill(client, &sql, &[&payload, &first, &last]).await;
 }
 
 /// Checks the pass against the fill; panics on any difference. Returns what it saw.

@@ -491,3 +491,20 @@ where
         task.await.expect("fill task");
     }
 }
+
+/// Runs a fill statement whose rows are consistent by construction, without the
+/// per-row foreign-key checks of the attempts (each one locks its event row).
+pub async fn execute_fill(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) {
+    client
+        .batch_execute("SET session_replication_role = replica")
+        .await
+        .expect("session_replication_role");
+    client
+        .execute(sql, params)
+        .await
+        .unwrap_or_else(|e| panic!("fill: {e}"));
+}
