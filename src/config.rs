@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::duration::Positive;
 use crate::handlers::payments::PaymentKind;
 use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret};
 
@@ -31,8 +32,13 @@ pub const MIN_TOKEN_LEN: usize = 16;
 /// of the fingerprint unless a source says otherwise.
 pub const STRIPE_VOLATILE_FIELDS: [&str; 2] = ["/pending_webhooks", "/request"];
 
+/// Seconds in these, for the defaults.
+const MINUTE: u64 = 60;
+const HOUR: u64 = 60 * MINUTE;
+const DAY: u64 = 24 * HOUR;
+
 /// Retention windows must outlive every provider's retry window.
-pub const MIN_RETENTION: Duration = Duration::from_secs(24 * 3600);
+pub const MIN_RETENTION: Duration = Duration::from_secs(DAY);
 
 #[derive(Debug, thiserror::Error)]
 #[error("config {origin}: {key}: {problem}")]
@@ -279,14 +285,14 @@ struct RawSettings {
     listen: Option<String>,
     admin_listen: Option<String>,
     max_body_bytes: Option<i64>,
-    body_timeout: Option<DurationValue>,
-    handler_timeout: Option<DurationValue>,
+    body_timeout: Option<Positive>,
+    handler_timeout: Option<Positive>,
     max_attempts: Option<i64>,
-    retry_base: Option<DurationValue>,
-    retry_cap: Option<DurationValue>,
-    retention: Option<DurationValue>,
-    key_retention: Option<DurationValue>,
-    purge_interval: Option<DurationValue>,
+    retry_base: Option<Positive>,
+    retry_cap: Option<Positive>,
+    retention: Option<Positive>,
+    key_retention: Option<Positive>,
+    purge_interval: Option<Positive>,
     purge_batch: Option<i64>,
     pool_size: Option<i64>,
     dispatchers: Option<i64>,
@@ -300,23 +306,6 @@ struct RawSettings {
     database_url: Option<String>,
 }
 
-/// A duration as written: `"5m"`, or a bare number of seconds.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-enum DurationValue {
-    Text(String),
-    Seconds(i64),
-}
-
-impl DurationValue {
-    fn text(self) -> String {
-        match self {
-            DurationValue::Text(text) => text,
-            DurationValue::Seconds(seconds) => format!("{seconds}s"),
-        }
-    }
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSource {
@@ -324,7 +313,7 @@ struct RawSource {
     scheme: String,
     #[serde(default)]
     secrets: Vec<String>,
-    tolerance: Option<DurationValue>,
+    tolerance: Option<Positive>,
     #[serde(default)]
     event_types: BTreeMap<String, String>,
     fingerprint_ignore: Option<Vec<String>>,
@@ -353,7 +342,7 @@ struct RawForward {
     types: Vec<String>,
     #[serde(default)]
     sources: Vec<String>,
-    timeout: Option<DurationValue>,
+    timeout: Option<Positive>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -488,7 +477,7 @@ impl RawSettings {
             ));
         }
         let max_body_bytes = positive("max_body_bytes", self.max_body_bytes, 1_048_576)?;
-        let body_timeout = duration("body_timeout", self.body_timeout, "10s")?;
+        let body_timeout = or(self.body_timeout, Duration::from_secs(10));
         let max_attempts = positive("max_attempts", self.max_attempts, 10)?;
         let purge_batch = positive("purge_batch", self.purge_batch, 1000)?;
         let pool_size = positive("pool_size", self.pool_size, 16)?;
@@ -501,17 +490,17 @@ impl RawSettings {
             ));
         }
         let dispatchers = positive("dispatchers", self.dispatchers, 2)?;
-        let handler_timeout = duration("handler_timeout", self.handler_timeout, "5s")?;
-        let retry_base = duration("retry_base", self.retry_base, "1s")?;
-        let retry_cap = duration("retry_cap", self.retry_cap, "1h")?;
+        let handler_timeout = or(self.handler_timeout, Duration::from_secs(5));
+        let retry_base = or(self.retry_base, Duration::from_secs(1));
+        let retry_cap = or(self.retry_cap, Duration::from_secs(HOUR));
         if retry_cap < retry_base {
             return Err((
                 "retry_cap".into(),
                 "must not be shorter than retry_base".into(),
             ));
         }
-        let retention = duration("retention", self.retention, "30d")?;
-        let key_retention = duration("key_retention", self.key_retention, "365d")?;
+        let retention = or(self.retention, Duration::from_secs(30 * DAY));
+        let key_retention = or(self.key_retention, Duration::from_secs(365 * DAY));
         for (key, value) in [("retention", retention), ("key_retention", key_retention)] {
             if value < MIN_RETENTION {
                 return Err((
@@ -529,7 +518,7 @@ impl RawSettings {
                 "must not be shorter than retention".into(),
             ));
         }
-        let purge_interval = duration("purge_interval", self.purge_interval, "1h")?;
+        let purge_interval = or(self.purge_interval, Duration::from_secs(HOUR));
 
         let mut sources: Vec<Source> = Vec::with_capacity(self.sources.len());
         for (i, raw) in self.sources.into_iter().enumerate() {
@@ -683,7 +672,7 @@ impl RawSource {
                 .map_err(|problem| (format!("{secrets_key}[{j}]"), problem))?;
             secrets.push(secret);
         }
-        let tolerance = duration(&key("tolerance"), self.tolerance, "5m")?;
+        let tolerance = or(self.tolerance, Duration::from_secs(5 * MINUTE));
         let mut event_types: HashMap<String, String> = HashMap::new();
         if scheme == Scheme::Stripe {
             for kind in PaymentKind::ALL {
@@ -824,7 +813,7 @@ impl RawForward {
             kinds: self.kinds,
             types: self.types,
             sources: self.sources,
-            timeout: duration(&key("timeout"), self.timeout, "10s")?,
+            timeout: or(self.timeout, Duration::from_secs(10)),
         })
     }
 }
@@ -858,17 +847,9 @@ where
     }
 }
 
-fn duration(key: &str, value: Option<DurationValue>, default: &str) -> Result<Duration, Problem> {
-    let text = value.map_or_else(|| default.to_string(), DurationValue::text);
-    let text = text.as_str();
-    let parsed = crate::duration::parse(text).map_err(|problem| (key.to_string(), problem))?;
-    if parsed.is_zero() {
-        return Err((
-            key.to_string(),
-            format!("{text:?} must be longer than zero"),
-        ));
-    }
-    Ok(parsed)
+/// A duration key's value, else its default.
+fn or(value: Option<Positive>, default: Duration) -> Duration {
+    value.map_or(default, Duration::from)
 }
 
 #[cfg(test)]
