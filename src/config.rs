@@ -28,10 +28,6 @@ pub const DEVELOPMENT_CREDENTIALS: [&str; 7] = [
 /// Admin tokens shorter than this are refused beyond loopback (and warned about on it).
 pub const MIN_TOKEN_LEN: usize = 16;
 
-/// Parts of a Stripe event that may differ between two deliveries of it: left out
-/// of the fingerprint unless a source says otherwise.
-pub const STRIPE_VOLATILE_FIELDS: [&str; 2] = ["/pending_webhooks", "/request"];
-
 /// Seconds in these, for the defaults.
 const MINUTE: u64 = 60;
 const HOUR: u64 = 60 * MINUTE;
@@ -673,12 +669,7 @@ impl RawSource {
             secrets.push(secret);
         }
         let tolerance = or(self.tolerance, Duration::from_secs(5 * MINUTE));
-        let mut event_types: HashMap<String, String> = HashMap::new();
-        if scheme == Scheme::Stripe {
-            for kind in PaymentKind::ALL {
-                event_types.insert(kind.stripe_type().into(), kind.as_str().into());
-            }
-        }
+        let mut event_types = crate::event::default_event_types(&scheme);
         for (provider, kind) in self.event_types {
             if kind.trim().is_empty() {
                 return Err((
@@ -688,11 +679,9 @@ impl RawSource {
             }
             event_types.insert(provider, kind);
         }
-        let fingerprint_ignore = match self.fingerprint_ignore {
-            Some(pointers) => pointers,
-            None if scheme == Scheme::Stripe => STRIPE_VOLATILE_FIELDS.map(String::from).to_vec(),
-            None => Vec::new(),
-        };
+        let fingerprint_ignore = self
+            .fingerprint_ignore
+            .unwrap_or_else(|| crate::event::default_fingerprint_ignore(&scheme));
         for (j, pointer) in fingerprint_ignore.iter().enumerate() {
             if !pointer.starts_with('/') {
                 return Err((
