@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::de::{DeserializeOwned, Error as _, IntoDeserializer};
+use serde::{Deserialize, Deserializer};
 
 use crate::duration::Positive;
 use crate::handlers::payments::PaymentKind;
@@ -134,10 +135,15 @@ impl Forward {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     Viewer,
     Operator,
+}
+
+impl Names for Role {
+    const NAMES: &str = "viewer, operator";
 }
 
 #[derive(Debug, Clone)]
@@ -354,7 +360,8 @@ struct RawAdmin {
 struct RawToken {
     name: String,
     token: String,
-    role: String,
+    #[serde(deserialize_with = "one_of")]
+    role: Role,
     /// The environment variable it came from, if it did.
     #[serde(skip)]
     from_env: Option<String>,
@@ -377,7 +384,7 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
         raw.admin.tokens.push(RawToken {
             name: "env".into(),
             token,
-            role: "operator".into(),
+            role: Role::Operator,
             from_env: Some(var),
         });
     }
@@ -558,16 +565,6 @@ impl RawSettings {
                     key("token")
                 );
             }
-            let role = match raw.role.as_str() {
-                "viewer" => Role::Viewer,
-                "operator" => Role::Operator,
-                other => {
-                    return Err((
-                        key("role"),
-                        format!("{other:?} is not one of viewer, operator"),
-                    ));
-                }
-            };
             if admin_tokens.iter().any(|t| t.name == raw.name) {
                 return Err((key("name"), format!("{:?} is used twice", raw.name)));
             }
@@ -578,7 +575,7 @@ impl RawSettings {
                 key: key("token"),
                 name: raw.name,
                 token: Secret::new(raw.token),
-                role,
+                role: raw.role,
             });
         }
 
@@ -834,6 +831,24 @@ where
         }
         Some(v) => Err((key.to_string(), format!("{v} must be a positive number"))),
     }
+}
+
+/// The names a config enum is written as, for the message refusing any other.
+trait Names {
+    const NAMES: &str;
+}
+
+/// Reads an enum by its name, refusing another as `"x" is not one of a, b` (hookd's
+/// message since before serde read these; serde's own would differ).
+fn one_of<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned + Names,
+{
+    let text = String::deserialize(deserializer)?;
+    T::deserialize(text.as_str().into_deserializer()).map_err(|_: serde::de::value::Error| {
+        D::Error::custom(format!("{text:?} is not one of {}", T::NAMES))
+    })
 }
 
 /// A duration key's value, else its default.
