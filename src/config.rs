@@ -308,28 +308,82 @@ struct RawSettings {
     database_url: Option<String>,
 }
 
+/// A `[[sources]]` table. Its `scheme` is the tag of [`Scheme`], and the keys only
+/// the `hmac` variant takes share the table with the rest: serde's own internal
+/// tagging would buffer the table and lose the key of any error inside it, so
+/// they are collected here and read by [`SchemeName::with_keys`].
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawSource {
     name: String,
-    scheme: String,
+    #[serde(deserialize_with = "one_of")]
+    scheme: SchemeName,
     #[serde(default)]
     secrets: Vec<String>,
     tolerance: Option<Positive>,
     #[serde(default)]
     event_types: BTreeMap<String, String>,
     fingerprint_ignore: Option<Vec<String>>,
+    /// Every other key: the scheme's own, or unknown ones.
+    #[serde(flatten)]
+    scheme_keys: toml::Table,
+    /// The environment variable that replaced `secrets`, if one did.
+    #[serde(skip)]
+    secrets_env: Option<String>,
+}
+
+/// The keys of a source, as an unknown one is told them: [`RawSource`]'s, then
+/// [`RawHmac`]'s.
+const SOURCE_KEYS: [&str; 14] = [
+    "name",
+    "scheme",
+    "secrets",
+    "tolerance",
+    "event_types",
+    "fingerprint_ignore",
+    "signature_header",
+    "signature_encoding",
+    "signature_prefix",
+    "id_header",
+    "id_pointer",
+    "type_header",
+    "type_pointer",
+    "timestamp_header",
+];
+
+/// The keys only scheme `hmac` takes: the fields of [`RawHmac`].
+const HMAC_KEYS: &[&str] = SOURCE_KEYS.split_at(6).1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum SchemeName {
+    Stripe,
+    #[serde(alias = "svix")]
+    Standard,
+    Github,
+    Hmac,
+}
+
+impl Names for SchemeName {
+    const NAMES: &str = "stripe, standard, github, hmac";
+}
+
+/// The keys of scheme `hmac` (Shopify and the like), as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHmac {
     signature_header: Option<String>,
-    signature_encoding: Option<String>,
+    #[serde(default, deserialize_with = "one_of")]
+    signature_encoding: Encoding,
     signature_prefix: Option<String>,
     id_header: Option<String>,
     id_pointer: Option<String>,
     type_header: Option<String>,
     type_pointer: Option<String>,
     timestamp_header: Option<String>,
-    /// The environment variable that replaced `secrets`, if one did.
-    #[serde(skip)]
-    secrets_env: Option<String>,
+}
+
+impl Names for Encoding {
+    const NAMES: &str = "hex, base64";
 }
 
 #[derive(Debug, Deserialize)]
@@ -622,34 +676,7 @@ impl RawSource {
                 ),
             ));
         }
-        let generic_keys = [
-            ("signature_header", self.signature_header.is_some()),
-            ("signature_encoding", self.signature_encoding.is_some()),
-            ("signature_prefix", self.signature_prefix.is_some()),
-            ("id_header", self.id_header.is_some()),
-            ("id_pointer", self.id_pointer.is_some()),
-            ("type_header", self.type_header.is_some()),
-            ("type_pointer", self.type_pointer.is_some()),
-            ("timestamp_header", self.timestamp_header.is_some()),
-        ];
-        let scheme = match self.scheme.as_str() {
-            "stripe" => Scheme::Stripe,
-            "standard" | "svix" => Scheme::Standard,
-            "github" => Scheme::Github,
-            "hmac" => Scheme::Hmac(self.generic_hmac(index)?),
-            other => {
-                return Err((
-                    key("scheme"),
-                    format!("{other:?} is not one of stripe, standard, github, hmac"),
-                ));
-            }
-        };
-        if let (false, Some((field, _))) = (
-            matches!(scheme, Scheme::Hmac(_)),
-            generic_keys.iter().find(|(_, set)| *set),
-        ) {
-            return Err((key(field), "only applies to scheme \"hmac\"".into()));
-        }
+        let scheme = self.scheme.with_keys(self.scheme_keys, &key)?;
         let secrets_key = self.secrets_env.clone().unwrap_or_else(|| key("secrets"));
         if self.secrets.is_empty() {
             return Err((secrets_key, "needs at least one secret".into()));
@@ -697,12 +724,37 @@ impl RawSource {
             fingerprint_ignore,
         })
     }
+}
 
-    fn generic_hmac(&self, index: usize) -> Result<GenericHmac, Problem> {
-        let key = |field: &str| format!("sources[{index}].{field}");
+impl SchemeName {
+    /// The scheme, with the keys of the source that are not common to all: the
+    /// hmac variant's own, which other schemes refuse.
+    fn with_keys(self, keys: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Scheme, Problem> {
+        if let Some(unknown) = keys.keys().find(|k| !HMAC_KEYS.contains(&k.as_str())) {
+            let problem = serde::de::value::Error::unknown_field(unknown, &SOURCE_KEYS);
+            return Err((key(unknown), problem.to_string()));
+        }
+        let scheme = match self {
+            SchemeName::Stripe => Scheme::Stripe,
+            SchemeName::Standard => Scheme::Standard,
+            SchemeName::Github => Scheme::Github,
+            SchemeName::Hmac => {
+                let raw: RawHmac = serde_path_to_error::deserialize(toml::Value::Table(keys))
+                    .map_err(|e| (key(&e.path().to_string()), one_line(e.inner().message())))?;
+                return raw.validate(key).map(Scheme::Hmac);
+            }
+        };
+        match HMAC_KEYS.iter().find(|k| keys.contains_key(**k)) {
+            Some(field) => Err((key(field), "only applies to scheme \"hmac\"".into())),
+            None => Ok(scheme),
+        }
+    }
+}
+
+impl RawHmac {
+    fn validate(self, key: &dyn Fn(&str) -> String) -> Result<GenericHmac, Problem> {
         let signature_header = self
             .signature_header
-            .clone()
             .filter(|h| !h.trim().is_empty())
             .ok_or_else(|| {
                 (
@@ -710,18 +762,8 @@ impl RawSource {
                     "is required for scheme \"hmac\"".into(),
                 )
             })?;
-        let encoding = match self.signature_encoding.as_deref().unwrap_or("hex") {
-            "hex" => Encoding::Hex,
-            "base64" => Encoding::Base64,
-            other => {
-                return Err((
-                    key("signature_encoding"),
-                    format!("{other:?} is not one of hex, base64"),
-                ));
-            }
-        };
-        let locator = |what: &str, header: &Option<String>, pointer: &Option<String>| {
-            let non_empty = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+        let locator = |what: &str, header: Option<String>, pointer: Option<String>| {
+            let non_empty = |v: Option<String>| v.filter(|s| !s.is_empty());
             match (non_empty(header), non_empty(pointer)) {
                 (Some(h), None) => Ok(Locator::Header(h)),
                 (None, Some(p)) if p.starts_with('/') => Ok(Locator::Pointer(p)),
@@ -741,11 +783,11 @@ impl RawSource {
         };
         Ok(GenericHmac {
             signature_header,
-            encoding,
-            prefix: self.signature_prefix.clone().unwrap_or_default(),
-            id: locator("id", &self.id_header, &self.id_pointer)?,
-            event_type: locator("type", &self.type_header, &self.type_pointer)?,
-            timestamp_header: self.timestamp_header.clone().filter(|h| !h.is_empty()),
+            encoding: self.signature_encoding,
+            prefix: self.signature_prefix.unwrap_or_default(),
+            id: locator("id", self.id_header, self.id_pointer)?,
+            event_type: locator("type", self.type_header, self.type_pointer)?,
+            timestamp_header: self.timestamp_header.filter(|h| !h.is_empty()),
         })
     }
 }
