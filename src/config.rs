@@ -520,132 +520,38 @@ pub fn env_name(source: &str) -> String {
 }
 
 impl RawSettings {
+    /// Each section in turn, in the order the README lists the keys; the first
+    /// problem is the one reported.
     fn validate(self) -> Result<Settings, Problem> {
-        let listen = socket_address("listen", self.listen.as_deref().unwrap_or("127.0.0.1:8080"))?;
-        let admin_listen = self
-            .admin_listen
-            .as_deref()
-            .map(|text| socket_address("admin_listen", text))
-            .transpose()?;
-        if admin_listen.is_some_and(|admin| admin == listen) {
-            return Err((
-                "admin_listen".into(),
-                "must differ from listen (it separates the admin pages from the webhooks)".into(),
-            ));
-        }
+        let (listen, admin_listen) = listeners(self.listen, self.admin_listen)?;
         let max_body_bytes = positive("max_body_bytes", self.max_body_bytes, 1_048_576)?;
-        let body_timeout = or(self.body_timeout, Duration::from_secs(10));
         let max_attempts = positive("max_attempts", self.max_attempts, 10)?;
         let purge_batch = positive("purge_batch", self.purge_batch, 1000)?;
-        let pool_size = positive("pool_size", self.pool_size, 16)?;
-        if pool_size < 4 {
-            return Err((
-                "pool_size".into(),
-                format!(
-                    "{pool_size} is too small: receiving, retries and the purge need 4 at least"
-                ),
-            ));
-        }
+        let pool_size = pool_size(self.pool_size)?;
         let dispatchers = positive("dispatchers", self.dispatchers, 2)?;
-        let handler_timeout = or(self.handler_timeout, Duration::from_secs(5));
-        let retry_base = or(self.retry_base, Duration::from_secs(1));
-        let retry_cap = or(self.retry_cap, Duration::from_secs(HOUR));
-        if retry_cap < retry_base {
-            return Err((
-                "retry_cap".into(),
-                "must not be shorter than retry_base".into(),
-            ));
-        }
-        let retention = or(self.retention, Duration::from_secs(30 * DAY));
-        let key_retention = or(self.key_retention, Duration::from_secs(365 * DAY));
-        for (key, value) in [("retention", retention), ("key_retention", key_retention)] {
-            if value < MIN_RETENTION {
-                return Err((
-                    key.into(),
-                    format!(
-                        "{} is below the 24h minimum (it must outlive providers' retries)",
-                        crate::duration::format(value)
-                    ),
-                ));
-            }
-        }
-        if key_retention < retention {
-            return Err((
-                "key_retention".into(),
-                "must not be shorter than retention".into(),
-            ));
-        }
-        let purge_interval = or(self.purge_interval, Duration::from_secs(HOUR));
-
-        let mut sources: Vec<Source> = Vec::with_capacity(self.sources.len());
-        for (i, raw) in self.sources.into_iter().enumerate() {
-            let source = raw.validate(i)?;
-            if sources.iter().any(|s| s.name == source.name) {
-                return Err((
-                    format!("sources[{i}].name"),
-                    format!("{:?} is used twice", source.name),
-                ));
-            }
-            sources.push(source);
-        }
-
-        let mut forwards: Vec<Forward> = Vec::with_capacity(self.forwards.len());
-        for (i, raw) in self.forwards.into_iter().enumerate() {
-            let forward = raw.validate(i, &sources)?;
-            if forwards.iter().any(|f| f.name == forward.name) {
-                return Err((
-                    format!("forwards[{i}].name"),
-                    format!("{:?} is used twice", forward.name),
-                ));
-            }
-            forwards.push(forward);
-        }
-
-        let mut admin_tokens: Vec<AdminToken> = Vec::with_capacity(self.admin.tokens.len());
-        for (i, raw) in self.admin.tokens.into_iter().enumerate() {
-            let key = |field: &str| match &raw.from_env {
-                Some(var) => var.clone(),
-                None => format!("admin.tokens[{i}].{field}"),
-            };
-            if raw.name.trim().is_empty() {
-                return Err((key("name"), "must not be empty".into()));
-            }
-            if raw.token.is_empty() {
-                return Err((key("token"), "must not be empty".into()));
-            }
-            if raw.token.len() < MIN_TOKEN_LEN {
-                log::warn!(
-                    "{}: shorter than 16 characters; easy to guess",
-                    key("token")
-                );
-            }
-            if admin_tokens.iter().any(|t| t.name == raw.name) {
-                return Err((key("name"), format!("{:?} is used twice", raw.name)));
-            }
-            if admin_tokens.iter().any(|t| t.token.expose() == raw.token) {
-                return Err((key("token"), "is the same as another token".into()));
-            }
-            admin_tokens.push(AdminToken {
-                key: key("token"),
-                name: raw.name,
-                token: Secret::new(raw.token),
-                role: raw.role,
-            });
-        }
-
+        let (retry_base, retry_cap) = retry_delays(self.retry_base, self.retry_cap)?;
+        let (retention, key_retention) = retention(self.retention, self.key_retention)?;
+        let sources = unique_names("sources", self.sources, RawSource::validate, |s| &s.name)?;
+        let forwards = unique_names(
+            "forwards",
+            self.forwards,
+            |raw, i| raw.validate(i, &sources),
+            |f| &f.name,
+        )?;
+        let admin_tokens = admin_tokens(self.admin.tokens)?;
         Ok(Settings {
             origin: String::new(),
             listen,
             admin_listen,
             max_body_bytes,
-            body_timeout,
-            handler_timeout,
+            body_timeout: or(self.body_timeout, Duration::from_secs(10)),
+            handler_timeout: or(self.handler_timeout, Duration::from_secs(5)),
             max_attempts,
             retry_base,
             retry_cap,
             retention,
             key_retention,
-            purge_interval,
+            purge_interval: or(self.purge_interval, Duration::from_secs(HOUR)),
             purge_batch,
             pool_size,
             dispatchers,
@@ -658,46 +564,161 @@ impl RawSettings {
     }
 }
 
+/// `listen`, and `admin_listen`, which must be another address.
+fn listeners(
+    listen: Option<String>,
+    admin: Option<String>,
+) -> Result<(SocketAddr, Option<SocketAddr>), Problem> {
+    let listen = socket_address("listen", listen.as_deref().unwrap_or("127.0.0.1:8080"))?;
+    let admin = admin
+        .map(|text| socket_address("admin_listen", &text))
+        .transpose()?;
+    if admin == Some(listen) {
+        return Err((
+            "admin_listen".into(),
+            "must differ from listen (it separates the admin pages from the webhooks)".into(),
+        ));
+    }
+    Ok((listen, admin))
+}
+
+fn pool_size(value: Option<i64>) -> Result<usize, Problem> {
+    let pool_size = positive("pool_size", value, 16)?;
+    if pool_size < 4 {
+        return Err((
+            "pool_size".into(),
+            format!("{pool_size} is too small: receiving, retries and the purge need 4 at least"),
+        ));
+    }
+    Ok(pool_size)
+}
+
+/// `retry_base` and `retry_cap`, which must not be shorter.
+fn retry_delays(
+    base: Option<Positive>,
+    cap: Option<Positive>,
+) -> Result<(Duration, Duration), Problem> {
+    let base = or(base, Duration::from_secs(1));
+    let cap = or(cap, Duration::from_secs(HOUR));
+    if cap < base {
+        return Err((
+            "retry_cap".into(),
+            "must not be shorter than retry_base".into(),
+        ));
+    }
+    Ok((base, cap))
+}
+
+/// `retention` and `key_retention`: each a day at least, and the keys kept as long
+/// as the events.
+fn retention(
+    events: Option<Positive>,
+    keys: Option<Positive>,
+) -> Result<(Duration, Duration), Problem> {
+    let events = or(events, Duration::from_secs(30 * DAY));
+    let keys = or(keys, Duration::from_secs(365 * DAY));
+    for (key, value) in [("retention", events), ("key_retention", keys)] {
+        if value < MIN_RETENTION {
+            return Err((
+                key.into(),
+                format!(
+                    "{} is below the 24h minimum (it must outlive providers' retries)",
+                    crate::duration::format(value)
+                ),
+            ));
+        }
+    }
+    if keys < events {
+        return Err((
+            "key_retention".into(),
+            "must not be shorter than retention".into(),
+        ));
+    }
+    Ok((events, keys))
+}
+
+/// Reads `section`'s tables in order, refusing a name an earlier one has.
+fn unique_names<R, T>(
+    section: &str,
+    raws: Vec<R>,
+    read: impl Fn(R, usize) -> Result<T, Problem>,
+    name: fn(&T) -> &str,
+) -> Result<Vec<T>, Problem> {
+    let mut read_so_far: Vec<T> = Vec::with_capacity(raws.len());
+    for (i, raw) in raws.into_iter().enumerate() {
+        let item = read(raw, i)?;
+        if read_so_far.iter().any(|t| name(t) == name(&item)) {
+            return Err((
+                format!("{section}[{i}].name"),
+                format!("{:?} is used twice", name(&item)),
+            ));
+        }
+        read_so_far.push(item);
+    }
+    Ok(read_so_far)
+}
+
+fn admin_tokens(raws: Vec<RawToken>) -> Result<Vec<AdminToken>, Problem> {
+    let mut tokens: Vec<AdminToken> = Vec::with_capacity(raws.len());
+    for (i, raw) in raws.into_iter().enumerate() {
+        let token = raw.validate(i, &tokens)?;
+        tokens.push(token);
+    }
+    Ok(tokens)
+}
+
+impl RawToken {
+    /// A token, checked against the ones before it.
+    fn validate(self, index: usize, earlier: &[AdminToken]) -> Result<AdminToken, Problem> {
+        let key = |field: &str| match &self.from_env {
+            Some(var) => var.clone(),
+            None => format!("admin.tokens[{index}].{field}"),
+        };
+        if self.name.trim().is_empty() {
+            return Err((key("name"), "must not be empty".into()));
+        }
+        if self.token.is_empty() {
+            return Err((key("token"), "must not be empty".into()));
+        }
+        if self.token.len() < MIN_TOKEN_LEN {
+            log::warn!(
+                "{}: shorter than 16 characters; easy to guess",
+                key("token")
+            );
+        }
+        if earlier.iter().any(|t| t.name == self.name) {
+            return Err((key("name"), format!("{:?} is used twice", self.name)));
+        }
+        if earlier.iter().any(|t| t.token.expose() == self.token) {
+            return Err((key("token"), "is the same as another token".into()));
+        }
+        Ok(AdminToken {
+            key: key("token"),
+            name: self.name,
+            token: Secret::new(self.token),
+            role: self.role,
+        })
+    }
+}
+
 impl RawSource {
     fn validate(self, index: usize) -> Result<Source, Problem> {
         let key = |field: &str| format!("sources[{index}].{field}");
         // The name is a URL path segment: unreserved characters only.
-        let name_ok = !self.name.is_empty()
-            && self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~'));
-        if !name_ok {
-            return Err((
-                key("name"),
-                format!(
-                    "{:?} must be non-empty and use only letters, digits, -, _, . and ~",
-                    self.name
-                ),
-            ));
-        }
+        name(
+            key("name"),
+            &self.name,
+            &['-', '_', '.', '~'],
+            "-, _, . and ~",
+        )?;
         let scheme = self.scheme.with_keys(self.scheme_keys, &key)?;
-        let secrets_key = self.secrets_env.clone().unwrap_or_else(|| key("secrets"));
-        if self.secrets.is_empty() {
-            return Err((secrets_key, "needs at least one secret".into()));
-        }
-        let mut secrets = Vec::with_capacity(self.secrets.len());
-        for (j, value) in self.secrets.into_iter().enumerate() {
-            let secret = Secret::new(value);
-            if secret.expose().is_empty() {
-                return Err((format!("{secrets_key}[{j}]"), "is empty".into()));
-            }
-            scheme
-                .key_bytes(&secret)
-                .map_err(|problem| (format!("{secrets_key}[{j}]"), problem))?;
-            secrets.push(secret);
-        }
-        let tolerance = or(self.tolerance, Duration::from_secs(5 * MINUTE));
+        let secrets_key = self.secrets_env.unwrap_or_else(|| key("secrets"));
+        let secrets = secrets(&scheme, self.secrets, &secrets_key)?;
         let mut event_types = crate::event::default_event_types(&scheme);
         for (provider, kind) in self.event_types {
             if kind.trim().is_empty() {
                 return Err((
-                    format!("sources[{index}].event_types.{provider:?}"),
+                    key(&format!("event_types.{provider:?}")),
                     "the kind must not be empty".into(),
                 ));
             }
@@ -707,23 +728,62 @@ impl RawSource {
             .fingerprint_ignore
             .unwrap_or_else(|| crate::event::default_fingerprint_ignore(&scheme));
         for (j, pointer) in fingerprint_ignore.iter().enumerate() {
-            if !pointer.starts_with('/') {
-                return Err((
-                    format!("sources[{index}].fingerprint_ignore[{j}]"),
-                    format!("{pointer:?} is not a JSON pointer (it must start with /)"),
-                ));
-            }
+            json_pointer(key(&format!("fingerprint_ignore[{j}]")), pointer)?;
         }
         Ok(Source {
             name: self.name,
             scheme,
             secrets,
             secrets_key,
-            tolerance,
+            tolerance: or(self.tolerance, Duration::from_secs(5 * MINUTE)),
             event_types,
             fingerprint_ignore,
         })
     }
+}
+
+/// A source's secrets: at least one, each usable as a key of its scheme.
+fn secrets(scheme: &Scheme, values: Vec<String>, key: &str) -> Result<Vec<Secret>, Problem> {
+    if values.is_empty() {
+        return Err((key.to_string(), "needs at least one secret".into()));
+    }
+    let mut secrets = Vec::with_capacity(values.len());
+    for (j, value) in values.into_iter().enumerate() {
+        let secret = Secret::new(value);
+        if secret.expose().is_empty() {
+            return Err((format!("{key}[{j}]"), "is empty".into()));
+        }
+        scheme
+            .key_bytes(&secret)
+            .map_err(|problem| (format!("{key}[{j}]"), problem))?;
+        secrets.push(secret);
+    }
+    Ok(secrets)
+}
+
+/// A name of letters, digits and `others` (`listed` in the message).
+fn name(key: String, name: &str, others: &[char], listed: &str) -> Result<(), Problem> {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || others.contains(&c));
+    if ok {
+        return Ok(());
+    }
+    Err((
+        key,
+        format!("{name:?} must be non-empty and use only letters, digits, {listed}"),
+    ))
+}
+
+fn json_pointer(key: String, pointer: &str) -> Result<(), Problem> {
+    if pointer.starts_with('/') {
+        return Ok(());
+    }
+    Err((
+        key,
+        format!("{pointer:?} is not a JSON pointer (it must start with /)"),
+    ))
 }
 
 impl SchemeName {
@@ -766,11 +826,10 @@ impl RawHmac {
             let non_empty = |v: Option<String>| v.filter(|s| !s.is_empty());
             match (non_empty(header), non_empty(pointer)) {
                 (Some(h), None) => Ok(Locator::Header(h)),
-                (None, Some(p)) if p.starts_with('/') => Ok(Locator::Pointer(p)),
-                (None, Some(p)) => Err((
-                    key(&format!("{what}_pointer")),
-                    format!("{p:?} is not a JSON pointer (it must start with /)"),
-                )),
+                (None, Some(p)) => {
+                    json_pointer(key(&format!("{what}_pointer")), &p)?;
+                    Ok(Locator::Pointer(p))
+                }
                 (Some(_), Some(_)) => Err((
                     key(&format!("{what}_header")),
                     format!("set either {what}_header or {what}_pointer, not both"),
@@ -795,20 +854,7 @@ impl RawHmac {
 impl RawForward {
     fn validate(self, index: usize, sources: &[Source]) -> Result<Forward, Problem> {
         let key = |field: &str| format!("forwards[{index}].{field}");
-        let name_ok = !self.name.is_empty()
-            && self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !name_ok {
-            return Err((
-                key("name"),
-                format!(
-                    "{:?} must be non-empty and use only letters, digits, -, _ and .",
-                    self.name
-                ),
-            ));
-        }
+        name(key("name"), &self.name, &['-', '_', '.'], "-, _ and .")?;
         let url = reqwest::Url::parse(&self.url)
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
