@@ -520,8 +520,7 @@ pub fn env_name(source: &str) -> String {
 }
 
 impl RawSettings {
-    /// Each section in turn, in the order the README lists the keys; the first
-    /// problem is the one reported.
+    /// Section by section; the first problem found is the one reported.
     fn validate(self) -> Result<Settings, Problem> {
         let (listen, admin_listen) = listeners(self.listen, self.admin_listen)?;
         let max_body_bytes = positive("max_body_bytes", self.max_body_bytes, 1_048_576)?;
@@ -530,7 +529,7 @@ impl RawSettings {
         let pool_size = pool_size(self.pool_size)?;
         let dispatchers = positive("dispatchers", self.dispatchers, 2)?;
         let (retry_base, retry_cap) = retry_delays(self.retry_base, self.retry_cap)?;
-        let (retention, key_retention) = retention(self.retention, self.key_retention)?;
+        let (retention, key_retention) = retention_windows(self.retention, self.key_retention)?;
         let sources = unique_names("sources", self.sources, RawSource::validate, |s| &s.name)?;
         let forwards = unique_names(
             "forwards",
@@ -611,7 +610,7 @@ fn retry_delays(
 
 /// `retention` and `key_retention`: each a day at least, and the keys kept as long
 /// as the events.
-fn retention(
+fn retention_windows(
     events: Option<Positive>,
     keys: Option<Positive>,
 ) -> Result<(Duration, Duration), Problem> {
@@ -705,7 +704,7 @@ impl RawSource {
     fn validate(self, index: usize) -> Result<Source, Problem> {
         let key = |field: &str| format!("sources[{index}].{field}");
         // The name is a URL path segment: unreserved characters only.
-        name(
+        check_name(
             key("name"),
             &self.name,
             &['-', '_', '.', '~'],
@@ -762,7 +761,7 @@ fn secrets(scheme: &Scheme, values: Vec<String>, key: &str) -> Result<Vec<Secret
 }
 
 /// A name of letters, digits and `others` (`listed` in the message).
-fn name(key: String, name: &str, others: &[char], listed: &str) -> Result<(), Problem> {
+fn check_name(key: String, name: &str, others: &[char], listed: &str) -> Result<(), Problem> {
     let ok = !name.is_empty()
         && name
             .chars()
@@ -854,7 +853,7 @@ impl RawHmac {
 impl RawForward {
     fn validate(self, index: usize, sources: &[Source]) -> Result<Forward, Problem> {
         let key = |field: &str| format!("forwards[{index}].{field}");
-        name(key("name"), &self.name, &['-', '_', '.'], "-, _ and .")?;
+        check_name(key("name"), &self.name, &['-', '_', '.'], "-, _ and .")?;
         let url = reqwest::Url::parse(&self.url)
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())

@@ -63,7 +63,7 @@ pub fn format(d: Duration) -> String {
 pub struct Positive(Duration);
 
 impl Positive {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    fn parse(text: &str) -> Result<Self, String> {
         let d = parse(text)?;
         if d.is_zero() {
             return Err(format!("{text:?} must be longer than zero"));
