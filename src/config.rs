@@ -7,8 +7,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::de::{DeserializeOwned, Error as _, IntoDeserializer};
+use serde::{Deserialize, Deserializer};
 
+use crate::duration::Positive;
 use crate::handlers::payments::PaymentKind;
 use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret};
 
@@ -27,12 +29,13 @@ pub const DEVELOPMENT_CREDENTIALS: [&str; 7] = [
 /// Admin tokens shorter than this are refused beyond loopback (and warned about on it).
 pub const MIN_TOKEN_LEN: usize = 16;
 
-/// Parts of a Stripe event that may differ between two deliveries of it: left out
-/// of the fingerprint unless a source says otherwise.
-pub const STRIPE_VOLATILE_FIELDS: [&str; 2] = ["/pending_webhooks", "/request"];
+/// Seconds in these, for the defaults.
+const MINUTE: u64 = 60;
+const HOUR: u64 = 60 * MINUTE;
+const DAY: u64 = 24 * HOUR;
 
 /// Retention windows must outlive every provider's retry window.
-pub const MIN_RETENTION: Duration = Duration::from_secs(24 * 3600);
+pub const MIN_RETENTION: Duration = Duration::from_secs(DAY);
 
 #[derive(Debug, thiserror::Error)]
 #[error("config {origin}: {key}: {problem}")]
@@ -132,10 +135,15 @@ impl Forward {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     Viewer,
     Operator,
+}
+
+impl Names for Role {
+    const NAMES: &str = "viewer, operator";
 }
 
 #[derive(Debug, Clone)]
@@ -279,14 +287,14 @@ struct RawSettings {
     listen: Option<String>,
     admin_listen: Option<String>,
     max_body_bytes: Option<i64>,
-    body_timeout: Option<DurationValue>,
-    handler_timeout: Option<DurationValue>,
+    body_timeout: Option<Positive>,
+    handler_timeout: Option<Positive>,
     max_attempts: Option<i64>,
-    retry_base: Option<DurationValue>,
-    retry_cap: Option<DurationValue>,
-    retention: Option<DurationValue>,
-    key_retention: Option<DurationValue>,
-    purge_interval: Option<DurationValue>,
+    retry_base: Option<Positive>,
+    retry_cap: Option<Positive>,
+    retention: Option<Positive>,
+    key_retention: Option<Positive>,
+    purge_interval: Option<Positive>,
     purge_batch: Option<i64>,
     pool_size: Option<i64>,
     dispatchers: Option<i64>,
@@ -300,45 +308,82 @@ struct RawSettings {
     database_url: Option<String>,
 }
 
-/// A duration as written: `"5m"`, or a bare number of seconds.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-enum DurationValue {
-    Text(String),
-    Seconds(i64),
-}
-
-impl DurationValue {
-    fn text(self) -> String {
-        match self {
-            DurationValue::Text(text) => text,
-            DurationValue::Seconds(seconds) => format!("{seconds}s"),
-        }
-    }
-}
-
+/// A `[[sources]]` table. Its `scheme` is the tag of [`Scheme`], and the keys only
+/// the `hmac` variant takes share the table with the rest: serde's own internal
+/// tagging would buffer the table and lose the key of any error inside it, so
+/// they are collected here and read by [`SchemeName::with_keys`].
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawSource {
     name: String,
-    scheme: String,
+    #[serde(deserialize_with = "one_of")]
+    scheme: SchemeName,
     #[serde(default)]
     secrets: Vec<String>,
-    tolerance: Option<DurationValue>,
+    tolerance: Option<Positive>,
     #[serde(default)]
     event_types: BTreeMap<String, String>,
     fingerprint_ignore: Option<Vec<String>>,
+    /// Every other key: the scheme's own, or unknown ones.
+    #[serde(flatten)]
+    scheme_keys: toml::Table,
+    /// The environment variable that replaced `secrets`, if one did.
+    #[serde(skip)]
+    secrets_env: Option<String>,
+}
+
+/// The keys of a source, as an unknown one is told them: [`RawSource`]'s, then
+/// [`RawHmac`]'s.
+const SOURCE_KEYS: [&str; 14] = [
+    "name",
+    "scheme",
+    "secrets",
+    "tolerance",
+    "event_types",
+    "fingerprint_ignore",
+    "signature_header",
+    "signature_encoding",
+    "signature_prefix",
+    "id_header",
+    "id_pointer",
+    "type_header",
+    "type_pointer",
+    "timestamp_header",
+];
+
+/// The keys only scheme `hmac` takes: the fields of [`RawHmac`].
+const HMAC_KEYS: &[&str] = SOURCE_KEYS.split_at(6).1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum SchemeName {
+    Stripe,
+    #[serde(alias = "svix")]
+    Standard,
+    Github,
+    Hmac,
+}
+
+impl Names for SchemeName {
+    const NAMES: &str = "stripe, standard, github, hmac";
+}
+
+/// The keys of scheme `hmac` (Shopify and the like), as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHmac {
     signature_header: Option<String>,
-    signature_encoding: Option<String>,
+    #[serde(default, deserialize_with = "one_of")]
+    signature_encoding: Encoding,
     signature_prefix: Option<String>,
     id_header: Option<String>,
     id_pointer: Option<String>,
     type_header: Option<String>,
     type_pointer: Option<String>,
     timestamp_header: Option<String>,
-    /// The environment variable that replaced `secrets`, if one did.
-    #[serde(skip)]
-    secrets_env: Option<String>,
+}
+
+impl Names for Encoding {
+    const NAMES: &str = "hex, base64";
 }
 
 #[derive(Debug, Deserialize)]
@@ -353,7 +398,7 @@ struct RawForward {
     types: Vec<String>,
     #[serde(default)]
     sources: Vec<String>,
-    timeout: Option<DurationValue>,
+    timeout: Option<Positive>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -369,7 +414,8 @@ struct RawAdmin {
 struct RawToken {
     name: String,
     token: String,
-    role: String,
+    #[serde(deserialize_with = "one_of")]
+    role: Role,
     /// The environment variable it came from, if it did.
     #[serde(skip)]
     from_env: Option<String>,
@@ -392,7 +438,7 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
         raw.admin.tokens.push(RawToken {
             name: "env".into(),
             token,
-            role: "operator".into(),
+            role: Role::Operator,
             from_env: Some(var),
         });
     }
@@ -474,142 +520,37 @@ pub fn env_name(source: &str) -> String {
 }
 
 impl RawSettings {
+    /// Section by section; the first problem found is the one reported.
     fn validate(self) -> Result<Settings, Problem> {
-        let listen = socket_address("listen", self.listen.as_deref().unwrap_or("127.0.0.1:8080"))?;
-        let admin_listen = self
-            .admin_listen
-            .as_deref()
-            .map(|text| socket_address("admin_listen", text))
-            .transpose()?;
-        if admin_listen.is_some_and(|admin| admin == listen) {
-            return Err((
-                "admin_listen".into(),
-                "must differ from listen (it separates the admin pages from the webhooks)".into(),
-            ));
-        }
+        let (listen, admin_listen) = listeners(self.listen, self.admin_listen)?;
         let max_body_bytes = positive("max_body_bytes", self.max_body_bytes, 1_048_576)?;
-        let body_timeout = duration("body_timeout", self.body_timeout, "10s")?;
         let max_attempts = positive("max_attempts", self.max_attempts, 10)?;
         let purge_batch = positive("purge_batch", self.purge_batch, 1000)?;
-        let pool_size = positive("pool_size", self.pool_size, 16)?;
-        if pool_size < 4 {
-            return Err((
-                "pool_size".into(),
-                format!(
-                    "{pool_size} is too small: receiving, retries and the purge need 4 at least"
-                ),
-            ));
-        }
+        let pool_size = pool_size(self.pool_size)?;
         let dispatchers = positive("dispatchers", self.dispatchers, 2)?;
-        let handler_timeout = duration("handler_timeout", self.handler_timeout, "5s")?;
-        let retry_base = duration("retry_base", self.retry_base, "1s")?;
-        let retry_cap = duration("retry_cap", self.retry_cap, "1h")?;
-        if retry_cap < retry_base {
-            return Err((
-                "retry_cap".into(),
-                "must not be shorter than retry_base".into(),
-            ));
-        }
-        let retention = duration("retention", self.retention, "30d")?;
-        let key_retention = duration("key_retention", self.key_retention, "365d")?;
-        for (key, value) in [("retention", retention), ("key_retention", key_retention)] {
-            if value < MIN_RETENTION {
-                return Err((
-                    key.into(),
-                    format!(
-                        "{} is below the 24h minimum (it must outlive providers' retries)",
-                        crate::duration::format(value)
-                    ),
-                ));
-            }
-        }
-        if key_retention < retention {
-            return Err((
-                "key_retention".into(),
-                "must not be shorter than retention".into(),
-            ));
-        }
-        let purge_interval = duration("purge_interval", self.purge_interval, "1h")?;
-
-        let mut sources: Vec<Source> = Vec::with_capacity(self.sources.len());
-        for (i, raw) in self.sources.into_iter().enumerate() {
-            let source = raw.validate(i)?;
-            if sources.iter().any(|s| s.name == source.name) {
-                return Err((
-                    format!("sources[{i}].name"),
-                    format!("{:?} is used twice", source.name),
-                ));
-            }
-            sources.push(source);
-        }
-
-        let mut forwards: Vec<Forward> = Vec::with_capacity(self.forwards.len());
-        for (i, raw) in self.forwards.into_iter().enumerate() {
-            let forward = raw.validate(i, &sources)?;
-            if forwards.iter().any(|f| f.name == forward.name) {
-                return Err((
-                    format!("forwards[{i}].name"),
-                    format!("{:?} is used twice", forward.name),
-                ));
-            }
-            forwards.push(forward);
-        }
-
-        let mut admin_tokens: Vec<AdminToken> = Vec::with_capacity(self.admin.tokens.len());
-        for (i, raw) in self.admin.tokens.into_iter().enumerate() {
-            let key = |field: &str| match &raw.from_env {
-                Some(var) => var.clone(),
-                None => format!("admin.tokens[{i}].{field}"),
-            };
-            if raw.name.trim().is_empty() {
-                return Err((key("name"), "must not be empty".into()));
-            }
-            if raw.token.is_empty() {
-                return Err((key("token"), "must not be empty".into()));
-            }
-            if raw.token.len() < MIN_TOKEN_LEN {
-                log::warn!(
-                    "{}: shorter than 16 characters; easy to guess",
-                    key("token")
-                );
-            }
-            let role = match raw.role.as_str() {
-                "viewer" => Role::Viewer,
-                "operator" => Role::Operator,
-                other => {
-                    return Err((
-                        key("role"),
-                        format!("{other:?} is not one of viewer, operator"),
-                    ));
-                }
-            };
-            if admin_tokens.iter().any(|t| t.name == raw.name) {
-                return Err((key("name"), format!("{:?} is used twice", raw.name)));
-            }
-            if admin_tokens.iter().any(|t| t.token.expose() == raw.token) {
-                return Err((key("token"), "is the same as another token".into()));
-            }
-            admin_tokens.push(AdminToken {
-                key: key("token"),
-                name: raw.name,
-                token: Secret::new(raw.token),
-                role,
-            });
-        }
-
+        let (retry_base, retry_cap) = retry_delays(self.retry_base, self.retry_cap)?;
+        let (retention, key_retention) = retention_windows(self.retention, self.key_retention)?;
+        let sources = unique_names("sources", self.sources, RawSource::validate, |s| &s.name)?;
+        let forwards = unique_names(
+            "forwards",
+            self.forwards,
+            |raw, i| raw.validate(i, &sources),
+            |f| &f.name,
+        )?;
+        let admin_tokens = admin_tokens(self.admin.tokens)?;
         Ok(Settings {
             origin: String::new(),
             listen,
             admin_listen,
             max_body_bytes,
-            body_timeout,
-            handler_timeout,
+            body_timeout: or(self.body_timeout, Duration::from_secs(10)),
+            handler_timeout: or(self.handler_timeout, Duration::from_secs(5)),
             max_attempts,
             retry_base,
             retry_cap,
             retention,
             key_retention,
-            purge_interval,
+            purge_interval: or(self.purge_interval, Duration::from_secs(HOUR)),
             purge_batch,
             pool_size,
             dispatchers,
@@ -622,112 +563,257 @@ impl RawSettings {
     }
 }
 
+/// `listen`, and `admin_listen`, which must be another address.
+fn listeners(
+    listen: Option<String>,
+    admin: Option<String>,
+) -> Result<(SocketAddr, Option<SocketAddr>), Problem> {
+    let listen = socket_address("listen", listen.as_deref().unwrap_or("127.0.0.1:8080"))?;
+    let admin = admin
+        .map(|text| socket_address("admin_listen", &text))
+        .transpose()?;
+    if admin == Some(listen) {
+        return Err((
+            "admin_listen".into(),
+            "must differ from listen (it separates the admin pages from the webhooks)".into(),
+        ));
+    }
+    Ok((listen, admin))
+}
+
+fn pool_size(value: Option<i64>) -> Result<usize, Problem> {
+    let pool_size = positive("pool_size", value, 16)?;
+    if pool_size < 4 {
+        return Err((
+            "pool_size".into(),
+            format!("{pool_size} is too small: receiving, retries and the purge need 4 at least"),
+        ));
+    }
+    Ok(pool_size)
+}
+
+/// `retry_base` and `retry_cap`, which must not be shorter.
+fn retry_delays(
+    base: Option<Positive>,
+    cap: Option<Positive>,
+) -> Result<(Duration, Duration), Problem> {
+    let base = or(base, Duration::from_secs(1));
+    let cap = or(cap, Duration::from_secs(HOUR));
+    if cap < base {
+        return Err((
+            "retry_cap".into(),
+            "must not be shorter than retry_base".into(),
+        ));
+    }
+    Ok((base, cap))
+}
+
+/// `retention` and `key_retention`: each a day at least, and the keys kept as long
+/// as the events.
+fn retention_windows(
+    events: Option<Positive>,
+    keys: Option<Positive>,
+) -> Result<(Duration, Duration), Problem> {
+    let events = or(events, Duration::from_secs(30 * DAY));
+    let keys = or(keys, Duration::from_secs(365 * DAY));
+    for (key, value) in [("retention", events), ("key_retention", keys)] {
+        if value < MIN_RETENTION {
+            return Err((
+                key.into(),
+                format!(
+                    "{} is below the 24h minimum (it must outlive providers' retries)",
+                    crate::duration::format(value)
+                ),
+            ));
+        }
+    }
+    if keys < events {
+        return Err((
+            "key_retention".into(),
+            "must not be shorter than retention".into(),
+        ));
+    }
+    Ok((events, keys))
+}
+
+/// Reads `section`'s tables in order, refusing a name an earlier one has.
+fn unique_names<R, T>(
+    section: &str,
+    raws: Vec<R>,
+    read: impl Fn(R, usize) -> Result<T, Problem>,
+    name: fn(&T) -> &str,
+) -> Result<Vec<T>, Problem> {
+    let mut read_so_far: Vec<T> = Vec::with_capacity(raws.len());
+    for (i, raw) in raws.into_iter().enumerate() {
+        let item = read(raw, i)?;
+        if read_so_far.iter().any(|t| name(t) == name(&item)) {
+            return Err((
+                format!("{section}[{i}].name"),
+                format!("{:?} is used twice", name(&item)),
+            ));
+        }
+        read_so_far.push(item);
+    }
+    Ok(read_so_far)
+}
+
+fn admin_tokens(raws: Vec<RawToken>) -> Result<Vec<AdminToken>, Problem> {
+    let mut tokens: Vec<AdminToken> = Vec::with_capacity(raws.len());
+    for (i, raw) in raws.into_iter().enumerate() {
+        let token = raw.validate(i, &tokens)?;
+        tokens.push(token);
+    }
+    Ok(tokens)
+}
+
+impl RawToken {
+    /// A token, checked against the ones before it.
+    fn validate(self, index: usize, earlier: &[AdminToken]) -> Result<AdminToken, Problem> {
+        let key = |field: &str| match &self.from_env {
+            Some(var) => var.clone(),
+            None => format!("admin.tokens[{index}].{field}"),
+        };
+        if self.name.trim().is_empty() {
+            return Err((key("name"), "must not be empty".into()));
+        }
+        if self.token.is_empty() {
+            return Err((key("token"), "must not be empty".into()));
+        }
+        if self.token.len() < MIN_TOKEN_LEN {
+            log::warn!(
+                "{}: shorter than 16 characters; easy to guess",
+                key("token")
+            );
+        }
+        if earlier.iter().any(|t| t.name == self.name) {
+            return Err((key("name"), format!("{:?} is used twice", self.name)));
+        }
+        if earlier.iter().any(|t| t.token.expose() == self.token) {
+            return Err((key("token"), "is the same as another token".into()));
+        }
+        Ok(AdminToken {
+            key: key("token"),
+            name: self.name,
+            token: Secret::new(self.token),
+            role: self.role,
+        })
+    }
+}
+
 impl RawSource {
     fn validate(self, index: usize) -> Result<Source, Problem> {
         let key = |field: &str| format!("sources[{index}].{field}");
         // The name is a URL path segment: unreserved characters only.
-        let name_ok = !self.name.is_empty()
-            && self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~'));
-        if !name_ok {
-            return Err((
-                key("name"),
-                format!(
-                    "{:?} must be non-empty and use only letters, digits, -, _, . and ~",
-                    self.name
-                ),
-            ));
-        }
-        let generic_keys = [
-            ("signature_header", self.signature_header.is_some()),
-            ("signature_encoding", self.signature_encoding.is_some()),
-            ("signature_prefix", self.signature_prefix.is_some()),
-            ("id_header", self.id_header.is_some()),
-            ("id_pointer", self.id_pointer.is_some()),
-            ("type_header", self.type_header.is_some()),
-            ("type_pointer", self.type_pointer.is_some()),
-            ("timestamp_header", self.timestamp_header.is_some()),
-        ];
-        let scheme = match self.scheme.as_str() {
-            "stripe" => Scheme::Stripe,
-            "standard" | "svix" => Scheme::Standard,
-            "github" => Scheme::Github,
-            "hmac" => Scheme::Hmac(self.generic_hmac(index)?),
-            other => {
-                return Err((
-                    key("scheme"),
-                    format!("{other:?} is not one of stripe, standard, github, hmac"),
-                ));
-            }
-        };
-        if let (false, Some((field, _))) = (
-            matches!(scheme, Scheme::Hmac(_)),
-            generic_keys.iter().find(|(_, set)| *set),
-        ) {
-            return Err((key(field), "only applies to scheme \"hmac\"".into()));
-        }
-        let secrets_key = self.secrets_env.clone().unwrap_or_else(|| key("secrets"));
-        if self.secrets.is_empty() {
-            return Err((secrets_key, "needs at least one secret".into()));
-        }
-        let mut secrets = Vec::with_capacity(self.secrets.len());
-        for (j, value) in self.secrets.into_iter().enumerate() {
-            let secret = Secret::new(value);
-            if secret.expose().is_empty() {
-                return Err((format!("{secrets_key}[{j}]"), "is empty".into()));
-            }
-            scheme
-                .key_bytes(&secret)
-                .map_err(|problem| (format!("{secrets_key}[{j}]"), problem))?;
-            secrets.push(secret);
-        }
-        let tolerance = duration(&key("tolerance"), self.tolerance, "5m")?;
-        let mut event_types: HashMap<String, String> = HashMap::new();
-        if scheme == Scheme::Stripe {
-            for kind in PaymentKind::ALL {
-                event_types.insert(kind.stripe_type().into(), kind.as_str().into());
-            }
-        }
+        check_name(
+            key("name"),
+            &self.name,
+            &['-', '_', '.', '~'],
+            "-, _, . and ~",
+        )?;
+        let scheme = self.scheme.with_keys(self.scheme_keys, &key)?;
+        let secrets_key = self.secrets_env.unwrap_or_else(|| key("secrets"));
+        let secrets = secrets(&scheme, self.secrets, &secrets_key)?;
+        let mut event_types = crate::event::default_event_types(&scheme);
         for (provider, kind) in self.event_types {
             if kind.trim().is_empty() {
                 return Err((
-                    format!("sources[{index}].event_types.{provider:?}"),
+                    key(&format!("event_types.{provider:?}")),
                     "the kind must not be empty".into(),
                 ));
             }
             event_types.insert(provider, kind);
         }
-        let fingerprint_ignore = match self.fingerprint_ignore {
-            Some(pointers) => pointers,
-            None if scheme == Scheme::Stripe => STRIPE_VOLATILE_FIELDS.map(String::from).to_vec(),
-            None => Vec::new(),
-        };
+        let fingerprint_ignore = self
+            .fingerprint_ignore
+            .unwrap_or_else(|| crate::event::default_fingerprint_ignore(&scheme));
         for (j, pointer) in fingerprint_ignore.iter().enumerate() {
-            if !pointer.starts_with('/') {
-                return Err((
-                    format!("sources[{index}].fingerprint_ignore[{j}]"),
-                    format!("{pointer:?} is not a JSON pointer (it must start with /)"),
-                ));
-            }
+            json_pointer(key(&format!("fingerprint_ignore[{j}]")), pointer)?;
         }
         Ok(Source {
             name: self.name,
             scheme,
             secrets,
             secrets_key,
-            tolerance,
+            tolerance: or(self.tolerance, Duration::from_secs(5 * MINUTE)),
             event_types,
             fingerprint_ignore,
         })
     }
+}
 
-    fn generic_hmac(&self, index: usize) -> Result<GenericHmac, Problem> {
-        let key = |field: &str| format!("sources[{index}].{field}");
+/// A source's secrets: at least one, each usable as a key of its scheme.
+fn secrets(scheme: &Scheme, values: Vec<String>, key: &str) -> Result<Vec<Secret>, Problem> {
+    if values.is_empty() {
+        return Err((key.to_string(), "needs at least one secret".into()));
+    }
+    let mut secrets = Vec::with_capacity(values.len());
+    for (j, value) in values.into_iter().enumerate() {
+        let secret = Secret::new(value);
+        if secret.expose().is_empty() {
+            return Err((format!("{key}[{j}]"), "is empty".into()));
+        }
+        scheme
+            .key_bytes(&secret)
+            .map_err(|problem| (format!("{key}[{j}]"), problem))?;
+        secrets.push(secret);
+    }
+    Ok(secrets)
+}
+
+/// A name of letters, digits and `others` (`listed` in the message).
+fn check_name(key: String, name: &str, others: &[char], listed: &str) -> Result<(), Problem> {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || others.contains(&c));
+    if ok {
+        return Ok(());
+    }
+    Err((
+        key,
+        format!("{name:?} must be non-empty and use only letters, digits, {listed}"),
+    ))
+}
+
+fn json_pointer(key: String, pointer: &str) -> Result<(), Problem> {
+    if pointer.starts_with('/') {
+        return Ok(());
+    }
+    Err((
+        key,
+        format!("{pointer:?} is not a JSON pointer (it must start with /)"),
+    ))
+}
+
+impl SchemeName {
+    /// The scheme, with the keys of the source that are not common to all: the
+    /// hmac variant's own, which other schemes refuse.
+    fn with_keys(self, keys: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Scheme, Problem> {
+        if let Some(unknown) = keys.keys().find(|k| !HMAC_KEYS.contains(&k.as_str())) {
+            let problem = serde::de::value::Error::unknown_field(unknown, &SOURCE_KEYS);
+            return Err((key(unknown), problem.to_string()));
+        }
+        let scheme = match self {
+            SchemeName::Stripe => Scheme::Stripe,
+            SchemeName::Standard => Scheme::Standard,
+            SchemeName::Github => Scheme::Github,
+            SchemeName::Hmac => {
+                let raw: RawHmac = serde_path_to_error::deserialize(toml::Value::Table(keys))
+                    .map_err(|e| (key(&e.path().to_string()), one_line(e.inner().message())))?;
+                return raw.validate(key).map(Scheme::Hmac);
+            }
+        };
+        match HMAC_KEYS.iter().find(|k| keys.contains_key(**k)) {
+            Some(field) => Err((key(field), "only applies to scheme \"hmac\"".into())),
+            None => Ok(scheme),
+        }
+    }
+}
+
+impl RawHmac {
+    fn validate(self, key: &dyn Fn(&str) -> String) -> Result<GenericHmac, Problem> {
         let signature_header = self
             .signature_header
-            .clone()
             .filter(|h| !h.trim().is_empty())
             .ok_or_else(|| {
                 (
@@ -735,25 +821,14 @@ impl RawSource {
                     "is required for scheme \"hmac\"".into(),
                 )
             })?;
-        let encoding = match self.signature_encoding.as_deref().unwrap_or("hex") {
-            "hex" => Encoding::Hex,
-            "base64" => Encoding::Base64,
-            other => {
-                return Err((
-                    key("signature_encoding"),
-                    format!("{other:?} is not one of hex, base64"),
-                ));
-            }
-        };
-        let locator = |what: &str, header: &Option<String>, pointer: &Option<String>| {
-            let non_empty = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+        let locator = |what: &str, header: Option<String>, pointer: Option<String>| {
+            let non_empty = |v: Option<String>| v.filter(|s| !s.is_empty());
             match (non_empty(header), non_empty(pointer)) {
                 (Some(h), None) => Ok(Locator::Header(h)),
-                (None, Some(p)) if p.starts_with('/') => Ok(Locator::Pointer(p)),
-                (None, Some(p)) => Err((
-                    key(&format!("{what}_pointer")),
-                    format!("{p:?} is not a JSON pointer (it must start with /)"),
-                )),
+                (None, Some(p)) => {
+                    json_pointer(key(&format!("{what}_pointer")), &p)?;
+                    Ok(Locator::Pointer(p))
+                }
                 (Some(_), Some(_)) => Err((
                     key(&format!("{what}_header")),
                     format!("set either {what}_header or {what}_pointer, not both"),
@@ -766,11 +841,11 @@ impl RawSource {
         };
         Ok(GenericHmac {
             signature_header,
-            encoding,
-            prefix: self.signature_prefix.clone().unwrap_or_default(),
-            id: locator("id", &self.id_header, &self.id_pointer)?,
-            event_type: locator("type", &self.type_header, &self.type_pointer)?,
-            timestamp_header: self.timestamp_header.clone().filter(|h| !h.is_empty()),
+            encoding: self.signature_encoding,
+            prefix: self.signature_prefix.unwrap_or_default(),
+            id: locator("id", self.id_header, self.id_pointer)?,
+            event_type: locator("type", self.type_header, self.type_pointer)?,
+            timestamp_header: self.timestamp_header.filter(|h| !h.is_empty()),
         })
     }
 }
@@ -778,20 +853,7 @@ impl RawSource {
 impl RawForward {
     fn validate(self, index: usize, sources: &[Source]) -> Result<Forward, Problem> {
         let key = |field: &str| format!("forwards[{index}].{field}");
-        let name_ok = !self.name.is_empty()
-            && self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !name_ok {
-            return Err((
-                key("name"),
-                format!(
-                    "{:?} must be non-empty and use only letters, digits, -, _ and .",
-                    self.name
-                ),
-            ));
-        }
+        check_name(key("name"), &self.name, &['-', '_', '.'], "-, _ and .")?;
         let url = reqwest::Url::parse(&self.url)
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
@@ -824,7 +886,7 @@ impl RawForward {
             kinds: self.kinds,
             types: self.types,
             sources: self.sources,
-            timeout: duration(&key("timeout"), self.timeout, "10s")?,
+            timeout: or(self.timeout, Duration::from_secs(10)),
         })
     }
 }
@@ -858,17 +920,27 @@ where
     }
 }
 
-fn duration(key: &str, value: Option<DurationValue>, default: &str) -> Result<Duration, Problem> {
-    let text = value.map_or_else(|| default.to_string(), DurationValue::text);
-    let text = text.as_str();
-    let parsed = crate::duration::parse(text).map_err(|problem| (key.to_string(), problem))?;
-    if parsed.is_zero() {
-        return Err((
-            key.to_string(),
-            format!("{text:?} must be longer than zero"),
-        ));
-    }
-    Ok(parsed)
+/// The names a config enum is written as, for the message refusing any other.
+trait Names {
+    const NAMES: &str;
+}
+
+/// Reads an enum by its name, refusing another as `"x" is not one of a, b` (hookd's
+/// message since before serde read these; serde's own would differ).
+fn one_of<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned + Names,
+{
+    let text = String::deserialize(deserializer)?;
+    T::deserialize(text.as_str().into_deserializer()).map_err(|_: serde::de::value::Error| {
+        D::Error::custom(format!("{text:?} is not one of {}", T::NAMES))
+    })
+}
+
+/// A duration key's value, else its default.
+fn or(value: Option<Positive>, default: Duration) -> Duration {
+    value.map_or(default, Duration::from)
 }
 
 #[cfg(test)]

@@ -3,9 +3,11 @@
 //! duration is bounded, so no arithmetic on a time can overflow: a window of a
 //! hundred years is refused as a typo rather than turned into a panic.
 
+use std::fmt;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use serde::de::{self, Deserialize, Deserializer, Visitor};
 
 /// The longest duration accepted anywhere: 100 years of 365 days.
 pub const MAX: Duration = Duration::from_secs(36_500 * 86_400);
@@ -55,6 +57,53 @@ pub fn format(d: Duration) -> String {
     format!("{ms}ms")
 }
 
+/// A duration the config sets: text [`parse`] accepts, or a bare number of seconds,
+/// and longer than zero. It reads itself, so a bad one is refused under its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Positive(Duration);
+
+impl Positive {
+    fn parse(text: &str) -> Result<Self, String> {
+        let d = parse(text)?;
+        if d.is_zero() {
+            return Err(format!("{text:?} must be longer than zero"));
+        }
+        Ok(Self(d))
+    }
+}
+
+impl From<Positive> for Duration {
+    fn from(value: Positive) -> Self {
+        value.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Positive {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl Visitor<'_> for Text {
+            type Value = Positive;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration like \"5m\" or a number of seconds")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Positive, E> {
+                Positive::parse(text).map_err(E::custom)
+            }
+
+            fn visit_i64<E: de::Error>(self, seconds: i64) -> Result<Positive, E> {
+                self.visit_str(&format!("{seconds}s"))
+            }
+
+            fn visit_u64<E: de::Error>(self, seconds: u64) -> Result<Positive, E> {
+                self.visit_str(&format!("{seconds}s"))
+            }
+        }
+        deserializer.deserialize_any(Text)
+    }
+}
+
 /// `moment - d`, or `None` when that is outside the calendar chrono can represent.
 pub fn before(moment: DateTime<Utc>, d: Duration) -> Option<DateTime<Utc>> {
     chrono::Duration::from_std(d)
@@ -94,6 +143,33 @@ mod tests {
         assert_eq!(format(Duration::from_secs(90)), "90s");
         assert_eq!(format(Duration::from_secs(7200)), "2h");
         assert!(parse("-5s").is_err());
+    }
+
+    #[test]
+    fn positive_durations_read_text_or_seconds_and_refuse_zero() {
+        let read = |toml_value: &str| {
+            toml::from_str::<std::collections::BTreeMap<String, Positive>>(&format!(
+                "d = {toml_value}"
+            ))
+            .map(|m| m.get("d").copied().map(Duration::from))
+            .map_err(|e| e.message().to_string())
+        };
+        assert_eq!(read("\"5m\""), Ok(Some(Duration::from_secs(300))));
+        assert_eq!(read("7"), Ok(Some(Duration::from_secs(7))));
+        assert_eq!(read("0"), Err("\"0s\" must be longer than zero".into()));
+        assert_eq!(
+            read("\"0m\""),
+            Err("\"0m\" must be longer than zero".into())
+        );
+        assert_eq!(
+            read("\"5\""),
+            Err("\"5\" needs a unit (ms, s, m, h or d)".into())
+        );
+        assert_eq!(
+            read("-5"),
+            Err("\"-5s\" is not a duration like 5s, 5m, 1h or 30d".into())
+        );
+        assert!(read("1.5").is_err());
     }
 
     #[test]

@@ -563,3 +563,37 @@ fn bad_forwards_name_their_key() {
         assert!(!e.contains('\n'), "{e}");
     }
 }
+
+#[test]
+fn hmac_keys_are_the_fields_of_raw_hmac() {
+    let e = toml::from_str::<RawHmac>("bogus = 1").expect_err("refused");
+    let listed = serde::de::value::Error::unknown_field("bogus", HMAC_KEYS);
+    assert_eq!(e.message(), listed.to_string());
+}
+
+#[test]
+fn the_scheme_tag_may_follow_its_keys_and_errors_inside_name_their_key() {
+    let hmac = "[[sources]]\nname = \"h\"\nsecrets = [\"x\"]\nsignature_header = \"X\"\n\
+                id_pointer = \"/id\"\ntype_header = \"T\"\nscheme = \"hmac\"\n";
+    let s = load(hmac).expect("valid");
+    let Scheme::Hmac(opts) = &s.sources[0].scheme else {
+        panic!("not hmac: {:?}", s.sources[0].scheme);
+    };
+    assert_eq!(opts.encoding, Encoding::Hex);
+    assert_eq!(opts.id, Locator::Pointer("/id".into()));
+    let e = error(&hmac.replace("scheme", "signature_encoding = \"b64\"\nscheme"));
+    assert!(
+        e.ends_with("sources[0].signature_encoding: \"b64\" is not one of hex, base64"),
+        "{e}"
+    );
+    let svix = "[[sources]]\nname = \"s\"\nscheme = \"svix\"\nsecrets = [\"whsec_c2VjcmV0\"]\n";
+    assert_eq!(
+        load(svix).expect("valid").sources[0].scheme,
+        Scheme::Standard
+    );
+    let e = error(&format!("{svix}type_pointer = \"/t\"\nid_header = \"I\"\n"));
+    assert!(
+        e.ends_with("sources[0].id_header: only applies to scheme \"hmac\""),
+        "{e}"
+    );
+}

@@ -133,8 +133,11 @@ pub struct GenericHmac {
     pub timestamp_header: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the generic scheme writes its tag; hex unless a source says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Encoding {
+    #[default]
     Hex,
     Base64,
 }

@@ -51,16 +51,6 @@ impl PaymentKind {
     pub fn parse(kind: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.as_str() == kind)
     }
-
-    /// Stripe's type for it, mapped by default on every Stripe source.
-    pub fn stripe_type(self) -> &'static str {
-        match self {
-            PaymentKind::Succeeded => "payment_intent.succeeded",
-            PaymentKind::Failed => "payment_intent.payment_failed",
-            PaymentKind::Refunded => "charge.refunded",
-            PaymentKind::DisputeOpened => "charge.dispute.created",
-        }
-    }
 }
 
 struct PaymentHandler(PaymentKind);
