@@ -210,6 +210,17 @@ async fn the_history_filters() {
     }
 }
 
+async fn page_of(app: &TestApp, cursor: Option<&str>) -> (Vec<String>, Option<String>) {
+    let path = match cursor {
+        Some(cursor) => format!("/admin/api/events?limit=2&cursor={cursor}"),
+        None => "/admin/api/events?limit=2".to_string(),
+    };
+    let answer = call(app, "GET", &path, Some(VIEWER), &[]).await;
+    assert_eq!(answer.status, 200, "{path}");
+    let next = answer.json()["next_cursor"].as_str().map(String::from);
+    (ids(&answer), next)
+}
+
 #[tokio::test]
 async fn pages_follow_the_cursor_without_gaps_or_repeats() {
     let app = spawn_app().await;
@@ -221,20 +232,37 @@ async fn pages_follow_the_cursor_without_gaps_or_repeats() {
     )
     .await;
     let mut seen = Vec::new();
-    let mut path = "/admin/api/events?limit=4".to_string();
+    let mut cursor = None;
+    let mut arrived = 0;
     loop {
-        let answer = call(&app, "GET", &path, Some(VIEWER), &[]).await;
-        let body = answer.json();
-        seen.extend(ids(&answer));
-        match body["next_cursor"].as_str() {
-            Some(cursor) => path = format!("/admin/api/events?limit=4&cursor={cursor}"),
+        let (page, next) = page_of(&app, cursor.as_deref()).await;
+        seen.extend(page);
+        assert!(seen.len() <= 6, "the pages run on: {seen:?}");
+        // New events arrive between the pages, as they do while someone reads.
+        for _ in 0..3 {
+            arrived += 1;
+            let event = payment(
+                &format!("evt_new_{arrived}"),
+                "payment_intent.succeeded",
+                &format!("pi_new_{arrived}"),
+                "cus_new",
+            );
+            app.deliver_ok("stripe", &event).await;
+        }
+        match next {
+            Some(next) => cursor = Some(next),
             None => break,
         }
     }
     assert_eq!(
         seen,
-        ["evt_h6", "evt_h5", "evt_h4", "evt_h3", "evt_h2", "evt_h1"]
+        ["evt_h6", "evt_h5", "evt_h4", "evt_h3", "evt_h2", "evt_h1"],
+        "the pages neither skipped nor repeated an event, nor took in newer ones"
     );
+    assert_eq!(arrived, 9);
+    // The new arrivals are at the top of a fresh first page.
+    let (first, _) = page_of(&app, None).await;
+    assert_eq!(first, ["evt_new_9", "evt_new_8"]);
 }
 
 #[tokio::test]
@@ -273,30 +301,72 @@ async fn one_event_comes_with_its_payload_and_attempts() {
     }
 }
 
-#[tokio::test]
-async fn stats_count_by_status_kind_and_source() {
-    let app = spawn_app().await;
-    history(&app).await;
+async fn stats(app: &TestApp, window: &str) -> Value {
     let answer = call(
-        &app,
+        app,
         "GET",
-        "/admin/api/stats?window=24h",
+        &format!("/admin/api/stats?window={window}"),
         Some(VIEWER),
         &[],
     )
     .await;
-    assert_eq!(answer.status, 200);
-    let stats = answer.json();
-    assert_eq!(stats["total"], 6);
+    assert_eq!(answer.status, 200, "{window}");
+    answer.json()
+}
+
+#[tokio::test]
+async fn stats_count_by_status_kind_and_source() {
+    let app = spawn_app().await;
+    history(&app).await;
+    let neutral = json!({"id": "msg_stats", "type": "payment.succeeded", "created": 1,
+                         "data": {"payment_id": "p_stats", "amount": 100}});
+    app.deliver_ok("standard", &neutral).await;
+    // Two events received before the last 24 hours: one 25 hours ago, one 3 days ago.
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - interval '25 hours' WHERE event_id = 'evt_h1'",
+        &[],
+    )
+    .await;
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - interval '3 days' WHERE event_id = 'evt_h4'",
+        &[],
+    )
+    .await;
+
+    let day = stats(&app, "24h").await;
+    let since = chrono::DateTime::parse_from_rfc3339(day["since"].as_str().expect("since"))
+        .expect("RFC 3339");
+    let ago = chrono::Utc::now().signed_duration_since(since);
+    assert!(
+        ago > chrono::Duration::hours(23) && ago < chrono::Duration::hours(25),
+        "since {since}"
+    );
+    assert_eq!(day["total"], 5);
+    assert_eq!(day["by_status"], json!({"processed": 4, "dead": 1}));
     assert_eq!(
-        stats["by_status"],
-        json!({"processed": 4, "ignored": 1, "dead": 1})
+        day["by_kind"],
+        json!({"payment_succeeded": 3, "payment_failed": 2})
+    );
+    assert_eq!(day["by_source"], json!({"stripe": 4, "standard": 1}));
+
+    let two_days = stats(&app, "2d").await;
+    assert_eq!(two_days["total"], 6);
+    assert_eq!(
+        two_days["by_kind"],
+        json!({"payment_succeeded": 4, "payment_failed": 2})
+    );
+
+    let week = stats(&app, "7d").await;
+    assert_eq!(week["total"], 7);
+    assert_eq!(
+        week["by_status"],
+        json!({"processed": 5, "ignored": 1, "dead": 1})
     );
     assert_eq!(
-        stats["by_kind"],
-        json!({"payment_succeeded": 3, "payment_failed": 2, "none": 1})
+        week["by_kind"],
+        json!({"payment_succeeded": 4, "payment_failed": 2, "none": 1})
     );
-    assert_eq!(stats["by_source"], json!({"stripe": 6}));
+    assert_eq!(week["by_source"], json!({"stripe": 6, "standard": 1}));
     assert_eq!(
         call(
             &app,

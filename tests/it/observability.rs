@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestDb, cluster, spawn, stripe_event, test_settings};
+use crate::support::{
+    Exposition, Sample, Spawn, TestDb, cluster, parse_exposition, spawn, stripe_event,
+    test_settings,
+};
 
 fn is_generated_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
@@ -288,90 +291,6 @@ fn an_unknown_log_format_is_a_configuration_error() {
     );
 }
 
-/// One sample of the text exposition format.
-#[derive(Debug, Clone, PartialEq)]
-struct Sample {
-    name: String,
-    labels: Vec<(String, String)>,
-    value: f64,
-}
-
-/// The text exposition format as Prometheus reads it: `# TYPE` and `# HELP`
-/// lines per family, then `name{label="value",…} value` samples (label values
-/// with `\\`, `\"` and `\n` escapes). Panics on anything else.
-fn parse_exposition(text: &str) -> (Vec<(String, String)>, Vec<String>, Vec<Sample>) {
-    let (mut types, mut helps, mut samples) = (Vec::new(), Vec::new(), Vec::new());
-    for line in text.lines().filter(|l| !l.is_empty()) {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
-            types.push((name.to_string(), kind.to_string()));
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, help) = rest.split_once(' ').expect("HELP name text");
-            assert!(!help.trim().is_empty(), "{line}");
-            helps.push(name.to_string());
-            continue;
-        }
-        assert!(!line.starts_with('#'), "unexpected comment: {line}");
-        let name_end = line.find(['{', ' ']).expect("a value");
-        let name = &line[..name_end];
-        assert!(
-            !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
-            "{line}"
-        );
-        let mut rest = &line[name_end..];
-        let mut labels = Vec::new();
-        if let Some(inner) = rest.strip_prefix('{') {
-            let mut chars = inner.char_indices().peekable();
-            loop {
-                let (start, c) = chars.next().expect("label or }");
-                if c == '}' {
-                    rest = &inner[start + 1..];
-                    break;
-                }
-                if c == ',' {
-                    continue;
-                }
-                let eq = inner[start..].find("=\"").expect("label=\"") + start;
-                let key = inner[start..eq].to_string();
-                while chars.peek().is_some_and(|(i, _)| *i <= eq + 1) {
-                    chars.next();
-                }
-                let mut value = String::new();
-                loop {
-                    match chars.next().expect("closing quote") {
-                        (_, '"') => break,
-                        (_, '\\') => match chars.next().expect("escape") {
-                            (_, 'n') => value.push('\n'),
-                            (_, other) => value.push(other),
-                        },
-                        (_, other) => value.push(other),
-                    }
-                }
-                labels.push((key, value));
-            }
-        }
-        let value_text = rest.trim();
-        let value = match value_text {
-            "+Inf" => f64::INFINITY,
-            "-Inf" => f64::NEG_INFINITY,
-            other => other
-                .parse()
-                .unwrap_or_else(|_| panic!("bad value in {line}")),
-        };
-        samples.push(Sample {
-            name: name.to_string(),
-            labels,
-            value,
-        });
-    }
-    (types, helps, samples)
-}
-
 #[test]
 fn the_exposition_parser_reads_labels_escapes_and_special_values() {
     let (types, _, samples) = parse_exposition(
@@ -419,7 +338,8 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
     let answer = app.get("/metrics").await;
     assert_eq!(answer.status, 200);
     let text = String::from_utf8(answer.body).expect("utf-8");
-    let (types, helps, samples) = parse_exposition(&text);
+    let exposition = Exposition::parse(&text);
+    let (types, helps, samples) = (&exposition.types, &exposition.helps, &exposition.samples);
 
     // Every metric is declared once, with its type and help, and every sample
     // belongs to a declared family.
@@ -433,7 +353,7 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
             metric.name()
         );
     }
-    for sample in &samples {
+    for sample in samples {
         let family = types.iter().find(|(name, kind)| {
             sample.name == *name
                 || (kind == "histogram"
@@ -443,20 +363,7 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
         });
         assert!(family.is_some(), "undeclared sample {sample:?}");
     }
-    let value = |name: &str, labels: &[(&str, &str)]| -> f64 {
-        let found: Vec<&Sample> = samples
-            .iter()
-            .filter(|s| {
-                s.name == name
-                    && s.labels.len() == labels.len()
-                    && labels
-                        .iter()
-                        .all(|(k, v)| s.labels.iter().any(|(k2, v2)| k2 == k && v2 == v))
-            })
-            .collect();
-        assert_eq!(found.len(), 1, "{name}{labels:?} in:\n{text}");
-        found[0].value
-    };
+    let value = |name: &str, labels: &[(&str, &str)]| exposition.value(name, labels);
 
     // The delivery latency histogram, per configured source (others: unknown).
     let latency = "hookd_delivery_duration_seconds";

@@ -246,7 +246,8 @@ fn the_oracle_matches_the_contract_on_examples() {
 async fn a_late_failure_never_undoes_a_success() {
     let app = spawn_app().await;
     for (n, fact) in [Fact::Succeeded, Fact::Failed].iter().enumerate() {
-        app.deliver("stripe", &body(fact, n, "pi_late", 900)).await;
+        app.deliver_ok("stripe", &body(fact, n, "pi_late", 900))
+            .await;
     }
     let row = payment_row(&app, "pi_late").await;
     assert_eq!(
@@ -329,4 +330,84 @@ async fn two_hundred_concurrent_deliveries_across_two_instances_apply_once() {
         1
     );
     assert_eq!(payment_row(&first, "pi_twice").await.status, "succeeded");
+}
+
+#[tokio::test]
+async fn an_amount_that_is_not_a_non_negative_integer_makes_the_event_dead_not_a_5xx() {
+    let app = spawn_app().await;
+    let intent = |amount: Value| json!({"id": "pi_amount", "object": "payment_intent", "amount": amount, "currency": "usd"});
+    let cases = [
+        (
+            stripe_event("evt_neg", "payment_intent.succeeded", intent(json!(-5))),
+            "stripe",
+            "data.object.amount is not a non-negative integer",
+        ),
+        (
+            stripe_event("evt_frac", "payment_intent.succeeded", intent(json!(12.5))),
+            "stripe",
+            "data.object.amount is not a non-negative integer",
+        ),
+        (
+            stripe_event(
+                "evt_text",
+                "payment_intent.succeeded",
+                intent(json!("1200")),
+            ),
+            "stripe",
+            "data.object.amount is not a non-negative integer",
+        ),
+        (
+            stripe_event("evt_huge", "payment_intent.succeeded", intent(json!(1e20))),
+            "stripe",
+            "data.object.amount is not a non-negative integer",
+        ),
+        (
+            stripe_event(
+                "evt_refund_neg",
+                "charge.refunded",
+                json!({"id": "ch_amount", "payment_intent": "pi_amount", "amount": 100,
+                       "amount_refunded": -1}),
+            ),
+            "stripe",
+            "data.object.amount_refunded is not a non-negative integer",
+        ),
+        (
+            json!({"id": "msg_neg", "type": "payment.succeeded", "created": 1,
+                   "data": {"payment_id": "p_amount", "amount": -700}}),
+            "standard",
+            "data.amount is not a non-negative integer",
+        ),
+    ];
+    for (event, source, reason) in &cases {
+        let answer = app.deliver_ok(source, event).await;
+        assert_eq!(answer.header("Idempotent-Replayed"), None);
+        let row = &app
+            .query(
+                "SELECT status, attempts, last_error, next_attempt_at IS NULL
+                 FROM webhook_events WHERE source = $1 AND event_id = $2",
+                &[source, &event["id"].as_str().expect("id")],
+            )
+            .await[0];
+        assert_eq!(
+            (
+                row.get::<_, String>(0),
+                row.get::<_, i32>(1),
+                row.get::<_, Option<String>>(2),
+                row.get::<_, bool>(3)
+            ),
+            ("dead".to_string(), 1, Some(reason.to_string()), true),
+            "{event}"
+        );
+    }
+    assert_eq!(app.count("SELECT count(*) FROM payments", &[]).await, 0);
+    // Permanent: no retry is scheduled, and none runs.
+    assert_eq!(app.run_due_retries().await, 0);
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_event_attempts WHERE outcome = 'dead'",
+            &[]
+        )
+        .await,
+        cases.len() as i64
+    );
 }

@@ -1,7 +1,9 @@
-//! The real `hookd serve` binary: SIGTERM finishes in-flight work and exits 0, and
-//! a kill -9 under load loses nothing that was acknowledged and applies nothing twice.
+//! The real `hookd serve` binary: SIGTERM lets a delivery in flight finish, then
+//! exits 0; a kill -9 under load loses nothing that was acknowledged and applies
+//! nothing twice; the embedded cluster is found where hookd put it, shared with a
+//! command run beside `serve`, and adopted after a `serve` was killed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -10,11 +12,21 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::support::{TestDb, cluster, stripe_event};
+use crate::support::{TestDb, cluster, stripe_event, wait_for};
 
 struct Hookd {
-    child: Child,
+    child: Option<Child>,
     base: String,
+}
+
+impl Drop for Hookd {
+    fn drop(&mut self) {
+        // A test that failed half-way leaves no server behind.
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 fn free_port() -> u16 {
@@ -26,10 +38,22 @@ fn free_port() -> u16 {
 
 /// The shipped configuration, listening on `port`, written where the child can read it.
 fn write_config(port: u16, name: &str) -> PathBuf {
-    let text = include_str!("../../hookd.toml").replace(
+    write_config_with(port, name, "")
+}
+
+/// The same with `handler_timeout` replaced when `handler_timeout` is not empty.
+fn write_config_with(port: u16, name: &str, handler_timeout: &str) -> PathBuf {
+    let mut text = include_str!("../../hookd.toml").replace(
         "listen = \"127.0.0.1:8080\"",
         &format!("listen = \"127.0.0.1:{port}\""),
     );
+    if !handler_timeout.is_empty() {
+        text = text.replace(
+            "handler_timeout = \"5s\"",
+            &format!("handler_timeout = \"{handler_timeout}\""),
+        );
+        assert!(text.contains(handler_timeout), "handler_timeout replaced");
+    }
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("{name}-{}.toml", std::process::id()));
     std::fs::write(&path, text).expect("config");
@@ -37,41 +61,55 @@ fn write_config(port: u16, name: &str) -> PathBuf {
 }
 
 impl Hookd {
-    async fn start(config: &PathBuf, port: u16, db: &TestDb) -> Hookd {
+    async fn start(config: &Path, port: u16, db: &TestDb) -> Hookd {
+        Self::start_logging(config, port, db, "warn").await
+    }
+
+    /// `hookd serve` against `db`, logging at `level` to the config's `.log` file.
+    async fn start_logging(config: &Path, port: u16, db: &TestDb, level: &str) -> Hookd {
         let log = std::fs::File::create(config.with_extension("log")).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args(["serve", "--config"])
             .arg(config)
             .env("DATABASE_URL", cluster().connection_string(&db.name))
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", level)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("spawn hookd");
         let hookd = Hookd {
-            child,
+            child: Some(child),
             base: format!("http://127.0.0.1:{port}"),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let http = reqwest::Client::new();
-        loop {
-            if let Ok(r) = http.get(format!("{}/readyz", hookd.base)).send().await
-                && r.status() == 200
-            {
-                return hookd;
+        hookd.ready(Duration::from_secs(30)).await;
+        hookd
+    }
+
+    async fn ready(&self, within: Duration) {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("client");
+        let url = format!("{}/readyz", self.base);
+        let (http, url) = (&http, url.as_str());
+        wait_for("hookd to be ready", within, || async move {
+            match http.get(url).send().await {
+                Ok(r) if r.status() == 200 => Some(()),
+                _ => None,
             }
-            assert!(Instant::now() < deadline, "hookd did not become ready");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await;
     }
 
     fn signal(&self, signal: Signal) {
-        let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        let child = self.child.as_ref().expect("running");
+        let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
         kill(pid, signal).expect("signal");
     }
 
     async fn wait(mut self) -> std::process::ExitStatus {
-        tokio::task::spawn_blocking(move || self.child.wait().expect("wait"))
+        let mut child = self.child.take().expect("running");
+        tokio::task::spawn_blocking(move || child.wait().expect("wait"))
             .await
             .expect("join")
     }
@@ -86,21 +124,30 @@ fn payment_event(i: usize) -> Value {
     )
 }
 
-/// Sends events `0..count` with `concurrency` senders; returns the ids that got a 200.
+/// What the senders of a load saw.
+#[derive(Default)]
+struct Load {
+    /// Events answered 200.
+    acked: Vec<usize>,
+    /// Requests answered otherwise, or not at all.
+    refused: usize,
+}
+
+/// Sends events `0..count` with `concurrency` senders.
 async fn send_load(
     base: String,
     headers_for: impl Fn(&[u8]) -> Vec<(String, String)> + Send + Sync + 'static,
     count: usize,
     concurrency: usize,
-    acked: Arc<Mutex<Vec<usize>>>,
+    load: Arc<Mutex<Load>>,
 ) {
     let headers_for = Arc::new(headers_for);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let http = reqwest::Client::new();
     let senders = (0..concurrency).map(|_| {
-        let (next, acked, http, headers_for) = (
+        let (next, load, http, headers_for) = (
             next.clone(),
-            acked.clone(),
+            load.clone(),
             http.clone(),
             headers_for.clone(),
         );
@@ -116,10 +163,12 @@ async fn send_load(
                 for (name, value) in headers_for(&body) {
                     request = request.header(name, value);
                 }
-                if let Ok(response) = request.send().await
-                    && response.status() == 200
-                {
-                    acked.lock().expect("lock").push(i);
+                let ok = matches!(request.send().await, Ok(r) if r.status() == 200);
+                let mut load = load.lock().expect("lock");
+                if ok {
+                    load.acked.push(i);
+                } else {
+                    load.refused += 1;
                 }
             }
         })
@@ -158,22 +207,25 @@ async fn kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twice() 
     let port = free_port();
     let config = write_config(port, "kill9");
     let hookd = Hookd::start(&config, port, &db).await;
-    let acked = Arc::new(Mutex::new(Vec::new()));
+    let load = Arc::new(Mutex::new(Load::default()));
     const EVENTS: usize = 600;
-    let load = tokio::spawn(send_load(
+    let sending = tokio::spawn(send_load(
         hookd.base.clone(),
         stripe_signer(),
         EVENTS,
         16,
-        acked.clone(),
+        load.clone(),
     ));
-    while acked.lock().expect("lock").len() < 150 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for(
+        "150 acknowledged deliveries",
+        Duration::from_secs(60),
+        || std::future::ready((load.lock().expect("lock").acked.len() >= 150).then_some(())),
+    )
+    .await;
     hookd.signal(Signal::SIGKILL);
     let _ = hookd.wait().await;
-    load.await.expect("load");
-    let acked: Vec<usize> = acked.lock().expect("lock").clone();
+    sending.await.expect("load");
+    let acked: Vec<usize> = load.lock().expect("lock").acked.clone();
     assert!(
         acked.len() >= 150 && acked.len() < EVENTS,
         "killed mid-load: {}",
@@ -215,7 +267,7 @@ async fn kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twice() 
     assert!(orphans.is_empty(), "no effect without its stored event");
 
     // The provider retries everything it did not see acknowledged (and more).
-    let again = Arc::new(Mutex::new(Vec::new()));
+    let again = Arc::new(Mutex::new(Load::default()));
     send_load(
         hookd.base.clone(),
         stripe_signer(),
@@ -224,7 +276,8 @@ async fn kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twice() 
         again.clone(),
     )
     .await;
-    assert_eq!(again.lock().expect("lock").len(), EVENTS);
+    let again = std::mem::take(&mut *again.lock().expect("lock"));
+    assert_eq!((again.acked.len(), again.refused), (EVENTS, 0));
     let totals = &query(
         &db,
         "SELECT (SELECT count(*) FROM webhook_events), (SELECT count(*) FROM payments),
@@ -241,40 +294,121 @@ async fn kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twice() 
 }
 
 #[tokio::test]
-async fn sigterm_finishes_in_flight_deliveries_and_exits_zero() {
+async fn sigterm_lets_a_delivery_in_flight_finish_and_exits_zero() {
     let db = TestDb::create().await;
     let port = free_port();
-    let config = write_config(port, "sigterm");
-    let hookd = Hookd::start(&config, port, &db).await;
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let load = tokio::spawn(send_load(
-        hookd.base.clone(),
-        stripe_signer(),
-        400,
-        16,
-        acked.clone(),
-    ));
-    while acked.lock().expect("lock").len() < 50 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    // A handler held by the test must not run into its time limit meanwhile.
+    let config = write_config_with(port, "sigterm", "60s");
+    let hookd = Hookd::start_logging(&config, port, &db, "info").await;
+
+    // Before the signal: a load, each delivery answered before the next is sent.
+    let load = Arc::new(Mutex::new(Load::default()));
+    send_load(hookd.base.clone(), stripe_signer(), 100, 8, load.clone()).await;
+    let before = std::mem::take(&mut *load.lock().expect("lock"));
+    assert_eq!(
+        (before.acked.len(), before.refused),
+        (100, 0),
+        "every delivery sent before the signal was answered 200"
+    );
+
+    // A delivery whose handler is in flight when the signal arrives: its payment
+    // row is locked by the test, so the payments handler waits on it.
+    let holder = crate::support::connect(db.config()).await;
+    holder
+        .batch_execute(
+            "INSERT INTO payments (source, payment_id) VALUES ('stripe', 'pi_slow');
+             BEGIN;
+             SELECT 1 FROM payments WHERE payment_id = 'pi_slow' FOR UPDATE;",
+        )
+        .await
+        .expect("hold the payment row");
+    let slow_event = stripe_event(
+        "evt_slow",
+        "payment_intent.succeeded",
+        json!({"id": "pi_slow", "object": "payment_intent", "amount": 4200, "currency": "usd"}),
+    );
+    let body = serde_json::to_vec(&slow_event).expect("json");
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/webhooks/stripe", hookd.base))
+        .body(body.clone());
+    for (name, value) in stripe_signer()(&body) {
+        request = request.header(name, value);
     }
+    let slow = tokio::spawn(async move {
+        let response = request
+            .send()
+            .await
+            .expect("the delivery in flight is answered");
+        (
+            response.status().as_u16(),
+            response.bytes().await.expect("body").to_vec(),
+        )
+    });
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND wait_event_type = 'Lock'",
+        db.name
+    );
+    let (db_ref, waiting) = (&db, waiting.as_str());
+    wait_for(
+        "the handler to wait on the locked payment",
+        Duration::from_secs(20),
+        || async move { (query(db_ref, waiting).await[0].get::<_, i64>(0) > 0).then_some(()) },
+    )
+    .await;
+
     hookd.signal(Signal::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(40), hookd.wait())
+    // It stops accepting: a new connection is refused...
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    wait_for(
+        "the listener to close",
+        Duration::from_secs(20),
+        || async move {
+            match tokio::net::TcpStream::connect(addr).await {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Some(()),
+                _ => None,
+            }
+        },
+    )
+    .await;
+    // ...while the delivery in flight still waits for its handler.
+    assert!(!slow.is_finished(), "answered before its handler finished");
+    holder.batch_execute("COMMIT").await.expect("release");
+
+    let (status, answer) = slow.await.expect("join");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    assert_eq!(answer, br#"{"status":"accepted","event_id":"evt_slow"}"#);
+    let exit = tokio::time::timeout(Duration::from_secs(40), hookd.wait())
         .await
         .expect("hookd stops within its grace period");
-    assert!(status.success(), "exit status {status:?}");
-    load.await.expect("load");
-    let acked = acked.lock().expect("lock").clone();
-    let stored = query(
+    assert!(exit.success(), "exit status {exit:?}");
+
+    let slow_row = &query(
         &db,
-        "SELECT count(*) FROM webhook_events WHERE status = 'processed'",
+        "SELECT e.status, e.attempts, p.succeeded, p.amount FROM webhook_events e
+         JOIN payments p ON p.source = e.source AND p.payment_id = e.payment_id
+         WHERE e.event_id = 'evt_slow'",
+    )
+    .await[0];
+    assert_eq!(
+        (
+            slow_row.get::<_, String>(0),
+            slow_row.get::<_, i32>(1),
+            slow_row.get::<_, bool>(2),
+            slow_row.get::<_, i64>(3)
+        ),
+        ("processed".to_string(), 1, true, 4200),
+        "the delivery in flight was applied and committed"
+    );
+    let processed = query(
+        &db,
+        "SELECT count(*) FROM webhook_events WHERE status = 'processed' AND event_id LIKE 'evt_load_%'",
     )
     .await[0]
         .get::<_, i64>(0);
-    assert!(
-        stored as usize >= acked.len(),
-        "every acknowledged event was committed"
-    );
-    assert!(acked.len() < 400, "it stopped accepting");
+    assert_eq!(processed, 100, "every acknowledged event was committed");
+    let log = std::fs::read_to_string(config.with_extension("log")).expect("log");
+    assert!(log.contains("SIGTERM: finishing in-flight work"), "{log}");
+    assert!(log.contains("hookd stopped"), "{log}");
 }
 
 /// Where hookd put the cluster of the project in `dir`: `./.hookd/pg`, or the
@@ -338,7 +472,7 @@ async fn serve_runs_its_own_cluster_and_adopts_one_a_killed_serve_left_behind() 
             .spawn()
             .expect("spawn");
         let hookd = Hookd {
-            child,
+            child: Some(child),
             base: format!("http://127.0.0.1:{port}"),
         };
         let http = reqwest::Client::new();

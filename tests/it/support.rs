@@ -690,3 +690,234 @@ impl Drop for Receiver {
         drop(self.handle.stop(false));
     }
 }
+
+// --- Helpers added for issue #14 (tests that would catch the bug). ---
+
+/// Polls `check` every 20 ms until it gives `Some`, and fails the test if that
+/// takes longer than `within`: a wait on a condition, never a bare sleep.
+pub async fn wait_for<T, F, Fut>(what: &str, within: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still waiting after {within:?} for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+impl TestApp {
+    /// `deliver`, and the answer must be a 200.
+    pub async fn deliver_ok(&self, source: &str, body: &Value) -> Answer {
+        let answer = self.deliver(source, body).await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{source} {}: {}",
+            body["id"],
+            String::from_utf8_lossy(&answer.body)
+        );
+        answer
+    }
+
+    /// `/metrics`, parsed as Prometheus reads it.
+    pub async fn metrics(&self) -> Exposition {
+        let answer = self.get("/metrics").await;
+        assert_eq!(answer.status, 200, "/metrics");
+        Exposition::parse(&String::from_utf8(answer.body).expect("utf-8 metrics"))
+    }
+}
+
+/// One sample of the text exposition format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+/// The text exposition format as Prometheus reads it: `# TYPE` and `# HELP`
+/// lines per family, then `name{label="value",…} value` samples (label values
+/// with `\\`, `\"` and `\n` escapes). Panics on anything else.
+pub fn parse_exposition(text: &str) -> (Vec<(String, String)>, Vec<String>, Vec<Sample>) {
+    let (mut types, mut helps, mut samples) = (Vec::new(), Vec::new(), Vec::new());
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
+            types.push((name.to_string(), kind.to_string()));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').expect("HELP name text");
+            assert!(!help.trim().is_empty(), "{line}");
+            helps.push(name.to_string());
+            continue;
+        }
+        assert!(!line.starts_with('#'), "unexpected comment: {line}");
+        let name_end = line.find(['{', ' ']).expect("a value");
+        let name = &line[..name_end];
+        assert!(
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "{line}"
+        );
+        let mut rest = &line[name_end..];
+        let mut labels = Vec::new();
+        if let Some(inner) = rest.strip_prefix('{') {
+            let mut chars = inner.char_indices().peekable();
+            loop {
+                let (start, c) = chars.next().expect("label or }");
+                if c == '}' {
+                    rest = &inner[start + 1..];
+                    break;
+                }
+                if c == ',' {
+                    continue;
+                }
+                let eq = inner[start..].find("=\"").expect("label=\"") + start;
+                let key = inner[start..eq].to_string();
+                while chars.peek().is_some_and(|(i, _)| *i <= eq + 1) {
+                    chars.next();
+                }
+                let mut value = String::new();
+                loop {
+                    match chars.next().expect("closing quote") {
+                        (_, '"') => break,
+                        (_, '\\') => match chars.next().expect("escape") {
+                            (_, 'n') => value.push('\n'),
+                            (_, other) => value.push(other),
+                        },
+                        (_, other) => value.push(other),
+                    }
+                }
+                labels.push((key, value));
+            }
+        }
+        let value_text = rest.trim();
+        let value = match value_text {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            other => other
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value in {line}")),
+        };
+        samples.push(Sample {
+            name: name.to_string(),
+            labels,
+            value,
+        });
+    }
+    (types, helps, samples)
+}
+
+/// A parsed `/metrics` page: values are looked up by name and exact label set,
+/// so `…} 1` can never be read off `…} 10`.
+#[derive(Debug, Clone)]
+pub struct Exposition {
+    pub text: String,
+    pub types: Vec<(String, String)>,
+    pub helps: Vec<String>,
+    pub samples: Vec<Sample>,
+}
+
+impl Exposition {
+    pub fn parse(text: &str) -> Exposition {
+        let (types, helps, samples) = parse_exposition(text);
+        Exposition {
+            text: text.to_string(),
+            types,
+            helps,
+            samples,
+        }
+    }
+
+    /// The value of the series with exactly these labels, if it is exposed.
+    pub fn series(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let found: Vec<&Sample> = self
+            .samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && s.labels.len() == labels.len()
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.iter().any(|(k2, v2)| k2 == k && v2 == v))
+            })
+            .collect();
+        assert!(
+            found.len() <= 1,
+            "{name}{labels:?} twice in:\n{}",
+            self.text
+        );
+        found.first().map(|s| s.value)
+    }
+
+    /// The value of the series with exactly these labels; it must be exposed.
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.series(name, labels)
+            .unwrap_or_else(|| panic!("no {name}{labels:?} in:\n{}", self.text))
+    }
+}
+
+/// Stops the PostgreSQL cluster in `dir` (as the cluster's user) and removes the
+/// folder when dropped: a test that starts a cluster and then fails leaves no
+/// postmaster behind.
+pub struct ClusterGuard {
+    pub dir: std::path::PathBuf,
+}
+
+impl ClusterGuard {
+    pub fn new(dir: &std::path::Path) -> ClusterGuard {
+        ClusterGuard {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Whether the postmaster in `dir` is alive (`pg_ctl status`).
+    pub fn running(&self) -> bool {
+        pg_ctl_as_cluster_user(&self.dir, &["status"])
+    }
+}
+
+impl Drop for ClusterGuard {
+    fn drop(&mut self) {
+        if self.running() {
+            pg_ctl_as_cluster_user(&self.dir, &["stop", "-m", "immediate", "-w"]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `pg_ctl ARGS -D DIR/data` as the user that runs the cluster (`postgres` when
+/// this process is root); whether it succeeded.
+pub fn pg_ctl_as_cluster_user(dir: &std::path::Path, args: &[&str]) -> bool {
+    use std::os::unix::process::CommandExt;
+    let pg_ctl = hookd::embedded_pg::binaries::program("pg_ctl").expect("pg_ctl");
+    let mut command = std::process::Command::new(pg_ctl);
+    command
+        .args(args)
+        .arg("-s")
+        .arg("-D")
+        .arg(dir.join("data"))
+        .current_dir("/")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if nix::unistd::Uid::effective().is_root() {
+        let postgres = nix::unistd::User::from_name("postgres")
+            .expect("lookup")
+            .expect("postgres user");
+        command
+            .uid(postgres.uid.as_raw())
+            .gid(postgres.gid.as_raw());
+    }
+    command.status().is_ok_and(|s| s.success())
+}
