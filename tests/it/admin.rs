@@ -10,7 +10,7 @@ use reqwest::redirect::Policy;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Answer, SlowRetries, Spawn, TestApp, csrf_of, spawn, spawn_app, stripe_event, test_settings,
+    Answer, Spawn, TestApp, csrf_of, spawn, spawn_app, stripe_event, test_settings, wait_for,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -456,26 +456,50 @@ async fn operators_retry_viewers_may_not() {
     );
 }
 
-#[tokio::test]
-async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
-    let mut settings = test_settings();
+/// Holds every retry (not the first run) until the test lets one through.
+struct Gate(Arc<tokio::sync::Semaphore>);
+
+#[async_trait::async_trait]
+impl hookd::handlers::Handler for Gate {
+    async fn apply(
+        &self,
+        _tx: &deadpool_postgres::Transaction<'_>,
+        event: &hookd::handlers::Event<'_>,
+    ) -> Result<(), hookd::handlers::HandlerError> {
+        if event.attempt > 1 {
+            self.0.acquire().await.expect("gate").forget();
+        }
+        Ok(())
+    }
+}
+
+async fn gated_app(
+    gate: Arc<tokio::sync::Semaphore>,
+    settings: hookd::config::Settings,
+    db: Option<Arc<crate::support::TestDb>>,
+) -> TestApp {
+    let mut settings = settings;
     settings.sources[0]
         .event_types
         .insert("test.slow".into(), "test_slow".into());
     let mut registry = Registry::builtin();
-    registry.register(
-        "test_slow",
-        Arc::new(SlowRetries(Duration::from_millis(700))),
-    );
-    let app = spawn(Spawn {
+    registry.register("test_slow", Arc::new(Gate(gate)));
+    spawn(Spawn {
         settings,
         registry,
+        db,
         ..Spawn::default()
     })
-    .await;
-    app.deliver("stripe", &stripe_event("evt_slow", "test.slow", json!({})))
+    .await
+}
+
+#[tokio::test]
+async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let app = gated_app(gate.clone(), test_settings(), None).await;
+    app.deliver_ok("stripe", &stripe_event("evt_slow", "test.slow", json!({})))
         .await;
-    app.deliver("stripe", &stripe_event("evt_other", "test.slow", json!({})))
+    app.deliver_ok("stripe", &stripe_event("evt_other", "test.slow", json!({})))
         .await;
     let slow = row_id(&app, "evt_slow").await;
     let other = row_id(&app, "evt_other").await;
@@ -483,8 +507,27 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
     let key = [("Idempotency-Key", "key-1")];
 
     let (first, during) = tokio::join!(call(&app, "POST", &path, Some(OPERATOR), &key), async {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        call(&app, "POST", &path, Some(OPERATOR), &key).await
+        // The first request has claimed the key (its handler is held at the gate).
+        let app = &app;
+        wait_for(
+            "the first request's claim",
+            Duration::from_secs(20),
+            || async move {
+                let open = app
+                    .count(
+                        "SELECT count(*) FROM admin_idempotency_keys
+                     WHERE idempotency_key = 'key-1' AND response_status IS NULL",
+                        &[],
+                    )
+                    .await;
+                (open == 1).then_some(())
+            },
+        )
+        .await;
+        let during = call(app, "POST", &path, Some(OPERATOR), &key).await;
+        // Only now may the first request's handler finish.
+        gate.add_permits(1);
+        during
     });
     assert_eq!(first.status, 200);
     assert_eq!(
@@ -527,18 +570,8 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
         role: hookd::config::Role::Operator,
         key: "admin.tokens[2].token".into(),
     });
-    let mut registry = Registry::builtin();
-    registry.register(
-        "test_slow",
-        Arc::new(SlowRetries(Duration::from_millis(700))),
-    );
-    let second = spawn(Spawn {
-        settings,
-        registry,
-        db: app.db.clone(),
-        ..Spawn::default()
-    })
-    .await;
+    let open = Arc::new(tokio::sync::Semaphore::new(100));
+    let second = gated_app(open, settings, app.db.clone()).await;
     let mine = call(
         &second,
         "POST",

@@ -6,13 +6,13 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::support::{TestDb, cluster, stripe_event, wait_for};
+use crate::support::{ClusterGuard, TestDb, cluster, stripe_event, wait_for};
 
 struct Hookd {
     child: Option<Child>,
@@ -411,41 +411,98 @@ async fn sigterm_lets_a_delivery_in_flight_finish_and_exits_zero() {
     assert!(log.contains("hookd stopped"), "{log}");
 }
 
-/// Where hookd put the cluster of the project in `dir`: `./.hookd/pg`, or the
-/// private folder it recorded when the `postgres` user cannot reach the project.
-fn cluster_dir(dir: &std::path::Path) -> PathBuf {
-    match std::fs::read_to_string(dir.join(".hookd/pg.location")) {
-        Ok(recorded) => PathBuf::from(recorded),
-        Err(_) => dir.join(".hookd/pg"),
+/// Where the project in `dir` records a fallback cluster folder, if it has one.
+fn recorded_cluster(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_to_string(dir.join(".hookd/pg.location"))
+        .ok()
+        .map(PathBuf::from)
+}
+
+/// The folder hookd names in its log line `started embedded PostgreSQL in DIR (…`.
+fn started_in(log: &str) -> PathBuf {
+    let line = log
+        .lines()
+        .find(|l| l.contains("started embedded PostgreSQL in "))
+        .unwrap_or_else(|| panic!("no start line: {log}"));
+    let rest = line
+        .split_once("started embedded PostgreSQL in ")
+        .map(|(_, rest)| rest)
+        .expect("path");
+    PathBuf::from(rest.split_once(" (socket only").map_or(rest, |(p, _)| p))
+}
+
+/// Whether hookd must move the cluster of a project in `dir` out of
+/// `./.hookd/pg`: its socket path would be too long (the socket lives in the
+/// folder: 100 bytes at most), or, as root, the `postgres` user cannot enter a
+/// project folder closed to others.
+fn needs_fallback(dir: &Path, closed_to_others: bool) -> bool {
+    let socket = dir.join(".hookd/pg/.s.PGSQL.5432");
+    socket.as_os_str().len() > 100 || (closed_to_others && nix::unistd::Uid::effective().is_root())
+}
+
+/// Cleans up after a project folder of a test: when dropped (also when an
+/// assertion failed), stops the cluster hookd made for it — in `./.hookd/pg` or
+/// where the record says — and removes both folders.
+struct Project {
+    dir: PathBuf,
+}
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        for cluster in [
+            recorded_cluster(&self.dir),
+            Some(self.dir.join(".hookd/pg")),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            drop(ClusterGuard::new(&cluster));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-/// The cluster's postmaster is alive (`pg_ctl status`, which needs no access to
-/// a folder that belongs to the `postgres` user).
-fn postmaster_running(dir: &std::path::Path) -> bool {
-    let data = cluster_dir(dir).join("data");
-    let pg_ctl = hookd::embedded_pg::binaries::program("pg_ctl").expect("pg_ctl");
-    let mut status = Command::new("sh");
-    status
-        .arg("-c")
-        .arg("\"$0\" status -D \"$1\" >/dev/null 2>&1")
-        .arg(&pg_ctl)
-        .arg(&data);
-    if nix::unistd::Uid::effective().is_root() {
-        use std::os::unix::process::CommandExt;
-        let postgres = nix::unistd::User::from_name("postgres")
-            .expect("lookup")
-            .expect("postgres user");
-        status.uid(postgres.uid.as_raw()).gid(postgres.gid.as_raw());
-    }
-    status.status().is_ok_and(|s| s.success())
+/// `hookd serve` in `dir` with the embedded cluster, logging to `dir/serve.log`.
+async fn serve_in(dir: &Path, port: u16) -> Hookd {
+    let log = std::fs::File::create(dir.join("serve.log")).expect("log");
+    let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        .args(["serve"])
+        .current_dir(dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("HOOKD_CONFIG")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn");
+    let hookd = Hookd {
+        child: Some(child),
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    hookd.ready(Duration::from_secs(60)).await;
+    hookd
+}
+
+/// Another hookd command in `dir`, beside or after `serve`.
+async fn command_in(dir: &Path, args: &[&str]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hookd"));
+    command
+        .args(args)
+        .current_dir(dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("HOOKD_CONFIG")
+        .env("RUST_LOG", "info");
+    tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
+        .await
+        .expect("join")
 }
 
 #[tokio::test]
-async fn serve_runs_its_own_cluster_and_adopts_one_a_killed_serve_left_behind() {
+async fn serve_runs_its_own_cluster_shares_it_and_adopts_one_a_killed_serve_left_behind() {
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("embedded-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
+    let project = Project { dir: dir.clone() };
     // A project folder closed to others (as root, the postgres user cannot enter
     // it, so the cluster must live in a private folder of its own).
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
@@ -460,68 +517,66 @@ async fn serve_runs_its_own_cluster_and_adopts_one_a_killed_serve_left_behind() 
         ),
     )
     .expect("config");
-    let start = || async {
-        let log = std::fs::File::create(dir.join("serve.log")).expect("log");
-        let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .args(["serve"])
-            .current_dir(&dir)
-            .env_remove("DATABASE_URL")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn");
-        let hookd = Hookd {
-            child: Some(child),
-            base: format!("http://127.0.0.1:{port}"),
-        };
-        let http = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !matches!(http.get(format!("{}/readyz", hookd.base)).send().await, Ok(r) if r.status() == 200)
-        {
-            assert!(Instant::now() < deadline, "ready");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        hookd
-    };
 
-    let first = start().await;
-    assert!(postmaster_running(&dir), "the cluster runs");
+    let first = serve_in(&dir, port).await;
     let log = std::fs::read_to_string(dir.join("serve.log")).expect("log");
-    let cluster = cluster_dir(&dir);
-    assert!(
-        log.contains(&format!(
-            "started embedded PostgreSQL in {}",
-            cluster.display()
-        )),
-        "{log}"
-    );
-    if nix::unistd::Uid::effective().is_root() {
+    // Where the cluster is: what hookd says, and what it recorded for later commands.
+    let cluster = started_in(&log);
+    let guard = ClusterGuard::new(&cluster);
+    assert!(guard.running(), "the cluster runs in {}", cluster.display());
+    let recorded = recorded_cluster(&dir);
+    if needs_fallback(&dir, true) {
+        assert_eq!(
+            recorded.as_ref(),
+            Some(&cluster),
+            "recorded for later commands"
+        );
         assert!(
             cluster.starts_with(std::env::temp_dir()),
             "{}",
             cluster.display()
         );
+        assert!(log.contains("embedded PostgreSQL cannot live in"), "{log}");
     } else {
         assert_eq!(cluster, dir.join(".hookd/pg"));
+        assert_eq!(recorded, None);
     }
+
+    // A command beside the running serve uses its cluster and leaves it running.
+    let listed = command_in(&dir, &["events", "list", "--json"]).await;
+    let said = String::from_utf8_lossy(&listed.stderr).to_string();
+    assert!(listed.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "embedded PostgreSQL already running in {}; reusing it",
+            cluster.display()
+        )) && !said.contains("adopting"),
+        "{said}"
+    );
+    assert!(guard.running(), "the command left the cluster to serve");
+    first.ready(Duration::from_secs(10)).await;
+
     first.signal(Signal::SIGKILL);
     first.wait().await;
-    assert!(
-        postmaster_running(&dir),
-        "a killed hookd cannot stop its cluster"
-    );
+    assert!(guard.running(), "a killed hookd cannot stop its cluster");
 
-    let second = start().await;
+    let second = serve_in(&dir, port).await;
     let log = std::fs::read_to_string(dir.join("serve.log")).expect("log");
-    assert!(log.contains("adopting it"), "{log}");
-    assert_eq!(cluster_dir(&dir), cluster, "the same cluster, found again");
+    assert!(
+        log.contains(&format!(
+            "embedded PostgreSQL already running in {}; reusing it (its owner is gone: adopting it)",
+            cluster.display()
+        )),
+        "{log}"
+    );
+    assert_eq!(
+        recorded_cluster(&dir),
+        recorded,
+        "the same cluster, found again"
+    );
     second.signal(Signal::SIGTERM);
     assert!(second.wait().await.success());
-    assert!(
-        !postmaster_running(&dir),
-        "the adopted cluster was stopped at exit"
-    );
-    let _ = std::fs::remove_dir_all(&cluster);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!guard.running(), "the adopted cluster was stopped at exit");
+    drop(guard);
+    drop(project);
 }

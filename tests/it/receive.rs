@@ -260,13 +260,18 @@ async fn bodies_without_an_id_or_type_are_400() {
 async fn bad_signatures_are_401_with_a_reason() {
     let app = spawn_app().await;
     let body = serde_json::to_vec(&succeeded("evt_sig", "pi_sig")).expect("json");
-    let good = app.sign("stripe", &body, Hints::default());
+    // Signed at a time of the test's choosing, so the cases below know it.
+    let now = chrono::Utc::now().timestamp();
+    let stripe = app.settings().source("stripe").expect("stripe").clone();
+    let good = hookd::cli::sign::sign_delivery(&stripe, &body, Hints::default(), now)
+        .expect("sign")
+        .headers;
     let signature = good
         .iter()
         .find(|(k, _)| k == "Stripe-Signature")
         .map(|(_, v)| v.clone())
         .expect("signature");
-    let now = chrono::Utc::now().timestamp();
+    assert!(signature.starts_with(&format!("t={now},")), "{signature}");
     let with = |value: String| vec![("Stripe-Signature".to_string(), value)];
     let cases: Vec<(Vec<(String, String)>, &str)> = vec![
         (vec![], "missing"),
@@ -288,6 +293,8 @@ async fn bad_signatures_are_401_with_a_reason() {
         assert!(!String::from_utf8_lossy(&answer.body).contains("whsec_"));
     }
     assert_eq!(stored(&app, "stripe", "evt_sig").await, 0);
+    // The control: the genuine headers are taken.
+    assert_eq!(app.post("stripe", &good, body).await.status, 200);
 }
 
 #[tokio::test]
