@@ -903,3 +903,67 @@ async fn hookd_events_lists_shows_and_retries_from_a_terminal() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_events_detail_has_its_runs_with_durations_and_a_null_payload_once_purged() {
+    let app = spawn_app().await;
+    history(&app).await;
+    let id = row_id(&app, "evt_h5").await;
+    for _ in 0..2 {
+        assert_eq!(retry(&app, id, Some(OPERATOR)).await.status, 200);
+    }
+    let path = format!("/admin/api/events/{id}");
+    let detail = call(&app, "GET", &path, Some(VIEWER), &[]).await.json();
+    assert_eq!(detail["payload"]["id"], "evt_h5");
+    assert_eq!(detail["attempt_count"], 3);
+    let runs = detail["attempts"].as_array().expect("attempts");
+    assert_eq!(runs.len(), 3);
+    let stored: Vec<f64> = app
+        .query(
+            "SELECT extract(epoch FROM finished_at - started_at)::float8 * 1000
+             FROM webhook_event_attempts WHERE webhook_event_id = $1 ORDER BY attempt",
+            &[&id],
+        )
+        .await
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for (n, run) in runs.iter().enumerate() {
+        assert_eq!(run["attempt"], n + 1);
+        assert_eq!(run["handler"], "payment_succeeded");
+        let at = |key: &str| {
+            chrono::DateTime::parse_from_rfc3339(run[key].as_str().expect(key)).expect(key)
+        };
+        let between = (at("finished_at") - at("started_at"))
+            .num_microseconds()
+            .expect("µs") as f64
+            / 1000.0;
+        let duration = run["duration_ms"].as_f64().expect("duration_ms");
+        assert!(duration >= 0.0, "{run}");
+        assert!((duration - between).abs() < 0.01, "{duration} vs {between}");
+        assert!(
+            (duration - stored[n]).abs() < 0.01,
+            "{duration} vs {}",
+            stored[n]
+        );
+    }
+
+    // Past `retention` the purge drops the payload and the runs; the counter stays.
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - interval '31 days' WHERE id = $1",
+        &[&id],
+    )
+    .await;
+    app.app.purger.run_once(None).await.expect("purge");
+    let purged = call(&app, "GET", &path, Some(VIEWER), &[]).await;
+    assert_eq!(purged.status, 200);
+    let purged = purged.json();
+    assert!(
+        purged.get("payload").is_some_and(Value::is_null),
+        "{purged}"
+    );
+    assert_eq!(purged["attempts"], json!([]));
+    assert_eq!(purged["attempt_count"], 3);
+    assert!(purged["purged_at"].is_string(), "{purged}");
+    assert_eq!(purged["origin"]["status"], "unavailable");
+}

@@ -677,3 +677,133 @@ async fn an_origin_or_referer_naming_another_host_is_refused_even_beside_a_good_
     assert_eq!(both.status, 200);
     assert_eq!(attempts(&app, dead).await, 2);
 }
+
+/// Breaks its transaction on its first retry (a statement fails, and it returns as
+/// if nothing happened), so that retry ends in a 5xx; then behaves.
+#[derive(Default)]
+struct BreaksOnce(std::sync::atomic::AtomicBool);
+
+#[async_trait::async_trait]
+impl hookd::handlers::Handler for BreaksOnce {
+    async fn apply(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        event: &hookd::handlers::Event<'_>,
+    ) -> Result<(), hookd::handlers::HandlerError> {
+        if event.attempt > 1 && !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let _ = tx.execute("SELECT 1 / 0", &[]).await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_5xx_answer_releases_the_idempotency_key_for_a_retry() {
+    let mut settings = test_settings();
+    settings.sources[0]
+        .event_types
+        .insert("test.breaks".into(), "test_breaks".into());
+    let mut registry = Registry::builtin();
+    registry.register("test_breaks", Arc::new(BreaksOnce::default()));
+    let app = spawn(Spawn {
+        settings,
+        registry,
+        ..Spawn::default()
+    })
+    .await;
+    app.deliver_ok(
+        "stripe",
+        &stripe_event("evt_breaks", "test.breaks", json!({})),
+    )
+    .await;
+    let id = app
+        .count(
+            "SELECT id FROM webhook_events WHERE event_id = 'evt_breaks'",
+            &[],
+        )
+        .await;
+    let operator = app.admin(Credential::Bearer(OPERATOR.into()));
+    let path = format!("/admin/api/events/{id}/retry");
+    let key = [("Idempotency-Key", "retry-after-5xx")];
+    let keys =
+        "SELECT count(*) FROM admin_idempotency_keys WHERE idempotency_key = 'retry-after-5xx'";
+
+    let failed = operator.post(&path, &key).await;
+    assert!(failed.status >= 500, "{failed:?}");
+    assert_eq!(app.count(keys, &[]).await, 0, "the key was given up");
+    assert_eq!(
+        attempts(&app, id).await,
+        1,
+        "the failed run was rolled back"
+    );
+
+    // The same request again runs (it is not told 409, nor given the 5xx back).
+    let again = operator.post(&path, &key).await;
+    assert_eq!(
+        again.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&again.body)
+    );
+    assert_eq!(again.header("Idempotent-Replayed"), None);
+    assert_eq!(again.json()["status"], "processed");
+    assert_eq!(attempts(&app, id).await, 2);
+    // Its answer is the one kept.
+    let replay = operator.post(&path, &key).await;
+    assert_eq!(
+        (replay.status, replay.header("Idempotent-Replayed")),
+        (200, Some("true"))
+    );
+    assert_eq!(replay.body, again.body);
+    assert_eq!(attempts(&app, id).await, 2);
+}
+
+#[tokio::test]
+async fn hookd_admin_token_adds_an_operator_named_env_and_the_files_tokens_stay() {
+    let env_token = "an-operator-token-from-the-environment";
+    let env =
+        std::collections::HashMap::from([("HOOKD_ADMIN_TOKEN".to_string(), env_token.to_string())]);
+    let mut settings =
+        hookd::config::Settings::from_toml("hookd.toml", include_str!("../../hookd.toml"), &env)
+            .expect("config");
+    settings.listen = "127.0.0.1:0".parse().expect("addr");
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let dead = dead_event(&app, "evt_env_token").await;
+    let from_env = app.admin(Credential::Bearer(env_token.into()));
+    // An operator: it may retry, and the audit trail names it `env`.
+    let retried = from_env
+        .post(&format!("/admin/api/events/{dead}/retry"), &[])
+        .await;
+    assert_eq!(retried.status, 200);
+    let audit = from_env.get("/admin/api/audit").await;
+    assert_eq!(audit.status, 200);
+    let entry = &audit.json()["entries"][0];
+    assert_eq!(
+        (entry["who"].clone(), entry["action"].clone()),
+        (json!("env"), json!("retried")),
+        "{entry}"
+    );
+    // It signs in on the page too.
+    let cookie = app.sign_in(env_token).await;
+    let page = cookie_client(&app, &cookie).get("/admin").await;
+    assert_eq!(page.status, 200);
+    // The file's tokens still work.
+    for token in [VIEWER, OPERATOR] {
+        let answer = app
+            .admin(Credential::Bearer(token.into()))
+            .get("/admin/api/events")
+            .await;
+        assert_eq!(answer.status, 200, "{token}");
+    }
+    assert_eq!(
+        app.admin(Credential::Bearer(OPERATOR.into()))
+            .post(&format!("/admin/api/events/{dead}/retry"), &[])
+            .await
+            .status,
+        200
+    );
+}

@@ -560,3 +560,104 @@ async fn dispatchers_on_two_instances_never_run_one_event_twice_at_once() {
     );
     assert_eq!(overlap.overlaps.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test]
+async fn the_retry_loops_as_serve_runs_them_apply_what_failed() {
+    let flaky = Arc::new(Flaky {
+        failures: 2,
+        runs: Mutex::default(),
+    });
+    let mut settings = test_settings();
+    for source in &mut settings.sources {
+        source
+            .event_types
+            .insert("test.test_loop".into(), "test_loop".into());
+    }
+    settings.retry_base = Duration::from_millis(200);
+    settings.dispatchers = 2;
+    let mut registry = Registry::builtin();
+    registry.register("test_loop", flaky);
+    // The retry loops run on their own, as in `hookd serve`; nothing here drives them.
+    let app = spawn(Spawn {
+        settings,
+        registry,
+        parts: hookd::app::Parts {
+            dispatcher: true,
+            purge: false,
+            http_workers: Some(2),
+        },
+        ..Spawn::default()
+    })
+    .await;
+    for i in 0..5 {
+        app.deliver_ok("stripe", &test_event(&format!("evt_loop_{i}"), "test_loop"))
+            .await;
+    }
+    let app = &app;
+    wait_for(
+        "the loops to process every event",
+        Duration::from_secs(30),
+        || async move {
+            let done = app
+                .count(
+                    "SELECT count(*) FROM webhook_events WHERE status = 'processed'",
+                    &[],
+                )
+                .await;
+            (done == 5).then_some(())
+        },
+    )
+    .await;
+    for i in 0..5 {
+        assert_eq!(
+            attempt_outcomes(app, &format!("evt_loop_{i}")).await,
+            vec![
+                (1, "failed".into()),
+                (2, "failed".into()),
+                (3, "processed".into())
+            ]
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_most_overdue_event_is_retried_first() {
+    let flaky = Arc::new(Flaky {
+        failures: i32::MAX,
+        runs: Mutex::default(),
+    });
+    // Once run, an event is not due again for minutes: each is attempted once here.
+    let app = app_with("test_order", flaky, |s| {
+        s.retry_base = Duration::from_secs(600)
+    })
+    .await;
+    // Due 1, 5, 3, 4 and 2 minutes ago, delivered in another order.
+    let overdue = [1, 5, 3, 4, 2];
+    let mut ids = Vec::new();
+    for (i, minutes) in overdue.iter().enumerate() {
+        let event_id = format!("evt_due_{i}");
+        app.deliver_ok("stripe", &test_event(&event_id, "test_order"))
+            .await;
+        app.execute(
+            "UPDATE webhook_events SET next_attempt_at = now() - make_interval(mins => $1)
+             WHERE event_id = $2",
+            &[minutes, &event_id],
+        )
+        .await;
+        ids.push(
+            app.count(
+                "SELECT id FROM webhook_events WHERE event_id = $1",
+                &[&event_id],
+            )
+            .await,
+        );
+    }
+    let mut order = Vec::new();
+    while let hookd::dispatch::DispatchStep::Attempted { id, .. } =
+        app.app.dispatcher.try_dispatch_due().await.expect("step")
+    {
+        order.push(id);
+    }
+    // 5, 4, 3, 2, 1 minutes overdue: events 1, 3, 2, 4, 0.
+    assert_eq!(order, [ids[1], ids[3], ids[2], ids[4], ids[0]]);
+}

@@ -436,3 +436,160 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
     let start = value("process_start_time_seconds", &[]);
     assert!(start <= now + 1.0 && start > now - 86_400.0, "{start}");
 }
+
+/// Every secret and token hookd knows in the logging test.
+const ENV_TOKEN: &str = "an-operator-token-from-the-environment";
+const ENV_SHOP_SECRET: &str = "a-shop-secret-from-the-environment";
+
+#[tokio::test]
+async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged() {
+    // hookd's own lines at every level down to debug.
+    let served = Served::start(&[
+        ("RUST_LOG", "info,hookd=debug"),
+        ("HOOKD_ADMIN_TOKEN", ENV_TOKEN),
+        ("HOOKD_SOURCE_SHOP_SECRETS", ENV_SHOP_SECRET),
+    ])
+    .await;
+    let settings = test_settings();
+    let stripe = settings.source("stripe").expect("stripe");
+    let github = settings.source("github").expect("github");
+    let now = chrono::Utc::now().timestamp();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let send = |path: &str, request_id: String, headers: Vec<(String, String)>, body: Vec<u8>| {
+        let mut request = http
+            .post(format!("{}{path}", served.base))
+            .header("X-Request-Id", request_id)
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        async move { request.send().await.expect("answer").status().as_u16() }
+    };
+    let marked = |id: &str, n: usize| {
+        let mut event = stripe_event(
+            id,
+            "payment_intent.succeeded",
+            json!({"id": format!("pi_{id}"), "object": "payment_intent", "amount": 500,
+                   "customer": format!("cus_marker_{n}")}),
+        );
+        event["description"] = json!(format!("payload-marker-{n}"));
+        serde_json::to_vec(&event).expect("json")
+    };
+    let signed = |body: &[u8]| {
+        hookd::cli::sign::sign_delivery(stripe, body, Default::default(), now)
+            .expect("sign")
+            .headers
+    };
+    let new = marked("evt_logged", 1);
+    // The same event id with another payload.
+    let conflicting = marked("evt_logged", 2);
+    let dead = {
+        let mut event = stripe_event(
+            "evt_logged_dead",
+            "payment_intent.succeeded",
+            json!({"id": "pi_logged_dead", "amount": "payload-marker-3"}),
+        );
+        event["description"] = json!("payload-marker-4");
+        serde_json::to_vec(&event).expect("json")
+    };
+    let not_json = b"payload-marker-5 is not JSON".to_vec();
+    let github_headers = hookd::signature::sign(
+        &github.scheme,
+        &github.secrets[0],
+        &not_json,
+        &hookd::signature::Envelope {
+            event_id: "gh-logged",
+            event_type: "push",
+            timestamp: now,
+        },
+    )
+    .expect("sign");
+    let mut proxied = signed(&marked("evt_logged_proxied", 6));
+    proxied.push(("X-Forwarded-For".into(), "198.51.100.7".into()));
+    type Delivery<'a> = (&'a str, Vec<(String, String)>, Vec<u8>, u16);
+    let deliveries: Vec<Delivery<'_>> = vec![
+        ("/webhooks/stripe", signed(&new), new.clone(), 200),
+        ("/webhooks/stripe", signed(&new), new.clone(), 200),
+        (
+            "/webhooks/stripe",
+            signed(&conflicting),
+            conflicting.clone(),
+            422,
+        ),
+        ("/webhooks/stripe", signed(&dead), dead.clone(), 200),
+        (
+            "/webhooks/stripe",
+            signed(&new),
+            marked("evt_logged", 7),
+            401,
+        ),
+        ("/webhooks/github", github_headers, not_json.clone(), 400),
+        ("/webhooks/nope", vec![], marked("evt_nope", 8), 404),
+        (
+            "/webhooks/stripe",
+            proxied,
+            marked("evt_logged_proxied", 6),
+            401,
+        ),
+    ];
+    let count = deliveries.len();
+    for (n, (path, headers, body, status)) in deliveries.into_iter().enumerate() {
+        assert_eq!(
+            send(path, format!("req-logged-{n}"), headers, body).await,
+            status,
+            "delivery {n}"
+        );
+    }
+    // Sign-ins: a wrong token, and the environment's.
+    for (n, token) in [(0, "a-wrong-token-guessed-here"), (1, ENV_TOKEN)] {
+        let answer = http
+            .post(format!("{}/admin/login", served.base))
+            .header("X-Request-Id", format!("req-login-{n}"))
+            .json(&json!({ "token": token }))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(answer.status().as_u16(), [401, 303][n]);
+    }
+    let log = served.stop().await;
+
+    let delivery_lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("delivery source="))
+        .collect();
+    assert_eq!(delivery_lines.len(), count, "{log}");
+    for n in 0..count {
+        let id = format!("request_id=req-logged-{n}");
+        assert_eq!(
+            delivery_lines.iter().filter(|l| l.ends_with(&id)).count(),
+            1,
+            "delivery {n}: {log}"
+        );
+    }
+    let mut secrets: Vec<String> = settings
+        .sources
+        .iter()
+        .flat_map(|s| s.secrets.iter().map(|x| x.expose().to_string()))
+        .collect();
+    secrets.extend(
+        settings
+            .admin_tokens
+            .iter()
+            .map(|t| t.token.expose().to_string()),
+    );
+    secrets.extend([ENV_TOKEN, ENV_SHOP_SECRET, "a-wrong-token-guessed-here"].map(String::from));
+    for secret in &secrets {
+        assert!(!log.contains(secret.as_str()), "{secret} logged:\n{log}");
+    }
+    for marker in (1..=8).map(|n| format!("payload-marker-{n}")) {
+        assert!(!log.contains(&marker), "{marker} logged:\n{log}");
+    }
+    assert!(
+        !log.contains("cus_marker_"),
+        "payload fields logged:\n{log}"
+    );
+}

@@ -580,3 +580,150 @@ async fn serve_runs_its_own_cluster_shares_it_and_adopts_one_a_killed_serve_left
     drop(guard);
     drop(project);
 }
+
+#[tokio::test]
+async fn a_cluster_that_cannot_live_in_the_project_goes_under_tmpdir_and_is_found_again() {
+    // A project whose ./.hookd/pg is too long for a socket, for any user.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "tmpdir-{}-{}",
+        std::process::id(),
+        "p".repeat(80)
+    ));
+    std::fs::create_dir_all(&dir).expect("project");
+    let project = Project { dir: dir.clone() };
+    // A TMPDIR of the test's own (the postgres user may enter it, as /tmp).
+    let tmpdir = PathBuf::from(format!("/tmp/hookd-tmpdir-{}", std::process::id()));
+    std::fs::create_dir_all(&tmpdir).expect("tmpdir");
+    std::fs::set_permissions(&tmpdir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _tmpdir_goes = Remove(tmpdir.clone());
+    let migrate = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hookd"));
+        command
+            .args(["migrate", "--config"])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"))
+            .current_dir(&dir)
+            .env_remove("DATABASE_URL")
+            .env_remove("HOOKD_CONFIG")
+            .env("TMPDIR", &tmpdir)
+            .env("RUST_LOG", "info");
+        async move {
+            tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
+                .await
+                .expect("join")
+        }
+    };
+
+    let first = migrate().await;
+    let said = String::from_utf8_lossy(&first.stderr).to_string();
+    assert!(first.status.success(), "{said}");
+    let cluster = started_in(&said);
+    let _cluster_goes = ClusterGuard::new(&cluster);
+    assert_eq!(
+        cluster.parent(),
+        Some(tmpdir.as_path()),
+        "{}",
+        cluster.display()
+    );
+    let name = cluster.file_name().and_then(|n| n.to_str()).expect("name");
+    assert!(
+        name.len() == "hookd-".len() + 16
+            && name.starts_with("hookd-")
+            && name["hookd-".len()..]
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit()),
+        "{name}"
+    );
+    assert_eq!(recorded_cluster(&dir), Some(cluster.clone()));
+    assert!(
+        said.contains(&format!(
+            "using {} instead (the system may empty its temporary folder at reboot",
+            cluster.display()
+        )),
+        "{said}"
+    );
+    assert!(
+        String::from_utf8_lossy(&first.stdout).contains("applied "),
+        "{first:?}"
+    );
+    assert!(
+        !crate::support::pg_ctl_as_cluster_user(&cluster, &["status"]),
+        "stopped at exit"
+    );
+
+    // The next command finds it through the record: the schema is already there.
+    let second = migrate().await;
+    let said = String::from_utf8_lossy(&second.stderr).to_string();
+    assert!(second.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("using {} as recorded in", cluster.display())),
+        "{said}"
+    );
+    assert!(
+        String::from_utf8_lossy(&second.stdout).contains("applied 0 migration(s)"),
+        "{second:?}"
+    );
+    drop(project);
+}
+
+#[tokio::test]
+async fn serve_warns_at_startup_about_what_may_be_a_mistake() {
+    let db = TestDb::create().await;
+    let port = free_port();
+    let text = include_str!("../../hookd.toml")
+        .replace(
+            "listen = \"127.0.0.1:8080\"",
+            &format!("listen = \"127.0.0.1:{port}\""),
+        )
+        .replace(
+            "tolerance = \"5m\"\n# fingerprint_ignore",
+            "tolerance = \"5m\"\nevent_types = { \"invoice.paid\" = \"invoice_paid\" }\n# fingerprint_ignore",
+        )
+        + "\n[[admin.tokens]]\nname = \"short\"\ntoken = \"tiny-token\"\nrole = \"viewer\"\n";
+    assert!(text.contains("invoice_paid"), "the mapping was added");
+    let config = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("warnings-{}.toml", std::process::id()));
+    std::fs::write(&config, text).expect("config");
+    let log_path = config.with_extension("log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("DATABASE_URL", cluster().connection_string(&db.name))
+        .env("HOOKD_SOURCE_NOPE_SECRETS", "a-secret-for-no-source")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn hookd");
+    let hookd = Hookd {
+        child: Some(child),
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    hookd.ready(Duration::from_secs(30)).await;
+    hookd.signal(Signal::SIGTERM);
+    assert!(hookd.wait().await.success());
+    let log = std::fs::read_to_string(&log_path).expect("log");
+    for warning in [
+        "serving with the shipped development secrets or tokens; hookd accepts them on loopback \
+         addresses only",
+        "source stripe: no handler or forward takes kind \"invoice_paid\"",
+        "admin.tokens[2].token: shorter than 16 characters; easy to guess",
+        "HOOKD_SOURCE_NOPE_SECRETS: no configured source is named NOPE; ignored",
+    ] {
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(warning) && l.contains("WARN"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{warning}:\n{log}");
+    }
+    for secret in ["tiny-token", "a-secret-for-no-source"] {
+        assert!(!log.contains(secret), "{secret} in:\n{log}");
+    }
+}

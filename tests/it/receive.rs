@@ -298,6 +298,104 @@ async fn bad_signatures_are_401_with_a_reason() {
 }
 
 #[tokio::test]
+async fn the_signature_is_checked_before_the_timestamp() {
+    let app = spawn_app().await;
+    let now = chrono::Utc::now().timestamp();
+    for (source, body) in [
+        ("stripe", succeeded("evt_order", "pi_order")),
+        (
+            "standard",
+            neutral("msg_order", "payment.succeeded", "p_order"),
+        ),
+    ] {
+        let settings = app.settings().source(source).expect("source").clone();
+        let bytes = serde_json::to_vec(&body).expect("json");
+        for (offset, genuine_reason) in [(-3600, "too old"), (3600, "too new")] {
+            let signed =
+                hookd::cli::sign::sign_delivery(&settings, &bytes, Hints::default(), now + offset)
+                    .expect("sign");
+            // Genuine but out of time: the timestamp is what is wrong.
+            let answer = app.post(source, &signed.headers, bytes.clone()).await;
+            assert_eq!(answer.status, 401);
+            assert!(
+                reason_of(&answer).contains(genuine_reason),
+                "{source} {offset}: {}",
+                reason_of(&answer)
+            );
+            // Not genuine and out of time: only the signature is spoken of.
+            let mut other = bytes.clone();
+            other.insert(1, b' ');
+            let answer = app.post(source, &signed.headers, other).await;
+            assert_eq!(
+                (answer.status, reason_of(&answer).as_str()),
+                (401, "signature mismatch"),
+                "{source} {offset}"
+            );
+        }
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn an_event_id_or_type_over_255_bytes_is_400_and_255_is_fine() {
+    let app = spawn_app().await;
+    let long_type = format!(
+        "payment_intent.{}",
+        "x".repeat(256 - "payment_intent.".len())
+    );
+    let long_id = format!("evt_{}", "y".repeat(252));
+    assert_eq!((long_type.len(), long_id.len()), (256, 256));
+    for (event, what) in [
+        (
+            stripe_event("evt_long_type", &long_type, json!({})),
+            "event type",
+        ),
+        (
+            stripe_event(&long_id, "customer.created", json!({})),
+            "event id",
+        ),
+    ] {
+        for _ in 0..2 {
+            let answer = app.deliver("stripe", &event).await;
+            assert_eq!(error_of(&answer), (400, "bad_request".into()));
+            assert_eq!(
+                reason_of(&answer),
+                format!("{what} is longer than 255 bytes")
+            );
+        }
+    }
+    // GitHub's type is the X-GitHub-Event header and the body's action.
+    let body = serde_json::to_vec(&json!({"action": "a".repeat(200)})).expect("json");
+    let headers = app.sign(
+        "github",
+        &body,
+        Hints {
+            event_type: Some(&"e".repeat(60)),
+            event_id: Some("gh-long-type"),
+        },
+    );
+    let answer = app.post("github", &headers, body).await;
+    assert_eq!(
+        (answer.status, reason_of(&answer)),
+        (400, "event type is longer than 255 bytes".to_string())
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        0
+    );
+    // At the limit, both are stored.
+    let at_limit = stripe_event(&long_id[..255], &long_type[..255], json!({}));
+    app.deliver_ok("stripe", &at_limit).await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        1
+    );
+}
+
+#[tokio::test]
 async fn timestamps_outside_the_tolerance_are_refused_both_ways() {
     let app = spawn_app().await;
     let stripe = app.settings().source("stripe").expect("stripe").clone();
@@ -876,4 +974,47 @@ async fn generic_hmac_signatures_match_independently_computed_vectors() {
         String::from_utf8_lossy(&answer.body)
     );
     assert_eq!(answer.json()["event_id"], "shop_kat");
+}
+
+#[tokio::test]
+async fn scheme_svix_is_another_name_for_standard_webhooks() {
+    let secret = "whsec_c3ZpeC1uYW1lZC1zb3VyY2Utc2VjcmV0LTMyYnl0ZQ==";
+    let app = spawn(Spawn {
+        settings: settings_with(&format!(
+            "[[sources]]\nname = \"svixed\"\nscheme = \"svix\"\nsecrets = [\"{secret}\"]\n\
+             event_types = {{ \"payment.succeeded\" = \"payment_succeeded\" }}\n"
+        )),
+        ..Spawn::default()
+    })
+    .await;
+    let source = app.settings().source("svixed").expect("source");
+    assert_eq!(source.scheme.name(), "standard");
+    let body =
+        serde_json::to_vec(&neutral("msg_svixed", "payment.succeeded", "p_svixed")).expect("json");
+    // Signed by the Standard Webhooks reference library, sent with svix-* names.
+    let timestamp = chrono::Utc::now().timestamp();
+    let signature = standardwebhooks::Webhook::new(secret)
+        .expect("secret")
+        .sign("msg_svixed", timestamp, &body)
+        .expect("sign");
+    let headers = vec![
+        ("svix-id".to_string(), "msg_svixed".to_string()),
+        ("svix-timestamp".to_string(), timestamp.to_string()),
+        ("svix-signature".to_string(), signature),
+    ];
+    let answer = app.post("svixed", &headers, body).await;
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert_eq!(
+        app.strings(
+            "SELECT status FROM webhook_events WHERE source = 'svixed' AND event_id = 'msg_svixed'",
+            &[]
+        )
+        .await,
+        ["processed"]
+    );
 }
