@@ -479,6 +479,8 @@ async fn gated_app(
     db: Option<Arc<crate::support::TestDb>>,
 ) -> TestApp {
     let mut settings = settings;
+    // The test holds a handler at the gate: never for as long as this.
+    settings.handler_timeout = std::time::Duration::from_secs(60);
     settings.sources[0]
         .event_types
         .insert("test.slow".into(), "test_slow".into());

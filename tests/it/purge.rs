@@ -644,6 +644,8 @@ async fn a_pass_skips_rows_others_hold_and_takes_them_next_time() {
     let arrived = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut settings = test_settings();
     settings.purge_batch = 2;
+    // The test holds handlers at the gate: never for as long as this.
+    settings.handler_timeout = std::time::Duration::from_secs(60);
     settings.sources[0]
         .event_types
         .insert("test.gate".into(), "test_gate".into());
