@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio_postgres::types::ToSql;
 
 use crate::cluster::connect;
+use crate::metrics::Exposition;
 use crate::settings::shipped_settings;
 
 const TEMPLATE: &str = "hookd_template";
@@ -361,4 +362,46 @@ pub fn stripe_event(id: &str, event_type: &str, object: Value) -> Value {
         "livemode": false,
         "data": { "object": object },
     })
+}
+
+/// Polls `check` every 20 ms until it gives `Some`, and fails the test if that
+/// takes longer than `within`: a wait on a condition, never a bare sleep.
+pub async fn wait_for<T, F, Fut>(what: &str, within: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still waiting after {within:?} for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+impl TestApp {
+    /// `deliver`, and the answer must be a 200.
+    pub async fn deliver_ok(&self, source: &str, body: &Value) -> Answer {
+        let answer = self.deliver(source, body).await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{source} {}: {}",
+            body["id"],
+            String::from_utf8_lossy(&answer.body)
+        );
+        answer
+    }
+
+    /// `/metrics`, parsed as Prometheus reads it.
+    pub async fn metrics(&self) -> Exposition {
+        let answer = self.get("/metrics").await;
+        assert_eq!(answer.status, 200, "/metrics");
+        Exposition::parse(&String::from_utf8(answer.body).expect("utf-8 metrics"))
+    }
 }

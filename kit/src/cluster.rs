@@ -66,3 +66,57 @@ pub fn tmp_root() -> PathBuf {
         .and_then(|exe| exe.ancestors().nth(3).map(|target| target.join("tmp")))
         .unwrap_or_else(std::env::temp_dir)
 }
+
+/// Stops the PostgreSQL cluster in `dir` (as the cluster's user) and removes the
+/// folder when dropped: a test that starts a cluster and then fails leaves no
+/// postmaster behind.
+pub struct ClusterGuard {
+    pub dir: std::path::PathBuf,
+}
+
+impl ClusterGuard {
+    pub fn new(dir: &std::path::Path) -> ClusterGuard {
+        ClusterGuard {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Whether the postmaster in `dir` is alive (`pg_ctl status`).
+    pub fn running(&self) -> bool {
+        pg_ctl_as_cluster_user(&self.dir, &["status"])
+    }
+}
+
+impl Drop for ClusterGuard {
+    fn drop(&mut self) {
+        if self.running() {
+            pg_ctl_as_cluster_user(&self.dir, &["stop", "-m", "immediate", "-w"]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `pg_ctl ARGS -D DIR/data` as the user that runs the cluster (`postgres` when
+/// this process is root); whether it succeeded.
+pub fn pg_ctl_as_cluster_user(dir: &std::path::Path, args: &[&str]) -> bool {
+    use std::os::unix::process::CommandExt;
+    let pg_ctl = hookd::embedded_pg::binaries::program("pg_ctl").expect("pg_ctl");
+    let mut command = std::process::Command::new(pg_ctl);
+    command
+        .args(args)
+        .arg("-s")
+        .arg("-D")
+        .arg(dir.join("data"))
+        .current_dir("/")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if nix::unistd::Uid::effective().is_root() {
+        let postgres = nix::unistd::User::from_name("postgres")
+            .expect("lookup")
+            .expect("postgres user");
+        command
+            .uid(postgres.uid.as_raw())
+            .gid(postgres.gid.as_raw());
+    }
+    command.status().is_ok_and(|s| s.success())
+}

@@ -7,6 +7,7 @@
 //! - `app`: hookd in-process for a test, on a fresh database, with the handlers of
 //!   the test's choosing;
 //! - `admin`: an admin client with one method per route;
+//! - `metrics`: `/metrics` parsed as Prometheus reads it;
 //! - `load`: the signing load generator (closed and open loops, reports);
 //! - `bench`: a durable cluster with hookd in-process, CPU accounting, bulk fills;
 //! - `pgbench`: the ingest benchmark's baseline, made from the store's statements.
@@ -16,5 +17,6 @@ pub mod app;
 pub mod bench;
 pub mod cluster;
 pub mod load;
+pub mod metrics;
 pub mod pgbench;
 pub mod settings;

@@ -324,20 +324,25 @@ fn cross_site() -> ApiError {
     ApiError::Forbidden("cross-site request refused".into())
 }
 
-/// Whether `Origin` (or, without it, `Referer`) names this host; `None` when the
-/// request carries neither.
+/// Whether `Origin` and `Referer` (those the request carries) both name this
+/// host: any that names another is refused; `None` when the request carries
+/// neither.
 fn same_origin(request: &HttpRequest) -> Option<bool> {
     let host = client::requested_host(request);
-    let claimed = [ORIGIN, REFERER]
+    let names_this_host = |claimed: &actix_web::http::header::HeaderValue| {
+        let claimed_host = claimed
+            .to_str()
+            .ok()
+            .and_then(|c| c.split_once("://"))
+            .map(|(_, rest)| rest.split('/').next().unwrap_or_default())
+            .unwrap_or_default();
+        !host.is_empty() && claimed_host.eq_ignore_ascii_case(host)
+    };
+    let claimed: Vec<_> = [ORIGIN, REFERER]
         .into_iter()
-        .find_map(|name| request.headers().get(name))?;
-    let claimed_host = claimed
-        .to_str()
-        .ok()
-        .and_then(|c| c.split_once("://"))
-        .map(|(_, rest)| rest.split('/').next().unwrap_or_default())
-        .unwrap_or_default();
-    Some(!host.is_empty() && claimed_host.eq_ignore_ascii_case(host))
+        .filter_map(|name| request.headers().get(name))
+        .collect();
+    (!claimed.is_empty()).then(|| claimed.into_iter().all(names_this_host))
 }
 
 /// For page forms, which also carry the form token: an `Origin`/`Referer` that

@@ -309,7 +309,9 @@ const CLAIMED_COLUMNS: &str =
     "id, source, event_id, event_type, kind, payload, attempts, body, received_at";
 
 /// Locks the most overdue `failed` event for this transaction, skipping rows other
-/// instances hold, so any number of dispatchers can run side by side.
+/// instances hold, so any number of dispatchers can run side by side. (`NO KEY`:
+/// the lock excludes other dispatchers and retries, yet a purge pass may still
+/// list the event as pending — a foreign key check — without waiting.)
 pub async fn claim_due(client: &impl GenericClient) -> Result<Option<ClaimedEvent>, StoreError> {
     let statement = client
         .prepare_cached(&format!(
@@ -318,7 +320,7 @@ pub async fn claim_due(client: &impl GenericClient) -> Result<Option<ClaimedEven
              WHERE status = 'failed' AND next_attempt_at <= now()
              ORDER BY next_attempt_at
              LIMIT 1
-             FOR UPDATE SKIP LOCKED"
+             FOR NO KEY UPDATE SKIP LOCKED"
         ))
         .await?;
     let row = client.query_opt(&statement, &[]).await?;
@@ -351,14 +353,15 @@ fn claimed(row: &tokio_postgres::Row) -> ClaimedEvent {
     }
 }
 
-/// Locks one event for a manual retry, waiting for a dispatcher that holds it.
+/// Locks one event for a manual retry, waiting for a dispatcher that holds it
+/// (`NO KEY`, as `claim_due`: a purge pass does not wait for it).
 pub async fn lock_by_id(
     client: &impl GenericClient,
     id: i64,
 ) -> Result<Option<ClaimedEvent>, StoreError> {
     let statement = client
         .prepare_cached(&format!(
-            "SELECT {CLAIMED_COLUMNS} FROM webhook_events WHERE id = $1 FOR UPDATE"
+            "SELECT {CLAIMED_COLUMNS} FROM webhook_events WHERE id = $1 FOR NO KEY UPDATE"
         ))
         .await?;
     let row = client.query_opt(&statement, &[&id]).await?;

@@ -119,7 +119,9 @@ pub async fn walk_payloads_batch(
 }
 
 /// Drops the payloads of the listed events that are finished (the status is
-/// checked again under the row lock), with their attempts.
+/// checked again under the row lock), with their attempts. Rows another
+/// transaction holds are skipped (the walk lists them as pending, for a later
+/// pass): a pass never waits on a delivery or a retry.
 async fn drop_payloads(
     client: &impl GenericClient,
     ids: &[i64],
@@ -129,7 +131,9 @@ async fn drop_payloads(
         .prepare_cached(&format!(
             "UPDATE webhook_events SET payload = NULL, body = NULL, signature_headers = NULL,
                  last_error = NULL, purged_at = now()
-             WHERE id = ANY($1) AND status IN {FINAL} AND payload IS NOT NULL
+             WHERE id IN (SELECT id FROM webhook_events
+                          WHERE id = ANY($1) AND status IN {FINAL} AND payload IS NOT NULL
+                          FOR NO KEY UPDATE SKIP LOCKED)
              RETURNING status, id"
         ))
         .await?;

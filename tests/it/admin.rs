@@ -10,7 +10,7 @@ use reqwest::redirect::Policy;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Answer, SlowRetries, Spawn, TestApp, csrf_of, shipped_settings, spawn, spawn_app, stripe_event,
+    Answer, Spawn, TestApp, csrf_of, shipped_settings, spawn, spawn_app, stripe_event, wait_for,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -210,6 +210,17 @@ async fn the_history_filters() {
     }
 }
 
+async fn page_of(app: &TestApp, cursor: Option<&str>) -> (Vec<String>, Option<String>) {
+    let path = match cursor {
+        Some(cursor) => format!("/admin/api/events?limit=2&cursor={cursor}"),
+        None => "/admin/api/events?limit=2".to_string(),
+    };
+    let answer = call(app, "GET", &path, Some(VIEWER), &[]).await;
+    assert_eq!(answer.status, 200, "{path}");
+    let next = answer.json()["next_cursor"].as_str().map(String::from);
+    (ids(&answer), next)
+}
+
 #[tokio::test]
 async fn pages_follow_the_cursor_without_gaps_or_repeats() {
     let app = spawn_app().await;
@@ -221,20 +232,37 @@ async fn pages_follow_the_cursor_without_gaps_or_repeats() {
     )
     .await;
     let mut seen = Vec::new();
-    let mut path = "/admin/api/events?limit=4".to_string();
+    let mut cursor = None;
+    let mut arrived = 0;
     loop {
-        let answer = call(&app, "GET", &path, Some(VIEWER), &[]).await;
-        let body = answer.json();
-        seen.extend(ids(&answer));
-        match body["next_cursor"].as_str() {
-            Some(cursor) => path = format!("/admin/api/events?limit=4&cursor={cursor}"),
+        let (page, next) = page_of(&app, cursor.as_deref()).await;
+        seen.extend(page);
+        assert!(seen.len() <= 6, "the pages run on: {seen:?}");
+        // New events arrive between the pages, as they do while someone reads.
+        for _ in 0..3 {
+            arrived += 1;
+            let event = payment(
+                &format!("evt_new_{arrived}"),
+                "payment_intent.succeeded",
+                &format!("pi_new_{arrived}"),
+                "cus_new",
+            );
+            app.deliver_ok("stripe", &event).await;
+        }
+        match next {
+            Some(next) => cursor = Some(next),
             None => break,
         }
     }
     assert_eq!(
         seen,
-        ["evt_h6", "evt_h5", "evt_h4", "evt_h3", "evt_h2", "evt_h1"]
+        ["evt_h6", "evt_h5", "evt_h4", "evt_h3", "evt_h2", "evt_h1"],
+        "the pages neither skipped nor repeated an event, nor took in newer ones"
     );
+    assert_eq!(arrived, 9);
+    // The new arrivals are at the top of a fresh first page.
+    let (first, _) = page_of(&app, None).await;
+    assert_eq!(first, ["evt_new_9", "evt_new_8"]);
 }
 
 #[tokio::test]
@@ -273,30 +301,72 @@ async fn one_event_comes_with_its_payload_and_attempts() {
     }
 }
 
-#[tokio::test]
-async fn stats_count_by_status_kind_and_source() {
-    let app = spawn_app().await;
-    history(&app).await;
+async fn stats(app: &TestApp, window: &str) -> Value {
     let answer = call(
-        &app,
+        app,
         "GET",
-        "/admin/api/stats?window=24h",
+        &format!("/admin/api/stats?window={window}"),
         Some(VIEWER),
         &[],
     )
     .await;
-    assert_eq!(answer.status, 200);
-    let stats = answer.json();
-    assert_eq!(stats["total"], 6);
+    assert_eq!(answer.status, 200, "{window}");
+    answer.json()
+}
+
+#[tokio::test]
+async fn stats_count_by_status_kind_and_source() {
+    let app = spawn_app().await;
+    history(&app).await;
+    let neutral = json!({"id": "msg_stats", "type": "payment.succeeded", "created": 1,
+                         "data": {"payment_id": "p_stats", "amount": 100}});
+    app.deliver_ok("standard", &neutral).await;
+    // Two events received before the last 24 hours: one 25 hours ago, one 3 days ago.
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - interval '25 hours' WHERE event_id = 'evt_h1'",
+        &[],
+    )
+    .await;
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - interval '3 days' WHERE event_id = 'evt_h4'",
+        &[],
+    )
+    .await;
+
+    let day = stats(&app, "24h").await;
+    let since = chrono::DateTime::parse_from_rfc3339(day["since"].as_str().expect("since"))
+        .expect("RFC 3339");
+    let ago = chrono::Utc::now().signed_duration_since(since);
+    assert!(
+        ago > chrono::Duration::hours(23) && ago < chrono::Duration::hours(25),
+        "since {since}"
+    );
+    assert_eq!(day["total"], 5);
+    assert_eq!(day["by_status"], json!({"processed": 4, "dead": 1}));
     assert_eq!(
-        stats["by_status"],
-        json!({"processed": 4, "ignored": 1, "dead": 1})
+        day["by_kind"],
+        json!({"payment_succeeded": 3, "payment_failed": 2})
+    );
+    assert_eq!(day["by_source"], json!({"stripe": 4, "standard": 1}));
+
+    let two_days = stats(&app, "2d").await;
+    assert_eq!(two_days["total"], 6);
+    assert_eq!(
+        two_days["by_kind"],
+        json!({"payment_succeeded": 4, "payment_failed": 2})
+    );
+
+    let week = stats(&app, "7d").await;
+    assert_eq!(week["total"], 7);
+    assert_eq!(
+        week["by_status"],
+        json!({"processed": 5, "ignored": 1, "dead": 1})
     );
     assert_eq!(
-        stats["by_kind"],
-        json!({"payment_succeeded": 3, "payment_failed": 2, "none": 1})
+        week["by_kind"],
+        json!({"payment_succeeded": 4, "payment_failed": 2, "none": 1})
     );
-    assert_eq!(stats["by_source"], json!({"stripe": 6}));
+    assert_eq!(week["by_source"], json!({"stripe": 6, "standard": 1}));
     assert_eq!(
         call(
             &app,
@@ -386,26 +456,52 @@ async fn operators_retry_viewers_may_not() {
     );
 }
 
-#[tokio::test]
-async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
-    let mut settings = shipped_settings();
+/// Holds every retry (not the first run) until the test lets one through.
+struct Gate(Arc<tokio::sync::Semaphore>);
+
+#[async_trait::async_trait]
+impl hookd::handlers::Handler for Gate {
+    async fn apply(
+        &self,
+        _tx: &deadpool_postgres::Transaction<'_>,
+        event: &hookd::handlers::Event<'_>,
+    ) -> Result<(), hookd::handlers::HandlerError> {
+        if event.attempt > 1 {
+            self.0.acquire().await.expect("gate").forget();
+        }
+        Ok(())
+    }
+}
+
+async fn gated_app(
+    gate: Arc<tokio::sync::Semaphore>,
+    settings: hookd::config::Settings,
+    db: Option<Arc<crate::support::TestDb>>,
+) -> TestApp {
+    let mut settings = settings;
+    // The test holds a handler at the gate: never for as long as this.
+    settings.handler_timeout = std::time::Duration::from_secs(60);
     settings.sources[0]
         .event_types
         .insert("test.slow".into(), "test_slow".into());
     let mut registry = Registry::builtin();
-    registry.register(
-        "test_slow",
-        Arc::new(SlowRetries(Duration::from_millis(700))),
-    );
-    let app = spawn(Spawn {
+    registry.register("test_slow", Arc::new(Gate(gate)));
+    spawn(Spawn {
         settings,
         registry,
+        db,
         ..Spawn::default()
     })
-    .await;
-    app.deliver("stripe", &stripe_event("evt_slow", "test.slow", json!({})))
+    .await
+}
+
+#[tokio::test]
+async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let app = gated_app(gate.clone(), shipped_settings(), None).await;
+    app.deliver_ok("stripe", &stripe_event("evt_slow", "test.slow", json!({})))
         .await;
-    app.deliver("stripe", &stripe_event("evt_other", "test.slow", json!({})))
+    app.deliver_ok("stripe", &stripe_event("evt_other", "test.slow", json!({})))
         .await;
     let slow = row_id(&app, "evt_slow").await;
     let other = row_id(&app, "evt_other").await;
@@ -413,8 +509,27 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
     let key = [("Idempotency-Key", "key-1")];
 
     let (first, during) = tokio::join!(call(&app, "POST", &path, Some(OPERATOR), &key), async {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        call(&app, "POST", &path, Some(OPERATOR), &key).await
+        // The first request has claimed the key (its handler is held at the gate).
+        let app = &app;
+        wait_for(
+            "the first request's claim",
+            Duration::from_secs(20),
+            || async move {
+                let open = app
+                    .count(
+                        "SELECT count(*) FROM admin_idempotency_keys
+                     WHERE idempotency_key = 'key-1' AND response_status IS NULL",
+                        &[],
+                    )
+                    .await;
+                (open == 1).then_some(())
+            },
+        )
+        .await;
+        let during = call(app, "POST", &path, Some(OPERATOR), &key).await;
+        // Only now may the first request's handler finish.
+        gate.add_permits(1);
+        during
     });
     assert_eq!(first.status, 200);
     assert_eq!(
@@ -457,18 +572,8 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
         role: hookd::config::Role::Operator,
         key: "admin.tokens[2].token".into(),
     });
-    let mut registry = Registry::builtin();
-    registry.register(
-        "test_slow",
-        Arc::new(SlowRetries(Duration::from_millis(700))),
-    );
-    let second = spawn(Spawn {
-        settings,
-        registry,
-        db: app.db.clone(),
-        ..Spawn::default()
-    })
-    .await;
+    let open = Arc::new(tokio::sync::Semaphore::new(100));
+    let second = gated_app(open, settings, app.db.clone()).await;
     let mine = call(
         &second,
         "POST",
@@ -799,4 +904,68 @@ async fn hookd_events_lists_shows_and_retries_from_a_terminal() {
             1
         );
     }
+}
+
+#[tokio::test]
+async fn an_events_detail_has_its_runs_with_durations_and_a_null_payload_once_purged() {
+    let app = spawn_app().await;
+    history(&app).await;
+    let id = row_id(&app, "evt_h5").await;
+    for _ in 0..2 {
+        assert_eq!(retry(&app, id, Some(OPERATOR)).await.status, 200);
+    }
+    let path = format!("/admin/api/events/{id}");
+    let detail = call(&app, "GET", &path, Some(VIEWER), &[]).await.json();
+    assert_eq!(detail["payload"]["id"], "evt_h5");
+    assert_eq!(detail["attempt_count"], 3);
+    let runs = detail["attempts"].as_array().expect("attempts");
+    assert_eq!(runs.len(), 3);
+    let stored: Vec<f64> = app
+        .query(
+            "SELECT extract(epoch FROM finished_at - started_at)::float8 * 1000
+             FROM webhook_event_attempts WHERE webhook_event_id = $1 ORDER BY attempt",
+            &[&id],
+        )
+        .await
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for (n, run) in runs.iter().enumerate() {
+        assert_eq!(run["attempt"], n + 1);
+        assert_eq!(run["handler"], "payment_succeeded");
+        let at = |key: &str| {
+            chrono::DateTime::parse_from_rfc3339(run[key].as_str().expect(key)).expect(key)
+        };
+        let between = (at("finished_at") - at("started_at"))
+            .num_microseconds()
+            .expect("µs") as f64
+            / 1000.0;
+        let duration = run["duration_ms"].as_f64().expect("duration_ms");
+        assert!(duration >= 0.0, "{run}");
+        assert!((duration - between).abs() < 0.01, "{duration} vs {between}");
+        assert!(
+            (duration - stored[n]).abs() < 0.01,
+            "{duration} vs {}",
+            stored[n]
+        );
+    }
+
+    // Past `retention` the purge drops the payload and the runs; the counter stays.
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - interval '31 days' WHERE id = $1",
+        &[&id],
+    )
+    .await;
+    app.app.purger.run_once(None).await.expect("purge");
+    let purged = call(&app, "GET", &path, Some(VIEWER), &[]).await;
+    assert_eq!(purged.status, 200);
+    let purged = purged.json();
+    assert!(
+        purged.get("payload").is_some_and(Value::is_null),
+        "{purged}"
+    );
+    assert_eq!(purged["attempts"], json!([]));
+    assert_eq!(purged["attempt_count"], 3);
+    assert!(purged["purged_at"].is_string(), "{purged}");
+    assert_eq!(purged["origin"]["status"], "unavailable");
 }

@@ -424,7 +424,7 @@ async fn keyed_retries_of_a_slow_handler_leave_connections_for_deliveries() {
     // More retries than the pool has connections.
     for i in 0..20 {
         let id = format!("evt_slow_{i}");
-        app.deliver("stripe", &stripe_event(&id, "test.slow", json!({})))
+        app.deliver_ok("stripe", &stripe_event(&id, "test.slow", json!({})))
             .await;
         ids.push(
             app.count("SELECT id FROM webhook_events WHERE event_id = $1", &[&id])
@@ -542,4 +542,268 @@ async fn the_shipped_credentials_are_refused_on_requests_a_proxy_forwarded() {
     assert_eq!(app.count("SELECT count(*) FROM payments", &[]).await, 0);
     // The same, straight from this machine (development), still works.
     assert_eq!(app.deliver("stripe", &event).await.status, 200);
+}
+
+/// A session cookie made as hookd makes them, keyed with the server secret the
+/// test reads from the database: `name.expiry.nonce.MAC`.
+async fn cookie_for(app: &TestApp, name: &str, token: &str, expires: i64) -> String {
+    let secret: Vec<u8> = app
+        .query("SELECT secret FROM hookd_server_secret", &[])
+        .await[0]
+        .get(0);
+    let key = hookd::signature::hmac_sha256(&secret, &[b"hookd-session:", token.as_bytes()]);
+    let name = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, name);
+    let nonce = hex::encode(rand::random::<[u8; 16]>());
+    let message = format!("session:{name}.{expires}.{nonce}");
+    let mac = hex::encode(hookd::signature::hmac_sha256(&key, &[message.as_bytes()]));
+    format!("hookd_session={name}.{expires}.{nonce}.{mac}")
+}
+
+/// What a browser holding `cookie` gets: the API, the page, and a state change.
+async fn refused_everywhere(app: &TestApp, cookie: &str, dead: i64, why: &str) {
+    let client = cookie_client(app, cookie);
+    let api = client.get("/admin/api/events").await;
+    assert_eq!(
+        (api.status, api.json()["error"].clone()),
+        (401, json!("unauthorized")),
+        "{why}: the API"
+    );
+    let page = client.get("/admin").await;
+    assert_eq!(
+        (page.status, page.header("location")),
+        (303, Some("/admin/login")),
+        "{why}: the page sends them to sign in"
+    );
+    let same_host = app.base.clone();
+    let retry = client
+        .post(
+            &format!("/admin/api/events/{dead}/retry"),
+            &[("Origin", &same_host)],
+        )
+        .await;
+    assert_eq!(retry.status, 401, "{why}: a retry");
+}
+
+#[tokio::test]
+async fn forged_expired_and_rotated_cookies_are_sent_to_sign_in() {
+    let app = spawn_app().await;
+    let dead = dead_event(&app, "evt_cookies").await;
+    let real = app.sign_in(OPERATOR).await;
+    let now = chrono::Utc::now().timestamp();
+
+    // The control: a cookie made by the test this way, still valid, is accepted,
+    // so each refusal below is for the one thing changed.
+    let made = cookie_for(&app, "operator", OPERATOR, now + 3600).await;
+    assert_eq!(
+        cookie_client(&app, &made)
+            .get("/admin/api/events")
+            .await
+            .status,
+        200
+    );
+    let expired = cookie_for(&app, "operator", OPERATOR, now - 60).await;
+    refused_everywhere(&app, &expired, dead, "expired a minute ago").await;
+
+    let mut forged = real.clone();
+    let last = forged.pop().expect("a MAC");
+    forged.push(if last == '0' { '1' } else { '0' });
+    refused_everywhere(&app, &forged, dead, "a MAC changed").await;
+
+    let stranger = cookie_for(&app, "nobody", OPERATOR, now + 3600).await;
+    refused_everywhere(&app, &stranger, dead, "a token name hookd does not have").await;
+    refused_everywhere(&app, "hookd_session=not-a-session", dead, "garbage").await;
+    assert_eq!(attempts(&app, dead).await, 1, "nothing ran");
+
+    // The operator's token rotated (another instance, same database): the
+    // cookie made with the old one is refused there, and one made with the new
+    // token is taken.
+    let mut settings = shipped_settings();
+    let rotated_token = "rotated-operator-token-0123";
+    settings
+        .admin_tokens
+        .iter_mut()
+        .find(|t| t.name == "operator")
+        .expect("operator")
+        .token = hookd::signature::Secret::new(rotated_token);
+    let rotated = spawn(Spawn {
+        settings,
+        db: app.db.clone(),
+        ..Spawn::default()
+    })
+    .await;
+    refused_everywhere(&rotated, &real, dead, "signed with the old token").await;
+    let fresh = cookie_for(&rotated, "operator", rotated_token, now + 3600).await;
+    assert_eq!(
+        cookie_client(&rotated, &fresh)
+            .get("/admin/api/events")
+            .await
+            .status,
+        200
+    );
+    // The real cookie still works where the token did not change.
+    assert_eq!(
+        cookie_client(&app, &real)
+            .get("/admin/api/events")
+            .await
+            .status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn an_origin_or_referer_naming_another_host_is_refused_even_beside_a_good_one() {
+    let app = spawn_app().await;
+    let dead = dead_event(&app, "evt_origins").await;
+    let cookie = app.sign_in(OPERATOR).await;
+    let client = cookie_client(&app, &cookie);
+    let api = format!("/admin/api/events/{dead}/retry");
+    let same_host = app.base.clone();
+    let same_page = format!("{same_host}/admin/events/{dead}");
+    for (origin, referer) in [
+        ("https://evil.example", same_page.as_str()),
+        (same_host.as_str(), "https://evil.example/page"),
+    ] {
+        let answer = client
+            .post(&api, &[("Origin", origin), ("Referer", referer)])
+            .await;
+        assert_eq!(answer.status, 403, "Origin {origin}, Referer {referer}");
+        assert_eq!(answer.json()["error"], "forbidden");
+    }
+    assert_eq!(attempts(&app, dead).await, 1, "nothing ran");
+    // Both naming this host: accepted.
+    let both = client
+        .post(&api, &[("Origin", &same_host), ("Referer", &same_page)])
+        .await;
+    assert_eq!(both.status, 200);
+    assert_eq!(attempts(&app, dead).await, 2);
+}
+
+/// Breaks its transaction on its first retry (a statement fails, and it returns as
+/// if nothing happened), so that retry ends in a 5xx; then behaves.
+#[derive(Default)]
+struct BreaksOnce(std::sync::atomic::AtomicBool);
+
+#[async_trait::async_trait]
+impl hookd::handlers::Handler for BreaksOnce {
+    async fn apply(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        event: &hookd::handlers::Event<'_>,
+    ) -> Result<(), hookd::handlers::HandlerError> {
+        if event.attempt > 1 && !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let _ = tx.execute("SELECT 1 / 0", &[]).await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_5xx_answer_releases_the_idempotency_key_for_a_retry() {
+    let mut settings = shipped_settings();
+    settings.sources[0]
+        .event_types
+        .insert("test.breaks".into(), "test_breaks".into());
+    let mut registry = Registry::builtin();
+    registry.register("test_breaks", Arc::new(BreaksOnce::default()));
+    let app = spawn(Spawn {
+        settings,
+        registry,
+        ..Spawn::default()
+    })
+    .await;
+    app.deliver_ok(
+        "stripe",
+        &stripe_event("evt_breaks", "test.breaks", json!({})),
+    )
+    .await;
+    let id = app
+        .count(
+            "SELECT id FROM webhook_events WHERE event_id = 'evt_breaks'",
+            &[],
+        )
+        .await;
+    let operator = app.admin(Credential::Bearer(OPERATOR.into()));
+    let path = format!("/admin/api/events/{id}/retry");
+    let key = [("Idempotency-Key", "retry-after-5xx")];
+    let keys =
+        "SELECT count(*) FROM admin_idempotency_keys WHERE idempotency_key = 'retry-after-5xx'";
+
+    let failed = operator.post(&path, &key).await;
+    assert!(failed.status >= 500, "{failed:?}");
+    assert_eq!(app.count(keys, &[]).await, 0, "the key was given up");
+    assert_eq!(
+        attempts(&app, id).await,
+        1,
+        "the failed run was rolled back"
+    );
+
+    // The same request again runs (it is not told 409, nor given the 5xx back).
+    let again = operator.post(&path, &key).await;
+    assert_eq!(
+        again.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&again.body)
+    );
+    assert_eq!(again.header("Idempotent-Replayed"), None);
+    assert_eq!(again.json()["status"], "processed");
+    assert_eq!(attempts(&app, id).await, 2);
+    // Its answer is the one kept.
+    let replay = operator.post(&path, &key).await;
+    assert_eq!(
+        (replay.status, replay.header("Idempotent-Replayed")),
+        (200, Some("true"))
+    );
+    assert_eq!(replay.body, again.body);
+    assert_eq!(attempts(&app, id).await, 2);
+}
+
+#[tokio::test]
+async fn hookd_admin_token_adds_an_operator_named_env_and_the_files_tokens_stay() {
+    let env_token = "an-operator-token-from-the-environment";
+    let env =
+        std::collections::HashMap::from([("HOOKD_ADMIN_TOKEN".to_string(), env_token.to_string())]);
+    let mut settings =
+        hookd::config::Settings::from_toml("hookd.toml", include_str!("../../hookd.toml"), &env)
+            .expect("config");
+    settings.listen = "127.0.0.1:0".parse().expect("addr");
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let dead = dead_event(&app, "evt_env_token").await;
+    let from_env = app.admin(Credential::Bearer(env_token.into()));
+    // An operator: it may retry, and the audit trail names it `env`.
+    let retried = from_env
+        .post(&format!("/admin/api/events/{dead}/retry"), &[])
+        .await;
+    assert_eq!(retried.status, 200);
+    let audit = from_env.get("/admin/api/audit").await;
+    assert_eq!(audit.status, 200);
+    let entry = &audit.json()["entries"][0];
+    assert_eq!(
+        (entry["who"].clone(), entry["action"].clone()),
+        (json!("env"), json!("retried")),
+        "{entry}"
+    );
+    // It signs in on the page too.
+    let cookie = app.sign_in(env_token).await;
+    let page = cookie_client(&app, &cookie).get("/admin").await;
+    assert_eq!(page.status, 200);
+    // The file's tokens still work.
+    for token in [VIEWER, OPERATOR] {
+        let answer = app
+            .admin(Credential::Bearer(token.into()))
+            .get("/admin/api/events")
+            .await;
+        assert_eq!(answer.status, 200, "{token}");
+    }
+    assert_eq!(
+        app.admin(Credential::Bearer(OPERATOR.into()))
+            .post(&format!("/admin/api/events/{dead}/retry"), &[])
+            .await
+            .status,
+        200
+    );
 }

@@ -61,13 +61,6 @@ fn picky(id: &str) -> serde_json::Value {
     stripe_event(id, "test.picky", json!({"n": id}))
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(&format!("{name} ")))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[tokio::test]
 async fn one_events_failure_never_fails_or_holds_its_batch_mates() {
     let app = picky_app().await;
@@ -132,9 +125,9 @@ async fn one_events_failure_never_fails_or_holds_its_batch_mates() {
         .await,
         40
     );
-    let metrics = String::from_utf8(app.get("/metrics").await.body).expect("utf-8");
-    let batches = metric(&metrics, "hookd_ingest_batches_total");
-    let delivered = metric(&metrics, "hookd_ingest_batched_deliveries_total");
+    let metrics = app.metrics().await;
+    let batches = metrics.value("hookd_ingest_batches_total", &[]);
+    let delivered = metrics.value("hookd_ingest_batched_deliveries_total", &[]);
     assert!(
         delivered > batches,
         "deliveries shared transactions: {delivered} in {batches}"

@@ -11,7 +11,7 @@ use deadpool_postgres::Transaction;
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event};
+use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event, wait_for};
 
 /// A business effect tests can look for: a `payments` row named `marker`.
 async fn leave_effect(
@@ -51,14 +51,18 @@ impl Handler for Flaky {
     }
 }
 
-/// Sleeps inside PostgreSQL, far beyond any handler timeout.
+/// Sleeps inside PostgreSQL for an hour, its session's statement timeout lifted:
+/// only a cancel stops it.
 struct Stuck;
 
 #[async_trait]
 impl Handler for Stuck {
     async fn apply(&self, tx: &Transaction<'_>, event: &Event<'_>) -> Result<(), HandlerError> {
         leave_effect(tx, event.source, "stuck-effect").await?;
-        tx.execute("SELECT pg_sleep(30)", &[])
+        tx.batch_execute("SET LOCAL statement_timeout = 0")
+            .await
+            .map_err(|e| HandlerError::Retry(e.to_string()))?;
+        tx.execute("SELECT pg_sleep(3600)", &[])
             .await
             .map_err(|e| HandlerError::Retry(e.to_string()))?;
         Ok(())
@@ -278,31 +282,130 @@ async fn retries_back_off_exponentially() {
     }
 }
 
+/// Backends of the test database (other than the one asking) running the stuck
+/// handler's query.
+async fn stuck_queries(app: &TestApp) -> i64 {
+    app.count(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()
+           AND state = 'active' AND query LIKE '%pg_sleep(3600)%'",
+        &[],
+    )
+    .await
+}
+
+/// Waits until the stuck handler's query runs, then until nothing of it runs any
+/// more: the time limit must have cancelled it in PostgreSQL (nothing else would
+/// stop it within the hour).
+async fn the_stuck_query_runs_then_is_cancelled(app: &TestApp) {
+    wait_for(
+        "the handler's query to start",
+        Duration::from_secs(20),
+        || async move { (stuck_queries(app).await > 0).then_some(()) },
+    )
+    .await;
+    wait_for(
+        "the handler's query to be cancelled",
+        Duration::from_secs(20),
+        || async move { (stuck_queries(app).await == 0).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn events_failing_together_retry_at_spread_out_times() {
+    let flaky = Arc::new(Flaky {
+        failures: i32::MAX,
+        runs: Mutex::default(),
+    });
+    let app = app_with("test_jitter", flaky, |s| {
+        s.retry_base = Duration::from_secs(60);
+        s.retry_cap = Duration::from_secs(600);
+    })
+    .await;
+    for i in 0..20 {
+        app.deliver_ok(
+            "stripe",
+            &test_event(&format!("evt_jitter_{i}"), "test_jitter"),
+        )
+        .await;
+    }
+    // Each first retry is due base/2 .. base after its run ended.
+    let delays: Vec<f64> = app
+        .query(
+            "SELECT extract(epoch FROM e.next_attempt_at - a.finished_at)::float8
+             FROM webhook_events e JOIN webhook_event_attempts a ON a.webhook_event_id = e.id",
+            &[],
+        )
+        .await
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(delays.len(), 20);
+    for d in &delays {
+        assert!((29.9..=61.0).contains(d), "{d}");
+    }
+    // Equal jitter: the second half of each delay is random, so twenty events that
+    // failed together do not come back together. (Uniform over 30 s, twenty
+    // delays all within 7.5 s of each other would happen once in 10^10 runs.)
+    let lowest = delays.iter().copied().fold(f64::INFINITY, f64::min);
+    let highest = delays.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    assert!(highest - lowest >= 7.5, "{delays:?}");
+    let mut distinct: Vec<i64> = delays.iter().map(|d| (d * 10.0).round() as i64).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert!(distinct.len() >= 15, "{delays:?}");
+}
+
 #[tokio::test]
 async fn a_handler_over_its_time_limit_is_stopped_and_rolled_back() {
     let app = app_with("test_stuck", Arc::new(Stuck), |s| {
-        s.handler_timeout = Duration::from_millis(300);
+        s.handler_timeout = Duration::from_secs(2);
     })
     .await;
-    let started = std::time::Instant::now();
-    let answer = app
-        .deliver("stripe", &test_event("evt_stuck", "test_stuck"))
-        .await;
-    assert_eq!(answer.status, 200);
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "the stuck query was cancelled"
+    let stuck = test_event("evt_stuck", "test_stuck");
+    let (answer, ()) = tokio::join!(
+        app.deliver("stripe", &stuck),
+        the_stuck_query_runs_then_is_cancelled(&app)
     );
-    let (status, attempts, error, _) = event_state(&app, "evt_stuck").await;
-    assert_eq!((status.as_str(), attempts), ("failed", 1));
-    assert!(error.expect("error").contains("timed out after 300ms"));
+    assert_eq!(answer.status, 200);
+    let (status, attempts, error, due) = event_state(&app, "evt_stuck").await;
+    assert_eq!((status.as_str(), attempts, due), ("failed", 1, true));
+    assert!(error.expect("error").contains("timed out after 2s"));
+    assert_eq!(stuck_queries(&app).await, 0, "nothing of it left running");
+    let no_effect = "SELECT count(*) FROM payments WHERE payment_id = 'stuck-effect'";
+    assert_eq!(app.count(no_effect, &[]).await, 0);
+
+    // Its retry is held to the same limit: cancelled, rolled back, failed again.
+    app.execute("UPDATE webhook_events SET next_attempt_at = now()", &[])
+        .await;
+    let (step, ()) = tokio::join!(
+        app.app.dispatcher.try_dispatch_due(),
+        the_stuck_query_runs_then_is_cancelled(&app)
+    );
+    assert!(
+        matches!(
+            step.expect("dispatch"),
+            hookd::dispatch::DispatchStep::Attempted {
+                status: hookd::store::events::EventStatus::Failed,
+                ..
+            }
+        ),
+        "the retry failed"
+    );
+    let (status, attempts, error, due) = event_state(&app, "evt_stuck").await;
+    assert_eq!((status.as_str(), attempts, due), ("failed", 2, true));
+    assert!(error.expect("error").contains("timed out after 2s"));
     assert_eq!(
-        app.count(
-            "SELECT count(*) FROM payments WHERE payment_id = 'stuck-effect'",
-            &[]
-        )
-        .await,
-        0
+        attempt_outcomes(&app, "evt_stuck").await,
+        vec![(1, "failed".into()), (2, "failed".into())]
+    );
+    assert_eq!(app.count(no_effect, &[]).await, 0);
+    assert_eq!(stuck_queries(&app).await, 0);
+    // The dispatcher's connection came back usable: the next step finds nothing due.
+    assert_eq!(
+        app.app.dispatcher.try_dispatch_due().await.expect("step"),
+        hookd::dispatch::DispatchStep::Idle
     );
 }
 
@@ -366,7 +469,7 @@ async fn unknown_kinds_are_ignored_and_malformed_payments_are_dead() {
         "charge.refunded",
         json!({"id": "ch_1", "amount": 5}),
     );
-    app.deliver("stripe", &refund).await;
+    app.deliver_ok("stripe", &refund).await;
     let (status, _, error, _) = event_state(&app, "evt_refund_bad").await;
     assert_eq!(status, "dead");
     assert!(error.expect("error").contains("amount_refunded"));
@@ -393,7 +496,7 @@ async fn dispatchers_on_two_instances_never_run_one_event_twice_at_once() {
     .await;
     for i in 0..20 {
         first
-            .deliver(
+            .deliver_ok(
                 "stripe",
                 &test_event(&format!("evt_ov_{i}"), "test_overlap"),
             )
@@ -456,4 +559,105 @@ async fn dispatchers_on_two_instances_never_run_one_event_twice_at_once() {
         20
     );
     assert_eq!(overlap.overlaps.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn the_retry_loops_as_serve_runs_them_apply_what_failed() {
+    let flaky = Arc::new(Flaky {
+        failures: 2,
+        runs: Mutex::default(),
+    });
+    let mut settings = shipped_settings();
+    for source in &mut settings.sources {
+        source
+            .event_types
+            .insert("test.test_loop".into(), "test_loop".into());
+    }
+    settings.retry_base = Duration::from_millis(200);
+    settings.dispatchers = 2;
+    let mut registry = Registry::builtin();
+    registry.register("test_loop", flaky);
+    // The retry loops run on their own, as in `hookd serve`; nothing here drives them.
+    let app = spawn(Spawn {
+        settings,
+        registry,
+        parts: hookd::app::Parts {
+            dispatcher: true,
+            purge: false,
+            http_workers: Some(2),
+        },
+        ..Spawn::default()
+    })
+    .await;
+    for i in 0..5 {
+        app.deliver_ok("stripe", &test_event(&format!("evt_loop_{i}"), "test_loop"))
+            .await;
+    }
+    let app = &app;
+    wait_for(
+        "the loops to process every event",
+        Duration::from_secs(30),
+        || async move {
+            let done = app
+                .count(
+                    "SELECT count(*) FROM webhook_events WHERE status = 'processed'",
+                    &[],
+                )
+                .await;
+            (done == 5).then_some(())
+        },
+    )
+    .await;
+    for i in 0..5 {
+        assert_eq!(
+            attempt_outcomes(app, &format!("evt_loop_{i}")).await,
+            vec![
+                (1, "failed".into()),
+                (2, "failed".into()),
+                (3, "processed".into())
+            ]
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_most_overdue_event_is_retried_first() {
+    let flaky = Arc::new(Flaky {
+        failures: i32::MAX,
+        runs: Mutex::default(),
+    });
+    // Once run, an event is not due again for minutes: each is attempted once here.
+    let app = app_with("test_order", flaky, |s| {
+        s.retry_base = Duration::from_secs(600)
+    })
+    .await;
+    // Due 1, 5, 3, 4 and 2 minutes ago, delivered in another order.
+    let overdue = [1, 5, 3, 4, 2];
+    let mut ids = Vec::new();
+    for (i, minutes) in overdue.iter().enumerate() {
+        let event_id = format!("evt_due_{i}");
+        app.deliver_ok("stripe", &test_event(&event_id, "test_order"))
+            .await;
+        app.execute(
+            "UPDATE webhook_events SET next_attempt_at = now() - make_interval(mins => $1)
+             WHERE event_id = $2",
+            &[minutes, &event_id],
+        )
+        .await;
+        ids.push(
+            app.count(
+                "SELECT id FROM webhook_events WHERE event_id = $1",
+                &[&event_id],
+            )
+            .await,
+        );
+    }
+    let mut order = Vec::new();
+    while let hookd::dispatch::DispatchStep::Attempted { id, .. } =
+        app.app.dispatcher.try_dispatch_due().await.expect("step")
+    {
+        order.push(id);
+    }
+    // 5, 4, 3, 2, 1 minutes overdue: events 1, 3, 2, 4, 0.
+    assert_eq!(order, [ids[1], ids[3], ids[2], ids[4], ids[0]]);
 }

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{TestDb, cluster, shipped_settings, spawn_with_admin_listener, stripe_event};
+use crate::support::{
+    Exposition, Sample, TestDb, cluster, parse_exposition, shipped_settings,
+    spawn_with_admin_listener, stripe_event,
+};
 
 fn is_generated_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
@@ -282,90 +285,6 @@ fn an_unknown_log_format_is_a_configuration_error() {
     );
 }
 
-/// One sample of the text exposition format.
-#[derive(Debug, Clone, PartialEq)]
-struct Sample {
-    name: String,
-    labels: Vec<(String, String)>,
-    value: f64,
-}
-
-/// The text exposition format as Prometheus reads it: `# TYPE` and `# HELP`
-/// lines per family, then `name{label="value",…} value` samples (label values
-/// with `\\`, `\"` and `\n` escapes). Panics on anything else.
-fn parse_exposition(text: &str) -> (Vec<(String, String)>, Vec<String>, Vec<Sample>) {
-    let (mut types, mut helps, mut samples) = (Vec::new(), Vec::new(), Vec::new());
-    for line in text.lines().filter(|l| !l.is_empty()) {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
-            types.push((name.to_string(), kind.to_string()));
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, help) = rest.split_once(' ').expect("HELP name text");
-            assert!(!help.trim().is_empty(), "{line}");
-            helps.push(name.to_string());
-            continue;
-        }
-        assert!(!line.starts_with('#'), "unexpected comment: {line}");
-        let name_end = line.find(['{', ' ']).expect("a value");
-        let name = &line[..name_end];
-        assert!(
-            !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
-            "{line}"
-        );
-        let mut rest = &line[name_end..];
-        let mut labels = Vec::new();
-        if let Some(inner) = rest.strip_prefix('{') {
-            let mut chars = inner.char_indices().peekable();
-            loop {
-                let (start, c) = chars.next().expect("label or }");
-                if c == '}' {
-                    rest = &inner[start + 1..];
-                    break;
-                }
-                if c == ',' {
-                    continue;
-                }
-                let eq = inner[start..].find("=\"").expect("label=\"") + start;
-                let key = inner[start..eq].to_string();
-                while chars.peek().is_some_and(|(i, _)| *i <= eq + 1) {
-                    chars.next();
-                }
-                let mut value = String::new();
-                loop {
-                    match chars.next().expect("closing quote") {
-                        (_, '"') => break,
-                        (_, '\\') => match chars.next().expect("escape") {
-                            (_, 'n') => value.push('\n'),
-                            (_, other) => value.push(other),
-                        },
-                        (_, other) => value.push(other),
-                    }
-                }
-                labels.push((key, value));
-            }
-        }
-        let value_text = rest.trim();
-        let value = match value_text {
-            "+Inf" => f64::INFINITY,
-            "-Inf" => f64::NEG_INFINITY,
-            other => other
-                .parse()
-                .unwrap_or_else(|_| panic!("bad value in {line}")),
-        };
-        samples.push(Sample {
-            name: name.to_string(),
-            labels,
-            value,
-        });
-    }
-    (types, helps, samples)
-}
-
 #[test]
 fn the_exposition_parser_reads_labels_escapes_and_special_values() {
     let (types, _, samples) = parse_exposition(
@@ -413,7 +332,8 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
     let answer = app.get("/metrics").await;
     assert_eq!(answer.status, 200);
     let text = String::from_utf8(answer.body).expect("utf-8");
-    let (types, helps, samples) = parse_exposition(&text);
+    let exposition = Exposition::parse(&text);
+    let (types, helps, samples) = (&exposition.types, &exposition.helps, &exposition.samples);
 
     // Every metric is declared once, with its type and help, and every sample
     // belongs to a declared family.
@@ -427,7 +347,7 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
             metric.name()
         );
     }
-    for sample in &samples {
+    for sample in samples {
         let family = types.iter().find(|(name, kind)| {
             sample.name == *name
                 || (kind == "histogram"
@@ -437,20 +357,7 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
         });
         assert!(family.is_some(), "undeclared sample {sample:?}");
     }
-    let value = |name: &str, labels: &[(&str, &str)]| -> f64 {
-        let found: Vec<&Sample> = samples
-            .iter()
-            .filter(|s| {
-                s.name == name
-                    && s.labels.len() == labels.len()
-                    && labels
-                        .iter()
-                        .all(|(k, v)| s.labels.iter().any(|(k2, v2)| k2 == k && v2 == v))
-            })
-            .collect();
-        assert_eq!(found.len(), 1, "{name}{labels:?} in:\n{text}");
-        found[0].value
-    };
+    let value = |name: &str, labels: &[(&str, &str)]| exposition.value(name, labels);
 
     // The delivery latency histogram, per configured source (others: unknown).
     let latency = "hookd_delivery_duration_seconds";
@@ -522,4 +429,161 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
     let now = chrono::Utc::now().timestamp() as f64;
     let start = value("process_start_time_seconds", &[]);
     assert!(start <= now + 1.0 && start > now - 86_400.0, "{start}");
+}
+
+/// Every secret and token hookd knows in the logging test.
+const ENV_TOKEN: &str = "an-operator-token-from-the-environment";
+const ENV_SHOP_SECRET: &str = "a-shop-secret-from-the-environment";
+
+#[tokio::test]
+async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged() {
+    // hookd's own lines at every level down to debug.
+    let served = Served::start(&[
+        ("RUST_LOG", "info,hookd=debug"),
+        ("HOOKD_ADMIN_TOKEN", ENV_TOKEN),
+        ("HOOKD_SOURCE_SHOP_SECRETS", ENV_SHOP_SECRET),
+    ])
+    .await;
+    let settings = shipped_settings();
+    let stripe = settings.source("stripe").expect("stripe");
+    let github = settings.source("github").expect("github");
+    let now = chrono::Utc::now().timestamp();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let send = |path: &str, request_id: String, headers: Vec<(String, String)>, body: Vec<u8>| {
+        let mut request = http
+            .post(format!("{}{path}", served.base))
+            .header("X-Request-Id", request_id)
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        async move { request.send().await.expect("answer").status().as_u16() }
+    };
+    let marked = |id: &str, n: usize| {
+        let mut event = stripe_event(
+            id,
+            "payment_intent.succeeded",
+            json!({"id": format!("pi_{id}"), "object": "payment_intent", "amount": 500,
+                   "customer": format!("cus_marker_{n}")}),
+        );
+        event["description"] = json!(format!("payload-marker-{n}"));
+        serde_json::to_vec(&event).expect("json")
+    };
+    let signed = |body: &[u8]| {
+        hookd::provider::sign_delivery(stripe, body, Default::default(), now)
+            .expect("sign")
+            .headers
+    };
+    let new = marked("evt_logged", 1);
+    // The same event id with another payload.
+    let conflicting = marked("evt_logged", 2);
+    let dead = {
+        let mut event = stripe_event(
+            "evt_logged_dead",
+            "payment_intent.succeeded",
+            json!({"id": "pi_logged_dead", "amount": "payload-marker-3"}),
+        );
+        event["description"] = json!("payload-marker-4");
+        serde_json::to_vec(&event).expect("json")
+    };
+    let not_json = b"payload-marker-5 is not JSON".to_vec();
+    let github_headers = hookd::signature::sign(
+        &github.scheme,
+        &github.secrets[0],
+        &not_json,
+        &hookd::signature::Envelope {
+            event_id: "gh-logged",
+            event_type: "push",
+            timestamp: now,
+        },
+    )
+    .expect("sign");
+    let mut proxied = signed(&marked("evt_logged_proxied", 6));
+    proxied.push(("X-Forwarded-For".into(), "198.51.100.7".into()));
+    type Delivery<'a> = (&'a str, Vec<(String, String)>, Vec<u8>, u16);
+    let deliveries: Vec<Delivery<'_>> = vec![
+        ("/webhooks/stripe", signed(&new), new.clone(), 200),
+        ("/webhooks/stripe", signed(&new), new.clone(), 200),
+        (
+            "/webhooks/stripe",
+            signed(&conflicting),
+            conflicting.clone(),
+            422,
+        ),
+        ("/webhooks/stripe", signed(&dead), dead.clone(), 200),
+        (
+            "/webhooks/stripe",
+            signed(&new),
+            marked("evt_logged", 7),
+            401,
+        ),
+        ("/webhooks/github", github_headers, not_json.clone(), 400),
+        ("/webhooks/nope", vec![], marked("evt_nope", 8), 404),
+        (
+            "/webhooks/stripe",
+            proxied,
+            marked("evt_logged_proxied", 6),
+            401,
+        ),
+    ];
+    let count = deliveries.len();
+    for (n, (path, headers, body, status)) in deliveries.into_iter().enumerate() {
+        assert_eq!(
+            send(path, format!("req-logged-{n}"), headers, body).await,
+            status,
+            "delivery {n}"
+        );
+    }
+    // Sign-ins: a wrong token, and the environment's.
+    for (n, token) in [(0, "a-wrong-token-guessed-here"), (1, ENV_TOKEN)] {
+        let answer = http
+            .post(format!("{}/admin/login", served.base))
+            .header("X-Request-Id", format!("req-login-{n}"))
+            .json(&json!({ "token": token }))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(answer.status().as_u16(), [401, 303][n]);
+    }
+    let log = served.stop().await;
+
+    let delivery_lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("delivery source="))
+        .collect();
+    assert_eq!(delivery_lines.len(), count, "{log}");
+    for n in 0..count {
+        let id = format!("request_id=req-logged-{n}");
+        assert_eq!(
+            delivery_lines.iter().filter(|l| l.ends_with(&id)).count(),
+            1,
+            "delivery {n}: {log}"
+        );
+    }
+    let mut secrets: Vec<String> = settings
+        .sources
+        .iter()
+        .flat_map(|s| s.secrets.iter().map(|x| x.expose().to_string()))
+        .collect();
+    secrets.extend(
+        settings
+            .admin_tokens
+            .iter()
+            .map(|t| t.token.expose().to_string()),
+    );
+    secrets.extend([ENV_TOKEN, ENV_SHOP_SECRET, "a-wrong-token-guessed-here"].map(String::from));
+    for secret in &secrets {
+        assert!(!log.contains(secret.as_str()), "{secret} logged:\n{log}");
+    }
+    for marker in (1..=8).map(|n| format!("payload-marker-{n}")) {
+        assert!(!log.contains(&marker), "{marker} logged:\n{log}");
+    }
+    assert!(
+        !log.contains("cus_marker_"),
+        "payload fields logged:\n{log}"
+    );
 }

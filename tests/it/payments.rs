@@ -19,6 +19,20 @@ enum Fact {
     Disputed,
 }
 
+/// A fact and what its event says besides: events about one payment may
+/// disagree on the amount, the currency and the customer (or leave them out).
+#[derive(Debug, Clone)]
+struct Said {
+    fact: Fact,
+    amount: i64,
+    currency: Option<&'static str>,
+    customer: Option<&'static str>,
+}
+
+/// Same length, lowercase ASCII: ordered alike by Rust and by any collation.
+const CURRENCIES: [&str; 3] = ["eur", "gbp", "usd"];
+const CUSTOMERS: [&str; 3] = ["cus_a", "cus_b", "cus_c"];
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PaymentRow {
     succeeded: bool,
@@ -31,13 +45,21 @@ struct PaymentRow {
     status: String,
 }
 
-fn body(fact: &Fact, n: usize, payment: &str, amount: i64) -> Value {
-    let id = format!("evt_{payment}_{n}");
+/// The event stating fact `n` of `payment`; `copy` 0 is the provider's first
+/// event id, others are the same fact resent under a new id.
+fn body(said: &Said, n: usize, copy: usize, payment: &str) -> Value {
+    let id = format!("evt_{payment}_{n}_{copy}");
+    let Said {
+        amount,
+        currency,
+        customer,
+        ..
+    } = said;
     let intent = |status: &str| {
-        json!({"id": payment, "object": "payment_intent", "amount": amount, "currency": "eur",
-               "customer": "cus_prop", "status": status})
+        json!({"id": payment, "object": "payment_intent", "amount": amount, "currency": currency,
+               "customer": customer, "status": status})
     };
-    match fact {
+    match said.fact {
         Fact::Succeeded => stripe_event(&id, "payment_intent.succeeded", intent("succeeded")),
         Fact::Failed => stripe_event(
             &id,
@@ -48,40 +70,35 @@ fn body(fact: &Fact, n: usize, payment: &str, amount: i64) -> Value {
             &id,
             "charge.refunded",
             json!({"id": format!("ch_{payment}"), "object": "charge", "payment_intent": payment,
-                   "amount": amount, "amount_refunded": refunded, "currency": "eur",
-                   "customer": null, "refunded": *refunded == amount}),
+                   "amount": amount, "amount_refunded": refunded, "currency": currency,
+                   "customer": customer, "refunded": refunded >= *amount}),
         ),
         Fact::Disputed => stripe_event(
             &id,
             "charge.dispute.created",
             json!({"id": format!("dp_{payment}"), "object": "dispute", "payment_intent": payment,
-                   "charge": format!("ch_{payment}"), "amount": amount.min(100), "currency": "eur"}),
+                   "charge": format!("ch_{payment}"), "amount": amount, "currency": currency}),
         ),
     }
 }
 
-/// The payment rules (which facts give which status), computed independently of hookd.
-fn expected(facts: &[Fact], intent_amount: i64) -> PaymentRow {
-    let succeeded = facts.iter().any(|f| matches!(f, Fact::Succeeded));
-    let failed = facts.iter().any(|f| matches!(f, Fact::Failed));
-    let disputed = facts.iter().any(|f| matches!(f, Fact::Disputed));
-    let refunded = facts
+/// The payment rules (which facts give which row), computed independently of
+/// hookd: every flag once stated stays, the largest amount and refund stand, and
+/// of disagreeing currencies or customers the greatest stated one does.
+fn expected(said: &[Said]) -> PaymentRow {
+    let any = |f: fn(&Fact) -> bool| said.iter().any(|s| f(&s.fact));
+    let succeeded = any(|f| matches!(f, Fact::Succeeded));
+    let failed = any(|f| matches!(f, Fact::Failed));
+    let disputed = any(|f| matches!(f, Fact::Disputed));
+    let refunded = said
         .iter()
-        .filter_map(|f| match f {
-            Fact::Refunded(r) => Some(*r),
+        .filter_map(|s| match s.fact {
+            Fact::Refunded(r) => Some(r),
             _ => None,
         })
         .max()
         .unwrap_or(0);
-    // Every event carries an amount (a dispute, the disputed part); the largest stays.
-    let amount = facts
-        .iter()
-        .map(|f| match f {
-            Fact::Disputed => intent_amount.min(100),
-            _ => intent_amount,
-        })
-        .max()
-        .unwrap_or(0);
+    let amount = said.iter().map(|s| s.amount).max().unwrap_or(0);
     let status = if disputed {
         "disputed"
     } else if amount > 0 && refunded >= amount {
@@ -95,18 +112,24 @@ fn expected(facts: &[Fact], intent_amount: i64) -> PaymentRow {
     } else {
         "pending"
     };
-    // Only the payment intent events name the customer; charges here say null.
-    let customer_seen = facts
+    // Disputes carry no customer.
+    let customer = said
         .iter()
-        .any(|f| matches!(f, Fact::Succeeded | Fact::Failed));
+        .filter(|s| !matches!(s.fact, Fact::Disputed))
+        .filter_map(|s| s.customer)
+        .max();
     PaymentRow {
         succeeded,
         failed,
         disputed,
         amount,
         amount_refunded: refunded,
-        currency: Some("eur".into()),
-        customer_id: customer_seen.then(|| "cus_prop".into()),
+        currency: said
+            .iter()
+            .filter_map(|s| s.currency)
+            .max()
+            .map(String::from),
+        customer_id: customer.map(String::from),
         status: status.into(),
     }
 }
@@ -131,58 +154,55 @@ async fn payment_row(app: &TestApp, payment: &str) -> PaymentRow {
     }
 }
 
-/// A payment's events: some facts, and a delivery order with repeats.
-fn scenario() -> impl Strategy<Value = (i64, Vec<Fact>, Vec<usize>)> {
-    (1_000i64..100_000).prop_flat_map(|amount| {
-        let refunds = proptest::collection::vec(1..=amount, 0..3).prop_map(move |mut r| {
-            r.sort_unstable();
-            r.dedup();
-            // Sometimes the last refund is the whole amount.
-            r.into_iter().map(Fact::Refunded).collect::<Vec<_>>()
-        });
-        let full = any::<bool>();
-        (
-            Just(amount),
-            any::<bool>(),
-            any::<bool>(),
-            any::<bool>(),
-            refunds,
-            full,
-        )
-            .prop_map(|(amount, succeeded, failed, disputed, mut refunds, full)| {
-                let mut facts = Vec::new();
-                if succeeded || !refunds.is_empty() || full {
-                    facts.push(Fact::Succeeded);
-                }
-                if failed {
-                    facts.push(Fact::Failed);
-                }
-                if full {
-                    refunds.push(Fact::Refunded(amount));
-                }
-                facts.extend(refunds);
-                if disputed || facts.is_empty() {
-                    facts.push(Fact::Disputed);
-                }
-                (amount, facts)
-            })
-            .prop_flat_map(|(amount, facts)| {
-                let n = facts.len();
-                // Every event at least once, some up to three times, in any order.
-                let order = proptest::collection::vec(0..n, n..n * 3 + 1)
-                    .prop_map(move |extra| {
-                        let mut order: Vec<usize> = (0..n).collect();
-                        order.extend(extra);
-                        order
-                    })
-                    .prop_shuffle();
-                (Just(amount), Just(facts), order)
-            })
-    })
+fn said_with(fact: Fact) -> impl Strategy<Value = Said> {
+    (
+        prop_oneof![Just(1_000i64), Just(2_500), Just(4_000), 1i64..5_000],
+        proptest::option::of(proptest::sample::select(CURRENCIES.to_vec())),
+        proptest::option::of(proptest::sample::select(CUSTOMERS.to_vec())),
+    )
+        .prop_map(move |(amount, currency, customer)| Said {
+            fact: fact.clone(),
+            amount,
+            currency,
+            customer,
+        })
+}
+
+/// A payment's events, and their deliveries in order: `(fact, copy)`, where
+/// each fact comes at least once under its first id, and some again under that
+/// id (which the receiver dedupes) or under new ids (which reach the handlers).
+fn scenario() -> impl Strategy<Value = (Vec<Said>, Vec<(usize, usize)>)> {
+    let refunds = proptest::collection::vec(1i64..=5_000, 0..3);
+    (any::<bool>(), any::<bool>(), any::<bool>(), refunds)
+        .prop_flat_map(|(succeeded, failed, disputed, refunds)| {
+            let mut facts = Vec::new();
+            if succeeded || !refunds.is_empty() {
+                facts.push(Fact::Succeeded);
+            }
+            if failed {
+                facts.push(Fact::Failed);
+            }
+            facts.extend(refunds.into_iter().map(Fact::Refunded));
+            if disputed || facts.is_empty() {
+                facts.push(Fact::Disputed);
+            }
+            facts.into_iter().map(said_with).collect::<Vec<_>>()
+        })
+        .prop_flat_map(|said| {
+            let n = said.len();
+            let order = proptest::collection::vec((0..n, 0..3usize), 0..n * 3 + 1)
+                .prop_map(move |extra| {
+                    let mut order: Vec<(usize, usize)> = (0..n).map(|i| (i, 0)).collect();
+                    order.extend(extra);
+                    order
+                })
+                .prop_shuffle();
+            (Just(said), order)
+        })
 }
 
 #[test]
-fn any_order_and_repetition_of_events_gives_the_same_payment() {
+fn any_order_repetition_and_resend_of_events_gives_the_same_payment() {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     let rt = RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -198,27 +218,39 @@ fn any_order_and_repetition_of_events_gives_the_same_payment() {
         ..Config::default()
     });
     let case = std::sync::atomic::AtomicUsize::new(0);
-    let result = runner.run(&scenario(), |(amount, facts, order)| {
+    let result = runner.run(&scenario(), |(said, order)| {
         let case = case.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let canonical = format!("pi_canon_{case}");
         let shuffled = format!("pi_shuf_{case}");
         rt.block_on(async {
-            for (n, fact) in facts.iter().enumerate() {
-                let answer = app
-                    .deliver("stripe", &body(fact, n, &canonical, amount))
-                    .await;
-                assert_eq!(answer.status, 200);
+            for (n, fact) in said.iter().enumerate() {
+                let answer = app.deliver("stripe", &body(fact, n, 0, &canonical)).await;
+                prop_assert_eq!(answer.status, 200);
             }
-            for &n in &order {
+            let mut seen = std::collections::HashSet::new();
+            for &(n, copy) in &order {
                 let answer = app
-                    .deliver("stripe", &body(&facts[n], n, &shuffled, amount))
+                    .deliver("stripe", &body(&said[n], n, copy, &shuffled))
                     .await;
-                assert_eq!(answer.status, 200);
+                prop_assert_eq!(answer.status, 200);
+                // A resend under a seen id is deduped; under a new id it is new.
+                let replayed = answer.header("Idempotent-Replayed") == Some("true");
+                prop_assert_eq!(replayed, !seen.insert((n, copy)), "{:?}", (n, copy));
             }
+            // Each distinct event was stored and applied once, whatever its id.
+            let applied = app
+                .query(
+                    "SELECT count(*), count(*) FILTER (WHERE status = 'processed' AND attempts = 1)
+                     FROM webhook_events WHERE payment_id = $1",
+                    &[&shuffled],
+                )
+                .await;
+            let (stored, processed): (i64, i64) = (applied[0].get(0), applied[0].get(1));
+            prop_assert_eq!((stored, processed), (seen.len() as i64, seen.len() as i64));
             let canonical_row = payment_row(&app, &canonical).await;
             let shuffled_row = payment_row(&app, &shuffled).await;
             prop_assert_eq!(&shuffled_row, &canonical_row);
-            prop_assert_eq!(&shuffled_row, &expected(&facts, amount));
+            prop_assert_eq!(&shuffled_row, &expected(&said));
             Ok(())
         })
     });
@@ -230,8 +262,19 @@ fn any_order_and_repetition_of_events_gives_the_same_payment() {
 #[test]
 fn the_oracle_matches_the_contract_on_examples() {
     // Guards the test's own model of the payment rules.
-    let s = |facts: &[Fact]| expected(facts, 1000).status;
-    assert_eq!(s(&[]), "pending");
+    let said = |fact: Fact, currency: Option<&'static str>, customer: Option<&'static str>| Said {
+        fact,
+        amount: 1000,
+        currency,
+        customer,
+    };
+    let s = |facts: &[Fact]| {
+        let all: Vec<Said> = facts
+            .iter()
+            .map(|f| said(f.clone(), Some("eur"), None))
+            .collect();
+        expected(&all).status
+    };
     assert_eq!(s(&[Fact::Failed]), "failed");
     assert_eq!(s(&[Fact::Failed, Fact::Succeeded]), "succeeded");
     assert_eq!(
@@ -240,13 +283,39 @@ fn the_oracle_matches_the_contract_on_examples() {
     );
     assert_eq!(s(&[Fact::Refunded(1000)]), "refunded");
     assert_eq!(s(&[Fact::Refunded(1000), Fact::Disputed]), "disputed");
+    // Disagreements: the greatest stated value stands, an unstated one erases nothing.
+    let row = expected(&[
+        said(Fact::Succeeded, Some("usd"), Some("cus_a")),
+        said(Fact::Refunded(5), None, Some("cus_c")),
+        Said {
+            amount: 4000,
+            ..said(Fact::Failed, Some("eur"), None)
+        },
+        said(Fact::Disputed, Some("gbp"), Some("cus_b")),
+    ]);
+    assert_eq!(
+        (
+            row.amount,
+            row.currency.as_deref(),
+            row.customer_id.as_deref()
+        ),
+        (4000, Some("usd"), Some("cus_c"))
+    );
+    assert_eq!(expected(&[]).status, "pending");
 }
 
 #[tokio::test]
 async fn a_late_failure_never_undoes_a_success() {
     let app = spawn_app().await;
-    for (n, fact) in [Fact::Succeeded, Fact::Failed].iter().enumerate() {
-        app.deliver("stripe", &body(fact, n, "pi_late", 900)).await;
+    for (n, fact) in [Fact::Succeeded, Fact::Failed].into_iter().enumerate() {
+        let said = Said {
+            fact,
+            amount: 900,
+            currency: Some("eur"),
+            customer: Some("cus_a"),
+        };
+        app.deliver_ok("stripe", &body(&said, n, 0, "pi_late"))
+            .await;
     }
     let row = payment_row(&app, "pi_late").await;
     assert_eq!(
@@ -297,7 +366,13 @@ async fn two_hundred_concurrent_deliveries_across_two_instances_apply_once() {
         ..Spawn::default()
     })
     .await;
-    let event = body(&Fact::Succeeded, 0, "pi_twice", 4200);
+    let said = Said {
+        fact: Fact::Succeeded,
+        amount: 4200,
+        currency: Some("eur"),
+        customer: Some("cus_a"),
+    };
+    let event = body(&said, 0, 0, "pi_twice");
     let bytes = serde_json::to_vec(&event).expect("json");
     let headers = first.sign("stripe", &bytes, Default::default());
     let deliveries = (0..200).map(|i| {
@@ -329,4 +404,84 @@ async fn two_hundred_concurrent_deliveries_across_two_instances_apply_once() {
         1
     );
     assert_eq!(payment_row(&first, "pi_twice").await.status, "succeeded");
+}
+
+#[tokio::test]
+async fn an_amount_that_is_not_a_non_negative_integer_makes_the_event_dead_not_a_5xx() {
+    let app = spawn_app().await;
+    let intent = |amount: Value| json!({"id": "pi_amount", "object": "payment_intent", "amount": amount, "currency": "usd"});
+    let cases = [
+        (
+            stripe_event("evt_neg", "payment_intent.succeeded", intent(json!(-5))),
+            "stripe",
+            "data.object.amount is not a non-negative integer",
+        ),
+        (
+            stripe_event("evt_frac", "payment_intent.succeeded", intent(json!(12.5))),
+            "stripe",
+            "data.object.amount is not a non-negative integer",
+        ),
+        (
+            stripe_event(
+                "evt_text",
+                "payment_intent.succeeded",
+                intent(json!("1200")),
+            ),
+            "stripe",
+            "data.object.amount is not a non-negative integer",
+        ),
+        (
+            stripe_event("evt_huge", "payment_intent.succeeded", intent(json!(1e20))),
+            "stripe",
+            "data.object.amount is not a non-negative integer",
+        ),
+        (
+            stripe_event(
+                "evt_refund_neg",
+                "charge.refunded",
+                json!({"id": "ch_amount", "payment_intent": "pi_amount", "amount": 100,
+                       "amount_refunded": -1}),
+            ),
+            "stripe",
+            "data.object.amount_refunded is not a non-negative integer",
+        ),
+        (
+            json!({"id": "msg_neg", "type": "payment.succeeded", "created": 1,
+                   "data": {"payment_id": "p_amount", "amount": -700}}),
+            "standard",
+            "data.amount is not a non-negative integer",
+        ),
+    ];
+    for (event, source, reason) in &cases {
+        let answer = app.deliver_ok(source, event).await;
+        assert_eq!(answer.header("Idempotent-Replayed"), None);
+        let row = &app
+            .query(
+                "SELECT status, attempts, last_error, next_attempt_at IS NULL
+                 FROM webhook_events WHERE source = $1 AND event_id = $2",
+                &[source, &event["id"].as_str().expect("id")],
+            )
+            .await[0];
+        assert_eq!(
+            (
+                row.get::<_, String>(0),
+                row.get::<_, i32>(1),
+                row.get::<_, Option<String>>(2),
+                row.get::<_, bool>(3)
+            ),
+            ("dead".to_string(), 1, Some(reason.to_string()), true),
+            "{event}"
+        );
+    }
+    assert_eq!(app.count("SELECT count(*) FROM payments", &[]).await, 0);
+    // Permanent: no retry is scheduled, and none runs.
+    assert_eq!(app.run_due_retries().await, 0);
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_event_attempts WHERE outcome = 'dead'",
+            &[]
+        )
+        .await,
+        cases.len() as i64
+    );
 }

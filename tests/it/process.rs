@@ -1,20 +1,32 @@
-//! The real `hookd serve` binary: SIGTERM finishes in-flight work and exits 0, and
-//! a kill -9 under load loses nothing that was acknowledged and applies nothing twice.
+//! The real `hookd serve` binary: SIGTERM lets a delivery in flight finish, then
+//! exits 0; a kill -9 under load loses nothing that was acknowledged and applies
+//! nothing twice; the embedded cluster is found where hookd put it, shared with a
+//! command run beside `serve`, and adopted after a `serve` was killed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::support::{TestDb, cluster, stripe_event};
+use crate::support::{ClusterGuard, TestDb, cluster, stripe_event, wait_for};
 
 struct Hookd {
-    child: Child,
+    child: Option<Child>,
     base: String,
+}
+
+impl Drop for Hookd {
+    fn drop(&mut self) {
+        // A test that failed half-way leaves no server behind.
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 fn free_port() -> u16 {
@@ -26,10 +38,22 @@ fn free_port() -> u16 {
 
 /// The shipped configuration, listening on `port`, written where the child can read it.
 fn write_config(port: u16, name: &str) -> PathBuf {
-    let text = include_str!("../../hookd.toml").replace(
+    write_config_with(port, name, "")
+}
+
+/// The same with `handler_timeout` replaced when `handler_timeout` is not empty.
+fn write_config_with(port: u16, name: &str, handler_timeout: &str) -> PathBuf {
+    let mut text = include_str!("../../hookd.toml").replace(
         "listen = \"127.0.0.1:8080\"",
         &format!("listen = \"127.0.0.1:{port}\""),
     );
+    if !handler_timeout.is_empty() {
+        text = text.replace(
+            "handler_timeout = \"5s\"",
+            &format!("handler_timeout = \"{handler_timeout}\""),
+        );
+        assert!(text.contains(handler_timeout), "handler_timeout replaced");
+    }
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("{name}-{}.toml", std::process::id()));
     std::fs::write(&path, text).expect("config");
@@ -37,41 +61,55 @@ fn write_config(port: u16, name: &str) -> PathBuf {
 }
 
 impl Hookd {
-    async fn start(config: &PathBuf, port: u16, db: &TestDb) -> Hookd {
+    async fn start(config: &Path, port: u16, db: &TestDb) -> Hookd {
+        Self::start_logging(config, port, db, "warn").await
+    }
+
+    /// `hookd serve` against `db`, logging at `level` to the config's `.log` file.
+    async fn start_logging(config: &Path, port: u16, db: &TestDb, level: &str) -> Hookd {
         let log = std::fs::File::create(config.with_extension("log")).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args(["serve", "--config"])
             .arg(config)
             .env("DATABASE_URL", cluster().connection_string(&db.name))
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", level)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("spawn hookd");
         let hookd = Hookd {
-            child,
+            child: Some(child),
             base: format!("http://127.0.0.1:{port}"),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let http = reqwest::Client::new();
-        loop {
-            if let Ok(r) = http.get(format!("{}/readyz", hookd.base)).send().await
-                && r.status() == 200
-            {
-                return hookd;
+        hookd.ready(Duration::from_secs(30)).await;
+        hookd
+    }
+
+    async fn ready(&self, within: Duration) {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("client");
+        let url = format!("{}/readyz", self.base);
+        let (http, url) = (&http, url.as_str());
+        wait_for("hookd to be ready", within, || async move {
+            match http.get(url).send().await {
+                Ok(r) if r.status() == 200 => Some(()),
+                _ => None,
             }
-            assert!(Instant::now() < deadline, "hookd did not become ready");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await;
     }
 
     fn signal(&self, signal: Signal) {
-        let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        let child = self.child.as_ref().expect("running");
+        let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
         kill(pid, signal).expect("signal");
     }
 
     async fn wait(mut self) -> std::process::ExitStatus {
-        tokio::task::spawn_blocking(move || self.child.wait().expect("wait"))
+        let mut child = self.child.take().expect("running");
+        tokio::task::spawn_blocking(move || child.wait().expect("wait"))
             .await
             .expect("join")
     }
@@ -86,21 +124,30 @@ fn payment_event(i: usize) -> Value {
     )
 }
 
-/// Sends events `0..count` with `concurrency` senders; returns the ids that got a 200.
+/// What the senders of a load saw.
+#[derive(Default)]
+struct Load {
+    /// Events answered 200.
+    acked: Vec<usize>,
+    /// Requests answered otherwise, or not at all.
+    refused: usize,
+}
+
+/// Sends events `0..count` with `concurrency` senders.
 async fn send_load(
     base: String,
     headers_for: impl Fn(&[u8]) -> Vec<(String, String)> + Send + Sync + 'static,
     count: usize,
     concurrency: usize,
-    acked: Arc<Mutex<Vec<usize>>>,
+    load: Arc<Mutex<Load>>,
 ) {
     let headers_for = Arc::new(headers_for);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let http = reqwest::Client::new();
     let senders = (0..concurrency).map(|_| {
-        let (next, acked, http, headers_for) = (
+        let (next, load, http, headers_for) = (
             next.clone(),
-            acked.clone(),
+            load.clone(),
             http.clone(),
             headers_for.clone(),
         );
@@ -116,10 +163,12 @@ async fn send_load(
                 for (name, value) in headers_for(&body) {
                     request = request.header(name, value);
                 }
-                if let Ok(response) = request.send().await
-                    && response.status() == 200
-                {
-                    acked.lock().expect("lock").push(i);
+                let ok = matches!(request.send().await, Ok(r) if r.status() == 200);
+                let mut load = load.lock().expect("lock");
+                if ok {
+                    load.acked.push(i);
+                } else {
+                    load.refused += 1;
                 }
             }
         })
@@ -158,22 +207,25 @@ async fn kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twice() 
     let port = free_port();
     let config = write_config(port, "kill9");
     let hookd = Hookd::start(&config, port, &db).await;
-    let acked = Arc::new(Mutex::new(Vec::new()));
+    let load = Arc::new(Mutex::new(Load::default()));
     const EVENTS: usize = 600;
-    let load = tokio::spawn(send_load(
+    let sending = tokio::spawn(send_load(
         hookd.base.clone(),
         stripe_signer(),
         EVENTS,
         16,
-        acked.clone(),
+        load.clone(),
     ));
-    while acked.lock().expect("lock").len() < 150 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for(
+        "150 acknowledged deliveries",
+        Duration::from_secs(60),
+        || std::future::ready((load.lock().expect("lock").acked.len() >= 150).then_some(())),
+    )
+    .await;
     hookd.signal(Signal::SIGKILL);
     let _ = hookd.wait().await;
-    load.await.expect("load");
-    let acked: Vec<usize> = acked.lock().expect("lock").clone();
+    sending.await.expect("load");
+    let acked: Vec<usize> = load.lock().expect("lock").acked.clone();
     assert!(
         acked.len() >= 150 && acked.len() < EVENTS,
         "killed mid-load: {}",
@@ -215,7 +267,7 @@ async fn kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twice() 
     assert!(orphans.is_empty(), "no effect without its stored event");
 
     // The provider retries everything it did not see acknowledged (and more).
-    let again = Arc::new(Mutex::new(Vec::new()));
+    let again = Arc::new(Mutex::new(Load::default()));
     send_load(
         hookd.base.clone(),
         stripe_signer(),
@@ -224,7 +276,8 @@ async fn kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twice() 
         again.clone(),
     )
     .await;
-    assert_eq!(again.lock().expect("lock").len(), EVENTS);
+    let again = std::mem::take(&mut *again.lock().expect("lock"));
+    assert_eq!((again.acked.len(), again.refused), (EVENTS, 0));
     let totals = &query(
         &db,
         "SELECT (SELECT count(*) FROM webhook_events), (SELECT count(*) FROM payments),
@@ -241,77 +294,215 @@ async fn kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twice() 
 }
 
 #[tokio::test]
-async fn sigterm_finishes_in_flight_deliveries_and_exits_zero() {
+async fn sigterm_lets_a_delivery_in_flight_finish_and_exits_zero() {
     let db = TestDb::create().await;
     let port = free_port();
-    let config = write_config(port, "sigterm");
-    let hookd = Hookd::start(&config, port, &db).await;
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let load = tokio::spawn(send_load(
-        hookd.base.clone(),
-        stripe_signer(),
-        400,
-        16,
-        acked.clone(),
-    ));
-    while acked.lock().expect("lock").len() < 50 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    // A handler held by the test must not run into its time limit meanwhile.
+    let config = write_config_with(port, "sigterm", "60s");
+    let hookd = Hookd::start_logging(&config, port, &db, "info").await;
+
+    // Before the signal: a load, each delivery answered before the next is sent.
+    let load = Arc::new(Mutex::new(Load::default()));
+    send_load(hookd.base.clone(), stripe_signer(), 100, 8, load.clone()).await;
+    let before = std::mem::take(&mut *load.lock().expect("lock"));
+    assert_eq!(
+        (before.acked.len(), before.refused),
+        (100, 0),
+        "every delivery sent before the signal was answered 200"
+    );
+
+    // A delivery whose handler is in flight when the signal arrives: its payment
+    // row is locked by the test, so the payments handler waits on it.
+    let holder = crate::support::connect(db.config()).await;
+    holder
+        .batch_execute(
+            "INSERT INTO payments (source, payment_id) VALUES ('stripe', 'pi_slow');
+             BEGIN;
+             SELECT 1 FROM payments WHERE payment_id = 'pi_slow' FOR UPDATE;",
+        )
+        .await
+        .expect("hold the payment row");
+    let slow_event = stripe_event(
+        "evt_slow",
+        "payment_intent.succeeded",
+        json!({"id": "pi_slow", "object": "payment_intent", "amount": 4200, "currency": "usd"}),
+    );
+    let body = serde_json::to_vec(&slow_event).expect("json");
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/webhooks/stripe", hookd.base))
+        .body(body.clone());
+    for (name, value) in stripe_signer()(&body) {
+        request = request.header(name, value);
     }
+    let slow = tokio::spawn(async move {
+        let response = request
+            .send()
+            .await
+            .expect("the delivery in flight is answered");
+        (
+            response.status().as_u16(),
+            response.bytes().await.expect("body").to_vec(),
+        )
+    });
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND wait_event_type = 'Lock'",
+        db.name
+    );
+    let (db_ref, waiting) = (&db, waiting.as_str());
+    wait_for(
+        "the handler to wait on the locked payment",
+        Duration::from_secs(20),
+        || async move { (query(db_ref, waiting).await[0].get::<_, i64>(0) > 0).then_some(()) },
+    )
+    .await;
+
     hookd.signal(Signal::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(40), hookd.wait())
+    // It stops accepting: a new connection is refused...
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    wait_for(
+        "the listener to close",
+        Duration::from_secs(20),
+        || async move {
+            match tokio::net::TcpStream::connect(addr).await {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Some(()),
+                _ => None,
+            }
+        },
+    )
+    .await;
+    // ...while the delivery in flight still waits for its handler.
+    assert!(!slow.is_finished(), "answered before its handler finished");
+    holder.batch_execute("COMMIT").await.expect("release");
+
+    let (status, answer) = slow.await.expect("join");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    assert_eq!(answer, br#"{"status":"accepted","event_id":"evt_slow"}"#);
+    let exit = tokio::time::timeout(Duration::from_secs(40), hookd.wait())
         .await
         .expect("hookd stops within its grace period");
-    assert!(status.success(), "exit status {status:?}");
-    load.await.expect("load");
-    let acked = acked.lock().expect("lock").clone();
-    let stored = query(
+    assert!(exit.success(), "exit status {exit:?}");
+
+    let slow_row = &query(
         &db,
-        "SELECT count(*) FROM webhook_events WHERE status = 'processed'",
+        "SELECT e.status, e.attempts, p.succeeded, p.amount FROM webhook_events e
+         JOIN payments p ON p.source = e.source AND p.payment_id = e.payment_id
+         WHERE e.event_id = 'evt_slow'",
+    )
+    .await[0];
+    assert_eq!(
+        (
+            slow_row.get::<_, String>(0),
+            slow_row.get::<_, i32>(1),
+            slow_row.get::<_, bool>(2),
+            slow_row.get::<_, i64>(3)
+        ),
+        ("processed".to_string(), 1, true, 4200),
+        "the delivery in flight was applied and committed"
+    );
+    let processed = query(
+        &db,
+        "SELECT count(*) FROM webhook_events WHERE status = 'processed' AND event_id LIKE 'evt_load_%'",
     )
     .await[0]
         .get::<_, i64>(0);
-    assert!(
-        stored as usize >= acked.len(),
-        "every acknowledged event was committed"
-    );
-    assert!(acked.len() < 400, "it stopped accepting");
+    assert_eq!(processed, 100, "every acknowledged event was committed");
+    let log = std::fs::read_to_string(config.with_extension("log")).expect("log");
+    assert!(log.contains("SIGTERM: finishing in-flight work"), "{log}");
+    assert!(log.contains("hookd stopped"), "{log}");
 }
 
-/// Where hookd put the cluster of the project in `dir`: `./.hookd/pg`, or the
-/// private folder it recorded when the `postgres` user cannot reach the project.
-fn cluster_dir(dir: &std::path::Path) -> PathBuf {
-    match std::fs::read_to_string(dir.join(".hookd/pg.location")) {
-        Ok(recorded) => PathBuf::from(recorded),
-        Err(_) => dir.join(".hookd/pg"),
+/// Where the project in `dir` records a fallback cluster folder, if it has one.
+fn recorded_cluster(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_to_string(dir.join(".hookd/pg.location"))
+        .ok()
+        .map(PathBuf::from)
+}
+
+/// The folder hookd names in its log line `started embedded PostgreSQL in DIR (…`.
+fn started_in(log: &str) -> PathBuf {
+    let line = log
+        .lines()
+        .find(|l| l.contains("started embedded PostgreSQL in "))
+        .unwrap_or_else(|| panic!("no start line: {log}"));
+    let rest = line
+        .split_once("started embedded PostgreSQL in ")
+        .map(|(_, rest)| rest)
+        .expect("path");
+    PathBuf::from(rest.split_once(" (socket only").map_or(rest, |(p, _)| p))
+}
+
+/// Whether hookd must move the cluster of a project in `dir` out of
+/// `./.hookd/pg`: its socket path would be too long (the socket lives in the
+/// folder: 100 bytes at most), or, as root, the `postgres` user cannot enter a
+/// project folder closed to others.
+fn needs_fallback(dir: &Path, closed_to_others: bool) -> bool {
+    let socket = dir.join(".hookd/pg/.s.PGSQL.5432");
+    socket.as_os_str().len() > 100 || (closed_to_others && nix::unistd::Uid::effective().is_root())
+}
+
+/// Cleans up after a project folder of a test: when dropped (also when an
+/// assertion failed), stops the cluster hookd made for it — in `./.hookd/pg` or
+/// where the record says — and removes both folders.
+struct Project {
+    dir: PathBuf,
+}
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        for cluster in [
+            recorded_cluster(&self.dir),
+            Some(self.dir.join(".hookd/pg")),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            drop(ClusterGuard::new(&cluster));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-/// The cluster's postmaster is alive (`pg_ctl status`, which needs no access to
-/// a folder that belongs to the `postgres` user).
-fn postmaster_running(dir: &std::path::Path) -> bool {
-    let data = cluster_dir(dir).join("data");
-    let pg_ctl = hookd::embedded_pg::binaries::program("pg_ctl").expect("pg_ctl");
-    let mut status = Command::new("sh");
-    status
-        .arg("-c")
-        .arg("\"$0\" status -D \"$1\" >/dev/null 2>&1")
-        .arg(&pg_ctl)
-        .arg(&data);
-    if nix::unistd::Uid::effective().is_root() {
-        use std::os::unix::process::CommandExt;
-        let postgres = nix::unistd::User::from_name("postgres")
-            .expect("lookup")
-            .expect("postgres user");
-        status.uid(postgres.uid.as_raw()).gid(postgres.gid.as_raw());
-    }
-    status.status().is_ok_and(|s| s.success())
+/// `hookd serve` in `dir` with the embedded cluster, logging to `dir/serve.log`.
+async fn serve_in(dir: &Path, port: u16) -> Hookd {
+    let log = std::fs::File::create(dir.join("serve.log")).expect("log");
+    let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        .args(["serve"])
+        .current_dir(dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("HOOKD_CONFIG")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn");
+    let hookd = Hookd {
+        child: Some(child),
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    hookd.ready(Duration::from_secs(60)).await;
+    hookd
+}
+
+/// Another hookd command in `dir`, beside or after `serve`.
+async fn command_in(dir: &Path, args: &[&str]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hookd"));
+    command
+        .args(args)
+        .current_dir(dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("HOOKD_CONFIG")
+        .env("RUST_LOG", "info");
+    tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
+        .await
+        .expect("join")
 }
 
 #[tokio::test]
-async fn serve_runs_its_own_cluster_and_adopts_one_a_killed_serve_left_behind() {
+async fn serve_runs_its_own_cluster_shares_it_and_adopts_one_a_killed_serve_left_behind() {
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("embedded-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
+    let project = Project { dir: dir.clone() };
     // A project folder closed to others (as root, the postgres user cannot enter
     // it, so the cluster must live in a private folder of its own).
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
@@ -326,68 +517,213 @@ async fn serve_runs_its_own_cluster_and_adopts_one_a_killed_serve_left_behind() 
         ),
     )
     .expect("config");
-    let start = || async {
-        let log = std::fs::File::create(dir.join("serve.log")).expect("log");
-        let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .args(["serve"])
-            .current_dir(&dir)
-            .env_remove("DATABASE_URL")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn");
-        let hookd = Hookd {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        };
-        let http = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !matches!(http.get(format!("{}/readyz", hookd.base)).send().await, Ok(r) if r.status() == 200)
-        {
-            assert!(Instant::now() < deadline, "ready");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        hookd
-    };
 
-    let first = start().await;
-    assert!(postmaster_running(&dir), "the cluster runs");
+    let first = serve_in(&dir, port).await;
     let log = std::fs::read_to_string(dir.join("serve.log")).expect("log");
-    let cluster = cluster_dir(&dir);
-    assert!(
-        log.contains(&format!(
-            "started embedded PostgreSQL in {}",
-            cluster.display()
-        )),
-        "{log}"
-    );
-    if nix::unistd::Uid::effective().is_root() {
+    // Where the cluster is: what hookd says, and what it recorded for later commands.
+    let cluster = started_in(&log);
+    let guard = ClusterGuard::new(&cluster);
+    assert!(guard.running(), "the cluster runs in {}", cluster.display());
+    let recorded = recorded_cluster(&dir);
+    if needs_fallback(&dir, true) {
+        assert_eq!(
+            recorded.as_ref(),
+            Some(&cluster),
+            "recorded for later commands"
+        );
         assert!(
             cluster.starts_with(std::env::temp_dir()),
             "{}",
             cluster.display()
         );
+        assert!(log.contains("embedded PostgreSQL cannot live in"), "{log}");
     } else {
         assert_eq!(cluster, dir.join(".hookd/pg"));
+        assert_eq!(recorded, None);
     }
+
+    // A command beside the running serve uses its cluster and leaves it running.
+    let listed = command_in(&dir, &["events", "list", "--json"]).await;
+    let said = String::from_utf8_lossy(&listed.stderr).to_string();
+    assert!(listed.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "embedded PostgreSQL already running in {}; reusing it",
+            cluster.display()
+        )) && !said.contains("adopting"),
+        "{said}"
+    );
+    assert!(guard.running(), "the command left the cluster to serve");
+    first.ready(Duration::from_secs(10)).await;
+
     first.signal(Signal::SIGKILL);
     first.wait().await;
-    assert!(
-        postmaster_running(&dir),
-        "a killed hookd cannot stop its cluster"
-    );
+    assert!(guard.running(), "a killed hookd cannot stop its cluster");
 
-    let second = start().await;
+    let second = serve_in(&dir, port).await;
     let log = std::fs::read_to_string(dir.join("serve.log")).expect("log");
-    assert!(log.contains("adopting it"), "{log}");
-    assert_eq!(cluster_dir(&dir), cluster, "the same cluster, found again");
+    assert!(
+        log.contains(&format!(
+            "embedded PostgreSQL already running in {}; reusing it (its owner is gone: adopting it)",
+            cluster.display()
+        )),
+        "{log}"
+    );
+    assert_eq!(
+        recorded_cluster(&dir),
+        recorded,
+        "the same cluster, found again"
+    );
     second.signal(Signal::SIGTERM);
     assert!(second.wait().await.success());
-    assert!(
-        !postmaster_running(&dir),
-        "the adopted cluster was stopped at exit"
+    assert!(!guard.running(), "the adopted cluster was stopped at exit");
+    drop(guard);
+    drop(project);
+}
+
+#[tokio::test]
+async fn a_cluster_that_cannot_live_in_the_project_goes_under_tmpdir_and_is_found_again() {
+    // A project whose ./.hookd/pg is too long for a socket, for any user.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "tmpdir-{}-{}",
+        std::process::id(),
+        "p".repeat(80)
+    ));
+    std::fs::create_dir_all(&dir).expect("project");
+    let project = Project { dir: dir.clone() };
+    // A TMPDIR of the test's own (the postgres user may enter it, as /tmp).
+    let tmpdir = PathBuf::from(format!("/tmp/hookd-tmpdir-{}", std::process::id()));
+    std::fs::create_dir_all(&tmpdir).expect("tmpdir");
+    std::fs::set_permissions(&tmpdir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _tmpdir_goes = Remove(tmpdir.clone());
+    let migrate = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hookd"));
+        command
+            .args(["migrate", "--config"])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"))
+            .current_dir(&dir)
+            .env_remove("DATABASE_URL")
+            .env_remove("HOOKD_CONFIG")
+            .env("TMPDIR", &tmpdir)
+            .env("RUST_LOG", "info");
+        async move {
+            tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
+                .await
+                .expect("join")
+        }
+    };
+
+    let first = migrate().await;
+    let said = String::from_utf8_lossy(&first.stderr).to_string();
+    assert!(first.status.success(), "{said}");
+    let cluster = started_in(&said);
+    let _cluster_goes = ClusterGuard::new(&cluster);
+    assert_eq!(
+        cluster.parent(),
+        Some(tmpdir.as_path()),
+        "{}",
+        cluster.display()
     );
-    let _ = std::fs::remove_dir_all(&cluster);
-    let _ = std::fs::remove_dir_all(&dir);
+    let name = cluster.file_name().and_then(|n| n.to_str()).expect("name");
+    assert!(
+        name.len() == "hookd-".len() + 16
+            && name.starts_with("hookd-")
+            && name["hookd-".len()..]
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit()),
+        "{name}"
+    );
+    assert_eq!(recorded_cluster(&dir), Some(cluster.clone()));
+    assert!(
+        said.contains(&format!(
+            "using {} instead (the system may empty its temporary folder at reboot",
+            cluster.display()
+        )),
+        "{said}"
+    );
+    assert!(
+        String::from_utf8_lossy(&first.stdout).contains("applied "),
+        "{first:?}"
+    );
+    assert!(
+        !crate::support::pg_ctl_as_cluster_user(&cluster, &["status"]),
+        "stopped at exit"
+    );
+
+    // The next command finds it through the record: the schema is already there.
+    let second = migrate().await;
+    let said = String::from_utf8_lossy(&second.stderr).to_string();
+    assert!(second.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("using {} as recorded in", cluster.display())),
+        "{said}"
+    );
+    assert!(
+        String::from_utf8_lossy(&second.stdout).contains("applied 0 migration(s)"),
+        "{second:?}"
+    );
+    drop(project);
+}
+
+#[tokio::test]
+async fn serve_warns_at_startup_about_what_may_be_a_mistake() {
+    let db = TestDb::create().await;
+    let port = free_port();
+    let text = include_str!("../../hookd.toml")
+        .replace(
+            "listen = \"127.0.0.1:8080\"",
+            &format!("listen = \"127.0.0.1:{port}\""),
+        )
+        .replace(
+            "tolerance = \"5m\"\n# fingerprint_ignore",
+            "tolerance = \"5m\"\nevent_types = { \"invoice.paid\" = \"invoice_paid\" }\n# fingerprint_ignore",
+        )
+        + "\n[[admin.tokens]]\nname = \"short\"\ntoken = \"tiny-token\"\nrole = \"viewer\"\n";
+    assert!(text.contains("invoice_paid"), "the mapping was added");
+    let config = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("warnings-{}.toml", std::process::id()));
+    std::fs::write(&config, text).expect("config");
+    let log_path = config.with_extension("log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("DATABASE_URL", cluster().connection_string(&db.name))
+        .env("HOOKD_SOURCE_NOPE_SECRETS", "a-secret-for-no-source")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn hookd");
+    let hookd = Hookd {
+        child: Some(child),
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    hookd.ready(Duration::from_secs(30)).await;
+    hookd.signal(Signal::SIGTERM);
+    assert!(hookd.wait().await.success());
+    let log = std::fs::read_to_string(&log_path).expect("log");
+    for warning in [
+        "serving with the shipped development secrets or tokens; hookd accepts them on loopback \
+         addresses only",
+        "source stripe: no handler or forward takes kind \"invoice_paid\"",
+        "admin.tokens[2].token: shorter than 16 characters; easy to guess",
+        "HOOKD_SOURCE_NOPE_SECRETS: no configured source is named NOPE; ignored",
+    ] {
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(warning) && l.contains("WARN"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{warning}:\n{log}");
+    }
+    for secret in ["tiny-token", "a-secret-for-no-source"] {
+        assert!(!log.contains(secret), "{secret} in:\n{log}");
+    }
 }

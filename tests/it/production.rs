@@ -328,3 +328,33 @@ async fn verify_says_which_check_fails_and_why() {
     assert_eq!(output.status.code(), Some(1));
     assert!(one_line(&output).contains(":1: not a \"Name: value\" header line"));
 }
+
+#[tokio::test]
+async fn config_may_come_before_the_subcommand() {
+    let own = file(
+        "before.toml",
+        b"listen = \"127.0.0.1:18081\"\n[[sources]]\nname = \"first\"\nscheme = \"github\"\n\
+          secrets = [\"a-github-secret-of-ours\"]\n",
+    );
+    let own = own.to_str().expect("utf-8");
+    for args in [
+        ["--config", own, "check-config"],
+        ["check-config", "--config", own],
+    ] {
+        // HOOKD_CONFIG names another file: the flag wins wherever it stands.
+        let output = hookd(&args, &[("HOOKD_CONFIG", SHIPPED)]).await;
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {output:?}");
+        assert!(
+            stdout(&output).starts_with(&format!("ok: {own}: 1 source(s) (first)")),
+            "{args:?}: {}",
+            stdout(&output)
+        );
+    }
+    let missing = hookd(
+        &["--config", "/nonexistent/first.toml", "check-config"],
+        &[],
+    )
+    .await;
+    assert_eq!(missing.status.code(), Some(78));
+    assert!(one_line(&missing).starts_with("hookd: config /nonexistent/first.toml: "));
+}

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use hookd::purge::PurgeOutcome;
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event};
+use crate::support::{Spawn, TestApp, shipped_settings, spawn, spawn_app, stripe_event, wait_for};
 
 fn event(id: &str, kind: &str) -> Value {
     match kind {
@@ -88,22 +88,102 @@ async fn snapshot(app: &TestApp) -> Vec<(String, String, bool, Option<bool>, i64
     .collect()
 }
 
+/// Everything a purge pass could change, as text: every row of every table it
+/// touches (and of `payments`, which it must never touch), sorted.
+async fn everything(app: &TestApp) -> BTreeMap<&'static str, String> {
+    let mut all = BTreeMap::new();
+    for table in [
+        "webhook_events",
+        "webhook_event_attempts",
+        "payments",
+        "admin_idempotency_keys",
+        "admin_revoked_sessions",
+        "admin_audit",
+        "hookd_purge_watermark",
+        "hookd_purge_pending",
+    ] {
+        let rows = app
+            .strings(
+                &format!(
+                    "SELECT coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), '') FROM {table} t"
+                ),
+                &[],
+            )
+            .await;
+        all.insert(table, rows.into_iter().next().unwrap_or_default());
+    }
+    all
+}
+
+/// The aged events after one pass, with the purge's own state in place (a
+/// watermark, pending events that have finished since) and more to do: three
+/// events past `retention` beyond the watermark, and an expired Idempotency-Key.
+async fn half_purged(app: &TestApp) {
+    aged_events(app).await;
+    app.app.purger.run_once(None).await.expect("first pass");
+    // The failed events finish (the old ones wait in the pending list).
+    app.run_due_retries().await;
+    for (id, kind) in [
+        ("evt_late_processed", "processed"),
+        ("evt_late_dead", "dead"),
+        ("evt_late_ignored", "ignored"),
+    ] {
+        app.deliver_ok("stripe", &event(id, kind)).await;
+    }
+    app.db()
+        .await
+        .batch_execute(
+            "UPDATE webhook_events SET received_at = now() - interval '40 days'
+             WHERE event_id LIKE 'evt\\_late\\_%';
+             INSERT INTO admin_idempotency_keys (token_name, idempotency_key, request_sha256, created_at)
+             VALUES ('t', 'older', '\\x00', now() - interval '3 days');
+             INSERT INTO admin_revoked_sessions (nonce, expires_at)
+             VALUES ('expired-too', now() - interval '1 minute');",
+        )
+        .await
+        .expect("more to purge");
+}
+
 #[tokio::test]
 async fn a_dry_run_counts_and_changes_nothing() {
     let app = small_batches().await;
-    aged_events(&app).await;
-    let before = snapshot(&app).await;
+    half_purged(&app).await;
+    let before = everything(&app).await;
+    for table in [
+        "hookd_purge_watermark",
+        "hookd_purge_pending",
+        "admin_idempotency_keys",
+    ] {
+        assert!(!before[table].is_empty(), "{table} has rows to keep");
+    }
+    assert!(
+        before["webhook_events"].contains("gave up")
+            || before["webhook_events"].contains("neither"),
+        "dead events keep their last_error"
+    );
     let preview = app.app.purger.preview().await.expect("preview");
     assert_eq!(
         preview.keys,
-        counts(&[("dead", 2), ("ignored", 2), ("processed", 2)])
+        counts(&[("processed", 2)]),
+        "the ancient failed ones, finished"
     );
     assert_eq!(
         preview.payloads,
-        counts(&[("dead", 2), ("ignored", 2), ("processed", 2)])
+        counts(&[("dead", 1), ("ignored", 1), ("processed", 3)]),
+        "the three late ones and the two old ones that finished"
     );
     assert_eq!(preview.idempotency_keys, 1);
-    assert_eq!(snapshot(&app).await, before);
+    assert_eq!(
+        everything(&app).await,
+        before,
+        "the preview changed nothing"
+    );
+
+    // What it counted is what a pass then does.
+    let outcome = app.app.purger.run_once(None).await.expect("pass");
+    assert_eq!(outcome.keys_deleted, preview.keys);
+    assert_eq!(outcome.payloads_dropped, preview.payloads);
+    assert_eq!(outcome.idempotency_keys_deleted, preview.idempotency_keys);
 }
 
 #[tokio::test]
@@ -177,11 +257,20 @@ async fn a_pass_drops_old_payloads_and_older_keys_but_never_failed_events() {
         PurgeOutcome::total(&again.payloads_dropped) + PurgeOutcome::total(&again.keys_deleted),
         0
     );
-    let metrics = String::from_utf8(app.get("/metrics").await.body).expect("utf8");
-    assert!(
-        metrics.contains("hookd_purged_rows_total{what=\"payload\"} 6"),
-        "{metrics}"
-    );
+    let metrics = app.metrics().await;
+    for (what, rows) in [
+        ("payload", 6.0),
+        ("key", 6.0),
+        ("idempotency_key", 1.0),
+        ("revoked_session", 1.0),
+        ("audit_entry", 1.0),
+    ] {
+        assert_eq!(
+            metrics.value("hookd_purged_rows_total", &[("what", what)]),
+            rows,
+            "{what}: both passes together"
+        );
+    }
 }
 
 #[tokio::test]
@@ -224,7 +313,7 @@ async fn an_old_event_still_failing_is_purged_once_it_finishes() {
 async fn a_resend_after_the_payload_purge_is_replayed_not_applied() {
     let app = spawn(Spawn::default()).await;
     let body = event("evt_resend", "processed");
-    let first = app.deliver("stripe", &body).await;
+    let first = app.deliver_ok("stripe", &body).await;
     app.execute(
         "UPDATE webhook_events SET received_at = now() - interval '31 days'",
         &[],
@@ -324,7 +413,8 @@ async fn serve_purges_on_its_schedule_and_stops_promptly() {
         ..Spawn::default()
     })
     .await;
-    app.deliver("stripe", &event("evt_sched", "ignored")).await;
+    app.deliver_ok("stripe", &event("evt_sched", "ignored"))
+        .await;
     app.execute(
         "UPDATE webhook_events SET received_at = now() - interval '31 days'",
         &[],
@@ -353,9 +443,10 @@ async fn serve_purges_on_its_schedule_and_stops_promptly() {
 #[tokio::test]
 async fn hookd_purge_dry_run_prints_counts_per_status() {
     let app = small_batches().await;
-    aged_events(&app).await;
+    half_purged(&app).await;
     let run =
         |args: &'static [&'static str]| crate::support::run_hookd(args, Some(app.database_url()));
+    let before = everything(&app).await;
     let dry = run(&["purge", "--dry-run"]).await;
     assert!(
         dry.status.success(),
@@ -363,28 +454,383 @@ async fn hookd_purge_dry_run_prints_counts_per_status() {
         String::from_utf8_lossy(&dry.stderr)
     );
     let text = String::from_utf8_lossy(&dry.stdout);
-    assert!(
-        text.contains("would drop payloads: dead 2, ignored 2, processed 2"),
-        "{text}"
-    );
-    assert!(
-        text.contains("would delete keys:   dead 2, ignored 2, processed 2"),
-        "{text}"
-    );
+    for line in [
+        "would drop payloads: dead 1, ignored 1, processed 3",
+        "would delete keys:   processed 2",
+        "would delete expired idempotency keys: 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}: {text}");
+    }
     assert_eq!(
-        app.count("SELECT count(*) FROM webhook_events", &[]).await,
-        24
+        everything(&app).await,
+        before,
+        "the dry run changed nothing"
     );
 
     let real = run(&["purge"]).await;
     assert!(real.status.success());
     let text = String::from_utf8_lossy(&real.stdout);
     assert!(
-        text.contains("deleted keys:     dead 2, ignored 2, processed 2"),
+        text.lines().any(|l| l == "deleted keys:     processed 2"),
         "{text}"
     );
     assert_eq!(
         app.count("SELECT count(*) FROM webhook_events", &[]).await,
-        18
+        19
+    );
+}
+
+/// `count` finished events received `days` ago.
+async fn old_events(app: &TestApp, prefix: &str, count: usize, days: i32) {
+    for i in 0..count {
+        app.deliver_ok("stripe", &event(&format!("{prefix}_{i}"), "processed"))
+            .await;
+    }
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - make_interval(days => $1)
+         WHERE event_id LIKE $2",
+        &[&days, &format!("{prefix}\\_%")],
+    )
+    .await;
+}
+
+async fn payloads_left(app: &TestApp, prefix: &str) -> i64 {
+    app.count(
+        "SELECT count(*) FROM webhook_events WHERE event_id LIKE $1 AND payload IS NOT NULL",
+        &[&format!("{prefix}\\_%")],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn serve_runs_a_pass_as_it_starts() {
+    let first = spawn_app().await;
+    old_events(&first, "evt_boot", 3, 40).await;
+    // An instance whose next scheduled pass is an hour away.
+    let mut settings = shipped_settings();
+    settings.purge_interval = std::time::Duration::from_secs(3600);
+    let second = spawn(Spawn {
+        settings,
+        db: first.db.clone(),
+        parts: hookd::app::Parts {
+            dispatcher: false,
+            purge: true,
+            http_workers: Some(1),
+        },
+        ..Spawn::default()
+    })
+    .await;
+    let app = &second;
+    wait_for(
+        "the pass at start",
+        std::time::Duration::from_secs(20),
+        || async move { (payloads_left(app, "evt_boot").await == 0).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        app.metrics()
+            .await
+            .value("hookd_purged_rows_total", &[("what", "payload")]),
+        3.0
+    );
+}
+
+#[tokio::test]
+async fn a_pass_stops_between_batches_when_shutdown_comes() {
+    let app = small_batches().await;
+    old_events(&app, "evt_stop", 6, 40).await;
+    let (trigger, stop) = hookd::shutdown::channel();
+    trigger.trigger();
+    let outcome = app.app.purger.run_once(Some(&stop)).await.expect("pass");
+    assert!(outcome.interrupted);
+    // One whole batch, committed; nothing of the next.
+    assert_eq!(outcome.payloads_dropped, counts(&[("processed", 2)]));
+    assert_eq!(payloads_left(&app, "evt_stop").await, 4);
+    let rest = app.app.purger.run_once(None).await.expect("next pass");
+    assert!(!rest.interrupted);
+    assert_eq!(rest.payloads_dropped, counts(&[("processed", 4)]));
+    assert_eq!(payloads_left(&app, "evt_stop").await, 0);
+}
+
+#[tokio::test]
+async fn a_pass_rests_twice_as_long_as_each_batch_took() {
+    let app = small_batches().await;
+    old_events(&app, "evt_pace", 8, 40).await;
+    // The database times each statement that drops payloads (a trigger makes
+    // each take at least 100 ms, and records its start, its end and its rows).
+    app.db()
+        .await
+        .batch_execute(
+            "CREATE TABLE pace (at timestamptz, what text, changed bigint);
+             CREATE FUNCTION pace_start() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO pace VALUES (clock_timestamp(), 'start', NULL);
+                 PERFORM pg_sleep(0.1);
+                 RETURN NULL;
+             END $$;
+             CREATE FUNCTION pace_end() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO pace SELECT clock_timestamp(), 'end', count(*) FROM changed;
+                 RETURN NULL;
+             END $$;
+             CREATE TRIGGER pace_start BEFORE UPDATE ON webhook_events
+                 FOR EACH STATEMENT EXECUTE FUNCTION pace_start();
+             CREATE TRIGGER pace_end AFTER UPDATE ON webhook_events
+                 REFERENCING NEW TABLE AS changed
+                 FOR EACH STATEMENT EXECUTE FUNCTION pace_end();",
+        )
+        .await
+        .expect("triggers");
+    let outcome = app.app.purger.run_once(None).await.expect("pass");
+    assert_eq!(outcome.payloads_dropped, counts(&[("processed", 8)]));
+    let marks: Vec<(f64, String, Option<i64>)> = app
+        .query(
+            "SELECT extract(epoch FROM at)::float8, what, changed FROM pace ORDER BY at",
+            &[],
+        )
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    // (start, end) of each statement that dropped payloads: the four batches.
+    let batches: Vec<(f64, f64)> = marks
+        .chunks(2)
+        .filter(|pair| pair.len() == 2 && pair[1].2.unwrap_or(0) > 0)
+        .map(|pair| {
+            assert_eq!((pair[0].1.as_str(), pair[1].1.as_str()), ("start", "end"));
+            (pair[0].0, pair[1].0)
+        })
+        .collect();
+    assert_eq!(batches.len(), 4, "{marks:?}");
+    for pair in batches.windows(2) {
+        let (start, end) = pair[0];
+        let busy = end - start;
+        let rest = pair[1].0 - end;
+        // The batch took at least `busy` (it ran this statement), so the rest
+        // after it is at least twice that.
+        assert!(
+            rest >= 2.0 * busy - 0.002,
+            "rested {rest:.3} s after a statement of {busy:.3} s: {marks:?}"
+        );
+    }
+}
+
+/// Holds every retry (not the first run) at a gate the test opens, counting
+/// those that arrived there.
+struct Gate {
+    open: std::sync::Arc<tokio::sync::Semaphore>,
+    arrived: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl hookd::handlers::Handler for Gate {
+    async fn apply(
+        &self,
+        _tx: &deadpool_postgres::Transaction<'_>,
+        event: &hookd::handlers::Event<'_>,
+    ) -> Result<(), hookd::handlers::HandlerError> {
+        if event.attempt > 1 {
+            self.arrived
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.open.acquire().await.expect("gate").forget();
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_pass_skips_rows_others_hold_and_takes_them_next_time() {
+    let open = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let arrived = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut settings = shipped_settings();
+    settings.purge_batch = 2;
+    // The test holds handlers at the gate: never for as long as this.
+    settings.handler_timeout = std::time::Duration::from_secs(60);
+    settings.sources[0]
+        .event_types
+        .insert("test.gate".into(), "test_gate".into());
+    let mut registry = hookd::handlers::Registry::builtin();
+    registry.register(
+        "test_gate",
+        std::sync::Arc::new(Gate {
+            open: open.clone(),
+            arrived: arrived.clone(),
+        }),
+    );
+    let app = spawn(Spawn {
+        settings,
+        registry,
+        ..Spawn::default()
+    })
+    .await;
+    for (prefix, days) in [("evt_keys", 400), ("evt_pays", 40)] {
+        for i in 0..2 {
+            let id = format!("{prefix}_{i}");
+            app.deliver_ok("stripe", &stripe_event(&id, "test.gate", json!({})))
+                .await;
+        }
+        app.execute(
+            "UPDATE webhook_events SET received_at = now() - make_interval(days => $1)
+             WHERE event_id LIKE $2",
+            &[&days, &format!("{prefix}\\_%")],
+        )
+        .await;
+    }
+    let held: Vec<i64> = app
+        .query(
+            "SELECT id FROM webhook_events WHERE event_id IN ('evt_keys_0', 'evt_pays_0')",
+            &[],
+        )
+        .await
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let operator = app.admin(crate::support::Credential::Bearer(
+        "dev-operator-token-0123456789".into(),
+    ));
+    // Operators retry one of each; their handlers are held at the gate, so their
+    // transactions hold the rows while the pass runs.
+    let paths: Vec<String> = held
+        .iter()
+        .map(|id| format!("/admin/api/events/{id}/retry"))
+        .collect();
+    let retries = futures_util::future::join_all(paths.iter().map(|p| operator.post(p, &[])));
+    let pass = async {
+        let arrived = &arrived;
+        wait_for(
+            "both retries at the gate",
+            std::time::Duration::from_secs(20),
+            || {
+                std::future::ready(
+                    (arrived.load(std::sync::atomic::Ordering::SeqCst) == 2).then_some(()),
+                )
+            },
+        )
+        .await;
+        let outcome = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            app.app.purger.run_once(None),
+        )
+        .await
+        .expect("the pass does not wait for rows others hold")
+        .expect("pass");
+        open.add_permits(2);
+        outcome
+    };
+    let (answers, outcome) = tokio::join!(retries, pass);
+    assert!(answers.iter().all(|a| a.status == 200), "{answers:?}");
+    assert_eq!(outcome.keys_deleted, counts(&[("processed", 1)]));
+    assert_eq!(outcome.payloads_dropped, counts(&[("processed", 1)]));
+    assert_eq!(
+        app.strings(
+            "SELECT event_id FROM webhook_events WHERE event_id LIKE 'evt\\_keys\\_%'",
+            &[]
+        )
+        .await,
+        ["evt_keys_0"]
+    );
+    assert_eq!(
+        app.strings(
+            "SELECT event_id FROM webhook_events WHERE event_id LIKE 'evt\\_pays\\_%' AND payload IS NOT NULL",
+            &[]
+        )
+        .await,
+        ["evt_pays_0"]
+    );
+    let next = app.app.purger.run_once(None).await.expect("next pass");
+    assert_eq!(next.keys_deleted, counts(&[("processed", 1)]));
+    assert_eq!(next.payloads_dropped, counts(&[("processed", 1)]));
+    assert_eq!(payloads_left(&app, "evt_pays").await, 0);
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt\\_keys\\_%'",
+            &[]
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM hookd_purge_pending", &[])
+            .await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_pass_logs_one_line_of_what_it_removed() {
+    let app = small_batches().await;
+    aged_events(&app).await;
+    let pass = crate::support::run_hookd_with(
+        &["purge"],
+        &[
+            ("DATABASE_URL", app.database_url()),
+            ("RUST_LOG", "info".to_string()),
+        ],
+    )
+    .await;
+    assert!(pass.status.success(), "{pass:?}");
+    let log = String::from_utf8_lossy(&pass.stderr);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("purge: ")).collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(
+        lines[0].contains(
+            "purge: dropped 6 payloads (dead 2, ignored 2, processed 2), deleted 6 keys \
+             (dead 2, ignored 2, processed 2) and 1 idempotency keys in "
+        ),
+        "{}",
+        lines[0]
+    );
+}
+
+#[tokio::test]
+async fn a_resend_after_key_retention_is_a_new_event() {
+    let app = spawn_app().await;
+    let body = event("evt_forgotten", "processed");
+    let first = app.deliver_ok("stripe", &body).await;
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - interval '366 days'",
+        &[],
+    )
+    .await;
+    let outcome = app.app.purger.run_once(None).await.expect("purge");
+    assert_eq!(outcome.keys_deleted, counts(&[("processed", 1)]));
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        0
+    );
+    // Business tables are never purged; mark the payment to see the handler run.
+    app.execute(
+        "UPDATE payments SET amount = 7 WHERE payment_id = 'pi_evt_forgotten'",
+        &[],
+    )
+    .await;
+
+    let again = app.deliver_ok("stripe", &body).await;
+    assert_eq!(again.header("Idempotent-Replayed"), None, "forgotten: new");
+    assert_eq!(again.body, first.body);
+    let row = &app
+        .query(
+            "SELECT deliveries, attempts, status, received_at > now() - interval '1 hour'
+             FROM webhook_events WHERE event_id = 'evt_forgotten'",
+            &[],
+        )
+        .await[0];
+    assert_eq!(
+        (
+            row.get::<_, i32>(0),
+            row.get::<_, i32>(1),
+            row.get::<_, String>(2),
+            row.get::<_, bool>(3)
+        ),
+        (1, 1, "processed".to_string(), true)
+    );
+    assert_eq!(
+        app.count(
+            "SELECT amount FROM payments WHERE payment_id = 'pi_evt_forgotten'",
+            &[]
+        )
+        .await,
+        100,
+        "applied again"
     );
 }

@@ -260,13 +260,18 @@ async fn bodies_without_an_id_or_type_are_400() {
 async fn bad_signatures_are_401_with_a_reason() {
     let app = spawn_app().await;
     let body = serde_json::to_vec(&succeeded("evt_sig", "pi_sig")).expect("json");
-    let good = app.sign("stripe", &body, Hints::default());
+    // Signed at a time of the test's choosing, so the cases below know it.
+    let now = chrono::Utc::now().timestamp();
+    let stripe = app.settings().source("stripe").expect("stripe").clone();
+    let good = hookd::provider::sign_delivery(&stripe, &body, Hints::default(), now)
+        .expect("sign")
+        .headers;
     let signature = good
         .iter()
         .find(|(k, _)| k == "Stripe-Signature")
         .map(|(_, v)| v.clone())
         .expect("signature");
-    let now = chrono::Utc::now().timestamp();
+    assert!(signature.starts_with(&format!("t={now},")), "{signature}");
     let with = |value: String| vec![("Stripe-Signature".to_string(), value)];
     let cases: Vec<(Vec<(String, String)>, &str)> = vec![
         (vec![], "missing"),
@@ -288,6 +293,106 @@ async fn bad_signatures_are_401_with_a_reason() {
         assert!(!String::from_utf8_lossy(&answer.body).contains("whsec_"));
     }
     assert_eq!(stored(&app, "stripe", "evt_sig").await, 0);
+    // The control: the genuine headers are taken.
+    assert_eq!(app.post("stripe", &good, body).await.status, 200);
+}
+
+#[tokio::test]
+async fn the_signature_is_checked_before_the_timestamp() {
+    let app = spawn_app().await;
+    let now = chrono::Utc::now().timestamp();
+    for (source, body) in [
+        ("stripe", succeeded("evt_order", "pi_order")),
+        (
+            "standard",
+            neutral("msg_order", "payment.succeeded", "p_order"),
+        ),
+    ] {
+        let settings = app.settings().source(source).expect("source").clone();
+        let bytes = serde_json::to_vec(&body).expect("json");
+        for (offset, genuine_reason) in [(-3600, "too old"), (3600, "too new")] {
+            let signed =
+                hookd::provider::sign_delivery(&settings, &bytes, Hints::default(), now + offset)
+                    .expect("sign");
+            // Genuine but out of time: the timestamp is what is wrong.
+            let answer = app.post(source, &signed.headers, bytes.clone()).await;
+            assert_eq!(answer.status, 401);
+            assert!(
+                reason_of(&answer).contains(genuine_reason),
+                "{source} {offset}: {}",
+                reason_of(&answer)
+            );
+            // Not genuine and out of time: only the signature is spoken of.
+            let mut other = bytes.clone();
+            other.insert(1, b' ');
+            let answer = app.post(source, &signed.headers, other).await;
+            assert_eq!(
+                (answer.status, reason_of(&answer).as_str()),
+                (401, "signature mismatch"),
+                "{source} {offset}"
+            );
+        }
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn an_event_id_or_type_over_255_bytes_is_400_and_255_is_fine() {
+    let app = spawn_app().await;
+    let long_type = format!(
+        "payment_intent.{}",
+        "x".repeat(256 - "payment_intent.".len())
+    );
+    let long_id = format!("evt_{}", "y".repeat(252));
+    assert_eq!((long_type.len(), long_id.len()), (256, 256));
+    for (event, what) in [
+        (
+            stripe_event("evt_long_type", &long_type, json!({})),
+            "event type",
+        ),
+        (
+            stripe_event(&long_id, "customer.created", json!({})),
+            "event id",
+        ),
+    ] {
+        for _ in 0..2 {
+            let answer = app.deliver("stripe", &event).await;
+            assert_eq!(error_of(&answer), (400, "bad_request".into()));
+            assert_eq!(
+                reason_of(&answer),
+                format!("{what} is longer than 255 bytes")
+            );
+        }
+    }
+    // GitHub's type is the X-GitHub-Event header and the body's action.
+    let body = serde_json::to_vec(&json!({"action": "a".repeat(200)})).expect("json");
+    let headers = app.sign(
+        "github",
+        &body,
+        Hints {
+            event_type: Some(&"e".repeat(60)),
+            event_id: Some("gh-long-type"),
+        },
+    );
+    let answer = app.post("github", &headers, body).await;
+    assert_eq!(
+        (answer.status, reason_of(&answer)),
+        (400, "event type is longer than 255 bytes".to_string())
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        0
+    );
+    // At the limit, both are stored.
+    let at_limit = stripe_event(&long_id[..255], &long_type[..255], json!({}));
+    app.deliver_ok("stripe", &at_limit).await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -512,13 +617,38 @@ async fn every_scheme_refuses_unsigned_and_tampered_deliveries() {
     }
 }
 
+/// Asks for every run of its events to be retried later: they wait in the backlog.
+struct Later;
+
+#[async_trait::async_trait]
+impl hookd::handlers::Handler for Later {
+    async fn apply(
+        &self,
+        _tx: &deadpool_postgres::Transaction<'_>,
+        _event: &hookd::handlers::Event<'_>,
+    ) -> Result<(), hookd::handlers::HandlerError> {
+        Err(hookd::handlers::HandlerError::Retry("not now".into()))
+    }
+}
+
 #[tokio::test]
 async fn metrics_count_deliveries_failures_duplicates_and_events() {
-    let app = spawn_app().await;
+    let mut settings = shipped_settings();
+    settings.sources[0]
+        .event_types
+        .insert("test.later".into(), "test_later".into());
+    let mut registry = hookd::handlers::Registry::builtin();
+    registry.register("test_later", std::sync::Arc::new(Later));
+    let app = spawn(Spawn {
+        settings,
+        registry,
+        ..Spawn::default()
+    })
+    .await;
     let event = succeeded("evt_m", "pi_m");
-    app.deliver("stripe", &event).await;
-    app.deliver("stripe", &event).await;
-    app.post("stripe", &[], b"{}".to_vec()).await;
+    app.deliver_ok("stripe", &event).await;
+    app.deliver_ok("stripe", &event).await;
+    assert_eq!(app.post("stripe", &[], b"{}".to_vec()).await.status, 401);
     let answer = app.get("/metrics").await;
     assert_eq!(answer.status, 200);
     assert!(
@@ -526,20 +656,74 @@ async fn metrics_count_deliveries_failures_duplicates_and_events() {
             .header("content-type")
             .is_some_and(|t| t.starts_with("text/plain"))
     );
-    let text = String::from_utf8(answer.body).expect("utf8");
-    for line in [
-        "hookd_deliveries_total{source=\"stripe\",outcome=\"processed\"} 1",
-        "hookd_deliveries_total{source=\"stripe\",outcome=\"duplicate\"} 1",
-        "hookd_deliveries_total{source=\"stripe\",outcome=\"invalid_signature\"} 1",
-        "hookd_signature_failures_total{source=\"stripe\",reason=\"missing\"} 1",
-        "hookd_duplicates_total{source=\"stripe\"} 1",
-        "hookd_events_total{kind=\"payment_succeeded\",status=\"processed\"} 1",
-        "hookd_handler_duration_seconds_count{kind=\"payment_succeeded\"} 1",
-        "hookd_retry_backlog 0",
-        "# TYPE hookd_purged_rows_total counter",
+    let metrics = crate::support::Exposition::parse(&String::from_utf8(answer.body).expect("utf8"));
+    let stripe = ("source", "stripe");
+    for (name, labels, value) in [
+        (
+            "hookd_deliveries_total",
+            vec![stripe, ("outcome", "processed")],
+            1.0,
+        ),
+        (
+            "hookd_deliveries_total",
+            vec![stripe, ("outcome", "duplicate")],
+            1.0,
+        ),
+        (
+            "hookd_deliveries_total",
+            vec![stripe, ("outcome", "invalid_signature")],
+            1.0,
+        ),
+        (
+            "hookd_signature_failures_total",
+            vec![stripe, ("reason", "missing")],
+            1.0,
+        ),
+        ("hookd_duplicates_total", vec![stripe], 1.0),
+        (
+            "hookd_events_total",
+            vec![("kind", "payment_succeeded"), ("status", "processed")],
+            1.0,
+        ),
+        (
+            "hookd_handler_duration_seconds_count",
+            vec![("kind", "payment_succeeded")],
+            1.0,
+        ),
+        ("hookd_retry_backlog", vec![], 0.0),
+        ("hookd_dead_events", vec![], 0.0),
     ] {
-        assert!(text.contains(line), "missing {line}:\n{text}");
+        assert_eq!(metrics.value(name, &labels), value, "{name}{labels:?}");
     }
+    assert!(
+        metrics
+            .types
+            .contains(&("hookd_purged_rows_total".into(), "counter".into()))
+    );
+
+    // The backlog is read from the database at each scrape: one failed event, then two.
+    for n in 1..=2 {
+        let later = stripe_event(&format!("evt_later_{n}"), "test.later", json!({}));
+        app.deliver_ok("stripe", &later).await;
+        let metrics = app.metrics().await;
+        assert_eq!(metrics.value("hookd_retry_backlog", &[]), f64::from(n));
+        assert_eq!(
+            metrics.value(
+                "hookd_events_total",
+                &[("kind", "test_later"), ("status", "failed")]
+            ),
+            f64::from(n)
+        );
+        assert_eq!(metrics.value("hookd_dead_events", &[]), 0.0);
+    }
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_events WHERE status = 'failed'",
+            &[]
+        )
+        .await,
+        2
+    );
 }
 
 fn with_envelope(pending: i64, request: Value) -> Value {
@@ -630,4 +814,206 @@ async fn a_source_can_fingerprint_the_whole_body() {
     );
     let resend = app.deliver("stripe", &with_envelope(2, json!(null))).await;
     assert_eq!(error_of(&resend), (422, "event_id_conflict".into()));
+}
+
+/// The shipped configuration with `extra` TOML appended, on a random port.
+fn settings_with(extra: &str) -> hookd::config::Settings {
+    let text = format!("{}\n{extra}", include_str!("../../hookd.toml"));
+    let mut settings = hookd::config::Settings::from_toml("hookd.toml", &text, &Default::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    settings.listen = "127.0.0.1:0".parse().expect("addr");
+    settings
+}
+
+/// Known answers, computed outside hookd when the test was written
+/// (`printf '%s' CANONICAL | sha256sum`): the canonical form is keys sorted by
+/// their bytes, no whitespace, serde_json's escapes and number spelling. A resend
+/// of a purged event is recognised by this digest alone, so it must never change.
+const CANONICAL_FINGERPRINTS: [(&str, &str, &str); 4] = [
+    (
+        r#"{ "b" : 1, "a" : [ true, null, "x" ] }"#,
+        r#"{"a":[true,null,"x"],"b":1}"#,
+        "54a65415ad370228851a1da4b31b6fd42dc58b19a50d35cae759325f7388ce64",
+    ),
+    (
+        r#"{"z": {"y": 2, "x": "\u00e9é"}, "a": 1.50}"#,
+        r#"{"a":1.5,"z":{"x":"éé","y":2}}"#,
+        "d268d26da5d8f89cebed83340bb39155fa8861cadd6279ad984265adcd5f8f5e",
+    ),
+    (
+        r#"{"é":"accent","a":"lower","_":"under","B":"upper"}"#,
+        r#"{"B":"upper","_":"under","a":"lower","é":"accent"}"#,
+        "a66f473b47562715963a06df34c349992a2fc4cfc768a2d7000a872354a5082e",
+    ),
+    (
+        r#"{"s":"line\nbreak \"q\" \/ \u0000 tab\u0009","n":1.5e2}"#,
+        r#"{"n":150.0,"s":"line\nbreak \"q\" / \u0000 tab\t"}"#,
+        "049357627479ef6d9178d27f27cca8d08ef9bc4eda7e3c1eae17dfea6e35fbd6",
+    ),
+];
+
+#[test]
+fn the_fingerprint_is_sha256_of_a_fixed_canonical_form() {
+    use sha2::Digest;
+    for (text, canonical, digest) in CANONICAL_FINGERPRINTS {
+        // The constants agree with each other (a typo would show here)...
+        assert_eq!(hex::encode(sha2::Sha256::digest(canonical)), digest);
+        // ...and hookd's fingerprint of the text is that digest.
+        let value: Value = serde_json::from_str(text).expect("json");
+        assert_eq!(
+            hex::encode(hookd::event::fingerprint(&value)),
+            digest,
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_stored_fingerprints_are_the_known_digests() {
+    let app = spawn_app().await;
+    // As a provider might send it: its own key order and spacing.
+    let body = br#"{ "type": "payment_intent.succeeded", "id": "evt_kat", "created": 1700000000,
+  "object": "event", "pending_webhooks": 2,
+  "data": { "object": { "currency": "usd", "amount": 2000, "object": "payment_intent", "id": "pi_kat" } } }"#
+        .to_vec();
+    let headers = app.sign("stripe", &body, Hints::default());
+    assert_eq!(app.post("stripe", &headers, body).await.status, 200);
+    let row = &app
+        .query(
+            "SELECT encode(payload_sha256, 'hex'), encode(stable_sha256, 'hex')
+             FROM webhook_events WHERE event_id = 'evt_kat'",
+            &[],
+        )
+        .await[0];
+    // printf '%s' '{"created":1700000000,"data":{"object":{"amount":2000,"currency":"usd",
+    //   "id":"pi_kat","object":"payment_intent"}},"id":"evt_kat","object":"event",
+    //   "pending_webhooks":2,"type":"payment_intent.succeeded"}' | sha256sum
+    assert_eq!(
+        row.get::<_, String>(0),
+        "121ded920a4e72f815abaa23194cf3760194f29146d6245df1fa9b6018a46c0c"
+    );
+    // The same without "pending_webhooks", which Stripe changes between resends.
+    assert_eq!(
+        row.get::<_, String>(1),
+        "10dd5d0d82be1f95dd208c7346dfe339d3a3f70df69670b6b63e340d62123183"
+    );
+}
+
+#[tokio::test]
+async fn generic_hmac_signatures_match_independently_computed_vectors() {
+    let app = spawn(Spawn {
+        settings: settings_with(
+            "[[sources]]\nname = \"generic\"\nscheme = \"hmac\"\n\
+             secrets = [\"kat-generic-secret-0123\"]\nsignature_header = \"X-Signature\"\n\
+             signature_encoding = \"hex\"\nsignature_prefix = \"sha256=\"\n\
+             id_pointer = \"/order\"\ntype_pointer = \"/kind\"\n",
+        ),
+        ..Spawn::default()
+    })
+    .await;
+    let body =
+        br#"{"order":"ord_42","kind":"payments/succeeded","data":{"payment_id":"p_kat","amount":990}}"#
+            .to_vec();
+    // printf '%s' BODY | openssl dgst -sha256 -hmac 'kat-generic-secret-0123'
+    let hex_tag = "8bfbf4d59a6537252ce411de1e76392bdca24febca147f7eecb26aaa2fd66a27";
+    let header = |tag: &str| vec![("X-Signature".to_string(), format!("sha256={tag}"))];
+    let mut wrong = hex_tag.to_string();
+    wrong.replace_range(0..1, "9");
+    let refused = app.post("generic", &header(&wrong), body.clone()).await;
+    assert_eq!(
+        (refused.status, reason_of(&refused).as_str()),
+        (401, "signature mismatch")
+    );
+    let unprefixed = vec![("X-Signature".to_string(), hex_tag.to_string())];
+    assert_eq!(
+        app.post("generic", &unprefixed, body.clone()).await.status,
+        401
+    );
+    let answer = app.post("generic", &header(hex_tag), body.clone()).await;
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert_eq!(answer.json()["event_id"], "ord_42");
+    assert_eq!(
+        app.strings(
+            "SELECT event_type FROM webhook_events WHERE source = 'generic'",
+            &[]
+        )
+        .await,
+        ["payments/succeeded"]
+    );
+    // hookd's own signer (replay, sign) writes the same header.
+    let signed = app.sign_raw("generic", &body, "ord_42", "payments/succeeded");
+    assert!(
+        signed.contains(&("X-Signature".to_string(), format!("sha256={hex_tag}"))),
+        "{signed:?}"
+    );
+
+    // The shipped Shopify-style source: base64, no prefix, identity in headers.
+    // printf '%s' BODY | openssl dgst -sha256 -hmac 'dev-shop-secret' -binary | base64
+    let shop = vec![
+        (
+            "X-Shopify-Hmac-Sha256".to_string(),
+            "7hcwV/Z3vbP7qS+m9p+rG+CjLLil7bfeg5Px0n6eU6k=".to_string(),
+        ),
+        ("X-Shopify-Webhook-Id".to_string(), "shop_kat".to_string()),
+        (
+            "X-Shopify-Topic".to_string(),
+            "payments/succeeded".to_string(),
+        ),
+    ];
+    let answer = app.post("shop", &shop, body).await;
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert_eq!(answer.json()["event_id"], "shop_kat");
+}
+
+#[tokio::test]
+async fn scheme_svix_is_another_name_for_standard_webhooks() {
+    let secret = "whsec_c3ZpeC1uYW1lZC1zb3VyY2Utc2VjcmV0LTMyYnl0ZQ==";
+    let app = spawn(Spawn {
+        settings: settings_with(&format!(
+            "[[sources]]\nname = \"svixed\"\nscheme = \"svix\"\nsecrets = [\"{secret}\"]\n\
+             event_types = {{ \"payment.succeeded\" = \"payment_succeeded\" }}\n"
+        )),
+        ..Spawn::default()
+    })
+    .await;
+    let source = app.settings().source("svixed").expect("source");
+    assert_eq!(source.scheme.name(), "standard");
+    let body =
+        serde_json::to_vec(&neutral("msg_svixed", "payment.succeeded", "p_svixed")).expect("json");
+    // Signed by the Standard Webhooks reference library, sent with svix-* names.
+    let timestamp = chrono::Utc::now().timestamp();
+    let signature = standardwebhooks::Webhook::new(secret)
+        .expect("secret")
+        .sign("msg_svixed", timestamp, &body)
+        .expect("sign");
+    let headers = vec![
+        ("svix-id".to_string(), "msg_svixed".to_string()),
+        ("svix-timestamp".to_string(), timestamp.to_string()),
+        ("svix-signature".to_string(), signature),
+    ];
+    let answer = app.post("svixed", &headers, body).await;
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert_eq!(
+        app.strings(
+            "SELECT status FROM webhook_events WHERE source = 'svixed' AND event_id = 'msg_svixed'",
+            &[]
+        )
+        .await,
+        ["processed"]
+    );
 }

@@ -377,3 +377,53 @@ async fn replay_sends_over_https_verifying_the_certificate() {
         1
     );
 }
+
+async fn statuses(app: &TestApp, source: &str) -> Vec<(String, i64)> {
+    app.query(
+        "SELECT status, count(*) FROM webhook_events WHERE source = $1 GROUP BY 1 ORDER BY 1",
+        &[&source],
+    )
+    .await
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+#[tokio::test]
+async fn new_ids_store_every_fixture_anew_for_every_scheme() {
+    let app = spawn_app().await;
+    // Stripe (the body's id), Standard Webhooks (webhook-id), GitHub (the
+    // delivery id) and the generic HMAC shop (its id header).
+    for (source, files) in [("stripe", 8), ("standard", 6), ("github", 4), ("shop", 6)] {
+        let (ok, lines) = replay(&app, source, &[]).await;
+        assert!(ok, "{source}: {lines:#?}");
+        let once = statuses(&app, source).await;
+        let ids_before = app
+            .strings(
+                "SELECT event_id FROM webhook_events WHERE source = $1",
+                &[&source],
+            )
+            .await;
+        assert_eq!(ids_before.len(), files, "{source}");
+        for round in 1..=2 {
+            let (ok, lines) = replay(&app, source, &["--new-ids"]).await;
+            assert!(ok, "{source} round {round}: {lines:#?}");
+            let sent = delivery_lines(&lines);
+            assert_eq!(sent.len(), files, "{source}");
+            assert!(
+                sent.iter().all(|l| l.contains(" 200 accepted  new ")),
+                "{source}: {sent:#?}"
+            );
+        }
+        let ids: Vec<String> = app
+            .strings(
+                "SELECT DISTINCT event_id FROM webhook_events WHERE source = $1",
+                &[&source],
+            )
+            .await;
+        assert_eq!(ids.len(), 3 * files, "{source}: fresh ids each run");
+        // Each copy was stored and applied as the originals were.
+        let thrice: Vec<(String, i64)> = once.iter().map(|(s, n)| (s.clone(), 3 * n)).collect();
+        assert_eq!(statuses(&app, source).await, thrice, "{source}");
+    }
+}

@@ -5,9 +5,10 @@
 pub use hookd_kit::admin::{AdminClient, Credential, csrf_of};
 pub use hookd_kit::app::{
     Answer, Spawn, TestApp, TestDb, cluster, spawn, spawn_app, spawn_with_admin_listener,
-    stripe_event,
+    stripe_event, wait_for,
 };
-pub use hookd_kit::cluster::connect;
+pub use hookd_kit::cluster::{ClusterGuard, connect, pg_ctl_as_cluster_user};
+pub use hookd_kit::metrics::{Exposition, Sample, parse_exposition};
 pub use hookd_kit::settings::shipped_settings;
 
 /// Runs the real `hookd` binary from the repository folder with the shipped
