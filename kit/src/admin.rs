@@ -170,6 +170,19 @@ impl AdminClient<'_> {
         self.post_form(&path, headers, &[("csrf", csrf)]).await
     }
 
+    /// `POST /admin/login` with the page's form.
+    pub async fn login(&self, token: &str) -> Answer {
+        self.post_form("/admin/login", &[], &[("token", token)])
+            .await
+    }
+
+    /// `POST /admin/login` with a JSON body, as scripts sign in.
+    pub async fn login_json(&self, token: &str) -> Answer {
+        let body = serde_json::to_vec(&serde_json::json!({ "token": token })).expect("json");
+        let headers = [("Content-Type", "application/json")];
+        self.send("POST", "/admin/login", &headers, body).await
+    }
+
     /// `POST /admin/logout`, with the page's form token.
     pub async fn sign_out(&self, csrf: &str) -> Answer {
         self.post_form("/admin/logout", &[], &[("csrf", csrf)])

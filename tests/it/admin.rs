@@ -6,16 +6,22 @@ use std::time::Duration;
 
 use hookd::handlers::Registry;
 use hookd::store::history::EventFilter;
-use reqwest::redirect::Policy;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Answer, Spawn, TestApp, csrf_of, shipped_settings, spawn, spawn_app, stripe_event, wait_for,
+    AdminClient, Answer, Credential, Spawn, TestApp, csrf_of, shipped_settings, spawn, spawn_app,
+    stripe_event, wait_for,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
 const OPERATOR: &str = "dev-operator-token-0123456789";
 
+/// Admin requests with `token` as the bearer, or without a credential.
+fn client<'a>(app: &'a TestApp, token: Option<&str>) -> AdminClient<'a> {
+    app.admin(token.map_or(Credential::None, |t| Credential::Bearer(t.into())))
+}
+
+/// One admin request, with `token` as the bearer or none.
 async fn call(
     app: &TestApp,
     method: &str,
@@ -23,29 +29,14 @@ async fn call(
     token: Option<&str>,
     headers: &[(&str, &str)],
 ) -> Answer {
-    let url = format!("{}{path}", app.base);
-    let mut request = match method {
-        "POST" => app.http.post(url),
-        _ => app.http.get(url),
-    };
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = request.send().await.expect("request");
-    Answer {
-        status: response.status().as_u16(),
-        headers: response.headers().clone(),
-        body: response.bytes().await.expect("body").to_vec(),
-    }
+    client(app, token)
+        .send(method, path, headers, Vec::new())
+        .await
 }
 
 /// `POST /admin/api/events/{id}/retry` with a bearer token, or none.
 async fn retry(app: &TestApp, id: i64, token: Option<&str>) -> Answer {
-    let path = format!("/admin/api/events/{id}/retry");
-    call(app, "POST", &path, token, &[]).await
+    client(app, token).retry(id, None).await
 }
 
 fn payment(id: &str, ty: &str, payment: &str, customer: &str) -> Value {
@@ -588,91 +579,55 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
 
 // --- The web page ---
 
-fn no_redirects() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(Policy::none())
-        .build()
-        .expect("client")
-}
-
-async fn sign_in(app: &TestApp, token: &str) -> String {
-    let response = no_redirects()
-        .post(format!("{}/admin/login", app.base))
-        .form(&[("token", token)])
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(response.status().as_u16(), 303);
-    assert_eq!(response.headers()["location"], "/admin");
-    let cookie = response.headers()["set-cookie"]
-        .to_str()
-        .expect("cookie")
-        .to_string();
+/// Signs in through the page's form, checks the cookie's attributes, and returns
+/// a client that sends the session cookie.
+async fn signed_in<'a>(app: &'a TestApp, token: &str) -> AdminClient<'a> {
+    let answer = app.admin(Credential::None).login(token).await;
+    assert_eq!(answer.status, 303);
+    assert_eq!(answer.header("location"), Some("/admin"));
+    let cookie = answer.header("set-cookie").expect("cookie").to_string();
     assert!(cookie.contains("HttpOnly"), "{cookie}");
     assert!(cookie.contains("SameSite=Strict"), "{cookie}");
-    cookie.split(';').next().expect("name=value").to_string()
-}
-
-async fn page(app: &TestApp, path: &str, cookie: &str) -> (u16, String) {
-    let response = no_redirects()
-        .get(format!("{}{path}", app.base))
-        .header("Cookie", cookie)
-        .send()
-        .await
-        .expect("page");
-    (
-        response.status().as_u16(),
-        response.text().await.expect("text"),
-    )
+    let pair = cookie.split(';').next().expect("name=value").to_string();
+    app.admin(Credential::Cookie(pair))
 }
 
 #[tokio::test]
 async fn the_page_asks_people_to_sign_in_first() {
     let app = spawn_app().await;
-    let response = no_redirects()
-        .get(format!("{}/admin", app.base))
-        .send()
-        .await
-        .expect("get");
-    assert_eq!(response.status().as_u16(), 303);
-    assert_eq!(response.headers()["location"], "/admin/login");
-    let form = app.get("/admin/login").await;
+    let anonymous = app.admin(Credential::None);
+    let answer = anonymous.list_page("").await;
+    assert_eq!(answer.status, 303);
+    assert_eq!(answer.header("location"), Some("/admin/login"));
+    let form = anonymous.get("/admin/login").await;
     assert_eq!(form.status, 200);
-    assert!(String::from_utf8_lossy(&form.body).contains("name=\"token\""));
-    let wrong = no_redirects()
-        .post(format!("{}/admin/login", app.base))
-        .form(&[("token", "wrong-token-wrong-token")])
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(wrong.status().as_u16(), 401);
-    assert!(wrong.headers().get("set-cookie").is_none());
+    assert!(form.text().contains("name=\"token\""));
+    let wrong = anonymous.login("wrong-token-wrong-token").await;
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.header("set-cookie").is_none());
     // Scripts may sign in with JSON.
-    let scripted = no_redirects()
-        .post(format!("{}/admin/login", app.base))
-        .json(&json!({"token": VIEWER}))
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(scripted.status().as_u16(), 303);
-    assert!(scripted.headers().get("set-cookie").is_some());
+    let scripted = anonymous.login_json(VIEWER).await;
+    assert_eq!(scripted.status, 303);
+    assert!(scripted.header("set-cookie").is_some());
 }
 
 #[tokio::test]
 async fn signed_in_staff_browse_and_retry_from_the_page() {
     let app = spawn_app().await;
     history(&app).await;
-    let cookie = sign_in(&app, OPERATOR).await;
-    let (status, list) = page(&app, "/admin?status=dead", &cookie).await;
-    assert_eq!(status, 200);
+    let staff = signed_in(&app, OPERATOR).await;
+    let list = staff.list_page("status=dead").await;
+    assert_eq!(list.status, 200);
+    let list = list.text();
     assert!(
         list.contains("evt_h5") && !list.contains("evt_h1"),
         "filtered list"
     );
 
     let dead = row_id(&app, "evt_h5").await;
-    let (status, detail) = page(&app, &format!("/admin/events/{dead}"), &cookie).await;
-    assert_eq!(status, 200);
+    let detail = staff.event_page(dead).await;
+    assert_eq!(detail.status, 200);
+    let detail = detail.text();
     assert!(
         detail.contains("&quot;id&quot;: &quot;evt_h5&quot;"),
         "pretty-printed, escaped payload"
@@ -681,68 +636,23 @@ async fn signed_in_staff_browse_and_retry_from_the_page() {
     let csrf = csrf_of(&detail);
 
     // The cookie works for the JSON API too.
-    let (status, _) = page(&app, "/admin/api/events", &cookie).await;
-    assert_eq!(status, 200);
+    assert_eq!(staff.events("").await.status, 200);
 
-    let retry = |csrf: String, origin: Option<&'static str>| {
-        let (app, cookie) = (&app, cookie.clone());
-        async move {
-            let mut request = no_redirects()
-                .post(format!("{}/admin/events/{dead}/retry", app.base))
-                .header("Cookie", cookie)
-                .form(&[("csrf", csrf)]);
-            if let Some(origin) = origin {
-                request = request.header("Origin", origin);
-            }
-            request.send().await.expect("retry")
-        }
-    };
-    assert_eq!(retry("forged".into(), None).await.status().as_u16(), 403);
-    assert_eq!(
-        retry(csrf.clone(), Some("https://evil.example"))
-            .await
-            .status()
-            .as_u16(),
-        403
-    );
-    assert_eq!(
-        app.count(
-            "SELECT attempts::bigint FROM webhook_events WHERE id = $1",
-            &[&dead]
-        )
-        .await,
-        1
-    );
-    let done = retry(csrf.clone(), None).await;
-    assert_eq!(done.status().as_u16(), 303);
-    assert_eq!(
-        app.count(
-            "SELECT attempts::bigint FROM webhook_events WHERE id = $1",
-            &[&dead]
-        )
-        .await,
-        2
-    );
+    let evil = [("Origin", "https://evil.example")];
+    assert_eq!(staff.retry_from_page(dead, "forged", &[]).await.status, 403);
+    assert_eq!(staff.retry_from_page(dead, &csrf, &evil).await.status, 403);
+    let attempts = "SELECT attempts::bigint FROM webhook_events WHERE id = $1";
+    assert_eq!(app.count(attempts, &[&dead]).await, 1);
+    assert_eq!(staff.retry_from_page(dead, &csrf, &[]).await.status, 303);
+    assert_eq!(app.count(attempts, &[&dead]).await, 2);
 
     // A cross-site request riding the cookie to the API is refused as well.
-    let api = no_redirects()
-        .post(format!("{}/admin/api/events/{dead}/retry", app.base))
-        .header("Cookie", cookie.clone())
-        .header("Origin", "https://evil.example")
-        .send()
-        .await
-        .expect("api");
-    assert_eq!(api.status().as_u16(), 403);
+    let path = format!("/admin/api/events/{dead}/retry");
+    assert_eq!(staff.post(&path, &evil).await.status, 403);
 
-    let logout = no_redirects()
-        .post(format!("{}/admin/logout", app.base))
-        .header("Cookie", cookie.clone())
-        .form(&[("csrf", csrf)])
-        .send()
-        .await
-        .expect("logout");
-    assert_eq!(logout.status().as_u16(), 303);
-    let cleared = logout.headers()["set-cookie"].to_str().expect("cookie");
+    let logout = staff.sign_out(&csrf).await;
+    assert_eq!(logout.status, 303);
+    let cleared = logout.header("set-cookie").expect("cookie");
     assert!(cleared.starts_with("hookd_session=;"), "{cleared}");
 }
 
@@ -750,18 +660,12 @@ async fn signed_in_staff_browse_and_retry_from_the_page() {
 async fn viewers_see_no_retry_button_and_cannot_post_one() {
     let app = spawn_app().await;
     history(&app).await;
-    let cookie = sign_in(&app, VIEWER).await;
+    let viewer = signed_in(&app, VIEWER).await;
     let dead = row_id(&app, "evt_h5").await;
-    let (_, detail) = page(&app, &format!("/admin/events/{dead}"), &cookie).await;
+    let detail = viewer.event_page(dead).await.text();
     assert!(!detail.contains("Apply this event again"));
-    let response = no_redirects()
-        .post(format!("{}/admin/events/{dead}/retry", app.base))
-        .header("Cookie", cookie)
-        .form(&[("csrf", csrf_of(&detail))])
-        .send()
-        .await
-        .expect("retry");
-    assert_eq!(response.status().as_u16(), 403);
+    let refused = viewer.retry_from_page(dead, &csrf_of(&detail), &[]).await;
+    assert_eq!(refused.status, 403);
 }
 
 #[tokio::test]
