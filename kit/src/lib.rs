@@ -7,6 +7,7 @@
 //! - `app`: hookd in-process for a test, on a fresh database, with the handlers of
 //!   the test's choosing;
 //! - `admin`: an admin client with one method per route;
+//! - `gate`: a handler that holds retries until the test lets them through;
 //! - `metrics`: `/metrics` parsed as Prometheus reads it;
 //! - `load`: the signing load generator (closed and open loops, reports);
 //! - `bench`: a durable cluster with hookd in-process, CPU accounting, bulk fills;
@@ -16,6 +17,7 @@ pub mod admin;
 pub mod app;
 pub mod bench;
 pub mod cluster;
+pub mod gate;
 pub mod load;
 pub mod metrics;
 pub mod pgbench;

@@ -1,16 +1,16 @@
 //! Support staff: the history API, retries with Idempotency-Key, and the web page
 //! with its session cookie and cross-site protection.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use hookd::handlers::Registry;
 use hookd::store::history::EventFilter;
 use serde_json::{Value, json};
 
+use hookd_kit::gate::{GATED_TYPE, RetryGate};
+
 use crate::support::{
-    AdminClient, Answer, Credential, Spawn, TestApp, csrf_of, shipped_settings, spawn, spawn_app,
-    stripe_event, wait_for,
+    AdminClient, Answer, Credential, TestApp, csrf_of, shipped_settings, spawn_app, stripe_event,
+    wait_for,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -447,52 +447,13 @@ async fn operators_retry_viewers_may_not() {
     );
 }
 
-/// Holds every retry (not the first run) until the test lets one through.
-struct Gate(Arc<tokio::sync::Semaphore>);
-
-#[async_trait::async_trait]
-impl hookd::handlers::Handler for Gate {
-    async fn apply(
-        &self,
-        _tx: &deadpool_postgres::Transaction<'_>,
-        event: &hookd::handlers::Event<'_>,
-    ) -> Result<(), hookd::handlers::HandlerError> {
-        if event.attempt > 1 {
-            self.0.acquire().await.expect("gate").forget();
-        }
-        Ok(())
-    }
-}
-
-async fn gated_app(
-    gate: Arc<tokio::sync::Semaphore>,
-    settings: hookd::config::Settings,
-    db: Option<Arc<crate::support::TestDb>>,
-) -> TestApp {
-    let mut settings = settings;
-    // The test holds a handler at the gate: never for as long as this.
-    settings.handler_timeout = std::time::Duration::from_secs(60);
-    settings.sources[0]
-        .event_types
-        .insert("test.slow".into(), "test_slow".into());
-    let mut registry = Registry::builtin();
-    registry.register("test_slow", Arc::new(Gate(gate)));
-    spawn(Spawn {
-        settings,
-        registry,
-        db,
-        ..Spawn::default()
-    })
-    .await
-}
-
 #[tokio::test]
 async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let app = gated_app(gate.clone(), shipped_settings(), None).await;
-    app.deliver_ok("stripe", &stripe_event("evt_slow", "test.slow", json!({})))
+    let gate = RetryGate::closed();
+    let app = gate.spawn(shipped_settings(), None).await;
+    app.deliver_ok("stripe", &stripe_event("evt_slow", GATED_TYPE, json!({})))
         .await;
-    app.deliver_ok("stripe", &stripe_event("evt_other", "test.slow", json!({})))
+    app.deliver_ok("stripe", &stripe_event("evt_other", GATED_TYPE, json!({})))
         .await;
     let slow = row_id(&app, "evt_slow").await;
     let other = row_id(&app, "evt_other").await;
@@ -519,7 +480,7 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
         .await;
         let during = call(app, "POST", &path, Some(OPERATOR), &key).await;
         // Only now may the first request's handler finish.
-        gate.add_permits(1);
+        gate.open(1);
         during
     });
     assert_eq!(first.status, 200);
@@ -563,8 +524,9 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
         role: hookd::config::Role::Operator,
         key: "admin.tokens[2].token".into(),
     });
-    let open = Arc::new(tokio::sync::Semaphore::new(100));
-    let second = gated_app(open, settings, app.db.clone()).await;
+    let open = RetryGate::closed();
+    open.open(100);
+    let second = open.spawn(settings, app.db.clone()).await;
     let mine = call(
         &second,
         "POST",

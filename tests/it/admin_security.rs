@@ -10,9 +10,11 @@ use hookd::handlers::Registry;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use hookd_kit::gate::{GATED_TYPE, RetryGate};
+
 use crate::support::{
-    AdminClient, Credential, SlowRetries, Spawn, TestApp, csrf_of, shipped_settings, spawn,
-    spawn_app, stripe_event,
+    AdminClient, Credential, Spawn, TestApp, csrf_of, shipped_settings, spawn, spawn_app,
+    stripe_event,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -408,23 +410,14 @@ async fn an_abandoned_idempotency_claim_is_taken_over_only_by_the_same_request()
 
 #[tokio::test]
 async fn keyed_retries_of_a_slow_handler_leave_connections_for_deliveries() {
-    let mut settings = shipped_settings();
-    settings.sources[0]
-        .event_types
-        .insert("test.slow".into(), "test_slow".into());
-    let mut registry = Registry::builtin();
-    registry.register("test_slow", Arc::new(SlowRetries(Duration::from_secs(1))));
-    let app = spawn(Spawn {
-        settings,
-        registry,
-        ..Spawn::default()
-    })
-    .await;
+    let app = RetryGate::slow(Duration::from_secs(1))
+        .spawn(shipped_settings(), None)
+        .await;
     let mut ids = Vec::new();
     // More retries than the pool has connections.
     for i in 0..20 {
         let id = format!("evt_slow_{i}");
-        app.deliver_ok("stripe", &stripe_event(&id, "test.slow", json!({})))
+        app.deliver_ok("stripe", &stripe_event(&id, GATED_TYPE, json!({})))
             .await;
         ids.push(
             app.count("SELECT id FROM webhook_events WHERE event_id = $1", &[&id])

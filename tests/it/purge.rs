@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use hookd::purge::PurgeOutcome;
 use serde_json::{Value, json};
 
+use hookd_kit::gate::{GATED_TYPE, RetryGate};
+
 use crate::support::{Spawn, TestApp, shipped_settings, spawn, spawn_app, stripe_event, wait_for};
 
 fn event(id: &str, kind: &str) -> Value {
@@ -615,58 +617,16 @@ async fn a_pass_rests_twice_as_long_as_each_batch_took() {
     }
 }
 
-/// Holds every retry (not the first run) at a gate the test opens, counting
-/// those that arrived there.
-struct Gate {
-    open: std::sync::Arc<tokio::sync::Semaphore>,
-    arrived: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-#[async_trait::async_trait]
-impl hookd::handlers::Handler for Gate {
-    async fn apply(
-        &self,
-        _tx: &deadpool_postgres::Transaction<'_>,
-        event: &hookd::handlers::Event<'_>,
-    ) -> Result<(), hookd::handlers::HandlerError> {
-        if event.attempt > 1 {
-            self.arrived
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            self.open.acquire().await.expect("gate").forget();
-        }
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_pass_skips_rows_others_hold_and_takes_them_next_time() {
-    let open = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let arrived = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let gate = RetryGate::closed();
     let mut settings = shipped_settings();
     settings.purge_batch = 2;
-    // The test holds handlers at the gate: never for as long as this.
-    settings.handler_timeout = std::time::Duration::from_secs(60);
-    settings.sources[0]
-        .event_types
-        .insert("test.gate".into(), "test_gate".into());
-    let mut registry = hookd::handlers::Registry::builtin();
-    registry.register(
-        "test_gate",
-        std::sync::Arc::new(Gate {
-            open: open.clone(),
-            arrived: arrived.clone(),
-        }),
-    );
-    let app = spawn(Spawn {
-        settings,
-        registry,
-        ..Spawn::default()
-    })
-    .await;
+    let app = gate.spawn(settings, None).await;
     for (prefix, days) in [("evt_keys", 400), ("evt_pays", 40)] {
         for i in 0..2 {
             let id = format!("{prefix}_{i}");
-            app.deliver_ok("stripe", &stripe_event(&id, "test.gate", json!({})))
+            app.deliver_ok("stripe", &stripe_event(&id, GATED_TYPE, json!({})))
                 .await;
         }
         app.execute(
@@ -696,15 +656,11 @@ async fn a_pass_skips_rows_others_hold_and_takes_them_next_time() {
         .collect();
     let retries = futures_util::future::join_all(paths.iter().map(|p| operator.post(p, &[])));
     let pass = async {
-        let arrived = &arrived;
+        let gate = &gate;
         wait_for(
             "both retries at the gate",
             std::time::Duration::from_secs(20),
-            || {
-                std::future::ready(
-                    (arrived.load(std::sync::atomic::Ordering::SeqCst) == 2).then_some(()),
-                )
-            },
+            || std::future::ready((gate.arrived() == 2).then_some(())),
         )
         .await;
         let outcome = tokio::time::timeout(
@@ -714,7 +670,7 @@ async fn a_pass_skips_rows_others_hold_and_takes_them_next_time() {
         .await
         .expect("the pass does not wait for rows others hold")
         .expect("pass");
-        open.add_permits(2);
+        gate.open(2);
         outcome
     };
     let (answers, outcome) = tokio::join!(retries, pass);

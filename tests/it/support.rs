@@ -1,6 +1,5 @@
 //! What only the integration tests need on top of the kit they share with the
-//! benchmarks (`hookd_kit`): the real binary, a slow handler, and a receiver for
-//! forwards.
+//! benchmarks (`hookd_kit`): the real binary and a receiver for forwards.
 
 pub use hookd_kit::admin::{AdminClient, Credential, csrf_of};
 pub use hookd_kit::app::{
@@ -44,24 +43,6 @@ pub async fn run_hookd_with(args: &[&str], env: &[(&str, String)]) -> std::proce
     })
     .await
     .expect("join")
-}
-
-/// A handler that holds every retry (not the first run) for `0`, so a second
-/// request can arrive while one runs.
-pub struct SlowRetries(pub std::time::Duration);
-
-#[async_trait::async_trait]
-impl hookd::handlers::Handler for SlowRetries {
-    async fn apply(
-        &self,
-        _tx: &deadpool_postgres::Transaction<'_>,
-        event: &hookd::handlers::Event<'_>,
-    ) -> Result<(), hookd::handlers::HandlerError> {
-        if event.attempt > 1 {
-            tokio::time::sleep(self.0).await;
-        }
-        Ok(())
-    }
 }
 
 /// One request a `Receiver` got.
