@@ -47,7 +47,7 @@ const DELIVERY_RATE: f64 = 200.0;
 const TARGET_P99: Duration = Duration::from_millis(20);
 
 fn main() {
-    bench::runtime().block_on(run());
+    bench::main("desk", "support-desk", run);
 }
 
 /// One of the measured queries: a name, the path of its `i`-th request, and text
@@ -125,15 +125,8 @@ const QUERIES: &[Query] = &[
 const SOURCE_SQL: &str = "CASE WHEN p % 20 < 12 THEN 'stripe' \
      WHEN p % 20 < 15 THEN 'standard' WHEN p % 20 < 18 THEN 'shop' ELSE 'github' END";
 
-async fn run() {
-    let bench::Setup {
-        cluster,
-        hookd,
-        sender,
-        db,
-        started,
-        ..
-    } = bench::setup("desk", "support-desk").await;
+async fn run(setup: bench::Setup) {
+    let (cluster, hookd, sender, db, started) = setup.into_parts();
     println!(
         "hookd: in-process, pool of {} connections, shipped hookd.toml; {}\n",
         bench::POOL_SIZE,

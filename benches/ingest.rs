@@ -218,18 +218,11 @@ struct Totals {
 }
 
 fn main() {
-    bench::runtime().block_on(run());
+    bench::main("ingest", "ingest", run);
 }
 
-async fn run() {
-    let bench::Setup {
-        cluster,
-        hookd,
-        sender,
-        db,
-        started,
-        ..
-    } = bench::setup("ingest", "ingest").await;
+async fn run(setup: bench::Setup) {
+    let (cluster, hookd, sender, db, started) = setup.into_parts();
     let mut pgbench = Pgbench::new(&cluster);
     println!("{}", pgbench.version().await);
     println!(

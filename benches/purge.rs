@@ -105,18 +105,11 @@ fn expected() -> Expected {
 }
 
 fn main() {
-    bench::runtime().block_on(run());
+    bench::main("purge", "purge", run);
 }
 
-async fn run() {
-    let bench::Setup {
-        cluster,
-        hookd,
-        sender,
-        db,
-        started,
-        ..
-    } = bench::setup("purge", "purge").await;
+async fn run(setup: bench::Setup) {
+    let (cluster, hookd, sender, db, started) = setup.into_parts();
     let batch = hookd.app.settings.purge_batch;
     println!(
         "hookd: in-process, pool of {} connections, shipped hookd.toml (retention {}, \

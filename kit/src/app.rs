@@ -403,6 +403,16 @@ impl TestApp {
         answer
     }
 
+    /// Waits until `sql` (a count) gives `expected`, failing after `within`.
+    pub async fn wait_for_count(&self, sql: &str, expected: i64, within: std::time::Duration) {
+        wait_for(
+            &format!("{sql} to give {expected}"),
+            within,
+            || async move { (self.count(sql, &[]).await == expected).then_some(()) },
+        )
+        .await
+    }
+
     /// `/metrics`, parsed as Prometheus reads it.
     pub async fn metrics(&self) -> Exposition {
         let answer = self.get("/metrics").await;

@@ -252,6 +252,30 @@ pub async fn setup(name: &'static str, title: &str) -> Setup {
     }
 }
 
+impl Setup {
+    /// The cluster, hookd, the Stripe sender, the connection and the start time.
+    pub fn into_parts(
+        self,
+    ) -> (
+        BenchCluster,
+        Hookd,
+        Arc<Sender>,
+        tokio_postgres::Client,
+        chrono::DateTime<chrono::Utc>,
+    ) {
+        (self.cluster, self.hookd, self.sender, self.db, self.started)
+    }
+}
+
+/// A benchmark's `main`: its runtime and setup (see `setup`), then `run`.
+pub fn main<F, Fut>(name: &'static str, title: &'static str, run: F)
+where
+    F: FnOnce(Setup) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    runtime().block_on(async move { run(setup(name, title).await).await });
+}
+
 /// A multi-threaded runtime for a benchmark's `main`. Two worker threads: hookd's
 /// HTTP workers and PostgreSQL share the same two cores.
 pub fn runtime() -> tokio::runtime::Runtime {

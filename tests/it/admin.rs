@@ -10,7 +10,6 @@ use hookd_kit::gate::{GATED_TYPE, RetryGate};
 
 use crate::support::{
     AdminClient, Answer, Credential, TestApp, csrf_of, shipped_settings, spawn_app, stripe_event,
-    wait_for,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -463,19 +462,11 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
     let (first, during) = tokio::join!(call(&app, "POST", &path, Some(OPERATOR), &key), async {
         // The first request has claimed the key (its handler is held at the gate).
         let app = &app;
-        wait_for(
-            "the first request's claim",
+        app.wait_for_count(
+            "SELECT count(*) FROM admin_idempotency_keys
+             WHERE idempotency_key = 'key-1' AND response_status IS NULL",
+            1,
             Duration::from_secs(20),
-            || async move {
-                let open = app
-                    .count(
-                        "SELECT count(*) FROM admin_idempotency_keys
-                     WHERE idempotency_key = 'key-1' AND response_status IS NULL",
-                        &[],
-                    )
-                    .await;
-                (open == 1).then_some(())
-            },
         )
         .await;
         let during = call(app, "POST", &path, Some(OPERATOR), &key).await;

@@ -44,6 +44,11 @@ async fn attempts(app: &TestApp, id: i64) -> i64 {
     .await
 }
 
+/// The status of the API's event list for a session cookie.
+async fn api_status(app: &TestApp, cookie: &str) -> u16 {
+    cookie_client(app, cookie).events("").await.status
+}
+
 fn cookie_client<'a>(app: &'a TestApp, cookie: &str) -> AdminClient<'a> {
     app.admin(Credential::Cookie(cookie.to_string()))
 }
@@ -88,13 +93,7 @@ async fn the_session_cookie_is_secure_except_on_loopback() {
 async fn a_cookie_keyed_with_the_token_alone_is_refused() {
     let app = spawn_app().await;
     let real = app.sign_in(VIEWER).await;
-    assert_eq!(
-        cookie_client(&app, &real)
-            .get("/admin/api/events")
-            .await
-            .status,
-        200
-    );
+    assert_eq!(api_status(&app, &real).await, 200);
     // What a thief who guessed the token could forge without the server secret.
     let name = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, "viewer");
     let expires = chrono::Utc::now().timestamp() + 3600;
@@ -105,13 +104,7 @@ async fn a_cookie_keyed_with_the_token_alone_is_refused() {
         &[message.as_bytes()],
     ));
     let forged = format!("hookd_session={name}.{expires}.{nonce}.{mac}");
-    assert_eq!(
-        cookie_client(&app, &forged)
-            .get("/admin/api/events")
-            .await
-            .status,
-        401
-    );
+    assert_eq!(api_status(&app, &forged).await, 401);
     // A real cookie whose expiry was pushed out no longer matches its MAC.
     let value = real.trim_start_matches("hookd_session=");
     let parts: Vec<&str> = value.split('.').collect();
@@ -122,26 +115,14 @@ async fn a_cookie_keyed_with_the_token_alone_is_refused() {
         parts[2],
         parts[3]
     );
-    assert_eq!(
-        cookie_client(&app, &stretched)
-            .get("/admin/api/events")
-            .await
-            .status,
-        401
-    );
+    assert_eq!(api_status(&app, &stretched).await, 401);
 }
 
 #[tokio::test]
 async fn rotating_the_token_or_the_server_secret_ends_sessions() {
     let app = spawn_app().await;
     let cookie = app.sign_in(OPERATOR).await;
-    assert_eq!(
-        cookie_client(&app, &cookie)
-            .get("/admin/api/events")
-            .await
-            .status,
-        200
-    );
+    assert_eq!(api_status(&app, &cookie).await, 200);
 
     // Another instance where the operator's token was rotated.
     let mut settings = shipped_settings();
@@ -157,13 +138,7 @@ async fn rotating_the_token_or_the_server_secret_ends_sessions() {
         ..Spawn::default()
     })
     .await;
-    assert_eq!(
-        cookie_client(&rotated, &cookie)
-            .get("/admin/api/events")
-            .await
-            .status,
-        401
-    );
+    assert_eq!(api_status(&rotated, &cookie).await, 401);
 
     // A new server secret (the row deleted, instances restarted) ends them too.
     app.execute("DELETE FROM hookd_server_secret", &[]).await;
@@ -172,21 +147,9 @@ async fn rotating_the_token_or_the_server_secret_ends_sessions() {
         ..Spawn::default()
     })
     .await;
-    assert_eq!(
-        cookie_client(&restarted, &cookie)
-            .get("/admin/api/events")
-            .await
-            .status,
-        401
-    );
+    assert_eq!(api_status(&restarted, &cookie).await, 401);
     let fresh = restarted.sign_in(OPERATOR).await;
-    assert_eq!(
-        cookie_client(&restarted, &fresh)
-            .get("/admin/api/events")
-            .await
-            .status,
-        200
-    );
+    assert_eq!(api_status(&restarted, &fresh).await, 200);
 }
 
 #[tokio::test]
@@ -201,13 +164,7 @@ async fn signing_out_ends_the_session_on_every_instance() {
     let page = cookie_client(&app, &cookie).get("/admin").await;
     assert_eq!(page.status, 200);
     let csrf = csrf_of(&String::from_utf8_lossy(&page.body));
-    assert_eq!(
-        cookie_client(&other, &cookie)
-            .get("/admin/api/events")
-            .await
-            .status,
-        200
-    );
+    assert_eq!(api_status(&other, &cookie).await, 200);
 
     let out = cookie_client(&app, &cookie)
         .post_form("/admin/logout", &[], &[("csrf", &csrf)])
@@ -215,13 +172,7 @@ async fn signing_out_ends_the_session_on_every_instance() {
     assert_eq!(out.status, 303);
     // A copy of the cookie kept elsewhere is worth nothing now.
     for instance in [&app, &other] {
-        assert_eq!(
-            cookie_client(instance, &cookie)
-                .get("/admin/api/events")
-                .await
-                .status,
-            401
-        );
+        assert_eq!(api_status(instance, &cookie).await, 401);
         let page = cookie_client(instance, &cookie).get("/admin").await;
         assert_eq!(
             (page.status, page.header("location")),
@@ -587,13 +538,7 @@ async fn forged_expired_and_rotated_cookies_are_sent_to_sign_in() {
     // The control: a cookie made by the test this way, still valid, is accepted,
     // so each refusal below is for the one thing changed.
     let made = cookie_for(&app, "operator", OPERATOR, now + 3600).await;
-    assert_eq!(
-        cookie_client(&app, &made)
-            .get("/admin/api/events")
-            .await
-            .status,
-        200
-    );
+    assert_eq!(api_status(&app, &made).await, 200);
     let expired = cookie_for(&app, "operator", OPERATOR, now - 60).await;
     refused_everywhere(&app, &expired, dead, "expired a minute ago").await;
 
@@ -626,21 +571,9 @@ async fn forged_expired_and_rotated_cookies_are_sent_to_sign_in() {
     .await;
     refused_everywhere(&rotated, &real, dead, "signed with the old token").await;
     let fresh = cookie_for(&rotated, "operator", rotated_token, now + 3600).await;
-    assert_eq!(
-        cookie_client(&rotated, &fresh)
-            .get("/admin/api/events")
-            .await
-            .status,
-        200
-    );
+    assert_eq!(api_status(&rotated, &fresh).await, 200);
     // The real cookie still works where the token did not change.
-    assert_eq!(
-        cookie_client(&app, &real)
-            .get("/admin/api/events")
-            .await
-            .status,
-        200
-    );
+    assert_eq!(api_status(&app, &real).await, 200);
 }
 
 #[tokio::test]

@@ -5,7 +5,8 @@
 use serde_json::{Value, json};
 
 use crate::support::{
-    Credential, Spawn, TestApp, run_hookd, shipped_settings, spawn, spawn_app, stripe_event,
+    Credential, Spawn, TestApp, run_hookd, run_hookd_json, shipped_settings, spawn, spawn_app,
+    stripe_event,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -90,17 +91,11 @@ async fn a_payment_comes_with_its_events_oldest_first_and_their_runs() {
     );
 
     // The same from a terminal.
-    let shown = run_hookd(
+    let from_cli = run_hookd_json(
         &["payments", "show", "stripe", "pi_desk", "--json"],
-        Some(app.database_url()),
+        app.database_url(),
     )
     .await;
-    assert!(
-        shown.status.success(),
-        "{}",
-        String::from_utf8_lossy(&shown.stderr)
-    );
-    let from_cli: Value = serde_json::from_slice(&shown.stdout).expect("json");
     assert_eq!(from_cli["payment"], view["payment"]);
     assert_eq!(from_cli["events"].as_array().map(Vec::len), Some(2));
 }
@@ -201,15 +196,9 @@ async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
         3,
         "a preview runs nothing"
     );
-    let key = [("Idempotency-Key", "bulk-1")];
     let run = app
         .operator()
-        .send(
-            "POST",
-            "/admin/api/events/retry",
-            &key,
-            body(json!({"status": "dead", "since": "24h"})),
-        )
+        .bulk_retry(&json!({"status": "dead", "since": "24h"}), Some("bulk-1"))
         .await;
     assert_eq!(
         run.json(),
@@ -217,12 +206,7 @@ async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
     );
     let again = app
         .operator()
-        .send(
-            "POST",
-            "/admin/api/events/retry",
-            &key,
-            body(json!({"status": "dead", "since": "24h"})),
-        )
+        .bulk_retry(&json!({"status": "dead", "since": "24h"}), Some("bulk-1"))
         .await;
     assert_eq!(
         (again.body.clone(), again.header("Idempotent-Replayed")),
@@ -239,12 +223,7 @@ async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
     );
     let reused = app
         .operator()
-        .send(
-            "POST",
-            "/admin/api/events/retry",
-            &key,
-            body(json!({"status": "failed"})),
-        )
+        .bulk_retry(&json!({"status": "failed"}), Some("bulk-1"))
         .await;
     assert_eq!(reused.status, 422);
     assert_eq!(
@@ -292,7 +271,7 @@ async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
     );
 
     // From a terminal.
-    let cli = run_hookd(
+    let out = run_hookd_json(
         &[
             "events",
             "retry",
@@ -302,15 +281,9 @@ async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
             "evt_dead_0",
             "--json",
         ],
-        Some(app.database_url()),
+        app.database_url(),
     )
     .await;
-    assert!(
-        cli.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cli.stderr)
-    );
-    let out: Value = serde_json::from_slice(&cli.stdout).expect("json");
     assert_eq!(
         (out["matched"].clone(), out["retried"].clone()),
         (json!(1), json!(1))

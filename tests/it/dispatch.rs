@@ -594,18 +594,10 @@ async fn the_retry_loops_as_serve_runs_them_apply_what_failed() {
             .await;
     }
     let app = &app;
-    wait_for(
-        "the loops to process every event",
+    app.wait_for_count(
+        "SELECT count(*) FROM webhook_events WHERE status = 'processed'",
+        5,
         Duration::from_secs(30),
-        || async move {
-            let done = app
-                .count(
-                    "SELECT count(*) FROM webhook_events WHERE status = 'processed'",
-                    &[],
-                )
-                .await;
-            (done == 5).then_some(())
-        },
     )
     .await;
     for i in 0..5 {

@@ -61,6 +61,16 @@ fn write_config_with(port: u16, name: &str, handler_timeout: &str) -> PathBuf {
 }
 
 impl Hookd {
+    /// The child serving on `port`, once it answers `/readyz` (within `within`).
+    async fn started(child: Child, port: u16, within: Duration) -> Hookd {
+        let hookd = Hookd {
+            child: Some(child),
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        hookd.ready(within).await;
+        hookd
+    }
+
     async fn start(config: &Path, port: u16, db: &TestDb) -> Hookd {
         Self::start_logging(config, port, db, "warn").await
     }
@@ -77,12 +87,7 @@ impl Hookd {
             .stderr(log)
             .spawn()
             .expect("spawn hookd");
-        let hookd = Hookd {
-            child: Some(child),
-            base: format!("http://127.0.0.1:{port}"),
-        };
-        hookd.ready(Duration::from_secs(30)).await;
-        hookd
+        Hookd::started(child, port, Duration::from_secs(30)).await
     }
 
     async fn ready(&self, within: Duration) {
@@ -475,12 +480,7 @@ async fn serve_in(dir: &Path, port: u16) -> Hookd {
         .stderr(log)
         .spawn()
         .expect("spawn");
-    let hookd = Hookd {
-        child: Some(child),
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    hookd.ready(Duration::from_secs(60)).await;
-    hookd
+    Hookd::started(child, port, Duration::from_secs(60)).await
 }
 
 /// Another hookd command in `dir`, beside or after `serve`.
@@ -702,11 +702,7 @@ async fn serve_warns_at_startup_about_what_may_be_a_mistake() {
         .stderr(log)
         .spawn()
         .expect("spawn hookd");
-    let hookd = Hookd {
-        child: Some(child),
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    hookd.ready(Duration::from_secs(30)).await;
+    let hookd = Hookd::started(child, port, Duration::from_secs(30)).await;
     hookd.signal(Signal::SIGTERM);
     assert!(hookd.wait().await.success());
     let log = std::fs::read_to_string(&log_path).expect("log");

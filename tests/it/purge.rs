@@ -316,12 +316,7 @@ async fn a_resend_after_the_payload_purge_is_replayed_not_applied() {
     let app = spawn(Spawn::default()).await;
     let body = event("evt_resend", "processed");
     let first = app.deliver_ok("stripe", &body).await;
-    app.execute(
-        "UPDATE webhook_events SET received_at = now() - interval '31 days'",
-        &[],
-    )
-    .await;
-    let outcome = app.app.purger.run_once(None).await.expect("purge");
+    let outcome = age_and_purge(&app, 31).await;
     assert_eq!(PurgeOutcome::total(&outcome.payloads_dropped), 1);
     app.execute(
         "UPDATE payments SET amount = 7 WHERE payment_id = 'pi_evt_resend'",
@@ -407,11 +402,7 @@ async fn serve_purges_on_its_schedule_and_stops_promptly() {
     settings.purge_interval = std::time::Duration::from_millis(200);
     let mut app = spawn(Spawn {
         settings,
-        parts: hookd::app::Parts {
-            dispatcher: false,
-            purge: true,
-            http_workers: Some(1),
-        },
+        parts: PURGING,
         ..Spawn::default()
     })
     .await;
@@ -514,11 +505,7 @@ async fn serve_runs_a_pass_as_it_starts() {
     let second = spawn(Spawn {
         settings,
         db: first.db.clone(),
-        parts: hookd::app::Parts {
-            dispatcher: false,
-            purge: true,
-            http_workers: Some(1),
-        },
+        parts: PURGING,
         ..Spawn::default()
     })
     .await;
@@ -743,12 +730,7 @@ async fn a_resend_after_key_retention_is_a_new_event() {
     let app = spawn_app().await;
     let body = event("evt_forgotten", "processed");
     let first = app.deliver_ok("stripe", &body).await;
-    app.execute(
-        "UPDATE webhook_events SET received_at = now() - interval '366 days'",
-        &[],
-    )
-    .await;
-    let outcome = app.app.purger.run_once(None).await.expect("purge");
+    let outcome = age_and_purge(&app, 366).await;
     assert_eq!(outcome.keys_deleted, counts(&[("processed", 1)]));
     assert_eq!(
         app.count("SELECT count(*) FROM webhook_events", &[]).await,
@@ -790,3 +772,20 @@ async fn a_resend_after_key_retention_is_a_new_event() {
         "applied again"
     );
 }
+
+/// Every event received `days` ago, then one purge pass.
+async fn age_and_purge(app: &TestApp, days: i32) -> PurgeOutcome {
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - make_interval(days => $1)",
+        &[&days],
+    )
+    .await;
+    app.app.purger.run_once(None).await.expect("purge")
+}
+
+/// An instance that runs the purge on its schedule (and no dispatcher).
+const PURGING: hookd::app::Parts = hookd::app::Parts {
+    dispatcher: false,
+    purge: true,
+    http_workers: Some(1),
+};

@@ -20,6 +20,18 @@ pub async fn run_hookd(args: &[&str], database: Option<String>) -> std::process:
     run_hookd_with(args, &env).await
 }
 
+/// `run_hookd` with `--json` output against `database`: it must succeed, and
+/// its output is the JSON value.
+pub async fn run_hookd_json(args: &[&str], database: String) -> serde_json::Value {
+    let out = run_hookd(args, Some(database)).await;
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
 /// `run_hookd` with environment variables of the test's choosing.
 pub async fn run_hookd_with(args: &[&str], env: &[(&str, String)]) -> std::process::Output {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
