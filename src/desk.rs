@@ -367,7 +367,7 @@ impl Desk {
     }
 
     /// Retries every event the filter matches (at most `BULK_RETRY_LIMIT`), or
-    /// with `dry_run` only counts them; audited (the preview too is not).
+    /// with `dry_run` only counts them; audited (a dry-run preview is not).
     pub async fn bulk_retry(
         &self,
         mut filter: EventFilter,

@@ -1,6 +1,6 @@
-//! Admin requests to a test app: a credential, and one method per route of the
-//! admin API and page (plus `send` for what no route method covers: odd methods,
-//! headers and bodies).
+//! Admin requests to a test app: a credential, a method per admin API route and
+//! per page action (sign-in, list, event, retry, sign-out), and `send` for what
+//! no method covers (other pages, odd methods, headers and bodies).
 
 use serde_json::Value;
 
@@ -50,15 +50,7 @@ impl TestApp {
 
     /// Signs in through the page's form; returns the session cookie pair.
     pub async fn sign_in(&self, token: &str) -> String {
-        let answer = self
-            .admin(Credential::None)
-            .send(
-                "POST",
-                "/admin/login",
-                &[("Content-Type", "application/x-www-form-urlencoded")],
-                format!("token={token}").into_bytes(),
-            )
-            .await;
+        let answer = self.admin(Credential::None).login(token).await;
         assert_eq!(answer.status, 303, "sign-in");
         answer
             .header("set-cookie")
@@ -198,7 +190,7 @@ impl AdminClient<'_> {
     ) -> Answer {
         let body = fields
             .iter()
-            .map(|(k, v)| format!("{k}={v}"))
+            .map(|(k, v)| format!("{}={}", form_encode(k), form_encode(v)))
             .collect::<Vec<_>>()
             .join("&");
         let mut all = vec![("Content-Type", "application/x-www-form-urlencoded")];
@@ -225,4 +217,9 @@ pub fn csrf_of(html: &str) -> String {
     let field = html.find("name=\"csrf\"").expect("csrf field");
     let value = html[field..].find("value=\"").expect("csrf value") + field + "value=\"".len();
     html[value..].split('"').next().expect("value").to_string()
+}
+
+/// A form field as `application/x-www-form-urlencoded` writes it.
+fn form_encode(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
 }

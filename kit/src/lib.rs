@@ -6,7 +6,7 @@
 //! - `settings`: the shipped `hookd.toml` on a free port;
 //! - `app`: hookd in-process for a test, on a fresh database, with the handlers of
 //!   the test's choosing;
-//! - `admin`: an admin client with one method per route;
+//! - `admin`: an admin client with a method per API route and page action;
 //! - `gate`: a handler that holds retries until the test lets them through;
 //! - `metrics`: `/metrics` parsed as Prometheus reads it;
 //! - `load`: the signing load generator (closed and open loops, reports);
