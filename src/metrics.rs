@@ -48,6 +48,7 @@ pub enum Metric {
     DbPoolAvailable,
     DbPoolMaxSize,
     DbPoolWaiting,
+    Ready,
     BuildInfo,
     ProcessCpuSeconds,
     ProcessResidentMemory,
@@ -58,7 +59,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 23] = [
+    pub const ALL: [Metric; 24] = [
         Metric::Deliveries,
         Metric::DeliveryDuration,
         Metric::SignatureFailures,
@@ -75,6 +76,7 @@ impl Metric {
         Metric::DbPoolAvailable,
         Metric::DbPoolMaxSize,
         Metric::DbPoolWaiting,
+        Metric::Ready,
         Metric::BuildInfo,
         Metric::ProcessCpuSeconds,
         Metric::ProcessResidentMemory,
@@ -102,6 +104,7 @@ impl Metric {
             Metric::DbPoolAvailable => "hookd_db_pool_available",
             Metric::DbPoolMaxSize => "hookd_db_pool_max_size",
             Metric::DbPoolWaiting => "hookd_db_pool_waiting",
+            Metric::Ready => "hookd_ready",
             Metric::BuildInfo => "hookd_build_info",
             Metric::ProcessCpuSeconds => "process_cpu_seconds_total",
             Metric::ProcessResidentMemory => "process_resident_memory_bytes",
@@ -155,6 +158,9 @@ impl Metric {
             Metric::DbPoolAvailable => "Open pool connections not in use.",
             Metric::DbPoolMaxSize => "The pool's limit (pool_size).",
             Metric::DbPoolWaiting => "Tasks waiting for a pool connection.",
+            Metric::Ready => {
+                "1 when /readyz answers 200 (database reachable and migrated), else 0."
+            }
             Metric::BuildInfo => "Always 1; the version label names the running build.",
             Metric::ProcessCpuSeconds => "User and system CPU time spent, in seconds.",
             Metric::ProcessResidentMemory => "Resident memory size, in bytes.",

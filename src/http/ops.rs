@@ -26,7 +26,9 @@ pub async fn healthz() -> HttpResponse {
 /// them) cost the database one query a second.
 const READY_FOR: Duration = Duration::from_secs(1);
 
-pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+/// Why this instance is not ready, if it is not (checked at most once per
+/// `READY_FOR`).
+async fn readiness(state: &AppState) -> Option<&'static str> {
     let cached = state
         .readiness
         .lock()
@@ -34,25 +36,27 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
         .and_then(|c| *c)
         .filter(|(at, _)| at.elapsed() < READY_FOR)
         .map(|(_, problem)| problem);
-    let problem = match cached {
-        Some(problem) => problem,
-        None => {
-            let problem = match store::is_ready(&state.pool, state.migrations).await {
-                Ok(()) => None,
-                Err(error) => {
-                    log::warn!("not ready: {error}");
-                    Some(match error {
-                        store::StoreError::Schema(_) => "database not migrated",
-                        _ => "database unreachable",
-                    })
-                }
-            };
-            if let Ok(mut cache) = state.readiness.lock() {
-                *cache = Some((Instant::now(), problem));
-            }
-            problem
+    if let Some(problem) = cached {
+        return problem;
+    }
+    let problem = match store::is_ready(&state.pool, state.migrations).await {
+        Ok(()) => None,
+        Err(error) => {
+            log::warn!("not ready: {error}");
+            Some(match error {
+                store::StoreError::Schema(_) => "database not migrated",
+                _ => "database unreachable",
+            })
         }
     };
+    if let Ok(mut cache) = state.readiness.lock() {
+        *cache = Some((Instant::now(), problem));
+    }
+    problem
+}
+
+pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let problem = readiness(&state).await;
     match problem {
         None => HttpResponse::Ok().json(json!({"status": "ready"})),
         Some(reason) => HttpResponse::ServiceUnavailable()
@@ -70,6 +74,8 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         (Metric::DbPoolMaxSize, pool.max_size as f64),
         (Metric::DbPoolWaiting, pool.waiting as f64),
     ];
+    let ready = readiness(&state).await.is_none();
+    gauges.push((Metric::Ready, if ready { 1.0 } else { 0.0 }));
     if let Ok(client) = state.pool.get().await
         && let Ok((failed, dead)) = store::events::backlog(&client).await
     {

@@ -206,6 +206,7 @@ fn alert_rules_read_only_what_hookd_exposes_and_cover_what_matters() {
     }
     for required in [
         "HookdDown",
+        "HookdNotReady",
         "HookdDatabaseUnavailable",
         "HookdSignatureFailures",
         "HookdDeadEvents",

@@ -395,6 +395,7 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
     }
 
     assert_eq!(value("hookd_dead_events", &[]), 1.0);
+    assert_eq!(value("hookd_ready", &[]), 1.0);
     assert_eq!(value("hookd_retry_backlog", &[]), 0.0);
     assert_eq!(
         value(

@@ -67,6 +67,7 @@ async fn a_stopped_database_gives_503_then_recovers_by_itself() {
         200,
         "the process itself is up"
     );
+    assert_eq!(app.metrics().await.value("hookd_ready", &[]), 0.0);
 
     let mut cluster = start_cluster(dir).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
@@ -74,6 +75,7 @@ async fn a_stopped_database_gives_503_then_recovers_by_itself() {
         assert!(std::time::Instant::now() < deadline, "/readyz still 503");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+    assert_eq!(app.metrics().await.value("hookd_ready", &[]), 1.0);
     let retried = app.deliver("stripe", &event("evt_during")).await;
     assert_eq!(retried.status, 200);
     assert_eq!(
