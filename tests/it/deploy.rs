@@ -37,15 +37,20 @@ struct Rule {
     annotations: BTreeMap<String, String>,
 }
 
-/// Words of PromQL that are not series names: keywords, and the aggregation
-/// operators (which may stand apart from their parentheses: `sum by (x) (…)`).
-const PROMQL_WORDS: &[&str] = &[
+/// PromQL's grouping modifiers: a parenthesis after one holds label names.
+const GROUPING: &[&str] = &[
     "by",
     "without",
     "on",
     "ignoring",
     "group_left",
     "group_right",
+];
+
+/// Other words of PromQL that are not series names: keywords, and the
+/// aggregation operators (which may stand apart from their parentheses:
+/// `sum by (x) (…)`).
+const PROMQL_WORDS: &[&str] = &[
     "and",
     "or",
     "unless",
@@ -111,16 +116,11 @@ fn series_names(expr: &str) -> BTreeSet<String> {
                     next += 1;
                 }
                 let is_call = chars.get(next) == Some(&'(');
-                after_grouping = [
-                    "by",
-                    "without",
-                    "on",
-                    "ignoring",
-                    "group_left",
-                    "group_right",
-                ]
-                .contains(&word.as_str());
-                if !is_call && !PROMQL_WORDS.contains(&word.as_str()) {
+                after_grouping = GROUPING.contains(&word.as_str());
+                if !is_call
+                    && !GROUPING.contains(&word.as_str())
+                    && !PROMQL_WORDS.contains(&word.as_str())
+                {
                     names.insert(word);
                 }
             }

@@ -23,6 +23,15 @@ fn file(name: &str, contents: &[u8]) -> PathBuf {
     path
 }
 
+/// A configuration file of one GitHub source named `source`, listening on `port`.
+fn one_source_config(name: &str, port: u16, source: &str) -> PathBuf {
+    let text = format!(
+        "listen = \"127.0.0.1:{port}\"\n[[sources]]\nname = \"{source}\"\n\
+         scheme = \"github\"\nsecrets = [\"a-github-secret-of-ours\"]\n"
+    );
+    file(name, text.as_bytes())
+}
+
 /// The binary with exactly these arguments and variables (no `--config` added).
 async fn hookd(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hookd"));
@@ -122,11 +131,7 @@ async fn a_bad_configuration_exits_78_with_one_line_for_check_config_and_serve()
 
 #[tokio::test]
 async fn hookd_config_names_the_file_unless_config_is_given() {
-    let own = file(
-        "own.toml",
-        b"listen = \"127.0.0.1:18080\"\n[[sources]]\nname = \"only\"\nscheme = \"github\"\n\
-          secrets = [\"a-github-secret-of-ours\"]\n",
-    );
+    let own = one_source_config("own.toml", 18080, "only");
     let own = own.to_str().expect("utf-8");
     let output = hookd(&["check-config"], &[("HOOKD_CONFIG", own)]).await;
     assert_eq!(output.status.code(), Some(0), "{output:?}");
@@ -331,11 +336,7 @@ async fn verify_says_which_check_fails_and_why() {
 
 #[tokio::test]
 async fn config_may_come_before_the_subcommand() {
-    let own = file(
-        "before.toml",
-        b"listen = \"127.0.0.1:18081\"\n[[sources]]\nname = \"first\"\nscheme = \"github\"\n\
-          secrets = [\"a-github-secret-of-ours\"]\n",
-    );
+    let own = one_source_config("before.toml", 18081, "first");
     let own = own.to_str().expect("utf-8");
     for args in [
         ["--config", own, "check-config"],

@@ -479,6 +479,11 @@ async fn old_events(app: &TestApp, prefix: &str, count: usize, days: i32) {
         app.deliver_ok("stripe", &event(&format!("{prefix}_{i}"), "processed"))
             .await;
     }
+    backdate(app, prefix, days).await;
+}
+
+/// The events whose ids start with `prefix`, received `days` ago.
+async fn backdate(app: &TestApp, prefix: &str, days: i32) {
     app.execute(
         "UPDATE webhook_events SET received_at = now() - make_interval(days => $1)
          WHERE event_id LIKE $2",
@@ -616,12 +621,7 @@ async fn a_pass_skips_rows_others_hold_and_takes_them_next_time() {
             app.deliver_ok("stripe", &stripe_event(&id, GATED_TYPE, json!({})))
                 .await;
         }
-        app.execute(
-            "UPDATE webhook_events SET received_at = now() - make_interval(days => $1)
-             WHERE event_id LIKE $2",
-            &[&days, &format!("{prefix}\\_%")],
-        )
-        .await;
+        backdate(&app, prefix, days).await;
     }
     let held: Vec<i64> = app
         .query(
