@@ -112,11 +112,15 @@ impl Hookd {
         kill(pid, signal).expect("signal");
     }
 
+    /// Its exit status; fails if it has not exited within 60 s.
     async fn wait(mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("running");
-        tokio::task::spawn_blocking(move || child.wait().expect("wait"))
-            .await
-            .expect("join")
+        let child = self.child.as_mut().expect("running");
+        let status = wait_for("hookd to exit", Duration::from_secs(60), || {
+            std::future::ready(child.try_wait().expect("try_wait"))
+        })
+        .await;
+        self.child = None;
+        status
     }
 }
 
@@ -592,7 +596,7 @@ async fn a_cluster_that_cannot_live_in_the_project_goes_under_tmpdir_and_is_foun
     std::fs::create_dir_all(&dir).expect("project");
     let project = Project { dir: dir.clone() };
     // A TMPDIR of the test's own (the postgres user may enter it, as /tmp).
-    let tmpdir = PathBuf::from(format!("/tmp/hookd-tmpdir-{}", std::process::id()));
+    let tmpdir = std::env::temp_dir().join(format!("hookd-tmpdir-{}", std::process::id()));
     std::fs::create_dir_all(&tmpdir).expect("tmpdir");
     std::fs::set_permissions(&tmpdir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
