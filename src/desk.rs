@@ -439,6 +439,26 @@ impl Desk {
     }
 }
 
+/// The log line of an operator's retry, wherever it came from (`request_id` is
+/// `-` in the terminal).
+pub fn log_retry(who: &str, request_id: &str, id: i64, outcome: &RetryOutcome) {
+    log::info!(
+        token = who, event = id, request_id = request_id;
+        "admin retry of event {id} by {who}: {outcome:?} request_id={request_id}"
+    );
+}
+
+/// The log line of a bulk retry that ran (a preview is not logged).
+pub fn log_bulk_retry(who: &str, request_id: &str, outcome: &BulkOutcome) {
+    log::info!(
+        token = who, request_id = request_id;
+        "admin bulk retry by {who}: {} matched, {} retried, {:?} request_id={request_id}",
+        outcome.matched,
+        outcome.retried,
+        outcome.outcomes
+    );
+}
+
 /// How a retry ended, as one word.
 pub fn outcome_name(outcome: &RetryOutcome) -> &'static str {
     match outcome {

@@ -186,7 +186,9 @@ fn print_detail(view: &EventView) {
 }
 
 pub async fn retry(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
-    let outcome = app.desk.retry(id, &who()).await?;
+    let who = who();
+    let outcome = app.desk.retry(id, &who).await?;
+    crate::desk::log_retry(&who, "-", id, &outcome);
     let problem = match outcome {
         RetryOutcome::Applied(_) => None,
         RetryOutcome::NotFound => Some(format!("no event with id {id}")),
@@ -230,7 +232,11 @@ pub async fn bulk_retry(
     as_json: bool,
 ) -> Result<(), CliError> {
     let filter = params.to_filter(Utc::now())?;
-    let outcome = app.desk.bulk_retry(filter, dry_run, &who()).await?;
+    let who = who();
+    let outcome = app.desk.bulk_retry(filter, dry_run, &who).await?;
+    if !dry_run {
+        crate::desk::log_bulk_retry(&who, "-", &outcome);
+    }
     if as_json {
         println!("{}", serde_json::to_value(&outcome).unwrap_or_default());
     } else if dry_run {

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use super::auth::{self, Principal};
 use super::error::ApiError;
 use super::{AppState, body, request_id};
-use crate::desk::{BulkOutcome, DeskError};
+use crate::desk::{self, DeskError};
 use crate::dispatch::RetryOutcome;
 use crate::duration;
 use crate::filter::{FilterError, ListParams};
@@ -120,11 +120,7 @@ pub async fn apply_again(
         .await
         .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
     let outcome = state.desk.retry(id, &principal.name).await?;
-    log::info!(
-        token = principal.name.as_str(), event = id, request_id = request_id;
-        "admin retry of event {id} by {}: {outcome:?} request_id={request_id}",
-        principal.name
-    );
+    desk::log_retry(&principal.name, request_id, id, &outcome);
     match outcome {
         RetryOutcome::Applied(_) => {}
         RetryOutcome::NotFound => return Err(ApiError::NotFound),
@@ -244,22 +240,11 @@ pub async fn bulk_retry(
             .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
         let outcome = desk.bulk_retry(filter, bulk.dry_run, who).await?;
         if !bulk.dry_run {
-            log_bulk_retry(who, request_id, &outcome);
+            desk::log_bulk_retry(who, request_id, &outcome);
         }
         Ok(outcome)
     })
     .await
-}
-
-/// One log line per bulk retry run (from the API or the page).
-pub fn log_bulk_retry(who: &str, request_id: &str, outcome: &BulkOutcome) {
-    log::info!(
-        token = who, request_id = request_id;
-        "admin bulk retry by {who}: {} matched, {} retried, {:?} request_id={request_id}",
-        outcome.matched,
-        outcome.retried,
-        outcome.outcomes
-    );
 }
 
 /// Runs `work` once per `Idempotency-Key` (when the request has one): a repeat

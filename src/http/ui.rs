@@ -11,7 +11,7 @@ use chrono::Utc;
 use maud::Markup;
 use serde::Deserialize;
 
-use super::admin::{ADMIN_BODY_LIMIT, apply_again, log_bulk_retry};
+use super::admin::{ADMIN_BODY_LIMIT, apply_again};
 use super::auth::{self, Principal};
 use super::error::ApiError;
 use super::pages::{self, url_encode};
@@ -445,7 +445,7 @@ pub async fn bulk_post(
             .desk
             .bulk_retry(params.to_filter(Utc::now())?, false, &who.name)
             .await?;
-        log_bulk_retry(&who.name, &request_id::of(&request), &outcome);
+        crate::desk::log_bulk_retry(&who.name, &request_id::of(&request), &outcome);
         Ok::<_, ApiError>((params, outcome))
     }
     .await;

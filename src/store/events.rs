@@ -506,7 +506,6 @@ pub async fn append_attempts(
     Ok(())
 }
 
-/// Number of `failed` events waiting for a retry (for metrics).
 /// Failed events waiting for a retry, and dead events waiting for a person.
 pub async fn backlog(client: &impl GenericClient) -> Result<(i64, i64), StoreError> {
     let statement = client

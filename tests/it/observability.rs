@@ -3,13 +3,13 @@
 //! `/metrics` as Prometheus would read them.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::support::{
     Exposition, Sample, TestDb, cluster, parse_exposition, shipped_settings,
-    spawn_with_admin_listener, stripe_event,
+    spawn_with_admin_listener, stripe_event, wait_for,
 };
 
 fn is_generated_id(id: &str) -> bool {
@@ -94,6 +94,8 @@ async fn every_answer_of_both_listeners_carries_a_request_id() {
 struct Served {
     child: std::process::Child,
     base: String,
+    /// Reads the server's log as it comes (a full pipe would stall it).
+    log: Option<std::thread::JoinHandle<String>>,
     _db: TestDb,
 }
 
@@ -101,6 +103,7 @@ impl Drop for Served {
     fn drop(&mut self) {
         // A test that failed half-way leaves no server behind.
         let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -111,7 +114,7 @@ impl Served {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .expect("free port");
-        let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args(["serve", "--config"])
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"))
             .env("DATABASE_URL", cluster().connection_string(&db.name))
@@ -123,42 +126,48 @@ impl Served {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn hookd");
+        let mut stderr = child.stderr.take().expect("stderr");
+        let log = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+            text
+        });
         let served = Served {
             child,
             base: format!("http://127.0.0.1:{port}"),
+            log: Some(log),
             _db: db,
         };
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .build()
             .expect("client");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = http.get(format!("{}/readyz", served.base)).send().await
-                && r.status() == 200
-            {
-                return served;
-            }
-            assert!(Instant::now() < deadline, "hookd did not become ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let ready = format!("{}/readyz", served.base);
+        wait_for("hookd to become ready", Duration::from_secs(30), || async {
+            let answer = http.get(&ready).send().await.ok()?;
+            (answer.status() == 200).then_some(())
+        })
+        .await;
+        served
     }
 
-    /// Stops it (SIGTERM) and returns what it logged.
+    /// Stops it (SIGTERM), fails unless it exits 0 within 30 s, and returns
+    /// what it logged.
     async fn stop(mut self) -> String {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-        let mut stderr = self.child.stderr.take().expect("stderr");
-        let read = tokio::task::spawn_blocking(move || {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut stderr, &mut text).map(|_| text)
-        });
-        let status = tokio::task::spawn_blocking(move || self.child.wait())
+        let child = &mut self.child;
+        let status = wait_for(
+            "hookd to exit after SIGTERM",
+            Duration::from_secs(30),
+            || std::future::ready(child.try_wait().expect("try_wait")),
+        )
+        .await;
+        assert!(status.success(), "{status:?}");
+        let log = self.log.take().expect("log reader");
+        tokio::task::spawn_blocking(move || log.join().expect("log reader"))
             .await
             .expect("join")
-            .expect("wait");
-        assert!(status.success(), "{status:?}");
-        read.await.expect("join").expect("stderr")
     }
 }
 
@@ -586,5 +595,42 @@ async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged()
     assert!(
         !log.contains("cus_marker_"),
         "payload fields logged:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn retries_from_the_terminal_are_logged_with_who_ran_them() {
+    let app = crate::support::spawn_app().await;
+    let event = stripe_event(
+        "evt_cli_log",
+        "payment_intent.succeeded",
+        json!({"id": "pi_cli_log", "object": "payment_intent", "amount": 100}),
+    );
+    app.deliver_ok("stripe", &event).await;
+    let id = app
+        .count(
+            "SELECT id FROM webhook_events WHERE event_id = 'evt_cli_log'",
+            &[],
+        )
+        .await
+        .to_string();
+    let env = [
+        ("DATABASE_URL", app.database_url()),
+        ("RUST_LOG", "info".to_string()),
+        ("USER", "ada".to_string()),
+    ];
+    let single = crate::support::run_hookd_with(&["events", "retry", &id], &env).await;
+    assert!(single.status.success(), "{single:?}");
+    let log = String::from_utf8_lossy(&single.stderr);
+    assert!(
+        log.contains(&format!("admin retry of event {id} by cli:ada")),
+        "{log}"
+    );
+    let bulk = crate::support::run_hookd_with(&["events", "retry", "-q", "pi_cli_log"], &env).await;
+    assert!(bulk.status.success(), "{bulk:?}");
+    let log = String::from_utf8_lossy(&bulk.stderr);
+    assert!(
+        log.contains("admin bulk retry by cli:ada: 1 matched, 1 retried"),
+        "{log}"
     );
 }
