@@ -58,11 +58,17 @@ pub async fn connect(config: tokio_postgres::Config) -> tokio_postgres::Client {
 }
 
 /// The build's `target/tmp` (where a test's or benchmark's files go), found from
-/// the running executable (`target/<profile>/deps/…` or
-/// `target/<profile>/examples/…`); the system's temporary folder otherwise.
+/// the running executable when it sits in `…/<profile>/deps/` or
+/// `…/<profile>/examples/` as cargo puts it; the system's temporary folder for a
+/// binary anywhere else.
 pub fn tmp_root() -> PathBuf {
-    std::env::current_exe()
-        .ok()
+    let exe = std::env::current_exe().ok();
+    let in_cargo_layout = |exe: &PathBuf| {
+        exe.parent()
+            .and_then(|dir| dir.file_name())
+            .is_some_and(|name| name == "deps" || name == "examples")
+    };
+    exe.filter(in_cargo_layout)
         .and_then(|exe| exe.ancestors().nth(3).map(|target| target.join("tmp")))
         .unwrap_or_else(std::env::temp_dir)
 }
@@ -97,10 +103,13 @@ impl Drop for ClusterGuard {
 }
 
 /// `pg_ctl ARGS -D DIR/data` as the user that runs the cluster (`postgres` when
-/// this process is root); whether it succeeded.
+/// this process is root); whether it succeeded. Never panics: guards call it
+/// while a failed test unwinds.
 pub fn pg_ctl_as_cluster_user(dir: &std::path::Path, args: &[&str]) -> bool {
     use std::os::unix::process::CommandExt;
-    let pg_ctl = hookd::embedded_pg::binaries::program("pg_ctl").expect("pg_ctl");
+    let Some(pg_ctl) = hookd::embedded_pg::binaries::program("pg_ctl") else {
+        return false;
+    };
     let mut command = std::process::Command::new(pg_ctl);
     command
         .args(args)
@@ -111,9 +120,9 @@ pub fn pg_ctl_as_cluster_user(dir: &std::path::Path, args: &[&str]) -> bool {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     if nix::unistd::Uid::effective().is_root() {
-        let postgres = nix::unistd::User::from_name("postgres")
-            .expect("lookup")
-            .expect("postgres user");
+        let Ok(Some(postgres)) = nix::unistd::User::from_name("postgres") else {
+            return false;
+        };
         command
             .uid(postgres.uid.as_raw())
             .gid(postgres.gid.as_raw());

@@ -9,7 +9,7 @@ use hookd::app::Parts;
 use hookd::handlers::Registry;
 use serde_json::{Value, json};
 
-use crate::support::{Receiver, Spawn, TestApp, shipped_settings, spawn, stripe_event};
+use crate::support::{Receiver, Spawn, TestApp, shipped_settings, spawn, stripe_event, wait_for};
 
 fn paid(id: &str, payment: &str) -> Value {
     stripe_event(
@@ -89,15 +89,7 @@ async fn a_matching_event_is_forwarded_byte_for_byte_and_signed_right_after_the_
     assert!(got[0].webhook_id.starts_with("msg_"));
 
     // Done: the payment was applied once, the forward delivered once.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while status(&app, "evt_fwd").await != "processed" {
-        assert!(
-            Instant::now() < deadline,
-            "still {}",
-            status(&app, "evt_fwd").await
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    processed(&app, "evt_fwd").await;
     assert_eq!(
         attempts(&app, "evt_fwd").await,
         [
@@ -288,11 +280,7 @@ async fn forwards_by_type_take_events_without_a_handler_and_survive_a_restart() 
     .await;
     let got = receiver.wait_for(1).await;
     assert_eq!(got[0].header("hookd-kind"), Some(""));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while status(&restarted, "evt_customer").await != "processed" {
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    processed(&restarted, "evt_customer").await;
 }
 
 #[tokio::test]
@@ -350,4 +338,13 @@ async fn each_handlers_state_shows_in_the_api_the_page_and_the_terminal() {
         text.contains("handlers:") && text.contains("forward:billing"),
         "{text}"
     );
+}
+
+/// Waits (5 s at most) until `event_id` is `processed`.
+async fn processed(app: &TestApp, event_id: &str) {
+    let what = format!("{event_id} to be processed");
+    wait_for(&what, Duration::from_secs(5), || async {
+        (status(app, event_id).await == "processed").then_some(())
+    })
+    .await;
 }

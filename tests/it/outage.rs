@@ -7,7 +7,7 @@ use hookd::embedded_pg::{ClusterOptions, EmbeddedPostgres};
 use hookd::store;
 use serde_json::json;
 
-use crate::support::{ClusterGuard, Spawn, spawn, stripe_event};
+use crate::support::{ClusterGuard, Spawn, TestApp, spawn, stripe_event, wait_for};
 
 async fn start_cluster(dir: PathBuf) -> EmbeddedPostgres {
     tokio::task::spawn_blocking(move || {
@@ -57,11 +57,7 @@ async fn a_stopped_database_gives_503_then_recovers_by_itself() {
         assert_eq!(answer.header("Retry-After"), Some("5"), "{id}");
     }
     // Readiness is checked at most once a second.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    while app.get("/readyz").await.status != 503 {
-        assert!(std::time::Instant::now() < deadline, "/readyz still 200");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    readyz_becomes(&app, 503).await;
     assert_eq!(
         app.get("/healthz").await.status,
         200,
@@ -70,11 +66,7 @@ async fn a_stopped_database_gives_503_then_recovers_by_itself() {
     assert_eq!(app.metrics().await.value("hookd_ready", &[]), 0.0);
 
     let _restarted = start_cluster(dir).await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    while app.get("/readyz").await.status != 200 {
-        assert!(std::time::Instant::now() < deadline, "/readyz still 503");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    readyz_becomes(&app, 200).await;
     assert_eq!(app.metrics().await.value("hookd_ready", &[]), 1.0);
     let retried = app.deliver("stripe", &event("evt_during")).await;
     assert_eq!(retried.status, 200);
@@ -85,4 +77,14 @@ async fn a_stopped_database_gives_503_then_recovers_by_itself() {
     );
     let again = app.deliver("stripe", &event("evt_before")).await;
     assert_eq!(again.header("Idempotent-Replayed"), Some("true"));
+}
+
+/// Waits (3 s at most: readiness is cached for a second) until `/readyz`
+/// answers `status`.
+async fn readyz_becomes(app: &TestApp, status: u16) {
+    let what = format!("/readyz to answer {status}");
+    wait_for(&what, std::time::Duration::from_secs(3), || async {
+        (app.get("/readyz").await.status == status).then_some(())
+    })
+    .await;
 }
