@@ -12,7 +12,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::duration::Positive;
 use crate::handlers::payments::PaymentKind;
-use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret};
+use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret, Verifier};
 
 /// The secrets and tokens of the shipped `hookd.toml`. They are public, so they are
 /// accepted only while hookd listens on a loopback address.
@@ -94,6 +94,15 @@ pub struct Source {
 }
 
 impl Source {
+    /// The verifier of this source's deliveries: its scheme, secrets and tolerance.
+    pub fn verifier(&self) -> Verifier<'_> {
+        Verifier {
+            scheme: &self.scheme,
+            secrets: &self.secrets,
+            tolerance: self.tolerance,
+        }
+    }
+
     /// hookd's kind for a provider type: the source's table, else a type that is
     /// already a built-in kind name stands for itself.
     pub fn kind_of(&self, event_type: &str) -> Option<&str> {

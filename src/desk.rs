@@ -17,7 +17,6 @@ use serde_json::{Value, json};
 use crate::config::Settings;
 use crate::dispatch::{Dispatcher, RetryOutcome};
 use crate::filter::{self, FilterError};
-use crate::signature::Verifier;
 use crate::store::audit::{self, AuditEntry, Record};
 use crate::store::history::{self, Attempt, EventDetail, EventFilter, EventSummary, HandlerState};
 use crate::store::payments::{self, Payment};
@@ -229,11 +228,7 @@ impl Desk {
                 reason: format!("source {} is not configured any more", delivery.source),
             });
         };
-        let verifier = Verifier {
-            scheme: &source.scheme,
-            secrets: &source.secrets,
-            tolerance: source.tolerance,
-        };
+        let verifier = source.verifier();
         Ok(
             match verifier.verify(
                 &delivery.headers,

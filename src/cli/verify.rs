@@ -6,7 +6,7 @@ use std::path::Path;
 use super::CliError;
 use super::sign::source;
 use crate::config::{Settings, Source};
-use crate::signature::{SignatureError, Verifier};
+use crate::signature::SignatureError;
 
 /// The headers of a file with one `Name: value` per line (what `hookd sign`
 /// prints); blank lines are skipped.
@@ -57,11 +57,7 @@ pub fn verdict(
     body: &[u8],
     now: i64,
 ) -> Result<String, CliError> {
-    let verifier = Verifier {
-        scheme: &source.scheme,
-        secrets: &source.secrets,
-        tolerance: source.tolerance,
-    };
+    let verifier = source.verifier();
     let count = source.secrets.len();
     match verifier.verify(headers, body, now) {
         Ok(verified) => Ok(format!(

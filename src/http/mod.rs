@@ -101,8 +101,10 @@ pub fn public_routes(config: &mut web::ServiceConfig, with_admin: bool) {
 /// `docs/openapi.json`, built into the binary and served at `/admin/api/openapi.json`.
 pub const OPENAPI: &str = include_str!("../../docs/openapi.json");
 
-/// Every `/admin/api` route: method, path, handler. `docs/openapi.json` describes
-/// each of them (a test compares the two), so a new route goes here and there.
+/// Every `/admin/api` route: method, path, handler — one method per path (a test
+/// checks it; each path is registered as one resource). `docs/openapi.json`
+/// describes each of them (a test compares the two), so a new route goes here
+/// and there.
 pub fn admin_api_routes() -> Vec<(Method, &'static str, actix_web::Route)> {
     vec![
         (Method::GET, "/admin/api/events", web::to(admin::list)),
@@ -139,17 +141,8 @@ pub fn admin_routes(config: &mut web::ServiceConfig) {
     let get = web::get;
     let post = web::post;
     at(config, "/metrics", vec![get().to(ops::metrics)]);
-    // One resource per path, with all its methods.
-    let mut api: Vec<(&str, Vec<actix_web::Route>)> = Vec::new();
     for (method, path, route) in admin_api_routes() {
-        let route = route.method(method);
-        match api.iter_mut().find(|(p, _)| *p == path) {
-            Some((_, routes)) => routes.push(route),
-            None => api.push((path, vec![route])),
-        }
-    }
-    for (path, routes) in api {
-        at(config, path, routes);
+        at(config, path, vec![route.method(method)]);
     }
     at(config, "/admin", vec![get().to(ui::list)]);
     at(config, "/admin/", vec![get().to(ui::list)]);

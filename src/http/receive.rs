@@ -13,7 +13,7 @@ use crate::config::DEVELOPMENT_CREDENTIALS;
 use crate::event::IncomingEvent;
 use crate::ingest::Ingested;
 use crate::metrics::Metric;
-use crate::signature::{Headers, SignatureError, Verifier};
+use crate::signature::{Headers, SignatureError};
 use crate::store::events::Recorded;
 
 struct RequestHeaders<'a>(&'a HeaderMap);
@@ -130,11 +130,7 @@ async fn handle(
     )
     .await?;
     let headers = RequestHeaders(request.headers());
-    let verifier = Verifier {
-        scheme: &source.scheme,
-        secrets: &source.secrets,
-        tolerance: source.tolerance,
-    };
+    let verifier = source.verifier();
     let verified = verifier.verify(&headers, &body, chrono::Utc::now().timestamp())?;
     // The shipped secrets are public: a delivery a proxy forwarded (from beyond
     // this machine) may not use them, whatever address hookd listens on.

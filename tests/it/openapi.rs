@@ -193,6 +193,11 @@ fn every_admin_api_route_is_documented_and_nothing_else() {
         .collect();
     assert_eq!(documented, registered);
     assert!(registered.len() >= 5);
+    let paths: BTreeSet<&str> = hookd::http::admin_api_routes()
+        .iter()
+        .map(|(_, path, _)| *path)
+        .collect();
+    assert_eq!(paths.len(), registered.len(), "one method per path");
 
     // Every reference resolves, and every operation answers 401 without a credential.
     fn refs(value: &Value, out: &mut Vec<String>) {
