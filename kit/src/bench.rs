@@ -132,15 +132,7 @@ impl Hookd {
             .expect("free port")
             .port();
         let config = cluster.socket_dir().with_extension("serve.toml");
-        let shipped = crate::settings::SHIPPED_TOML;
-        std::fs::write(
-            &config,
-            shipped.replace(
-                "listen = \"127.0.0.1:8080\"",
-                &format!("listen = \"127.0.0.1:{port}\""),
-            ),
-        )
-        .expect("config");
+        std::fs::write(&config, crate::settings::shipped_toml_on_port(port)).expect("config");
         let mut child = tokio::process::Command::new(binary)
             .arg("serve")
             .arg("--config")

@@ -5,6 +5,17 @@ use hookd::config::Settings;
 /// The shipped `hookd.toml`, as text.
 pub const SHIPPED_TOML: &str = include_str!("../../hookd.toml");
 
+/// The shipped `hookd.toml` as text, listening on `port` instead (for a real
+/// `hookd serve`); fails if the shipped listen line changed.
+pub fn shipped_toml_on_port(port: u16) -> String {
+    const SHIPPED_LISTEN: &str = "listen = \"127.0.0.1:8080\"";
+    assert!(
+        SHIPPED_TOML.contains(SHIPPED_LISTEN),
+        "hookd.toml no longer has {SHIPPED_LISTEN}"
+    );
+    SHIPPED_TOML.replace(SHIPPED_LISTEN, &format!("listen = \"127.0.0.1:{port}\""))
+}
+
 /// The shipped `hookd.toml` (without environment overrides), listening on a free
 /// loopback port.
 pub fn shipped_settings() -> Settings {

@@ -690,7 +690,7 @@ async fn hookd_admin_token_adds_an_operator_named_env_and_the_files_tokens_stay(
     let env =
         std::collections::HashMap::from([("HOOKD_ADMIN_TOKEN".to_string(), env_token.to_string())]);
     let mut settings =
-        hookd::config::Settings::from_toml("hookd.toml", include_str!("../../hookd.toml"), &env)
+        hookd::config::Settings::from_toml("hookd.toml", hookd_kit::settings::SHIPPED_TOML, &env)
             .expect("config");
     settings.listen = "127.0.0.1:0".parse().expect("addr");
     let app = spawn(Spawn {

@@ -43,10 +43,7 @@ fn write_config(port: u16, name: &str) -> PathBuf {
 
 /// The same with `handler_timeout` replaced when `handler_timeout` is not empty.
 fn write_config_with(port: u16, name: &str, handler_timeout: &str) -> PathBuf {
-    let mut text = include_str!("../../hookd.toml").replace(
-        "listen = \"127.0.0.1:8080\"",
-        &format!("listen = \"127.0.0.1:{port}\""),
-    );
+    let mut text = hookd_kit::settings::shipped_toml_on_port(port);
     if !handler_timeout.is_empty() {
         text = text.replace(
             "handler_timeout = \"5s\"",
@@ -513,14 +510,7 @@ async fn serve_runs_its_own_cluster_shares_it_and_adopts_one_a_killed_serve_left
         .expect("chmod");
     let port = free_port();
     let config = dir.join("hookd.toml");
-    std::fs::write(
-        &config,
-        include_str!("../../hookd.toml").replace(
-            "listen = \"127.0.0.1:8080\"",
-            &format!("listen = \"127.0.0.1:{port}\""),
-        ),
-    )
-    .expect("config");
+    std::fs::write(&config, hookd_kit::settings::shipped_toml_on_port(port)).expect("config");
 
     let first = serve_in(&dir, port).await;
     let log = std::fs::read_to_string(dir.join("serve.log")).expect("log");
@@ -680,11 +670,7 @@ async fn a_cluster_that_cannot_live_in_the_project_goes_under_tmpdir_and_is_foun
 async fn serve_warns_at_startup_about_what_may_be_a_mistake() {
     let db = TestDb::create().await;
     let port = free_port();
-    let text = include_str!("../../hookd.toml")
-        .replace(
-            "listen = \"127.0.0.1:8080\"",
-            &format!("listen = \"127.0.0.1:{port}\""),
-        )
+    let text = hookd_kit::settings::shipped_toml_on_port(port)
         .replace(
             "tolerance = \"5m\"\n# fingerprint_ignore",
             "tolerance = \"5m\"\nevent_types = { \"invoice.paid\" = \"invoice_paid\" }\n# fingerprint_ignore",

@@ -818,7 +818,7 @@ async fn a_source_can_fingerprint_the_whole_body() {
 
 /// The shipped configuration with `extra` TOML appended, on a random port.
 fn settings_with(extra: &str) -> hookd::config::Settings {
-    let text = format!("{}\n{extra}", include_str!("../../hookd.toml"));
+    let text = format!("{}\n{extra}", hookd_kit::settings::SHIPPED_TOML);
     let mut settings = hookd::config::Settings::from_toml("hookd.toml", &text, &Default::default())
         .unwrap_or_else(|e| panic!("{e}"));
     settings.listen = "127.0.0.1:0".parse().expect("addr");
