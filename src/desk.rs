@@ -252,6 +252,9 @@ impl Desk {
         payment_id: &str,
         who: &str,
     ) -> Result<Option<PaymentView>, StoreError> {
+        if !storable(source) || !storable(payment_id) {
+            return Ok(None);
+        }
         let client = self.client().await?;
         let Some(payment) = payments::get(&client, source, payment_id).await? else {
             return Ok(None);
@@ -289,6 +292,9 @@ impl Desk {
         cursor: Option<&str>,
     ) -> Result<(Vec<Payment>, Option<String>), DeskError> {
         let after = cursor.map(decode_payment_cursor).transpose()?;
+        if !storable(customer) {
+            return Ok((Vec::new(), None));
+        }
         let mut found =
             payments::of_customer(&self.client().await?, customer, limit + 1, after.as_ref())
                 .await?;
@@ -471,6 +477,13 @@ fn filter_json(filter: &EventFilter) -> Value {
     })
 }
 
+/// PostgreSQL text cannot hold NUL, so no stored source, payment or customer
+/// id has one: a key with one names nothing (and must not reach a query, which
+/// would fail).
+fn storable(key: &str) -> bool {
+    !key.contains('\0')
+}
+
 fn bad_cursor() -> FilterError {
     FilterError("cursor is not one this API returned".into())
 }
@@ -488,6 +501,9 @@ fn decode_payment_cursor(text: &str) -> Result<(DateTime<Utc>, String, String), 
     let raw = B64.decode(text).map_err(|_| bad_cursor())?;
     let (micros, source, id): (i64, String, String) =
         serde_json::from_slice(&raw).map_err(|_| bad_cursor())?;
+    if !storable(&source) || !storable(&id) {
+        return Err(bad_cursor());
+    }
     let at = filter::cursor_time(micros).ok_or_else(bad_cursor)?;
     Ok((at, source, id))
 }

@@ -1522,6 +1522,60 @@ fn admin_id_cases(cases: &mut Cases) {
                 .form("csrf=x"),
         );
     }
+    let keys = [
+        ("NUL", "%00"),
+        ("NUL suffix", "pi_1%00"),
+        ("encoded slash", "pi%2F1"),
+        ("dot-dot", ".."),
+        ("10,000 bytes", long_id.as_str()),
+        ("invalid UTF-8", "%FF%FE"),
+        ("space", "%20"),
+    ];
+    for (name, key) in keys {
+        for (place, path, family) in [
+            (
+                "payment id",
+                format!("/admin/api/payments/stripe/{key}"),
+                "GET /admin/api/payments/{source}/{payment_id}",
+            ),
+            (
+                "source",
+                format!("/admin/api/payments/{key}/pi_1"),
+                "GET /admin/api/payments/{source}/{payment_id}",
+            ),
+            (
+                "payment id",
+                format!("/admin/payments/stripe/{key}"),
+                "GET /admin/payments/{source}/{payment_id}",
+            ),
+            (
+                "customer",
+                format!("/admin/customers/{key}"),
+                "GET /admin/customers/{customer}",
+            ),
+            (
+                "customer",
+                format!("/admin/api/payments?customer={key}"),
+                "GET /admin/api/payments",
+            ),
+        ] {
+            cases.authed(family, format!("{place} {name}"), get(path).bearer(VIEWER));
+        }
+    }
+    // A cursor this API could never have returned, naming a NUL id.
+    let nul_cursor = b64(r#"[1700000000000000,"stripe","a\u0000"]"#);
+    for (path, family) in [
+        (
+            format!("/admin/api/payments?customer=cus_1&cursor={nul_cursor}"),
+            "GET /admin/api/payments",
+        ),
+        (
+            format!("/admin/customers/cus_1?cursor={nul_cursor}"),
+            "GET /admin/customers/{customer}",
+        ),
+    ] {
+        cases.authed(family, "cursor naming a NUL id", get(path).bearer(VIEWER));
+    }
     let family = "GET /admin/events/{id}";
     cases.authed(
         family,
