@@ -243,8 +243,9 @@ where
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let settings = &state.settings;
-    // Long enough for any request hookd serves: its head, its body, a handler run
-    // (and a retry's wait for its turn), with room to spare.
+    // Long enough for a delivery and a single retry: its head, its body, a handler
+    // run (and a retry's wait for its turn), with room to spare. A longer bulk
+    // retry is cut off for its client but runs to its end (`admin::to_completion`).
     let answer_within =
         HEAD_TIMEOUT + settings.body_timeout + settings.handler_timeout * 2 + ANSWER_SLACK;
     let limits = http::server::Limits {

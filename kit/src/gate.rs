@@ -55,8 +55,19 @@ impl RetryGate {
 
     /// An app (on `db`, or a fresh database) whose `GATED_TYPE` events this gate
     /// handles, with a handler time limit no held retry reaches.
-    pub async fn spawn(&self, mut settings: Settings, db: Option<Arc<TestDb>>) -> TestApp {
-        settings.handler_timeout = Duration::from_secs(60);
+    pub async fn spawn(&self, settings: Settings, db: Option<Arc<TestDb>>) -> TestApp {
+        self.spawn_with_limit(settings, db, Duration::from_secs(60))
+            .await
+    }
+
+    /// As `spawn`, with this handler time limit.
+    pub async fn spawn_with_limit(
+        &self,
+        mut settings: Settings,
+        db: Option<Arc<TestDb>>,
+        handler_timeout: Duration,
+    ) -> TestApp {
+        settings.handler_timeout = handler_timeout;
         settings.sources[0]
             .event_types
             .insert(GATED_TYPE.into(), GATED_KIND.into());

@@ -107,10 +107,11 @@ pub async fn stats(
 }
 
 /// Applies an event again and describes the result (shared with the web page).
+/// It owns what it needs, so it can run on after its request is gone.
 pub async fn apply_again(
-    state: &AppState,
-    principal: &Principal,
-    request_id: &str,
+    state: web::Data<AppState>,
+    who: String,
+    request_id: String,
     id: i64,
 ) -> Result<EventSummary, ApiError> {
     // Waits its turn rather than taking the connections deliveries need.
@@ -119,8 +120,8 @@ pub async fn apply_again(
         .acquire()
         .await
         .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
-    let outcome = state.desk.retry(id, &principal.name).await?;
-    desk::log_retry(&principal.name, request_id, id, &outcome);
+    let outcome = state.desk.retry(id, &who).await?;
+    desk::log_retry(&who, &request_id, id, &outcome);
     match outcome {
         RetryOutcome::Applied(_) => {}
         RetryOutcome::NotFound => return Err(ApiError::NotFound),
@@ -171,12 +172,32 @@ pub async fn retry(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let principal = auth::require_operator(&state, &request).await?;
-    let request_id = request_id::of(&request);
-    keyed(&state, &principal, &request, payload, |_body| async {
-        let id = event_row_id(&path)?;
-        apply_again(&state, &principal, &request_id, id).await
-    })
+    let (who, request_id) = (principal.name.clone(), request_id::of(&request));
+    let id = path.into_inner();
+    let work_state = state.clone();
+    keyed(
+        &state,
+        &principal,
+        &request,
+        payload,
+        move |_body| async move {
+            let id = event_row_id(&id)?;
+            apply_again(work_state, who, request_id, id).await
+        },
+    )
     .await
+}
+
+/// Runs a retry to its end even when its request is gone — the client left, or
+/// the connection's deadline passed half-way through a bulk retry — so what it
+/// changed is still audited, logged and, under an Idempotency-Key, answered to
+/// the repeat instead of being run again.
+pub async fn to_completion<T: 'static>(
+    work: impl std::future::Future<Output = Result<T, ApiError>> + 'static,
+) -> Result<T, ApiError> {
+    actix_web::rt::spawn(work)
+        .await
+        .map_err(|error| ApiError::Internal(format!("a retry stopped: {error}")))?
 }
 
 /// The API described for tools and people (OpenAPI 3.1), to viewers and operators.
@@ -212,46 +233,53 @@ pub async fn bulk_retry(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let principal = auth::require_operator(&state, &request).await?;
-    let (desk, permits, who) = (&state.desk, &state.retry_permits, &principal.name);
-    let request_id = request_id::of(&request);
-    let request_id = request_id.as_str();
-    keyed(&state, &principal, &request, payload, |body| async move {
-        let bulk: BulkRequest = if body.iter().all(u8::is_ascii_whitespace) {
-            BulkRequest::default()
-        } else {
-            serde_json::from_slice(&body)
-                .map_err(|e| ApiError::BadRequest(format!("the body is not a filter: {e}")))?
-        };
-        let params = ListParams {
-            source: bulk.source,
-            kind: bulk.kind,
-            event_type: bulk.event_type,
-            status: bulk.status,
-            since: bulk.since,
-            until: bulk.until,
-            q: bulk.q,
-            limit: None,
-            cursor: None,
-        };
-        let filter = params.to_filter(Utc::now())?;
-        let _permit = permits
-            .acquire()
-            .await
-            .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
-        let outcome = desk.bulk_retry(filter, bulk.dry_run, who).await?;
-        if !bulk.dry_run {
-            desk::log_bulk_retry(who, request_id, &outcome);
-        }
-        Ok(outcome)
-    })
+    let (who, request_id) = (principal.name.clone(), request_id::of(&request));
+    let work_state = state.clone();
+    keyed(
+        &state,
+        &principal,
+        &request,
+        payload,
+        move |body| async move {
+            let (desk, permits) = (&work_state.desk, &work_state.retry_permits);
+            let bulk: BulkRequest = if body.iter().all(u8::is_ascii_whitespace) {
+                BulkRequest::default()
+            } else {
+                serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::BadRequest(format!("the body is not a filter: {e}")))?
+            };
+            let params = ListParams {
+                source: bulk.source,
+                kind: bulk.kind,
+                event_type: bulk.event_type,
+                status: bulk.status,
+                since: bulk.since,
+                until: bulk.until,
+                q: bulk.q,
+                limit: None,
+                cursor: None,
+            };
+            let filter = params.to_filter(Utc::now())?;
+            let _permit = permits
+                .acquire()
+                .await
+                .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
+            let outcome = desk.bulk_retry(filter, bulk.dry_run, &who).await?;
+            if !bulk.dry_run {
+                desk::log_bulk_retry(&who, &request_id, &outcome);
+            }
+            Ok(outcome)
+        },
+    )
     .await
 }
 
 /// Runs `work` once per `Idempotency-Key` (when the request has one): a repeat
 /// gets the stored answer, the same key with another request 422, a repeat while
-/// the first runs 409. No connection is held while `work` runs.
+/// the first runs 409. No connection is held while `work` runs, and `work` (with
+/// the key's answer) runs to its end even if the request is gone.
 async fn keyed<F, Fut, T>(
-    state: &AppState,
+    state: &web::Data<AppState>,
     principal: &Principal,
     request: &HttpRequest,
     mut payload: web::Payload,
@@ -259,8 +287,8 @@ async fn keyed<F, Fut, T>(
 ) -> Result<HttpResponse, ApiError>
 where
     F: FnOnce(Vec<u8>) -> Fut,
-    Fut: std::future::Future<Output = Result<T, ApiError>>,
-    T: serde::Serialize,
+    Fut: std::future::Future<Output = Result<T, ApiError>> + 'static,
+    T: serde::Serialize + 'static,
 {
     let body = body::read(
         &mut payload,
@@ -283,7 +311,8 @@ where
     let fingerprint =
         Sha256::digest([request.path().as_bytes(), b"\n", body.as_slice()].concat()).to_vec();
     let Some(key) = key else {
-        let (status, body) = answer(work(body).await);
+        let work = work(body);
+        let (status, body) = to_completion(async move { Ok(answer(work.await)) }).await?;
         return Ok(respond(status, body, false));
     };
     let claim = {
@@ -298,15 +327,40 @@ where
         )),
         Claim::Mismatch => Err(ApiError::IdempotencyKeyReused),
         Claim::Fresh(claim_id) => {
-            let (status, body) = answer(work(body).await);
-            let client = connection(state).await?;
-            if status >= 500 {
-                idempotency::release(&client, &principal.name, &key, &claim_id).await?;
-            } else {
-                idempotency::complete(&client, &principal.name, &key, &claim_id, status, &body)
-                    .await?;
-            }
+            let (work, state, who) = (work(body), state.clone(), principal.name.clone());
+            let (status, body) = to_completion(async move {
+                let (status, body) = tokio::select! {
+                    result = work => answer(result),
+                    never = keep_claimed(&state, &who, &key, &claim_id) => match never {},
+                };
+                let client = connection(&state).await?;
+                if status >= 500 {
+                    idempotency::release(&client, &who, &key, &claim_id).await?;
+                } else {
+                    idempotency::complete(&client, &who, &key, &claim_id, status, &body).await?;
+                }
+                Ok((status, body))
+            })
+            .await?;
             Ok(respond(status, body, false))
+        }
+    }
+}
+
+/// Renews a running request's claim on its key until the request ends (the
+/// caller stops polling this), so a repeat meanwhile is told it is in progress.
+async fn keep_claimed(
+    state: &AppState,
+    who: &str,
+    key: &str,
+    claim_id: &[u8],
+) -> std::convert::Infallible {
+    loop {
+        tokio::time::sleep(idempotency::RENEW_EVERY).await;
+        if let Ok(client) = connection(state).await
+            && let Err(error) = idempotency::renew(&client, who, key, claim_id).await
+        {
+            log::warn!("could not renew an Idempotency-Key claim: {error}");
         }
     }
 }

@@ -11,7 +11,7 @@ use chrono::Utc;
 use maud::Markup;
 use serde::Deserialize;
 
-use super::admin::{ADMIN_BODY_LIMIT, apply_again};
+use super::admin::{ADMIN_BODY_LIMIT, apply_again, to_completion};
 use super::auth::{self, Principal};
 use super::error::ApiError;
 use super::pages::{self, url_encode};
@@ -342,7 +342,13 @@ pub async fn retry(
     let Ok(id) = path.parse::<i64>() else {
         return error_page(&ApiError::NotFound, Some(&who));
     };
-    let outcome = match apply_again(&state, &who, &request_id::of(&request), id).await {
+    let retry = apply_again(
+        state.clone(),
+        who.name.clone(),
+        request_id::of(&request),
+        id,
+    );
+    let outcome = match to_completion(retry).await {
         Ok(event) => event.status.to_string(),
         Err(error) => error.public_message(),
     };
@@ -436,16 +442,19 @@ pub async fn bulk_post(
         check_form(&who, &request, &body)?;
         operator_only(&who)?;
         let params = ListParams::from_query(&String::from_utf8_lossy(&body))?;
-        let _permit = state
-            .retry_permits
-            .acquire()
-            .await
-            .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
-        let outcome = state
-            .desk
-            .bulk_retry(params.to_filter(Utc::now())?, false, &who.name)
-            .await?;
-        crate::desk::log_bulk_retry(&who.name, &request_id::of(&request), &outcome);
+        let filter = params.to_filter(Utc::now())?;
+        let (state, name, request_id) = (state.clone(), who.name.clone(), request_id::of(&request));
+        let outcome = to_completion(async move {
+            let _permit = state
+                .retry_permits
+                .acquire()
+                .await
+                .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
+            let outcome = state.desk.bulk_retry(filter, false, &name).await?;
+            crate::desk::log_bulk_retry(&name, &request_id, &outcome);
+            Ok(outcome)
+        })
+        .await?;
         Ok::<_, ApiError>((params, outcome))
     }
     .await;

@@ -11,6 +11,10 @@ use super::StoreError;
 /// A claim older than this with no answer belongs to a request that died.
 const ABANDONED_AFTER: &str = "5 minutes";
 
+/// How often a running request renews its claim, well within `ABANDONED_AFTER`,
+/// so a long bulk retry is never taken for a dead one.
+pub const RENEW_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// This request owns the key under this claim id: run it, then `complete`
@@ -100,6 +104,26 @@ pub async fn complete(
     let status = i16::try_from(status).unwrap_or(500);
     client
         .execute(&statement, &[&token, &key, &status, &body, &claim_id])
+        .await?;
+    Ok(())
+}
+
+/// Renews a running request's claim (see `RENEW_EVERY`).
+pub async fn renew(
+    client: &impl GenericClient,
+    token: &str,
+    key: &str,
+    claim_id: &[u8],
+) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached(
+            "UPDATE admin_idempotency_keys SET created_at = now()
+             WHERE token_name = $1 AND idempotency_key = $2 AND claim_id = $3
+               AND response_status IS NULL",
+        )
+        .await?;
+    client
+        .execute(&statement, &[&token, &key, &claim_id])
         .await?;
     Ok(())
 }

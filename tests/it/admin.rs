@@ -447,6 +447,76 @@ async fn operators_retry_viewers_may_not() {
 }
 
 #[tokio::test]
+async fn a_bulk_retry_cut_off_by_the_connection_deadline_runs_to_its_end_and_answers_the_repeat() {
+    // Each retry takes 0.9 s, within its 1 s limit; 36 of them outlast the
+    // connection's answer deadline (about 28 s with these settings).
+    let gate = RetryGate::slow(Duration::from_millis(900));
+    let mut settings = shipped_settings();
+    settings.body_timeout = Duration::from_secs(1);
+    let app = gate
+        .spawn_with_limit(settings, None, Duration::from_secs(1))
+        .await;
+    const EVENTS: i64 = 36;
+    for n in 0..EVENTS {
+        app.deliver_ok(
+            "stripe",
+            &stripe_event(&format!("evt_long_{n}"), GATED_TYPE, json!({})),
+        )
+        .await;
+    }
+    let filter = json!({"type": GATED_TYPE}).to_string();
+    let cut_off = reqwest::Client::new()
+        .post(format!("{}/admin/api/events/retry", app.base))
+        .bearer_auth(OPERATOR)
+        .header("Idempotency-Key", "bulk-long")
+        .body(filter.clone())
+        .send()
+        .await;
+    assert!(
+        cut_off.is_err(),
+        "the connection's deadline cuts the client off: {cut_off:?}"
+    );
+
+    app.wait_for_count(
+        "SELECT count(*) FROM admin_idempotency_keys
+         WHERE idempotency_key = 'bulk-long' AND response_status = 200",
+        1,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_events WHERE attempts = 2",
+            &[]
+        )
+        .await,
+        EVENTS,
+        "every matched event was retried once"
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM admin_audit WHERE action = 'bulk_retried'",
+            &[]
+        )
+        .await,
+        1,
+        "the bulk retry is audited"
+    );
+    let repeat = client(&app, Some(OPERATOR))
+        .send(
+            "POST",
+            "/admin/api/events/retry",
+            &[("Idempotency-Key", "bulk-long")],
+            filter.into_bytes(),
+        )
+        .await;
+    assert_eq!(repeat.status, 200, "{}", repeat.text());
+    assert_eq!(repeat.header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(repeat.json()["retried"], json!(EVENTS));
+    assert_eq!(gate.arrived(), EVENTS as usize, "the repeat ran nothing");
+}
+
+#[tokio::test]
 async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
     let gate = RetryGate::closed();
     let app = gate.spawn(shipped_settings(), None).await;
