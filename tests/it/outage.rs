@@ -210,3 +210,56 @@ async fn a_statement_the_schema_refuses_is_a_500_and_counted() {
         1.0
     );
 }
+
+/// Makes each insert into `webhook_events` lose as a concurrent transaction would
+/// (`sqlstate`) while `runs` has counted at most `losses` runs.
+async fn stage_contention(app: &TestApp, sqlstate: &str, losses: i64) {
+    // Values of this test's own, never input.
+    app.db()
+        .await
+        .batch_execute(&format!(
+            "CREATE SEQUENCE IF NOT EXISTS runs;
+             CREATE OR REPLACE FUNCTION lose() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF nextval('runs') <= {losses} THEN
+                     RAISE EXCEPTION 'staged contention' USING ERRCODE = '{sqlstate}';
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE OR REPLACE TRIGGER lose BEFORE INSERT ON webhook_events
+                 FOR EACH ROW EXECUTE FUNCTION lose();"
+        ))
+        .await
+        .expect("stage contention");
+}
+
+#[tokio::test]
+async fn a_transaction_that_loses_to_another_is_run_again_a_bounded_number_of_times() {
+    let app = spawn_app().await;
+    let runs = "SELECT last_value FROM runs";
+
+    // Two serialization failures, then it goes through: one row, one 200.
+    stage_contention(&app, "40001", 2).await;
+    let answer = app
+        .deliver("stripe", &customer_event("evt_lost_twice"))
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(app.count(runs, &[]).await, 3, "run three times");
+    let stored = "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_lost_twice'";
+    assert_eq!(app.count(stored, &[]).await, 1);
+
+    // Deadlocks every time: three runs in all, then 503 for the provider to retry.
+    stage_contention(&app, "40P01", i64::MAX).await;
+    let answer = app
+        .deliver("stripe", &customer_event("evt_always_lost"))
+        .await;
+    assert_eq!(answer.status, 503, "{}", answer.text());
+    assert_eq!(answer.header("Retry-After"), Some("5"));
+    assert_eq!(app.count(runs, &[]).await, 6, "three more runs, no more");
+    assert_eq!(
+        app.metrics()
+            .await
+            .value("hookd_internal_errors_total", &[]),
+        0.0
+    );
+}
