@@ -61,8 +61,9 @@ fn retry_after_seconds(wait: &std::time::Duration) -> u64 {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
-            // A transaction that still lost after hookd's own reruns: the
-            // client's retry is one more.
+            // The database cannot serve it now, a transaction still lost to
+            // concurrent ones after hookd's own reruns, or a schema not yet
+            // migrated: the client's retry may well succeed.
             StoreError::Unavailable(reason)
             | StoreError::Contention(reason)
             | StoreError::Schema(reason) => ApiError::Unavailable(reason),
