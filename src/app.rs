@@ -57,6 +57,8 @@ pub enum StartError {
 /// The database hookd talks to, and the embedded cluster behind it, if any.
 pub struct Database {
     pub pool: Pool,
+    /// How the pool connects (a cancel request must connect the same way).
+    pub connector: store::DbConnector,
     embedded: Option<EmbeddedPostgres>,
 }
 
@@ -67,7 +69,8 @@ impl Database {
             let (config, tls) = store::tls::connect_options(url.expose())
                 .map_err(|e| StartError::DatabaseUrl(e.to_string()))?;
             return Ok(Database {
-                pool: store::pool(config, tls, settings.pool_size),
+                pool: store::pool(config, tls.clone(), settings.pool_size),
+                connector: tls,
                 embedded: None,
             });
         }
@@ -87,6 +90,7 @@ impl Database {
                 store::DbConnector::Plain,
                 settings.pool_size,
             ),
+            connector: store::DbConnector::Plain,
             embedded: Some(cluster),
         })
     }
@@ -135,11 +139,20 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(settings: Settings, pool: Pool, registry: Registry) -> Self {
+    /// An instance on `pool`, whose connections `connector` made.
+    pub fn new(
+        settings: Settings,
+        pool: Pool,
+        connector: store::DbConnector,
+        registry: Registry,
+    ) -> Self {
         let settings = Arc::new(settings);
         let metrics = Arc::new(Metrics::default());
+        // Shown from the start, so an alert sees the first one as an increase.
+        metrics.add(crate::metrics::Metric::InternalErrors, &[], 0);
         let dispatcher = Dispatcher::new(
             pool.clone(),
+            connector,
             Arc::new(registry),
             settings.clone(),
             metrics.clone(),

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
 use tokio::sync::Notify;
-use tokio_postgres::NoTls;
 
 use crate::config::{Forward, Settings};
 use crate::duration;
@@ -28,7 +27,7 @@ use crate::handlers::{Event, Handler, HandlerError, Registry};
 use crate::metrics::{Metric, Metrics};
 use crate::shutdown::Shutdown;
 use crate::store::events::{self, AttemptRecord, ClaimedEvent, EventStatus, HandlerRuns, Settled};
-use crate::store::{self, StoreError};
+use crate::store::{self, DbConnector, StoreError};
 
 /// How often an idle dispatcher looks for due retries (it is woken sooner when an
 /// event with forwards arrives).
@@ -41,6 +40,8 @@ const MAX_ERROR_CHARS: usize = 2000;
 #[derive(Clone)]
 pub struct Dispatcher {
     pool: Pool,
+    /// How the pool connects, for cancelling a statement a handler left running.
+    connector: DbConnector,
     registry: Arc<Registry>,
     settings: Arc<Settings>,
     metrics: Arc<Metrics>,
@@ -114,6 +115,7 @@ pub(crate) enum Standing {
 impl Dispatcher {
     pub fn new(
         pool: Pool,
+        connector: DbConnector,
         registry: Arc<Registry>,
         settings: Arc<Settings>,
         metrics: Arc<Metrics>,
@@ -130,6 +132,7 @@ impl Dispatcher {
         });
         Self {
             pool,
+            connector,
             registry,
             settings,
             metrics,
@@ -177,16 +180,20 @@ impl Dispatcher {
     /// Claims the most overdue failed event, if any, and runs its handlers.
     pub async fn try_dispatch_due(&self) -> Result<DispatchStep, StoreError> {
         let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let Some(claimed) = events::claim_due(&tx).await? else {
-            return Ok(DispatchStep::Idle);
-        };
-        let status = self.run_again(&tx, &claimed, false).await?;
-        tx.commit().await?;
-        Ok(DispatchStep::Attempted {
-            id: claimed.id,
-            status,
-        })
+        let outcome: Result<DispatchStep, StoreError> = async {
+            let tx = client.transaction().await?;
+            let Some(claimed) = events::claim_due(&tx).await? else {
+                return Ok(DispatchStep::Idle);
+            };
+            let status = self.run_again(&tx, &claimed, false).await?;
+            tx.commit().await?;
+            Ok(DispatchStep::Attempted {
+                id: claimed.id,
+                status,
+            })
+        }
+        .await;
+        store::give_back(client, outcome)
     }
 
     /// Runs an event's handlers again now, whatever its status (operators'
@@ -194,22 +201,26 @@ impl Dispatcher {
     /// run again.
     pub async fn retry_now(&self, id: i64) -> Result<RetryOutcome, StoreError> {
         let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let Some(event) = events::lock_by_id(&tx, id).await? else {
-            return Ok(RetryOutcome::NotFound);
-        };
-        if event.payload.is_none() {
-            return Ok(RetryOutcome::Gone);
+        let outcome: Result<RetryOutcome, StoreError> = async {
+            let tx = client.transaction().await?;
+            let Some(event) = events::lock_by_id(&tx, id).await? else {
+                return Ok(RetryOutcome::NotFound);
+            };
+            if event.payload.is_none() {
+                return Ok(RetryOutcome::Gone);
+            }
+            if self
+                .plan(&event.source, &event.event_type, event.kind.as_deref())
+                .is_empty()
+            {
+                return Ok(RetryOutcome::NoHandler);
+            }
+            let status = self.run_again(&tx, &event, true).await?;
+            tx.commit().await?;
+            Ok(RetryOutcome::Applied(status))
         }
-        if self
-            .plan(&event.source, &event.event_type, event.kind.as_deref())
-            .is_empty()
-        {
-            return Ok(RetryOutcome::NoHandler);
-        }
-        let status = self.run_again(&tx, &event, true).await?;
-        tx.commit().await?;
-        Ok(RetryOutcome::Applied(status))
+        .await;
+        store::give_back(client, outcome)
     }
 
     /// Runs due retries until shutdown; a run under way is finished first.
@@ -389,8 +400,7 @@ impl Dispatcher {
         let result = match tokio::time::timeout(timeout, handler.apply(tx, event)).await {
             Ok(result) => result,
             Err(_) => {
-                // Stop whatever statement the abandoned handler left running.
-                let _ = tx.cancel_token().cancel_query(NoTls).await;
+                self.cancel_statement(tx).await;
                 Err(HandlerError::Retry(format!(
                     "handler timed out after {}",
                     duration::format(timeout)
@@ -403,6 +413,16 @@ impl Dispatcher {
             store::rollback_to_savepoint(tx).await?;
         }
         Ok(result)
+    }
+
+    /// Stops whatever statement an abandoned handler left running in `tx`'s session.
+    pub(crate) async fn cancel_statement(&self, tx: &Transaction<'_>) {
+        if let Err(error) = self.connector.cancel_query(tx.cancel_token()).await {
+            log::warn!(
+                "cannot cancel a handler's statement: {}",
+                store::tls::explain(&error)
+            );
+        }
     }
 
     /// Where a handler stands after its `runs`-th run ended as `run` did.

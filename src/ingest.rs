@@ -20,17 +20,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::Utc;
-use deadpool_postgres::{Pool, Transaction};
+use deadpool_postgres::{Object, Pool, Transaction};
 use tokio::sync::{Mutex, mpsc, oneshot};
-use tokio_postgres::NoTls;
 
 use crate::dispatch::{Dispatcher, Standing, Step, attempt_record};
 use crate::event::IncomingEvent;
 use crate::handlers::{Event, Handler, HandlerError};
 use crate::metrics::Metric;
 use crate::signature::Verified;
-use crate::store::StoreError;
 use crate::store::events::{self, AttemptRecord, BatchItem, EventStatus, Expected, Recorded};
+use crate::store::{self, StoreError};
 
 /// Deliveries stored in one transaction at most.
 const MAX_BATCH: usize = 64;
@@ -161,7 +160,17 @@ impl Core {
             }
             return;
         }
-        match self.commit_batch(&batch).await {
+        let batched = match self.pool.get().await {
+            Ok(mut client) => {
+                let batched = self.commit_batch(&mut client, &batch).await;
+                if matches!(batched, Err(Fallback::Unavailable(_))) {
+                    store::discard(client);
+                }
+                batched
+            }
+            Err(error) => Err(Fallback::store(error)),
+        };
+        match batched {
             Ok(results) => {
                 let mut apart = Vec::new();
                 for (job, result) in batch.into_iter().zip(results) {
@@ -195,10 +204,12 @@ impl Core {
         futures_util::future::join_all(stores).await;
     }
 
-    /// The batch in one transaction. `Ok` holds each delivery's outcome (`None`:
-    /// to be stored apart); `Err` says the transaction was undone.
+    /// The batch in one transaction on `client`. `Ok` holds each delivery's outcome
+    /// (`None`: to be stored apart); `Err` says the transaction was undone (one
+    /// that lost to a concurrent one too: its deliveries are then stored one by one).
     async fn commit_batch(
         &self,
+        client: &mut Object,
         batch: &[Job],
     ) -> Result<Vec<Option<Result<Ingested, StoreError>>>, Fallback> {
         let dispatcher = &self.dispatcher;
@@ -235,7 +246,6 @@ impl Core {
             plans.push(plan);
         }
 
-        let mut client = self.pool.get().await.map_err(Fallback::store)?;
         let tx = client.transaction().await.map_err(Fallback::store)?;
         let decided = events::record_batch(&tx, &items)
             .await
@@ -345,7 +355,8 @@ impl Core {
     }
 
     /// Stores a verified delivery once and, when it is new, runs its own handler in
-    /// a savepoint — one transaction, committed before this returns.
+    /// a savepoint — one transaction, committed before this returns (run again
+    /// if it lost to a concurrent one).
     async fn ingest_one(
         &self,
         event: &IncomingEvent,
@@ -354,6 +365,36 @@ impl Core {
         let dispatcher = &self.dispatcher;
         let plan = dispatcher.plan(&event.source, &event.event_type, event.kind.as_deref());
         let mut client = self.pool.get().await?;
+        let mut runs = 0;
+        let outcome = loop {
+            runs += 1;
+            let outcome = self.store_one(&mut client, event, verified, &plan).await;
+            match outcome {
+                Err(error) if error.runs_again(runs) => {
+                    log::debug!("storing {:?} again: {error}", event.event_id);
+                }
+                outcome => break outcome,
+            }
+        };
+        let ingested = store::give_back(client, outcome)?;
+        if let Some(status) = ingested.status {
+            dispatcher.count_status(event.kind.as_deref(), status);
+            if plan.iter().any(|s| matches!(s, Step::Forward(_))) {
+                dispatcher.wake();
+            }
+        }
+        Ok(ingested)
+    }
+
+    /// One run of `ingest_one`'s transaction on `client`.
+    async fn store_one(
+        &self,
+        client: &mut Object,
+        event: &IncomingEvent,
+        verified: Verified,
+        plan: &[Step<'_>],
+    ) -> Result<Ingested, StoreError> {
+        let dispatcher = &self.dispatcher;
         if plan.is_empty() {
             // Nothing to apply: the one statement is the whole transaction.
             let ignored = Expected {
@@ -362,11 +403,8 @@ impl Core {
                 due_now: false,
             };
             let recorded =
-                events::record_delivery(&client, event, verified.signed_with, ignored).await?;
-            let status = matches!(recorded, Recorded::New { .. }).then(|| {
-                dispatcher.count_status(event.kind.as_deref(), EventStatus::Ignored);
-                EventStatus::Ignored
-            });
+                events::record_delivery(&*client, event, verified.signed_with, ignored).await?;
+            let status = matches!(recorded, Recorded::New { .. }).then_some(EventStatus::Ignored);
             return Ok(Ingested { recorded, status });
         }
         let local = plan.iter().find(|s| matches!(s, Step::Local { .. }));
@@ -375,7 +413,7 @@ impl Core {
             .filter(|s| matches!(s, Step::Forward(_)))
             .map(Step::name)
             .collect();
-        let expected = expected_for(&plan);
+        let expected = expected_for(plan);
         let tx = client.transaction().await?;
         let recorded = events::record_delivery(&tx, event, verified.signed_with, expected).await?;
         let status = match recorded {
@@ -399,15 +437,11 @@ impl Core {
                     events::append_attempts(&tx, &[attempt_record(id, 1, &run, Some(&standing))])
                         .await?;
                 }
-                dispatcher.count_status(event.kind.as_deref(), status);
                 Some(status)
             }
             Recorded::Duplicate { .. } | Recorded::Conflict => None,
         };
         tx.commit().await?;
-        if status.is_some() && !forwards.is_empty() {
-            dispatcher.wake();
-        }
         Ok(Ingested { recorded, status })
     }
 }
@@ -488,8 +522,7 @@ async fn apply_in_time(
             Err(Fallback::OneByOne(why))
         }
         Err(_) => {
-            // Stop whatever statement the abandoned batch left running.
-            let _ = tx.cancel_token().cancel_query(NoTls).await;
+            dispatcher.cancel_statement(tx).await;
             Err(Fallback::OneByOne(
                 "a handler's batch ran out of time".into(),
             ))

@@ -39,6 +39,7 @@ pub enum Metric {
     Events,
     HandlerDuration,
     Forwards,
+    InternalErrors,
     IngestBatches,
     IngestBatchedDeliveries,
     PurgedRows,
@@ -59,7 +60,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 24] = [
+    pub const ALL: [Metric; 25] = [
         Metric::Deliveries,
         Metric::DeliveryDuration,
         Metric::SignatureFailures,
@@ -67,6 +68,7 @@ impl Metric {
         Metric::Events,
         Metric::HandlerDuration,
         Metric::Forwards,
+        Metric::InternalErrors,
         Metric::IngestBatches,
         Metric::IngestBatchedDeliveries,
         Metric::PurgedRows,
@@ -95,6 +97,7 @@ impl Metric {
             Metric::Events => "hookd_events_total",
             Metric::HandlerDuration => "hookd_handler_duration_seconds",
             Metric::Forwards => "hookd_forwards_total",
+            Metric::InternalErrors => "hookd_internal_errors_total",
             Metric::IngestBatches => "hookd_ingest_batches_total",
             Metric::IngestBatchedDeliveries => "hookd_ingest_batched_deliveries_total",
             Metric::PurgedRows => "hookd_purged_rows_total",
@@ -124,6 +127,7 @@ impl Metric {
             | Metric::Duplicates
             | Metric::Events
             | Metric::Forwards
+            | Metric::InternalErrors
             | Metric::IngestBatches
             | Metric::IngestBatchedDeliveries
             | Metric::PurgedRows
@@ -145,6 +149,9 @@ impl Metric {
             Metric::Events => "Events reaching a status, by kind and status.",
             Metric::HandlerDuration => "Handler run time, by handler (the kind, or forward:NAME).",
             Metric::Forwards => "Forward requests, by forward and outcome (delivered or failed).",
+            Metric::InternalErrors => {
+                "Answers 500: hookd's own failures (a database that cannot serve answers 503)."
+            }
             Metric::IngestBatches => {
                 "Transactions that stored deliveries (several deliveries share one under load)."
             }

@@ -132,6 +132,8 @@ pub struct Spawn {
     pub db: Option<std::sync::Arc<TestDb>>,
     /// A database outside the test cluster (e.g. one the test stops and starts).
     pub database: Option<tokio_postgres::Config>,
+    /// How the pool connects to `database` (plain, or its TLS).
+    pub connector: store::DbConnector,
 }
 
 impl Default for Spawn {
@@ -146,6 +148,7 @@ impl Default for Spawn {
             },
             db: None,
             database: None,
+            connector: store::DbConnector::Plain,
         }
     }
 }
@@ -181,7 +184,8 @@ pub async fn spawn(options: Spawn) -> TestApp {
     };
     let app = App::new(
         options.settings,
-        store::pool(db_config.clone(), store::DbConnector::Plain, 16),
+        store::pool(db_config.clone(), options.connector.clone(), 16),
+        options.connector,
         options.registry,
     );
     let running = app.start(options.parts).expect("start app");

@@ -93,7 +93,12 @@ impl Hookd {
             .expect("hookd's runtime");
         let (app, running) = runtime
             .spawn(async move {
-                let app = App::new(shipped_settings(), pool, Registry::builtin());
+                let app = App::new(
+                    shipped_settings(),
+                    pool,
+                    store::DbConnector::Plain,
+                    Registry::builtin(),
+                );
                 let running = app
                     .start(Parts {
                         dispatcher: false,

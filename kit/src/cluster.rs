@@ -17,6 +17,42 @@ pub fn throwaway(dir: &Path, options: ClusterOptions) -> EmbeddedPostgres {
     cluster
 }
 
+/// A hot standby of `primary` in `dir`, made as an operator makes one
+/// (`pg_basebackup -R`) and started with the embedded-cluster code on a socket of
+/// its own: it serves reads and refuses every write (SQLSTATE 25006), as an old
+/// primary does after a failover. It lives as long as this process.
+pub fn standby(primary: &EmbeddedPostgres, dir: &Path) -> EmbeddedPostgres {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    if nix::unistd::Uid::effective().is_root() {
+        let postgres = nix::unistd::User::from_name("postgres")
+            .ok()
+            .flatten()
+            .expect("the postgres user");
+        std::os::unix::fs::chown(
+            dir,
+            Some(postgres.uid.as_raw()),
+            Some(postgres.gid.as_raw()),
+        )
+        .unwrap_or_else(|e| panic!("chown {}: {e}", dir.display()));
+    }
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}", dir.display()));
+    let backup = primary
+        .command_as_cluster_user(&postgres_bin("pg_basebackup"))
+        .arg("-D")
+        .arg(dir.join("data"))
+        .args(["-R", "-X", "stream", "-c", "fast", "-d"])
+        .arg(primary.connection_string("postgres"))
+        .output()
+        .unwrap_or_else(|e| panic!("pg_basebackup: {e}"));
+    assert!(
+        backup.status.success(),
+        "pg_basebackup: {}",
+        String::from_utf8_lossy(&backup.stderr)
+    );
+    throwaway(dir, ClusterOptions { durable: false })
+}
+
 /// Starts a watcher, running as the cluster's user in its own process group, that
 /// stops the cluster and deletes its folder once this process has exited; from
 /// then on the watcher owns the cluster's shutdown.

@@ -441,8 +441,13 @@ where
     let database = Database::open(&settings).await?;
     let result = async {
         store::migrate_with(&database.pool, hookd.migrations).await?;
-        let app = App::new(settings, database.pool.clone(), hookd.registry)
-            .with_migrations(hookd.migrations);
+        let app = App::new(
+            settings,
+            database.pool.clone(),
+            database.connector.clone(),
+            hookd.registry,
+        )
+        .with_migrations(hookd.migrations);
         work(app).await
     }
     .await;

@@ -1,10 +1,15 @@
 //! The one place where failures become HTTP answers (the receiver's and the admin API's status codes).
 
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
-use actix_web::{HttpResponse, ResponseError};
+use actix_web::middleware::Next;
+use actix_web::{HttpResponse, ResponseError, web};
 use serde::Serialize;
 
+use super::AppState;
+use crate::metrics::Metric;
 use crate::signature::SignatureError;
 use crate::store::StoreError;
 
@@ -56,8 +61,12 @@ fn retry_after_seconds(wait: &std::time::Duration) -> u64 {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::Unavailable(reason) => ApiError::Unavailable(reason),
-            StoreError::Schema(reason) => ApiError::Unavailable(reason),
+            // The database cannot serve it now, a transaction still lost to
+            // concurrent ones after hookd's own reruns, or a schema not yet
+            // migrated: the client's retry may well succeed.
+            StoreError::Unavailable(reason)
+            | StoreError::Contention(reason)
+            | StoreError::Schema(reason) => ApiError::Unavailable(reason),
             error @ StoreError::Query(_) => ApiError::Internal(error.to_string()),
         }
     }
@@ -188,4 +197,26 @@ impl ResponseError for ApiError {
         }
         response.body(self.json_body())
     }
+}
+
+/// Counts every answer 500 of a listener, whichever route gave it
+/// (`hookd_internal_errors_total`): each is a bug of hookd's to look into.
+pub async fn count_internal_errors(
+    request: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let metrics = request
+        .app_data::<web::Data<AppState>>()
+        .map(|state| state.metrics.clone());
+    let answered = next.call(request).await;
+    let status = match &answered {
+        Ok(response) => response.status(),
+        Err(error) => error.as_response_error().status_code(),
+    };
+    if status == StatusCode::INTERNAL_SERVER_ERROR
+        && let Some(metrics) = metrics
+    {
+        metrics.inc(Metric::InternalErrors, &[]);
+    }
+    answered
 }

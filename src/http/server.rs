@@ -73,6 +73,9 @@ where
             let app = App::new()
                 .app_data(state.clone())
                 .wrap(actix_web::middleware::from_fn(
+                    super::error::count_internal_errors,
+                ))
+                .wrap(actix_web::middleware::from_fn(
                     super::request_id::middleware,
                 ))
                 .configure(routes.clone());

@@ -13,7 +13,7 @@ pub mod tls;
 
 use std::time::Duration;
 
-use deadpool_postgres::{GenericClient, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{GenericClient, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
@@ -32,21 +32,40 @@ const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The database cannot be reached right now; callers answer 503 and retry later.
+    /// The database cannot serve hookd right now; callers answer 503 and retry later.
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// The transaction lost to a concurrent one (a serialization failure or a
+    /// deadlock) and was rolled back: running it again may well succeed.
+    #[error("database contention: {0}")]
+    Contention(String),
+    /// hookd's own mistake (a statement the schema refuses): a bug, answered 500.
     #[error("database error: {}", describe(.0))]
     Query(#[source] tokio_postgres::Error),
     #[error("database schema: {0}")]
     Schema(String),
 }
 
+impl StoreError {
+    /// Whether the session that gave this error should be closed rather than
+    /// reused: it may be on a server that can no longer serve hookd (a standby
+    /// after a failover, a link that broke) or have lost its prepared statements.
+    pub fn spoils_connection(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+
+    /// Whether a transaction that failed so on its `runs`-th run is run again.
+    pub fn runs_again(&self, runs: u32) -> bool {
+        matches!(self, StoreError::Contention(_)) && runs < CONTENTION_RUNS
+    }
+}
+
 impl From<tokio_postgres::Error> for StoreError {
     fn from(error: tokio_postgres::Error) -> Self {
-        if is_transient(&error) {
-            StoreError::Unavailable(tls::explain(&error))
-        } else {
-            StoreError::Query(error)
+        match Failure::of(&error) {
+            Failure::Unavailable => StoreError::Unavailable(tls::explain(&error)),
+            Failure::Contention => StoreError::Contention(describe(&error)),
+            Failure::Bug => StoreError::Query(error),
         }
     }
 }
@@ -54,7 +73,10 @@ impl From<tokio_postgres::Error> for StoreError {
 impl From<deadpool_postgres::PoolError> for StoreError {
     fn from(error: deadpool_postgres::PoolError) -> Self {
         match error {
-            deadpool_postgres::PoolError::Backend(e) => e.into(),
+            // Whatever refused a new session (an unreachable host, a password or
+            // certificate refused, a database not there): not one of hookd's
+            // statements, so unavailable.
+            deadpool_postgres::PoolError::Backend(e) => StoreError::Unavailable(tls::explain(&e)),
             other => StoreError::Unavailable(other.to_string()),
         }
     }
@@ -68,25 +90,74 @@ fn describe(error: &tokio_postgres::Error) -> String {
     }
 }
 
-/// Connection loss, shutdown, overload and serialization failures: worth retrying.
-fn is_transient(error: &tokio_postgres::Error) -> bool {
-    if error.is_closed() {
-        return true;
-    }
-    match error.code() {
-        Some(code) => {
-            let class = &code.code()[..2];
-            matches!(class, "08" | "53" | "57" | "40" | "58")
-                || *code == SqlState::ADMIN_SHUTDOWN
-                || *code == SqlState::CANNOT_CONNECT_NOW
+/// What a failed statement means for hookd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The server cannot do the work now, for reasons outside hookd: the session
+    /// or link is gone, the server is shutting down, overloaded, out of disk, a
+    /// read-only standby, or its statement was cancelled.
+    Unavailable,
+    /// A serialization failure or a deadlock: the transaction may be run again.
+    Contention,
+    /// Anything else is a statement hookd should not have sent.
+    Bug,
+}
+
+impl Failure {
+    pub fn of(error: &tokio_postgres::Error) -> Failure {
+        match error.code() {
+            Some(code) => Failure::of_sqlstate(code),
+            // No SQLSTATE: the session closed, or the link failed (I/O, TLS,
+            // connecting); otherwise tokio-postgres refused hookd's own values.
+            None if error.is_closed() => Failure::Unavailable,
+            None if std::error::Error::source(error).is_some_and(|s| s.is::<std::io::Error>()) => {
+                Failure::Unavailable
+            }
+            None => Failure::Bug,
         }
-        // No SQLSTATE: transient only if the connection itself failed.
-        None => {
-            let source = std::error::Error::source(error);
-            source.is_some_and(|s| s.is::<std::io::Error>())
-                || error.to_string().contains("timeout")
+    }
+
+    pub fn of_sqlstate(code: &SqlState) -> Failure {
+        let unavailable = [
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            SqlState::INVALID_SQL_STATEMENT_NAME,
+            SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+            SqlState::LOCK_NOT_AVAILABLE,
+            SqlState::T_R_STATEMENT_COMPLETION_UNKNOWN,
+        ];
+        if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
+        {
+            return Failure::Contention;
+        }
+        // 08 connection, 53 resources, 57 operator intervention (shutdown, a
+        // cancelled statement), 58 system (I/O), XX the server's own failure.
+        let class = code.code().get(..2).unwrap_or_default();
+        if matches!(class, "08" | "53" | "57" | "58" | "XX") || unavailable.contains(code) {
+            Failure::Unavailable
+        } else {
+            Failure::Bug
         }
     }
+}
+
+/// How many times in all hookd runs a transaction that keeps losing to
+/// concurrent ones.
+pub const CONTENTION_RUNS: u32 = 3;
+
+/// Returns `client` to the pool after `outcome`, or closes it when the error
+/// spoils it, so the next request opens a fresh session (after a failover, to
+/// the new primary).
+pub fn give_back<T>(client: Object, outcome: Result<T, StoreError>) -> Result<T, StoreError> {
+    if outcome.as_ref().is_err_and(StoreError::spoils_connection) {
+        discard(client);
+    }
+    outcome
+}
+
+/// Closes a pooled connection instead of returning it; the pool opens another
+/// when it needs one.
+pub fn discard(client: Object) {
+    drop(Object::take(client));
 }
 
 pub fn pool(mut config: tokio_postgres::Config, tls: DbConnector, max_size: usize) -> Pool {
@@ -209,4 +280,67 @@ pub async fn rollback_to_savepoint(client: &impl GenericClient) -> Result<(), St
         .batch_execute("ROLLBACK TO SAVEPOINT handler")
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlstates_are_classified_by_what_they_mean_for_hookd() {
+        let table = [
+            // The link or the server: unavailable.
+            ("08006", Failure::Unavailable), // connection_failure
+            ("08P01", Failure::Unavailable), // protocol_violation
+            ("53100", Failure::Unavailable), // disk_full
+            ("53300", Failure::Unavailable), // too_many_connections
+            ("57014", Failure::Unavailable), // query_canceled (statement_timeout)
+            ("57P01", Failure::Unavailable), // admin_shutdown
+            ("57P03", Failure::Unavailable), // cannot_connect_now
+            ("58030", Failure::Unavailable), // io_error
+            ("XX000", Failure::Unavailable), // internal_error
+            ("25006", Failure::Unavailable), // read_only_sql_transaction (a standby)
+            ("26000", Failure::Unavailable), // invalid_sql_statement_name (statements lost)
+            ("25P03", Failure::Unavailable), // idle_in_transaction_session_timeout
+            ("55P03", Failure::Unavailable), // lock_not_available (lock_timeout)
+            ("40003", Failure::Unavailable), // statement_completion_unknown
+            // Lost to a concurrent transaction: run it again.
+            ("40001", Failure::Contention), // serialization_failure
+            ("40P01", Failure::Contention), // deadlock_detected
+            // hookd's own statements: a bug.
+            ("42601", Failure::Bug), // syntax_error
+            ("42703", Failure::Bug), // undefined_column
+            ("42P01", Failure::Bug), // undefined_table
+            ("23505", Failure::Bug), // unique_violation
+            ("23502", Failure::Bug), // not_null_violation
+            ("22P02", Failure::Bug), // invalid_text_representation
+            ("25P02", Failure::Bug), // in_failed_sql_transaction
+            ("40002", Failure::Bug), // transaction_integrity_constraint_violation
+            ("42501", Failure::Bug), // insufficient_privilege
+            ("P0001", Failure::Bug), // raise_exception
+        ];
+        for (code, expected) in table {
+            assert_eq!(
+                Failure::of_sqlstate(&SqlState::from_code(code)),
+                expected,
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_unavailable_spoils_a_connection() {
+        assert!(StoreError::Unavailable("gone".into()).spoils_connection());
+        assert!(!StoreError::Contention("deadlock".into()).spoils_connection());
+        assert!(!StoreError::Schema("old".into()).spoils_connection());
+    }
+
+    #[test]
+    fn only_contention_runs_again_and_only_so_often() {
+        let lost = StoreError::Contention("deadlock".into());
+        assert!(lost.runs_again(1));
+        assert!(lost.runs_again(CONTENTION_RUNS - 1));
+        assert!(!lost.runs_again(CONTENTION_RUNS));
+        assert!(!StoreError::Unavailable("gone".into()).runs_again(1));
+    }
 }

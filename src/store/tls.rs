@@ -21,8 +21,8 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
-use tokio_postgres::NoTls;
 use tokio_postgres::config::{Host, SslMode as PgSslMode};
+use tokio_postgres::{CancelToken, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 const SSLMODE: &str = "sslmode";
@@ -133,6 +133,16 @@ impl DbConnector {
                 Manager::from_config(config, NoTls, with)
             }
             DbConnector::Tls(tls) => Manager::from_config(config, tls, with),
+        }
+    }
+
+    /// Asks the server to cancel whatever statement the session of `token` is
+    /// running. The request goes over a connection of its own, made as the pool
+    /// makes its connections: a server that wants TLS refuses a plain one.
+    pub async fn cancel_query(&self, token: CancelToken) -> Result<(), tokio_postgres::Error> {
+        match self {
+            DbConnector::Plain => token.cancel_query(NoTls).await,
+            DbConnector::Tls(tls) => token.cancel_query(tls.clone()).await,
         }
     }
 }

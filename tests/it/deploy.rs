@@ -208,6 +208,7 @@ fn alert_rules_read_only_what_hookd_exposes_and_cover_what_matters() {
         "HookdDown",
         "HookdNotReady",
         "HookdDatabaseUnavailable",
+        "HookdInternalErrors",
         "HookdSignatureFailures",
         "HookdDeadEvents",
         "HookdRetryBacklog",

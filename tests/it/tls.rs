@@ -2,13 +2,20 @@
 //! refuses plain TCP, with a certificate for `localhost` and `127.0.0.1` from a CA
 //! made here; each `sslmode` connects, or refuses, as libpq's would. The connections
 //! go through hookd's own code (`store::tls::connect_options` and `store::pool`, as
-//! `Database::open` does) and through the real binary's `hookd migrate`.
+//! `Database::open` does) and through the real binary's `hookd migrate`. Over such
+//! a connection, `handler_timeout` still cancels a handler's statement.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
+use async_trait::async_trait;
+use deadpool_postgres::Transaction;
 use hookd::embedded_pg::{self, ClusterOptions, EmbeddedPostgres};
+use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use hookd::store::{self, StoreError};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use rcgen::{
@@ -16,7 +23,7 @@ use rcgen::{
     KeyPair, KeyUsagePurpose,
 };
 
-use crate::support::run_hookd;
+use crate::support::{Spawn, connect, run_hookd, shipped_settings, spawn, stripe_event, wait_for};
 
 const DATABASE: &str = "hookd";
 
@@ -92,11 +99,19 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
     tokio::task::spawn_blocking(work).await.expect("join")
 }
 
+/// Numbers the TLS clusters of this process (tests run side by side).
+static NEXT_CLUSTER: AtomicUsize = AtomicUsize::new(0);
+
 impl TlsCluster {
     async fn start() -> TlsCluster {
         let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let dir = root.join(format!("tls-{}", std::process::id()));
-        let files = root.join(format!("tls-{}-files", std::process::id()));
+        let name = format!(
+            "tls-{}-{}",
+            std::process::id(),
+            NEXT_CLUSTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let dir = root.join(&name);
+        let files = root.join(format!("{name}-files"));
         fs::create_dir_all(&files).expect("files folder");
 
         // First as hookd runs it (socket only), to create the database.
@@ -322,4 +337,142 @@ async fn a_bad_sslmode_or_sslrootcert_stops_startup_with_one_line() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(stderr.trim(), expected, "{url}");
     }
+}
+
+/// The advisory lock the stuck handler waits for.
+const HELD_LOCK: i64 = 4_242;
+
+/// Writes an effect, then waits for a lock the test holds, its session's
+/// statement timeout lifted: only a cancel stops it.
+struct StuckOnLock;
+
+#[async_trait]
+impl Handler for StuckOnLock {
+    async fn apply(&self, tx: &Transaction<'_>, event: &Event<'_>) -> Result<(), HandlerError> {
+        tx.execute(
+            "INSERT INTO payments (source, payment_id) VALUES ($1, 'locked-effect')",
+            &[&event.source],
+        )
+        .await?;
+        tx.batch_execute("SET LOCAL statement_timeout = 0").await?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&HELD_LOCK])
+            .await?;
+        Ok(())
+    }
+}
+
+/// hookd's sessions over TLS waiting for the held lock, as PostgreSQL sees them.
+async fn waiting_over_tls(watcher: &tokio_postgres::Client) -> i64 {
+    watcher
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+             WHERE a.application_name = 'hookd' AND s.ssl
+               AND a.wait_event_type = 'Lock' AND a.wait_event = 'advisory'",
+            &[],
+        )
+        .await
+        .expect("pg_stat_activity")
+        .get(0)
+}
+
+/// Waits until the handler waits for the lock over TLS, then until it no longer
+/// does: the time limit's cancel must have reached PostgreSQL (nothing else
+/// ends the wait while the test holds the lock).
+async fn the_wait_starts_then_is_cancelled(watcher: &tokio_postgres::Client) {
+    wait_for(
+        "the handler to wait for the lock",
+        Duration::from_secs(20),
+        || async { (waiting_over_tls(watcher).await > 0).then_some(()) },
+    )
+    .await;
+    wait_for(
+        "the handler's wait to be cancelled",
+        Duration::from_secs(10),
+        || async { (waiting_over_tls(watcher).await == 0).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn handler_timeout_cancels_a_stuck_handler_over_tls() {
+    let server = TlsCluster::start().await;
+    // Migrated over the socket (on the port TLS moved it to); hookd itself
+    // connects only over TLS.
+    let mut socket = tokio_postgres::Config::new();
+    socket
+        .host_path(server.cluster.dir())
+        .port(server.port)
+        .user(embedded_pg::USER)
+        .dbname(DATABASE);
+    let migrating = store::pool(socket.clone(), store::DbConnector::Plain, 1);
+    store::migrate(&migrating).await.expect("migrate");
+    migrating.close();
+
+    let url = server.url("localhost", &server.with_ca("verify-full"));
+    let (config, connector) = store::tls::connect_options(&url).expect("options");
+    let mut settings = shipped_settings();
+    settings.handler_timeout = Duration::from_secs(1);
+    for source in &mut settings.sources {
+        source
+            .event_types
+            .insert("test.locked".into(), "test_locked".into());
+    }
+    let mut registry = Registry::builtin();
+    registry.register("test_locked", Arc::new(StuckOnLock));
+    let app = spawn(Spawn {
+        settings,
+        registry,
+        database: Some(config),
+        connector,
+        ..Spawn::default()
+    })
+    .await;
+    let holder = connect(socket.clone()).await;
+    holder
+        .execute("SELECT pg_advisory_lock($1)", &[&HELD_LOCK])
+        .await
+        .expect("hold the lock");
+    let watcher = connect(socket).await;
+    let state = async || {
+        let row = watcher
+            .query_one(
+                "SELECT status, attempts, last_error,
+                        (SELECT count(*) FROM payments WHERE payment_id = 'locked-effect')
+                 FROM webhook_events WHERE event_id = 'evt_locked'",
+                &[],
+            )
+            .await
+            .expect("event");
+        let error: Option<String> = row.get(2);
+        (
+            row.get::<_, String>(0),
+            row.get::<_, i32>(1),
+            error.is_some_and(|e| e.contains("timed out after 1s")),
+            row.get::<_, i64>(3),
+        )
+    };
+
+    let event = stripe_event(
+        "evt_locked",
+        "test.locked",
+        serde_json::json!({"id": "obj"}),
+    );
+    let (answer, ()) = tokio::join!(
+        app.deliver("stripe", &event),
+        the_wait_starts_then_is_cancelled(&watcher)
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(state().await, ("failed".into(), 1, true, 0), "rolled back");
+
+    // Its retry, through the dispatcher, is held to the same limit.
+    watcher
+        .execute("UPDATE webhook_events SET next_attempt_at = now()", &[])
+        .await
+        .expect("make it due");
+    let (step, ()) = tokio::join!(
+        app.app.dispatcher.try_dispatch_due(),
+        the_wait_starts_then_is_cancelled(&watcher)
+    );
+    assert!(step.is_ok(), "{step:?}");
+    assert_eq!(state().await, ("failed".into(), 2, true, 0), "rolled back");
 }
