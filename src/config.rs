@@ -53,6 +53,8 @@ pub struct Settings {
     /// When set, `/admin…` and `/metrics` are served only here.
     pub admin_listen: Option<SocketAddr>,
     pub max_body_bytes: usize,
+    /// Webhook body bytes held at once, beyond each body's first `FREE_BODY_BYTES`.
+    pub max_body_memory: usize,
     /// How long a request body may take to arrive, once its headers are in.
     pub body_timeout: Duration,
     pub handler_timeout: Duration,
@@ -296,6 +298,7 @@ struct RawSettings {
     listen: Option<String>,
     admin_listen: Option<String>,
     max_body_bytes: Option<i64>,
+    max_body_memory: Option<i64>,
     body_timeout: Option<Positive>,
     handler_timeout: Option<Positive>,
     max_attempts: Option<i64>,
@@ -533,6 +536,7 @@ impl RawSettings {
     fn validate(self) -> Result<Settings, Problem> {
         let (listen, admin_listen) = listeners(self.listen, self.admin_listen)?;
         let max_body_bytes = positive("max_body_bytes", self.max_body_bytes, 1_048_576)?;
+        let max_body_memory = body_memory(self.max_body_memory, max_body_bytes)?;
         let max_attempts = positive("max_attempts", self.max_attempts, 10)?;
         let purge_batch = positive("purge_batch", self.purge_batch, 1000)?;
         let pool_size = pool_size(self.pool_size)?;
@@ -552,6 +556,7 @@ impl RawSettings {
             listen,
             admin_listen,
             max_body_bytes,
+            max_body_memory,
             body_timeout: or(self.body_timeout, Duration::from_secs(10)),
             handler_timeout: or(self.handler_timeout, Duration::from_secs(5)),
             max_attempts,
@@ -914,6 +919,20 @@ fn socket_address(key: &str, text: &str) -> Result<SocketAddr, Problem> {
                 format!("{text:?} is not a host:port address"),
             )
         })
+}
+
+/// At least one whole body, so any single delivery can always be received.
+fn body_memory(value: Option<i64>, max_body_bytes: usize) -> Result<usize, Problem> {
+    let memory = positive("max_body_memory", value, 256 * 1024 * 1024)?;
+    if memory < max_body_bytes {
+        return Err((
+            "max_body_memory".into(),
+            format!(
+                "{memory} is below max_body_bytes ({max_body_bytes}): no body that large could be received"
+            ),
+        ));
+    }
+    Ok(memory)
 }
 
 fn positive<T>(key: &str, value: Option<i64>, default: T) -> Result<T, Problem>

@@ -39,6 +39,8 @@ pub struct AppState {
     /// Operators' retries running at once: a handler run holds a pool connection,
     /// and deliveries need most of them.
     pub retry_permits: tokio::sync::Semaphore,
+    /// Webhook body bytes being read, one permit a byte (see `body::read_budgeted`).
+    pub body_memory: tokio::sync::Semaphore,
     /// The last readiness check: when, and what was wrong (`None`: ready).
     pub readiness: std::sync::Mutex<Option<(std::time::Instant, Option<&'static str>)>>,
 }
@@ -54,6 +56,11 @@ impl AppState {
         migrations: &'static [Migration],
     ) -> Self {
         let permits = (pool.status().max_size / 4).max(1);
+        let body_memory = tokio::sync::Semaphore::new(
+            settings
+                .max_body_memory
+                .min(tokio::sync::Semaphore::MAX_PERMITS),
+        );
         AppState {
             settings,
             pool,
@@ -64,6 +71,7 @@ impl AppState {
             migrations,
             guard: auth::Guard::default(),
             retry_permits: tokio::sync::Semaphore::new(permits),
+            body_memory,
             readiness: std::sync::Mutex::new(None),
         }
     }

@@ -122,11 +122,12 @@ async fn handle(
         body::drain(&mut payload, 0, deadline).await;
         return Err(ApiError::UnknownSource);
     };
-    let body = body::read(
+    let body = body::read_budgeted(
         &mut payload,
         request,
         settings.max_body_bytes,
         settings.body_timeout,
+        &state.body_memory,
     )
     .await?;
     let headers = RequestHeaders(request.headers());

@@ -506,3 +506,72 @@ async fn an_endless_chunked_body_after_an_early_answer_is_cut() {
         started.elapsed()
     );
 }
+
+/// Reads an answer's status line, if one comes within `within`.
+async fn status_within(stream: &mut TcpStream, within: Duration) -> Option<String> {
+    let mut buf = vec![0u8; 4096];
+    match tokio::time::timeout(within, stream.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => String::from_utf8_lossy(&buf[..n])
+            .lines()
+            .next()
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn large_bodies_that_stall_share_a_memory_budget_and_small_deliveries_never_wait_for_it() {
+    let mut settings = shipped_settings();
+    settings.max_body_memory = 2 * 1024 * 1024;
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let addr = app_addr(&app);
+    // Each sends 900 KiB of a 1 MiB body, then stalls: the first two fit the
+    // 2 MiB budget (836 KiB each counts, past the first 64 KiB), the rest do not.
+    let mut stalled = Vec::new();
+    for _ in 0..6 {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(post_head("/webhooks/stripe", 1024 * 1024).as_bytes())
+            .await
+            .expect("head");
+        stream
+            .write_all(&vec![b' '; 900 * 1024])
+            .await
+            .expect("body");
+        stalled.push(stream);
+    }
+    let mut refused = 0;
+    for stream in &mut stalled {
+        if let Some(status) = status_within(stream, Duration::from_secs(2)).await {
+            assert!(status.contains(" 503 "), "{status}");
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        refused, 4,
+        "all but two were refused at once, long before the body timeout"
+    );
+
+    // Small deliveries never count against it, spent or not.
+    let event = stripe_event("evt_small", "customer.created", json!({"id": "cus_1"}));
+    assert_eq!(app.deliver("stripe", &event).await.status, 200);
+
+    // Once the stalled bodies are gone, a large delivery fits again.
+    drop(stalled);
+    let padding = "x".repeat(900 * 1024);
+    let large = stripe_event(
+        "evt_large",
+        "customer.created",
+        json!({"id": "cus_2", "padding": padding}),
+    );
+    crate::support::wait_for(
+        "a large delivery to be accepted",
+        Duration::from_secs(20),
+        || async { (app.deliver("stripe", &large).await.status == 200).then_some(()) },
+    )
+    .await;
+}
