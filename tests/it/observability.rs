@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Exposition, Sample, TestDb, cluster, parse_exposition, shipped_settings,
+    Exposition, Sample, TestDb, cluster, connect, parse_exposition, shipped_settings,
     spawn_with_admin_listener, stripe_event, wait_for,
 };
 
@@ -447,9 +447,10 @@ const ENV_SHOP_SECRET: &str = "a-shop-secret-from-the-environment";
 
 #[tokio::test]
 async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged() {
-    // hookd's own lines at every level down to debug.
+    // Every crate's lines down to debug, the database driver's included unless
+    // hookd holds it back (its debug lines carry each statement's parameters).
     let served = Served::start(&[
-        ("RUST_LOG", "info,hookd=debug"),
+        ("RUST_LOG", "debug"),
         ("HOOKD_ADMIN_TOKEN", ENV_TOKEN),
         ("HOOKD_SOURCE_SHOP_SECRETS", ENV_SHOP_SECRET),
     ])
@@ -541,6 +542,20 @@ async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged()
         ),
     ];
     let count = deliveries.len();
+    // Every signature sent, without its scheme's prefix.
+    let signatures: Vec<String> = deliveries
+        .iter()
+        .flat_map(|(_, headers, _, _)| headers.iter())
+        .filter(|(name, _)| name.to_ascii_lowercase().contains("signature"))
+        .flat_map(|(_, value)| {
+            value
+                .split([',', '='])
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .filter(|part| part.len() >= 32)
+        .collect();
+    assert!(signatures.len() >= 2, "{signatures:?}");
     for (n, (path, headers, body, status)) in deliveries.into_iter().enumerate() {
         assert_eq!(
             send(path, format!("req-logged-{n}"), headers, body).await,
@@ -559,7 +574,22 @@ async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged()
             .expect("answer");
         assert_eq!(answer.status().as_u16(), [401, 303][n]);
     }
+    // The sign-in made the server secret, which keys every session.
+    let server_secret: Vec<u8> = connect(served._db.config())
+        .await
+        .query_one("SELECT secret FROM hookd_server_secret", &[])
+        .await
+        .expect("server secret")
+        .get(0);
     let log = served.stop().await;
+    assert!(
+        log.contains(" DEBUG "),
+        "the test must see debug lines:\n{log}"
+    );
+    assert!(
+        !log.contains(" DEBUG tokio_postgres"),
+        "the driver's debug lines:\n{log}"
+    );
 
     let delivery_lines: Vec<&str> = log
         .lines()
@@ -589,12 +619,37 @@ async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged()
     for secret in &secrets {
         assert!(!log.contains(secret.as_str()), "{secret} logged:\n{log}");
     }
+    // As bytes are printed ("[12, 34, …]") and as hex.
+    let printed_secret = format!("{:?}", &server_secret[..8]);
+    for shown in [
+        printed_secret.trim_matches(['[', ']']).to_string(),
+        hex::encode(&server_secret),
+    ] {
+        assert!(!log.contains(&shown), "the server secret logged:\n{log}");
+    }
+    for signature in &signatures {
+        assert!(
+            !log.contains(signature.as_str()),
+            "{signature} logged:\n{log}"
+        );
+    }
     for marker in (1..=8).map(|n| format!("payload-marker-{n}")) {
         assert!(!log.contains(&marker), "{marker} logged:\n{log}");
     }
     assert!(
         !log.contains("cus_marker_"),
         "payload fields logged:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn the_database_drivers_debug_lines_appear_only_when_named() {
+    let served = Served::start(&[("RUST_LOG", "debug,tokio_postgres=debug")]).await;
+    deliver_and_sign_in(&served.base, "driver").await;
+    let log = served.stop().await;
+    assert!(
+        log.contains(" DEBUG tokio_postgres"),
+        "the operator's explicit choice is honoured:\n{log}"
     );
 }
 
