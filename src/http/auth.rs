@@ -25,7 +25,7 @@ use super::client;
 use super::error::ApiError;
 use super::limiter::FailureLimiter;
 use crate::config::{AdminToken, DEVELOPMENT_CREDENTIALS, Role, Settings};
-use crate::signature::hmac_sha256;
+use crate::signature::{Secret, hmac_sha256};
 use crate::store::{self, StoreError};
 
 pub const SESSION_COOKIE: &str = "hookd_session";
@@ -100,6 +100,26 @@ impl Principal {
             ))
         }
     }
+}
+
+/// Whether the request's `Authorization: Bearer` is `expected`, compared in
+/// constant time.
+pub fn bearer_is(request: &HttpRequest, expected: &Secret) -> bool {
+    let presented = bearer(request).unwrap_or_default();
+    let presented = Sha256::digest(presented.as_bytes());
+    bool::from(Sha256::digest(expected.expose().as_bytes()).ct_eq(&presented))
+}
+
+/// The token of an `Authorization: Bearer` header (the scheme name is
+/// case-insensitive, RFC 7235); `None` without one, or with another scheme.
+fn bearer(request: &HttpRequest) -> Option<&str> {
+    request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
 }
 
 /// The configured token equal to `presented`, compared in constant time.
@@ -203,17 +223,11 @@ pub async fn authenticate(
 ) -> Result<Option<Principal>, ApiError> {
     let guard = &state.guard;
     guard.check_client(request)?;
-    // Only a Bearer header is hookd's (the scheme name is case-insensitive, RFC
-    // 7235); any other, e.g. a proxy's Basic auth, leaves the cookie to decide.
-    let bearer = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
-    if let Some((_, presented)) = bearer {
-        let found = find_token(&state.settings, presented.trim())
-            .filter(|token| usable_here(token, request));
+    // Only a Bearer header is hookd's; any other, e.g. a proxy's Basic auth,
+    // leaves the cookie to decide.
+    if let Some(presented) = bearer(request) {
+        let found =
+            find_token(&state.settings, presented).filter(|token| usable_here(token, request));
         if found.is_none() {
             guard.record_failure(request);
         }

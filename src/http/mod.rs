@@ -39,8 +39,8 @@ pub struct AppState {
     /// Operators' retries running at once: a handler run holds a pool connection,
     /// and deliveries need most of them.
     pub retry_permits: tokio::sync::Semaphore,
-    /// The last readiness check: when, and what was wrong (`None`: ready).
-    pub readiness: std::sync::Mutex<Option<(std::time::Instant, Option<&'static str>)>>,
+    /// The last readiness check: what was wrong (`None`: ready).
+    pub readiness: crate::metrics::fresh::Fresh<Option<&'static str>>,
 }
 
 impl AppState {
@@ -64,7 +64,7 @@ impl AppState {
             migrations,
             guard: auth::Guard::default(),
             retry_permits: tokio::sync::Semaphore::new(permits),
-            readiness: std::sync::Mutex::new(None),
+            readiness: Default::default(),
         }
     }
 }

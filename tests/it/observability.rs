@@ -441,6 +441,94 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
     assert!(start <= now + 1.0 && start > now - 86_400.0, "{start}");
 }
 
+#[tokio::test]
+async fn scrapes_cost_the_database_one_count_a_second_whatever_their_number() {
+    let app = crate::support::spawn_app().await;
+    let dead = stripe_event(
+        "evt_scraped_dead",
+        "payment_intent.succeeded",
+        json!({"object": "payment_intent", "amount": 100}),
+    );
+    assert_eq!(app.deliver("stripe", &dead).await.status, 200);
+    let counted_before = app.app.metrics.backlog.reads();
+    let started = std::time::Instant::now();
+    // 500 scrapes at once, beside 50 deliveries.
+    let url = format!("{}/metrics", app.base);
+    let scrapes = (0..500).map(|_| {
+        let request = app.http.get(&url);
+        async move {
+            let answer = request.send().await.expect("scrape");
+            (answer.status(), answer.text().await.expect("body"))
+        }
+    });
+    let app = &app;
+    let deliveries = (0..50).map(|n| {
+        let event = stripe_event(
+            &format!("evt_scraped_{n}"),
+            "payment_intent.succeeded",
+            json!({"id": format!("pi_scraped_{n}"), "object": "payment_intent", "amount": 100}),
+        );
+        async move { app.deliver("stripe", &event).await.status }
+    });
+    let (scraped, delivered) = tokio::join!(
+        futures_util::future::join_all(scrapes),
+        futures_util::future::join_all(deliveries)
+    );
+    let elapsed = started.elapsed();
+    let counts = app.app.metrics.backlog.reads() - counted_before;
+    assert!(
+        delivered.iter().all(|status| *status == 200),
+        "{delivered:?}"
+    );
+    for (status, text) in &scraped {
+        assert_eq!(*status, 200);
+        assert_eq!(Exposition::parse(text).value("hookd_dead_events", &[]), 1.0);
+    }
+    // A count at most every second: the first, then one per second passed.
+    assert!(
+        counts >= 1 && counts <= elapsed.as_secs() + 1,
+        "{counts} counts of the backlog in {elapsed:?} for 500 scrapes"
+    );
+}
+
+#[tokio::test]
+async fn a_metrics_token_closes_metrics_to_anyone_without_it() {
+    const TOKEN: &str = "scrape-token-0123456789abcdef";
+    let mut settings = shipped_settings();
+    settings.metrics_token = Some(hookd::signature::Secret::new(TOKEN));
+    let app = crate::support::spawn(crate::support::Spawn {
+        settings,
+        ..Default::default()
+    })
+    .await;
+    let scrape = |token: Option<&str>| {
+        let mut request = app.http.get(format!("{}/metrics", app.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move {
+            let answer = request.send().await.expect("scrape");
+            (answer.status().as_u16(), answer.text().await.expect("body"))
+        }
+    };
+    for refused in [None, Some("scrape-token-0123456789abcdeX"), Some("")] {
+        let (status, body) = scrape(refused).await;
+        assert_eq!(status, 401, "{refused:?}");
+        let body: Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(body, json!({"error": "unauthorized"}), "{refused:?}");
+    }
+    // An admin token is not the metrics token.
+    let (status, _) = scrape(Some("dev-operator-token-0123456789")).await;
+    assert_eq!(status, 401);
+    let (status, body) = scrape(Some(TOKEN)).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("hookd_build_info"), "{body}");
+
+    // Unset, metrics are open.
+    let open = crate::support::spawn_app().await;
+    assert_eq!(open.get("/metrics").await.status, 200);
+}
+
 /// Every secret and token hookd knows in the logging test.
 const ENV_TOKEN: &str = "an-operator-token-from-the-environment";
 const ENV_SHOP_SECRET: &str = "a-shop-secret-from-the-environment";
