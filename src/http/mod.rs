@@ -54,6 +54,7 @@ impl AppState {
         migrations: &'static [Migration],
     ) -> Self {
         let permits = (pool.status().max_size / 4).max(1);
+        let guard = auth::Guard::new(settings.trusted_proxies.clone());
         AppState {
             settings,
             pool,
@@ -62,7 +63,7 @@ impl AppState {
             desk,
             metrics,
             migrations,
-            guard: auth::Guard::default(),
+            guard,
             retry_permits: tokio::sync::Semaphore::new(permits),
             readiness: Default::default(),
         }
