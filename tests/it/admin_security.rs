@@ -274,6 +274,21 @@ async fn behind_a_balancer_on_a_private_address_each_client_has_its_own_limit() 
     let app = app_behind(Some(&["127.0.0.0/8", "::1/128", "10.0.0.0/8"])).await;
     let guesser = "203.0.113.66, 10.0.0.5";
     let staff = "198.51.100.20, 10.0.0.5";
+    // Someone at the guesser's address (one office's NAT) signed in before.
+    let signed_in = app
+        .admin(Credential::None)
+        .post_form(
+            "/admin/login",
+            &[("X-Forwarded-For", guesser)],
+            &[("token", SUPPORT)],
+        )
+        .await;
+    assert_eq!(signed_in.status, 303);
+    let cookie = signed_in
+        .header("set-cookie")
+        .and_then(|c| c.split(';').next())
+        .expect("session cookie")
+        .to_string();
     for _ in 0..10 {
         assert_eq!(sign_in_via(&app, guesser, "not-a-token-at-all").await, 401);
     }
@@ -282,8 +297,18 @@ async fn behind_a_balancer_on_a_private_address_each_client_has_its_own_limit() 
         429,
         "the guesser is held"
     );
-    // The other client behind the same balancer still signs in.
+    // The other client behind the same balancer still signs in...
     assert_eq!(sign_in_via(&app, staff, SUPPORT).await, 303);
+    // ...and the session at the guesser's address, counted under its token, goes on.
+    let session = cookie_client(&app, &cookie)
+        .send(
+            "GET",
+            "/admin/api/events",
+            &[("X-Forwarded-For", guesser)],
+            vec![],
+        )
+        .await;
+    assert_eq!(session.status, 200);
 
     // Without trusting the balancer, both are the balancer: one limit for all.
     let app = app_behind(None).await;
