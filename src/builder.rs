@@ -85,11 +85,14 @@ impl Hookd {
     }
 
     /// Parses the command line and runs it: the whole `hookd` CLI, with these
-    /// handlers. Logs go to stderr (`RUST_LOG`, default `info`), as text or, with
+    /// handlers. Logs go to stderr (`RUST_LOG`, default `info`; the database
+    /// driver stays at `info` unless named), as text or, with
     /// `HOOKD_LOG_FORMAT=json`, one JSON object per line.
     pub fn main(self) -> ExitCode {
         let mut logger =
             env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+        let spec = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+        crate::logging::hold_back_driver(&mut logger, &spec);
         match std::env::var("HOOKD_LOG_FORMAT").as_deref() {
             Err(_) | Ok("" | "text") => {}
             Ok("json") => {

@@ -10,6 +10,10 @@ use std::time::Duration;
 use serde::de::{DeserializeOwned, Error as _, IntoDeserializer};
 use serde::{Deserialize, Deserializer};
 
+mod cidr;
+
+pub use cidr::Cidr;
+
 use crate::duration::Positive;
 use crate::handlers::payments::PaymentKind;
 use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret, Verifier};
@@ -78,6 +82,10 @@ pub struct Settings {
     pub cookie_secure: Option<bool>,
     /// `DATABASE_URL`; `None` means the embedded cluster. A secret: it may hold a password.
     pub database_url: Option<Secret>,
+    /// When set, `/metrics` wants it as a bearer token.
+    pub metrics_token: Option<Secret>,
+    /// Peers (and `X-Forwarded-For` hops) believed about the client they forward.
+    pub trusted_proxies: Vec<Cidr>,
 }
 
 #[derive(Debug, Clone)]
@@ -310,6 +318,8 @@ struct RawSettings {
     purge_batch: Option<i64>,
     pool_size: Option<i64>,
     dispatchers: Option<i64>,
+    metrics_token: Option<String>,
+    trusted_proxies: Option<Vec<String>>,
     #[serde(default)]
     sources: Vec<RawSource>,
     #[serde(default)]
@@ -318,6 +328,9 @@ struct RawSettings {
     admin: RawAdmin,
     #[serde(skip)]
     database_url: Option<String>,
+    /// The environment variable that set `metrics_token`, if one did.
+    #[serde(skip)]
+    metrics_token_env: Option<String>,
 }
 
 /// A `[[sources]]` table. Its `scheme` is the tag of [`Scheme`], and the keys only
@@ -446,6 +459,10 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
     if let Some(listen) = set("HOOKD_ADMIN_LISTEN") {
         raw.admin_listen = Some(listen.clone());
     }
+    if let Some((var, token)) = secret_from_env(env, "HOOKD_METRICS_TOKEN")? {
+        raw.metrics_token = Some(token);
+        raw.metrics_token_env = Some(var);
+    }
     if let Some((var, token)) = secret_from_env(env, "HOOKD_ADMIN_TOKEN")? {
         raw.admin.tokens.push(RawToken {
             name: "env".into(),
@@ -551,6 +568,8 @@ impl RawSettings {
             |f| &f.name,
         )?;
         let admin_tokens = admin_tokens(self.admin.tokens)?;
+        let metrics_token = metrics_token(self.metrics_token, self.metrics_token_env)?;
+        let trusted_proxies = trusted_proxies(self.trusted_proxies)?;
         Ok(Settings {
             origin: String::new(),
             listen,
@@ -573,6 +592,8 @@ impl RawSettings {
             admin_tokens,
             cookie_secure: self.admin.cookie_secure,
             database_url: self.database_url.map(Secret::new),
+            metrics_token,
+            trusted_proxies,
         })
     }
 }
@@ -593,6 +614,39 @@ fn listeners(
         ));
     }
     Ok((listen, admin))
+}
+
+/// `metrics_token`, from the file or `from_env`: not empty.
+fn metrics_token(
+    value: Option<String>,
+    from_env: Option<String>,
+) -> Result<Option<Secret>, Problem> {
+    let Some(token) = value else {
+        return Ok(None);
+    };
+    let key = from_env.unwrap_or_else(|| "metrics_token".into());
+    if token.is_empty() {
+        return Err((key, "must not be empty".into()));
+    }
+    if token.len() < MIN_TOKEN_LEN {
+        log::warn!("{key}: shorter than 16 characters; easy to guess");
+    }
+    Ok(Some(Secret::new(token)))
+}
+
+/// `trusted_proxies`: address blocks, loopback's by default.
+fn trusted_proxies(values: Option<Vec<String>>) -> Result<Vec<Cidr>, Problem> {
+    let Some(values) = values else {
+        return Ok(vec![Cidr::LOOPBACK_V4, Cidr::LOOPBACK_V6]);
+    };
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            text.parse()
+                .map_err(|problem| (format!("trusted_proxies[{i}]"), problem))
+        })
+        .collect()
 }
 
 fn pool_size(value: Option<i64>) -> Result<usize, Problem> {

@@ -1,12 +1,43 @@
 //! Log lines as JSON (`HOOKD_LOG_FORMAT=json`): one object per line with
 //! `timestamp` (RFC 3339, UTC), `level`, `target` and `message`, and a line's
 //! structured fields (the delivery's source, event id, outcome, …) as keys of
-//! their own, for log pipelines that index fields rather than parse text.
+//! their own, for log pipelines that index fields rather than parse text. And the
+//! database driver held at `info`, whose debug lines carry statement parameters.
 
 use std::io::Write;
 
 use log::kv::{self, VisitSource, VisitValue};
 use serde_json::{Map, Value};
+
+/// The driver logs every statement's parameters at debug (bodies, signature
+/// headers, the server secret): `RUST_LOG=debug` must not write them out.
+const DRIVER: &str = "tokio_postgres";
+
+/// Holds `tokio_postgres` at `info` when `spec` (`RUST_LOG`) would let its debug
+/// lines through without naming it: only an explicit `tokio_postgres=…` directive
+/// lets an operator see them.
+pub fn hold_back_driver(logger: &mut env_logger::Builder, spec: &str) {
+    if names_driver(spec) {
+        return;
+    }
+    let debug = log::Metadata::builder()
+        .target(DRIVER)
+        .level(log::Level::Debug)
+        .build();
+    let probe = env_logger::Builder::new().parse_filters(spec).build();
+    if log::Log::enabled(&probe, &debug) {
+        logger.filter_module(DRIVER, log::LevelFilter::Info);
+    }
+}
+
+/// Whether a directive of `spec` names the driver or one of its modules.
+fn names_driver(spec: &str) -> bool {
+    let directives = spec.split('/').next().unwrap_or_default();
+    directives.split(',').any(|directive| {
+        let module = directive.split('=').next().unwrap_or_default().trim();
+        module == DRIVER || module.starts_with("tokio_postgres::")
+    })
+}
 
 /// An `env_logger` format: the record as one JSON object on one line.
 pub fn json_line(out: &mut impl Write, record: &log::Record<'_>) -> std::io::Result<()> {
@@ -82,6 +113,57 @@ impl<'v> VisitValue<'v> for ToJson<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn driver_debug_logged(spec: &str) -> bool {
+        let mut logger = env_logger::Builder::new();
+        logger.parse_filters(spec);
+        hold_back_driver(&mut logger, spec);
+        let logger = logger.build();
+        let debug = |target| {
+            log::Metadata::builder()
+                .target(target)
+                .level(log::Level::Debug)
+                .build()
+        };
+        assert_eq!(
+            log::Log::enabled(&logger, &debug("hookd::http")),
+            log::Log::enabled(
+                &env_logger::Builder::new().parse_filters(spec).build(),
+                &debug("hookd::http")
+            ),
+            "{spec}: hookd's own lines are left as they were"
+        );
+        log::Log::enabled(&logger, &debug("tokio_postgres::query"))
+    }
+
+    #[test]
+    fn the_driver_stays_at_info_unless_a_directive_names_it() {
+        for held in [
+            "debug",
+            "trace",
+            "info,tokio=debug",
+            "hookd=debug,debug",
+            "debug/select",
+        ] {
+            assert!(!driver_debug_logged(held), "{held}");
+        }
+        for explicit in [
+            "debug,tokio_postgres=debug",
+            "tokio_postgres=trace",
+            "info,tokio_postgres::query=debug",
+        ] {
+            assert!(driver_debug_logged(explicit), "{explicit}");
+        }
+        // Nothing is raised: at warn the driver's info lines stay out too.
+        let mut logger = env_logger::Builder::new();
+        logger.parse_filters("warn");
+        hold_back_driver(&mut logger, "warn");
+        let info = log::Metadata::builder()
+            .target("tokio_postgres")
+            .level(log::Level::Info)
+            .build();
+        assert!(!log::Log::enabled(&logger.build(), &info));
+    }
 
     #[test]
     fn a_record_is_one_json_object_with_its_fields_as_keys() {

@@ -1,7 +1,9 @@
 //! Prometheus counters and histograms, kept in memory per process and rendered in
 //! the text exposition format at `GET /metrics`, with gauges read at scrape time
-//! (the database, the pool, and the process from `/proc/self`).
+//! (the pool, and the process from `/proc/self`) or, for the database's, at most
+//! once a second whatever the scrape rate.
 
+pub mod fresh;
 pub mod process;
 
 use std::collections::BTreeMap;
@@ -27,6 +29,9 @@ struct Histogram {
 pub struct Metrics {
     counters: Mutex<BTreeMap<(Metric, Labels), u64>>,
     histograms: Mutex<BTreeMap<(Metric, Labels), Histogram>>,
+    /// The failed and dead events counted by the last scrape that read them
+    /// (`None`: the database could not be reached).
+    pub backlog: fresh::Fresh<Option<(i64, i64)>>,
 }
 
 /// Every metric hookd exposes: its name, type and help text in one place.

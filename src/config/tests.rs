@@ -442,21 +442,70 @@ fn the_admin_listener_and_body_timeout_are_read_and_checked() {
 }
 
 #[test]
+fn the_metrics_token_and_trusted_proxies_are_read_and_checked() {
+    let s = load(MINIMAL).expect("valid");
+    assert!(s.metrics_token.is_none());
+    let loopback = ["127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1"];
+    for ip in loopback.map(|ip| ip.parse().expect("ip")) {
+        assert!(s.trusted_proxies.iter().any(|c| c.contains(ip)), "{ip}");
+    }
+    let private: std::net::IpAddr = "10.1.2.3".parse().expect("ip");
+    assert!(!s.trusted_proxies.iter().any(|c| c.contains(private)));
+
+    let text = format!(
+        "metrics_token = \"scrape-token-from-the-file\"\ntrusted_proxies = [\"10.0.0.0/8\", \"fd00::/8\"]\n{MINIMAL}"
+    );
+    let s = load(&text).expect("valid");
+    assert_eq!(
+        s.metrics_token.as_ref().map(Secret::expose),
+        Some("scrape-token-from-the-file")
+    );
+    assert!(s.trusted_proxies.iter().any(|c| c.contains(private)));
+    // Only the blocks listed: loopback is no longer trusted.
+    assert!(
+        !s.trusted_proxies
+            .iter()
+            .any(|c| c.contains("127.0.0.1".parse().expect("ip")))
+    );
+    let s = load_env(
+        &text,
+        &[("HOOKD_METRICS_TOKEN", "scrape-token-from-the-env")],
+    )
+    .expect("valid");
+    assert_eq!(
+        s.metrics_token.as_ref().map(Secret::expose),
+        Some("scrape-token-from-the-env")
+    );
+
+    let e = error(&format!(
+        "trusted_proxies = [\"10.0.0.0/8\", \"10.0.0.0/40\"]\n{MINIMAL}"
+    ));
+    assert!(
+        e.contains("trusted_proxies[1]") && e.contains("10.0.0.0/40"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
+    let e = error(&format!("metrics_token = \"\"\n{MINIMAL}"));
+    assert!(e.contains("metrics_token") && e.contains("empty"), "{e}");
+}
+
+#[test]
 fn debug_output_never_shows_a_secret_a_token_or_the_database_password() {
     let settings = load_env(
         include_str!("../../hookd.toml"),
         &[
             ("DATABASE_URL", "postgres://hookd:db-password-42@db/hookd"),
             ("HOOKD_ADMIN_TOKEN", "env-token-0123456789abcdef"),
+            ("HOOKD_METRICS_TOKEN", "metrics-token-0123456789abcdef"),
         ],
     )
     .expect("valid");
     let printed = format!("{settings:?}");
-    for value in DEVELOPMENT_CREDENTIALS
-        .iter()
-        .copied()
-        .chain(["db-password-42", "env-token-0123456789abcdef"])
-    {
+    for value in DEVELOPMENT_CREDENTIALS.iter().copied().chain([
+        "db-password-42",
+        "env-token-0123456789abcdef",
+        "metrics-token-0123456789abcdef",
+    ]) {
         assert!(!printed.contains(value), "{value} in {printed}");
     }
 }

@@ -24,8 +24,8 @@ use super::AppState;
 use super::client;
 use super::error::ApiError;
 use super::limiter::FailureLimiter;
-use crate::config::{AdminToken, DEVELOPMENT_CREDENTIALS, Role, Settings};
-use crate::signature::hmac_sha256;
+use crate::config::{AdminToken, Cidr, DEVELOPMENT_CREDENTIALS, Role, Settings};
+use crate::signature::{Secret, hmac_sha256};
 use crate::store::{self, StoreError};
 
 pub const SESSION_COOKIE: &str = "hookd_session";
@@ -33,11 +33,13 @@ const SESSION_HOURS: i64 = 12;
 /// The header a script using the session cookie sends the form token in.
 pub const CSRF_HEADER: &str = "X-CSRF-Token";
 
-/// Authentication state an instance keeps: the failure limiter and the server
-/// secret, loaded from the database on first use.
-#[derive(Debug, Default)]
+/// Authentication state an instance keeps: the failure limiter, the proxies
+/// believed about their clients, and the server secret, loaded from the database
+/// on first use.
+#[derive(Debug)]
 pub struct Guard {
     limiter: FailureLimiter,
+    trusted_proxies: Vec<Cidr>,
     server_secret: OnceCell<Key>,
 }
 
@@ -102,6 +104,26 @@ impl Principal {
     }
 }
 
+/// Whether the request's `Authorization: Bearer` is `expected`, compared in
+/// constant time.
+pub fn bearer_is(request: &HttpRequest, expected: &Secret) -> bool {
+    let presented = bearer(request).unwrap_or_default();
+    let presented = Sha256::digest(presented.as_bytes());
+    bool::from(Sha256::digest(expected.expose().as_bytes()).ct_eq(&presented))
+}
+
+/// The token of an `Authorization: Bearer` header (the scheme name is
+/// case-insensitive, RFC 7235); `None` without one, or with another scheme.
+fn bearer(request: &HttpRequest) -> Option<&str> {
+    request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+}
+
 /// The configured token equal to `presented`, compared in constant time.
 pub fn find_token<'s>(settings: &'s Settings, presented: &str) -> Option<&'s AdminToken> {
     let presented = Sha256::digest(presented.as_bytes());
@@ -112,15 +134,33 @@ pub fn find_token<'s>(settings: &'s Settings, presented: &str) -> Option<&'s Adm
 }
 
 impl Guard {
-    /// Refuses a client over its failure limit (429).
-    pub fn check_client(&self, request: &HttpRequest) -> Result<(), ApiError> {
+    pub fn new(trusted_proxies: Vec<Cidr>) -> Self {
+        Guard {
+            limiter: FailureLimiter::default(),
+            trusted_proxies,
+            server_secret: OnceCell::new(),
+        }
+    }
+
+    /// Refuses a client over its failure limit for `token` — the token a session
+    /// cookie names, `None` for a presented one (429).
+    pub fn check_client(&self, request: &HttpRequest, token: Option<&str>) -> Result<(), ApiError> {
         self.limiter
-            .check(client::address(request))
+            .check(self.client(request), token)
             .map_err(ApiError::TooManyRequests)
     }
 
-    pub fn record_failure(&self, request: &HttpRequest) {
-        self.limiter.record_failure(client::address(request));
+    pub fn record_failure(&self, request: &HttpRequest, token: Option<&str>) {
+        self.limiter.record_failure(self.client(request), token);
+    }
+
+    fn client(&self, request: &HttpRequest) -> std::net::IpAddr {
+        client::address(request, &self.trusted_proxies)
+    }
+
+    /// The host the client asked for (behind a trusted proxy, the one it names).
+    fn requested_host<'r>(&self, request: &'r HttpRequest) -> &'r str {
+        client::requested_host(request, &self.trusted_proxies)
     }
 
     async fn server_secret(&self, pool: &deadpool_postgres::Pool) -> Result<&Key, StoreError> {
@@ -202,24 +242,19 @@ pub async fn authenticate(
     request: &HttpRequest,
 ) -> Result<Option<Principal>, ApiError> {
     let guard = &state.guard;
-    guard.check_client(request)?;
-    // Only a Bearer header is hookd's (the scheme name is case-insensitive, RFC
-    // 7235); any other, e.g. a proxy's Basic auth, leaves the cookie to decide.
-    let bearer = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
-    if let Some((_, presented)) = bearer {
-        let found = find_token(&state.settings, presented.trim())
-            .filter(|token| usable_here(token, request));
+    // Only a Bearer header is hookd's; any other, e.g. a proxy's Basic auth,
+    // leaves the cookie to decide.
+    if let Some(presented) = bearer(request) {
+        guard.check_client(request, None)?;
+        let found =
+            find_token(&state.settings, presented).filter(|token| usable_here(token, request));
         if found.is_none() {
-            guard.record_failure(request);
+            guard.record_failure(request, None);
         }
         return Ok(found.map(|t| principal(t, None, None)));
     }
     let Some(cookie) = request.cookie(SESSION_COOKIE) else {
+        guard.check_client(request, None)?;
         return Ok(None);
     };
     verify_session(state, request, cookie.value(), Utc::now()).await
@@ -256,14 +291,18 @@ async fn verify_session(
         .ok()
         .and_then(|n| String::from_utf8(n).ok())
         .and_then(|name| state.settings.admin_tokens.iter().find(|t| t.name == name));
+    // Counted per token the cookie names, so guessing from an address does not
+    // hold back the sessions of staff who share it.
+    let named = token.map(|t| t.name.as_str());
+    state.guard.check_client(request, named)?;
     let Some(token) = token.filter(|token| usable_here(token, request)) else {
-        state.guard.record_failure(request);
+        state.guard.record_failure(request, named);
         return Ok(None);
     };
     let key = state.guard.session_key(&state.pool, token).await?;
     let expected = session_mac(&key, name_b64, expires_at.timestamp(), nonce);
     if !bool::from(expected.as_bytes().ct_eq(mac.as_bytes())) {
-        state.guard.record_failure(request);
+        state.guard.record_failure(request, named);
         return Ok(None);
     }
     let client = state.pool.get().await.map_err(StoreError::from)?;
@@ -292,7 +331,7 @@ pub async fn require(state: &AppState, request: &HttpRequest) -> Result<Principa
         .await?
         .ok_or(ApiError::Unauthorized)?;
     if principal.session.is_some() && !request.method().is_safe() {
-        match same_origin(request) {
+        match same_origin(state, request) {
             Some(true) => {}
             Some(false) => return Err(cross_site()),
             None => {
@@ -327,8 +366,8 @@ fn cross_site() -> ApiError {
 /// Whether `Origin` and `Referer` (those the request carries) both name this
 /// host: any that names another is refused; `None` when the request carries
 /// neither.
-fn same_origin(request: &HttpRequest) -> Option<bool> {
-    let host = client::requested_host(request);
+fn same_origin(state: &AppState, request: &HttpRequest) -> Option<bool> {
+    let host = state.guard.requested_host(request);
     let names_this_host = |claimed: &actix_web::http::header::HeaderValue| {
         let claimed_host = claimed
             .to_str()
@@ -347,8 +386,8 @@ fn same_origin(request: &HttpRequest) -> Option<bool> {
 
 /// For page forms, which also carry the form token: an `Origin`/`Referer` that
 /// names another host is refused.
-pub fn check_same_origin(request: &HttpRequest) -> Result<(), ApiError> {
-    match same_origin(request) {
+pub fn check_same_origin(state: &AppState, request: &HttpRequest) -> Result<(), ApiError> {
+    match same_origin(state, request) {
         Some(false) => Err(cross_site()),
         _ => Ok(()),
     }

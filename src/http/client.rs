@@ -1,11 +1,13 @@
-//! Who sent a request, as far as hookd can tell. A reverse proxy on this machine
-//! (a loopback peer) is trusted to say who its client was and which host it was
-//! asked for; anyone else is taken at its address.
+//! Who sent a request, as far as hookd can tell. A peer in `trusted_proxies` (by
+//! default a reverse proxy on this machine) is believed about who its client was
+//! and which host it was asked for; anyone else is taken at its address.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use actix_web::HttpRequest;
 use actix_web::http::header::HOST;
+
+use crate::config::Cidr;
 
 /// Headers a proxy adds; their presence means the request came from beyond it.
 const FORWARDING_HEADERS: [&str; 4] = [
@@ -22,8 +24,8 @@ fn peer(request: &HttpRequest) -> IpAddr {
         .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip().to_canonical())
 }
 
-fn through_local_proxy(request: &HttpRequest) -> bool {
-    peer(request).is_loopback()
+fn is_trusted(address: IpAddr, trusted: &[Cidr]) -> bool {
+    trusted.iter().any(|block| block.contains(address))
 }
 
 /// Whether a proxy forwarded the request (it then came from beyond this machine,
@@ -34,24 +36,32 @@ pub fn is_forwarded(request: &HttpRequest) -> bool {
         .any(|name| request.headers().contains_key(*name))
 }
 
-/// The client the failure limits count: the peer, or — behind a proxy on this
-/// machine — the address that proxy appended last to `X-Forwarded-For` (the last
-/// entry of the last such header: earlier ones are the client's to invent). IPv6
-/// clients count per /64, the block one subscriber usually holds.
-pub fn address(request: &HttpRequest) -> IpAddr {
-    let peer = peer(request);
-    let client = if peer.is_loopback() {
-        request
+/// The client the failure limits count. From a trusted peer, `X-Forwarded-For`
+/// is walked from the right (the last entry of the last such header is what the
+/// nearest proxy appended) past every trusted proxy to the first address that is
+/// not one: entries left of it are that client's to invent. An entry that is not
+/// an address ends the walk at the proxy that passed it on. Any other peer is
+/// taken at its address. IPv6 clients count per /64, the block one subscriber
+/// usually holds.
+pub fn address(request: &HttpRequest, trusted: &[Cidr]) -> IpAddr {
+    let mut client = peer(request);
+    if is_trusted(client, trusted) {
+        let headers: Vec<String> = request
             .headers()
             .get_all("X-Forwarded-For")
-            .last()
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.rsplit(',').next())
-            .and_then(|last| last.trim().parse::<IpAddr>().ok())
-            .map_or(peer, |ip| ip.to_canonical())
-    } else {
-        peer
-    };
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect();
+        let hops = headers.iter().rev().flat_map(|h| h.rsplit(','));
+        for hop in hops {
+            let Some(hop) = hop_address(hop) else {
+                break;
+            };
+            client = hop;
+            if !is_trusted(hop, trusted) {
+                break;
+            }
+        }
+    }
     match client {
         IpAddr::V6(v6) => {
             let mut segments = v6.segments();
@@ -62,11 +72,26 @@ pub fn address(request: &HttpRequest) -> IpAddr {
     }
 }
 
-/// The host the client asked for: `Host`, or behind a proxy on this machine the
+/// An `X-Forwarded-For` entry's address: `IP`, or `IP:port` / `[IPv6]:port` as
+/// some balancers write it.
+fn hop_address(entry: &str) -> Option<IpAddr> {
+    let entry = entry.trim();
+    let ip = entry
+        .parse::<IpAddr>()
+        .ok()
+        .or_else(|| entry.parse::<SocketAddr>().ok().map(|a| a.ip()))
+        .or_else(|| {
+            let inner = entry.strip_prefix('[')?.strip_suffix(']')?;
+            inner.parse::<IpAddr>().ok()
+        })?;
+    Some(ip.to_canonical())
+}
+
+/// The host the client asked for: `Host`, or behind a trusted proxy the
 /// `X-Forwarded-Host` it sets when it rewrites `Host`.
-pub fn requested_host(request: &HttpRequest) -> &str {
+pub fn requested_host<'r>(request: &'r HttpRequest, trusted: &[Cidr]) -> &'r str {
     let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
-    through_local_proxy(request)
+    is_trusted(peer(request), trusted)
         .then(|| header("X-Forwarded-Host"))
         .flatten()
         .or_else(|| header(HOST.as_str()))
@@ -79,6 +104,20 @@ mod tests {
 
     use super::*;
 
+    const LOOPBACK: [Cidr; 2] = [Cidr::LOOPBACK_V4, Cidr::LOOPBACK_V6];
+
+    fn from(peer: &str, forwarded_for: &[&str]) -> HttpRequest {
+        let mut request = TestRequest::default().peer_addr(peer.parse().expect("peer address"));
+        for value in forwarded_for {
+            request = request.append_header(("X-Forwarded-For", *value));
+        }
+        request.to_http_request()
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().expect("ip")
+    }
+
     #[test]
     fn behind_a_local_proxy_the_last_forwarded_address_counts() {
         let request = TestRequest::default()
@@ -86,8 +125,77 @@ mod tests {
             .append_header(("X-Forwarded-For", "198.51.100.1, 203.0.113.9"))
             .append_header(("X-Forwarded-For", "192.0.2.44"))
             .to_http_request();
-        assert_eq!(address(&request), IpAddr::from([192, 0, 2, 44]));
+        assert_eq!(address(&request, &LOOPBACK), IpAddr::from([192, 0, 2, 44]));
         assert!(is_forwarded(&request));
+    }
+
+    #[test]
+    fn the_walk_passes_trusted_proxies_only() {
+        let balancers: Vec<Cidr> = ["127.0.0.0/8", "10.0.0.0/8"]
+            .iter()
+            .map(|c| c.parse().expect("cidr"))
+            .collect();
+        let cases: [(&str, &[&str], &[Cidr], &str); 9] = [
+            // A balancer in front of the local proxy: the client before it.
+            (
+                "127.0.0.1:1",
+                &["198.51.100.1, 10.0.0.5"],
+                &balancers,
+                "198.51.100.1",
+            ),
+            // Without trusting the balancer, the balancer is the client.
+            (
+                "127.0.0.1:1",
+                &["198.51.100.1, 10.0.0.5"],
+                &LOOPBACK,
+                "10.0.0.5",
+            ),
+            // A forged chain left of the real client is the client's own.
+            (
+                "127.0.0.1:1",
+                &["10.9.9.9, 192.0.2.1, 198.51.100.1, 10.0.0.5"],
+                &balancers,
+                "198.51.100.1",
+            ),
+            // A balancer that is the peer itself, ports written in.
+            (
+                "10.0.0.5:1",
+                &["198.51.100.1:4711"],
+                &balancers,
+                "198.51.100.1",
+            ),
+            (
+                "10.0.0.5:1",
+                &["[2001:db8::7]:4711"],
+                &balancers,
+                "2001:db8::",
+            ),
+            // A chain all trusted: the furthest hop.
+            (
+                "127.0.0.1:1",
+                &["10.0.0.7, 10.0.0.5"],
+                &balancers,
+                "10.0.0.7",
+            ),
+            // Garbage ends the walk at the proxy that passed it on.
+            (
+                "127.0.0.1:1",
+                &["198.51.100.1, nonsense, 10.0.0.5"],
+                &balancers,
+                "10.0.0.5",
+            ),
+            ("127.0.0.1:1", &["nonsense"], &balancers, "127.0.0.1"),
+            // An untrusted peer is its own address, whatever it says.
+            ("198.51.100.1:1", &["10.0.0.5"], &balancers, "198.51.100.1"),
+        ];
+        for (peer, forwarded_for, trusted, client) in cases {
+            let request = from(peer, forwarded_for);
+            assert_eq!(
+                address(&request, trusted),
+                ip(client),
+                "{peer} {forwarded_for:?}"
+            );
+        }
     }
 
     #[test]
@@ -98,8 +206,8 @@ mod tests {
             .append_header(("X-Forwarded-Host", "evil.example"))
             .append_header(("Host", "hookd.example"))
             .to_http_request();
-        assert_eq!(address(&request), IpAddr::from([203, 0, 113, 7]));
-        assert_eq!(requested_host(&request), "hookd.example");
+        assert_eq!(address(&request, &LOOPBACK), IpAddr::from([203, 0, 113, 7]));
+        assert_eq!(requested_host(&request, &LOOPBACK), "hookd.example");
     }
 
     #[test]
@@ -110,14 +218,14 @@ mod tests {
             .append_header(("X-Forwarded-Host", "hookd.example"))
             .to_http_request();
         assert_eq!(
-            address(&request),
+            address(&request, &LOOPBACK),
             "2001:db8:1:2::".parse::<IpAddr>().expect("ip")
         );
-        assert_eq!(requested_host(&request), "hookd.example");
+        assert_eq!(requested_host(&request, &LOOPBACK), "hookd.example");
         let direct = TestRequest::default()
             .peer_addr("[2001:db8:1:2:bbbb::9]:5000".parse().expect("addr"))
             .to_http_request();
-        assert_eq!(address(&direct), address(&request));
+        assert_eq!(address(&direct, &LOOPBACK), address(&request, &LOOPBACK));
         assert!(!is_forwarded(&direct));
     }
 }

@@ -1,22 +1,50 @@
-//! Failed sign-ins and unknown bearer tokens, counted per client: past a handful a
-//! minute, the client is refused (429 with `Retry-After`) until its window ends,
-//! whether its next attempt is right or wrong, so guessing gains nothing. Per
-//! instance and in memory: it slows guessing, it is not an audit.
+//! Failed sign-ins and unknown bearer tokens, counted per client and token name
+//! (the token a session cookie names; none for a guessed token): past a handful a
+//! minute, that client is refused for that token (429 with `Retry-After`) until
+//! its window ends, whether its next attempt is right or wrong, so guessing gains
+//! nothing. When failures from all clients together pass a global rate, each is
+//! allowed fewer, so guessing spread over many addresses stays slow. The entries
+//! are a bounded LRU: past its size the client that failed longest ago is
+//! forgotten. Per instance and in memory: it slows guessing, it is not an audit.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Failures allowed per client and window.
+/// Failures allowed per client, token and window.
 pub const MAX_FAILURES: u32 = 10;
 pub const WINDOW: Duration = Duration::from_secs(60);
-/// Clients remembered at once; past this the stalest windows are forgotten.
-const MAX_CLIENTS: usize = 10_000;
+/// Failures of all clients together per window past which each is allowed only
+/// `BUSY_MAX_FAILURES`.
+pub const BUSY_FAILURES: u32 = 100;
+pub const BUSY_MAX_FAILURES: u32 = 3;
+/// Clients (and tokens) remembered at once.
+const MAX_ENTRIES: usize = 10_000;
+
+/// A client's address and the token name it claims, if any.
+type Key = (IpAddr, Option<String>);
 
 #[derive(Debug, Default)]
 pub struct FailureLimiter {
-    windows: Mutex<HashMap<IpAddr, Window>>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: HashMap<Key, Entry>,
+    /// The keys by their last failure, oldest first: the order of eviction.
+    by_age: BTreeMap<u64, Key>,
+    /// Stamps the failures in order.
+    clock: u64,
+    /// Every client's failures together.
+    all: Option<Window>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    window: Window,
+    stamp: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -25,45 +53,82 @@ struct Window {
     failures: u32,
 }
 
+impl Window {
+    fn new() -> Self {
+        Window {
+            started: Instant::now(),
+            failures: 0,
+        }
+    }
+
+    fn left(&self) -> Option<Duration> {
+        WINDOW.checked_sub(self.started.elapsed())
+    }
+
+    /// This window if it has time left, else a new one.
+    fn current(self) -> Self {
+        if self.left().is_some() {
+            self
+        } else {
+            Window::new()
+        }
+    }
+}
+
+impl State {
+    /// Failures each client may have in its window now.
+    fn allowance(&self) -> u32 {
+        match self.all.and_then(|w| w.left().map(|_| w.failures)) {
+            Some(failures) if failures >= BUSY_FAILURES => BUSY_MAX_FAILURES,
+            _ => MAX_FAILURES,
+        }
+    }
+}
+
 impl FailureLimiter {
-    /// `Err(wait)` while `client` is over its limit.
-    pub fn check(&self, client: IpAddr) -> Result<(), Duration> {
-        let Ok(windows) = self.windows.lock() else {
+    /// `Err(wait)` while `client` is over its limit for `token`.
+    pub fn check(&self, client: IpAddr, token: Option<&str>) -> Result<(), Duration> {
+        let Ok(state) = self.state.lock() else {
             return Ok(());
         };
-        match windows.get(&client) {
-            Some(w) if w.failures >= MAX_FAILURES && w.started.elapsed() < WINDOW => {
-                Err(WINDOW.saturating_sub(w.started.elapsed()))
-            }
+        let key = (client, token.map(String::from));
+        let Some(entry) = state.entries.get(&key) else {
+            return Ok(());
+        };
+        match entry.window.left() {
+            Some(wait) if entry.window.failures >= state.allowance() => Err(wait),
             _ => Ok(()),
         }
     }
 
-    pub fn record_failure(&self, client: IpAddr) {
-        let Ok(mut windows) = self.windows.lock() else {
+    pub fn record_failure(&self, client: IpAddr, token: Option<&str>) {
+        let Ok(mut state) = self.state.lock() else {
             return;
         };
-        if windows.len() >= MAX_CLIENTS && !windows.contains_key(&client) {
-            windows.retain(|_, w| w.started.elapsed() < WINDOW);
-            if windows.len() >= MAX_CLIENTS
-                && let Some(stalest) = windows.iter().min_by_key(|(_, w)| w.started)
-            {
-                let stalest = *stalest.0;
-                windows.remove(&stalest);
+        let state = &mut *state;
+        let mut all = state.all.map_or_else(Window::new, Window::current);
+        all.failures = all.failures.saturating_add(1);
+        state.all = Some(all);
+        state.clock += 1;
+        let stamp = state.clock;
+        let key = (client, token.map(String::from));
+        let mut window = match state.entries.remove(&key) {
+            Some(entry) => {
+                state.by_age.remove(&entry.stamp);
+                entry.window.current()
             }
-        }
-        let now = Instant::now();
-        let window = windows.entry(client).or_insert(Window {
-            started: now,
-            failures: 0,
-        });
-        if window.started.elapsed() >= WINDOW {
-            *window = Window {
-                started: now,
-                failures: 0,
-            };
-        }
+            None => {
+                if state.entries.len() >= MAX_ENTRIES
+                    && let Some((_, oldest)) = state.by_age.pop_first()
+                {
+                    state.entries.remove(&oldest);
+                }
+                Window::new()
+            }
+        };
         window.failures = window.failures.saturating_add(1);
+        state.by_age.insert(stamp, key.clone());
+        state.entries.insert(key, Entry { window, stamp });
     }
 }
 
@@ -71,27 +136,83 @@ impl FailureLimiter {
 mod tests {
     use super::*;
 
+    fn address(i: u32) -> IpAddr {
+        IpAddr::from(i.to_be_bytes())
+    }
+
     #[test]
     fn a_client_is_refused_after_its_failures_and_others_are_not() {
         let limiter = FailureLimiter::default();
         let guesser = IpAddr::from([203, 0, 113, 7]);
         let staff = IpAddr::from([198, 51, 100, 2]);
         for _ in 0..MAX_FAILURES {
-            assert!(limiter.check(guesser).is_ok());
-            limiter.record_failure(guesser);
+            assert!(limiter.check(guesser, None).is_ok());
+            limiter.record_failure(guesser, None);
         }
-        let wait = limiter.check(guesser).expect_err("over the limit");
+        let wait = limiter.check(guesser, None).expect_err("over the limit");
         assert!(wait > Duration::from_secs(50) && wait <= WINDOW, "{wait:?}");
-        assert!(limiter.check(staff).is_ok());
+        assert!(limiter.check(staff, None).is_ok());
+        // Guessing from an address does not lock out a token's session there.
+        assert!(limiter.check(guesser, Some("alice")).is_ok());
+        for _ in 0..MAX_FAILURES {
+            limiter.record_failure(guesser, Some("alice"));
+        }
+        assert!(limiter.check(guesser, Some("alice")).is_err());
+        assert!(limiter.check(guesser, Some("bob")).is_ok());
     }
 
     #[test]
-    fn memory_stays_bounded_under_many_clients() {
+    fn many_failing_clients_leave_each_fewer_failures() {
         let limiter = FailureLimiter::default();
-        for i in 0..(MAX_CLIENTS as u32 + 500) {
-            limiter.record_failure(IpAddr::from(i.to_be_bytes()));
+        // Each below its own limit...
+        for i in 0..BUSY_FAILURES {
+            limiter.record_failure(address(i), None);
         }
-        let remembered = limiter.windows.lock().map(|w| w.len()).unwrap_or(0);
-        assert!(remembered <= MAX_CLIENTS, "{remembered}");
+        let newcomer = IpAddr::from([192, 0, 2, 99]);
+        for _ in 0..BUSY_MAX_FAILURES {
+            assert!(limiter.check(newcomer, None).is_ok());
+            limiter.record_failure(newcomer, None);
+        }
+        // ...but together past the global rate: three now lock a client out.
+        assert!(limiter.check(newcomer, None).is_err());
+        assert!(limiter.check(address(0), None).is_ok(), "one failure each");
+        assert!(limiter.check(IpAddr::from([192, 0, 2, 100]), None).is_ok());
+
+        let calm = FailureLimiter::default();
+        for _ in 0..BUSY_MAX_FAILURES {
+            calm.record_failure(newcomer, None);
+        }
+        assert!(calm.check(newcomer, None).is_ok(), "alone, ten are allowed");
+    }
+
+    #[test]
+    fn memory_stays_bounded_and_the_longest_idle_client_goes_first() {
+        let limiter = FailureLimiter::default();
+        let persistent = IpAddr::from([198, 51, 100, 9]);
+        for _ in 0..MAX_FAILURES {
+            limiter.record_failure(persistent, None);
+        }
+        for i in 0..(MAX_ENTRIES as u32 + 500) {
+            limiter.record_failure(address(i), None);
+            if i % 1000 == 0 {
+                // Still failing: recently used, so never the one evicted.
+                limiter.record_failure(persistent, None);
+            }
+        }
+        let state = limiter.state.lock().expect("lock");
+        assert!(
+            state.entries.len() <= MAX_ENTRIES,
+            "{}",
+            state.entries.len()
+        );
+        assert_eq!(state.entries.len(), state.by_age.len());
+        assert!(
+            !state.entries.contains_key(&(address(0), None)),
+            "oldest gone"
+        );
+        let newest = (address(MAX_ENTRIES as u32 + 499), None);
+        assert!(state.entries.contains_key(&newest));
+        drop(state);
+        assert!(limiter.check(persistent, None).is_err());
     }
 }

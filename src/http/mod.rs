@@ -41,8 +41,8 @@ pub struct AppState {
     pub retry_permits: tokio::sync::Semaphore,
     /// Webhook body bytes being read, one permit a byte (see `body::read_budgeted`).
     pub body_memory: tokio::sync::Semaphore,
-    /// The last readiness check: when, and what was wrong (`None`: ready).
-    pub readiness: std::sync::Mutex<Option<(std::time::Instant, Option<&'static str>)>>,
+    /// The last readiness check: what was wrong (`None`: ready).
+    pub readiness: crate::metrics::fresh::Fresh<Option<&'static str>>,
 }
 
 impl AppState {
@@ -61,6 +61,7 @@ impl AppState {
                 .max_body_memory
                 .min(tokio::sync::Semaphore::MAX_PERMITS),
         );
+        let guard = auth::Guard::new(settings.trusted_proxies.clone());
         AppState {
             settings,
             pool,
@@ -69,10 +70,10 @@ impl AppState {
             desk,
             metrics,
             migrations,
-            guard: auth::Guard::default(),
+            guard,
             retry_permits: tokio::sync::Semaphore::new(permits),
             body_memory,
-            readiness: std::sync::Mutex::new(None),
+            readiness: Default::default(),
         }
     }
 }

@@ -1,11 +1,12 @@
 //! Health, readiness and metrics for operators and orchestrators.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use actix_web::{HttpResponse, ResponseError, web};
+use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use serde_json::json;
 
 use super::AppState;
+use super::auth;
 use super::error::ApiError;
 use crate::metrics::Metric;
 use crate::store;
@@ -22,37 +23,28 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// Readiness answers from a result at most this old, so probes (or floods of
-/// them) cost the database one query a second.
-const READY_FOR: Duration = Duration::from_secs(1);
+/// Readiness, and the gauges read from the database, answer from a read at most
+/// this old, so probes and scrapes (or floods of them) cost the database one
+/// query a second.
+const FRESH_FOR: Duration = Duration::from_secs(1);
 
-/// Why this instance is not ready, if it is not (checked at most once per
-/// `READY_FOR`).
+/// Why this instance is not ready, if it is not.
 async fn readiness(state: &AppState) -> Option<&'static str> {
-    let cached = state
+    state
         .readiness
-        .lock()
-        .ok()
-        .and_then(|c| *c)
-        .filter(|(at, _)| at.elapsed() < READY_FOR)
-        .map(|(_, problem)| problem);
-    if let Some(problem) = cached {
-        return problem;
-    }
-    let problem = match store::is_ready(&state.pool, state.migrations).await {
-        Ok(()) => None,
-        Err(error) => {
-            log::warn!("not ready: {error}");
-            Some(match error {
-                store::StoreError::Schema(_) => "database not migrated",
-                _ => "database unreachable",
-            })
-        }
-    };
-    if let Ok(mut cache) = state.readiness.lock() {
-        *cache = Some((Instant::now(), problem));
-    }
-    problem
+        .get(FRESH_FOR, || async {
+            match store::is_ready(&state.pool, state.migrations).await {
+                Ok(()) => None,
+                Err(error) => {
+                    log::warn!("not ready: {error}");
+                    Some(match error {
+                        store::StoreError::Schema(_) => "database not migrated",
+                        _ => "database unreachable",
+                    })
+                }
+            }
+        })
+        .await
 }
 
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
@@ -65,8 +57,15 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
-pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    // The pool as it is before this scrape takes a connection of it.
+/// The scrape. With `metrics_token` set, it wants `Authorization: Bearer` with
+/// that token (401 otherwise, before anything is read).
+pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
+    if let Some(expected) = &state.settings.metrics_token
+        && !auth::bearer_is(&request, expected)
+    {
+        return ApiError::Unauthorized.error_response();
+    }
+    // The pool as it is before a refresh takes a connection of it.
     let pool = state.pool.status();
     let mut gauges = vec![
         (Metric::DbPoolSize, pool.size as f64),
@@ -76,9 +75,15 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     ];
     let ready = readiness(&state).await.is_none();
     gauges.push((Metric::Ready, if ready { 1.0 } else { 0.0 }));
-    if let Ok(client) = state.pool.get().await
-        && let Ok((failed, dead)) = store::events::backlog(&client).await
-    {
+    let backlog = state
+        .metrics
+        .backlog
+        .get(FRESH_FOR, || async {
+            let client = state.pool.get().await.ok()?;
+            store::events::backlog(&client).await.ok()
+        })
+        .await;
+    if let Some((failed, dead)) = backlog {
         gauges.push((Metric::RetryBacklog, failed as f64));
         gauges.push((Metric::DeadEvents, dead as f64));
     }

@@ -105,8 +105,13 @@ fn csrf_field(body: &[u8]) -> String {
 }
 
 /// A page POST: same origin (when the browser says) and the session's form token.
-fn check_form(who: &Principal, request: &HttpRequest, body: &[u8]) -> Result<(), ApiError> {
-    auth::check_same_origin(request).and_then(|()| who.check_csrf(&csrf_field(body)))
+fn check_form(
+    state: &AppState,
+    who: &Principal,
+    request: &HttpRequest,
+    body: &[u8],
+) -> Result<(), ApiError> {
+    auth::check_same_origin(state, request).and_then(|()| who.check_csrf(&csrf_field(body)))
 }
 
 pub async fn login_form(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
@@ -144,8 +149,8 @@ pub async fn login(
     request: HttpRequest,
     mut payload: web::Payload,
 ) -> HttpResponse {
-    let checked =
-        auth::check_same_origin(&request).and_then(|()| state.guard.check_client(&request));
+    let checked = auth::check_same_origin(&state, &request)
+        .and_then(|()| state.guard.check_client(&request, None));
     if let Err(error) = checked {
         return error_page(&error, None);
     }
@@ -157,7 +162,7 @@ pub async fn login(
     let found =
         auth::find_token(&state.settings, &token).filter(|t| auth::usable_here(t, &request));
     let Some(token) = found else {
-        state.guard.record_failure(&request);
+        state.guard.record_failure(&request, None);
         let request_id = request_id::of(&request);
         log::warn!(
             request_id = request_id.as_str();
@@ -205,7 +210,7 @@ pub async fn logout(
     if let Some(who) = signed_in
         && let Some(session) = &who.session
     {
-        if let Err(error) = check_form(&who, &request, &body) {
+        if let Err(error) = check_form(&state, &who, &request, &body) {
             return error_page(&error, Some(&who));
         }
         // The cookie goes from this browser; the revocation ends it everywhere.
@@ -336,7 +341,8 @@ pub async fn retry(
         Ok(body) => body,
         Err(error) => return error_page(&error, Some(&who)),
     };
-    if let Err(error) = check_form(&who, &request, &body).and_then(|()| operator_only(&who)) {
+    if let Err(error) = check_form(&state, &who, &request, &body).and_then(|()| operator_only(&who))
+    {
         return error_page(&error, Some(&who));
     }
     let Ok(id) = path.parse::<i64>() else {
@@ -439,7 +445,7 @@ pub async fn bulk_post(
     };
     let result = async {
         let body = form_body(&state, &request, &mut payload).await?;
-        check_form(&who, &request, &body)?;
+        check_form(&state, &who, &request, &body)?;
         operator_only(&who)?;
         let params = ListParams::from_query(&String::from_utf8_lossy(&body))?;
         let filter = params.to_filter(Utc::now())?;

@@ -189,18 +189,7 @@ async fn signing_out_ends_the_session_on_every_instance() {
 #[tokio::test]
 async fn failed_sign_ins_and_bearer_guesses_are_limited_per_client() {
     // A token of the team's own (the shipped ones are refused behind a proxy).
-    let mut settings = shipped_settings();
-    settings.admin_tokens.push(hookd::config::AdminToken {
-        name: "support".into(),
-        token: hookd::signature::Secret::new(SUPPORT),
-        role: hookd::config::Role::Viewer,
-        key: "admin.tokens[2].token".into(),
-    });
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = app_behind(None).await;
     let anonymous = app.admin(Credential::None);
     for _ in 0..10 {
         let wrong = anonymous
@@ -242,6 +231,115 @@ async fn failed_sign_ins_and_bearer_guesses_are_limited_per_client() {
     }
     let right = app.admin(Credential::Bearer(OPERATOR.into()));
     assert_eq!(right.get("/admin/api/events").await.status, 429);
+}
+
+/// The shipped settings plus a token of the team's own (the shipped ones are
+/// refused on forwarded requests), with these trusted proxies.
+async fn app_behind(trusted_proxies: Option<&[&str]>) -> TestApp {
+    let mut settings = shipped_settings();
+    settings.admin_tokens.push(hookd::config::AdminToken {
+        name: "support".into(),
+        token: hookd::signature::Secret::new(SUPPORT),
+        role: hookd::config::Role::Viewer,
+        key: "admin.tokens[2].token".into(),
+    });
+    if let Some(blocks) = trusted_proxies {
+        settings.trusted_proxies = blocks.iter().map(|b| b.parse().expect("cidr")).collect();
+    }
+    spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await
+}
+
+/// A sign-in through proxies that forward `X-Forwarded-For: chain`.
+async fn sign_in_via(app: &TestApp, chain: &str, token: &str) -> u16 {
+    app.admin(Credential::None)
+        .post_form(
+            "/admin/login",
+            &[("X-Forwarded-For", chain)],
+            &[("token", token)],
+        )
+        .await
+        .status
+}
+
+#[tokio::test]
+async fn behind_a_balancer_on_a_private_address_each_client_has_its_own_limit() {
+    // Modelled: clients → a load balancer at 10.0.0.5 (private) → the proxy on
+    // this machine, which appends the balancer's address → hookd. The test's
+    // requests come from 127.0.0.1 (that proxy) carrying the chain the balancer
+    // and proxy would write; the operator trusts the balancer's network.
+    let app = app_behind(Some(&["127.0.0.0/8", "::1/128", "10.0.0.0/8"])).await;
+    let guesser = "203.0.113.66, 10.0.0.5";
+    let staff = "198.51.100.20, 10.0.0.5";
+    // Someone at the guesser's address (one office's NAT) signed in before.
+    let signed_in = app
+        .admin(Credential::None)
+        .post_form(
+            "/admin/login",
+            &[("X-Forwarded-For", guesser)],
+            &[("token", SUPPORT)],
+        )
+        .await;
+    assert_eq!(signed_in.status, 303);
+    let cookie = signed_in
+        .header("set-cookie")
+        .and_then(|c| c.split(';').next())
+        .expect("session cookie")
+        .to_string();
+    for _ in 0..10 {
+        assert_eq!(sign_in_via(&app, guesser, "not-a-token-at-all").await, 401);
+    }
+    assert_eq!(
+        sign_in_via(&app, guesser, SUPPORT).await,
+        429,
+        "the guesser is held"
+    );
+    // The other client behind the same balancer still signs in...
+    assert_eq!(sign_in_via(&app, staff, SUPPORT).await, 303);
+    // ...and the session at the guesser's address, counted under its token, goes on.
+    let session = cookie_client(&app, &cookie)
+        .send(
+            "GET",
+            "/admin/api/events",
+            &[("X-Forwarded-For", guesser)],
+            vec![],
+        )
+        .await;
+    assert_eq!(session.status, 200);
+
+    // Without trusting the balancer, both are the balancer: one limit for all.
+    let app = app_behind(None).await;
+    for _ in 0..10 {
+        assert_eq!(sign_in_via(&app, guesser, "not-a-token-at-all").await, 401);
+    }
+    assert_eq!(sign_in_via(&app, staff, SUPPORT).await, 429);
+}
+
+#[tokio::test]
+async fn a_forged_forwarded_for_cannot_choose_the_limit_it_counts_against() {
+    // Modelled: the attacker at 198.51.100.66 sends its own X-Forwarded-For, and
+    // the proxy on this machine (the default trusted_proxies: loopback) passes it
+    // on with the attacker's real address appended.
+    let app = app_behind(None).await;
+    let victim = "192.0.2.10";
+    for n in 0..10 {
+        // A fresh spoofed address each time, and one posing as a trusted hop.
+        let chain = if n % 2 == 0 {
+            format!("192.0.2.{}, 198.51.100.66", 100 + n)
+        } else {
+            format!("{victim}, 127.0.0.1, 198.51.100.66")
+        };
+        assert_eq!(sign_in_via(&app, &chain, "not-a-token-at-all").await, 401);
+    }
+    // Every guess counted against the attacker's real address...
+    let spoofed = "192.0.2.200, 198.51.100.66";
+    assert_eq!(sign_in_via(&app, spoofed, SUPPORT).await, 429);
+    // ...and none against the addresses it named.
+    assert_eq!(sign_in_via(&app, victim, SUPPORT).await, 303);
+    assert_eq!(sign_in_via(&app, "192.0.2.100", SUPPORT).await, 303);
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Exposition, Sample, TestDb, cluster, parse_exposition, shipped_settings,
+    Exposition, Sample, TestDb, cluster, connect, parse_exposition, shipped_settings,
     spawn_with_admin_listener, stripe_event, wait_for,
 };
 
@@ -441,15 +441,104 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
     assert!(start <= now + 1.0 && start > now - 86_400.0, "{start}");
 }
 
+#[tokio::test]
+async fn scrapes_cost_the_database_one_count_a_second_whatever_their_number() {
+    let app = crate::support::spawn_app().await;
+    let dead = stripe_event(
+        "evt_scraped_dead",
+        "payment_intent.succeeded",
+        json!({"object": "payment_intent", "amount": 100}),
+    );
+    assert_eq!(app.deliver("stripe", &dead).await.status, 200);
+    let counted_before = app.app.metrics.backlog.reads();
+    let started = std::time::Instant::now();
+    // 500 scrapes at once, beside 50 deliveries.
+    let url = format!("{}/metrics", app.base);
+    let scrapes = (0..500).map(|_| {
+        let request = app.http.get(&url);
+        async move {
+            let answer = request.send().await.expect("scrape");
+            (answer.status(), answer.text().await.expect("body"))
+        }
+    });
+    let app = &app;
+    let deliveries = (0..50).map(|n| {
+        let event = stripe_event(
+            &format!("evt_scraped_{n}"),
+            "payment_intent.succeeded",
+            json!({"id": format!("pi_scraped_{n}"), "object": "payment_intent", "amount": 100}),
+        );
+        async move { app.deliver("stripe", &event).await.status }
+    });
+    let (scraped, delivered) = tokio::join!(
+        futures_util::future::join_all(scrapes),
+        futures_util::future::join_all(deliveries)
+    );
+    let elapsed = started.elapsed();
+    let counts = app.app.metrics.backlog.reads() - counted_before;
+    assert!(
+        delivered.iter().all(|status| *status == 200),
+        "{delivered:?}"
+    );
+    for (status, text) in &scraped {
+        assert_eq!(*status, 200);
+        assert_eq!(Exposition::parse(text).value("hookd_dead_events", &[]), 1.0);
+    }
+    // A count at most every second: the first, then one per second passed.
+    assert!(
+        counts >= 1 && counts <= elapsed.as_secs() + 1,
+        "{counts} counts of the backlog in {elapsed:?} for 500 scrapes"
+    );
+}
+
+#[tokio::test]
+async fn a_metrics_token_closes_metrics_to_anyone_without_it() {
+    const TOKEN: &str = "scrape-token-0123456789abcdef";
+    let mut settings = shipped_settings();
+    settings.metrics_token = Some(hookd::signature::Secret::new(TOKEN));
+    let app = crate::support::spawn(crate::support::Spawn {
+        settings,
+        ..Default::default()
+    })
+    .await;
+    let scrape = |token: Option<&str>| {
+        let mut request = app.http.get(format!("{}/metrics", app.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move {
+            let answer = request.send().await.expect("scrape");
+            (answer.status().as_u16(), answer.text().await.expect("body"))
+        }
+    };
+    for refused in [None, Some("scrape-token-0123456789abcdeX"), Some("")] {
+        let (status, body) = scrape(refused).await;
+        assert_eq!(status, 401, "{refused:?}");
+        let body: Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(body, json!({"error": "unauthorized"}), "{refused:?}");
+    }
+    // An admin token is not the metrics token.
+    let (status, _) = scrape(Some("dev-operator-token-0123456789")).await;
+    assert_eq!(status, 401);
+    let (status, body) = scrape(Some(TOKEN)).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("hookd_build_info"), "{body}");
+
+    // Unset, metrics are open.
+    let open = crate::support::spawn_app().await;
+    assert_eq!(open.get("/metrics").await.status, 200);
+}
+
 /// Every secret and token hookd knows in the logging test.
 const ENV_TOKEN: &str = "an-operator-token-from-the-environment";
 const ENV_SHOP_SECRET: &str = "a-shop-secret-from-the-environment";
 
 #[tokio::test]
 async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged() {
-    // hookd's own lines at every level down to debug.
+    // Every crate's lines down to debug, the database driver's included unless
+    // hookd holds it back (its debug lines carry each statement's parameters).
     let served = Served::start(&[
-        ("RUST_LOG", "info,hookd=debug"),
+        ("RUST_LOG", "debug"),
         ("HOOKD_ADMIN_TOKEN", ENV_TOKEN),
         ("HOOKD_SOURCE_SHOP_SECRETS", ENV_SHOP_SECRET),
     ])
@@ -541,6 +630,20 @@ async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged()
         ),
     ];
     let count = deliveries.len();
+    // Every signature sent, without its scheme's prefix.
+    let signatures: Vec<String> = deliveries
+        .iter()
+        .flat_map(|(_, headers, _, _)| headers.iter())
+        .filter(|(name, _)| name.to_ascii_lowercase().contains("signature"))
+        .flat_map(|(_, value)| {
+            value
+                .split([',', '='])
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .filter(|part| part.len() >= 32)
+        .collect();
+    assert!(signatures.len() >= 2, "{signatures:?}");
     for (n, (path, headers, body, status)) in deliveries.into_iter().enumerate() {
         assert_eq!(
             send(path, format!("req-logged-{n}"), headers, body).await,
@@ -559,7 +662,22 @@ async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged()
             .expect("answer");
         assert_eq!(answer.status().as_u16(), [401, 303][n]);
     }
+    // The sign-in made the server secret, which keys every session.
+    let server_secret: Vec<u8> = connect(served._db.config())
+        .await
+        .query_one("SELECT secret FROM hookd_server_secret", &[])
+        .await
+        .expect("server secret")
+        .get(0);
     let log = served.stop().await;
+    assert!(
+        log.contains(" DEBUG "),
+        "the test must see debug lines:\n{log}"
+    );
+    assert!(
+        !log.contains(" DEBUG tokio_postgres"),
+        "the driver's debug lines:\n{log}"
+    );
 
     let delivery_lines: Vec<&str> = log
         .lines()
@@ -589,12 +707,37 @@ async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged()
     for secret in &secrets {
         assert!(!log.contains(secret.as_str()), "{secret} logged:\n{log}");
     }
+    // As bytes are printed ("[12, 34, …]") and as hex.
+    let printed_secret = format!("{:?}", &server_secret[..8]);
+    for shown in [
+        printed_secret.trim_matches(['[', ']']).to_string(),
+        hex::encode(&server_secret),
+    ] {
+        assert!(!log.contains(&shown), "the server secret logged:\n{log}");
+    }
+    for signature in &signatures {
+        assert!(
+            !log.contains(signature.as_str()),
+            "{signature} logged:\n{log}"
+        );
+    }
     for marker in (1..=8).map(|n| format!("payload-marker-{n}")) {
         assert!(!log.contains(&marker), "{marker} logged:\n{log}");
     }
     assert!(
         !log.contains("cus_marker_"),
         "payload fields logged:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn the_database_drivers_debug_lines_appear_only_when_named() {
+    let served = Served::start(&[("RUST_LOG", "debug,tokio_postgres=debug")]).await;
+    deliver_and_sign_in(&served.base, "driver").await;
+    let log = served.stop().await;
+    assert!(
+        log.contains(" DEBUG tokio_postgres"),
+        "the operator's explicit choice is honoured:\n{log}"
     );
 }
 

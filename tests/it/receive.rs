@@ -1,9 +1,13 @@
 //! Receiving: every check of the receiver, in its order, for every scheme.
 
+use std::time::Duration;
+
 use hookd::provider::Hints;
 use serde_json::{Value, json};
 
-use crate::support::{Answer, Spawn, TestApp, shipped_settings, spawn, spawn_app, stripe_event};
+use crate::support::{
+    Answer, Spawn, TestApp, shipped_settings, spawn, spawn_app, stripe_event, wait_for,
+};
 
 fn succeeded(id: &str, payment: &str) -> Value {
     stripe_event(
@@ -701,12 +705,20 @@ async fn metrics_count_deliveries_failures_duplicates_and_events() {
             .contains(&("hookd_purged_rows_total".into(), "counter".into()))
     );
 
-    // The backlog is read from the database at each scrape: one failed event, then two.
+    // The backlog is read from the database (at most once a second): one failed
+    // event, then two.
     for n in 1..=2 {
         let later = stripe_event(&format!("evt_later_{n}"), "test.later", json!({}));
         app.deliver_ok("stripe", &later).await;
-        let metrics = app.metrics().await;
-        assert_eq!(metrics.value("hookd_retry_backlog", &[]), f64::from(n));
+        let metrics = wait_for(
+            "the backlog to count it",
+            Duration::from_secs(5),
+            || async {
+                let metrics = app.metrics().await;
+                (metrics.value("hookd_retry_backlog", &[]) == f64::from(n)).then_some(metrics)
+            },
+        )
+        .await;
         assert_eq!(
             metrics.value(
                 "hookd_events_total",
