@@ -135,6 +135,13 @@ pub async fn apply_again(
                 "no handler applies to this event's kind".into(),
             ));
         }
+        RetryOutcome::InFlight => {
+            return Err(ApiError::Conflict(
+                "in_flight",
+                "this event's forwards are being sent right now; retry once they have answered"
+                    .into(),
+            ));
+        }
     }
     let event = history::load_event(&state.pool, id)
         .await?
