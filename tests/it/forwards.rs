@@ -201,6 +201,14 @@ async fn a_forward_refused_with_a_4xx_is_dead_and_an_operator_retry_sends_only_i
         handlers,
         ["payment_succeeded", "forward:billing", "forward:billing"]
     );
+    // Its audit row, written as the retry began, has the outcome once it answered.
+    let audited = app
+        .strings(
+            "SELECT detail->>'outcome' FROM admin_audit WHERE action = 'retried'",
+            &[],
+        )
+        .await;
+    assert_eq!(audited, ["processed"]);
 }
 
 /// Fails its first two runs.
