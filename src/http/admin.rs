@@ -135,13 +135,7 @@ pub async fn apply_again(
                 "no handler applies to this event's kind".into(),
             ));
         }
-        RetryOutcome::InFlight => {
-            return Err(ApiError::Conflict(
-                "in_flight",
-                "this event's forwards are being sent right now; retry once they have answered"
-                    .into(),
-            ));
-        }
+        RetryOutcome::InFlight => return Err(ApiError::InFlight),
     }
     let event = history::load_event(&state.pool, id)
         .await?
@@ -305,9 +299,11 @@ where
         )),
         Claim::Mismatch => Err(ApiError::IdempotencyKeyReused),
         Claim::Fresh(claim_id) => {
-            let (status, body) = answer(work(body).await);
+            let result = work(body).await;
+            let passes = result.as_ref().err().is_some_and(ApiError::passes);
+            let (status, body) = answer(result);
             let client = connection(state).await?;
-            if status >= 500 {
+            if passes {
                 idempotency::release(&client, &principal.name, &key, &claim_id).await?;
             } else {
                 idempotency::complete(&client, &principal.name, &key, &claim_id, status, &body)

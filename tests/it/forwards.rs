@@ -528,7 +528,7 @@ async fn a_forward_under_way_is_leased_and_a_send_cut_off_is_sent_again_once_the
         app.app.dispatcher.try_dispatch_due().await.expect("step"),
         DispatchStep::Idle
     );
-    let during = app.operator().retry(id, None).await;
+    let during = app.operator().retry(id, Some("key-lease")).await;
     assert_eq!(
         (during.status, during.json()["error"].clone()),
         (409, json!("in_flight"))
@@ -545,13 +545,20 @@ async fn a_forward_under_way_is_leased_and_a_send_cut_off_is_sent_again_once_the
         "{done:?}"
     );
     assert_eq!(receiver.received().len(), 1);
+    // The 409 passed: the same Idempotency-Key runs the retry now.
+    let after = app.operator().retry(id, Some("key-lease")).await;
+    assert_eq!(
+        (after.status, after.header("Idempotent-Replayed")),
+        (200, None)
+    );
+    assert_eq!(receiver.received().len(), 2);
 
     // A run that dies mid-send leaves its lease; once it runs out, the event is
     // claimed and sent again, with the same webhook-id.
     app.deliver_ok("stripe", &paid("evt_cut", "pi_cut")).await;
     let dispatcher = app.app.dispatcher.clone();
     let cut = tokio::spawn(async move { dispatcher.try_dispatch_due().await });
-    receiver.wait_for(2).await;
+    receiver.wait_for(3).await;
     cut.abort();
     assert!(cut.await.is_err(), "cut off mid-send");
     assert_eq!(
@@ -569,9 +576,9 @@ async fn a_forward_under_way_is_leased_and_a_send_cut_off_is_sent_again_once_the
     app.run_due_retries().await;
     assert_eq!(status(&app, "evt_cut").await, "processed");
     let got = receiver.received();
-    assert_eq!(got.len(), 3);
+    assert_eq!(got.len(), 4);
     assert_eq!(
-        got[1].webhook_id, got[2].webhook_id,
+        got[2].webhook_id, got[3].webhook_id,
         "at least once, one id"
     );
 }
