@@ -311,7 +311,8 @@ const CLAIMED_COLUMNS: &str = "id, source, event_id, event_type, kind, payload, 
                                received_at, COALESCE(lease_until > now(), false)";
 
 /// Locks the most overdue `failed` event for this transaction, skipping rows other
-/// instances hold, so any number of dispatchers can run side by side. (`NO KEY`:
+/// instances hold, so any number of dispatchers can run side by side. An event
+/// whose forwards are being sent is not due: its lease pushed `next_attempt_at`. (`NO KEY`:
 /// the lock excludes other dispatchers and retries, yet a purge pass may still
 /// list the event as pending — a foreign key check — without waiting.)
 pub async fn claim_due(client: &impl GenericClient) -> Result<Option<ClaimedEvent>, StoreError> {
