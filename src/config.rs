@@ -152,7 +152,28 @@ impl Forward {
     pub fn handler_name(&self) -> String {
         format!("forward:{}", self.name)
     }
+
+    /// Its URL as errors and logs show it: `scheme://host:port/path`, without
+    /// the query (which may carry a token).
+    pub fn endpoint(&self) -> String {
+        shown_url(&self.url)
+    }
 }
+
+/// `scheme://host[:port]/path` of a URL: never its credentials or query.
+fn shown_url(url: &reqwest::Url) -> String {
+    let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+    format!(
+        "{}://{}{port}{}",
+        url.scheme(),
+        url.host_str().unwrap_or_default(),
+        url.path()
+    )
+}
+
+/// The longest `timeout` a forward may have: a send holds its event's lease (and
+/// a dispatcher) that long, and an operator's retry waits for it.
+pub const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -922,10 +943,27 @@ impl RawForward {
     fn validate(self, index: usize, sources: &[Source]) -> Result<Forward, Problem> {
         let key = |field: &str| format!("forwards[{index}].{field}");
         check_name(key("name"), &self.name, &['-', '_', '.'], "-, _ and .")?;
-        let url = reqwest::Url::parse(&self.url)
-            .ok()
+        let parsed = reqwest::Url::parse(&self.url).ok();
+        if let Some(u) = parsed.as_ref().filter(|u| has_credentials(u)) {
+            return Err((
+                key("url"),
+                format!(
+                    "{} must not carry a user or password (user:pass@): the receiver \
+                     authenticates hookd by the signature (secret)",
+                    shown_url(u)
+                ),
+            ));
+        }
+        let url = parsed
             .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-            .ok_or_else(|| (key("url"), format!("{:?} is not an http(s) URL", self.url)))?;
+            .ok_or_else(|| {
+                let shown = if self.url.contains('@') {
+                    String::new()
+                } else {
+                    format!("{:?} ", self.url)
+                };
+                (key("url"), format!("{shown}is not an http(s) URL"))
+            })?;
         let secret = Secret::new(self.secret);
         Scheme::Standard.key_bytes(&secret).map_err(|problem| {
             (
@@ -947,6 +985,17 @@ impl RawForward {
                 ));
             }
         }
+        let timeout = or(self.timeout, Duration::from_secs(10));
+        if timeout > MAX_FORWARD_TIMEOUT {
+            return Err((
+                key("timeout"),
+                format!(
+                    "{} is longer than the most a forward may wait, {}",
+                    crate::duration::format(timeout),
+                    crate::duration::format(MAX_FORWARD_TIMEOUT)
+                ),
+            ));
+        }
         Ok(Forward {
             name: self.name,
             url,
@@ -954,9 +1003,14 @@ impl RawForward {
             kinds: self.kinds,
             types: self.types,
             sources: self.sources,
-            timeout: or(self.timeout, Duration::from_secs(10)),
+            timeout,
         })
     }
+}
+
+/// A URL with a user name or password in it (`user:pass@host`).
+fn has_credentials(url: &reqwest::Url) -> bool {
+    !url.username().is_empty() || url.password().is_some()
 }
 
 /// `IP:port`, or `host:port` resolved once, at startup.

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::config::Settings;
-use crate::dispatch::{Dispatcher, RetryOutcome};
+use crate::dispatch::{Dispatcher, RetryBy, RetryOutcome};
 use crate::filter::{self, FilterError};
 use crate::store::audit::{self, AuditEntry, Record};
 use crate::store::history::{self, Attempt, EventDetail, EventFilter, EventSummary, HandlerState};
@@ -341,34 +341,19 @@ impl Desk {
         })
     }
 
-    /// Runs an event's handlers again now; audited.
+    /// Runs an event's handlers again now; audited in the retry's transaction.
     pub async fn retry(&self, id: i64, who: &str) -> Result<RetryOutcome, StoreError> {
-        let outcome = self.dispatcher.retry_now(id).await?;
-        self.record_retry(who, id, &outcome).await?;
-        Ok(outcome)
-    }
-
-    async fn record_retry(
-        &self,
-        who: &str,
-        id: i64,
-        outcome: &RetryOutcome,
-    ) -> Result<(), StoreError> {
-        audit::record(
-            &self.client().await?,
-            &Record {
-                who,
-                action: "retried",
-                webhook_event_id: Some(id),
-                detail: Some(json!({"outcome": outcome_name(outcome)})),
-                ..Record::default()
-            },
-        )
-        .await
+        self.dispatcher
+            .retry_now(id, RetryBy { who, bulk: None })
+            .await
     }
 
     /// Retries every event the filter matches (at most `BULK_RETRY_LIMIT`), or
-    /// with `dry_run` only counts them; audited (a dry-run preview is not).
+    /// with `dry_run` only counts them. Audited as it goes (a dry-run preview is
+    /// not): a `bulk_retried` row before the first event runs, completed with the
+    /// counts at the end, and each event's `retried` row, naming it, in that
+    /// retry's transaction — a bulk retry cut off half-way leaves every retry it
+    /// made audited.
     pub async fn bulk_retry(
         &self,
         mut filter: EventFilter,
@@ -391,18 +376,7 @@ impl Desk {
         if dry_run {
             return Ok(outcome);
         }
-        // Oldest first, one at a time: a bulk retry never crowds out deliveries.
-        for event in matched.iter().rev() {
-            let result = self.dispatcher.retry_now(event.id).await?;
-            if matches!(result, RetryOutcome::Applied(_)) {
-                outcome.retried += 1;
-            }
-            *outcome
-                .outcomes
-                .entry(outcome_name(&result).to_string())
-                .or_default() += 1;
-        }
-        audit::record(
+        let bulk = audit::record(
             &self.client().await?,
             &Record {
                 who,
@@ -410,11 +384,30 @@ impl Desk {
                 detail: Some(json!({
                     "filter": filter_json(&filter),
                     "matched": outcome.matched,
-                    "retried": outcome.retried,
-                    "outcomes": outcome.outcomes,
                 })),
                 ..Record::default()
             },
+        )
+        .await?;
+        let by = RetryBy {
+            who,
+            bulk: Some(bulk),
+        };
+        // Oldest first, one at a time: a bulk retry never crowds out deliveries.
+        for event in matched.iter().rev() {
+            let result = self.dispatcher.retry_now(event.id, by).await?;
+            if matches!(result, RetryOutcome::Applied(_)) {
+                outcome.retried += 1;
+            }
+            *outcome
+                .outcomes
+                .entry(result.name().to_string())
+                .or_default() += 1;
+        }
+        audit::complete(
+            &self.client().await?,
+            bulk,
+            &json!({"retried": outcome.retried, "outcomes": outcome.outcomes}),
         )
         .await?;
         Ok(outcome)
@@ -458,16 +451,6 @@ pub fn log_bulk_retry(who: &str, request_id: &str, outcome: &BulkOutcome) {
         outcome.retried,
         outcome.outcomes
     );
-}
-
-/// How a retry ended, as one word.
-pub fn outcome_name(outcome: &RetryOutcome) -> &'static str {
-    match outcome {
-        RetryOutcome::Applied(status) => status.as_str(),
-        RetryOutcome::NotFound => "not_found",
-        RetryOutcome::Gone => "gone",
-        RetryOutcome::NoHandler => "no_handler",
-    }
 }
 
 fn filter_json(filter: &EventFilter) -> Value {

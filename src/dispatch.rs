@@ -6,6 +6,12 @@
 //! handlers not yet done: a failed forward is retried without applying the
 //! payment again, and the other way round.
 //!
+//! Forwards are sent with no transaction open, however slow their receiver: the
+//! run commits a *lease* on the event first (no other run claims it until then),
+//! sends, and records the answers in a new short transaction that ends the lease.
+//! A run that dies mid-send leaves the lease to run out, and the event is claimed
+//! and sent again: forwards are delivered at least once.
+//!
 //! The event is `processed` when every handler is done, `failed` while one will
 //! run again (or a forward has yet to run), `dead` when what is left failed for
 //! good. The retry loop claims due events with `FOR UPDATE SKIP LOCKED` (any
@@ -16,16 +22,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use deadpool_postgres::{Pool, Transaction};
 use tokio::sync::Notify;
 
 use crate::config::{Forward, Settings};
 use crate::duration;
-use crate::handlers::forward::{self, Outgoing};
+use crate::handlers::forward::{self, Outgoing, Sent};
 use crate::handlers::{Event, Handler, HandlerError, Registry};
 use crate::metrics::{Metric, Metrics};
 use crate::shutdown::Shutdown;
+use crate::store::audit::{self, Record};
 use crate::store::events::{self, AttemptRecord, ClaimedEvent, EventStatus, HandlerRuns, Settled};
 use crate::store::{self, DbConnector, StoreError};
 
@@ -36,6 +43,9 @@ const POLL: Duration = Duration::from_millis(500);
 const BACKOFF_ON_ERROR: Duration = Duration::from_secs(2);
 /// Longest `last_error` kept, in characters.
 const MAX_ERROR_CHARS: usize = 2000;
+/// How much longer than its forwards' timeout a lease lasts: time enough to
+/// record their answers once they came.
+const LEASE_MARGIN: Duration = Duration::from_secs(30);
 
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -81,6 +91,49 @@ pub enum RetryOutcome {
     Gone,
     /// No handler applies to the event: there is nothing to apply.
     NoHandler,
+    /// Another run is sending the event's forwards right now (it holds the
+    /// lease): nothing ran; retry once they have answered.
+    InFlight,
+}
+
+impl RetryOutcome {
+    /// How a retry ended, as one word (audit trail, bulk counts).
+    pub fn name(&self) -> &'static str {
+        match self {
+            RetryOutcome::Applied(status) => status.as_str(),
+            RetryOutcome::NotFound => "not_found",
+            RetryOutcome::Gone => "gone",
+            RetryOutcome::NoHandler => "no_handler",
+            RetryOutcome::InFlight => "in_flight",
+        }
+    }
+}
+
+/// Who asked for an operator's retry: its audit row is written in the retry's
+/// own transaction, so no retry that ran goes unaudited.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryBy<'a> {
+    pub who: &'a str,
+    /// The `bulk_retried` audit row of the bulk request it is part of.
+    pub bulk: Option<i64>,
+}
+
+/// What the transaction that claimed an event left to do.
+enum Claimed<'p> {
+    /// Nothing: the run is recorded; the event has this status.
+    Settled(EventStatus),
+    /// Send these forwards under the lease, then record their answers.
+    Sending(Leased<'p>),
+}
+
+/// Forwards to send under a committed lease.
+struct Leased<'p> {
+    until: DateTime<Utc>,
+    /// Each forward with its attempt number and its runs before this one.
+    forwards: Vec<(&'p Forward, i32, i32)>,
+    /// Where every handler stands, the forwards' places to be filled in.
+    standings: Vec<(String, i32, Standing)>,
+    attempts: i32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,47 +233,139 @@ impl Dispatcher {
     /// Claims the most overdue failed event, if any, and runs its handlers.
     pub async fn try_dispatch_due(&self) -> Result<DispatchStep, StoreError> {
         let mut client = self.pool.get().await?;
-        let outcome: Result<DispatchStep, StoreError> = async {
+        let claimed = async {
             let tx = client.transaction().await?;
             let Some(claimed) = events::claim_due(&tx).await? else {
-                return Ok(DispatchStep::Idle);
+                return Ok(None);
             };
-            let status = self.run_again(&tx, &claimed, false).await?;
+            let left = self.run_again(&tx, &claimed, false).await?;
             tx.commit().await?;
-            Ok(DispatchStep::Attempted {
-                id: claimed.id,
-                status,
-            })
+            Ok(Some((claimed, left)))
         }
         .await;
-        store::give_back(client, outcome)
+        // No connection is held while the forwards are sent.
+        let Some((claimed, left)) = store::give_back(client, claimed)? else {
+            return Ok(DispatchStep::Idle);
+        };
+        let status = self.send_leased(&claimed, left, None).await?;
+        Ok(DispatchStep::Attempted {
+            id: claimed.id,
+            status,
+        })
     }
 
     /// Runs an event's handlers again now, whatever its status (operators'
     /// retry), including those that failed for good. Handlers already done do not
-    /// run again.
-    pub async fn retry_now(&self, id: i64) -> Result<RetryOutcome, StoreError> {
+    /// run again. The audit row of `by` is written in the retry's transaction.
+    pub async fn retry_now(&self, id: i64, by: RetryBy<'_>) -> Result<RetryOutcome, StoreError> {
         let mut client = self.pool.get().await?;
-        let outcome: Result<RetryOutcome, StoreError> = async {
+        let decided = async {
             let tx = client.transaction().await?;
             let Some(event) = events::lock_by_id(&tx, id).await? else {
-                return Ok(RetryOutcome::NotFound);
+                audit_retry(&tx, by, id, None, RetryOutcome::NotFound.name()).await?;
+                tx.commit().await?;
+                return Ok(Err(RetryOutcome::NotFound));
             };
-            if event.payload.is_none() {
-                return Ok(RetryOutcome::Gone);
-            }
-            if self
+            let refusal = if event.leased {
+                Some(RetryOutcome::InFlight)
+            } else if event.payload.is_none() {
+                Some(RetryOutcome::Gone)
+            } else if self
                 .plan(&event.source, &event.event_type, event.kind.as_deref())
                 .is_empty()
             {
-                return Ok(RetryOutcome::NoHandler);
+                Some(RetryOutcome::NoHandler)
+            } else {
+                None
+            };
+            let source = Some(event.source.as_str());
+            if let Some(outcome) = refusal {
+                audit_retry(&tx, by, id, source, outcome.name()).await?;
+                tx.commit().await?;
+                return Ok(Err(outcome));
             }
-            let status = self.run_again(&tx, &event, true).await?;
+            let left = self.run_again(&tx, &event, true).await?;
+            let audited = match &left {
+                Claimed::Settled(status) => {
+                    audit_retry(&tx, by, id, source, status.as_str()).await?;
+                    None
+                }
+                // Completed with the status once the forwards have answered.
+                Claimed::Sending(_) => Some(audit_retry(&tx, by, id, source, "sending").await?),
+            };
             tx.commit().await?;
-            Ok(RetryOutcome::Applied(status))
+            Ok(Ok((event, left, audited)))
         }
         .await;
-        store::give_back(client, outcome)
+        // No connection is held while the forwards are sent.
+        let (event, left, audited) = match store::give_back(client, decided)? {
+            Ok(run) => run,
+            Err(refused) => return Ok(refused),
+        };
+        let status = self.send_leased(&event, left, audited).await?;
+        Ok(RetryOutcome::Applied(status))
+    }
+
+    /// Sends the forwards a committed lease is for, with no transaction open, and
+    /// records their answers in a new transaction that ends the lease (and
+    /// completes the retry's audit row `audited`); returns the event's status.
+    async fn send_leased(
+        &self,
+        claimed: &ClaimedEvent,
+        left: Claimed<'_>,
+        audited: Option<i64>,
+    ) -> Result<EventStatus, StoreError> {
+        let mut leased = match left {
+            Claimed::Settled(status) => return Ok(status),
+            Claimed::Sending(leased) => leased,
+        };
+        let sends = leased
+            .forwards
+            .iter()
+            .map(|(forward, attempt, _)| self.send_forward(forward, claimed, *attempt));
+        let runs = futures_util::future::join_all(sends).await;
+        for ((_, _, previous), run) in leased.forwards.iter().zip(&runs) {
+            let standing = self.standing_after(run, previous + 1);
+            if let Some(place) = leased
+                .standings
+                .iter_mut()
+                .find(|(name, _, _)| *name == run.handler)
+            {
+                *place = (run.handler.clone(), previous + 1, standing);
+            }
+        }
+        let numbered: Vec<(i32, Run)> = leased
+            .forwards
+            .iter()
+            .map(|(_, attempt, _)| *attempt)
+            .zip(runs)
+            .collect();
+        let settled = self.settle(&leased.standings, leased.attempts);
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        if !events::lock_leased(&tx, claimed.id, leased.until).await? {
+            // Only if the answers outlived the lease: the run that took the event
+            // over sends again (at least once), and records what it gets.
+            log::warn!(
+                "event {}: its lease ran out before its forwards answered; another run \
+                 sends them again",
+                claimed.id
+            );
+            return Ok(EventStatus::Failed);
+        }
+        self.record(&tx, claimed.id, &numbered, &leased.standings, &settled)
+            .await?;
+        if let Some(entry) = audited {
+            audit::complete(
+                &tx,
+                entry,
+                &serde_json::json!({"outcome": settled.status.as_str()}),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        self.count_status(claimed.kind.as_deref(), settled.status);
+        Ok(settled.status)
     }
 
     /// Runs due retries until shutdown; a run under way is finished first.
@@ -241,15 +386,15 @@ impl Dispatcher {
         }
     }
 
-    /// The handlers of a locked event that are not done, run and recorded in `tx`;
-    /// returns the event's new status. `operator` also runs those that failed
-    /// for good.
-    async fn run_again(
-        &self,
+    /// The handlers of a locked event that are not done: its kind's run and
+    /// recorded in `tx`; its forwards, if any are to go, leased in `tx` to be sent
+    /// once it commits. `operator` also runs those that failed for good.
+    async fn run_again<'s>(
+        &'s self,
         tx: &Transaction<'_>,
         claimed: &ClaimedEvent,
         operator: bool,
-    ) -> Result<EventStatus, StoreError> {
+    ) -> Result<Claimed<'s>, StoreError> {
         let history = events::handler_runs(tx, claimed.id).await?;
         let plan = self.plan(
             &claimed.source,
@@ -264,6 +409,7 @@ impl Dispatcher {
         let mut attempt = claimed.attempts;
         let mut runs = Vec::new();
         let mut standings = Vec::new();
+        let mut sending = Vec::new();
         if plan.is_empty() {
             // Its handler was removed from the configuration since.
             standings.push((
@@ -302,6 +448,13 @@ impl Dispatcher {
                 ));
                 continue;
             };
+            let Step::Local { handler, .. } = step else {
+                if let Step::Forward(forward) = step {
+                    sending.push((*forward, attempt, previous));
+                }
+                standings.push((name, previous, Standing::Again(None)));
+                continue;
+            };
             let event = Event {
                 id: claimed.id,
                 source: &claimed.source,
@@ -314,58 +467,102 @@ impl Dispatcher {
                 attempt,
                 received_at: claimed.received_at,
             };
-            let run = self.run_step(tx, step, &event).await?;
+            let run = self.run_step(tx, step, handler, &event).await?;
             let standing = self.standing_after(&run, previous + 1);
             standings.push((name, previous + 1, standing));
             runs.push((attempt, run));
         }
-        let settled = self.settle(&standings, attempt);
-        self.record(
-            tx,
-            claimed.id,
-            claimed.kind.as_deref(),
-            &runs,
-            &standings,
-            &settled,
-        )
-        .await?;
-        Ok(settled.status)
+        let mut settled = self.settle(&standings, attempt);
+        let Some(longest) = sending.iter().map(|(f, _, _)| f.timeout).max() else {
+            self.record(tx, claimed.id, &runs, &standings, &settled)
+                .await?;
+            self.count_status(claimed.kind.as_deref(), settled.status);
+            return Ok(Claimed::Settled(settled.status));
+        };
+        // The lease: PostgreSQL keeps microseconds, and the lease is found again
+        // by its exact time.
+        let until = duration::after(Utc::now(), longest + LEASE_MARGIN)
+            .unwrap_or_else(Utc::now)
+            .trunc_subsecs(6);
+        settled.status = EventStatus::Failed;
+        settled.next_attempt_at = Some(until);
+        settled.lease_until = Some(until);
+        self.record(tx, claimed.id, &runs, &standings, &settled)
+            .await?;
+        Ok(Claimed::Sending(Leased {
+            until,
+            forwards: sending,
+            standings,
+            attempts: attempt,
+        }))
     }
 
-    /// Runs one handler of `event`: the kind's in a savepoint of `tx`, a forward
-    /// by HTTP. Only database errors outside the handler escape (they abort `tx`).
+    /// Runs the kind's handler `step` of `event` in a savepoint of `tx`. Only
+    /// database errors outside the handler escape (they abort `tx`).
     pub async fn run_step(
         &self,
         tx: &Transaction<'_>,
         step: &Step<'_>,
+        handler: &Arc<dyn Handler>,
         event: &Event<'_>,
     ) -> Result<Run, StoreError> {
         let started_at = Utc::now();
         let clock = Instant::now();
-        let (result, http_status, response) = match step {
-            Step::Local { handler, .. } => (self.run_local(tx, handler, event).await?, None, None),
-            Step::Forward(forward) => {
-                let outgoing = Outgoing {
-                    source: event.source,
-                    event_id: event.event_id,
-                    event_type: event.event_type,
-                    kind: event.kind,
-                    body: event.body,
-                };
-                let sent = forward::send(&self.http, forward, &outgoing).await;
-                let outcome = if sent.result.is_ok() {
-                    "delivered"
-                } else {
-                    "failed"
-                };
-                self.metrics.inc(
-                    Metric::Forwards,
-                    &[("forward", &forward.name), ("outcome", outcome)],
-                );
-                (sent.result, sent.http_status, sent.response)
-            }
+        let result = self.run_local(tx, handler, event).await?;
+        let sent = Sent {
+            result,
+            http_status: None,
+            response: None,
         };
-        let name = step.name();
+        Ok(self.ran(step.name(), event, started_at, clock, sent))
+    }
+
+    /// POSTs `claimed` to `forward`, as run number `attempt` (no transaction is
+    /// open: a slow receiver holds nothing in the database).
+    async fn send_forward(&self, forward: &Forward, claimed: &ClaimedEvent, attempt: i32) -> Run {
+        let started_at = Utc::now();
+        let clock = Instant::now();
+        let outgoing = Outgoing {
+            source: &claimed.source,
+            event_id: &claimed.event_id,
+            event_type: &claimed.event_type,
+            kind: claimed.kind.as_deref(),
+            body: claimed.body.as_deref().unwrap_or_default(),
+        };
+        let sent = forward::send(&self.http, forward, &outgoing).await;
+        let outcome = if sent.result.is_ok() {
+            "delivered"
+        } else {
+            "failed"
+        };
+        self.metrics.inc(
+            Metric::Forwards,
+            &[("forward", &forward.name), ("outcome", outcome)],
+        );
+        let event = Logged {
+            id: claimed.id,
+            source: &claimed.source,
+            event_id: &claimed.event_id,
+            attempt,
+        };
+        self.ran(forward.handler_name(), event, started_at, clock, sent)
+    }
+
+    /// A handler's run as it ended, timed and (when it failed) logged.
+    fn ran<'e>(
+        &self,
+        name: String,
+        event: impl Into<Logged<'e>>,
+        started_at: DateTime<Utc>,
+        clock: Instant,
+        sent: Sent,
+    ) -> Run {
+        let event = event.into();
+        let Sent {
+            result,
+            http_status,
+            response,
+        } = sent;
         self.metrics
             .observe(Metric::HandlerDuration, &[("kind", &name)], clock.elapsed());
         if let Err(error) = &result {
@@ -378,14 +575,14 @@ impl Dispatcher {
                 error.to_string()
             );
         }
-        Ok(Run {
+        Run {
             handler: name,
             started_at,
             finished_at: Utc::now(),
             result,
             http_status,
             response,
-        })
+        }
     }
 
     /// A handler inside a savepoint of `tx`, under `handler_timeout`.
@@ -475,6 +672,7 @@ impl Dispatcher {
                 attempts,
                 last_error,
                 next_attempt_at: Some(duration::after(Utc::now(), delay).unwrap_or_else(Utc::now)),
+                lease_until: None,
             };
         }
         match dead {
@@ -483,22 +681,23 @@ impl Dispatcher {
                 attempts,
                 last_error: Some(reason),
                 next_attempt_at: None,
+                lease_until: None,
             },
             None => Settled {
                 status: EventStatus::Processed,
                 attempts,
                 last_error: None,
                 next_attempt_at: None,
+                lease_until: None,
             },
         }
     }
 
-    /// Writes a run's attempts and the event's new row in `tx`, and counts them.
+    /// Writes a run's attempts and the event's new row in `tx`.
     async fn record(
         &self,
         tx: &Transaction<'_>,
         id: i64,
-        kind: Option<&str>,
         runs: &[(i32, Run)],
         standings: &[(String, i32, Standing)],
         settled: &Settled,
@@ -515,7 +714,6 @@ impl Dispatcher {
             .collect();
         events::settle(tx, id, settled).await?;
         events::append_attempts(tx, &attempts).await?;
-        self.count_status(kind, settled.status);
         Ok(())
     }
 
@@ -528,6 +726,52 @@ impl Dispatcher {
             ],
         );
     }
+}
+
+/// Which run of which event a log line is about.
+struct Logged<'a> {
+    id: i64,
+    source: &'a str,
+    event_id: &'a str,
+    attempt: i32,
+}
+
+impl<'a> From<&Event<'a>> for Logged<'a> {
+    fn from(event: &Event<'a>) -> Self {
+        Logged {
+            id: event.id,
+            source: event.source,
+            event_id: event.event_id,
+            attempt: event.attempt,
+        }
+    }
+}
+
+/// An operator's retry in the audit trail, written in `tx` (the retry's own);
+/// returns the row's id.
+async fn audit_retry(
+    tx: &Transaction<'_>,
+    by: RetryBy<'_>,
+    id: i64,
+    source: Option<&str>,
+    outcome: &str,
+) -> Result<i64, StoreError> {
+    let mut detail = serde_json::json!({"outcome": outcome});
+    if let Some(bulk) = by.bulk {
+        detail["bulk"] = bulk.into();
+    }
+    audit::record(
+        tx,
+        &Record {
+            who: by.who,
+            action: "retried",
+            webhook_event_id: Some(id),
+            source,
+            payment_id: None,
+            detail: Some(detail),
+        },
+    )
+    .await
 }
 
 /// The attempt row of a run, its outcome what the run means for its handler.

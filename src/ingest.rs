@@ -419,9 +419,9 @@ impl Core {
         let status = match recorded {
             Recorded::New { id } => {
                 let mut status = expected.status;
-                if let Some(step) = local {
+                if let Some(step @ Step::Local { handler, .. }) = local {
                     let view = view(dispatcher, event, id, Utc::now());
-                    let run = dispatcher.run_step(&tx, step, &view).await?;
+                    let run = dispatcher.run_step(&tx, step, handler, &view).await?;
                     let standing = dispatcher.standing_after(&run, 1);
                     if standing != Standing::Done {
                         let mut standings = vec![(run.handler.clone(), 1, standing.clone())];

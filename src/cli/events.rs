@@ -196,6 +196,9 @@ pub async fn retry(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
             "event {id}: the payload was purged; it cannot be applied"
         )),
         RetryOutcome::NoHandler => Some(format!("event {id}: no handler applies to its kind")),
+        RetryOutcome::InFlight => Some(format!(
+            "event {id}: its forwards are being sent right now; retry once they have answered"
+        )),
     };
     if let Some(problem) = problem {
         return Err(CliError::Other(problem));

@@ -605,12 +605,45 @@ fn bad_forwards_name_their_key() {
             FORWARD.replace("timeout = \"3s\"", "timout = \"3s\""),
             "timout",
         ),
+        (
+            FORWARD.replace("timeout = \"3s\"", "timeout = \"61s\""),
+            "forwards[0].timeout",
+        ),
     ];
     for (forward, key) in cases {
         let e = error(&format!("{MINIMAL}{forward}"));
         assert!(e.contains(key), "{key}: {e}");
         assert!(!e.contains('\n'), "{e}");
     }
+}
+
+#[test]
+fn forward_urls_with_credentials_are_refused_without_showing_them() {
+    for url in [
+        "http://hookd:s3cr3t@127.0.0.1:9000/hooks",
+        "https://:s3cr3t@x.example/h",
+        "https://hookd@x.example/h",
+        "ftp://hookd:s3cr3t@x.example/h",
+    ] {
+        let text = FORWARD.replace("http://127.0.0.1:9000/hooks", url);
+        let e = error(&format!("{MINIMAL}{text}"));
+        assert!(e.contains("forwards[0].url"), "{e}");
+        assert!(!e.contains("s3cr3t") && !e.contains("hookd@"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+    let capped = FORWARD.replace("timeout = \"3s\"", "timeout = \"60s\"");
+    let s = load(&format!("{MINIMAL}{capped}")).expect("60s is the cap");
+    assert_eq!(s.forwards[0].timeout, Duration::from_secs(60));
+}
+
+#[test]
+fn a_forward_shows_its_url_without_the_query() {
+    let text = FORWARD.replace(
+        "http://127.0.0.1:9000/hooks",
+        "https://x.example:8443/in/hooks?token=abc",
+    );
+    let s = load(&format!("{MINIMAL}{text}")).expect("valid");
+    assert_eq!(s.forwards[0].endpoint(), "https://x.example:8443/in/hooks");
 }
 
 #[test]

@@ -7,6 +7,8 @@
 //!
 //! 2xx is done; 408, 429, 5xx, a timeout or a connection error is retried with
 //! the dispatcher's backoff; any other answer is permanent (the event goes dead).
+//! Of the answer only the first bytes are read (then the connection is dropped),
+//! and errors name the URL without its query (see `Forward::endpoint`).
 
 use chrono::Utc;
 use sha2::{Digest, Sha256};
@@ -18,7 +20,7 @@ use crate::signature::{self, Envelope, Scheme};
 /// How much of the receiver's answer an attempt keeps.
 const RESPONSE_EXCERPT: usize = 256;
 
-/// What one forward request amounted to.
+/// What one run amounted to; a forward's also the receiver's status and answer.
 #[derive(Debug, Clone)]
 pub struct Sent {
     pub result: Result<(), HandlerError>,
@@ -81,26 +83,19 @@ pub async fn send(http: &reqwest::Client, forward: &Forward, event: &Outgoing<'_
     for (name, value) in signed {
         request = request.header(name, value);
     }
+    let endpoint = forward.endpoint();
     match request.send().await {
         Ok(response) => {
             let status = response.status();
-            let excerpt = response
-                .bytes()
-                .await
-                .map(|b| excerpt(&b))
-                .unwrap_or_default();
+            let excerpt = excerpt(&first_bytes(response).await);
             let code = status.as_u16();
             let result = if status.is_success() {
                 Ok(())
             } else if code == 408 || code == 429 || status.is_server_error() {
-                Err(HandlerError::Retry(format!(
-                    "{} answered {code}",
-                    forward.url
-                )))
+                Err(HandlerError::Retry(format!("{endpoint} answered {code}")))
             } else {
                 Err(HandlerError::Permanent(format!(
-                    "{} answered {code}",
-                    forward.url
+                    "{endpoint} answered {code}"
                 )))
             };
             Sent {
@@ -111,14 +106,12 @@ pub async fn send(http: &reqwest::Client, forward: &Forward, event: &Outgoing<'_
         }
         Err(error) => {
             let why = if error.is_timeout() {
-                format!(
-                    "no answer from {} within {:?}",
-                    forward.url, forward.timeout
-                )
+                format!("no answer from {endpoint} within {:?}", forward.timeout)
             } else if error.is_connect() {
-                format!("cannot connect to {}", forward.url)
+                format!("cannot connect to {endpoint}")
             } else {
-                format!("{}: {error}", forward.url)
+                // reqwest's message would repeat the whole URL.
+                format!("{endpoint}: {}", error.without_url())
             };
             Sent {
                 result: Err(HandlerError::Retry(why)),
@@ -129,15 +122,48 @@ pub async fn send(http: &reqwest::Client, forward: &Forward, event: &Outgoing<'_
     }
 }
 
-/// The first bytes of an answer as text a column can hold.
+/// The first `RESPONSE_EXCERPT` bytes of an answer, read as they come: a
+/// receiver streaming without end costs no more. Dropping the rest unread closes
+/// the connection.
+async fn first_bytes(mut response: reqwest::Response) -> Vec<u8> {
+    let mut kept = Vec::with_capacity(RESPONSE_EXCERPT);
+    while kept.len() < RESPONSE_EXCERPT {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = RESPONSE_EXCERPT - kept.len();
+                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            // The end, or the body broke off (a timeout): keep what came.
+            Ok(None) | Err(_) => break,
+        }
+    }
+    kept
+}
+
+/// The first bytes of an answer as text a column can hold, at most
+/// `RESPONSE_EXCERPT` bytes of it.
 fn excerpt(body: &[u8]) -> String {
     let cut = &body[..body.len().min(RESPONSE_EXCERPT)];
-    String::from_utf8_lossy(cut).replace('\0', "\u{fffd}")
+    let mut text = String::from_utf8_lossy(cut).replace('\0', "\u{fffd}");
+    // A replacement character is wider than the byte it stands for.
+    while text.len() > RESPONSE_EXCERPT {
+        text.pop();
+    }
+    text
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_excerpt_holds_at_most_its_bytes_whatever_they_are() {
+        assert_eq!(excerpt(b"answer 503"), "answer 503");
+        assert_eq!(excerpt(&[b'x'; 1000]).len(), RESPONSE_EXCERPT);
+        let invalid = excerpt(&[0xff; 1000]);
+        assert!(invalid.len() <= RESPONSE_EXCERPT && !invalid.is_empty());
+        assert!(!excerpt(b"a\0b").contains('\0'));
+    }
 
     #[test]
     fn the_message_id_is_stable_and_differs_per_event_and_forward() {

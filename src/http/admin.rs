@@ -136,6 +136,7 @@ pub async fn apply_again(
                 "no handler applies to this event's kind".into(),
             ));
         }
+        RetryOutcome::InFlight => return Err(ApiError::InFlight),
     }
     let event = history::load_event(&state.pool, id)
         .await?
@@ -329,12 +330,14 @@ where
         Claim::Fresh(claim_id) => {
             let (work, state, who) = (work(body), state.clone(), principal.name.clone());
             let (status, body) = to_completion(async move {
-                let (status, body) = tokio::select! {
-                    result = work => answer(result),
+                let result = tokio::select! {
+                    result = work => result,
                     never = keep_claimed(&state, &who, &key, &claim_id) => match never {},
                 };
+                let passes = result.as_ref().err().is_some_and(ApiError::passes);
+                let (status, body) = answer(result);
                 let client = connection(&state).await?;
-                if status >= 500 {
+                if passes {
                     idempotency::release(&client, &who, &key, &claim_id).await?;
                 } else {
                     idempotency::complete(&client, &who, &key, &claim_id, status, &body).await?;

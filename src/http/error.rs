@@ -44,6 +44,9 @@ pub enum ApiError {
     Gone(String),
     #[error("conflict: {0}")]
     Conflict(&'static str, String),
+    /// Another run is sending the event's forwards: a retry may run once they answered.
+    #[error("this event's forwards are being sent right now; retry once they have answered")]
+    InFlight,
     #[error("idempotency key reused for a different request")]
     IdempotencyKeyReused,
     #[error("{1}")]
@@ -96,6 +99,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Gone(_) => "gone",
             ApiError::Conflict(code, _) => code,
+            ApiError::InFlight => "in_flight",
             ApiError::IdempotencyKeyReused => "idempotency_key_reused",
             ApiError::Unprocessable(code, _) => code,
             ApiError::Unavailable(_) => "unavailable",
@@ -121,8 +125,18 @@ impl ApiError {
             | ApiError::Gone(reason)
             | ApiError::Conflict(_, reason)
             | ApiError::Unprocessable(_, reason) => Some(reason.clone()),
+            ApiError::InFlight => Some(self.to_string()),
             _ => None,
         }
+    }
+
+    /// A failure that passes: the same request may be answered otherwise soon,
+    /// so its answer is not kept for its Idempotency-Key.
+    pub fn passes(&self) -> bool {
+        matches!(
+            self,
+            ApiError::Unavailable(_) | ApiError::Internal(_) | ApiError::InFlight
+        )
     }
 
     /// `Retry-After` seconds, for the failures that pass.
@@ -175,7 +189,7 @@ impl ResponseError for ApiError {
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Gone(_) => StatusCode::GONE,
-            ApiError::Conflict(..) => StatusCode::CONFLICT,
+            ApiError::Conflict(..) | ApiError::InFlight => StatusCode::CONFLICT,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -1,5 +1,7 @@
 //! The audit trail: who (a token's name) viewed which event or payment payload,
-//! and who retried what. Kept as long as the event records (`retention`).
+//! and who retried what. Kept as long as the event records (`retention`). An
+//! action is written when it begins — a retry in its own transaction, a bulk
+//! retry before its first event runs — and completed with its outcome.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -32,15 +34,17 @@ pub struct Record<'a> {
     pub detail: Option<Value>,
 }
 
-pub async fn record(client: &impl GenericClient, entry: &Record<'_>) -> Result<(), StoreError> {
+/// Writes an entry; returns its id.
+pub async fn record(client: &impl GenericClient, entry: &Record<'_>) -> Result<i64, StoreError> {
     let statement = client
         .prepare_cached(
             "INSERT INTO admin_audit (who, action, webhook_event_id, source, payment_id, detail)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+             VALUES ($1, $2, $3, $4, $5, $6)
+             RETURNING id",
         )
         .await?;
-    client
-        .execute(
+    let row = client
+        .query_one(
             &statement,
             &[
                 &entry.who,
@@ -52,6 +56,22 @@ pub async fn record(client: &impl GenericClient, entry: &Record<'_>) -> Result<(
             ],
         )
         .await?;
+    Ok(row.get(0))
+}
+
+/// Adds what became known once the action ended (its outcome, its counts) to the
+/// detail of entry `id`, which was written when the action began.
+pub async fn complete(
+    client: &impl GenericClient,
+    id: i64,
+    ended: &Value,
+) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached(
+            "UPDATE admin_audit SET detail = COALESCE(detail, '{}'::jsonb) || $2 WHERE id = $1",
+        )
+        .await?;
+    client.execute(&statement, &[&id, ended]).await?;
     Ok(())
 }
 

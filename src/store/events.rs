@@ -303,13 +303,16 @@ pub struct ClaimedEvent {
     pub body: Option<Vec<u8>>,
     pub attempts: i32,
     pub received_at: DateTime<Utc>,
+    /// Another run holds a lease on it: its forwards are being sent right now.
+    pub leased: bool,
 }
 
-const CLAIMED_COLUMNS: &str =
-    "id, source, event_id, event_type, kind, payload, attempts, body, received_at";
+const CLAIMED_COLUMNS: &str = "id, source, event_id, event_type, kind, payload, attempts, body, \
+                               received_at, COALESCE(lease_until > now(), false)";
 
 /// Locks the most overdue `failed` event for this transaction, skipping rows other
-/// instances hold, so any number of dispatchers can run side by side. (`NO KEY`:
+/// instances hold, so any number of dispatchers can run side by side. An event
+/// whose forwards are being sent is not due: its lease pushed `next_attempt_at`. (`NO KEY`:
 /// the lock excludes other dispatchers and retries, yet a purge pass may still
 /// list the event as pending — a foreign key check — without waiting.)
 pub async fn claim_due(client: &impl GenericClient) -> Result<Option<ClaimedEvent>, StoreError> {
@@ -350,6 +353,7 @@ fn claimed(row: &tokio_postgres::Row) -> ClaimedEvent {
         body,
         attempts: row.get(6),
         received_at: row.get(8),
+        leased: row.get(9),
     }
 }
 
@@ -434,6 +438,9 @@ pub struct Settled {
     pub attempts: i32,
     pub last_error: Option<String>,
     pub next_attempt_at: Option<DateTime<Utc>>,
+    /// Set while the run's forwards are being sent (with `next_attempt_at` the
+    /// same time); `None` ends a lease.
+    pub lease_until: Option<DateTime<Utc>>,
 }
 
 /// Writes the event's new status and counters.
@@ -449,6 +456,7 @@ pub async fn settle(
                  attempts = $3,
                  last_error = $4,
                  next_attempt_at = $5,
+                 lease_until = $6,
                  processed_at = CASE WHEN $2 = 'processed' THEN now() END
              WHERE id = $1",
         )
@@ -462,10 +470,31 @@ pub async fn settle(
                 &settled.attempts,
                 &settled.last_error,
                 &settled.next_attempt_at,
+                &settled.lease_until,
             ],
         )
         .await?;
     Ok(())
+}
+
+/// Locks an event whose forwards a run sent under the lease `until`, if that
+/// lease is still the event's (it is not when it ran out and another run took
+/// the event).
+pub async fn lock_leased(
+    client: &impl GenericClient,
+    id: i64,
+    until: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT 1 FROM webhook_events WHERE id = $1 AND lease_until = $2
+             FOR NO KEY UPDATE",
+        )
+        .await?;
+    Ok(client
+        .query_opt(&statement, &[&id, &until])
+        .await?
+        .is_some())
 }
 
 /// Attempt rows, any number at once (also the pgbench baseline's, with one).

@@ -191,10 +191,15 @@ pub fn pool(mut config: tokio_postgres::Config, tls: DbConnector, max_size: usiz
         .unwrap_or_else(|e| unreachable!("a pool with a runtime always builds: {e}"))
 }
 
-/// The `SET` statements that bound every session of hookd's.
+/// The statement that bounds every session of hookd's: each limit is hookd's,
+/// or the database's or role's own when that is stricter (`reset_val`, in
+/// milliseconds, is the session's default before any `SET`; 0 means none).
 pub fn session_limits() -> String {
     format!(
-        "SET statement_timeout = {}; SET idle_in_transaction_session_timeout = {}",
+        "SELECT set_config(name, least(NULLIF(reset_val::bigint, 0), CASE name \
+             WHEN 'statement_timeout' THEN {} ELSE {} END)::text, false) \
+         FROM pg_settings \
+         WHERE name IN ('statement_timeout', 'idle_in_transaction_session_timeout')",
         STATEMENT_TIMEOUT.as_millis(),
         IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
     )

@@ -4,9 +4,13 @@
 
 use serde_json::{Value, json};
 
+use std::time::Duration;
+
+use hookd_kit::gate::{GATED_TYPE, RetryGate};
+
 use crate::support::{
     Credential, Spawn, TestApp, run_hookd, run_hookd_json, shipped_settings, spawn, spawn_app,
-    stripe_event,
+    stripe_event, wait_for,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -327,6 +331,61 @@ async fn who_viewed_and_retried_what_is_audited_for_operators() {
     assert_eq!(entries[2]["webhook_event_id"], json!(ids[0]));
     assert_eq!(entries[1]["payment_id"], "pi_desk");
     assert_eq!(entries[0]["detail"]["outcome"], "dead");
+}
+
+#[tokio::test]
+async fn a_bulk_retry_cut_off_half_way_has_audited_every_retry_it_made() {
+    let gate = RetryGate::closed();
+    let app = gate.spawn(shipped_settings(), None).await;
+    for i in 0..5 {
+        let event = stripe_event(&format!("evt_cut_{i}"), GATED_TYPE, json!({}));
+        app.deliver_ok("stripe", &event).await;
+    }
+    // The two oldest retries go through; the third is held at the gate, and the
+    // client gives up on the request there.
+    gate.open(2);
+    let (operator, filter) = (app.operator(), json!({"type": GATED_TYPE}));
+    tokio::select! {
+        answer = operator.bulk_retry(&filter, None) => {
+            panic!("the bulk retry cannot finish while the gate is closed: {answer:?}")
+        }
+        () = wait_for("the third retry at the gate", Duration::from_secs(20), || async {
+            (gate.arrived() == 3).then_some(())
+        }) => {}
+    }
+    let bulk = app
+        .query(
+            "SELECT id, who, detail FROM admin_audit WHERE action = 'bulk_retried'",
+            &[],
+        )
+        .await;
+    assert_eq!(bulk.len(), 1, "the bulk request is audited before it runs");
+    let (bulk_id, who, detail): (i64, String, Value) =
+        (bulk[0].get(0), bulk[0].get(1), bulk[0].get(2));
+    assert_eq!(who, "operator");
+    assert_eq!(detail["matched"], 5);
+    assert_eq!(detail["filter"]["type"], GATED_TYPE);
+    assert!(
+        detail.get("retried").is_none(),
+        "it never finished: {detail}"
+    );
+    let retried = app
+        .strings(
+            "SELECT event_id FROM webhook_events WHERE attempts > 1 ORDER BY event_id",
+            &[],
+        )
+        .await;
+    assert_eq!(retried, ["evt_cut_0", "evt_cut_1"]);
+    let audited = app
+        .strings(
+            "SELECT e.event_id FROM admin_audit a JOIN webhook_events e ON e.id = a.webhook_event_id
+             WHERE a.action = 'retried' AND a.who = 'operator'
+               AND a.detail->>'outcome' = 'processed' AND (a.detail->>'bulk')::bigint = $1
+             ORDER BY e.event_id",
+            &[&bulk_id],
+        )
+        .await;
+    assert_eq!(audited, retried, "every retry it made has its row");
 }
 
 #[tokio::test]

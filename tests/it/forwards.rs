@@ -1,15 +1,23 @@
 //! Forwarding to any stack: matching events are POSTed, byte for byte and signed
 //! as Standard Webhooks, right after the provider's 200; failures are retried
-//! without applying the payment again (and the other way round).
+//! without applying the payment again (and the other way round). A forward is
+//! sent under a lease with no transaction open: a consumer slower than
+//! PostgreSQL's idle-in-transaction limit, or one flooding its answer, is
+//! recorded like any other; URLs with credentials are refused at load.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hookd::app::Parts;
+use hookd::dispatch::DispatchStep;
 use hookd::handlers::Registry;
+use hookd::store::events::EventStatus;
 use serde_json::{Value, json};
 
-use crate::support::{Receiver, Spawn, TestApp, shipped_settings, spawn, stripe_event, wait_for};
+use crate::support::{
+    FORWARD_SECRET, Receiver, Spawn, TestApp, TestDb, connect, shipped_settings, spawn,
+    stripe_event, wait_for,
+};
 
 fn paid(id: &str, payment: &str) -> Value {
     stripe_event(
@@ -193,6 +201,14 @@ async fn a_forward_refused_with_a_4xx_is_dead_and_an_operator_retry_sends_only_i
         handlers,
         ["payment_succeeded", "forward:billing", "forward:billing"]
     );
+    // Its audit row, written as the retry began, has the outcome once it answered.
+    let audited = app
+        .strings(
+            "SELECT detail->>'outcome' FROM admin_audit WHERE action = 'retried'",
+            &[],
+        )
+        .await;
+    assert_eq!(audited, ["processed"]);
 }
 
 /// Fails its first two runs.
@@ -347,4 +363,264 @@ async fn processed(app: &TestApp, event_id: &str) {
         (status(app, event_id).await == "processed").then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_consumer_slower_than_the_idle_timeout_is_recorded_retried_with_backoff_and_dead_at_last()
+{
+    let receiver = Receiver::slow(Duration::from_secs(2), &[503, 503, 503]).await;
+    // PostgreSQL ends a session idle in a transaction for 1 s — less than the
+    // consumer takes to answer.
+    let db = Arc::new(TestDb::create().await);
+    connect(db.config())
+        .await
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET idle_in_transaction_session_timeout = '1s'",
+            db.name
+        ))
+        .await
+        .expect("alter database");
+    let mut settings = shipped_settings();
+    settings.forwards = vec![receiver.forward("billing", &["payment_succeeded"], &[])];
+    settings.max_attempts = 3;
+    settings.retry_base = Duration::from_secs(10);
+    let app = spawn(Spawn {
+        settings,
+        db: Some(db),
+        ..Spawn::default()
+    })
+    .await;
+    let limit: String = app
+        .app
+        .pool
+        .get()
+        .await
+        .expect("connection")
+        .query_one("SHOW idle_in_transaction_session_timeout", &[])
+        .await
+        .expect("show")
+        .get(0);
+    assert_eq!(limit, "1s", "hookd's sessions keep the stricter limit");
+    app.deliver_ok("stripe", &paid("evt_slow", "pi_slow")).await;
+
+    for (run, expected) in [EventStatus::Failed, EventStatus::Failed, EventStatus::Dead]
+        .into_iter()
+        .enumerate()
+    {
+        if run > 0 {
+            app.execute(
+                "UPDATE webhook_events SET next_attempt_at = now() WHERE event_id = 'evt_slow'",
+                &[],
+            )
+            .await;
+        }
+        let step = app
+            .app
+            .dispatcher
+            .try_dispatch_due()
+            .await
+            .expect("the slow answer is recorded");
+        assert!(
+            matches!(step, DispatchStep::Attempted { status, .. } if status == expected),
+            "run {run}: {step:?}"
+        );
+        assert_eq!(receiver.received().len(), run + 1, "sent once per run");
+        if expected == EventStatus::Failed {
+            // Equal jitter on a 10 s base: the next try comes 5 s to 10 s later.
+            let backoff = app
+                .count(
+                    "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_slow'
+                     AND next_attempt_at >= now() + interval '4 seconds'
+                     AND lease_until IS NULL",
+                    &[],
+                )
+                .await;
+            assert_eq!(
+                backoff, 1,
+                "run {run}: retried with backoff, the lease ended"
+            );
+        }
+    }
+    assert_eq!(
+        attempts(&app, "evt_slow").await,
+        [
+            ("payment_succeeded".into(), "processed".into(), None),
+            ("forward:billing".into(), "failed".into(), Some(503)),
+            ("forward:billing".into(), "failed".into(), Some(503)),
+            ("forward:billing".into(), "dead".into(), Some(503)),
+        ]
+    );
+    let error = app
+        .strings(
+            "SELECT last_error FROM webhook_events WHERE event_id = 'evt_slow'",
+            &[],
+        )
+        .await;
+    assert!(error[0].contains("gave up after 3 attempts"), "{error:?}");
+    assert_eq!(app.run_due_retries().await, 0, "dead: never sent again");
+    assert_eq!(receiver.received().len(), 3);
+}
+
+#[tokio::test]
+async fn a_consumer_flooding_its_answer_costs_hookd_only_the_256_bytes_it_keeps() {
+    const FLOOD: usize = 256 * 1024 * 1024;
+    let receiver = Receiver::flooding(&[500], FLOOD).await;
+    let app = app_forwarding_to(&receiver, &["payment_succeeded"], &[], false).await;
+    app.deliver_ok("stripe", &paid("evt_flood", "pi_flood"))
+        .await;
+    let step = app.app.dispatcher.try_dispatch_due().await.expect("step");
+    assert!(
+        matches!(
+            step,
+            DispatchStep::Attempted {
+                status: EventStatus::Failed,
+                ..
+            }
+        ),
+        "{step:?}"
+    );
+    let kept = app
+        .strings(
+            "SELECT a.response FROM webhook_event_attempts a WHERE a.handler = 'forward:billing'",
+            &[],
+        )
+        .await;
+    assert_eq!(kept, ["x".repeat(256)], "the first 256 bytes, no more");
+    let error = app
+        .strings(
+            "SELECT last_error FROM webhook_events WHERE event_id = 'evt_flood'",
+            &[],
+        )
+        .await;
+    assert!(
+        error[0].len() <= 256 && error[0].contains("answered 500"),
+        "{error:?}"
+    );
+    // hookd dropped the connection after its bytes: the rest was never sent.
+    assert!(
+        receiver.streamed() < 32 * 1024 * 1024,
+        "{} of {FLOOD} bytes streamed",
+        receiver.streamed()
+    );
+    // And hookd goes on: the retry is delivered.
+    app.run_due_retries().await;
+    assert_eq!(status(&app, "evt_flood").await, "processed");
+    assert_eq!(receiver.received().len(), 2);
+}
+
+#[tokio::test]
+async fn a_forward_under_way_is_leased_and_a_send_cut_off_is_sent_again_once_the_lease_ends() {
+    let receiver = Receiver::slow(Duration::from_secs(2), &[]).await;
+    let app = app_forwarding_to(&receiver, &["payment_succeeded"], &[], false).await;
+    app.deliver_ok("stripe", &paid("evt_lease", "pi_lease"))
+        .await;
+    let id = app
+        .count(
+            "SELECT id FROM webhook_events WHERE event_id = 'evt_lease'",
+            &[],
+        )
+        .await;
+    let dispatcher = app.app.dispatcher.clone();
+    let first = tokio::spawn(async move { dispatcher.try_dispatch_due().await });
+    receiver.wait_for(1).await;
+    // While the consumer takes its time, no other run sends it.
+    assert_eq!(
+        app.app.dispatcher.try_dispatch_due().await.expect("step"),
+        DispatchStep::Idle
+    );
+    let during = app.operator().retry(id, Some("key-lease")).await;
+    assert_eq!(
+        (during.status, during.json()["error"].clone()),
+        (409, json!("in_flight"))
+    );
+    let done = first.await.expect("join").expect("step");
+    assert!(
+        matches!(
+            done,
+            DispatchStep::Attempted {
+                status: EventStatus::Processed,
+                ..
+            }
+        ),
+        "{done:?}"
+    );
+    assert_eq!(receiver.received().len(), 1);
+    // The 409 passed: the same Idempotency-Key runs the retry now.
+    let after = app.operator().retry(id, Some("key-lease")).await;
+    assert_eq!(
+        (after.status, after.header("Idempotent-Replayed")),
+        (200, None)
+    );
+    assert_eq!(receiver.received().len(), 2);
+
+    // A run that dies mid-send leaves its lease; once it runs out, the event is
+    // claimed and sent again, with the same webhook-id.
+    app.deliver_ok("stripe", &paid("evt_cut", "pi_cut")).await;
+    let dispatcher = app.app.dispatcher.clone();
+    let cut = tokio::spawn(async move { dispatcher.try_dispatch_due().await });
+    receiver.wait_for(3).await;
+    cut.abort();
+    assert!(cut.await.is_err(), "cut off mid-send");
+    assert_eq!(
+        app.app.dispatcher.try_dispatch_due().await.expect("step"),
+        DispatchStep::Idle,
+        "the lease holds"
+    );
+    assert_eq!(status(&app, "evt_cut").await, "failed");
+    app.execute(
+        "UPDATE webhook_events SET lease_until = now(), next_attempt_at = now()
+         WHERE event_id = 'evt_cut' AND lease_until > now()",
+        &[],
+    )
+    .await;
+    app.run_due_retries().await;
+    assert_eq!(status(&app, "evt_cut").await, "processed");
+    let got = receiver.received();
+    assert_eq!(got.len(), 4);
+    assert_eq!(
+        got[2].webhook_id, got[3].webhook_id,
+        "at least once, one id"
+    );
+}
+
+#[tokio::test]
+async fn a_forward_url_with_credentials_is_refused_at_load_without_showing_them() {
+    let table = format!(
+        "\n[[forwards]]\nname = \"billing\"\n\
+         url = \"https://hookd:s3cr3t@billing.example/hooks?token=t0k3n\"\n\
+         secret = \"{FORWARD_SECRET}\"\nkinds = [\"payment_succeeded\"]\n"
+    );
+    let check = |table: String| async move {
+        let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "forwards-{}-{}.toml",
+            std::process::id(),
+            table.len()
+        ));
+        let text = format!("{}{table}", hookd_kit::settings::SHIPPED_TOML);
+        std::fs::write(&path, text).expect("write");
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
+        command
+            .arg("check-config")
+            .arg("--config")
+            .arg(&path)
+            .env_remove("DATABASE_URL")
+            .env_remove("HOOKD_CONFIG");
+        tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
+            .await
+            .expect("join")
+    };
+    let refused = check(table.clone()).await;
+    assert_eq!(refused.status.code(), Some(78), "{refused:?}");
+    let line = String::from_utf8_lossy(&refused.stderr).trim().to_string();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(
+        line.contains("forwards[0].url") && line.contains("user or password"),
+        "{line}"
+    );
+    assert!(
+        !line.contains("s3cr3t") && !line.contains("t0k3n"),
+        "{line}"
+    );
+    let without = check(table.replace("hookd:s3cr3t@", "")).await;
+    assert_eq!(without.status.code(), Some(0), "{without:?}");
 }

@@ -79,35 +79,80 @@ impl Received {
 
 /// A forward's receiver in another stack: verifies each request with the
 /// Standard Webhooks reference library, keeps what it got, and answers with the
-/// statuses it is given (then 200).
+/// statuses it is given (then 200) — at once, or as a slow or flooding consumer.
 pub struct Receiver {
     pub url: String,
     got: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
+    streamed: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     handle: actix_web::dev::ServerHandle,
 }
+
+/// How a receiver answers, beyond its statuses.
+#[derive(Debug, Clone, Copy, Default)]
+struct Manner {
+    /// Each answer comes this long after the request arrived.
+    delay: std::time::Duration,
+    /// The first answer's body is this many bytes, streamed (later ones are short).
+    flood: Option<usize>,
+}
+
+/// What a flooding receiver streams, a chunk at a time.
+static FLOOD_CHUNK: [u8; 64 * 1024] = [b'x'; 64 * 1024];
 
 /// A Standard Webhooks secret for tests' forwards.
 pub const FORWARD_SECRET: &str = "whsec_Zm9yd2FyZC10ZXN0LXNlY3JldC0zMi1ieXRlcy1sb25nISE=";
 
 impl Receiver {
     pub async fn start(answers: &[u16]) -> Receiver {
+        Receiver::start_with(answers, Manner::default()).await
+    }
+
+    /// A consumer that takes `delay` over each answer.
+    pub async fn slow(delay: std::time::Duration, answers: &[u16]) -> Receiver {
+        let manner = Manner {
+            delay,
+            ..Manner::default()
+        };
+        Receiver::start_with(answers, manner).await
+    }
+
+    /// A consumer whose first answer streams a body of `bytes` bytes (`streamed`
+    /// counts how much of it was produced before the connection went).
+    pub async fn flooding(answers: &[u16], bytes: usize) -> Receiver {
+        let manner = Manner {
+            flood: Some(bytes),
+            ..Manner::default()
+        };
+        Receiver::start_with(answers, manner).await
+    }
+
+    /// Bytes of flooding answers produced so far.
+    pub fn streamed(&self) -> usize {
+        self.streamed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    async fn start_with(answers: &[u16], manner: Manner) -> Receiver {
         use actix_web::{HttpRequest, HttpResponse, web};
         let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let streamed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let flood = std::sync::Arc::new(std::sync::Mutex::new(manner.flood));
         let answers = std::sync::Arc::new(std::sync::Mutex::new(
             answers
                 .iter()
                 .copied()
                 .collect::<std::collections::VecDeque<u16>>(),
         ));
-        let (got2, answers2) = (got.clone(), answers);
+        let (got2, answers2, streamed2) = (got.clone(), answers, streamed.clone());
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let url = format!("http://{}/hooks", listener.local_addr().expect("addr"));
         let server = actix_web::HttpServer::new(move || {
             let (got, answers) = (got2.clone(), answers2.clone());
+            let (streamed, flood) = (streamed2.clone(), flood.clone());
             actix_web::App::new().route(
                 "/hooks",
                 web::post().to(move |request: HttpRequest, body: web::Bytes| {
                     let (got, answers) = (got.clone(), answers.clone());
+                    let (streamed, flood) = (streamed.clone(), flood.clone());
                     async move {
                         let mut map = http::HeaderMap::new();
                         let mut headers = Vec::new();
@@ -140,11 +185,27 @@ impl Receiver {
                             body: body.to_vec(),
                             verified,
                         });
+                        // The consumer's own slowness (not a wait for a condition).
+                        tokio::time::sleep(manner.delay).await;
                         let status = answers.lock().expect("lock").pop_front().unwrap_or(200);
-                        HttpResponse::build(
+                        let mut answer = HttpResponse::build(
                             actix_web::http::StatusCode::from_u16(status).expect("status"),
-                        )
-                        .body(format!("answer {status}"))
+                        );
+                        let Some(total) = flood.lock().expect("lock").take() else {
+                            return answer.body(format!("answer {status}"));
+                        };
+                        let chunks = futures_util::stream::unfold(0, move |sent| {
+                            let streamed = streamed.clone();
+                            async move {
+                                (sent < total).then(|| {
+                                    let n = FLOOD_CHUNK.len().min(total - sent);
+                                    streamed.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+                                    let chunk = web::Bytes::from_static(&FLOOD_CHUNK[..n]);
+                                    (Ok::<_, std::io::Error>(chunk), sent + n)
+                                })
+                            }
+                        });
+                        answer.streaming(chunks)
                     }
                 }),
             )
@@ -156,7 +217,12 @@ impl Receiver {
         .run();
         let handle = server.handle();
         tokio::spawn(server);
-        Receiver { url, got, handle }
+        Receiver {
+            url,
+            got,
+            streamed,
+            handle,
+        }
     }
 
     pub fn received(&self) -> Vec<Received> {
