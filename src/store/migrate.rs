@@ -57,6 +57,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(8, "0008_handler_ledger.sql"),
     migration!(9, "0009_lz4_payloads.sql"),
     migration!(10, "0010_support_desk.sql"),
+    migration!(11, "0011_body_dedupe.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.
