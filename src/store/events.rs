@@ -336,6 +336,10 @@ async fn insert_batch(
     if items.is_empty() {
         return Ok(Vec::new());
     }
+    // Rows in one order in every transaction: two batches holding copies of the
+    // same events never wait on each other's rows the opposite way (a deadlock).
+    let mut items = items.to_vec();
+    items.sort_unstable_by_key(|i| (&i.event.source, i.event.body_key, &i.event.event_id));
     let statement = client.prepare_cached(sql).await?;
     let payloads: Vec<std::borrow::Cow<'_, Value>> =
         items.iter().map(|i| i.event.storable_payload()).collect();
