@@ -375,21 +375,32 @@ async fn the_proof_of_origin_says_the_id_and_type_were_not_signed() {
 #[tokio::test]
 async fn concurrent_bodies_under_one_id_store_one_and_refuse_the_others() {
     let app = spawn_app().await;
-    let bodies: Vec<Vec<u8>> = (0..16).map(|n| github_push(&format!("b{n}"))).collect();
-    let sent = bodies
+    let ids = ["d-contested-1", "d-contested-2", "d-contested-3"];
+    let deliveries: Vec<(&str, Vec<u8>)> = ids
         .iter()
-        .map(|body| send(&app, "github", body, "d-contested", "push"));
+        .flat_map(|id| (0..16).map(move |n| (*id, github_push(&format!("{id}-{n}")))))
+        .collect();
+    let sent = deliveries
+        .iter()
+        .map(|(id, body)| send(&app, "github", body, id, "push"));
     let answers = futures_util::future::join_all(sent).await;
-    let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 200).count(),
-        1,
-        "one body is the event: {statuses:?}"
-    );
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 422).count(),
-        15,
-        "the others conflict, never a 5xx: {statuses:?}"
-    );
-    assert_eq!(rows(&app, "github").await.len(), 1);
+    for id in ids {
+        let statuses: Vec<u16> = deliveries
+            .iter()
+            .zip(&answers)
+            .filter(|((to, _), _)| *to == id)
+            .map(|(_, a)| a.status)
+            .collect();
+        assert_eq!(
+            statuses.iter().filter(|s| **s == 200).count(),
+            1,
+            "{id}: one body is the event: {statuses:?}"
+        );
+        assert_eq!(
+            statuses.iter().filter(|s| **s == 422).count(),
+            15,
+            "{id}: the others conflict, never a 5xx: {statuses:?}"
+        );
+    }
+    assert_eq!(rows(&app, "github").await.len(), ids.len());
 }
