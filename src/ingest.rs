@@ -7,7 +7,8 @@
 //! **Group commit.** Deliveries queue for a few committers. A committer takes
 //! whatever is queued (one delivery when hookd is idle: nobody waits for company;
 //! up to `MAX_BATCH` under load) and stores it in one transaction: one multi-row
-//! dedupe statement, each handler once for its events of the batch
+//! dedupe statement (two, sent together, when sources that dedupe on the body
+//! are among it), each handler once for its events of the batch
 //! (`Handler::apply_batch`, the payments one set-based merge), the attempts in one
 //! statement, one commit — and only then every answer. Copies of one event inside
 //! a batch are decided together (one row, one effect, one answer for all). If

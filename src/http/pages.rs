@@ -277,7 +277,7 @@ fn origin(origin: &Origin) -> Markup {
     html! {
         (verdict)
         @if let Some(caveat) = caveat {
-            br; span.status-pending { "unsigned: " } (caveat)
+            br; span.status-pending { (caveat) }
         }
     }
 }
