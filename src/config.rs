@@ -101,6 +101,9 @@ pub struct Source {
     /// JSON pointers left out of the fingerprint (fields a provider changes
     /// between deliveries of one event).
     pub fingerprint_ignore: Vec<String>,
+    /// A body already stored under another id is a duplicate of that event
+    /// (only for schemes that leave the id or type unsigned; false otherwise).
+    pub dedupe_on_body: bool,
 }
 
 impl Source {
@@ -369,6 +372,7 @@ struct RawSource {
     #[serde(default)]
     event_types: BTreeMap<String, String>,
     fingerprint_ignore: Option<Vec<String>>,
+    dedupe_on_body: Option<bool>,
     /// Every other key: the scheme's own, or unknown ones.
     #[serde(flatten)]
     scheme_keys: toml::Table,
@@ -379,13 +383,14 @@ struct RawSource {
 
 /// The keys of a source, as an unknown one is told them: [`RawSource`]'s, then
 /// [`RawHmac`]'s.
-const SOURCE_KEYS: [&str; 14] = [
+const SOURCE_KEYS: [&str; 15] = [
     "name",
     "scheme",
     "secrets",
     "tolerance",
     "event_types",
     "fingerprint_ignore",
+    "dedupe_on_body",
     "signature_header",
     "signature_encoding",
     "signature_prefix",
@@ -397,7 +402,7 @@ const SOURCE_KEYS: [&str; 14] = [
 ];
 
 /// The keys only scheme `hmac` takes: the fields of [`RawHmac`].
-const HMAC_KEYS: &[&str] = SOURCE_KEYS.split_at(6).1;
+const HMAC_KEYS: &[&str] = SOURCE_KEYS.split_at(7).1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -818,6 +823,7 @@ impl RawSource {
         for (j, pointer) in fingerprint_ignore.iter().enumerate() {
             json_pointer(key(&format!("fingerprint_ignore[{j}]")), pointer)?;
         }
+        let dedupe_on_body = dedupe_on_body(&scheme, self.dedupe_on_body, &key)?;
         Ok(Source {
             name: self.name,
             scheme,
@@ -826,7 +832,30 @@ impl RawSource {
             tolerance: or(self.tolerance, Duration::from_secs(5 * MINUTE)),
             event_types,
             fingerprint_ignore,
+            dedupe_on_body,
         })
+    }
+}
+
+/// `dedupe_on_body`: on by default where the scheme leaves the id or type
+/// unsigned; refused elsewhere, where the signed id already rules out a copy
+/// under another one.
+fn dedupe_on_body(
+    scheme: &Scheme,
+    value: Option<bool>,
+    key: &dyn Fn(&str) -> String,
+) -> Result<bool, Problem> {
+    if scheme.leaves_identity_unsigned() {
+        return Ok(value.unwrap_or(true));
+    }
+    match value {
+        None => Ok(false),
+        Some(_) => Err((
+            key("dedupe_on_body"),
+            "only applies to sources whose event id or type is not signed (scheme \"github\", \
+             or \"hmac\" with id_header or type_header)"
+                .into(),
+        )),
     }
 }
 

@@ -18,7 +18,9 @@ use crate::config::Settings;
 use crate::dispatch::{Dispatcher, RetryBy, RetryOutcome};
 use crate::filter::{self, FilterError};
 use crate::store::audit::{self, AuditEntry, Record};
-use crate::store::history::{self, Attempt, EventDetail, EventFilter, EventSummary, HandlerState};
+use crate::store::history::{
+    self, Attempt, EventDetail, EventFilter, EventSummary, HandlerState, SignedDelivery,
+};
 use crate::store::payments::{self, Payment};
 use crate::store::{StoreError, events::EventStatus};
 
@@ -73,11 +75,53 @@ impl EventView {
     }
 }
 
-/// Whether a stored event's signature still proves where it came from, checked
-/// with the source's current secrets as of the time it was received.
+/// Whether a stored event's signature still proves where it came from, and
+/// what beside the body it covers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Origin {
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// `None` when the source is no longer configured.
+    #[serde(flatten)]
+    pub covers: Option<Covered>,
+}
+
+/// Whether the signature covers the event id and type. GitHub's and a generic
+/// source's headers travel beside the signed body: whoever holds one real
+/// delivery may change them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Covered {
+    pub id_signed: bool,
+    pub type_signed: bool,
+}
+
+impl Covered {
+    pub fn of(scheme: &crate::signature::Scheme) -> Self {
+        Covered {
+            id_signed: scheme.signs_id(),
+            type_signed: scheme.signs_type(),
+        }
+    }
+
+    /// What people are told when the signature leaves the id or type out.
+    pub fn caveat(self) -> Option<String> {
+        let what = match (self.id_signed, self.type_signed) {
+            (true, true) => return None,
+            (false, false) => "the event id and type were",
+            (false, true) => "the event id was",
+            (true, false) => "the event type was",
+        };
+        Some(format!(
+            "{what} not signed (the scheme signs only the body)"
+        ))
+    }
+}
+
+/// The signature check of a stored event, with the source's current secrets as
+/// of the time it was received.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
-pub enum Origin {
+pub enum Verdict {
     /// The kept body and headers verify with secret number `secret` (1-based).
     Verified { secret: i32 },
     /// They do not verify (a secret was rotated away since, or the record changed).
@@ -216,33 +260,51 @@ impl Desk {
         client: &deadpool_postgres::Object,
         id: i64,
     ) -> Result<Origin, StoreError> {
-        let Some(delivery) = history::signed_delivery(client, id).await? else {
-            return Ok(Origin::Unavailable {
-                reason: "the exact body and signature headers are not kept (purged, or \
-                         stored before hookd kept them)"
-                    .into(),
-            });
-        };
-        let Some(source) = self.settings.source(&delivery.source) else {
-            return Ok(Origin::Unavailable {
-                reason: format!("source {} is not configured any more", delivery.source),
-            });
-        };
-        let verifier = source.verifier();
-        Ok(
-            match verifier.verify(
-                &delivery.headers,
-                &delivery.body,
-                delivery.received_at.timestamp(),
-            ) {
-                Ok(verified) => Origin::Verified {
-                    secret: verified.signed_with,
-                },
-                Err(error) => Origin::Unverified {
-                    reason: format!("{error} (with the current secrets, as of its received time)"),
-                },
+        let delivery = history::signed_delivery(client, id).await?;
+        let source = delivery
+            .as_ref()
+            .and_then(|d| self.settings.source(&d.source));
+        let covers = source.map(|s| Covered::of(&s.scheme));
+        let verdict = match (delivery, source) {
+            (
+                Some(SignedDelivery {
+                    kept: Some((body, headers)),
+                    received_at,
+                    ..
+                }),
+                Some(source),
+            ) => {
+                match source
+                    .verifier()
+                    .verify(&headers, &body, received_at.timestamp())
+                {
+                    Ok(verified) => Verdict::Verified {
+                        secret: verified.signed_with,
+                    },
+                    Err(error) => Verdict::Unverified {
+                        reason: format!(
+                            "{error} (with the current secrets, as of its received time)"
+                        ),
+                    },
+                }
+            }
+            (
+                Some(SignedDelivery {
+                    kept: Some(_),
+                    source,
+                    ..
+                }),
+                None,
+            ) => Verdict::Unavailable {
+                reason: format!("source {source} is not configured any more"),
             },
-        )
+            _ => Verdict::Unavailable {
+                reason: "the exact body and signature headers are not kept (purged, or stored \
+                         before hookd kept them)"
+                    .into(),
+            },
+        };
+        Ok(Origin { verdict, covers })
     }
 
     /// A payment and its events; viewing it is audited.

@@ -65,6 +65,11 @@ pub struct IncomingEvent {
     pub stable_fingerprint: [u8; 32],
     /// The source's `fingerprint_ignore`, which `stable_fingerprint` left out.
     pub fingerprint_ignore: Vec<String>,
+    /// Set when the source dedupes on the body (its scheme leaves the id or type
+    /// unsigned): the key a copy of this body under any id is a duplicate by.
+    /// It is the stable fingerprint, so a copy is what the dedupe by id would
+    /// also call the same event.
+    pub body_key: Option<[u8; 32]>,
     pub payment_id: Option<String>,
     pub customer_id: Option<String>,
 }
@@ -113,13 +118,15 @@ impl IncomingEvent {
                 Some((name.to_string(), Value::String(value.to_string())))
             })
             .collect::<Map<String, Value>>();
+        let stable = stable_fingerprint(&payload, &source.fingerprint_ignore);
         Ok(IncomingEvent {
             source: source.name.clone(),
             event_id,
             event_type,
             kind,
             fingerprint: fingerprint(&payload),
-            stable_fingerprint: stable_fingerprint(&payload, &source.fingerprint_ignore),
+            stable_fingerprint: stable,
+            body_key: source.dedupe_on_body.then_some(stable),
             fingerprint_ignore: source.fingerprint_ignore.clone(),
             payment_id: fields.payment_id.filter(|id| storable_id(id)),
             customer_id: fields.customer_id.filter(|id| storable_id(id)),

@@ -7,7 +7,8 @@
 //! **Group commit.** Deliveries queue for a few committers. A committer takes
 //! whatever is queued (one delivery when hookd is idle: nobody waits for company;
 //! up to `MAX_BATCH` under load) and stores it in one transaction: one multi-row
-//! dedupe statement, each handler once for its events of the batch
+//! dedupe statement (two, sent together, when sources that dedupe on the body
+//! are among it), each handler once for its events of the batch
 //! (`Handler::apply_batch`, the payments one set-based merge), the attempts in one
 //! statement, one commit — and only then every answer. Copies of one event inside
 //! a batch are decided together (one row, one effect, one answer for all). If
@@ -16,7 +17,7 @@
 //! with its handler in a savepoint: one event's failure never fails its
 //! batch-mates, and delays them by at most `handler_timeout`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::Utc;
@@ -59,7 +60,7 @@ struct Job {
 }
 
 /// The outcome of receiving one delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ingested {
     pub recorded: Recorded,
     /// The event's status after its run at receipt (new events only).
@@ -132,14 +133,33 @@ async fn run_committer(core: Arc<Core>, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
     }
 }
 
+/// What makes two deliveries of a source one event: the id, or for a source
+/// that dedupes on the body, the body's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Key<'a> {
+    Id(&'a str),
+    Body(&'a [u8; 32]),
+}
+
+impl<'a> Key<'a> {
+    fn of(event: &'a IncomingEvent) -> (&'a str, Self) {
+        let key = match &event.body_key {
+            Some(body) => Key::Body(body),
+            None => Key::Id(&event.event_id),
+        };
+        (&event.source, key)
+    }
+}
+
 /// How a delivery of a batch relates to the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     /// The first delivery of its event in the batch: it goes into the statement.
     First(usize),
-    /// A later copy of item `0`, with a matching fingerprint.
+    /// A later copy of item `0`, with a matching fingerprint (or body key).
     CopyOf(usize),
-    /// A later delivery of item `0`'s event id with another payload: decided alone.
+    /// A later delivery of an earlier one's event id with another payload:
+    /// decided alone.
     Apart,
 }
 
@@ -214,16 +234,20 @@ impl Core {
     ) -> Result<Vec<Option<Result<Ingested, StoreError>>>, Fallback> {
         let dispatcher = &self.dispatcher;
         // Copies of one event in the batch: the first carries them all.
-        let mut first_of: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut first_of: HashMap<(&str, Key<'_>), usize> = HashMap::new();
+        // The ids of the firsts keyed by body: one statement cannot store an id
+        // twice.
+        let mut body_keyed_ids: HashSet<(&str, &str)> = HashSet::new();
         let mut roles = Vec::with_capacity(batch.len());
         let mut items: Vec<BatchItem<'_>> = Vec::new();
         let mut plans = Vec::new();
         for job in batch {
             let event = &job.event;
-            let key = (event.source.as_str(), event.event_id.as_str());
+            let key = Key::of(event);
             if let Some(&at) = first_of.get(&key) {
                 let first: &IncomingEvent = items[at].event;
-                let same = first.fingerprint == event.fingerprint
+                let same = matches!(key.1, Key::Body(_))
+                    || first.fingerprint == event.fingerprint
                     || first.stable_fingerprint == event.stable_fingerprint;
                 if same {
                     items[at].deliveries += 1;
@@ -231,6 +255,12 @@ impl Core {
                 } else {
                     roles.push(Role::Apart);
                 }
+                continue;
+            }
+            if event.body_key.is_some()
+                && !body_keyed_ids.insert((event.source.as_str(), event.event_id.as_str()))
+            {
+                roles.push(Role::Apart);
                 continue;
             }
             let plan = dispatcher.plan(&event.source, &event.event_type, event.kind.as_deref());
@@ -334,9 +364,12 @@ impl Core {
             dispatcher.wake();
         }
         let outcome = |at: usize, copy: bool| -> Result<Ingested, StoreError> {
-            let recorded = match decided[at] {
-                Recorded::New { id } if copy => Recorded::Duplicate { id },
-                other => other,
+            let recorded = match &decided[at] {
+                Recorded::New { id } if copy => Recorded::Duplicate {
+                    id: *id,
+                    event_id: items[at].event.event_id.clone(),
+                },
+                other => other.clone(),
             };
             let status = match recorded {
                 Recorded::New { .. } => Some(items[at].expected.status),
@@ -358,6 +391,23 @@ impl Core {
     /// a savepoint — one transaction, committed before this returns (run again
     /// if it lost to a concurrent one).
     async fn ingest_one(
+        &self,
+        event: &IncomingEvent,
+        verified: Verified,
+    ) -> Result<Ingested, StoreError> {
+        // A body-keyed delivery that met a concurrent one of its id under another
+        // body is decided again once that one has committed (a few times at most:
+        // each time, another delivery committed).
+        let mut races = 0;
+        loop {
+            match self.ingest_once(event, verified).await {
+                Err(error) if events::lost_id_race(&error) && races < 3 => races += 1,
+                result => return result,
+            }
+        }
+    }
+
+    async fn ingest_once(
         &self,
         event: &IncomingEvent,
         verified: Verified,

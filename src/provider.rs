@@ -79,8 +79,12 @@ pub fn sign_delivery(
     })
 }
 
-/// Gives the body a fresh event id where the scheme keeps it in the body, and
-/// returns the new id for the schemes that carry it in a header.
+/// The member `with_new_id` adds to a body that has no place for the id.
+pub const REPLAY_ID_FIELD: &str = "hookd_replay_id";
+
+/// Gives the body a fresh event id where the scheme keeps it in the body (or, for
+/// a source that dedupes on the body and has no such place, in a member of its
+/// own), and returns the new id for the schemes that carry it in a header.
 pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, String), String> {
     let mut value: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
@@ -100,8 +104,16 @@ pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, String), St
             Locator::Header(_) => (hex::encode(&random[..12]), Some("/id".into())),
         },
     };
-    if let Some(slot) = field.and_then(|p| value.pointer_mut(&p)) {
+    let placed = field.and_then(|p| value.pointer_mut(&p)).map(|slot| {
         *slot = Value::String(id.clone());
+    });
+    // A source that dedupes on the body would take the same body under a new id
+    // for a resend: the fresh id goes into the body too.
+    if placed.is_none()
+        && source.dedupe_on_body
+        && let Value::Object(map) = &mut value
+    {
+        map.insert(REPLAY_ID_FIELD.into(), Value::String(id.clone()));
     }
     let body = serde_json::to_vec(&value).map_err(|e| e.to_string())?;
     Ok((body, id))

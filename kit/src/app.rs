@@ -423,4 +423,15 @@ impl TestApp {
         assert_eq!(answer.status, 200, "/metrics");
         Exposition::parse(&String::from_utf8(answer.body).expect("utf-8 metrics"))
     }
+
+    /// Fails unless some deliveries shared a transaction (group commit).
+    pub async fn assert_deliveries_shared_transactions(&self) {
+        let metrics = self.metrics().await;
+        let batches = metrics.value("hookd_ingest_batches_total", &[]);
+        let delivered = metrics.value("hookd_ingest_batched_deliveries_total", &[]);
+        assert!(
+            delivered > batches,
+            "deliveries shared transactions: {delivered} in {batches}"
+        );
+    }
 }

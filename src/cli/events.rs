@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::CliError;
 use crate::app::App;
-use crate::desk::{DeskError, EventView, Origin, PaymentView};
+use crate::desk::{Covered, DeskError, EventView, Origin, PaymentView, Verdict};
 use crate::dispatch::RetryOutcome;
 use crate::filter::ListParams;
 use crate::store::history::{self, EventSummary};
@@ -107,12 +107,16 @@ pub async fn show(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
 }
 
 fn origin_line(origin: &Origin) -> String {
-    match origin {
-        Origin::Verified { secret } => {
+    let verdict = match &origin.verdict {
+        Verdict::Verified { secret } => {
             format!("verified with secret {secret} (the current secrets, as of its received time)")
         }
-        Origin::Unverified { reason } => format!("not verified: {reason}"),
-        Origin::Unavailable { reason } => format!("cannot be checked: {reason}"),
+        Verdict::Unverified { reason } => format!("not verified: {reason}"),
+        Verdict::Unavailable { reason } => format!("cannot be checked: {reason}"),
+    };
+    match origin.covers.and_then(Covered::caveat) {
+        Some(caveat) => format!("{verdict}; {caveat}"),
+        None => verdict,
     }
 }
 
@@ -275,8 +279,8 @@ pub async fn verify(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
     } else {
         println!("event {id}: {}", origin_line(&origin));
     }
-    match origin {
-        Origin::Verified { .. } => Ok(()),
+    match origin.verdict {
+        Verdict::Verified { .. } => Ok(()),
         _ => Err(CliError::Other(format!(
             "event {id}: its origin is not proven"
         ))),

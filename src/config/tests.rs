@@ -679,3 +679,52 @@ fn the_scheme_tag_may_follow_its_keys_and_errors_inside_name_their_key() {
         "{e}"
     );
 }
+
+#[test]
+fn dedupe_on_body_is_on_where_the_id_or_type_is_unsigned_and_refused_elsewhere() {
+    let shipped = load(include_str!("../../hookd.toml")).expect("shipped hookd.toml");
+    let on: Vec<(&str, bool)> = shipped
+        .sources
+        .iter()
+        .map(|s| (s.name.as_str(), s.dedupe_on_body))
+        .collect();
+    assert_eq!(
+        on,
+        [
+            ("stripe", false),
+            ("standard", false),
+            ("github", true),
+            ("shop", true)
+        ]
+    );
+    let github = "[[sources]]\nname = \"g\"\nscheme = \"github\"\nsecrets = [\"x\"]\n";
+    let off = load(&format!("{github}dedupe_on_body = false\n")).expect("valid");
+    assert!(!off.sources[0].dedupe_on_body);
+    let e = error(&format!("{github}dedupe_on_body = \"no\"\n"));
+    assert!(e.contains("sources[0].dedupe_on_body"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    // A generic source signs its identity when both come from the body.
+    let hmac = "[[sources]]\nname = \"h\"\nscheme = \"hmac\"\nsecrets = [\"x\"]\n\
+                signature_header = \"S\"\nid_pointer = \"/id\"\n";
+    let typed = load(&format!("{hmac}type_header = \"T\"\n")).expect("valid");
+    assert!(
+        typed.sources[0].dedupe_on_body,
+        "the type header is unsigned"
+    );
+    for signed in [
+        format!("{hmac}type_pointer = \"/type\"\n"),
+        MINIMAL.to_string(),
+        "[[sources]]\nname = \"s\"\nscheme = \"standard\"\nsecrets = [\"whsec_c2VjcmV0\"]\n"
+            .to_string(),
+    ] {
+        assert!(!load(&signed).expect("valid").sources[0].dedupe_on_body);
+        let e = error(&format!("{signed}dedupe_on_body = true\n"));
+        assert!(
+            e.ends_with(
+                "sources[0].dedupe_on_body: only applies to sources whose event id or type is \
+                 not signed (scheme \"github\", or \"hmac\" with id_header or type_header)"
+            ),
+            "{e}"
+        );
+    }
+}

@@ -7,6 +7,7 @@ use super::*;
 use crate::signature::{Encoding, GenericHmac, Secret};
 
 fn source(scheme: Scheme) -> Source {
+    let scheme_leaves_identity_unsigned = scheme.leaves_identity_unsigned();
     let mut event_types = HashMap::new();
     event_types.insert(
         "payment_intent.succeeded".into(),
@@ -20,6 +21,7 @@ fn source(scheme: Scheme) -> Source {
         tolerance: Duration::from_secs(300),
         event_types,
         fingerprint_ignore: vec!["/pending_webhooks".into(), "/request".into()],
+        dedupe_on_body: scheme_leaves_identity_unsigned,
     }
 }
 

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::auth::Principal;
-use crate::desk::{BulkOutcome, Dashboard, EventView, Origin, PaymentView};
+use crate::desk::{BulkOutcome, Covered, Dashboard, EventView, Origin, PaymentView, Verdict};
 use crate::filter::ListParams;
 use crate::store::audit::AuditEntry;
 use crate::store::history::EventSummary;
@@ -261,16 +261,23 @@ fn dashboard(board: &Dashboard) -> Markup {
 }
 
 fn origin(origin: &Origin) -> Markup {
-    match origin {
-        Origin::Verified { secret } => html! {
+    let verdict = match &origin.verdict {
+        Verdict::Verified { secret } => html! {
             span.status-verified { "verified" } " with secret #" (secret)
             " (current secrets, as of its received time)"
         },
-        Origin::Unverified { reason } => {
+        Verdict::Unverified { reason } => {
             html! { span.status-unverified { "not verified" } ": " (reason) }
         }
-        Origin::Unavailable { reason } => {
+        Verdict::Unavailable { reason } => {
             html! { span.status-pending { "cannot be checked" } ": " (reason) }
+        }
+    };
+    let caveat = origin.covers.and_then(Covered::caveat);
+    html! {
+        (verdict)
+        @if let Some(caveat) = caveat {
+            br; span.status-pending { (caveat) }
         }
     }
 }

@@ -150,10 +150,16 @@ async fn handle(
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     summary.event_id = Some(event.event_id.clone());
     summary.kind = event.kind.clone();
-    let body = accepted_body(&event.event_id);
+    let delivered_id = event.event_id.clone();
     let Ingested { recorded, status } = state.ingester.ingest(event, verified).await?;
     let mut response = HttpResponse::Ok();
     response.insert_header((CONTENT_TYPE, "application/json"));
+    // A duplicate gets the first answer: it names the id the event was first
+    // stored under (another, when its body was found under another id).
+    let body = match &recorded {
+        Recorded::Duplicate { event_id, .. } => accepted_body(event_id),
+        _ => accepted_body(&delivered_id),
+    };
     match recorded {
         Recorded::New { .. } => {
             summary.outcome = match status {

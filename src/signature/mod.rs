@@ -112,6 +112,33 @@ impl Scheme {
         }
     }
 
+    /// Whether the signature covers the event id: Stripe's is in the body,
+    /// Standard Webhooks signs `webhook-id`; GitHub's delivery header is not
+    /// signed, nor is a generic id header.
+    pub fn signs_id(&self) -> bool {
+        match self {
+            Scheme::Stripe | Scheme::Standard => true,
+            Scheme::Github => false,
+            Scheme::Hmac(opts) => matches!(opts.id, Locator::Pointer(_)),
+        }
+    }
+
+    /// Whether the signature covers the event type (GitHub's `X-GitHub-Event`
+    /// header is not signed, nor is a generic type header).
+    pub fn signs_type(&self) -> bool {
+        match self {
+            Scheme::Stripe | Scheme::Standard => true,
+            Scheme::Github => false,
+            Scheme::Hmac(opts) => matches!(opts.event_type, Locator::Pointer(_)),
+        }
+    }
+
+    /// Whether the id or the type travels beside the signed body, where anyone
+    /// holding one real delivery may change it.
+    pub fn leaves_identity_unsigned(&self) -> bool {
+        !self.signs_id() || !self.signs_type()
+    }
+
     /// The key bytes a secret stands for under this scheme; an error explains why a
     /// configured secret is unusable (checked once, at startup).
     pub fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {

@@ -317,3 +317,36 @@ fn new_secrets_have_the_scheme_format_sign_and_verify_and_never_repeat() {
     assert!(github.expose().len() == 64 && hex::decode(github.expose()).is_ok());
     assert_eq!(new_secret("paypal"), None);
 }
+
+#[test]
+fn only_ids_and_types_read_from_the_body_count_as_signed() {
+    let hmac = |id: Locator, event_type: Locator| {
+        Scheme::Hmac(GenericHmac {
+            signature_header: "S".into(),
+            encoding: Encoding::Hex,
+            prefix: String::new(),
+            id,
+            event_type,
+            timestamp_header: None,
+        })
+    };
+    let header = || Locator::Header("H".into());
+    let pointer = || Locator::Pointer("/p".into());
+    let cases = [
+        (Scheme::Stripe, true, true),
+        (Scheme::Standard, true, true),
+        (Scheme::Github, false, false),
+        (hmac(header(), header()), false, false),
+        (hmac(pointer(), header()), true, false),
+        (hmac(header(), pointer()), false, true),
+        (hmac(pointer(), pointer()), true, true),
+    ];
+    for (scheme, id, event_type) in cases {
+        assert_eq!(
+            (scheme.signs_id(), scheme.signs_type()),
+            (id, event_type),
+            "{scheme:?}"
+        );
+        assert_eq!(scheme.leaves_identity_unsigned(), !(id && event_type));
+    }
+}

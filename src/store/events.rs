@@ -49,12 +49,14 @@ impl std::fmt::Display for EventStatus {
 }
 
 /// What the one dedupe statement decided about a delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
     /// First delivery: the row was inserted in the caller's transaction.
     New { id: i64 },
-    /// Same event, same payload: `deliveries` was counted.
-    Duplicate { id: i64 },
+    /// Same event, same payload: `deliveries` was counted on its row. `event_id`
+    /// is the id it was first stored under, which the answer names: another
+    /// than the delivery's when a source that dedupes on the body found it.
+    Duplicate { id: i64, event_id: String },
     /// Same event id, different payload: nothing changed.
     Conflict,
 }
@@ -86,6 +88,26 @@ pub const RECORD_DELIVERY: &str = "INSERT INTO webhook_events AS e
            OR e.stable_sha256 = EXCLUDED.stable_sha256
     RETURNING id, deliveries";
 
+/// The dedupe decision for an event of a source that dedupes on the body: a
+/// copy of a stored body (its stable fingerprint, `$14`, is the key) is a
+/// duplicate of that event whatever its id or type. A row holding this id under
+/// another key, or none (stored before, or while the source did not dedupe on
+/// the body), yields no row: the decision by id is left to `recount_by_id`.
+pub const RECORD_BODY_DELIVERY: &str = "INSERT INTO webhook_events AS e
+        (source, event_id, event_type, kind, status, payload, payload_sha256,
+         signed_with, payment_id, customer_id, attempts, processed_at, body,
+         signature_headers, stable_sha256, next_attempt_at, body_sha256)
+    SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::jsonb, $7::bytea,
+           $8::int, $9::text, $10::text, $11::int,
+           CASE WHEN $5::text IN ('processed', 'ignored') THEN now() END, $12::bytea,
+           $13::jsonb, $14::bytea, CASE WHEN $15::bool THEN now() END, $14::bytea
+    WHERE NOT EXISTS (SELECT 1 FROM webhook_events x
+                      WHERE x.source = $1::text AND x.event_id = $2::text
+                        AND x.body_sha256 IS DISTINCT FROM $14::bytea)
+    ON CONFLICT (source, body_sha256) WHERE body_sha256 IS NOT NULL DO UPDATE
+        SET deliveries = e.deliveries + 1, last_delivery_at = now()
+    RETURNING id, deliveries, event_id";
+
 /// Inserts the event, or counts a repeated delivery of it, in one statement. A
 /// new row is written as `expected` says; the caller changes it, in the same
 /// transaction, when the run at receipt ends otherwise.
@@ -95,7 +117,14 @@ pub async fn record_delivery(
     signed_with: i32,
     expected: Expected,
 ) -> Result<Recorded, StoreError> {
-    let statement = client.prepare_cached(RECORD_DELIVERY).await?;
+    let by_body = event.body_key.is_some();
+    let statement = client
+        .prepare_cached(if by_body {
+            RECORD_BODY_DELIVERY
+        } else {
+            RECORD_DELIVERY
+        })
+        .await?;
     let row = client
         .query_opt(
             &statement,
@@ -119,13 +148,76 @@ pub async fn record_delivery(
         )
         .await?;
     Ok(match row {
+        // The id is stored under another body key, or none.
+        None if by_body => recount_by_id(client, event, 1).await?,
         // The conflict's WHERE refused the update: the stored payload differs,
         // unless the row predates stable fingerprints.
         None => recount_legacy_duplicate(client, event, 1).await?,
         // Only an insert leaves `deliveries` at its starting value.
         Some(row) if row.get::<_, i32>(1) == 1 => Recorded::New { id: row.get(0) },
-        Some(row) => Recorded::Duplicate { id: row.get(0) },
+        Some(row) if by_body => Recorded::Duplicate {
+            id: row.get(0),
+            event_id: row.get(2),
+        },
+        Some(row) => Recorded::Duplicate {
+            id: row.get(0),
+            event_id: event.event_id.clone(),
+        },
     })
+}
+
+/// The constraint a second row of one `(source, event_id)` violates.
+const EVENT_ID_KEY: &str = "webhook_events_source_event_id_key";
+
+/// Whether a body-keyed insert met a concurrent delivery of its id under
+/// another body, which committed first: its transaction is undone, and
+/// deciding again in a new one sees that delivery's row.
+pub fn lost_id_race(error: &StoreError) -> bool {
+    let StoreError::Query(error) = error else {
+        return false;
+    };
+    error.as_db_error().is_some_and(|db| {
+        *db.code() == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
+            && db.constraint() == Some(EVENT_ID_KEY)
+    })
+}
+
+/// A body-keyed delivery whose id a row holds under another body key (or
+/// none): the decision by id, as for any other source — a duplicate when the
+/// payload matches, else a conflict.
+async fn recount_by_id(
+    client: &impl GenericClient,
+    event: &IncomingEvent,
+    deliveries: i32,
+) -> Result<Recorded, StoreError> {
+    let count = client
+        .prepare_cached(
+            "UPDATE webhook_events
+             SET deliveries = deliveries + $3, last_delivery_at = now()
+             WHERE source = $1 AND event_id = $2
+               AND (payload_sha256 = $4 OR stable_sha256 = $5)
+             RETURNING id",
+        )
+        .await?;
+    let row = client
+        .query_opt(
+            &count,
+            &[
+                &event.source,
+                &event.event_id,
+                &deliveries,
+                &event.fingerprint.as_slice(),
+                &event.stable_fingerprint.as_slice(),
+            ],
+        )
+        .await?;
+    match row {
+        Some(row) => Ok(Recorded::Duplicate {
+            id: row.get(0),
+            event_id: event.event_id.clone(),
+        }),
+        None => recount_legacy_duplicate(client, event, deliveries).await,
+    }
 }
 
 /// One event of a batch: its delivery, how its row is first written, and how many
@@ -138,37 +230,117 @@ pub struct BatchItem<'a> {
     pub deliveries: i32,
 }
 
-/// `record_delivery` for several distinct events in one statement; the decisions
-/// come back in the items' order.
-pub async fn record_batch(
-    client: &impl GenericClient,
-    items: &[BatchItem<'_>],
-) -> Result<Vec<Recorded>, StoreError> {
-    let statement = client
-        .prepare_cached(
+/// The multi-row dedupe statement: `$key` is what `body_sha256` is written as,
+/// `$only` filters the rows, `$conflict` names the key deciding and `$same` the
+/// condition under which a conflict counts a duplicate.
+macro_rules! record_batch_sql {
+    ($key:literal, $only:literal, $conflict:literal, $same:literal) => {
+        concat!(
             "INSERT INTO webhook_events AS e
                  (source, event_id, event_type, kind, status, payload, payload_sha256,
                   signed_with, payment_id, customer_id, attempts, processed_at, body,
-                  signature_headers, stable_sha256, next_attempt_at, deliveries)
+                  signature_headers, stable_sha256, next_attempt_at, deliveries, body_sha256)
              SELECT source, event_id, event_type, kind, status, payload, payload_sha256,
                     signed_with, payment_id, customer_id, attempts,
                     CASE WHEN status IN ('processed', 'ignored') THEN now() END, body,
                     signature_headers, stable_sha256,
-                    CASE WHEN due_now THEN now() END, deliveries
+                    CASE WHEN due_now THEN now() END, deliveries, ",
+            $key,
+            "
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                          $6::jsonb[], $7::bytea[], $8::int[], $9::text[], $10::text[],
                          $11::int[], $12::bytea[], $13::jsonb[], $14::bytea[], $15::bool[],
                          $16::int[])
                   AS u(source, event_id, event_type, kind, status, payload, payload_sha256,
                        signed_with, payment_id, customer_id, attempts, body,
-                       signature_headers, stable_sha256, due_now, deliveries)
-             ON CONFLICT (source, event_id) DO UPDATE
-                 SET deliveries = e.deliveries + EXCLUDED.deliveries, last_delivery_at = now()
-                 WHERE e.payload_sha256 = EXCLUDED.payload_sha256
-                    OR e.stable_sha256 = EXCLUDED.stable_sha256
-             RETURNING id, source, event_id, (xmax = 0)",
+                       signature_headers, stable_sha256, due_now, deliveries) ",
+            $only,
+            "
+             ON CONFLICT ",
+            $conflict,
+            " DO UPDATE
+                 SET deliveries = e.deliveries + EXCLUDED.deliveries, last_delivery_at = now() ",
+            $same,
+            "
+             RETURNING id, source, event_id, (xmax = 0), body_sha256"
         )
-        .await?;
+    };
+}
+
+/// The batch's events decided by id.
+const RECORD_BATCH: &str = record_batch_sql!(
+    "NULL::bytea",
+    "",
+    "(source, event_id)",
+    "WHERE e.payload_sha256 = EXCLUDED.payload_sha256
+        OR e.stable_sha256 = EXCLUDED.stable_sha256"
+);
+
+/// The batch's events decided by body key, as `RECORD_BODY_DELIVERY`.
+const RECORD_BODY_BATCH: &str = record_batch_sql!(
+    "u.stable_sha256",
+    "WHERE NOT EXISTS (SELECT 1 FROM webhook_events x
+                       WHERE x.source = u.source AND x.event_id = u.event_id
+                         AND x.body_sha256 IS DISTINCT FROM u.stable_sha256)",
+    "(source, body_sha256) WHERE body_sha256 IS NOT NULL",
+    ""
+);
+
+/// `record_delivery` for several distinct events (distinct ids, and distinct
+/// body keys where the source dedupes on the body), in a statement per rule,
+/// sent together; the decisions come back in the items' order.
+pub async fn record_batch(
+    client: &impl GenericClient,
+    items: &[BatchItem<'_>],
+) -> Result<Vec<Recorded>, StoreError> {
+    let (by_body, by_id): (Vec<&BatchItem<'_>>, Vec<&BatchItem<'_>>) =
+        items.iter().partition(|i| i.event.body_key.is_some());
+    let (body_rows, id_rows) = tokio::join!(
+        insert_batch(client, RECORD_BODY_BATCH, &by_body),
+        insert_batch(client, RECORD_BATCH, &by_id)
+    );
+    let (body_rows, id_rows) = (body_rows?, id_rows?);
+    let mut decided = Vec::with_capacity(items.len());
+    for item in items {
+        let event = item.event;
+        let row = match &event.body_key {
+            Some(key) => body_rows.iter().find(|r| {
+                r.get::<_, &str>(1) == event.source
+                    && r.get::<_, Option<&[u8]>>(4) == Some(key.as_slice())
+            }),
+            None => id_rows.iter().find(|r| {
+                r.get::<_, &str>(1) == event.source && r.get::<_, &str>(2) == event.event_id
+            }),
+        };
+        decided.push(match row {
+            Some(row) if row.get::<_, bool>(3) => Recorded::New { id: row.get(0) },
+            Some(row) => Recorded::Duplicate {
+                id: row.get(0),
+                event_id: row.get(2),
+            },
+            None if event.body_key.is_some() => {
+                recount_by_id(client, event, item.deliveries).await?
+            }
+            None => recount_legacy_duplicate(client, event, item.deliveries).await?,
+        });
+    }
+    Ok(decided)
+}
+
+/// One multi-row dedupe statement over `items` (none: no statement).
+async fn insert_batch(
+    client: &impl GenericClient,
+    sql: &str,
+    items: &[&BatchItem<'_>],
+) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Rows in one order in every transaction: two batches holding copies of the
+    // same events never wait on each other's rows the opposite way (a deadlock).
+    let mut items = items.to_vec();
+    items.sort_unstable_by_key(|i| (&i.event.source, i.event.body_key, &i.event.event_id));
+    let statement = client.prepare_cached(sql).await?;
     let payloads: Vec<std::borrow::Cow<'_, Value>> =
         items.iter().map(|i| i.event.storable_payload()).collect();
     let sources: Vec<&str> = items.iter().map(|i| i.event.source.as_str()).collect();
@@ -219,18 +391,7 @@ pub async fn record_batch(
             ],
         )
         .await?;
-    let mut decided = Vec::with_capacity(items.len());
-    for item in items {
-        let row = rows.iter().find(|r| {
-            r.get::<_, &str>(1) == item.event.source && r.get::<_, &str>(2) == item.event.event_id
-        });
-        decided.push(match row {
-            Some(row) if row.get::<_, bool>(3) => Recorded::New { id: row.get(0) },
-            Some(row) => Recorded::Duplicate { id: row.get(0) },
-            None => recount_legacy_duplicate(client, item.event, item.deliveries).await?,
-        });
-    }
-    Ok(decided)
+    Ok(rows)
 }
 
 /// A row stored before stable fingerprints has none to compare: its stable
@@ -284,7 +445,10 @@ async fn recount_legacy_duplicate(
             ],
         )
         .await?;
-    Ok(Recorded::Duplicate { id: row.get(0) })
+    Ok(Recorded::Duplicate {
+        id: row.get(0),
+        event_id: event.event_id.clone(),
+    })
 }
 
 /// An event to apply, as loaded for a retry.

@@ -352,13 +352,15 @@ pub async fn secret_last_used(
 pub struct SignedDelivery {
     pub source: String,
     pub received_at: DateTime<Utc>,
-    /// The body exactly as received.
-    pub body: Vec<u8>,
-    /// The headers its signature depends on, as received.
-    pub headers: Vec<(String, String)>,
+    /// `None` once purged (or for events stored before hookd kept them).
+    pub kept: Option<KeptDelivery>,
 }
 
-/// The exact body and signature headers of an event, when they are kept.
+/// The body exactly as received, and the headers its signature depends on.
+pub type KeptDelivery = (Vec<u8>, Vec<(String, String)>);
+
+/// An event's source, time, and exact body and signature headers when they are
+/// kept; `None` if there is no such event.
 pub async fn signed_delivery(
     client: &impl GenericClient,
     id: i64,
@@ -366,26 +368,28 @@ pub async fn signed_delivery(
     let statement = client
         .prepare_cached(
             "SELECT source, received_at, body, signature_headers FROM webhook_events
-             WHERE id = $1 AND body IS NOT NULL AND signature_headers IS NOT NULL",
+             WHERE id = $1",
         )
         .await?;
     let Some(row) = client.query_opt(&statement, &[&id]).await? else {
         return Ok(None);
     };
-    let headers: Value = row.get(3);
-    let headers = headers
-        .as_object()
-        .map(|map| {
-            map.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default();
+    let body: Option<Vec<u8>> = row.get(2);
+    let headers: Option<Value> = row.get(3);
+    let headers = headers.map(|headers| {
+        headers
+            .as_object()
+            .map(|map| {
+                map.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    });
     Ok(Some(SignedDelivery {
         source: row.get(0),
         received_at: row.get(1),
-        body: row.get(2),
-        headers,
+        kept: body.zip(headers),
     }))
 }
 

@@ -57,6 +57,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(8, "0008_handler_ledger.sql"),
     migration!(9, "0009_lz4_payloads.sql"),
     migration!(10, "0010_support_desk.sql"),
+    migration!(11, "0011_body_dedupe.sql"),
     migration!(12, "0012_forward_lease.sql"),
 ];
 

@@ -399,7 +399,10 @@ async fn a_stored_event_proves_its_origin_until_its_secret_is_retired() {
         )
         .await;
     let detail = app.viewer().event(id).await.json();
-    assert_eq!(detail["origin"], json!({"status": "verified", "secret": 1}));
+    assert_eq!(
+        detail["origin"],
+        json!({"status": "verified", "secret": 1, "id_signed": true, "type_signed": true})
+    );
     let page = app
         .admin(Credential::Bearer(VIEWER.into()))
         .event_page(id)

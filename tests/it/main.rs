@@ -26,3 +26,4 @@ mod receive;
 mod replay;
 mod support;
 mod tls;
+mod unsigned_ids;

@@ -357,6 +357,56 @@ async fn a_resend_after_the_payload_purge_is_replayed_not_applied() {
 }
 
 #[tokio::test]
+async fn a_body_resent_under_a_new_id_after_the_payload_purge_is_still_the_first_event() {
+    let app = spawn(Spawn::default()).await;
+    let body = serde_json::to_vec(&json!({"id": "shop_evt_p", "type": "payments/succeeded",
+        "data": {"payment_id": "pay_p", "amount": 300, "currency": "eur"}}))
+    .expect("json");
+    let app = &app;
+    let send = |id: &'static str, topic: &'static str| {
+        let headers = app.sign(
+            "shop",
+            &body,
+            hookd::provider::Hints {
+                event_type: Some(topic),
+                event_id: Some(id),
+            },
+        );
+        let body = body.clone();
+        async move { app.post("shop", &headers, body).await }
+    };
+    let first = send("w-p1", "payments/succeeded").await;
+    assert_eq!(first.status, 200);
+    let outcome = age_and_purge(app, 31).await;
+    assert_eq!(PurgeOutcome::total(&outcome.payloads_dropped), 1);
+    // The slim key keeps the body's key: a forged topic under a new id is the
+    // purged event again.
+    let again = send("w-p2", "disputes/create").await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.body, first.body);
+    assert_eq!(again.header("Idempotent-Replayed"), Some("true"));
+    let rows = app
+        .query(
+            "SELECT deliveries, payload IS NULL FROM webhook_events",
+            &[],
+        )
+        .await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].get::<_, i32>(0), rows[0].get::<_, bool>(1)),
+        (2, true)
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM payments WHERE payment_id = 'pay_p' AND disputed",
+            &[]
+        )
+        .await,
+        0
+    );
+}
+
+#[tokio::test]
 async fn only_one_instance_purges_at_a_time() {
     let first = small_batches().await;
     aged_events(&first).await;
