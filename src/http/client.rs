@@ -62,6 +62,16 @@ pub fn address(request: &HttpRequest) -> IpAddr {
     }
 }
 
+/// Whether a trusted proxy says its client spoke plain HTTP (`X-Forwarded-Proto: http`).
+pub fn proxy_says_plain_http(request: &HttpRequest) -> bool {
+    through_local_proxy(request)
+        && request
+            .headers()
+            .get("X-Forwarded-Proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("http"))
+}
+
 /// The host the client asked for: `Host`, or behind a proxy on this machine the
 /// `X-Forwarded-Host` it sets when it rewrites `Host`.
 pub fn requested_host(request: &HttpRequest) -> &str {
