@@ -382,7 +382,17 @@ fn the_unit_brings_every_secret_as_a_credential_and_its_config_file_holds_none()
     // The unit's credentials, as systemd would hand them over (0600 files in %d),
     // make that file a working configuration, without a warning.
     let text = std::fs::read_to_string(UNIT).expect("deploy/hookd.service");
+    assert!(
+        text.contains("install -m 0644 deploy/hookd.toml /etc/hookd/hookd.toml"),
+        "the unit installs the configuration without secrets"
+    );
     let service = &unit_sections(&text)["Service"];
+    assert!(
+        service
+            .iter()
+            .any(|(k, v)| k == "Environment" && v.starts_with("HOOKD_ADMIN_TOKENS_FILE=%d/")),
+        "the tokens file comes as a credential"
+    );
     let credentials =
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("credentials-{}", std::process::id()));
     std::fs::create_dir_all(&credentials).expect("folder");

@@ -49,15 +49,23 @@ async fn the_shipped_credentials_need_development_true_even_on_loopback() {
         .collect();
     std::fs::write(&config, text).expect("config");
     for command in ["serve", "check-config"] {
-        // Loopback, as a TCP-mode proxy or an ssh tunnel would reach it.
-        let output = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        // Loopback, as a TCP-mode proxy or an ssh tunnel would reach it. A serve
+        // that started instead is killed at the deadline.
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args([command, "--config"])
             .arg(&config)
             .env_remove("DATABASE_URL")
             .env_remove("HOOKD_LISTEN")
             .env("RUST_LOG", "warn")
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
             .expect("run hookd");
+        let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("{command} did not stop: it served"))
+            .expect("hookd's output");
         assert_eq!(output.status.code(), Some(78), "{command}: {output:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         let lines: Vec<&str> = stderr.trim().lines().collect();
