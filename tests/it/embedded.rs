@@ -1,6 +1,7 @@
 //! The embedded cluster's folder: when the preferred `./.hookd/pg` cannot be used,
 //! a private folder with a fresh name under the temporary directory, recorded next
-//! to the preferred one and checked again before any later use.
+//! to the preferred one and checked again before any later use; links in
+//! `./.hookd` (or in its place) never followed, and another user's `.hookd` refused.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -136,7 +137,10 @@ async fn a_record_pointing_at_a_link_or_an_open_folder_is_not_used() {
 async fn refused(preferred: PathBuf) -> String {
     tokio::task::spawn_blocking(move || {
         match EmbeddedPostgres::start(&preferred, ClusterOptions { durable: false }) {
-            Ok(_) => panic!("started in {}", preferred.display()),
+            Ok(cluster) => {
+                let cluster = Started(cluster);
+                panic!("started in {}", cluster.0.dir().display())
+            }
             Err(error) => error.to_string(),
         }
     })
