@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::de::{DeserializeOwned, Error as _, IntoDeserializer};
@@ -18,8 +19,8 @@ use crate::duration::Positive;
 use crate::handlers::payments::PaymentKind;
 use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret, Verifier};
 
-/// The secrets and tokens of the shipped `hookd.toml`. They are public, so they are
-/// accepted only while hookd listens on a loopback address.
+/// The secrets and tokens of the shipped `hookd.toml`. They are public, so `serve`
+/// accepts them only with `development = true`, and then only on loopback addresses.
 pub const DEVELOPMENT_CREDENTIALS: [&str; 7] = [
     "whsec_dev_stripe_current_0123456789",
     "whsec_dev_stripe_previous_0123456789",
@@ -77,8 +78,8 @@ pub struct Settings {
     /// Where events are POSTed for handlers in other stacks.
     pub forwards: Vec<Forward>,
     pub admin_tokens: Vec<AdminToken>,
-    /// `Secure` on the session cookie: `None` decides by the admin listener
-    /// (off only on a loopback address, where plain HTTP is expected).
+    /// `Secure` on the session cookie: `None` decides by `development` (off) and
+    /// the request (off when a trusted proxy says it came over plain HTTP).
     pub cookie_secure: Option<bool>,
     /// `DATABASE_URL`; `None` means the embedded cluster. A secret: it may hold a password.
     pub database_url: Option<Secret>,
@@ -86,6 +87,14 @@ pub struct Settings {
     pub metrics_token: Option<Secret>,
     /// Peers (and `X-Forwarded-For` hops) believed about the client they forward.
     pub trusted_proxies: Vec<Cidr>,
+    /// `development = true`: the shipped (public) secrets and tokens are accepted
+    /// on loopback addresses, and the session cookie is not `Secure`.
+    pub development: bool,
+    /// The files secrets were read from: every `*_FILE`, and the configuration
+    /// file itself when it holds any.
+    pub secret_files: Vec<PathBuf>,
+    /// Whether any secret or token in use was written in the configuration text.
+    file_holds_secrets: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -217,10 +226,11 @@ impl Settings {
             .any(|secret| DEVELOPMENT_CREDENTIALS.contains(&secret.expose()))
     }
 
-    /// `serve` refuses public development credentials on an address other machines
-    /// can reach: source secrets when the webhook listener is not loopback, admin
-    /// tokens (and short ones) when the admin listener is not. Loopback keeps the
-    /// shipped `hookd.toml` working out of the box.
+    /// `serve` refuses public development credentials unless `development = true`
+    /// says this is a development machine, and even then on an address other
+    /// machines can reach: source secrets when the webhook listener is not loopback,
+    /// admin tokens (and short ones) when the admin listener is not. The shipped
+    /// `hookd.toml` says `development = true`, so it works out of the box on loopback.
     pub fn check_exposure(&self) -> Result<(), ConfigError> {
         let refuse = |key: &str, problem: String| ConfigError {
             origin: self.origin.clone(),
@@ -228,21 +238,38 @@ impl Settings {
             problem,
         };
         let is_dev = |secret: &Secret| DEVELOPMENT_CREDENTIALS.contains(&secret.expose());
-        if !self.listen.ip().is_loopback() {
-            for source in &self.sources {
-                if let Some(j) = source.secrets.iter().position(is_dev) {
-                    return Err(refuse(
-                        &format!("{}[{j}]", source.secrets_key),
-                        format!(
-                            "is a shipped development secret, and listen = {} reaches beyond \
-                             this machine: set the provider's secret (hookd secret --scheme {} \
-                             prints a fresh one)",
-                            self.listen,
-                            source.scheme.name()
-                        ),
-                    ));
-                }
+        let dev_secret = self.sources.iter().find_map(|source| {
+            let j = source.secrets.iter().position(is_dev)?;
+            Some((format!("{}[{j}]", source.secrets_key), source))
+        });
+        if !self.development {
+            let dev_token = self.admin_tokens.iter().find(|t| is_dev(&t.token));
+            let found = dev_secret
+                .as_ref()
+                .map(|(key, source)| (key.clone(), "secret", source.scheme.name()))
+                .or_else(|| dev_token.map(|t| (t.key.clone(), "token", "hmac")));
+            if let Some((key, what, scheme)) = found {
+                return Err(refuse(
+                    &key,
+                    format!(
+                        "is a shipped development {what}, which only a configuration saying \
+                         development = true may use: set your own (hookd secret --scheme \
+                         {scheme} prints a fresh one)"
+                    ),
+                ));
             }
+        }
+        if let Some((key, source)) = dev_secret.filter(|_| !self.listen.ip().is_loopback()) {
+            return Err(refuse(
+                &key,
+                format!(
+                    "is a shipped development secret, and listen = {} reaches beyond \
+                     this machine: set the provider's secret (hookd secret --scheme {} \
+                     prints a fresh one)",
+                    self.listen,
+                    source.scheme.name()
+                ),
+            ));
         }
         let admin = self.admin_address();
         if !admin.ip().is_loopback() {
@@ -266,6 +293,25 @@ impl Settings {
         Ok(())
     }
 
+    /// One warning line for each file holding secrets that its group or others may
+    /// read (`serve` and `check-config` say it; neither refuses, since a shared
+    /// group may be deliberate).
+    pub fn warn_readable_secret_files(&self) {
+        for path in &self.secret_files {
+            let Ok(meta) = std::fs::metadata(path) else {
+                continue;
+            };
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                log::warn!(
+                    "{}: holds secrets but its group or others may read it (mode {mode:03o}): \
+                     chmod 600 it",
+                    path.display()
+                );
+            }
+        }
+    }
+
     /// Reads the file, applies the process environment, validates.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let origin = path.display().to_string();
@@ -275,7 +321,11 @@ impl Settings {
             problem: format!("cannot read: {e}"),
         })?;
         let env: HashMap<String, String> = std::env::vars().collect();
-        Self::from_toml(&origin, &text, &env)
+        let mut settings = Self::from_toml(&origin, &text, &env)?;
+        if settings.file_holds_secrets {
+            settings.secret_files.insert(0, path.to_path_buf());
+        }
+        Ok(settings)
     }
 
     /// Parses TOML text with the given environment; `origin` names the file in errors.
@@ -302,10 +352,12 @@ impl Settings {
             fail(key, one_line(inner.message()))
         })?;
         apply_env(&mut raw, env).map_err(|(key, problem)| fail(key, problem))?;
+        let file_holds_secrets = raw.holds_secrets();
         let mut settings = raw
             .validate()
             .map_err(|(key, problem)| fail(key, problem))?;
         settings.origin = origin.to_string();
+        settings.file_holds_secrets = file_holds_secrets;
         Ok(settings)
     }
 }
@@ -345,6 +397,8 @@ struct RawSettings {
     metrics_token: Option<String>,
     trusted_proxies: Option<Vec<String>>,
     #[serde(default)]
+    development: bool,
+    #[serde(default)]
     sources: Vec<RawSource>,
     #[serde(default)]
     forwards: Vec<RawForward>,
@@ -355,6 +409,9 @@ struct RawSettings {
     /// The environment variable that set `metrics_token`, if one did.
     #[serde(skip)]
     metrics_token_env: Option<String>,
+    /// The `*_FILE` files secrets were read from.
+    #[serde(skip)]
+    secret_files: Vec<PathBuf>,
 }
 
 /// A `[[sources]]` table. Its `scheme` is the tag of [`Scheme`], and the keys only
@@ -442,7 +499,7 @@ impl Names for Encoding {
 struct RawForward {
     name: String,
     url: String,
-    secret: String,
+    secret: Option<String>,
     #[serde(default)]
     kinds: Vec<String>,
     #[serde(default)]
@@ -450,6 +507,9 @@ struct RawForward {
     #[serde(default)]
     sources: Vec<String>,
     timeout: Option<Positive>,
+    /// The environment variable that set `secret`, if one did.
+    #[serde(skip)]
+    secret_env: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -485,11 +545,26 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
     if let Some(listen) = set("HOOKD_ADMIN_LISTEN") {
         raw.admin_listen = Some(listen.clone());
     }
-    if let Some((var, token)) = secret_from_env(env, "HOOKD_METRICS_TOKEN")? {
+    let mut files = Vec::new();
+    if let Some(path) = set(TOKENS_FILE) {
+        raw.admin.tokens = tokens_file(Path::new(path))?;
+        files.push(PathBuf::from(path));
+    }
+    // Records each file a secret came from, for the permission check.
+    let mut read = |var: &str| -> Result<Option<(String, String)>, Problem> {
+        let found = secret_from_env(env, var)?;
+        if let Some((from, _)) = &found
+            && from != var
+        {
+            files.push(PathBuf::from(&env[from]));
+        }
+        Ok(found)
+    };
+    if let Some((var, token)) = read("HOOKD_METRICS_TOKEN")? {
         raw.metrics_token = Some(token);
         raw.metrics_token_env = Some(var);
     }
-    if let Some((var, token)) = secret_from_env(env, "HOOKD_ADMIN_TOKEN")? {
+    if let Some((var, token)) = read("HOOKD_ADMIN_TOKEN")? {
         raw.admin.tokens.push(RawToken {
             name: "env".into(),
             token,
@@ -497,28 +572,14 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
             from_env: Some(var),
         });
     }
-    // In name order, so the first problem reported is always the same one.
-    let mut names: Vec<&String> = env.keys().collect();
-    names.sort();
-    for var in names {
-        let Some(upper) = var.strip_prefix("HOOKD_SOURCE_").and_then(|rest| {
-            rest.strip_suffix("_SECRETS")
-                .or_else(|| rest.strip_suffix("_SECRETS_FILE"))
-        }) else {
-            continue;
-        };
-        let plain = format!("HOOKD_SOURCE_{upper}_SECRETS");
-        if var != &plain && set(&plain).is_some() {
-            // Reported once, under the plain variable.
-            continue;
-        }
+    for (var, upper) in named_vars(env, "HOOKD_SOURCE_", "_SECRETS") {
         let Some(source) = raw.sources.iter_mut().find(|s| env_name(&s.name) == upper) else {
             // Not fatal (one environment may serve several configurations), but
             // never silent: it may be a typo.
             log::warn!("{var}: no configured source is named {upper}; ignored");
             continue;
         };
-        let Some((from, value)) = secret_from_env(env, &plain)? else {
+        let Some((from, value)) = read(&format!("HOOKD_SOURCE_{upper}_SECRETS"))? else {
             continue;
         };
         source.secrets_env = Some(from);
@@ -529,7 +590,96 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
             .map(String::from)
             .collect();
     }
+    for (var, upper) in named_vars(env, "HOOKD_FORWARD_", "_SECRET") {
+        let Some(forward) = raw.forwards.iter_mut().find(|f| env_name(&f.name) == upper) else {
+            log::warn!("{var}: no configured forward is named {upper}; ignored");
+            continue;
+        };
+        let Some((from, value)) = read(&format!("HOOKD_FORWARD_{upper}_SECRET"))? else {
+            continue;
+        };
+        forward.secret_env = Some(from);
+        forward.secret = Some(value.trim().to_string());
+    }
+    raw.secret_files = files;
     Ok(())
+}
+
+/// The NAMEs of the set `PREFIX<NAME>SUFFIX` and `PREFIX<NAME>SUFFIX_FILE`
+/// variables, each once (under the plain variable when both are set) and in name
+/// order, so the first problem reported is always the same one.
+fn named_vars(env: &HashMap<String, String>, prefix: &str, suffix: &str) -> Vec<(String, String)> {
+    let file_suffix = format!("{suffix}_FILE");
+    let mut found: BTreeMap<String, String> = BTreeMap::new();
+    for (var, value) in env {
+        let Some(upper) = var.strip_prefix(prefix).and_then(|rest| {
+            rest.strip_suffix(suffix)
+                .or_else(|| rest.strip_suffix(file_suffix.as_str()))
+        }) else {
+            continue;
+        };
+        if value.is_empty() {
+            continue;
+        }
+        let plain = var.ends_with(suffix);
+        let entry = found
+            .entry(upper.to_string())
+            .or_insert_with(|| var.clone());
+        if plain {
+            entry.clone_from(var);
+        }
+    }
+    let mut names: Vec<(String, String)> = found.into_iter().map(|(u, v)| (v, u)).collect();
+    names.sort();
+    names
+}
+
+/// `HOOKD_ADMIN_TOKENS_FILE`: names a file of `name role token` lines, which
+/// replace the configuration file's `[[admin.tokens]]`.
+const TOKENS_FILE: &str = "HOOKD_ADMIN_TOKENS_FILE";
+
+/// The tokens of a tokens file: one `name role token` a line; blank lines and
+/// lines starting with `#` are skipped. A problem names the file and line, never
+/// the token.
+fn tokens_file(path: &Path) -> Result<Vec<RawToken>, Problem> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        (
+            TOKENS_FILE.to_string(),
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    let mut tokens = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = format!("{}:{}", path.display(), n + 1);
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [name, role, token] = fields[..] else {
+            return Err((
+                at,
+                format!(
+                    "expected three fields, name role token ({} found)",
+                    fields.len()
+                ),
+            ));
+        };
+        let role =
+            Role::deserialize(role.into_deserializer()).map_err(|_: serde::de::value::Error| {
+                (
+                    at.clone(),
+                    format!("role {role:?} is not one of {}", Role::NAMES),
+                )
+            })?;
+        tokens.push(RawToken {
+            name: name.to_string(),
+            token: token.to_string(),
+            role,
+            from_env: Some(at),
+        });
+    }
+    Ok(tokens)
 }
 
 /// A secret from the environment: `VAR` itself, or the contents of the file that
@@ -575,6 +725,37 @@ pub fn env_name(source: &str) -> String {
 }
 
 impl RawSettings {
+    /// Whether a secret or token still comes from the configuration text (not
+    /// replaced by the environment), other than the public development values.
+    fn holds_secrets(&self) -> bool {
+        let secret = |value: &String| !DEVELOPMENT_CREDENTIALS.contains(&value.as_str());
+        let sources = self
+            .sources
+            .iter()
+            .filter(|s| s.secrets_env.is_none())
+            .flat_map(|s| &s.secrets);
+        let forwards = self
+            .forwards
+            .iter()
+            .filter(|f| f.secret_env.is_none())
+            .filter_map(|f| f.secret.as_ref());
+        let tokens = self
+            .admin
+            .tokens
+            .iter()
+            .filter(|t| t.from_env.is_none())
+            .map(|t| &t.token);
+        let metrics = self
+            .metrics_token
+            .iter()
+            .filter(|_| self.metrics_token_env.is_none());
+        sources
+            .chain(forwards)
+            .chain(tokens)
+            .chain(metrics)
+            .any(secret)
+    }
+
     /// Section by section; the first problem found is the one reported.
     fn validate(self) -> Result<Settings, Problem> {
         let (listen, admin_listen) = listeners(self.listen, self.admin_listen)?;
@@ -620,6 +801,9 @@ impl RawSettings {
             database_url: self.database_url.map(Secret::new),
             metrics_token,
             trusted_proxies,
+            development: self.development,
+            secret_files: self.secret_files,
+            file_holds_secrets: false,
         })
     }
 }
@@ -993,10 +1177,19 @@ impl RawForward {
                 };
                 (key("url"), format!("{shown}is not an http(s) URL"))
             })?;
-        let secret = Secret::new(self.secret);
+        let secret_key = self.secret_env.unwrap_or_else(|| key("secret"));
+        let secret = self.secret.map(Secret::new).ok_or_else(|| {
+            (
+                secret_key.clone(),
+                format!(
+                    "is required: set it here or in HOOKD_FORWARD_{}_SECRET (or its _FILE)",
+                    env_name(&self.name)
+                ),
+            )
+        })?;
         Scheme::Standard.key_bytes(&secret).map_err(|problem| {
             (
-                key("secret"),
+                secret_key,
                 format!("{problem} (a Standard Webhooks secret)"),
             )
         })?;

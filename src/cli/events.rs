@@ -21,11 +21,14 @@ impl From<DeskError> for CliError {
     }
 }
 
-/// Who acts from a terminal, for the audit trail.
+/// Who acts from a terminal, for the audit trail: the real user's name (or uid),
+/// never `$USER`, which anyone can set to anything.
 fn who() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| format!("uid{}", nix::unistd::Uid::current()));
+    let uid = nix::unistd::Uid::current();
+    let user = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |user| user.name);
     format!("cli:{user}")
 }
 

@@ -380,6 +380,7 @@ fn check_config(settings: &Settings) -> Result<(), CliError> {
         }
         None => "the embedded cluster",
     };
+    warn_about_exposure(settings);
     let names: Vec<&str> = settings.sources.iter().map(|s| s.name.as_str()).collect();
     let admin = match settings.admin_listen {
         Some(addr) => format!("admin pages on {addr}"),
@@ -396,6 +397,22 @@ fn check_config(settings: &Settings) -> Result<(), CliError> {
         settings.listen,
     );
     Ok(())
+}
+
+/// What `serve` and `check-config` say, without refusing: secrets in files others
+/// may read, and a database connection that may stay unencrypted.
+fn warn_about_exposure(settings: &Settings) {
+    settings.warn_readable_secret_files();
+    if settings
+        .database_url
+        .as_ref()
+        .is_some_and(|url| store::tls::prefers_tls_beyond_this_machine(url.expose()))
+    {
+        log::warn!(
+            "DATABASE_URL: sslmode=prefer (libpq's default) to another machine: the connection \
+             may be unencrypted; use sslmode=require or verify-full"
+        );
+    }
 }
 
 /// A kind a source maps types to, with neither a handler nor a forward, is

@@ -8,6 +8,7 @@ use crate::config::Settings;
 
 pub async fn serve(settings: Settings, hookd: crate::Hookd) -> Result<(), CliError> {
     settings.check_exposure()?;
+    super::warn_about_exposure(&settings);
     if settings.uses_development_credentials() {
         log::warn!(
             "serving with the shipped development secrets or tokens; hookd accepts them on \

@@ -22,6 +22,15 @@ fn load_env(text: &str, env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
     Settings::from_toml("test.toml", text, &env)
 }
 
+/// Why `check_exposure` refuses these settings.
+fn exposure_error(text: &str, env: &[(&str, &str)]) -> String {
+    load_env(text, env)
+        .expect("valid")
+        .check_exposure()
+        .expect_err("refused")
+        .to_string()
+}
+
 fn error(text: &str) -> String {
     load(text).expect_err("must be refused").to_string()
 }
@@ -340,6 +349,17 @@ fn every_credential_of_the_shipped_config_is_known_as_a_development_value() {
     }
 }
 
+/// Every source of the shipped file given a secret of its own.
+const LIVE_SOURCE_SECRETS: [(&str, &str); 4] = [
+    ("HOOKD_SOURCE_STRIPE_SECRETS", "whsec_live_a1b2c3"),
+    (
+        "HOOKD_SOURCE_STANDARD_SECRETS",
+        "whsec_bGl2ZS1zdGFuZGFyZC1zZWNyZXQ=",
+    ),
+    ("HOOKD_SOURCE_GITHUB_SECRETS", "live-github"),
+    ("HOOKD_SOURCE_SHOP_SECRETS", "live-shop"),
+];
+
 #[test]
 fn development_credentials_are_refused_beyond_loopback_only() {
     let shipped = include_str!("../../hookd.toml");
@@ -360,16 +380,7 @@ fn development_credentials_are_refused_beyond_loopback_only() {
         ("HOOKD_LISTEN", "0.0.0.0:8080"),
         ("HOOKD_ADMIN_LISTEN", "127.0.0.1:9090"),
     ];
-    let secrets = [
-        ("HOOKD_SOURCE_STRIPE_SECRETS", "whsec_live_a1b2c3"),
-        (
-            "HOOKD_SOURCE_STANDARD_SECRETS",
-            "whsec_bGl2ZS1zdGFuZGFyZC1zZWNyZXQ=",
-        ),
-        ("HOOKD_SOURCE_GITHUB_SECRETS", "live-github"),
-        ("HOOKD_SOURCE_SHOP_SECRETS", "live-shop"),
-    ];
-    env.extend(secrets);
+    env.extend(LIVE_SOURCE_SECRETS);
     assert!(
         load_env(shipped, &env)
             .expect("valid")
@@ -379,11 +390,7 @@ fn development_credentials_are_refused_beyond_loopback_only() {
 
     // The admin pages beyond loopback: the shipped tokens, or a short one, are refused.
     env[1] = ("HOOKD_ADMIN_LISTEN", "10.0.0.5:9090");
-    let e = load_env(shipped, &env)
-        .expect("valid")
-        .check_exposure()
-        .expect_err("refused")
-        .to_string();
+    let e = exposure_error(shipped, &env);
     assert!(
         e.contains("admin.tokens[0].token") && e.contains("development token"),
         "{e}"
@@ -392,11 +399,7 @@ fn development_credentials_are_refused_beyond_loopback_only() {
         "{}\n[[admin.tokens]]\nname = \"ops\"\ntoken = \"short\"\nrole = \"operator\"\n",
         shipped.split("[[admin.tokens]]").next().expect("head")
     );
-    let e = load_env(&own_tokens, &env)
-        .expect("valid")
-        .check_exposure()
-        .expect_err("refused")
-        .to_string();
+    let e = exposure_error(&own_tokens, &env);
     assert!(
         e.contains("admin.tokens[0].token") && e.contains("shorter than 16"),
         "{e}"
@@ -727,4 +730,26 @@ fn dedupe_on_body_is_on_where_the_id_or_type_is_unsigned_and_refused_elsewhere()
             "{e}"
         );
     }
+}
+
+#[test]
+fn development_credentials_need_development_true_wherever_hookd_listens() {
+    let shipped = include_str!("../../hookd.toml");
+    assert!(load(shipped).expect("valid").development);
+    let server = shipped.replace("development = true", "development = false");
+    let settings = load(&server).expect("valid");
+    assert!(settings.listen.ip().is_loopback());
+    let e = settings.check_exposure().expect_err("refused").to_string();
+    assert!(
+        e.contains("sources[0].secrets[0]") && e.contains("development = true"),
+        "{e}"
+    );
+    // Only the tokens left: they are refused too.
+    let e = exposure_error(&server, &LIVE_SOURCE_SECRETS);
+    assert!(
+        e.contains("admin.tokens[0].token") && e.contains("development token"),
+        "{e}"
+    );
+    assert!(!load(MINIMAL).expect("valid").development);
+    assert!(error("development = \"yes\"\n").contains("development"));
 }

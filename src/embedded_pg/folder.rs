@@ -7,7 +7,10 @@
 //! random name under the system's temporary directory, created with `mkdir` (which
 //! never follows a link), owned by the cluster's user and closed to everyone else;
 //! its path is recorded in `./.hookd/pg.location` so later commands find it, and a
-//! recorded folder is used again only after the same checks. Files inside the
+//! recorded folder is used again only after the same checks. `./.hookd` itself
+//! must be a real folder of the user running hookd (not a link, not another
+//! user's), and the files hookd keeps there are opened without following links
+//! (the record's staging file is made anew, exclusively). Files inside the
 //! folder are written by a process running as the cluster's user, so root never
 //! writes through a link someone left there, and the cluster's programs get a
 //! scrubbed environment (none of hookd's secrets).
@@ -63,6 +66,9 @@ impl ClusterFolder {
     /// The preferred folder, or the recorded or a new fallback one.
     pub(super) fn choose(preferred: &Path, run_as: Option<RunAs>) -> Result<Self, EmbeddedError> {
         let preferred = absolute(preferred)?;
+        if let Some(home) = preferred.parent() {
+            check_home(home)?;
+        }
         let why = match prepare_preferred(&preferred, run_as) {
             Ok(()) => {
                 return Ok(ClusterFolder {
@@ -73,7 +79,7 @@ impl ClusterFolder {
             Err(why) => why,
         };
         let record = location_record(&preferred);
-        if let Some(recorded) = fs::read_to_string(&record).ok().map(PathBuf::from) {
+        if let Some(recorded) = read_no_follow(&record).ok().map(PathBuf::from) {
             match check_fallback(&recorded, run_as) {
                 Ok(()) => {
                     log::info!(
@@ -144,6 +150,7 @@ impl ClusterFolder {
                 .write(true)
                 .append(append)
                 .truncate(!append)
+                .custom_flags(nix::libc::O_NOFOLLOW)
                 .open(&path)
                 .map_err(io_error(&path))?;
             return file.write_all(text.as_bytes()).map_err(io_error(&path));
@@ -180,7 +187,7 @@ impl ClusterFolder {
     pub(super) fn read(&self, relative: &str) -> Option<String> {
         let path = self.dir.join(relative);
         if self.run_as.is_none() {
-            return fs::read_to_string(path).ok();
+            return read_no_follow(&path).ok();
         }
         let out = self
             .command(Path::new("/bin/cat"))
@@ -233,6 +240,47 @@ fn open_folder(dir: &Path) -> io::Result<File> {
         .read(true)
         .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
         .open(dir)
+}
+
+/// A file's text, refusing a link in its place.
+fn read_no_follow(path: &Path) -> io::Result<String> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    let mut text = String::new();
+    io::Read::read_to_string(&mut file, &mut text)?;
+    Ok(text)
+}
+
+/// `./.hookd`, made if missing: refused when it is a link or another user's, since
+/// hookd (maybe as root) would otherwise create and write files where it leads.
+fn check_home(home: &Path) -> Result<(), EmbeddedError> {
+    if fs::symlink_metadata(home).is_err() {
+        fs::create_dir_all(home).map_err(io_error(home))?;
+    }
+    let refuse = |problem: String| {
+        EmbeddedError::Folder(format!(
+            "{} {problem}: hookd keeps its embedded database only in a real folder of the \
+             user running it (remove it, or set DATABASE_URL)",
+            home.display()
+        ))
+    };
+    let meta = fs::symlink_metadata(home).map_err(io_error(home))?;
+    if meta.file_type().is_symlink() {
+        return Err(refuse("is a symbolic link".into()));
+    }
+    if !meta.is_dir() {
+        return Err(refuse("is not a folder".into()));
+    }
+    let me = Uid::effective().as_raw();
+    if meta.uid() != me {
+        return Err(refuse(format!(
+            "belongs to uid {}, not to uid {me} running hookd",
+            meta.uid()
+        )));
+    }
+    Ok(())
 }
 
 /// Gives the open folder to the cluster's user, closed to everyone else.
@@ -335,7 +383,18 @@ fn write_record(record: &Path, fallback: &Path) -> io::Result<()> {
         fs::create_dir_all(parent)?;
     }
     let staging = record.with_extension("location.new");
-    fs::write(&staging, fallback.as_os_str().as_encoded_bytes())?;
+    // A stale one (or a link planted in its place) goes; unlinking never follows.
+    match fs::remove_file(&staging) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&staging)?;
+    file.write_all(fallback.as_os_str().as_encoded_bytes())?;
+    drop(file);
     fs::rename(&staging, record)
 }
 

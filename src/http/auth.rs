@@ -393,26 +393,30 @@ pub fn check_same_origin(state: &AppState, request: &HttpRequest) -> Result<(), 
     }
 }
 
-/// `Secure` unless configured otherwise or the admin pages listen on loopback,
-/// where plain HTTP is expected.
-pub fn cookie_is_secure(settings: &Settings) -> bool {
-    settings
-        .cookie_secure
-        .unwrap_or_else(|| !settings.admin_address().ip().is_loopback())
+/// `Secure` unless `cookie_secure` says otherwise, `development = true`, or a
+/// trusted proxy says its client spoke plain HTTP.
+pub fn cookie_is_secure(settings: &Settings, request: &HttpRequest) -> bool {
+    settings.cookie_secure.unwrap_or_else(|| {
+        !settings.development && !client::proxy_says_plain_http(request, &settings.trusted_proxies)
+    })
 }
 
-pub fn session_cookie(settings: &Settings, value: String) -> Cookie<'static> {
+pub fn session_cookie(
+    settings: &Settings,
+    request: &HttpRequest,
+    value: String,
+) -> Cookie<'static> {
     Cookie::build(SESSION_COOKIE, value)
         .path("/admin")
         .http_only(true)
-        .secure(cookie_is_secure(settings))
+        .secure(cookie_is_secure(settings, request))
         .same_site(SameSite::Strict)
         .max_age(actix_web::cookie::time::Duration::hours(SESSION_HOURS))
         .finish()
 }
 
-pub fn expired_cookie(settings: &Settings) -> Cookie<'static> {
-    let mut cookie = session_cookie(settings, String::new());
+pub fn expired_cookie(settings: &Settings, request: &HttpRequest) -> Cookie<'static> {
+    let mut cookie = session_cookie(settings, request, String::new());
     cookie.make_removal();
     cookie
 }

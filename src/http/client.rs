@@ -87,6 +87,16 @@ fn hop_address(entry: &str) -> Option<IpAddr> {
     Some(ip.to_canonical())
 }
 
+/// Whether a trusted proxy says its client spoke plain HTTP (`X-Forwarded-Proto: http`).
+pub fn proxy_says_plain_http(request: &HttpRequest, trusted: &[Cidr]) -> bool {
+    is_trusted(peer(request), trusted)
+        && request
+            .headers()
+            .get("X-Forwarded-Proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("http"))
+}
+
 /// The host the client asked for: `Host`, or behind a trusted proxy the
 /// `X-Forwarded-Host` it sets when it rewrites `Host`.
 pub fn requested_host<'r>(request: &'r HttpRequest, trusted: &[Cidr]) -> &'r str {

@@ -282,6 +282,24 @@ fn origin(origin: &Origin) -> Markup {
     }
 }
 
+/// The note a retry leaves on the event page, by the outcome the redirect names
+/// (a status, or an error code); any other value shows nothing, so the page never
+/// repeats text from its address.
+pub fn retry_note(outcome: &str) -> Option<&'static str> {
+    Some(match outcome {
+        "processed" => "Retried: processed",
+        "ignored" => "Retried: ignored",
+        "failed" => "Retried: failed again (the attempts below say why)",
+        "dead" => "Retried: dead (the attempts below say why)",
+        "gone" => "Not applied: the payload was purged.",
+        "no_handler" => "Not applied: no handler applies to this event's kind.",
+        "not_found" => "Not applied: there is no such event.",
+        "unavailable" => "Not applied: the database is unavailable; try again shortly.",
+        "internal" => "Not applied: something went wrong; the server log has the details.",
+        _ => return None,
+    })
+}
+
 pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup {
     let event = &view.detail.summary;
     let (payment, customer) = id_links(event);
@@ -322,7 +340,7 @@ pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup
         &format!("Event {}", event.id),
         Some(who),
         html! {
-            @if let Some(outcome) = retried { p.note { "Retried: " (outcome) } }
+            @if let Some(note) = retried.and_then(retry_note) { p.note { (note) } }
             table {
                 colgroup { col style="width:18%"; col; }
                 @for (label, value) in rows { tr { th { (label) } td { (value) } } }

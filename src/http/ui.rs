@@ -186,7 +186,7 @@ pub async fn login(
             );
             HttpResponse::SeeOther()
                 .insert_header((LOCATION, "/admin"))
-                .cookie(auth::session_cookie(&state.settings, session))
+                .cookie(auth::session_cookie(&state.settings, &request, session))
                 .finish()
         }
         Err(error) => error_page(&error.into(), None),
@@ -225,7 +225,7 @@ pub async fn logout(
     }
     HttpResponse::SeeOther()
         .insert_header((LOCATION, "/admin/login"))
-        .cookie(auth::expired_cookie(&state.settings))
+        .cookie(auth::expired_cookie(&state.settings, &request))
         .finish()
 }
 
@@ -354,9 +354,15 @@ pub async fn retry(
         request_id::of(&request),
         id,
     );
+    // A status or an error code, which the page turns into a fixed text.
     let outcome = match to_completion(retry).await {
         Ok(event) => event.status.to_string(),
-        Err(error) => error.public_message(),
+        Err(error) => {
+            error.log_failure();
+            let code = error.code();
+            let known = pages::retry_note(code).is_some();
+            if known { code } else { "internal" }.to_string()
+        }
     };
     redirect(&format!(
         "/admin/events/{id}?retried={}",

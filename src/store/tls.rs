@@ -192,6 +192,28 @@ pub fn connect_options(
     Ok((config, DbConnector::Tls(MakeRustlsConnect::new(tls))))
 }
 
+/// Whether `DATABASE_URL` says `sslmode=prefer` (also libpq's default) to a host
+/// beyond this machine, where the connection may silently stay unencrypted.
+pub fn prefers_tls_beyond_this_machine(url: &str) -> bool {
+    let Ok((rest, params)) = split_tls_params(url) else {
+        return false;
+    };
+    let Ok(config) = tokio_postgres::Config::from_str(&rest) else {
+        return false;
+    };
+    let remote_host = config.get_hosts().iter().any(|host| match host {
+        Host::Tcp(name) => {
+            !name.eq_ignore_ascii_case("localhost")
+                && name
+                    .parse::<std::net::IpAddr>()
+                    .map_or(true, |ip| !ip.is_loopback())
+        }
+        Host::Unix(_) => false,
+    });
+    let remote_address = config.get_hostaddrs().iter().any(|ip| !ip.is_loopback());
+    params.mode == SslMode::Prefer && (remote_host || remote_address)
+}
+
 fn verifier(
     params: &TlsParams,
     provider: &Arc<CryptoProvider>,
@@ -624,6 +646,28 @@ mod tests {
         assert_eq!(rest, "host='unterminated");
         assert_eq!(found.mode, SslMode::Require);
         assert!(tokio_postgres::Config::from_str(&rest).is_err());
+    }
+
+    #[test]
+    fn prefer_is_flagged_only_towards_another_machine() {
+        for url in [
+            "postgres://u@db.internal/db",
+            "postgres://u@db.internal/db?sslmode=prefer",
+            "host=10.0.0.5 sslmode=prefer",
+            "host=localhost hostaddr=192.0.2.7",
+        ] {
+            assert!(prefers_tls_beyond_this_machine(url), "{url}");
+        }
+        for url in [
+            "postgres://u@localhost/db",
+            "postgres://u@127.0.0.1:5432/db?sslmode=prefer",
+            "host=/run/postgresql sslmode=prefer",
+            "postgres://u@db.internal/db?sslmode=require",
+            "postgres://u@db.internal/db?sslmode=disable",
+            "postgres://u@db.internal/db?sslmode=verify-full",
+        ] {
+            assert!(!prefers_tls_beyond_this_machine(url), "{url}");
+        }
     }
 
     #[test]

@@ -53,39 +53,84 @@ fn cookie_client<'a>(app: &'a TestApp, cookie: &str) -> AdminClient<'a> {
     app.admin(Credential::Cookie(cookie.to_string()))
 }
 
-#[tokio::test]
-async fn the_session_cookie_is_secure_except_on_loopback() {
-    let app = spawn_app().await;
+/// The `Set-Cookie` of a sign-in with these request headers.
+async fn session_cookie_of(app: &TestApp, headers: &[(&str, &str)]) -> String {
     let answer = app
         .admin(Credential::None)
-        .post_form("/admin/login", &[], &[("token", VIEWER)])
+        .post_form("/admin/login", headers, &[("token", VIEWER)])
         .await;
-    let cookie = answer.header("set-cookie").expect("cookie");
+    assert_eq!(answer.status, 303, "{}", answer.text());
+    answer.header("set-cookie").expect("cookie").to_string()
+}
+
+/// Spawns the shipped settings with `development` and `cookie_secure` as given.
+async fn spawn_cookie(development: bool, cookie_secure: Option<bool>) -> TestApp {
+    let mut settings = shipped_settings();
+    settings.development = development;
+    settings.cookie_secure = cookie_secure;
+    spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_session_cookie_is_secure_unless_development_or_a_proxy_says_plain_http() {
+    let plain = [("X-Forwarded-Proto", "http")];
+    // The shipped file says development = true: plain HTTP on this machine.
+    let development = spawn_app().await;
+    let cookie = session_cookie_of(&development, &[]).await;
     assert!(
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
         "{cookie}"
     );
-    assert!(
-        !cookie.contains("Secure"),
-        "plain HTTP on loopback: {cookie}"
-    );
+    assert!(!cookie.contains("Secure"), "development: {cookie}");
 
-    let mut settings = shipped_settings();
-    settings.cookie_secure = Some(true);
-    let forced = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
-    let answer = forced
-        .admin(Credential::None)
-        .post_form("/admin/login", &[], &[("token", VIEWER)])
-        .await;
+    // Without it, Secure even on loopback (a TCP proxy may carry it anywhere)...
+    let server = spawn_cookie(false, None).await;
+    let cookie = session_cookie_of(&server, &[]).await;
+    assert!(cookie.contains("Secure"), "no development: {cookie}");
+    let cookie = session_cookie_of(&server, &[("X-Forwarded-Proto", "https")]).await;
+    assert!(cookie.contains("Secure"), "over https: {cookie}");
+    // ...unless the proxy on this machine says its client spoke plain HTTP.
+    let cookie = session_cookie_of(&server, &plain).await;
+    assert!(!cookie.contains("Secure"), "proxy says http: {cookie}");
+
+    // cookie_secure overrides both ways.
+    let forced = spawn_cookie(true, Some(true)).await;
+    assert!(session_cookie_of(&forced, &plain).await.contains("Secure"));
+    let off = spawn_cookie(false, Some(false)).await;
+    assert!(!session_cookie_of(&off, &[]).await.contains("Secure"));
+}
+
+#[tokio::test]
+async fn the_event_page_shows_fixed_retry_notes_and_never_echoes_the_address() {
+    let app = spawn_app().await;
+    let id = dead_event(&app, "evt_retried_echo").await;
+    let cookie = app.sign_in(VIEWER).await;
+    let page = |query: &'static str| {
+        let client = cookie_client(&app, &cookie);
+        async move {
+            let answer = client
+                .get(&format!("/admin/events/{id}?retried={query}"))
+                .await;
+            assert_eq!(answer.status, 200);
+            answer.text()
+        }
+    };
+    let injected = page("%3Cscript%3Ealert(1)%3C%2Fscript%3E").await;
     assert!(
-        answer
-            .header("set-cookie")
-            .expect("cookie")
-            .contains("Secure")
+        !injected.contains("alert(1)") && !injected.contains("Retried"),
+        "{injected}"
+    );
+    let made_up = page("Your%20account%20is%20locked%2C%20call%20us").await;
+    assert!(!made_up.contains("account is locked"), "{made_up}");
+    assert!(page("processed").await.contains("Retried: processed"));
+    assert!(
+        page("gone")
+            .await
+            .contains("Not applied: the payload was purged.")
     );
 }
 

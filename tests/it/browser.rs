@@ -2,9 +2,10 @@
 //! chromedriver's WebDriver protocol (a few calls, made with reqwest). Sign in,
 //! search a payment id, open the payment, open its dead event, retry it, see it
 //! processed, sign out — with no console error, and every page fitting a
-//! 1280-pixel-wide window. Needs Debian's `chromium` and `chromium-driver` (CI
-//! installs them).
+//! 1280-pixel-wide window, and no browser process left behind. Needs Debian's
+//! `chromium` and `chromium-driver` (CI installs them).
 
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +19,9 @@ use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event};
 const OPERATOR: &str = "dev-operator-token-0123456789";
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
-/// A chromedriver process and one browser session in it; both end when dropped.
+/// A chromedriver process (leading a process group of its own) and one browser
+/// session in it; the whole group, Chromium included, ends when dropped, also
+/// when a test fails.
 struct Browser {
     driver: Child,
     base: String,
@@ -29,10 +32,40 @@ struct Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        use nix::sys::signal::{Signal, kill, killpg};
+        use nix::unistd::Pid;
+        let _ = killpg(Pid::from_raw(self.driver.id() as i32), Signal::SIGKILL);
         let _ = self.driver.wait();
+        // A browser process that left the group still names its profile.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = processes_using(&self.profile);
+            if left.is_empty() || Instant::now() > deadline {
+                break;
+            }
+            for pid in left {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = std::fs::remove_dir_all(&self.profile);
     }
+}
+
+/// The live processes whose command line names `profile` (from /proc; zombies,
+/// whose command line is empty, are gone already).
+fn processes_using(profile: &std::path::Path) -> Vec<i32> {
+    let needle = profile.to_string_lossy().into_owned();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&needle))
+        })
+        .collect()
 }
 
 impl Browser {
@@ -52,6 +85,7 @@ impl Browser {
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("chromedriver");
         let base = format!("http://127.0.0.1:{port}");
@@ -347,4 +381,13 @@ async fn support_staff_find_a_payment_and_retry_its_dead_event_in_a_real_browser
     assert!(browser.url().await.ends_with("/admin/login"), "signed out");
     errors.extend(browser.errors().await);
     assert!(errors.is_empty(), "console errors: {errors:#?}");
+
+    let profile = browser.profile.clone();
+    assert!(
+        !processes_using(&profile).is_empty(),
+        "the scan finds the running browser"
+    );
+    drop(browser);
+    let left = processes_using(&profile);
+    assert!(left.is_empty(), "browser processes left running: {left:?}");
 }

@@ -1,6 +1,7 @@
 //! The files for production in `deploy/`: the alert rules refer only to metrics
-//! hookd exposes and cover what must page someone, and the systemd unit keeps
-//! its hardening and never restarts a configuration error. `promtool` and
+//! hookd exposes and cover what must page someone, the systemd unit keeps its
+//! hardening and never restarts a configuration error, and its configuration
+//! file holds no secret (they come in as credentials). `promtool` and
 //! `systemd-analyze` check them too where they are installed.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,6 +13,7 @@ use serde::Deserialize;
 
 const ALERTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/alerts.yml");
 const UNIT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/hookd.service");
+const CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/hookd.toml");
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -350,4 +352,90 @@ fn the_systemd_unit_is_hardened_and_never_restarts_a_configuration_error() {
             "systemd-analyze verify: {said}"
         );
     }
+}
+
+#[test]
+fn the_unit_brings_every_secret_as_a_credential_and_its_config_file_holds_none() {
+    let config: toml::Table = std::fs::read_to_string(CONFIG)
+        .expect("deploy/hookd.toml")
+        .parse()
+        .expect("toml");
+    assert!(!config.contains_key("development"), "a server's config");
+    assert!(
+        !config.contains_key("admin"),
+        "tokens come from a credential"
+    );
+    for table in ["sources", "forwards"] {
+        for item in config
+            .get(table)
+            .and_then(|t| t.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let item = item.as_table().expect("table");
+            assert!(
+                !item.contains_key("secrets") && !item.contains_key("secret"),
+                "{table}: {item:?}"
+            );
+        }
+    }
+
+    // The unit's credentials, as systemd would hand them over (0600 files in %d),
+    // make that file a working configuration, without a warning.
+    let text = std::fs::read_to_string(UNIT).expect("deploy/hookd.service");
+    assert!(
+        text.contains("install -m 0644 deploy/hookd.toml /etc/hookd/hookd.toml"),
+        "the unit installs the configuration without secrets"
+    );
+    let service = &unit_sections(&text)["Service"];
+    assert!(
+        service
+            .iter()
+            .any(|(k, v)| k == "Environment" && v.starts_with("HOOKD_ADMIN_TOKENS_FILE=%d/")),
+        "the tokens file comes as a credential"
+    );
+    let credentials =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("credentials-{}", std::process::id()));
+    std::fs::create_dir_all(&credentials).expect("folder");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hookd"));
+    command
+        .args(["check-config", "--config", CONFIG])
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "warn");
+    for (key, value) in service {
+        match key.as_str() {
+            "LoadCredential" => {
+                let (name, _) = value.split_once(':').expect("NAME:PATH");
+                let secret = hex::encode(rand::random::<[u8; 32]>());
+                let contents = match name {
+                    "admin-tokens" => format!("# support staff\nops operator {secret}\n"),
+                    _ => format!("{secret}\n"),
+                };
+                let path = credentials.join(name);
+                std::fs::write(&path, contents).expect("credential");
+                std::fs::set_permissions(
+                    &path,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o600),
+                )
+                .expect("chmod");
+            }
+            "Environment" => {
+                let (var, value) = value.split_once('=').expect("VAR=value");
+                if var.starts_with("HOOKD_") {
+                    command.env(var, value.replace("%d", &credentials.to_string_lossy()));
+                }
+            }
+            _ => {}
+        }
+    }
+    let output = command.output().expect("run hookd");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("1 source(s) (stripe)") && stdout.contains("1 admin token(s)"),
+        "{stdout}"
+    );
+    assert!(stderr.trim().is_empty(), "no warning: {stderr}");
+    let _ = std::fs::remove_dir_all(&credentials);
 }

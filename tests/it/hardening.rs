@@ -31,6 +31,58 @@ async fn serve_refuses_the_shipped_credentials_beyond_loopback_with_one_line() {
     );
 }
 
+#[tokio::test]
+async fn the_shipped_credentials_need_development_true_even_on_loopback() {
+    let shipped = hookd_kit::settings::SHIPPED_TOML;
+    let development = "development = true";
+    assert!(
+        shipped.lines().any(|l| l.starts_with(development)),
+        "hookd.toml says {development}"
+    );
+    // The shipped file without that line: a server's config that kept the public values.
+    let config = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("no-development-{}.toml", std::process::id()));
+    let text: String = shipped
+        .lines()
+        .filter(|l| !l.starts_with(development))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&config, text).expect("config");
+    for command in ["serve", "check-config"] {
+        // Loopback, as a TCP-mode proxy or an ssh tunnel would reach it. A serve
+        // that started instead is killed at the deadline.
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .args([command, "--config"])
+            .arg(&config)
+            .env_remove("DATABASE_URL")
+            .env_remove("HOOKD_LISTEN")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("run hookd");
+        let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("{command} did not stop: it served"))
+            .expect("hookd's output");
+        assert_eq!(output.status.code(), Some(78), "{command}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let lines: Vec<&str> = stderr.trim().lines().collect();
+        assert_eq!(lines.len(), 1, "{command}: {stderr}");
+        assert!(
+            lines[0].contains("sources[0].secrets[0]")
+                && lines[0].contains("development = true")
+                && !lines[0].contains("whsec_dev"),
+            "{command}: {stderr}"
+        );
+    }
+    // With it, the same values pass on loopback (process.rs serves the shipped file).
+    let output = run_hookd_with(&["check-config"], &[]).await;
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let _ = std::fs::remove_file(&config);
+}
+
 #[test]
 fn hookd_secret_prints_a_fresh_secret_in_the_scheme_format_without_a_config() {
     let run = |scheme: &str| {

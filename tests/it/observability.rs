@@ -742,7 +742,7 @@ async fn the_database_drivers_debug_lines_appear_only_when_named() {
 }
 
 #[tokio::test]
-async fn retries_from_the_terminal_are_logged_with_who_ran_them() {
+async fn retries_from_the_terminal_are_logged_with_the_real_user_whatever_user_says() {
     let app = crate::support::spawn_app().await;
     let event = stripe_event(
         "evt_cli_log",
@@ -760,20 +760,29 @@ async fn retries_from_the_terminal_are_logged_with_who_ran_them() {
     let env = [
         ("DATABASE_URL", app.database_url()),
         ("RUST_LOG", "info".to_string()),
-        ("USER", "ada".to_string()),
+        // Anyone can set $USER; the audit name is the real user's.
+        ("USER", "mallory".to_string()),
+        ("LOGNAME", "mallory".to_string()),
     ];
+    let uid = nix::unistd::Uid::current();
+    let real = nix::unistd::User::from_uid(uid)
+        .expect("passwd")
+        .map_or_else(|| uid.to_string(), |user| user.name);
     let single = crate::support::run_hookd_with(&["events", "retry", &id], &env).await;
     assert!(single.status.success(), "{single:?}");
     let log = String::from_utf8_lossy(&single.stderr);
     assert!(
-        log.contains(&format!("admin retry of event {id} by cli:ada")),
+        log.contains(&format!("admin retry of event {id} by cli:{real}")),
         "{log}"
     );
+    assert!(!log.contains("mallory"), "{log}");
     let bulk = crate::support::run_hookd_with(&["events", "retry", "-q", "pi_cli_log"], &env).await;
     assert!(bulk.status.success(), "{bulk:?}");
     let log = String::from_utf8_lossy(&bulk.stderr);
     assert!(
-        log.contains("admin bulk retry by cli:ada: 1 matched, 1 retried"),
+        log.contains(&format!(
+            "admin bulk retry by cli:{real}: 1 matched, 1 retried"
+        )),
         "{log}"
     );
 }

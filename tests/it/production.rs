@@ -1,6 +1,7 @@
 //! Running hookd in production: `hookd check-config` and exit code 78 for a bad
-//! configuration (which systemd is told not to restart), `HOOKD_CONFIG` and
-//! secrets read from files, and `hookd verify` — all through the real binary.
+//! configuration (which systemd is told not to restart), `HOOKD_CONFIG`, secrets
+//! and tokens read from the environment or files (and a warning for such a file
+//! others may read), and `hookd verify` — all through the real binary.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -358,4 +359,203 @@ async fn config_may_come_before_the_subcommand() {
     .await;
     assert_eq!(missing.status.code(), Some(78));
     assert!(one_line(&missing).starts_with("hookd: config /nonexistent/first.toml: "));
+}
+
+/// A file of this test run's own, with this mode.
+fn file_with_mode(name: &str, contents: &[u8], mode: u32) -> String {
+    let path = file(name, contents);
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode))
+        .expect("chmod");
+    path.to_str().expect("utf-8").to_string()
+}
+
+/// A configuration of one GitHub source (its secret from the environment) and a
+/// forward named `billing`, with no secret in the file.
+fn forward_config(name: &str) -> String {
+    let text = "[[sources]]\nname = \"gh\"\nscheme = \"github\"\n\
+                [[forwards]]\nname = \"billing\"\nurl = \"https://billing.example/hooks\"\n\
+                types = [\"*\"]\n";
+    file_with_mode(name, text.as_bytes(), 0o644)
+}
+
+#[tokio::test]
+async fn a_forward_secret_comes_from_the_environment_or_a_file() {
+    let config = forward_config("forward.toml");
+    let source = ("HOOKD_SOURCE_GH_SECRETS", "a-github-secret-of-ours");
+    let secret = "whsec_Zm9yd2FyZC10ZXN0LXNlY3JldC0zMi1ieXRlcy1sb25nISE=";
+    let args = ["check-config", "--config", config.as_str()];
+
+    let without = hookd(&args, &[source]).await;
+    assert_eq!(without.status.code(), Some(78), "{without:?}");
+    let line = one_line(&without);
+    assert!(
+        line.contains("forwards[0].secret: is required")
+            && line.contains("HOOKD_FORWARD_BILLING_SECRET"),
+        "{line}"
+    );
+
+    let from_env = hookd(&args, &[source, ("HOOKD_FORWARD_BILLING_SECRET", secret)]).await;
+    assert_eq!(from_env.status.code(), Some(0), "{from_env:?}");
+    assert!(stdout(&from_env).contains("1 forward(s)"));
+
+    let private = file_with_mode("forward-secret", format!("{secret}\n").as_bytes(), 0o600);
+    let from_file = hookd(
+        &args,
+        &[
+            source,
+            ("HOOKD_FORWARD_BILLING_SECRET_FILE", private.as_str()),
+        ],
+    )
+    .await;
+    assert_eq!(from_file.status.code(), Some(0), "{from_file:?}");
+    assert!(stdout(&from_file).contains("1 forward(s)"));
+
+    // What the file holds is checked as the key would be, under the variable's name.
+    let bad = file_with_mode("forward-bad", b"not-base64-at-all!\n", 0o600);
+    let refused = hookd(
+        &args,
+        &[source, ("HOOKD_FORWARD_BILLING_SECRET_FILE", bad.as_str())],
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(78), "{refused:?}");
+    let line = one_line(&refused);
+    assert!(line.contains("HOOKD_FORWARD_BILLING_SECRET_FILE"), "{line}");
+    assert!(!line.contains("not-base64-at-all"), "{line}");
+}
+
+#[tokio::test]
+async fn a_tokens_file_replaces_the_configured_tokens_and_a_bad_line_is_named() {
+    let good = file_with_mode(
+        "tokens",
+        b"# support staff\n\nalice viewer alices-token-0123456789\n  bob   operator bobs-token-0123456789  \n",
+        0o600,
+    );
+    let output = run_hookd_with(
+        &["check-config"],
+        &[("HOOKD_ADMIN_TOKENS_FILE", good.clone())],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    // The file's two, instead of hookd.toml's two; HOOKD_ADMIN_TOKEN still adds one.
+    assert!(
+        stdout(&output).contains("2 admin token(s)"),
+        "{}",
+        stdout(&output)
+    );
+    let with_env = run_hookd_with(
+        &["check-config"],
+        &[
+            ("HOOKD_ADMIN_TOKENS_FILE", good),
+            ("HOOKD_ADMIN_TOKEN", "an-operator-token-from-env".into()),
+        ],
+    )
+    .await;
+    assert!(
+        stdout(&with_env).contains("3 admin token(s)"),
+        "{with_env:?}"
+    );
+
+    for (contents, problem) in [
+        (
+            "alice viewer alices-token-0123456789\nbob bobs-token-0123456789\n",
+            "expected three fields",
+        ),
+        (
+            "# ok\nalice admin alices-token-0123456789\n",
+            "\"admin\" is not one of viewer, operator",
+        ),
+        (
+            "alice viewer alices-token-0123456789\nalice operator another-token-0123456789\n",
+            "\"alice\" is used twice",
+        ),
+    ] {
+        let bad = file_with_mode(
+            &format!("tokens-bad-{}", rand::random::<u32>()),
+            contents.as_bytes(),
+            0o600,
+        );
+        for command in ["check-config", "serve"] {
+            let output =
+                run_hookd_with(&[command], &[("HOOKD_ADMIN_TOKENS_FILE", bad.clone())]).await;
+            assert_eq!(output.status.code(), Some(78), "{command}: {output:?}");
+            let line = one_line(&output);
+            assert!(
+                line.contains(&format!("{bad}:2: ")) && line.contains(problem),
+                "{command}: {line}"
+            );
+            assert!(
+                !line.contains("token-0123456789"),
+                "no token printed: {line}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_secrets_file_others_may_read_is_warned_about_and_a_private_one_is_not() {
+    let open = file_with_mode("open-secrets", b"whsec_live_open_0123456789\n", 0o644);
+    let output = run_hookd_with(
+        &["check-config"],
+        &[("HOOKD_SOURCE_STRIPE_SECRETS_FILE", open.clone())],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let line = one_line(&output);
+    assert!(
+        line.contains(&format!("{open}: holds secrets")) && line.contains("mode 644"),
+        "{line}"
+    );
+
+    let private = file_with_mode("private-secrets", b"whsec_live_private_0123456789\n", 0o600);
+    let output = run_hookd_with(
+        &["check-config"],
+        &[("HOOKD_SOURCE_STRIPE_SECRETS_FILE", private)],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr).trim(),
+        "",
+        "no warning"
+    );
+
+    // A configuration file holding a real secret is a secrets file too; the
+    // shipped one (public development values only) is not warned about.
+    let config = format!(
+        "{}\n[[admin.tokens]]\nname = \"ops\"\ntoken = \"a-real-token-0123456789\"\nrole = \"operator\"\n",
+        hookd_kit::settings::SHIPPED_TOML
+    );
+    let config = file_with_mode("real-token.toml", config.as_bytes(), 0o644);
+    let output = hookd(&["check-config", "--config", config.as_str()], &[]).await;
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(one_line(&output).contains(&format!("{config}: holds secrets")));
+}
+
+#[tokio::test]
+async fn sslmode_prefer_to_another_machine_is_warned_about() {
+    let prefer = run_hookd_with(
+        &["check-config"],
+        &[(
+            "DATABASE_URL",
+            "postgres://hookd@db.example:5432/hookd".into(),
+        )],
+    )
+    .await;
+    assert_eq!(prefer.status.code(), Some(0), "{prefer:?}");
+    let line = one_line(&prefer);
+    assert!(
+        line.contains("sslmode=prefer")
+            && line.contains("may be unencrypted")
+            && line.contains("verify-full")
+            && !line.contains("db.example"),
+        "{line}"
+    );
+    for url in [
+        "postgres://hookd@db.example:5432/hookd?sslmode=require",
+        "postgres://hookd@localhost:5432/hookd",
+    ] {
+        let output = run_hookd_with(&["check-config"], &[("DATABASE_URL", url.into())]).await;
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        assert_eq!(String::from_utf8_lossy(&output.stderr).trim(), "", "{url}");
+    }
 }
