@@ -39,6 +39,9 @@ async fn readiness(state: &AppState) -> Option<&'static str> {
                     log::warn!("not ready: {error}");
                     Some(match error {
                         store::StoreError::Schema(_) => "database not migrated",
+                        store::StoreError::Unavailable(reason) if reason == store::READ_ONLY => {
+                            "database read-only"
+                        }
                         _ => "database unreachable",
                     })
                 }

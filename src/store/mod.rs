@@ -205,9 +205,27 @@ pub fn session_limits() -> String {
     )
 }
 
-/// Reachable and migrated to the schema this binary expects.
+/// Why `is_ready` refuses a database that takes no writes.
+pub const READ_ONLY: &str = "the database is read-only (a standby?)";
+
+/// Reachable, taking writes, and migrated to the schema this binary (and the
+/// application) expects: what readiness reports.
 pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), StoreError> {
     let client = pool.get().await?;
+    // A standby (or a database set read-only) takes no delivery: not ready, so a
+    // balancer sends them elsewhere; the session is closed so the next one can
+    // find the new primary.
+    let read_only: bool = client
+        .query_one(
+            "SELECT current_setting('transaction_read_only') = 'on'",
+            &[],
+        )
+        .await?
+        .get(0);
+    if read_only {
+        discard(client);
+        return Err(StoreError::Unavailable(READ_ONLY.into()));
+    }
     let wanted = [
         ("hookd_schema_migrations", "hookd", MIGRATIONS.last()),
         (

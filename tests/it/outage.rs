@@ -159,6 +159,12 @@ async fn a_read_only_standby_gives_503_never_500_and_its_sessions_are_closed() {
         || async { (hookd_sessions(&server).await == 0).then_some(()) },
     )
     .await;
+    let ready = reqwest::get(format!("{}/readyz", app.base))
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), 503, "a standby is no place for deliveries");
+    let body: serde_json::Value = ready.json().await.expect("json");
+    assert_eq!(body["reason"], "database read-only");
     let metrics = app.metrics().await;
     assert_eq!(
         metrics.series("hookd_internal_errors_total", &[]),
@@ -180,6 +186,7 @@ async fn a_read_only_standby_gives_503_never_500_and_its_sessions_are_closed() {
     .await
     .expect("join");
     assert!(promoted, "pg_ctl promote");
+    readyz_becomes(&app, 200).await;
     for event in &events {
         assert_eq!(app.deliver("stripe", event).await.status, 200);
     }
