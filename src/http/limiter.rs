@@ -5,7 +5,10 @@
 //! nothing. When failures from all clients together pass a global rate, each is
 //! allowed fewer, so guessing spread over many addresses stays slow. The entries
 //! are a bounded LRU: past its size the client that failed longest ago is
-//! forgotten. Per instance and in memory: it slows guessing, it is not an audit.
+//! forgotten once its window has ended; while every remembered client is still
+//! in its window (guessing rotated over more addresses than the table holds), a
+//! new client is not remembered and, at the busy rate, refused. Per instance and
+//! in memory: it slows guessing, it is not an audit.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -76,6 +79,17 @@ impl Window {
 }
 
 impl State {
+    /// Whether every remembered client is still in its window (the table full of
+    /// them): a client not remembered may then be one of many rotating addresses.
+    fn full_of_live_windows(&self) -> bool {
+        self.entries.len() >= MAX_ENTRIES
+            && self
+                .by_age
+                .first_key_value()
+                .and_then(|(_, oldest)| self.entries.get(oldest))
+                .is_some_and(|entry| entry.window.left().is_some())
+    }
+
     /// Failures each client may have in its window now.
     fn allowance(&self) -> u32 {
         match self.all.and_then(|w| w.left().map(|_| w.failures)) {
@@ -93,6 +107,12 @@ impl FailureLimiter {
         };
         let key = (client, token.map(String::from));
         let Some(entry) = state.entries.get(&key) else {
+            // Guessing rotated over more addresses than the table holds: while
+            // it is full of live windows and failures run at the busy rate, a
+            // client it cannot remember is refused until the global window ends.
+            if state.full_of_live_windows() && state.allowance() == BUSY_MAX_FAILURES {
+                return Err(state.all.and_then(|w| w.left()).unwrap_or(WINDOW));
+            }
             return Ok(());
         };
         match entry.window.left() {
@@ -118,6 +138,10 @@ impl FailureLimiter {
                 entry.window.current()
             }
             None => {
+                if state.full_of_live_windows() {
+                    // Only the global count remembers it (see `check`).
+                    return;
+                }
                 if state.entries.len() >= MAX_ENTRIES
                     && let Some((_, oldest)) = state.by_age.pop_first()
                 {
@@ -138,6 +162,27 @@ mod tests {
 
     fn address(i: u32) -> IpAddr {
         IpAddr::from(i.to_be_bytes())
+    }
+
+    #[test]
+    fn rotating_over_more_addresses_than_the_table_holds_gains_nothing() {
+        let limiter = FailureLimiter::default();
+        let clients = u32::try_from(MAX_ENTRIES).expect("fits") + 1;
+        let mut allowed = 0u32;
+        for _ in 0..5 {
+            for i in 0..clients {
+                if limiter.check(address(i), None).is_ok() {
+                    allowed += 1;
+                }
+                limiter.record_failure(address(i), None);
+            }
+        }
+        let at_most = (clients - 1) * BUSY_MAX_FAILURES;
+        assert!(
+            allowed <= at_most,
+            "{allowed} guesses allowed, at most {at_most}"
+        );
+        assert!(limiter.check(address(clients - 1), None).is_err());
     }
 
     #[test]
@@ -199,20 +244,48 @@ mod tests {
                 limiter.record_failure(persistent, None);
             }
         }
-        let state = limiter.state.lock().expect("lock");
+        {
+            let state = limiter.state.lock().expect("lock");
+            assert_eq!(state.entries.len(), MAX_ENTRIES);
+            assert_eq!(state.entries.len(), state.by_age.len());
+        }
+        // The table is full of live windows: a new client is not remembered, and
+        // while failures run at the busy rate it is refused.
+        let newest = address(MAX_ENTRIES as u32 + 499);
         assert!(
-            state.entries.len() <= MAX_ENTRIES,
-            "{}",
-            state.entries.len()
+            !limiter
+                .state
+                .lock()
+                .expect("lock")
+                .entries
+                .contains_key(&(newest, None))
         );
-        assert_eq!(state.entries.len(), state.by_age.len());
+        assert!(limiter.check(newest, None).is_err());
+        assert!(limiter.check(persistent, None).is_err());
+
+        // Once the longest idle client's window has ended, it is the one forgotten.
+        {
+            let mut state = limiter.state.lock().expect("lock");
+            let oldest = state
+                .by_age
+                .first_key_value()
+                .map(|(_, k)| k.clone())
+                .expect("oldest");
+            assert_eq!(oldest, (address(0), None), "the longest idle client");
+            let ended = Instant::now()
+                .checked_sub(WINDOW + Duration::from_secs(1))
+                .expect("clock");
+            if let Some(entry) = state.entries.get_mut(&oldest) {
+                entry.window.started = ended;
+            }
+        }
+        limiter.record_failure(newest, None);
+        let state = limiter.state.lock().expect("lock");
         assert!(
             !state.entries.contains_key(&(address(0), None)),
             "oldest gone"
         );
-        let newest = (address(MAX_ENTRIES as u32 + 499), None);
-        assert!(state.entries.contains_key(&newest));
-        drop(state);
-        assert!(limiter.check(persistent, None).is_err());
+        assert!(state.entries.contains_key(&(newest, None)));
+        assert_eq!(state.entries.len(), MAX_ENTRIES);
     }
 }
