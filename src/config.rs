@@ -669,7 +669,8 @@ fn tokens_file(path: &Path) -> Result<Vec<RawToken>, Problem> {
             Role::deserialize(role.into_deserializer()).map_err(|_: serde::de::value::Error| {
                 (
                     at.clone(),
-                    format!("role {role:?} is not one of {}", Role::NAMES),
+                    // Never the field itself: a line in the wrong order holds the token here.
+                    format!("the second field (the role) is not one of {}", Role::NAMES),
                 )
             })?;
         tokens.push(RawToken {

@@ -351,6 +351,11 @@ impl Dispatcher {
                  sends them again",
                 claimed.id
             );
+            if let Some(entry) = audited {
+                // The operator's row says what became of the retry, not "sending".
+                audit::complete(&tx, entry, &serde_json::json!({"outcome": "superseded"})).await?;
+                tx.commit().await?;
+            }
             return Ok(EventStatus::Failed);
         }
         self.record(&tx, claimed.id, &numbered, &leased.standings, &settled)
@@ -479,10 +484,12 @@ impl Dispatcher {
             self.count_status(claimed.kind.as_deref(), settled.status);
             return Ok(Claimed::Settled(settled.status));
         };
-        // The lease: PostgreSQL keeps microseconds, and the lease is found again
-        // by its exact time.
-        let until = duration::after(Utc::now(), longest + LEASE_MARGIN)
-            .unwrap_or_else(Utc::now)
+        // The lease, by the database's clock, which every instance's claim
+        // compares it with (an instance's own clock may be behind). PostgreSQL
+        // keeps microseconds, and the lease is found again by its exact time.
+        let now = events::database_now(tx).await?;
+        let until = duration::after(now, longest + LEASE_MARGIN)
+            .unwrap_or(now)
             .trunc_subsecs(6);
         settled.status = EventStatus::Failed;
         settled.next_attempt_at = Some(until);

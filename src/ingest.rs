@@ -381,6 +381,9 @@ impl Core {
             .iter()
             .map(|role| match *role {
                 Role::First(at) => Some(outcome(at, false)),
+                // The first's id conflicts, which says nothing of a copy under
+                // another id: it is decided on its own.
+                Role::CopyOf(at) if matches!(decided[at], Recorded::Conflict) => None,
                 Role::CopyOf(at) => Some(outcome(at, true)),
                 Role::Apart => None,
             })

@@ -15,7 +15,9 @@ const DRIVER: &str = "tokio_postgres";
 
 /// Holds `tokio_postgres` at `info` when `spec` (`RUST_LOG`) would let its debug
 /// lines through without naming it: only an explicit `tokio_postgres=…` directive
-/// lets an operator see them.
+/// lets an operator see them all. A directive naming one of its modules
+/// (`tokio_postgres::connection=debug`) opens that module alone, never the
+/// statements' parameters of `tokio_postgres::query` beside it.
 pub fn hold_back_driver(logger: &mut env_logger::Builder, spec: &str) {
     if names_driver(spec) {
         return;
@@ -30,12 +32,12 @@ pub fn hold_back_driver(logger: &mut env_logger::Builder, spec: &str) {
     }
 }
 
-/// Whether a directive of `spec` names the driver or one of its modules.
+/// Whether a directive of `spec` names the whole driver.
 fn names_driver(spec: &str) -> bool {
     let directives = spec.split('/').next().unwrap_or_default();
     directives.split(',').any(|directive| {
         let module = directive.split('=').next().unwrap_or_default().trim();
-        module == DRIVER || module.starts_with("tokio_postgres::")
+        module == DRIVER
     })
 }
 
@@ -144,6 +146,7 @@ mod tests {
             "info,tokio=debug",
             "hookd=debug,debug",
             "debug/select",
+            "debug,tokio_postgres::connection=debug",
         ] {
             assert!(!driver_debug_logged(held), "{held}");
         }

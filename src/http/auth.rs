@@ -393,11 +393,13 @@ pub fn check_same_origin(state: &AppState, request: &HttpRequest) -> Result<(), 
     }
 }
 
-/// `Secure` unless `cookie_secure` says otherwise, `development = true`, or a
-/// trusted proxy says its client spoke plain HTTP.
+/// `Secure` unless `cookie_secure` says otherwise, `development = true` with the
+/// admin pages on a loopback address, or a trusted proxy says its client spoke
+/// plain HTTP.
 pub fn cookie_is_secure(settings: &Settings, request: &HttpRequest) -> bool {
     settings.cookie_secure.unwrap_or_else(|| {
-        !settings.development && !client::proxy_says_plain_http(request, &settings.trusted_proxies)
+        let developing = settings.development && settings.admin_address().ip().is_loopback();
+        !developing && !client::proxy_says_plain_http(request, &settings.trusted_proxies)
     })
 }
 
@@ -424,6 +426,26 @@ pub fn expired_cookie(settings: &Settings, request: &HttpRequest) -> Cookie<'sta
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn development_drops_secure_only_for_admin_pages_on_loopback() {
+        let shipped = include_str!("../../hookd.toml");
+        let request = actix_web::test::TestRequest::default().to_http_request();
+        let on = |listen: &str| {
+            let text = shipped.replace(
+                "listen = \"127.0.0.1:8080\"",
+                &format!("listen = \"{listen}\""),
+            );
+            let settings = Settings::from_toml("hookd.toml", &text, &Default::default())
+                .expect("valid settings");
+            cookie_is_secure(&settings, &request)
+        };
+        assert!(!on("127.0.0.1:8080"), "plain HTTP while developing");
+        assert!(
+            on("0.0.0.0:8080"),
+            "development on a public listener still sets Secure"
+        );
+    }
 
     #[test]
     fn a_principal_prints_no_key_material() {

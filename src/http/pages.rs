@@ -294,6 +294,9 @@ pub fn retry_note(outcome: &str) -> Option<&'static str> {
         "gone" => "Not applied: the payload was purged.",
         "no_handler" => "Not applied: no handler applies to this event's kind.",
         "not_found" => "Not applied: there is no such event.",
+        "in_flight" => {
+            "Not applied: its forwards are being sent right now; retry once they have answered."
+        }
         "unavailable" => "Not applied: the database is unavailable; try again shortly.",
         "internal" => "Not applied: something went wrong; the server log has the details.",
         _ => return None,

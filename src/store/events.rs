@@ -641,6 +641,12 @@ pub async fn settle(
     Ok(())
 }
 
+/// The database's time (its transaction's start), which leases are measured by.
+pub async fn database_now(client: &impl GenericClient) -> Result<DateTime<Utc>, StoreError> {
+    let statement = client.prepare_cached("SELECT now()").await?;
+    Ok(client.query_one(&statement, &[]).await?.get(0))
+}
+
 /// Locks an event whose forwards a run sent under the lease `until`, if that
 /// lease is still the event's (it is not when it ran out and another run took
 /// the event).

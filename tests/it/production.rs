@@ -462,7 +462,12 @@ async fn a_tokens_file_replaces_the_configured_tokens_and_a_bad_line_is_named() 
         ),
         (
             "# ok\nalice admin alices-token-0123456789\n",
-            "\"admin\" is not one of viewer, operator",
+            "the second field (the role) is not one of viewer, operator",
+        ),
+        (
+            // The fields out of order: the token stands where the role belongs.
+            "# ok\nalice alices-token-0123456789 viewer\n",
+            "the second field (the role) is not one of viewer, operator",
         ),
         (
             "alice viewer alices-token-0123456789\nalice operator another-token-0123456789\n",
