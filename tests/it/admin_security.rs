@@ -14,7 +14,7 @@ use hookd_kit::gate::{GATED_TYPE, RetryGate};
 
 use crate::support::{
     AdminClient, Credential, Spawn, TestApp, csrf_of, shipped_settings, spawn, spawn_app,
-    stripe_event,
+    stripe_event, wait_for,
 };
 
 const VIEWER: &str = "dev-viewer-token-0123456789";
@@ -504,9 +504,8 @@ async fn an_abandoned_idempotency_claim_is_taken_over_only_by_the_same_request()
 
 #[tokio::test]
 async fn keyed_retries_of_a_slow_handler_leave_connections_for_deliveries() {
-    let app = RetryGate::slow(Duration::from_secs(1))
-        .spawn(shipped_settings(), None)
-        .await;
+    let gate = RetryGate::slow(Duration::from_secs(1));
+    let app = gate.spawn(shipped_settings(), None).await;
     let mut ids = Vec::new();
     // More retries than the pool has connections.
     for i in 0..20 {
@@ -532,7 +531,13 @@ async fn keyed_retries_of_a_slow_handler_leave_connections_for_deliveries() {
         }
     });
     let deliveries = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Once a retry is in its slow handler, the retries hold their connections.
+        wait_for(
+            "a retry in its handler",
+            Duration::from_secs(10),
+            || async { (gate.arrived() > 0).then_some(()) },
+        )
+        .await;
         let mut slowest = Duration::ZERO;
         for i in 0..10 {
             let started = Instant::now();
