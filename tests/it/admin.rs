@@ -782,7 +782,7 @@ async fn events_cli(app: &TestApp, args: &[&str]) -> std::process::Output {
 }
 
 #[tokio::test]
-async fn hookd_events_lists_shows_and_retries_from_a_terminal() {
+async fn slow_hookd_events_lists_shows_and_retries_from_a_terminal() {
     let app = spawn_app().await;
     history(&app).await;
     let listed = events_cli(&app, &["list", "-q", "pi_a"]).await;

@@ -305,7 +305,7 @@ async fn desk_with_a_dead_event(switch: Arc<AtomicBool>) -> TestApp {
 }
 
 #[tokio::test]
-async fn support_staff_find_a_payment_and_retry_its_dead_event_in_a_real_browser() {
+async fn slow_support_staff_find_a_payment_and_retry_its_dead_event_in_a_real_browser() {
     let switch = Arc::new(AtomicBool::new(false));
     let app = desk_with_a_dead_event(switch.clone()).await;
     let browser = Browser::start().await;

@@ -43,7 +43,7 @@ async fn a_refunded_payment(app: &TestApp) {
 }
 
 #[tokio::test]
-async fn a_payment_comes_with_its_events_oldest_first_and_their_runs() {
+async fn slow_a_payment_comes_with_its_events_oldest_first_and_their_runs() {
     let app = spawn_app().await;
     a_refunded_payment(&app).await;
     let answer = app.viewer().get("/admin/api/payments/stripe/pi_desk").await;
@@ -172,7 +172,7 @@ async fn dead_events(app: &TestApp, n: usize) -> Vec<i64> {
 }
 
 #[tokio::test]
-async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
+async fn slow_a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
     let app = spawn_app().await;
     dead_events(&app, 3).await;
     a_refunded_payment(&app).await;
@@ -389,7 +389,7 @@ async fn a_bulk_retry_cut_off_half_way_has_audited_every_retry_it_made() {
 }
 
 #[tokio::test]
-async fn a_stored_event_proves_its_origin_until_its_secret_is_retired() {
+async fn slow_a_stored_event_proves_its_origin_until_its_secret_is_retired() {
     let app = spawn_app().await;
     a_refunded_payment(&app).await;
     let id = app

@@ -316,7 +316,7 @@ async fn forwards_by_type_take_events_without_a_handler_and_survive_a_restart() 
 }
 
 #[tokio::test]
-async fn each_handlers_state_shows_in_the_api_the_page_and_the_terminal() {
+async fn slow_each_handlers_state_shows_in_the_api_the_page_and_the_terminal() {
     let receiver = Receiver::start(&[503]).await;
     let app = app_forwarding_to(&receiver, &["payment_succeeded"], &[], false).await;
     assert_eq!(
@@ -600,7 +600,7 @@ async fn a_forward_under_way_is_leased_and_a_send_cut_off_is_sent_again_once_the
 }
 
 #[tokio::test]
-async fn a_forward_url_with_credentials_is_refused_at_load_without_showing_them() {
+async fn slow_a_forward_url_with_credentials_is_refused_at_load_without_showing_them() {
     let table = format!(
         "\n[[forwards]]\nname = \"billing\"\n\
          url = \"https://hookd:s3cr3t@billing.example/hooks?token=t0k3n\"\n\

@@ -15,7 +15,7 @@ use crate::support::{
 };
 
 #[tokio::test]
-async fn serve_refuses_the_shipped_credentials_beyond_loopback_with_one_line() {
+async fn slow_serve_refuses_the_shipped_credentials_beyond_loopback_with_one_line() {
     let output = run_hookd_with(&["serve"], &[("HOOKD_LISTEN", "0.0.0.0:0".into())]).await;
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -32,7 +32,7 @@ async fn serve_refuses_the_shipped_credentials_beyond_loopback_with_one_line() {
 }
 
 #[tokio::test]
-async fn the_shipped_credentials_need_development_true_even_on_loopback() {
+async fn slow_the_shipped_credentials_need_development_true_even_on_loopback() {
     let shipped = hookd_kit::settings::SHIPPED_TOML;
     let development = "development = true";
     assert!(
@@ -84,7 +84,7 @@ async fn the_shipped_credentials_need_development_true_even_on_loopback() {
 }
 
 #[test]
-fn hookd_secret_prints_a_fresh_secret_in_the_scheme_format_without_a_config() {
+fn slow_hookd_secret_prints_a_fresh_secret_in_the_scheme_format_without_a_config() {
     let run = |scheme: &str| {
         let output = Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args([
@@ -235,7 +235,7 @@ async fn a_trickling_body_is_cut_at_the_body_timeout() {
 }
 
 #[tokio::test]
-async fn with_the_default_timeout_a_trickling_body_is_cut_within_30_seconds() {
+async fn slow_with_the_default_timeout_a_trickling_body_is_cut_within_30_seconds() {
     let app = spawn_app().await;
     let (answer, took) = trickle(
         app_addr(&app),

@@ -317,7 +317,7 @@ async fn schemes_that_sign_the_id_keep_deciding_by_id() {
 }
 
 #[tokio::test]
-async fn the_proof_of_origin_says_the_id_and_type_were_not_signed() {
+async fn slow_the_proof_of_origin_says_the_id_and_type_were_not_signed() {
     let app = spawn_app().await;
     send(&app, "github", &github_push("origin"), "d-origin", "push").await;
     app.deliver_ok(
