@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event};
+use crate::support::{OPERATOR, Spawn, TestApp, shipped_settings, spawn, stripe_event};
 
-const OPERATOR: &str = "dev-operator-token-0123456789";
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// A chromedriver process (leading a process group of its own) and one browser

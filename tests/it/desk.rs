@@ -9,11 +9,9 @@ use std::time::Duration;
 use hookd_kit::gate::{GATED_TYPE, RetryGate};
 
 use crate::support::{
-    Credential, Spawn, TestApp, run_hookd, run_hookd_json, shipped_settings, spawn, spawn_app,
-    stripe_event, wait_for,
+    Credential, Spawn, TestApp, VIEWER, run_hookd, run_hookd_json, shipped_settings, spawn,
+    spawn_app, stripe_event, wait_for,
 };
-
-const VIEWER: &str = "dev-viewer-token-0123456789";
 
 fn payment_event(id: &str, ty: &str, payment: &str, object: Value) -> Value {
     let mut object = object;
@@ -163,10 +161,7 @@ async fn dead_events(app: &TestApp, n: usize) -> Vec<i64> {
         let id = format!("evt_dead_{i}");
         let event = stripe_event(&id, "payment_intent.succeeded", json!({"amount": "bad"}));
         assert_eq!(app.deliver("stripe", &event).await.status, 200);
-        ids.push(
-            app.count("SELECT id FROM webhook_events WHERE event_id = $1", &[&id])
-                .await,
-        );
+        ids.push(app.event_row_id(&id).await);
     }
     ids
 }

@@ -195,13 +195,6 @@ fn post_head(path: &str, length: usize) -> String {
     )
 }
 
-fn app_addr(app: &crate::support::TestApp) -> std::net::SocketAddr {
-    app.base
-        .trim_start_matches("http://")
-        .parse()
-        .expect("address")
-}
-
 #[tokio::test]
 async fn a_trickling_body_is_cut_at_the_body_timeout() {
     let mut settings = shipped_settings();
@@ -211,7 +204,7 @@ async fn a_trickling_body_is_cut_at_the_body_timeout() {
         ..Spawn::default()
     })
     .await;
-    let addr = app_addr(&app);
+    let addr = app.addr();
     let every = Duration::from_millis(300);
     let (webhook, admin, oversized) = tokio::join!(
         trickle(addr, post_head("/webhooks/stripe", 1000), every),
@@ -238,7 +231,7 @@ async fn a_trickling_body_is_cut_at_the_body_timeout() {
 async fn slow_with_the_default_timeout_a_trickling_body_is_cut_within_30_seconds() {
     let app = spawn_app().await;
     let (answer, took) = trickle(
-        app_addr(&app),
+        app.addr(),
         post_head("/webhooks/stripe", 100_000),
         Duration::from_secs(1),
     )
@@ -251,7 +244,7 @@ async fn slow_with_the_default_timeout_a_trickling_body_is_cut_within_30_seconds
 async fn a_trickling_head_is_cut_too() {
     let app = spawn_app().await;
     let started = Instant::now();
-    let mut stream = TcpStream::connect(app_addr(&app)).await.expect("connect");
+    let mut stream = TcpStream::connect(app.addr()).await.expect("connect");
     stream
         .write_all(b"POST /webhooks/stripe HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .await
@@ -283,7 +276,7 @@ async fn a_trickling_head_is_cut_too() {
 #[tokio::test]
 async fn with_400_trickling_connections_open_deliveries_still_get_200_within_2_seconds() {
     let app = spawn_app().await;
-    let addr = app_addr(&app);
+    let addr = app.addr();
     let mut tricklers = Vec::new();
     for _ in 0..400 {
         let mut stream = TcpStream::connect(addr).await.expect("connect");
@@ -518,7 +511,7 @@ fn quick_limits() -> crate::support::Spawn {
 #[tokio::test]
 async fn a_slow_second_request_on_a_kept_alive_connection_is_cut() {
     let app = spawn(quick_limits()).await;
-    let mut stream = TcpStream::connect(app_addr(&app)).await.expect("connect");
+    let mut stream = TcpStream::connect(app.addr()).await.expect("connect");
     stream
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .await
@@ -540,7 +533,7 @@ async fn a_slow_second_request_on_a_kept_alive_connection_is_cut() {
 #[tokio::test]
 async fn an_endless_chunked_body_after_an_early_answer_is_cut() {
     let app = spawn(quick_limits()).await;
-    let mut stream = TcpStream::connect(app_addr(&app)).await.expect("connect");
+    let mut stream = TcpStream::connect(app.addr()).await.expect("connect");
     stream
         .write_all(
             b"POST /webhooks/nosuch HTTP/1.1\r\nHost: 127.0.0.1\r\n\
@@ -580,7 +573,7 @@ async fn large_bodies_that_stall_share_a_memory_budget_and_small_deliveries_neve
         ..Spawn::default()
     })
     .await;
-    let addr = app_addr(&app);
+    let addr = app.addr();
     // Each sends 900 KiB of a 1 MiB body, then stalls: the first two fit the
     // 2 MiB budget (836 KiB each counts, past the first 64 KiB), the rest do not.
     let mut stalled = Vec::new();

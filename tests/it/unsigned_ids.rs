@@ -7,10 +7,9 @@ use hookd::provider::Hints;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Answer, Credential, Spawn, TestApp, run_hookd, shipped_settings, spawn, spawn_app, stripe_event,
+    Answer, Credential, Spawn, TestApp, VIEWER, run_hookd, shipped_settings, spawn, spawn_app,
+    stripe_event,
 };
-
-const VIEWER: &str = "dev-viewer-token-0123456789";
 
 /// A shop payment event in the neutral shape (its topic travels in a header).
 fn shop_payment(id: &str, payment: &str) -> Vec<u8> {

@@ -1,18 +1,13 @@
 //! Every admin page and API route asked without a usable credential: no
 //! credential, malformed bearer tokens, forged or broken session cookies.
 
-use super::{Cases, OPERATOR, Session, Surface, VIEWER, b64, get, req};
+use super::{Cases, OPERATOR, Session, VIEWER, b64, get, req};
 
-pub(super) const SURFACE: Surface = Surface {
-    name: "admin credentials",
-    build: cases,
-    count: 705,
-};
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admin_credential_cases_get_answers_below_500_and_store_nothing() {
-    super::run(&SURFACE).await;
-}
+surface!(
+    "admin credentials",
+    705,
+    admin_credential_cases_get_answers_below_500_and_store_nothing
+);
 
 /// The admin endpoints, as method, a path template (`{id}` becomes `1`) and family.
 const ADMIN_ROUTES: [(&str, &str, &str); 21] = [

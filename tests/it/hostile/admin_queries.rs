@@ -1,18 +1,13 @@
 //! The admin API and its pages reached with a valid token: absurd filters,
 //! windows, cursors and ids, and odd retry requests.
 
-use super::{Cases, OPERATOR, Session, Surface, VIEWER, b64, get, post, req};
+use super::{Cases, OPERATOR, Session, VIEWER, b64, get, post, req};
 
-pub(super) const SURFACE: Surface = Surface {
-    name: "admin queries",
-    build: cases,
-    count: 241,
-};
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admin_query_cases_get_answers_below_500_and_store_nothing() {
-    super::run(&SURFACE).await;
-}
+surface!(
+    "admin queries",
+    241,
+    admin_query_cases_get_answers_below_500_and_store_nothing
+);
 
 fn cases(cases: &mut Cases, _: &Session) {
     admin_query_cases(cases);

@@ -1,18 +1,13 @@
 //! The admin pages' sign-in and sign-out forms, and a signed-in operator's
 //! session: its cookie with odd ids, queries and CSRF tokens.
 
-use super::{Cases, Session, Surface, get, post, req};
+use super::{Cases, Session, get, post, req};
 
-pub(super) const SURFACE: Surface = Surface {
-    name: "admin sessions",
-    build: cases,
-    count: 93,
-};
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admin_session_cases_get_answers_below_500_and_store_nothing() {
-    super::run(&SURFACE).await;
-}
+surface!(
+    "admin sessions",
+    93,
+    admin_session_cases_get_answers_below_500_and_store_nothing
+);
 
 fn cases(cases: &mut Cases, session: &Session) {
     session_cases(cases, session);

@@ -2,18 +2,13 @@
 //! pipelining, smuggling attempts, versions, line endings, and bytes that are
 //! not HTTP/1 at all.
 
-use super::{Cases, Session, Surface};
+use super::{Cases, Session};
 
-pub(super) const SURFACE: Surface = Surface {
-    name: "framing",
-    build: cases,
-    count: 73,
-};
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn framing_cases_get_answers_below_500_and_store_nothing() {
-    super::run(&SURFACE).await;
-}
+surface!(
+    "framing",
+    73,
+    framing_cases_get_answers_below_500_and_store_nothing
+);
 
 /// Framing garbage, sent as raw bytes. Every case must be answered, except those
 /// marked `may_close`: no complete request ever arrived (nothing to answer), the

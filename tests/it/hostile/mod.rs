@@ -6,6 +6,23 @@
 //! The cases are split by the surface they hit, a file and a test each (so a
 //! failure names its surface); this runner sends them and judges the outcomes.
 
+/// A surface file's `SURFACE` (its name, its builder `cases`, how many cases it
+/// holds) and its test, which sends them.
+macro_rules! surface {
+    ($name:literal, $count:literal, $test:ident) => {
+        pub(super) const SURFACE: super::Surface = super::Surface {
+            name: $name,
+            build: cases,
+            count: $count,
+        };
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            super::run(&SURFACE).await;
+        }
+    };
+}
+
 mod admin_credentials;
 mod admin_queries;
 mod admin_sessions;
@@ -24,10 +41,10 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{Credential, Spawn, TestApp, csrf_of, shipped_settings, spawn, stripe_event};
+use crate::support::{
+    Credential, OPERATOR, Spawn, TestApp, VIEWER, csrf_of, shipped_settings, spawn, stripe_event,
+};
 
-const VIEWER: &str = "dev-viewer-token-0123456789";
-const OPERATOR: &str = "dev-operator-token-0123456789";
 const SOURCES: [&str; 4] = ["stripe", "standard", "github", "shop"];
 const UNKNOWN_SOURCE: &str = "paypal";
 /// Cases in flight at once.
@@ -521,13 +538,6 @@ async fn stored(app: &TestApp) -> BTreeMap<&'static str, i64> {
     counts
 }
 
-fn app_addr(app: &TestApp) -> SocketAddr {
-    app.base
-        .trim_start_matches("http://")
-        .parse()
-        .expect("address")
-}
-
 /// Sends every case of `surface` (to two instances on one database, see
 /// `Target`), then checks each was answered below 500, nothing was stored, and
 /// both instances still serve.
@@ -572,7 +582,7 @@ async fn run(surface: &Surface) {
         println!("  {count:5}  {family}");
     }
 
-    let (anon_addr, authed_addr) = (app_addr(&anon), app_addr(&authed));
+    let (anon_addr, authed_addr) = (anon.addr(), authed.addr());
     let outcomes: Vec<(usize, Outcome)> = futures_util::stream::iter(cases.iter().enumerate())
         .map(|(i, case)| async move {
             let addr = match case.target {

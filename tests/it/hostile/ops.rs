@@ -1,17 +1,8 @@
 //! `/healthz`, `/readyz` and `/metrics` asked in odd ways.
 
-use super::{Cases, EVENT, Session, Surface, get, req};
+use super::{Cases, EVENT, Session, get, req};
 
-pub(super) const SURFACE: Surface = Surface {
-    name: "ops",
-    build: cases,
-    count: 54,
-};
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ops_cases_get_answers_below_500_and_store_nothing() {
-    super::run(&SURFACE).await;
-}
+surface!("ops", 54, ops_cases_get_answers_below_500_and_store_nothing);
 
 /// Odd methods, targets, bodies and credentials on each operations route.
 fn cases(cases: &mut Cases, _: &Session) {

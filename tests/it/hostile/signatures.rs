@@ -4,19 +4,14 @@
 
 use hookd::signature::{Envelope, sign};
 
-use super::{Cases, EVENT, SOURCES, Session, Surface, post, webhook, webhook_family};
+use super::{Cases, EVENT, SOURCES, Session, post, webhook, webhook_family};
 use crate::support::shipped_settings;
 
-pub(super) const SURFACE: Surface = Surface {
-    name: "signatures",
-    build: cases,
-    count: 165,
-};
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn signature_cases_get_answers_below_500_and_store_nothing() {
-    super::run(&SURFACE).await;
-}
+surface!(
+    "signatures",
+    165,
+    signature_cases_get_answers_below_500_and_store_nothing
+);
 
 fn cases(cases: &mut Cases, _: &Session) {
     for source in SOURCES {

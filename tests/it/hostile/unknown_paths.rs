@@ -1,17 +1,12 @@
 //! Paths hookd does not serve, request targets that are not paths.
 
-use super::{Cases, EVENT, Session, Surface, get, post, req};
+use super::{Cases, EVENT, Session, get, post, req};
 
-pub(super) const SURFACE: Surface = Surface {
-    name: "unknown paths",
-    build: cases,
-    count: 50,
-};
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_path_cases_get_answers_below_500_and_store_nothing() {
-    super::run(&SURFACE).await;
-}
+surface!(
+    "unknown paths",
+    50,
+    unknown_path_cases_get_answers_below_500_and_store_nothing
+);
 
 fn cases(cases: &mut Cases, _: &Session) {
     let family = "unknown paths";

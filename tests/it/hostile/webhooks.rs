@@ -2,20 +2,14 @@
 //! and framing headers, odd bodies sent unsigned, methods and paths.
 
 use super::{
-    Cases, EVENT, Req, SOURCES, Session, Surface, UNKNOWN_SOURCE, post, req, webhook,
-    webhook_family,
+    Cases, EVENT, Req, SOURCES, Session, UNKNOWN_SOURCE, post, req, webhook, webhook_family,
 };
 
-pub(super) const SURFACE: Surface = Surface {
-    name: "webhooks",
-    build: cases,
-    count: 435,
-};
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn webhook_cases_get_answers_below_500_and_store_nothing() {
-    super::run(&SURFACE).await;
-}
+surface!(
+    "webhooks",
+    435,
+    webhook_cases_get_answers_below_500_and_store_nothing
+);
 
 /// A case name, the framing headers a request carries, and its body.
 type Framing<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [u8]);
