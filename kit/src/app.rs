@@ -243,6 +243,33 @@ impl TestApp {
         &self.app.settings
     }
 
+    /// The public listener's address, for tests that speak raw TCP.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.base
+            .trim_start_matches("http://")
+            .parse()
+            .expect("address")
+    }
+
+    /// The row id of the stored event `event_id`.
+    pub async fn event_row_id(&self, event_id: &str) -> i64 {
+        self.count(
+            "SELECT id FROM webhook_events WHERE event_id = $1",
+            &[&event_id],
+        )
+        .await
+    }
+
+    /// The status of the stored event `event_id`.
+    pub async fn event_status(&self, event_id: &str) -> String {
+        self.strings(
+            "SELECT status FROM webhook_events WHERE event_id = $1",
+            &[&event_id],
+        )
+        .await
+        .remove(0)
+    }
+
     pub async fn stop(&mut self) {
         if let Some(running) = self.running.take() {
             running.stop().await;

@@ -9,11 +9,9 @@ use serde_json::{Value, json};
 use hookd_kit::gate::{GATED_TYPE, RetryGate};
 
 use crate::support::{
-    AdminClient, Answer, Credential, TestApp, csrf_of, shipped_settings, spawn_app, stripe_event,
+    AdminClient, Answer, Credential, OPERATOR, TestApp, VIEWER, csrf_of, shipped_settings,
+    spawn_app, stripe_event,
 };
-
-const VIEWER: &str = "dev-viewer-token-0123456789";
-const OPERATOR: &str = "dev-operator-token-0123456789";
 
 /// Admin requests with `token` as the bearer, or without a credential.
 fn client<'a>(app: &'a TestApp, token: Option<&str>) -> AdminClient<'a> {
@@ -77,14 +75,6 @@ fn ids(answer: &Answer) -> Vec<String> {
         .iter()
         .map(|e| e["event_id"].as_str().expect("event_id").to_string())
         .collect()
-}
-
-async fn row_id(app: &TestApp, event_id: &str) -> i64 {
-    app.count(
-        "SELECT id FROM webhook_events WHERE event_id = $1",
-        &[&event_id],
-    )
-    .await
 }
 
 #[tokio::test]
@@ -259,7 +249,7 @@ async fn pages_follow_the_cursor_without_gaps_or_repeats() {
 async fn one_event_comes_with_its_payload_and_attempts() {
     let app = spawn_app().await;
     history(&app).await;
-    let id = row_id(&app, "evt_h5").await;
+    let id = app.event_row_id("evt_h5").await;
     let answer = call(
         &app,
         "GET",
@@ -375,7 +365,7 @@ async fn stats_count_by_status_kind_and_source() {
 async fn operators_retry_viewers_may_not() {
     let app = spawn_app().await;
     history(&app).await;
-    let dead = row_id(&app, "evt_h5").await;
+    let dead = app.event_row_id("evt_h5").await;
     let denied = retry(&app, dead, Some(VIEWER)).await;
     assert_eq!(
         (denied.status, denied.json()["error"].clone()),
@@ -392,7 +382,7 @@ async fn operators_retry_viewers_may_not() {
     );
 
     // Re-applying a processed event is safe: the payment does not change.
-    let done = row_id(&app, "evt_h1").await;
+    let done = app.event_row_id("evt_h1").await;
     let before = app
         .query(
             "SELECT status, amount FROM payments WHERE payment_id = 'pi_a'",
@@ -415,7 +405,7 @@ async fn operators_retry_viewers_may_not() {
         (after[0].get::<_, String>(0), after[0].get::<_, i64>(1))
     );
 
-    let ignored = row_id(&app, "evt_h4").await;
+    let ignored = app.event_row_id("evt_h4").await;
     let answer = retry(&app, ignored, Some(OPERATOR)).await;
     assert_eq!(
         (answer.status, answer.json()["error"].clone()),
@@ -524,8 +514,8 @@ async fn idempotency_keys_replay_refuse_reuse_and_report_work_in_progress() {
         .await;
     app.deliver_ok("stripe", &stripe_event("evt_other", GATED_TYPE, json!({})))
         .await;
-    let slow = row_id(&app, "evt_slow").await;
-    let other = row_id(&app, "evt_other").await;
+    let slow = app.event_row_id("evt_slow").await;
+    let other = app.event_row_id("evt_other").await;
     let path = format!("/admin/api/events/{slow}/retry");
     let key = [("Idempotency-Key", "key-1")];
 
@@ -647,7 +637,7 @@ async fn signed_in_staff_browse_and_retry_from_the_page() {
         "filtered list"
     );
 
-    let dead = row_id(&app, "evt_h5").await;
+    let dead = app.event_row_id("evt_h5").await;
     let detail = staff.event_page(dead).await;
     assert_eq!(detail.status, 200);
     let detail = detail.text();
@@ -684,7 +674,7 @@ async fn viewers_see_no_retry_button_and_cannot_post_one() {
     let app = spawn_app().await;
     history(&app).await;
     let viewer = signed_in(&app, VIEWER).await;
-    let dead = row_id(&app, "evt_h5").await;
+    let dead = app.event_row_id("evt_h5").await;
     let detail = viewer.event_page(dead).await.text();
     assert!(!detail.contains("Apply this event again"));
     let refused = viewer.retry_from_page(dead, &csrf_of(&detail), &[]).await;
@@ -782,7 +772,7 @@ async fn events_cli(app: &TestApp, args: &[&str]) -> std::process::Output {
 }
 
 #[tokio::test]
-async fn hookd_events_lists_shows_and_retries_from_a_terminal() {
+async fn slow_hookd_events_lists_shows_and_retries_from_a_terminal() {
     let app = spawn_app().await;
     history(&app).await;
     let listed = events_cli(&app, &["list", "-q", "pi_a"]).await;
@@ -805,7 +795,7 @@ async fn hookd_events_lists_shows_and_retries_from_a_terminal() {
     assert_eq!(body["events"][0]["event_id"], "evt_h5");
     assert_eq!(body["next_cursor"], Value::Null);
 
-    let dead = row_id(&app, "evt_h5").await.to_string();
+    let dead = app.event_row_id("evt_h5").await.to_string();
     let shown = events_cli(&app, &["show", &dead]).await;
     let text = String::from_utf8_lossy(&shown.stdout);
     assert!(
@@ -837,7 +827,7 @@ async fn hookd_events_lists_shows_and_retries_from_a_terminal() {
 async fn an_events_detail_has_its_runs_with_durations_and_a_null_payload_once_purged() {
     let app = spawn_app().await;
     history(&app).await;
-    let id = row_id(&app, "evt_h5").await;
+    let id = app.event_row_id("evt_h5").await;
     for _ in 0..2 {
         assert_eq!(retry(&app, id, Some(OPERATOR)).await.status, 200);
     }

@@ -13,12 +13,10 @@ use sha2::{Digest, Sha256};
 use hookd_kit::gate::{GATED_TYPE, RetryGate};
 
 use crate::support::{
-    AdminClient, Credential, Spawn, TestApp, csrf_of, shipped_settings, spawn, spawn_app,
-    stripe_event,
+    AdminClient, Credential, OPERATOR, Spawn, TestApp, VIEWER, csrf_of, shipped_settings, spawn,
+    spawn_app, stripe_event, wait_for,
 };
 
-const VIEWER: &str = "dev-viewer-token-0123456789";
-const OPERATOR: &str = "dev-operator-token-0123456789";
 const SUPPORT: &str = "support-team-token-0123456789";
 
 /// A dead payment event (its amount is not a number); returns its row id.
@@ -29,11 +27,7 @@ async fn dead_event(app: &TestApp, event_id: &str) -> i64 {
         json!({"id": "pi_x", "amount": "bad"}),
     );
     assert_eq!(app.deliver("stripe", &event).await.status, 200);
-    app.count(
-        "SELECT id FROM webhook_events WHERE event_id = $1",
-        &[&event_id],
-    )
-    .await
+    app.event_row_id(event_id).await
 }
 
 async fn attempts(app: &TestApp, id: i64) -> i64 {
@@ -504,19 +498,15 @@ async fn an_abandoned_idempotency_claim_is_taken_over_only_by_the_same_request()
 
 #[tokio::test]
 async fn keyed_retries_of_a_slow_handler_leave_connections_for_deliveries() {
-    let app = RetryGate::slow(Duration::from_secs(1))
-        .spawn(shipped_settings(), None)
-        .await;
+    let gate = RetryGate::slow(Duration::from_secs(1));
+    let app = gate.spawn(shipped_settings(), None).await;
     let mut ids = Vec::new();
     // More retries than the pool has connections.
     for i in 0..20 {
         let id = format!("evt_slow_{i}");
         app.deliver_ok("stripe", &stripe_event(&id, GATED_TYPE, json!({})))
             .await;
-        ids.push(
-            app.count("SELECT id FROM webhook_events WHERE event_id = $1", &[&id])
-                .await,
-        );
+        ids.push(app.event_row_id(&id).await);
     }
     let retries = ids.iter().map(|id| {
         let app = &app;
@@ -532,7 +522,13 @@ async fn keyed_retries_of_a_slow_handler_leave_connections_for_deliveries() {
         }
     });
     let deliveries = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Once a retry is in its slow handler, the retries hold their connections.
+        wait_for(
+            "a retry in its handler",
+            Duration::from_secs(10),
+            || async { (gate.arrived() > 0).then_some(()) },
+        )
+        .await;
         let mut slowest = Duration::ZERO;
         for i in 0..10 {
             let started = Instant::now();

@@ -94,20 +94,9 @@ async fn one_events_failure_never_fails_or_holds_its_batch_mates() {
     pair.sort_unstable();
     assert_eq!(pair, [200, 422]);
 
-    let status = |id: &'static str| {
-        let app = &app;
-        async move {
-            app.strings(
-                "SELECT status FROM webhook_events WHERE event_id = $1",
-                &[&id],
-            )
-            .await
-            .remove(0)
-        }
-    };
-    assert_eq!(status("evt_stuck").await, "failed");
-    assert_eq!(status("evt_broken").await, "dead");
-    assert_eq!(status("evt_flaky").await, "failed");
+    assert_eq!(app.event_status("evt_stuck").await, "failed");
+    assert_eq!(app.event_status("evt_broken").await, "dead");
+    assert_eq!(app.event_status("evt_flaky").await, "failed");
     assert_eq!(
         app.count(
             "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt_fine_%' AND status = 'processed'",
@@ -133,7 +122,7 @@ async fn one_events_failure_never_fails_or_holds_its_batch_mates() {
     )
     .await;
     app.run_due_retries().await;
-    assert_eq!(status("evt_flaky").await, "processed");
+    assert_eq!(app.event_status("evt_flaky").await, "processed");
 }
 
 #[tokio::test]

@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event};
+use crate::support::{OPERATOR, Spawn, TestApp, shipped_settings, spawn, stripe_event};
 
-const OPERATOR: &str = "dev-operator-token-0123456789";
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// A chromedriver process (leading a process group of its own) and one browser
@@ -305,7 +304,7 @@ async fn desk_with_a_dead_event(switch: Arc<AtomicBool>) -> TestApp {
 }
 
 #[tokio::test]
-async fn support_staff_find_a_payment_and_retry_its_dead_event_in_a_real_browser() {
+async fn slow_support_staff_find_a_payment_and_retry_its_dead_event_in_a_real_browser() {
     let switch = Arc::new(AtomicBool::new(false));
     let app = desk_with_a_dead_event(switch.clone()).await;
     let browser = Browser::start().await;

@@ -251,7 +251,7 @@ fn unit_sections(text: &str) -> BTreeMap<String, Vec<(String, String)>> {
 }
 
 #[test]
-fn the_systemd_unit_is_hardened_and_never_restarts_a_configuration_error() {
+fn slow_the_systemd_unit_is_hardened_and_never_restarts_a_configuration_error() {
     let text = std::fs::read_to_string(UNIT).expect("deploy/hookd.service");
     let sections = unit_sections(&text);
     let service = &sections["Service"];
@@ -355,7 +355,7 @@ fn the_systemd_unit_is_hardened_and_never_restarts_a_configuration_error() {
 }
 
 #[test]
-fn the_unit_brings_every_secret_as_a_credential_and_its_config_file_holds_none() {
+fn slow_the_unit_brings_every_secret_as_a_credential_and_its_config_file_holds_none() {
     let config: toml::Table = std::fs::read_to_string(CONFIG)
         .expect("deploy/hookd.toml")
         .parse()

@@ -9,11 +9,9 @@ use std::time::Duration;
 use hookd_kit::gate::{GATED_TYPE, RetryGate};
 
 use crate::support::{
-    Credential, Spawn, TestApp, run_hookd, run_hookd_json, shipped_settings, spawn, spawn_app,
-    stripe_event, wait_for,
+    Credential, Spawn, TestApp, VIEWER, run_hookd, run_hookd_json, shipped_settings, spawn,
+    spawn_app, stripe_event, wait_for,
 };
-
-const VIEWER: &str = "dev-viewer-token-0123456789";
 
 fn payment_event(id: &str, ty: &str, payment: &str, object: Value) -> Value {
     let mut object = object;
@@ -43,7 +41,7 @@ async fn a_refunded_payment(app: &TestApp) {
 }
 
 #[tokio::test]
-async fn a_payment_comes_with_its_events_oldest_first_and_their_runs() {
+async fn slow_a_payment_comes_with_its_events_oldest_first_and_their_runs() {
     let app = spawn_app().await;
     a_refunded_payment(&app).await;
     let answer = app.viewer().get("/admin/api/payments/stripe/pi_desk").await;
@@ -163,16 +161,13 @@ async fn dead_events(app: &TestApp, n: usize) -> Vec<i64> {
         let id = format!("evt_dead_{i}");
         let event = stripe_event(&id, "payment_intent.succeeded", json!({"amount": "bad"}));
         assert_eq!(app.deliver("stripe", &event).await.status, 200);
-        ids.push(
-            app.count("SELECT id FROM webhook_events WHERE event_id = $1", &[&id])
-                .await,
-        );
+        ids.push(app.event_row_id(&id).await);
     }
     ids
 }
 
 #[tokio::test]
-async fn a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
+async fn slow_a_bulk_retry_previews_runs_once_per_key_and_is_bounded() {
     let app = spawn_app().await;
     dead_events(&app, 3).await;
     a_refunded_payment(&app).await;
@@ -389,7 +384,7 @@ async fn a_bulk_retry_cut_off_half_way_has_audited_every_retry_it_made() {
 }
 
 #[tokio::test]
-async fn a_stored_event_proves_its_origin_until_its_secret_is_retired() {
+async fn slow_a_stored_event_proves_its_origin_until_its_secret_is_retired() {
     let app = spawn_app().await;
     a_refunded_payment(&app).await;
     let id = app

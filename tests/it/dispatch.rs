@@ -636,13 +636,7 @@ async fn the_most_overdue_event_is_retried_first() {
             &[minutes, &event_id],
         )
         .await;
-        ids.push(
-            app.count(
-                "SELECT id FROM webhook_events WHERE event_id = $1",
-                &[&event_id],
-            )
-            .await,
-        );
+        ids.push(app.event_row_id(&event_id).await);
     }
     let mut order = Vec::new();
     while let hookd::dispatch::DispatchStep::Attempted { id, .. } =

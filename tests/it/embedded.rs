@@ -70,7 +70,7 @@ fn assert_private_fallback(dir: &Path) {
 }
 
 #[tokio::test]
-async fn an_unusable_preferred_folder_moves_the_cluster_to_a_private_recorded_one() {
+async fn slow_an_unusable_preferred_folder_moves_the_cluster_to_a_private_recorded_one() {
     let project = project_with_a_long_path("fallback");
     let preferred = project.join(".hookd/pg");
     let first = start(preferred.clone()).await;
@@ -97,7 +97,7 @@ async fn an_unusable_preferred_folder_moves_the_cluster_to_a_private_recorded_on
 }
 
 #[tokio::test]
-async fn a_record_pointing_at_a_link_or_an_open_folder_is_not_used() {
+async fn slow_a_record_pointing_at_a_link_or_an_open_folder_is_not_used() {
     let project = project_with_a_long_path("tampered");
     let record = project.join(".hookd/pg.location");
     std::fs::create_dir_all(record.parent().expect("parent")).expect(".hookd");
@@ -160,7 +160,7 @@ fn usable_folder(name: &str) -> PathBuf {
 }
 
 #[tokio::test]
-async fn a_linked_location_record_or_staging_file_is_not_followed() {
+async fn slow_a_linked_location_record_or_staging_file_is_not_followed() {
     let project = project_with_a_long_path("linked-record");
     let home = project.join(".hookd");
     std::fs::create_dir_all(&home).expect(".hookd");
@@ -210,7 +210,7 @@ async fn a_linked_location_record_or_staging_file_is_not_followed() {
 }
 
 #[tokio::test]
-async fn a_linked_hookd_folder_is_refused_with_one_line() {
+async fn slow_a_linked_hookd_folder_is_refused_with_one_line() {
     let project = project_with_a_long_path("linked-home");
     let elsewhere = project.join("elsewhere");
     std::fs::create_dir_all(&elsewhere).expect("elsewhere");
@@ -229,7 +229,7 @@ async fn a_linked_hookd_folder_is_refused_with_one_line() {
 }
 
 #[tokio::test]
-async fn a_hookd_folder_of_another_user_is_refused_with_one_line() {
+async fn slow_a_hookd_folder_of_another_user_is_refused_with_one_line() {
     if !nix::unistd::Uid::effective().is_root() {
         eprintln!("skipped: only root can give a folder to another user");
         return;

@@ -15,7 +15,7 @@ use crate::support::{
 };
 
 #[tokio::test]
-async fn serve_refuses_the_shipped_credentials_beyond_loopback_with_one_line() {
+async fn slow_serve_refuses_the_shipped_credentials_beyond_loopback_with_one_line() {
     let output = run_hookd_with(&["serve"], &[("HOOKD_LISTEN", "0.0.0.0:0".into())]).await;
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -32,7 +32,7 @@ async fn serve_refuses_the_shipped_credentials_beyond_loopback_with_one_line() {
 }
 
 #[tokio::test]
-async fn the_shipped_credentials_need_development_true_even_on_loopback() {
+async fn slow_the_shipped_credentials_need_development_true_even_on_loopback() {
     let shipped = hookd_kit::settings::SHIPPED_TOML;
     let development = "development = true";
     assert!(
@@ -84,7 +84,7 @@ async fn the_shipped_credentials_need_development_true_even_on_loopback() {
 }
 
 #[test]
-fn hookd_secret_prints_a_fresh_secret_in_the_scheme_format_without_a_config() {
+fn slow_hookd_secret_prints_a_fresh_secret_in_the_scheme_format_without_a_config() {
     let run = |scheme: &str| {
         let output = Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args([
@@ -195,13 +195,6 @@ fn post_head(path: &str, length: usize) -> String {
     )
 }
 
-fn app_addr(app: &crate::support::TestApp) -> std::net::SocketAddr {
-    app.base
-        .trim_start_matches("http://")
-        .parse()
-        .expect("address")
-}
-
 #[tokio::test]
 async fn a_trickling_body_is_cut_at_the_body_timeout() {
     let mut settings = shipped_settings();
@@ -211,7 +204,7 @@ async fn a_trickling_body_is_cut_at_the_body_timeout() {
         ..Spawn::default()
     })
     .await;
-    let addr = app_addr(&app);
+    let addr = app.addr();
     let every = Duration::from_millis(300);
     let (webhook, admin, oversized) = tokio::join!(
         trickle(addr, post_head("/webhooks/stripe", 1000), every),
@@ -235,10 +228,10 @@ async fn a_trickling_body_is_cut_at_the_body_timeout() {
 }
 
 #[tokio::test]
-async fn with_the_default_timeout_a_trickling_body_is_cut_within_30_seconds() {
+async fn slow_with_the_default_timeout_a_trickling_body_is_cut_within_30_seconds() {
     let app = spawn_app().await;
     let (answer, took) = trickle(
-        app_addr(&app),
+        app.addr(),
         post_head("/webhooks/stripe", 100_000),
         Duration::from_secs(1),
     )
@@ -251,7 +244,7 @@ async fn with_the_default_timeout_a_trickling_body_is_cut_within_30_seconds() {
 async fn a_trickling_head_is_cut_too() {
     let app = spawn_app().await;
     let started = Instant::now();
-    let mut stream = TcpStream::connect(app_addr(&app)).await.expect("connect");
+    let mut stream = TcpStream::connect(app.addr()).await.expect("connect");
     stream
         .write_all(b"POST /webhooks/stripe HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .await
@@ -283,7 +276,7 @@ async fn a_trickling_head_is_cut_too() {
 #[tokio::test]
 async fn with_400_trickling_connections_open_deliveries_still_get_200_within_2_seconds() {
     let app = spawn_app().await;
-    let addr = app_addr(&app);
+    let addr = app.addr();
     let mut tricklers = Vec::new();
     for _ in 0..400 {
         let mut stream = TcpStream::connect(addr).await.expect("connect");
@@ -518,7 +511,7 @@ fn quick_limits() -> crate::support::Spawn {
 #[tokio::test]
 async fn a_slow_second_request_on_a_kept_alive_connection_is_cut() {
     let app = spawn(quick_limits()).await;
-    let mut stream = TcpStream::connect(app_addr(&app)).await.expect("connect");
+    let mut stream = TcpStream::connect(app.addr()).await.expect("connect");
     stream
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .await
@@ -540,7 +533,7 @@ async fn a_slow_second_request_on_a_kept_alive_connection_is_cut() {
 #[tokio::test]
 async fn an_endless_chunked_body_after_an_early_answer_is_cut() {
     let app = spawn(quick_limits()).await;
-    let mut stream = TcpStream::connect(app_addr(&app)).await.expect("connect");
+    let mut stream = TcpStream::connect(app.addr()).await.expect("connect");
     stream
         .write_all(
             b"POST /webhooks/nosuch HTTP/1.1\r\nHost: 127.0.0.1\r\n\
@@ -580,7 +573,7 @@ async fn large_bodies_that_stall_share_a_memory_budget_and_small_deliveries_neve
         ..Spawn::default()
     })
     .await;
-    let addr = app_addr(&app);
+    let addr = app.addr();
     // Each sends 900 KiB of a 1 MiB body, then stalls: the first two fit the
     // 2 MiB budget (836 KiB each counts, past the first 64 KiB), the rest do not.
     let mut stalled = Vec::new();

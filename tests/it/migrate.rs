@@ -46,7 +46,7 @@ async fn instances_starting_together_migrate_once() {
 }
 
 #[tokio::test]
-async fn hookd_migrate_applies_the_schema_and_says_so() {
+async fn slow_hookd_migrate_applies_the_schema_and_says_so() {
     let name = format!("mcli_{}", std::process::id());
     empty_database(&name).await;
     let url = cluster().connection_string(&name);
@@ -80,7 +80,7 @@ async fn hookd_migrate_applies_the_schema_and_says_so() {
 }
 
 #[tokio::test]
-async fn a_bad_configuration_stops_startup_with_one_line() {
+async fn slow_a_bad_configuration_stops_startup_with_one_line() {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let path = dir.join(format!("bad-{}.toml", std::process::id()));
     std::fs::write(&path, "retention = \"1h\"\n").expect("write");

@@ -213,7 +213,7 @@ async fn deliver_and_sign_in(base: &str, tag: &str) {
 }
 
 #[tokio::test]
-async fn json_logs_are_one_object_per_line_with_the_deliverys_fields_and_text_stays() {
+async fn slow_json_logs_are_one_object_per_line_with_the_deliverys_fields_and_text_stays() {
     let (json_run, text_run) = tokio::join!(
         Served::start(&[("HOOKD_LOG_FORMAT", "json")]),
         Served::start(&[])
@@ -279,7 +279,7 @@ async fn json_logs_are_one_object_per_line_with_the_deliverys_fields_and_text_st
 }
 
 #[test]
-fn an_unknown_log_format_is_a_configuration_error() {
+fn slow_an_unknown_log_format_is_a_configuration_error() {
     let output = Command::new(env!("CARGO_BIN_EXE_hookd"))
         .args(["check-config", "--config"])
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"))
@@ -534,7 +534,7 @@ const ENV_TOKEN: &str = "an-operator-token-from-the-environment";
 const ENV_SHOP_SECRET: &str = "a-shop-secret-from-the-environment";
 
 #[tokio::test]
-async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged() {
+async fn slow_each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged() {
     // Every crate's lines down to debug, the database driver's included unless
     // hookd holds it back (its debug lines carry each statement's parameters).
     let served = Served::start(&[
@@ -731,7 +731,7 @@ async fn each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_logged()
 }
 
 #[tokio::test]
-async fn the_database_drivers_debug_lines_appear_only_when_named() {
+async fn slow_the_database_drivers_debug_lines_appear_only_when_named() {
     let served = Served::start(&[("RUST_LOG", "debug,tokio_postgres=debug")]).await;
     deliver_and_sign_in(&served.base, "driver").await;
     let log = served.stop().await;
@@ -742,7 +742,7 @@ async fn the_database_drivers_debug_lines_appear_only_when_named() {
 }
 
 #[tokio::test]
-async fn retries_from_the_terminal_are_logged_with_the_real_user_whatever_user_says() {
+async fn slow_retries_from_the_terminal_are_logged_with_the_real_user_whatever_user_says() {
     let app = crate::support::spawn_app().await;
     let event = stripe_event(
         "evt_cli_log",

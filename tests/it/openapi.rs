@@ -6,10 +6,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
-use crate::support::{Answer, Credential, spawn_app, stripe_event};
-
-const VIEWER: &str = "dev-viewer-token-0123456789";
-const OPERATOR: &str = "dev-operator-token-0123456789";
+use crate::support::{Answer, Credential, OPERATOR, VIEWER, spawn_app, stripe_event};
 
 fn document() -> Value {
     serde_json::from_str(hookd::http::OPENAPI).expect("docs/openapi.json is JSON")

@@ -33,7 +33,7 @@ async fn migrate_hookd(cluster: &EmbeddedPostgres) {
 }
 
 #[tokio::test]
-async fn a_stopped_database_gives_503_then_recovers_by_itself() {
+async fn slow_a_stopped_database_gives_503_then_recovers_by_itself() {
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("outage-{}", std::process::id()));
     let mut cluster = start_cluster(dir.clone()).await;
@@ -121,7 +121,7 @@ async fn hookd_sessions(server: &tokio_postgres::Client) -> i64 {
 }
 
 #[tokio::test]
-async fn a_read_only_standby_gives_503_never_500_and_its_sessions_are_closed() {
+async fn slow_a_read_only_standby_gives_503_never_500_and_its_sessions_are_closed() {
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let primary = start_cluster(root.join(format!("primary-{}", std::process::id()))).await;
     let _stop_primary = ClusterGuard::new(primary.dir());

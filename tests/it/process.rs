@@ -208,7 +208,7 @@ async fn query(db: &TestDb, sql: &str) -> Vec<tokio_postgres::Row> {
 }
 
 #[tokio::test]
-async fn kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twice() {
+async fn slow_kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twice() {
     let db = TestDb::create().await;
     let port = free_port();
     let config = write_config(port, "kill9");
@@ -300,7 +300,7 @@ async fn kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twice() 
 }
 
 #[tokio::test]
-async fn sigterm_lets_a_delivery_in_flight_finish_and_exits_zero() {
+async fn slow_sigterm_lets_a_delivery_in_flight_finish_and_exits_zero() {
     let db = TestDb::create().await;
     let port = free_port();
     // A handler held by the test must not run into its time limit meanwhile.
@@ -499,7 +499,7 @@ async fn command_in(dir: &Path, args: &[&str]) -> std::process::Output {
 }
 
 #[tokio::test]
-async fn serve_runs_its_own_cluster_shares_it_and_adopts_one_a_killed_serve_left_behind() {
+async fn slow_serve_runs_its_own_cluster_shares_it_and_adopts_one_a_killed_serve_left_behind() {
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("embedded-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
@@ -576,7 +576,7 @@ async fn serve_runs_its_own_cluster_shares_it_and_adopts_one_a_killed_serve_left
 }
 
 #[tokio::test]
-async fn a_cluster_that_cannot_live_in_the_project_goes_under_tmpdir_and_is_found_again() {
+async fn slow_a_cluster_that_cannot_live_in_the_project_goes_under_tmpdir_and_is_found_again() {
     // A project whose ./.hookd/pg is too long for a socket, for any user.
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "tmpdir-{}-{}",
@@ -667,7 +667,7 @@ async fn a_cluster_that_cannot_live_in_the_project_goes_under_tmpdir_and_is_foun
 }
 
 #[tokio::test]
-async fn serve_warns_at_startup_about_what_may_be_a_mistake() {
+async fn slow_serve_warns_at_startup_about_what_may_be_a_mistake() {
     let db = TestDb::create().await;
     let port = free_port();
     let text = hookd_kit::settings::shipped_toml_on_port(port)

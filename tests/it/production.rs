@@ -60,7 +60,7 @@ fn one_line(output: &Output) -> String {
 }
 
 #[tokio::test]
-async fn check_config_summarises_a_good_configuration_without_a_database() {
+async fn slow_check_config_summarises_a_good_configuration_without_a_database() {
     // An address where no database listens: check-config never connects.
     let env = [(
         "DATABASE_URL",
@@ -84,7 +84,7 @@ async fn check_config_summarises_a_good_configuration_without_a_database() {
 }
 
 #[tokio::test]
-async fn a_bad_configuration_exits_78_with_one_line_for_check_config_and_serve() {
+async fn slow_a_bad_configuration_exits_78_with_one_line_for_check_config_and_serve() {
     let bad = file("bad.toml", b"retention = \"1h\"\n");
     let bad = bad.to_str().expect("utf-8");
     for command in ["check-config", "serve", "migrate", "events"] {
@@ -131,7 +131,7 @@ async fn a_bad_configuration_exits_78_with_one_line_for_check_config_and_serve()
 }
 
 #[tokio::test]
-async fn hookd_config_names_the_file_unless_config_is_given() {
+async fn slow_hookd_config_names_the_file_unless_config_is_given() {
     let own = one_source_config("own.toml", 18080, "only");
     let own = own.to_str().expect("utf-8");
     let output = hookd(&["check-config"], &[("HOOKD_CONFIG", own)]).await;
@@ -158,7 +158,7 @@ async fn hookd_config_names_the_file_unless_config_is_given() {
 }
 
 #[tokio::test]
-async fn secrets_and_tokens_come_from_files_and_a_bad_file_is_one_line() {
+async fn slow_secrets_and_tokens_come_from_files_and_a_bad_file_is_one_line() {
     let secrets = file("secrets", b"whsec_from_a_file_0123456789,whsec_second\n");
     let token = file("token", b"an-operator-token-from-a-file\n");
     let (secrets, token) = (
@@ -235,7 +235,7 @@ fn signed_at(body: &[u8], at: i64) -> Vec<(String, String)> {
 }
 
 #[tokio::test]
-async fn verify_names_the_secret_that_signed_what_hookd_sign_printed() {
+async fn slow_verify_names_the_secret_that_signed_what_hookd_sign_printed() {
     let printed = run_hookd_with(&["sign", "--source", "stripe", FIXTURE], &[]).await;
     assert!(printed.status.success(), "{printed:?}");
     let headers_file = file("signed-headers", &printed.stdout);
@@ -270,7 +270,7 @@ async fn verify_names_the_secret_that_signed_what_hookd_sign_printed() {
 }
 
 #[tokio::test]
-async fn verify_says_which_check_fails_and_why() {
+async fn slow_verify_says_which_check_fails_and_why() {
     let body = std::fs::read(FIXTURE).expect("fixture");
     let now = chrono::Utc::now().timestamp();
 
@@ -336,7 +336,7 @@ async fn verify_says_which_check_fails_and_why() {
 }
 
 #[tokio::test]
-async fn config_may_come_before_the_subcommand() {
+async fn slow_config_may_come_before_the_subcommand() {
     let own = one_source_config("before.toml", 18081, "first");
     let own = own.to_str().expect("utf-8");
     for args in [
@@ -379,7 +379,7 @@ fn forward_config(name: &str) -> String {
 }
 
 #[tokio::test]
-async fn a_forward_secret_comes_from_the_environment_or_a_file() {
+async fn slow_a_forward_secret_comes_from_the_environment_or_a_file() {
     let config = forward_config("forward.toml");
     let source = ("HOOKD_SOURCE_GH_SECRETS", "a-github-secret-of-ours");
     let secret = "whsec_Zm9yd2FyZC10ZXN0LXNlY3JldC0zMi1ieXRlcy1sb25nISE=";
@@ -424,7 +424,7 @@ async fn a_forward_secret_comes_from_the_environment_or_a_file() {
 }
 
 #[tokio::test]
-async fn a_tokens_file_replaces_the_configured_tokens_and_a_bad_line_is_named() {
+async fn slow_a_tokens_file_replaces_the_configured_tokens_and_a_bad_line_is_named() {
     let good = file_with_mode(
         "tokens",
         b"# support staff\n\nalice viewer alices-token-0123456789\n  bob   operator bobs-token-0123456789  \n",
@@ -497,7 +497,7 @@ async fn a_tokens_file_replaces_the_configured_tokens_and_a_bad_line_is_named() 
 }
 
 #[tokio::test]
-async fn a_secrets_file_others_may_read_is_warned_about_and_a_private_one_is_not() {
+async fn slow_a_secrets_file_others_may_read_is_warned_about_and_a_private_one_is_not() {
     let open = file_with_mode("open-secrets", b"whsec_live_open_0123456789\n", 0o644);
     let output = run_hookd_with(
         &["check-config"],
@@ -537,7 +537,7 @@ async fn a_secrets_file_others_may_read_is_warned_about_and_a_private_one_is_not
 }
 
 #[tokio::test]
-async fn sslmode_prefer_to_another_machine_is_warned_about() {
+async fn slow_sslmode_prefer_to_another_machine_is_warned_about() {
     let prefer = run_hookd_with(
         &["check-config"],
         &[(

@@ -479,7 +479,7 @@ async fn serve_purges_on_its_schedule_and_stops_promptly() {
 }
 
 #[tokio::test]
-async fn hookd_purge_dry_run_prints_counts_per_status() {
+async fn slow_hookd_purge_dry_run_prints_counts_per_status() {
     let app = small_batches().await;
     half_purged(&app).await;
     let run =
@@ -745,7 +745,7 @@ async fn a_pass_skips_rows_others_hold_and_takes_them_next_time() {
 }
 
 #[tokio::test]
-async fn a_pass_logs_one_line_of_what_it_removed() {
+async fn slow_a_pass_logs_one_line_of_what_it_removed() {
     let app = small_batches().await;
     aged_events(&app).await;
     let pass = crate::support::run_hookd_with(

@@ -57,7 +57,7 @@ fn rows(expected: &[(&str, &str, i64, i64)]) -> Vec<(String, String, i64, i64)> 
 }
 
 #[tokio::test]
-async fn replaying_the_stripe_fixtures_once_twice_at_once_and_anew() {
+async fn slow_replaying_the_stripe_fixtures_once_twice_at_once_and_anew() {
     let app = spawn_app().await;
     let expected = rows(&[
         ("pi_3PqA1cHkD4oWb9Rq0aNz4xLm", "refunded", 2000, 2000),
@@ -150,7 +150,7 @@ async fn replaying_the_stripe_fixtures_once_twice_at_once_and_anew() {
 }
 
 #[tokio::test]
-async fn every_shipped_fixture_folder_replays() {
+async fn slow_every_shipped_fixture_folder_replays() {
     let app = spawn_app().await;
     for (source, events, ignored) in [("standard", 6, 1), ("shop", 6, 1), ("github", 4, 4)] {
         let (ok, lines) = replay(&app, source, &[]).await;
@@ -200,7 +200,7 @@ async fn every_shipped_fixture_folder_replays() {
 }
 
 #[tokio::test]
-async fn replay_failures_are_one_line_each_and_a_non_zero_exit() {
+async fn slow_replay_failures_are_one_line_each_and_a_non_zero_exit() {
     let unknown = hookd(&["replay", "fixtures/stripe", "--source", "paypal"]).await;
     assert!(!unknown.status.success());
     let stderr = String::from_utf8_lossy(&unknown.stderr);
@@ -235,7 +235,7 @@ async fn replay_failures_are_one_line_each_and_a_non_zero_exit() {
 }
 
 #[tokio::test]
-async fn replay_refusals_count_as_failures() {
+async fn slow_replay_refusals_count_as_failures() {
     let app = spawn_app().await;
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("conflict-{}", std::process::id()));
@@ -260,7 +260,7 @@ async fn replay_refusals_count_as_failures() {
 }
 
 #[tokio::test]
-async fn the_headers_hookd_sign_prints_are_accepted_by_the_receiver() {
+async fn slow_the_headers_hookd_sign_prints_are_accepted_by_the_receiver() {
     let app = spawn_app().await;
     for (source, file) in [
         ("stripe", "fixtures/stripe/01_payment_intent.succeeded.json"),
@@ -328,7 +328,7 @@ async fn https_in_front_of(app: &TestApp, pki: &crate::tls::Pki) -> String {
 }
 
 #[tokio::test]
-async fn replay_sends_over_https_verifying_the_certificate() {
+async fn slow_replay_sends_over_https_verifying_the_certificate() {
     let app = spawn_app().await;
     let pki = crate::tls::pki();
     let url = https_in_front_of(&app, &pki).await;
@@ -390,7 +390,7 @@ async fn statuses(app: &TestApp, source: &str) -> Vec<(String, i64)> {
 }
 
 #[tokio::test]
-async fn new_ids_store_every_fixture_anew_for_every_scheme() {
+async fn slow_new_ids_store_every_fixture_anew_for_every_scheme() {
     let app = spawn_app().await;
     // Stripe (the body's id), Standard Webhooks (webhook-id), GitHub (the
     // delivery id) and the generic HMAC shop (its id header).

@@ -1,7 +1,9 @@
 //! What only the integration tests need on top of the kit they share with the
 //! benchmarks (`hookd_kit`): the real binary and a receiver for forwards.
 
-pub use hookd_kit::admin::{AdminClient, Credential, csrf_of};
+pub use hookd_kit::admin::{
+    AdminClient, Credential, OPERATOR_TOKEN as OPERATOR, VIEWER_TOKEN as VIEWER, csrf_of,
+};
 pub use hookd_kit::app::{
     Answer, Spawn, TestApp, TestDb, cluster, spawn, spawn_app, spawn_with_admin_listener,
     stripe_event, wait_for,

@@ -235,7 +235,7 @@ async fn assert_refused(url: &str, because: &str) {
 const UNVERIFIED: &str = "certificate could not be verified";
 
 #[tokio::test]
-async fn each_sslmode_connects_or_refuses_as_libpq_would() {
+async fn slow_each_sslmode_connects_or_refuses_as_libpq_would() {
     let server = TlsCluster::start().await;
 
     // Encrypted without checking the certificate.
@@ -311,7 +311,7 @@ async fn each_sslmode_connects_or_refuses_as_libpq_would() {
 }
 
 #[tokio::test]
-async fn a_bad_sslmode_or_sslrootcert_stops_startup_with_one_line() {
+async fn slow_a_bad_sslmode_or_sslrootcert_stops_startup_with_one_line() {
     let missing = "/nonexistent/hookd/ca.pem";
     for (url, expected) in [
         (
@@ -394,7 +394,7 @@ async fn the_wait_starts_then_is_cancelled(watcher: &tokio_postgres::Client) {
 }
 
 #[tokio::test]
-async fn handler_timeout_cancels_a_stuck_handler_over_tls() {
+async fn slow_handler_timeout_cancels_a_stuck_handler_over_tls() {
     let server = TlsCluster::start().await;
     // Migrated over the socket (on the port TLS moved it to); hookd itself
     // connects only over TLS.

@@ -7,10 +7,9 @@ use hookd::provider::Hints;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Answer, Credential, Spawn, TestApp, run_hookd, shipped_settings, spawn, spawn_app, stripe_event,
+    Answer, Credential, Spawn, TestApp, VIEWER, run_hookd, shipped_settings, spawn, spawn_app,
+    stripe_event,
 };
-
-const VIEWER: &str = "dev-viewer-token-0123456789";
 
 /// A shop payment event in the neutral shape (its topic travels in a header).
 fn shop_payment(id: &str, payment: &str) -> Vec<u8> {
@@ -317,7 +316,7 @@ async fn schemes_that_sign_the_id_keep_deciding_by_id() {
 }
 
 #[tokio::test]
-async fn the_proof_of_origin_says_the_id_and_type_were_not_signed() {
+async fn slow_the_proof_of_origin_says_the_id_and_type_were_not_signed() {
     let app = spawn_app().await;
     send(&app, "github", &github_push("origin"), "d-origin", "push").await;
     app.deliver_ok(
