@@ -181,15 +181,7 @@ impl App {
     /// Binds the listeners and starts the servers and the chosen loops.
     pub fn start(&self, parts: Parts) -> Result<Running, StartError> {
         raise_open_files_limit();
-        let state = actix_web::web::Data::new(AppState::new(
-            self.settings.clone(),
-            self.pool.clone(),
-            self.dispatcher.clone(),
-            self.ingester.clone(),
-            self.desk.clone(),
-            self.metrics.clone(),
-            self.migrations,
-        ));
+        let state = actix_web::web::Data::new(AppState::new(self.clone()));
         let with_admin = self.settings.admin_listen.is_none();
         let (addr, public) = serve_http(
             self.settings.listen,
@@ -255,7 +247,7 @@ where
     let workers = workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let settings = &state.settings;
+    let settings = &state.app.settings;
     // Long enough for a delivery and a single retry: its head, its body, a handler
     // run (and a retry's wait for its turn), with room to spare. A longer bulk
     // retry is cut off for its client but runs to its end (`admin::to_completion`).

@@ -19,8 +19,10 @@ use crate::dispatch::{Dispatcher, RetryBy, RetryOutcome};
 use crate::filter::{self, FilterError};
 use crate::store::audit::{self, AuditEntry, Record};
 use crate::store::history::{
-    self, Attempt, EventDetail, EventFilter, EventSummary, HandlerState, SignedDelivery,
+    self, Attempt, EventDetail, EventFilter, EventSummary, HandlerState, SignedDelivery, Stats,
 };
+use crate::store::idempotency;
+pub use crate::store::idempotency::{Claim, RENEW_EVERY};
 use crate::store::payments::{self, Payment};
 use crate::store::{StoreError, events::EventStatus};
 
@@ -42,6 +44,8 @@ pub enum DeskError {
         "{matched} events match; a bulk retry takes at most {BULK_RETRY_LIMIT}: narrow the filter"
     )]
     TooMany { matched: usize },
+    #[error("shutting down")]
+    ShuttingDown,
 }
 
 /// The support desk of one instance.
@@ -50,6 +54,30 @@ pub struct Desk {
     pool: Pool,
     dispatcher: Dispatcher,
     settings: Arc<Settings>,
+    /// Retries running at once, wherever they come from: a handler run holds a
+    /// pool connection, and deliveries need most of them.
+    retry_permits: Arc<tokio::sync::Semaphore>,
+}
+
+/// A page of the history, newest first.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventPage {
+    pub events: Vec<EventSummary>,
+    pub next_cursor: Option<String>,
+}
+
+/// A page of a customer's payments, newest first.
+#[derive(Debug, Clone, Serialize)]
+pub struct PaymentPage {
+    pub payments: Vec<Payment>,
+    pub next_cursor: Option<String>,
+}
+
+/// A page of the audit trail, newest first.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditPage {
+    pub entries: Vec<AuditEntry>,
+    pub next_cursor: Option<String>,
 }
 
 /// One event as support staff see it.
@@ -60,18 +88,62 @@ pub struct EventView {
     pub origin: Origin,
 }
 
-impl EventView {
-    /// The event's columns, `payload`, `attempts` (the runs), `attempt_count`,
-    /// `handlers` and `origin`.
-    pub fn to_json(&self) -> Value {
-        let mut value = self.detail.to_json(&self.handlers);
-        if let Value::Object(map) = &mut value {
-            map.insert(
-                "origin".into(),
-                serde_json::to_value(&self.origin).unwrap_or(Value::Null),
-            );
+/// An event's columns where `attempts` lists its runs: the counter, which
+/// outlives a purge of the list, is `attempt_count` there.
+#[derive(Serialize)]
+#[serde(remote = "EventSummary")]
+struct CountedSummary {
+    id: i64,
+    source: String,
+    event_id: String,
+    event_type: String,
+    kind: Option<String>,
+    status: EventStatus,
+    payment_id: Option<String>,
+    customer_id: Option<String>,
+    deliveries: i32,
+    #[serde(rename = "attempt_count")]
+    attempts: i32,
+    last_error: Option<String>,
+    signed_with: i32,
+    received_at: DateTime<Utc>,
+    last_delivery_at: DateTime<Utc>,
+    processed_at: Option<DateTime<Utc>>,
+    next_attempt_at: Option<DateTime<Utc>>,
+    purged_at: Option<DateTime<Utc>>,
+}
+
+/// An event with its runs, as the detail and the payment view show it.
+#[derive(Serialize)]
+struct EventRuns<'a> {
+    #[serde(flatten, with = "CountedSummary")]
+    summary: &'a EventSummary,
+    attempts: &'a [Attempt],
+}
+
+/// The event's columns, `attempt_count`, `attempts` (the runs), `payload`,
+/// `handlers` and `origin`.
+#[derive(Serialize)]
+struct EventJson<'a> {
+    #[serde(flatten)]
+    runs: EventRuns<'a>,
+    payload: &'a Option<Value>,
+    handlers: &'a [HandlerState],
+    origin: &'a Origin,
+}
+
+impl Serialize for EventView {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        EventJson {
+            runs: EventRuns {
+                summary: &self.detail.summary,
+                attempts: &self.detail.attempts,
+            },
+            payload: &self.detail.payload,
+            handlers: &self.handlers,
+            origin: &self.origin,
         }
-        value
+        .serialize(serializer)
     }
 }
 
@@ -138,28 +210,25 @@ pub struct PaymentView {
     pub events: Vec<(EventSummary, Vec<Attempt>)>,
 }
 
-impl PaymentView {
-    pub fn to_json(&self) -> Value {
-        let events: Vec<Value> = self
+/// `payment`, and its `events`, each with its runs as in the event detail.
+#[derive(Serialize)]
+struct PaymentJson<'a> {
+    payment: &'a Payment,
+    events: Vec<EventRuns<'a>>,
+}
+
+impl Serialize for PaymentView {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let events = self
             .events
             .iter()
-            .map(|(event, attempts)| {
-                let mut value = serde_json::to_value(event).unwrap_or(Value::Null);
-                if let Value::Object(map) = &mut value {
-                    // As in the event detail: `attempts` lists the runs, the
-                    // counter moves to `attempt_count`.
-                    if let Some(count) = map.remove("attempts") {
-                        map.insert("attempt_count".into(), count);
-                    }
-                    map.insert(
-                        "attempts".into(),
-                        serde_json::to_value(attempts).unwrap_or(Value::Null),
-                    );
-                }
-                value
-            })
+            .map(|(summary, attempts)| EventRuns { summary, attempts })
             .collect();
-        json!({"payment": self.payment, "events": events})
+        PaymentJson {
+            payment: &self.payment,
+            events,
+        }
+        .serialize(serializer)
     }
 }
 
@@ -203,10 +272,13 @@ pub struct BulkOutcome {
 
 impl Desk {
     pub fn new(pool: Pool, dispatcher: Dispatcher, settings: Arc<Settings>) -> Self {
+        // A quarter of the pool: the rest is the deliveries'.
+        let permits = (pool.status().max_size / 4).max(1);
         Desk {
             pool,
             dispatcher,
             settings,
+            retry_permits: Arc::new(tokio::sync::Semaphore::new(permits)),
         }
     }
 
@@ -214,12 +286,33 @@ impl Desk {
         Ok(self.pool.get().await?)
     }
 
+    /// Waits its turn rather than taking the connections deliveries need.
+    async fn retry_permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, DeskError> {
+        self.retry_permits
+            .acquire()
+            .await
+            .map_err(|_| DeskError::ShuttingDown)
+    }
+
     /// A page of the history and the cursor of the next one.
-    pub async fn list(
-        &self,
-        filter: EventFilter,
-    ) -> Result<(Vec<EventSummary>, Option<String>), StoreError> {
-        filter::history_page(&self.client().await?, filter).await
+    pub async fn list(&self, filter: EventFilter) -> Result<EventPage, StoreError> {
+        let (events, next_cursor) = filter::history_page(&self.client().await?, filter).await?;
+        Ok(EventPage {
+            events,
+            next_cursor,
+        })
+    }
+
+    /// An event's row as the list shows it (viewing it so is not audited).
+    pub async fn summary(&self, id: i64) -> Result<Option<EventSummary>, StoreError> {
+        Ok(history::load_event(&self.pool, id)
+            .await?
+            .map(|event| event.summary))
+    }
+
+    /// Events received since `since`, by status, kind and source.
+    pub async fn stats(&self, since: DateTime<Utc>) -> Result<Stats, StoreError> {
+        history::stats(&self.client().await?, since).await
     }
 
     /// One event, its handlers and its origin; viewing it is audited.
@@ -352,10 +445,13 @@ impl Desk {
         customer: &str,
         limit: i64,
         cursor: Option<&str>,
-    ) -> Result<(Vec<Payment>, Option<String>), DeskError> {
+    ) -> Result<PaymentPage, DeskError> {
         let after = cursor.map(decode_payment_cursor).transpose()?;
         if !storable(customer) {
-            return Ok((Vec::new(), None));
+            return Ok(PaymentPage {
+                payments: Vec::new(),
+                next_cursor: None,
+            });
         }
         let mut found =
             payments::of_customer(&self.client().await?, customer, limit + 1, after.as_ref())
@@ -366,7 +462,10 @@ impl Desk {
         } else {
             None
         };
-        Ok((found, next))
+        Ok(PaymentPage {
+            payments: found,
+            next_cursor: next,
+        })
     }
 
     pub async fn dashboard(&self, now: DateTime<Utc>) -> Result<Dashboard, StoreError> {
@@ -403,11 +502,14 @@ impl Desk {
         })
     }
 
-    /// Runs an event's handlers again now; audited in the retry's transaction.
-    pub async fn retry(&self, id: i64, who: &str) -> Result<RetryOutcome, StoreError> {
-        self.dispatcher
+    /// Runs an event's handlers again now, in its turn among retries; audited in
+    /// the retry's transaction.
+    pub async fn retry(&self, id: i64, who: &str) -> Result<RetryOutcome, DeskError> {
+        let _permit = self.retry_permit().await?;
+        Ok(self
+            .dispatcher
             .retry_now(id, RetryBy { who, bulk: None })
-            .await
+            .await?)
     }
 
     /// Retries every event the filter matches (at most `BULK_RETRY_LIMIT`), or
@@ -438,6 +540,8 @@ impl Desk {
         if dry_run {
             return Ok(outcome);
         }
+        // One turn among retries for the whole run.
+        let _permit = self.retry_permit().await?;
         let bulk = audit::record(
             &self.client().await?,
             &Record {
@@ -476,11 +580,7 @@ impl Desk {
     }
 
     /// The audit trail, newest first, and the cursor of the next page.
-    pub async fn audit(
-        &self,
-        limit: i64,
-        cursor: Option<&str>,
-    ) -> Result<(Vec<AuditEntry>, Option<String>), DeskError> {
+    pub async fn audit(&self, limit: i64, cursor: Option<&str>) -> Result<AuditPage, DeskError> {
         let after = cursor.map(decode_audit_cursor).transpose()?;
         let mut entries = audit::list(&self.client().await?, limit + 1, after).await?;
         let next = if entries.len() as i64 > limit {
@@ -491,7 +591,47 @@ impl Desk {
         } else {
             None
         };
-        Ok((entries, next))
+        Ok(AuditPage {
+            entries,
+            next_cursor: next,
+        })
+    }
+
+    /// Claims an `Idempotency-Key` of `token`'s for the request `fingerprint` names.
+    pub async fn claim_key(
+        &self,
+        token: &str,
+        key: &str,
+        fingerprint: &[u8],
+    ) -> Result<Claim, StoreError> {
+        idempotency::claim(&self.client().await?, token, key, fingerprint).await
+    }
+
+    /// Keeps a running request's claim from being taken for an abandoned one.
+    pub async fn renew_key(&self, token: &str, key: &str, claim: &[u8]) -> Result<(), StoreError> {
+        idempotency::renew(&self.client().await?, token, key, claim).await
+    }
+
+    /// Stores the answer a repeat of the request gets.
+    pub async fn complete_key(
+        &self,
+        token: &str,
+        key: &str,
+        claim: &[u8],
+        status: u16,
+        body: &[u8],
+    ) -> Result<(), StoreError> {
+        idempotency::complete(&self.client().await?, token, key, claim, status, body).await
+    }
+
+    /// Frees the key for a repeat to run (the answer was one that passes).
+    pub async fn release_key(
+        &self,
+        token: &str,
+        key: &str,
+        claim: &[u8],
+    ) -> Result<(), StoreError> {
+        idempotency::release(&self.client().await?, token, key, claim).await
     }
 }
 

@@ -3,14 +3,13 @@
 //! What is viewed or retried here is audited as `cli:USER`.
 
 use chrono::Utc;
-use serde_json::json;
 
 use super::CliError;
 use crate::app::App;
 use crate::desk::{Covered, DeskError, EventView, Origin, PaymentView, Verdict};
 use crate::dispatch::RetryOutcome;
 use crate::filter::ListParams;
-use crate::store::history::{self, EventSummary};
+use crate::store::history::EventSummary;
 
 impl From<DeskError> for CliError {
     fn from(error: DeskError) -> Self {
@@ -32,6 +31,11 @@ fn who() -> String {
     format!("cli:{user}")
 }
 
+/// What `--json` prints: the admin API's answer, on one line.
+fn json_of(answer: &impl serde::Serialize) -> String {
+    serde_json::to_string(answer).unwrap_or_default()
+}
+
 impl From<crate::filter::FilterError> for CliError {
     fn from(error: crate::filter::FilterError) -> Self {
         CliError::Other(error.0)
@@ -40,13 +44,13 @@ impl From<crate::filter::FilterError> for CliError {
 
 pub async fn list(app: &App, params: &ListParams, as_json: bool) -> Result<(), CliError> {
     let filter = params.to_filter(Utc::now())?;
-    let (events, next_cursor) = app.desk.list(filter).await?;
+    let page = app.desk.list(filter).await?;
     if as_json {
-        println!("{}", json!({"events": events, "next_cursor": next_cursor}));
+        println!("{}", json_of(&page));
         return Ok(());
     }
-    print_table(&events);
-    if let Some(cursor) = next_cursor {
+    print_table(&page.events);
+    if let Some(cursor) = page.next_cursor {
         println!("more: --cursor {cursor}");
     }
     Ok(())
@@ -102,7 +106,7 @@ pub async fn show(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
         .await?
         .ok_or_else(|| CliError::Other(format!("no event with id {id}")))?;
     if as_json {
-        println!("{}", view.to_json());
+        println!("{}", json_of(&view));
     } else {
         print_detail(&view);
     }
@@ -210,21 +214,19 @@ pub async fn retry(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
     if let Some(problem) = problem {
         return Err(CliError::Other(problem));
     }
-    let event = history::load_event(&app.pool, id)
+    let event = app
+        .desk
+        .summary(id)
         .await?
         .ok_or_else(|| CliError::Other(format!("no event with id {id}")))?;
     if as_json {
-        println!(
-            "{}",
-            serde_json::to_value(&event.summary).unwrap_or_default()
-        );
+        println!("{}", json_of(&event));
     } else {
         println!(
             "event {id}: {} after attempt {}{}",
-            event.summary.status,
-            event.summary.attempts,
+            event.status,
+            event.attempts,
             event
-                .summary
                 .last_error
                 .as_deref()
                 .map(|e| format!(" ({e})"))
@@ -248,7 +250,7 @@ pub async fn bulk_retry(
         crate::desk::log_bulk_retry(&who, "-", &outcome);
     }
     if as_json {
-        println!("{}", serde_json::to_value(&outcome).unwrap_or_default());
+        println!("{}", json_of(&outcome));
     } else if dry_run {
         println!("{} events match; none retried (dry run)", outcome.matched);
     } else {
@@ -273,12 +275,12 @@ pub async fn bulk_retry(
 
 /// Checks a stored event's signature again; fails unless it verifies.
 pub async fn verify(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
-    if history::load_event(&app.pool, id).await?.is_none() {
+    if app.desk.summary(id).await?.is_none() {
         return Err(CliError::Other(format!("no event with id {id}")));
     }
     let origin = app.desk.verify_origin(id).await?;
     if as_json {
-        println!("{}", serde_json::to_value(&origin).unwrap_or_default());
+        println!("{}", json_of(&origin));
     } else {
         println!("event {id}: {}", origin_line(&origin));
     }
@@ -302,7 +304,7 @@ pub async fn payment(
         .await?
         .ok_or_else(|| CliError::Other(format!("no payment {payment_id} from {source}")))?;
     if as_json {
-        println!("{}", view.to_json());
+        println!("{}", json_of(&view));
     } else {
         print_payment(&view);
     }

@@ -5,19 +5,17 @@
 use actix_web::http::header::CONTENT_TYPE;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::Utc;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::auth::{self, Principal};
+use super::auth::{Operator, Principal, Viewer};
 use super::error::ApiError;
 use super::{AppState, body, request_id};
-use crate::desk::{self, DeskError};
+use crate::desk::{self, Claim, Desk, DeskError};
 use crate::dispatch::RetryOutcome;
 use crate::duration;
 use crate::filter::{FilterError, ListParams};
-use crate::store::history::{self, EventSummary};
-use crate::store::idempotency::{self, Claim};
+use crate::store::history::{EventSummary, Stats};
 
 /// Admin bodies are small forms or JSON.
 pub const ADMIN_BODY_LIMIT: usize = 64 * 1024;
@@ -39,18 +37,18 @@ impl From<DeskError> for ApiError {
             error @ DeskError::TooMany { .. } => {
                 ApiError::Unprocessable("too_many_events", error.to_string())
             }
+            DeskError::ShuttingDown => ApiError::Unavailable("shutting down".into()),
         }
     }
 }
 
 pub async fn list(
+    _: Viewer,
     state: web::Data<AppState>,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    auth::require(&state, &request).await?;
     let filter = ListParams::from_query(request.query_string())?.to_filter(Utc::now())?;
-    let (events, next_cursor) = state.desk.list(filter).await?;
-    Ok(HttpResponse::Ok().json(json!({"events": events, "next_cursor": next_cursor})))
+    Ok(HttpResponse::Ok().json(state.app.desk.list(filter).await?))
 }
 
 /// The `webhook_events.id` in a path (not the provider's event id).
@@ -59,18 +57,18 @@ pub fn event_row_id(path: &str) -> Result<i64, ApiError> {
 }
 
 pub async fn show(
+    Viewer { who, .. }: Viewer,
     state: web::Data<AppState>,
-    request: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let who = auth::require(&state, &request).await?;
     let id = event_row_id(&path)?;
     let event = state
+        .app
         .desk
         .event(id, &who.name)
         .await?
         .ok_or(ApiError::NotFound)?;
-    Ok(HttpResponse::Ok().json(event.to_json()))
+    Ok(HttpResponse::Ok().json(event))
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,11 +76,20 @@ struct StatsParams {
     window: Option<String>,
 }
 
+/// The counts of a window of time.
+#[derive(Debug, Serialize)]
+struct WindowStats {
+    window: String,
+    since: chrono::DateTime<Utc>,
+    #[serde(flatten)]
+    stats: Stats,
+}
+
 pub async fn stats(
+    _: Viewer,
     state: web::Data<AppState>,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    auth::require(&state, &request).await?;
     let params = web::Query::<StatsParams>::from_query(request.query_string())
         .map_err(|e| ApiError::BadRequest(e.to_string()))?
         .into_inner();
@@ -90,37 +97,22 @@ pub async fn stats(
     let bad_window = || ApiError::BadRequest("window must be an age like 24h or 7d".into());
     let window = duration::parse(&text).map_err(|_| bad_window())?;
     let since = duration::before(Utc::now(), window).ok_or_else(bad_window)?;
-    let client = state
-        .pool
-        .get()
-        .await
-        .map_err(crate::store::StoreError::from)?;
-    let stats = history::stats(&client, since).await?;
-    Ok(HttpResponse::Ok().json(json!({
-        "window": duration::format(window),
-        "since": since,
-        "total": stats.total,
-        "by_status": stats.by_status,
-        "by_kind": stats.by_kind,
-        "by_source": stats.by_source,
-    })))
+    Ok(HttpResponse::Ok().json(WindowStats {
+        window: duration::format(window),
+        since,
+        stats: state.app.desk.stats(since).await?,
+    }))
 }
 
 /// Applies an event again and describes the result (shared with the web page).
 /// It owns what it needs, so it can run on after its request is gone.
 pub async fn apply_again(
-    state: web::Data<AppState>,
+    desk: Desk,
     who: String,
     request_id: String,
     id: i64,
 ) -> Result<EventSummary, ApiError> {
-    // Waits its turn rather than taking the connections deliveries need.
-    let _permit = state
-        .retry_permits
-        .acquire()
-        .await
-        .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
-    let outcome = state.desk.retry(id, &who).await?;
+    let outcome = desk.retry(id, &who).await?;
     desk::log_retry(&who, &request_id, id, &outcome);
     match outcome {
         RetryOutcome::Applied(_) => {}
@@ -138,10 +130,7 @@ pub async fn apply_again(
         }
         RetryOutcome::InFlight => return Err(ApiError::InFlight),
     }
-    let event = history::load_event(&state.pool, id)
-        .await?
-        .ok_or(ApiError::NotFound)?;
-    Ok(event.summary)
+    desk.summary(id).await?.ok_or(ApiError::NotFound)
 }
 
 /// An answer as status and JSON bytes (what an Idempotency-Key stores).
@@ -167,15 +156,15 @@ fn respond(status: u16, body: Vec<u8>, replayed: bool) -> HttpResponse {
 }
 
 pub async fn retry(
+    Operator { who: principal, .. }: Operator,
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let principal = auth::require_operator(&state, &request).await?;
     let (who, request_id) = (principal.name.clone(), request_id::of(&request));
     let id = path.into_inner();
-    let work_state = state.clone();
+    let desk = state.app.desk.clone();
     keyed(
         &state,
         &principal,
@@ -183,7 +172,7 @@ pub async fn retry(
         payload,
         move |_body| async move {
             let id = event_row_id(&id)?;
-            apply_again(work_state, who, request_id, id).await
+            apply_again(desk, who, request_id, id).await
         },
     )
     .await
@@ -202,11 +191,7 @@ pub async fn to_completion<T: 'static>(
 }
 
 /// The API described for tools and people (OpenAPI 3.1), to viewers and operators.
-pub async fn openapi(
-    state: web::Data<AppState>,
-    request: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
-    auth::require(&state, &request).await?;
+pub async fn openapi(_: Viewer) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok()
         .insert_header((CONTENT_TYPE, "application/json"))
         .body(super::OPENAPI))
@@ -229,20 +214,19 @@ struct BulkRequest {
 }
 
 pub async fn bulk_retry(
+    Operator { who: principal, .. }: Operator,
     state: web::Data<AppState>,
     request: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let principal = auth::require_operator(&state, &request).await?;
     let (who, request_id) = (principal.name.clone(), request_id::of(&request));
-    let work_state = state.clone();
+    let desk = state.app.desk.clone();
     keyed(
         &state,
         &principal,
         &request,
         payload,
         move |body| async move {
-            let (desk, permits) = (&work_state.desk, &work_state.retry_permits);
             let bulk: BulkRequest = if body.iter().all(u8::is_ascii_whitespace) {
                 BulkRequest::default()
             } else {
@@ -261,10 +245,6 @@ pub async fn bulk_retry(
                 cursor: None,
             };
             let filter = params.to_filter(Utc::now())?;
-            let _permit = permits
-                .acquire()
-                .await
-                .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
             let outcome = desk.bulk_retry(filter, bulk.dry_run, &who).await?;
             if !bulk.dry_run {
                 desk::log_bulk_retry(&who, &request_id, &outcome);
@@ -295,7 +275,7 @@ where
         &mut payload,
         request,
         ADMIN_BODY_LIMIT,
-        state.settings.body_timeout,
+        state.app.settings.body_timeout,
     )
     .await?;
     let key = match request.headers().get("Idempotency-Key") {
@@ -316,10 +296,8 @@ where
         let (status, body) = to_completion(async move { Ok(answer(work.await)) }).await?;
         return Ok(respond(status, body, false));
     };
-    let claim = {
-        let client = connection(state).await?;
-        idempotency::claim(&client, &principal.name, &key, &fingerprint).await?
-    };
+    let desk = &state.app.desk;
+    let claim = desk.claim_key(&principal.name, &key, &fingerprint).await?;
     match claim {
         Claim::Replay { status, body } => Ok(respond(status, body, true)),
         Claim::InProgress => Err(ApiError::Conflict(
@@ -328,19 +306,19 @@ where
         )),
         Claim::Mismatch => Err(ApiError::IdempotencyKeyReused),
         Claim::Fresh(claim_id) => {
-            let (work, state, who) = (work(body), state.clone(), principal.name.clone());
+            let (work, desk, who) = (work(body), desk.clone(), principal.name.clone());
             let (status, body) = to_completion(async move {
                 let result = tokio::select! {
                     result = work => result,
-                    never = keep_claimed(&state, &who, &key, &claim_id) => match never {},
+                    never = keep_claimed(&desk, &who, &key, &claim_id) => match never {},
                 };
                 let passes = result.as_ref().err().is_some_and(ApiError::passes);
                 let (status, body) = answer(result);
-                let client = connection(&state).await?;
                 if passes {
-                    idempotency::release(&client, &who, &key, &claim_id).await?;
+                    desk.release_key(&who, &key, &claim_id).await?;
                 } else {
-                    idempotency::complete(&client, &who, &key, &claim_id, status, &body).await?;
+                    desk.complete_key(&who, &key, &claim_id, status, &body)
+                        .await?;
                 }
                 Ok((status, body))
             })
@@ -353,42 +331,32 @@ where
 /// Renews a running request's claim on its key until the request ends (the
 /// caller stops polling this), so a repeat meanwhile is told it is in progress.
 async fn keep_claimed(
-    state: &AppState,
+    desk: &Desk,
     who: &str,
     key: &str,
     claim_id: &[u8],
 ) -> std::convert::Infallible {
     loop {
-        tokio::time::sleep(idempotency::RENEW_EVERY).await;
-        if let Ok(client) = connection(state).await
-            && let Err(error) = idempotency::renew(&client, who, key, claim_id).await
-        {
+        tokio::time::sleep(desk::RENEW_EVERY).await;
+        if let Err(error) = desk.renew_key(who, key, claim_id).await {
             log::warn!("could not renew an Idempotency-Key claim: {error}");
         }
     }
 }
 
-async fn connection(state: &AppState) -> Result<deadpool_postgres::Object, ApiError> {
-    Ok(state
-        .pool
-        .get()
-        .await
-        .map_err(crate::store::StoreError::from)?)
-}
-
 pub async fn payment(
+    Viewer { who, .. }: Viewer,
     state: web::Data<AppState>,
-    request: HttpRequest,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let who = auth::require(&state, &request).await?;
     let (source, payment_id) = path.into_inner();
     let view = state
+        .app
         .desk
         .payment(&source, &payment_id, &who.name)
         .await?
         .ok_or(ApiError::NotFound)?;
-    Ok(HttpResponse::Ok().json(view.to_json()))
+    Ok(HttpResponse::Ok().json(view))
 }
 
 #[derive(Debug, Deserialize)]
@@ -419,30 +387,35 @@ fn page_params(request: &HttpRequest) -> Result<PageParams, ApiError> {
 }
 
 pub async fn payments(
+    _: Viewer,
     state: web::Data<AppState>,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    auth::require(&state, &request).await?;
     let params = page_params(&request)?;
     let customer = params
         .customer
         .filter(|c| !c.trim().is_empty() && !c.contains('\0'))
         .ok_or_else(|| ApiError::BadRequest("customer (a customer id) is required".into()))?;
     let limit = page_limit(params.limit.as_deref())?;
-    let (payments, next_cursor) = state
+    let page = state
+        .app
         .desk
         .customer_payments(customer.trim(), limit, params.cursor.as_deref())
         .await?;
-    Ok(HttpResponse::Ok().json(json!({"payments": payments, "next_cursor": next_cursor})))
+    Ok(HttpResponse::Ok().json(page))
 }
 
 pub async fn audit(
+    _: Operator,
     state: web::Data<AppState>,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    auth::require_operator(&state, &request).await?;
     let params = page_params(&request)?;
     let limit = page_limit(params.limit.as_deref())?;
-    let (entries, next_cursor) = state.desk.audit(limit, params.cursor.as_deref()).await?;
-    Ok(HttpResponse::Ok().json(json!({"entries": entries, "next_cursor": next_cursor})))
+    let page = state
+        .app
+        .desk
+        .audit(limit, params.cursor.as_deref())
+        .await?;
+    Ok(HttpResponse::Ok().json(page))
 }

@@ -9,13 +9,16 @@
 //! must name this host in `Origin`/`Referer` or carry the session's form token.
 
 use std::fmt;
+use std::marker::PhantomData;
 
-use actix_web::HttpRequest;
 use actix_web::cookie::{Cookie, SameSite};
+use actix_web::dev::Payload;
 use actix_web::http::header::{AUTHORIZATION, ORIGIN, REFERER};
+use actix_web::{FromRequest, HttpRequest, web};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use chrono::{DateTime, Utc};
+use futures_util::future::LocalBoxFuture;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::OnceCell;
@@ -73,6 +76,15 @@ pub struct Principal {
 impl Principal {
     pub fn can_retry(&self) -> bool {
         self.role == Role::Operator
+    }
+
+    /// 403 unless an operator.
+    pub fn check_operator(&self) -> Result<(), ApiError> {
+        if self.can_retry() {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden("the operator role is needed".into()))
+        }
     }
 
     pub fn role_name(&self) -> &'static str {
@@ -247,7 +259,7 @@ pub async fn authenticate(
     if let Some(presented) = bearer(request) {
         guard.check_client(request, None)?;
         let found =
-            find_token(&state.settings, presented).filter(|token| usable_here(token, request));
+            find_token(&state.app.settings, presented).filter(|token| usable_here(token, request));
         if found.is_none() {
             guard.record_failure(request, None);
         }
@@ -290,7 +302,14 @@ async fn verify_session(
         .decode(name_b64)
         .ok()
         .and_then(|n| String::from_utf8(n).ok())
-        .and_then(|name| state.settings.admin_tokens.iter().find(|t| t.name == name));
+        .and_then(|name| {
+            state
+                .app
+                .settings
+                .admin_tokens
+                .iter()
+                .find(|t| t.name == name)
+        });
     // Counted per token the cookie names, so guessing from an address does not
     // hold back the sessions of staff who share it.
     let named = token.map(|t| t.name.as_str());
@@ -299,13 +318,13 @@ async fn verify_session(
         state.guard.record_failure(request, named);
         return Ok(None);
     };
-    let key = state.guard.session_key(&state.pool, token).await?;
+    let key = state.guard.session_key(&state.app.pool, token).await?;
     let expected = session_mac(&key, name_b64, expires_at.timestamp(), nonce);
     if !bool::from(expected.as_bytes().ct_eq(mac.as_bytes())) {
         state.guard.record_failure(request, named);
         return Ok(None);
     }
-    let client = state.pool.get().await.map_err(StoreError::from)?;
+    let client = state.app.pool.get().await.map_err(StoreError::from)?;
     if store::sessions::is_revoked(&client, nonce).await? {
         return Ok(None);
     }
@@ -318,7 +337,7 @@ async fn verify_session(
 
 /// Ends a session everywhere: its nonce is refused until it would have expired.
 pub async fn revoke(state: &AppState, session: &Session) -> Result<(), ApiError> {
-    let client = state.pool.get().await.map_err(StoreError::from)?;
+    let client = state.app.pool.get().await.map_err(StoreError::from)?;
     store::sessions::revoke(&client, &session.nonce, session.expires_at).await?;
     Ok(())
 }
@@ -326,7 +345,7 @@ pub async fn revoke(state: &AppState, session: &Session) -> Result<(), ApiError>
 /// For the JSON API: signed in (401 otherwise); a state-changing request made with
 /// the cookie must name this host in `Origin`/`Referer`, or carry the form token
 /// in `X-CSRF-Token` (403 otherwise).
-pub async fn require(state: &AppState, request: &HttpRequest) -> Result<Principal, ApiError> {
+async fn require(state: &AppState, request: &HttpRequest) -> Result<Principal, ApiError> {
     let principal = authenticate(state, request)
         .await?
         .ok_or(ApiError::Unauthorized)?;
@@ -347,15 +366,87 @@ pub async fn require(state: &AppState, request: &HttpRequest) -> Result<Principa
     Ok(principal)
 }
 
-pub async fn require_operator(
-    state: &AppState,
-    request: &HttpRequest,
-) -> Result<Principal, ApiError> {
-    let principal = require(state, request).await?;
-    if principal.can_retry() {
-        Ok(principal)
-    } else {
-        Err(ApiError::Forbidden("the operator role is needed".into()))
+/// Where a request is answered, and so how a refusal looks: the JSON API
+/// (`Api`) or the pages for people (`ui::Page`).
+pub trait Surface: 'static {
+    /// Who made the request, or the answer to give instead.
+    fn sign_in(
+        state: &AppState,
+        request: &HttpRequest,
+    ) -> impl Future<Output = Result<Principal, actix_web::Error>>;
+
+    /// The answer to someone signed in whom the request is refused to.
+    fn refuse(error: ApiError, who: &Principal) -> actix_web::Error;
+}
+
+/// The JSON API: 401, 403 or 429 as JSON (see `require`).
+pub struct Api;
+
+impl Surface for Api {
+    async fn sign_in(
+        state: &AppState,
+        request: &HttpRequest,
+    ) -> Result<Principal, actix_web::Error> {
+        Ok(require(state, request).await?)
+    }
+
+    fn refuse(error: ApiError, _who: &Principal) -> actix_web::Error {
+        error.into()
+    }
+}
+
+/// A signed-in viewer or operator, extracted before the handler runs; others
+/// get `S`'s refusal.
+pub struct Viewer<S: Surface = Api> {
+    pub who: Principal,
+    surface: PhantomData<S>,
+}
+
+/// A signed-in operator; a viewer gets 403.
+pub struct Operator<S: Surface = Api> {
+    pub who: Principal,
+    surface: PhantomData<S>,
+}
+
+async fn sign_in<S: Surface>(request: &HttpRequest) -> Result<Principal, actix_web::Error> {
+    let state = request
+        .app_data::<web::Data<AppState>>()
+        .ok_or_else(|| ApiError::Internal("the admin routes have no state".into()))?;
+    S::sign_in(state, request).await
+}
+
+impl<S: Surface> FromRequest for Viewer<S> {
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let request = request.clone();
+        Box::pin(async move {
+            let who = sign_in::<S>(&request).await?;
+            Ok(Viewer {
+                who,
+                surface: PhantomData,
+            })
+        })
+    }
+}
+
+impl<S: Surface> FromRequest for Operator<S> {
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let request = request.clone();
+        Box::pin(async move {
+            let who = sign_in::<S>(&request).await?;
+            match who.check_operator() {
+                Ok(()) => Ok(Operator {
+                    who,
+                    surface: PhantomData,
+                }),
+                Err(error) => Err(S::refuse(error, &who)),
+            }
+        })
     }
 }
 

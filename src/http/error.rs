@@ -221,7 +221,7 @@ pub async fn count_internal_errors(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let metrics = request
         .app_data::<web::Data<AppState>>()
-        .map(|state| state.metrics.clone());
+        .map(|state| state.app.metrics.clone());
     let answered = next.call(request).await;
     let status = match &answered {
         Ok(response) => response.status(),

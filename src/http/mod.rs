@@ -13,32 +13,15 @@ pub mod request_id;
 pub mod server;
 mod ui;
 
-use std::sync::Arc;
-
 use actix_web::http::Method;
 use actix_web::web;
-use deadpool_postgres::Pool;
 
-use crate::config::Settings;
-use crate::desk::Desk;
-use crate::dispatch::Dispatcher;
-use crate::ingest::Ingester;
-use crate::metrics::Metrics;
-use crate::store::Migration;
+use crate::app::App;
 
+/// What the routes share: the instance, and what only HTTP needs beside it.
 pub struct AppState {
-    pub settings: Arc<Settings>,
-    pub pool: Pool,
-    pub dispatcher: Dispatcher,
-    pub ingester: Ingester,
-    pub desk: Desk,
-    pub metrics: Arc<Metrics>,
-    /// The application's own migrations, which readiness waits for too.
-    pub migrations: &'static [Migration],
+    pub app: App,
     pub guard: auth::Guard,
-    /// Operators' retries running at once: a handler run holds a pool connection,
-    /// and deliveries need most of them.
-    pub retry_permits: tokio::sync::Semaphore,
     /// Webhook body bytes being read, one permit a byte (see `body::read_budgeted`).
     pub body_memory: tokio::sync::Semaphore,
     /// The last readiness check: what was wrong (`None`: ready).
@@ -46,32 +29,16 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(
-        settings: Arc<Settings>,
-        pool: Pool,
-        dispatcher: Dispatcher,
-        ingester: Ingester,
-        desk: Desk,
-        metrics: Arc<Metrics>,
-        migrations: &'static [Migration],
-    ) -> Self {
-        let permits = (pool.status().max_size / 4).max(1);
+    pub fn new(app: App) -> Self {
         let body_memory = tokio::sync::Semaphore::new(
-            settings
+            app.settings
                 .max_body_memory
                 .min(tokio::sync::Semaphore::MAX_PERMITS),
         );
-        let guard = auth::Guard::new(settings.trusted_proxies.clone());
+        let guard = auth::Guard::new(app.settings.trusted_proxies.clone());
         AppState {
-            settings,
-            pool,
-            dispatcher,
-            ingester,
-            desk,
-            metrics,
-            migrations,
+            app,
             guard,
-            retry_permits: tokio::sync::Semaphore::new(permits),
             body_memory,
             readiness: Default::default(),
         }

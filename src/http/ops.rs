@@ -33,7 +33,7 @@ async fn readiness(state: &AppState) -> Option<&'static str> {
     state
         .readiness
         .get(FRESH_FOR, || async {
-            match store::is_ready(&state.pool, state.migrations).await {
+            match store::is_ready(&state.app.pool, state.app.migrations).await {
                 Ok(()) => None,
                 Err(error) => {
                     log::warn!("not ready: {error}");
@@ -63,13 +63,13 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
 /// The scrape. With `metrics_token` set, it wants `Authorization: Bearer` with
 /// that token (401 otherwise, before anything is read).
 pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
-    if let Some(expected) = &state.settings.metrics_token
+    if let Some(expected) = &state.app.settings.metrics_token
         && !auth::bearer_is(&request, expected)
     {
         return ApiError::Unauthorized.error_response();
     }
     // The pool as it is before a refresh takes a connection of it.
-    let pool = state.pool.status();
+    let pool = state.app.pool.status();
     let mut gauges = vec![
         (Metric::DbPoolSize, pool.size as f64),
         (Metric::DbPoolAvailable, pool.available as f64),
@@ -79,10 +79,11 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
     let ready = readiness(&state).await.is_none();
     gauges.push((Metric::Ready, if ready { 1.0 } else { 0.0 }));
     let backlog = state
+        .app
         .metrics
         .backlog
         .get(FRESH_FOR, || async {
-            let client = state.pool.get().await.ok()?;
+            let client = state.app.pool.get().await.ok()?;
             store::events::backlog(&client).await.ok()
         })
         .await;
@@ -93,5 +94,5 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
     gauges.extend(crate::metrics::process::read());
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(state.metrics.render(&gauges))
+        .body(state.app.metrics.render(&gauges))
 }

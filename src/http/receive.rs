@@ -61,7 +61,7 @@ pub async fn receive(
     };
     let result = handle(&state, &source, &request, payload, &mut summary).await;
     // Only configured names become metric labels: the path is the caller's to choose.
-    let label = if state.settings.source(&source).is_some() {
+    let label = if state.app.settings.source(&source).is_some() {
         source.as_str()
     } else {
         "unknown"
@@ -71,7 +71,7 @@ pub async fn receive(
         Err(error) => {
             summary.outcome = error.code();
             if let ApiError::InvalidSignature(reason) = &error {
-                state.metrics.inc(
+                state.app.metrics.inc(
                     Metric::SignatureFailures,
                     &[("source", label), ("reason", reason.label())],
                 );
@@ -80,11 +80,12 @@ pub async fn receive(
         }
     };
     let elapsed = started.elapsed();
-    state.metrics.inc(
+    state.app.metrics.inc(
         Metric::Deliveries,
         &[("source", label), ("outcome", summary.outcome)],
     );
     state
+        .app
         .metrics
         .observe(Metric::DeliveryDuration, &[("source", label)], elapsed);
     let request_id = request_id::of(&request);
@@ -116,7 +117,7 @@ async fn handle(
     mut payload: web::Payload,
     summary: &mut Summary,
 ) -> Result<HttpResponse, ApiError> {
-    let settings = &state.settings;
+    let settings = &state.app.settings;
     let Some(source) = settings.source(source_name) else {
         let deadline = tokio::time::Instant::now() + settings.body_timeout;
         body::drain(&mut payload, 0, deadline).await;
@@ -151,7 +152,7 @@ async fn handle(
     summary.event_id = Some(event.event_id.clone());
     summary.kind = event.kind.clone();
     let delivered_id = event.event_id.clone();
-    let Ingested { recorded, status } = state.ingester.ingest(event, verified).await?;
+    let Ingested { recorded, status } = state.app.ingester.ingest(event, verified).await?;
     let mut response = HttpResponse::Ok();
     response.insert_header((CONTENT_TYPE, "application/json"));
     // A duplicate gets the first answer: it names the id the event was first
@@ -170,6 +171,7 @@ async fn handle(
         Recorded::Duplicate { .. } => {
             summary.outcome = "duplicate";
             state
+                .app
                 .metrics
                 .inc(Metric::Duplicates, &[("source", source_name)]);
             response.insert_header(("Idempotent-Replayed", "true"));

@@ -12,7 +12,7 @@ use maud::Markup;
 use serde::Deserialize;
 
 use super::admin::{ADMIN_BODY_LIMIT, apply_again, to_completion};
-use super::auth::{self, Principal};
+use super::auth::{self, Operator, Principal, Surface, Viewer};
 use super::error::ApiError;
 use super::pages::{self, url_encode};
 use super::{AppState, body, request_id};
@@ -60,21 +60,30 @@ fn error_page(error: &ApiError, who: Option<&Principal>) -> HttpResponse {
     page
 }
 
-/// The signed-in person, or the response to send instead (sign-in, 429, 503).
-async fn signed_in(state: &AppState, request: &HttpRequest) -> Result<Principal, HttpResponse> {
-    match auth::authenticate(state, request).await {
-        Ok(Some(who)) => Ok(who),
-        Ok(None) => Err(redirect("/admin/login")),
-        Err(error) => Err(error_page(&error, None)),
+/// The pages: someone not signed in is sent to sign in; a refusal is a page
+/// (429, 503 and 403 included).
+pub struct Page;
+
+impl Surface for Page {
+    async fn sign_in(
+        state: &AppState,
+        request: &HttpRequest,
+    ) -> Result<Principal, actix_web::Error> {
+        match auth::authenticate(state, request).await {
+            Ok(Some(who)) => Ok(who),
+            Ok(None) => Err(instead(redirect("/admin/login"))),
+            Err(error) => Err(instead(error_page(&error, None))),
+        }
+    }
+
+    fn refuse(error: ApiError, who: &Principal) -> actix_web::Error {
+        instead(error_page(&error, Some(who)))
     }
 }
 
-fn operator_only(who: &Principal) -> Result<(), ApiError> {
-    if who.can_retry() {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden("the operator role is needed".into()))
-    }
+/// `response` as what an extractor answers instead of running the page.
+fn instead(response: HttpResponse) -> actix_web::Error {
+    actix_web::error::InternalError::from_response("refused", response).into()
 }
 
 /// A page form's body (small, and within the body deadline).
@@ -87,7 +96,7 @@ async fn form_body(
         payload,
         request,
         ADMIN_BODY_LIMIT,
-        state.settings.body_timeout,
+        state.app.settings.body_timeout,
     )
     .await
 }
@@ -160,7 +169,7 @@ pub async fn login(
     };
     let token = presented_token(&request, &body);
     let found =
-        auth::find_token(&state.settings, &token).filter(|t| auth::usable_here(t, &request));
+        auth::find_token(&state.app.settings, &token).filter(|t| auth::usable_here(t, &request));
     let Some(token) = found else {
         state.guard.record_failure(&request, None);
         let request_id = request_id::of(&request);
@@ -175,7 +184,7 @@ pub async fn login(
     };
     match state
         .guard
-        .new_session(&state.pool, token, Utc::now())
+        .new_session(&state.app.pool, token, Utc::now())
         .await
     {
         Ok(session) => {
@@ -186,7 +195,7 @@ pub async fn login(
             );
             HttpResponse::SeeOther()
                 .insert_header((LOCATION, "/admin"))
-                .cookie(auth::session_cookie(&state.settings, &request, session))
+                .cookie(auth::session_cookie(&state.app.settings, &request, session))
                 .finish()
         }
         Err(error) => error_page(&error.into(), None),
@@ -225,7 +234,7 @@ pub async fn logout(
     }
     HttpResponse::SeeOther()
         .insert_header((LOCATION, "/admin/login"))
-        .cookie(auth::expired_cookie(&state.settings, &request))
+        .cookie(auth::expired_cookie(&state.app.settings, &request))
         .finish()
 }
 
@@ -259,26 +268,26 @@ fn filter_fields(params: &ListParams) -> Vec<(&'static str, String)> {
     .collect()
 }
 
-pub async fn list(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
-    let who = match signed_in(&state, &request).await {
-        Ok(who) => who,
-        Err(response) => return response,
-    };
+pub async fn list(
+    Viewer { who, .. }: Viewer<Page>,
+    state: web::Data<AppState>,
+    request: HttpRequest,
+) -> HttpResponse {
     let result = async {
         let params = ListParams::from_query(request.query_string())?;
         let filter = params.to_filter(Utc::now())?;
-        let (events, next) = state.desk.list(filter).await?;
-        let dashboard = state.desk.dashboard(Utc::now()).await?;
-        Ok::<_, ApiError>((params, events, next, dashboard))
+        let page = state.app.desk.list(filter).await?;
+        let dashboard = state.app.desk.dashboard(Utc::now()).await?;
+        Ok::<_, ApiError>((params, page, dashboard))
     }
     .await;
-    let (params, events, next, dashboard) = match result {
+    let (params, page, dashboard) = match result {
         Ok(found) => found,
         Err(error) => return error_page(&error, Some(&who)),
     };
     let filters = filter_query(&params);
     let mut next_query = None;
-    if let Some(cursor) = next {
+    if let Some(cursor) = page.next_cursor {
         let mut query = filters.clone();
         if let Some(limit) = params.limit.as_deref().filter(|l| !l.is_empty()) {
             query.push_str(&format!("&limit={}", url_encode(limit)));
@@ -291,12 +300,13 @@ pub async fn list(state: web::Data<AppState>, request: HttpRequest) -> HttpRespo
         dashboard: &dashboard,
         params: &params,
         sources: state
+            .app
             .settings
             .sources
             .iter()
             .map(|s| s.name.as_str())
             .collect(),
-        events: &events,
+        events: &page.events,
         next_query,
         filter_query: filters,
     }))
@@ -308,19 +318,15 @@ pub struct DetailQuery {
 }
 
 pub async fn detail(
+    Viewer { who, .. }: Viewer<Page>,
     state: web::Data<AppState>,
-    request: HttpRequest,
     path: web::Path<String>,
     query: web::Query<DetailQuery>,
 ) -> HttpResponse {
-    let who = match signed_in(&state, &request).await {
-        Ok(who) => who,
-        Err(response) => return response,
-    };
     let Ok(id) = path.parse::<i64>() else {
         return error_page(&ApiError::NotFound, Some(&who));
     };
-    match state.desk.event(id, &who.name).await {
+    match state.app.desk.event(id, &who.name).await {
         Ok(Some(view)) => ok(pages::event(&who, &view, query.retried.as_deref())),
         Ok(None) => error_page(&ApiError::NotFound, Some(&who)),
         Err(error) => error_page(&error.into(), Some(&who)),
@@ -328,20 +334,19 @@ pub async fn detail(
 }
 
 pub async fn retry(
+    Viewer { who, .. }: Viewer<Page>,
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
     mut payload: web::Payload,
 ) -> HttpResponse {
-    let who = match signed_in(&state, &request).await {
-        Ok(who) => who,
-        Err(response) => return response,
-    };
     let body = match form_body(&state, &request, &mut payload).await {
         Ok(body) => body,
         Err(error) => return error_page(&error, Some(&who)),
     };
-    if let Err(error) = check_form(&state, &who, &request, &body).and_then(|()| operator_only(&who))
+    // The form is checked before the role, as for any page POST.
+    if let Err(error) =
+        check_form(&state, &who, &request, &body).and_then(|()| who.check_operator())
     {
         return error_page(&error, Some(&who));
     }
@@ -349,7 +354,7 @@ pub async fn retry(
         return error_page(&ApiError::NotFound, Some(&who));
     };
     let retry = apply_again(
-        state.clone(),
+        state.app.desk.clone(),
         who.name.clone(),
         request_id::of(&request),
         id,
@@ -371,16 +376,17 @@ pub async fn retry(
 }
 
 pub async fn payment(
+    Viewer { who, .. }: Viewer<Page>,
     state: web::Data<AppState>,
-    request: HttpRequest,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
-    let who = match signed_in(&state, &request).await {
-        Ok(who) => who,
-        Err(response) => return response,
-    };
     let (source, payment_id) = path.into_inner();
-    match state.desk.payment(&source, &payment_id, &who.name).await {
+    match state
+        .app
+        .desk
+        .payment(&source, &payment_id, &who.name)
+        .await
+    {
         Ok(Some(view)) => ok(pages::payment(&who, &view)),
         Ok(None) => error_page(&ApiError::NotFound, Some(&who)),
         Err(error) => error_page(&error.into(), Some(&who)),
@@ -393,36 +399,38 @@ pub struct CursorQuery {
 }
 
 pub async fn customer(
+    Viewer { who, .. }: Viewer<Page>,
     state: web::Data<AppState>,
-    request: HttpRequest,
     path: web::Path<String>,
     query: web::Query<CursorQuery>,
 ) -> HttpResponse {
-    let who = match signed_in(&state, &request).await {
-        Ok(who) => who,
-        Err(response) => return response,
-    };
     let customer = path.into_inner();
     match state
+        .app
         .desk
         .customer_payments(&customer, CUSTOMER_PAGE, query.cursor.as_deref())
         .await
     {
-        Ok((payments, next)) => ok(pages::customer(&who, &customer, &payments, next.as_deref())),
+        Ok(page) => ok(pages::customer(
+            &who,
+            &customer,
+            &page.payments,
+            page.next_cursor.as_deref(),
+        )),
         Err(error) => error_page(&error.into(), Some(&who)),
     }
 }
 
 /// The bulk retry's preview: how many events the list's filter matches.
-pub async fn bulk_form(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
-    let who = match signed_in(&state, &request).await {
-        Ok(who) => who,
-        Err(response) => return response,
-    };
+pub async fn bulk_form(
+    Operator { who, .. }: Operator<Page>,
+    state: web::Data<AppState>,
+    request: HttpRequest,
+) -> HttpResponse {
     let result = async {
-        operator_only(&who)?;
         let params = ListParams::from_query(request.query_string())?;
         let preview = state
+            .app
             .desk
             .bulk_retry(params.to_filter(Utc::now())?, true, &who.name)
             .await?;
@@ -441,28 +449,25 @@ pub async fn bulk_form(state: web::Data<AppState>, request: HttpRequest) -> Http
 }
 
 pub async fn bulk_post(
+    Viewer { who, .. }: Viewer<Page>,
     state: web::Data<AppState>,
     request: HttpRequest,
     mut payload: web::Payload,
 ) -> HttpResponse {
-    let who = match signed_in(&state, &request).await {
-        Ok(who) => who,
-        Err(response) => return response,
-    };
     let result = async {
         let body = form_body(&state, &request, &mut payload).await?;
+        // The form is checked before the role, as for any page POST.
         check_form(&state, &who, &request, &body)?;
-        operator_only(&who)?;
+        who.check_operator()?;
         let params = ListParams::from_query(&String::from_utf8_lossy(&body))?;
         let filter = params.to_filter(Utc::now())?;
-        let (state, name, request_id) = (state.clone(), who.name.clone(), request_id::of(&request));
+        let (desk, name, request_id) = (
+            state.app.desk.clone(),
+            who.name.clone(),
+            request_id::of(&request),
+        );
         let outcome = to_completion(async move {
-            let _permit = state
-                .retry_permits
-                .acquire()
-                .await
-                .map_err(|_| ApiError::Unavailable("shutting down".into()))?;
-            let outcome = state.desk.bulk_retry(filter, false, &name).await?;
+            let outcome = desk.bulk_retry(filter, false, &name).await?;
             crate::desk::log_bulk_retry(&name, &request_id, &outcome);
             Ok(outcome)
         })
@@ -477,26 +482,21 @@ pub async fn bulk_post(
 }
 
 pub async fn audit(
+    Operator { who, .. }: Operator<Page>,
     state: web::Data<AppState>,
-    request: HttpRequest,
     query: web::Query<CursorQuery>,
 ) -> HttpResponse {
-    let who = match signed_in(&state, &request).await {
-        Ok(who) => who,
-        Err(response) => return response,
-    };
-    let result = async {
-        operator_only(&who)?;
-        Ok::<_, ApiError>(
-            state
-                .desk
-                .audit(AUDIT_PAGE, query.cursor.as_deref())
-                .await?,
-        )
-    }
-    .await;
-    match result {
-        Ok((entries, next)) => ok(pages::audit(&who, &entries, next.as_deref())),
-        Err(error) => error_page(&error, Some(&who)),
+    match state
+        .app
+        .desk
+        .audit(AUDIT_PAGE, query.cursor.as_deref())
+        .await
+    {
+        Ok(page) => ok(pages::audit(
+            &who,
+            &page.entries,
+            page.next_cursor.as_deref(),
+        )),
+        Err(error) => error_page(&error.into(), Some(&who)),
     }
 }

@@ -119,30 +119,6 @@ pub struct EventDetail {
     pub attempts: Vec<Attempt>,
 }
 
-impl EventDetail {
-    /// The event's columns with `payload`, and `attempts` as the list of runs
-    /// (`attempt_count` keeps the counter, which outlives a purge of the list).
-    pub fn to_json(&self, handlers: &[HandlerState]) -> Value {
-        let mut value = serde_json::to_value(&self.summary).unwrap_or(Value::Null);
-        if let Value::Object(map) = &mut value {
-            map.insert("attempt_count".into(), self.summary.attempts.into());
-            map.insert(
-                "payload".into(),
-                self.payload.clone().unwrap_or(Value::Null),
-            );
-            map.insert(
-                "attempts".into(),
-                serde_json::to_value(&self.attempts).unwrap_or(Value::Null),
-            );
-            map.insert(
-                "handlers".into(),
-                serde_json::to_value(handlers).unwrap_or(Value::Null),
-            );
-        }
-        value
-    }
-}
-
 const SUMMARY_COLUMNS: &str = "id, source, event_id, event_type, kind, status, payment_id, \
      customer_id, deliveries, attempts, last_error, signed_with, received_at, last_delivery_at, \
      processed_at, next_attempt_at, purged_at";

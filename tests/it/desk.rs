@@ -6,11 +6,12 @@ use serde_json::{Value, json};
 
 use std::time::Duration;
 
+use hookd::dispatch::RetryOutcome;
 use hookd_kit::gate::{GATED_TYPE, RetryGate};
 
 use crate::support::{
-    Credential, Spawn, TestApp, VIEWER, run_hookd, run_hookd_json, shipped_settings, spawn,
-    spawn_app, stripe_event, wait_for,
+    Credential, OPERATOR, Spawn, TestApp, VIEWER, run_hookd, run_hookd_json, shipped_settings,
+    spawn, spawn_app, stripe_event, wait_for,
 };
 
 fn payment_event(id: &str, ty: &str, payment: &str, object: Value) -> Value {
@@ -514,4 +515,57 @@ async fn the_dashboard_counts_the_day_and_says_which_secrets_are_in_use() {
         page.contains("can be retired"),
         "github's unused secret is pointed out"
     );
+}
+
+async fn at_the_gate(gate: &RetryGate, retries: usize) {
+    wait_for(
+        &format!("{retries} retries at the gate"),
+        Duration::from_secs(30),
+        || async { (gate.arrived() == retries).then_some(()) },
+    )
+    .await;
+}
+
+/// A retry through the desk — what `hookd events retry` runs — waits for a turn
+/// among the retries running, as the API's do: with every turn taken (a quarter
+/// of the pool, 4 of 16), it reaches its handler only once one of them ends.
+#[tokio::test]
+async fn a_retry_from_the_terminal_waits_its_turn_like_the_apis() {
+    let gate = RetryGate::closed();
+    let app = gate.spawn(shipped_settings(), None).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let id = format!("evt_turn_{i}");
+        app.deliver_ok("stripe", &stripe_event(&id, GATED_TYPE, json!({})))
+            .await;
+        ids.push(
+            app.count("SELECT id FROM webhook_events WHERE event_id = $1", &[&id])
+                .await,
+        );
+    }
+    let api = futures_util::future::join_all(ids[..4].iter().map(|id| {
+        let app = &app;
+        async move {
+            app.admin(Credential::Bearer(OPERATOR.into()))
+                .post(&format!("/admin/api/events/{id}/retry"), &[])
+                .await
+                .status
+        }
+    }));
+    let terminal = async {
+        at_the_gate(&gate, 4).await;
+        app.app.desk.retry(ids[4], "cli:test").await.expect("retry")
+    };
+    let gatekeeper = async {
+        at_the_gate(&gate, 4).await;
+        // Were it not waiting for a turn, it would reach the gate well within this.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(gate.arrived(), 4, "the terminal's retry did not wait");
+        gate.open(1);
+        at_the_gate(&gate, 5).await;
+        gate.open(4);
+    };
+    let (statuses, outcome, ()) = tokio::join!(api, terminal, gatekeeper);
+    assert_eq!(statuses, [200; 4]);
+    assert!(matches!(outcome, RetryOutcome::Applied(_)), "{outcome:?}");
 }
