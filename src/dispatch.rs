@@ -1,6 +1,7 @@
-//! Running an event's handlers. An event has a *plan*: its kind's handler (run in
-//! the transaction that records it, inside a savepoint and under
-//! `handler_timeout`) and the forwards that match it (POSTed after). Each run is
+//! Retrying an event's handlers (through [`crate::runner`], which receiving
+//! shares; [`crate::ledger`] says what each run means). An event has a *plan*:
+//! its kind's handler (run in the transaction that records it, inside a savepoint
+//! and under `handler_timeout`) and the forwards that match it (POSTed after). Each run is
 //! an attempt row naming its handler; a `processed` attempt, written with the
 //! handler's effects, is that handler's completion, so a retry runs only the
 //! handlers not yet done: a failed forward is retried without applying the

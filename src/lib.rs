@@ -1,7 +1,8 @@
 //! hookd: a self-hosted webhook receiver. A delivery flows one way through the
 //! modules: `http` receives, `signature` proves, `event` parses, `store` persists,
-//! `dispatch` applies through `handlers`, `purge` cleans, `cli` drives; `app` wires
-//! them together and owns shutdown.
+//! `runner` applies through `handlers` (for `ingest` at receipt and `dispatch` on
+//! retries, with `ledger` saying what each run means), `purge` cleans, `cli`
+//! drives; `app` wires them together and owns shutdown.
 
 pub mod app;
 mod builder;
