@@ -158,7 +158,7 @@ impl App {
             metrics.clone(),
         );
         let purger = Purger::new(pool.clone(), settings.clone(), metrics.clone());
-        let ingester = Ingester::new(pool.clone(), dispatcher.clone());
+        let ingester = Ingester::new(pool.clone(), dispatcher.runner().clone());
         let desk = Desk::new(pool.clone(), dispatcher.clone(), settings.clone());
         App {
             settings,

@@ -17,9 +17,10 @@ use serde_json::{Value, json};
 use crate::config::Settings;
 use crate::dispatch::{Dispatcher, RetryBy, RetryOutcome};
 use crate::filter::{self, FilterError};
+use crate::ledger::{self, HandlerState};
 use crate::store::audit::{self, AuditEntry, Record};
 use crate::store::history::{
-    self, Attempt, EventDetail, EventFilter, EventSummary, HandlerState, SignedDelivery, Stats,
+    self, Attempt, EventDetail, EventFilter, EventSummary, SignedDelivery, Stats,
 };
 use crate::store::idempotency;
 pub use crate::store::idempotency::{Claim, RENEW_EVERY};
@@ -321,7 +322,8 @@ impl Desk {
         let Some(detail) = history::get_event(&client, id).await? else {
             return Ok(None);
         };
-        let handlers = detail.handler_states(&self.dispatcher.plan_names(&detail.summary));
+        let plan = self.dispatcher.plan_names(&detail.summary);
+        let handlers = ledger::handler_states(&detail.attempts, &plan);
         let origin = self.origin_with(&client, id).await?;
         audit::record(
             &client,

@@ -21,13 +21,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::Utc;
-use deadpool_postgres::{Object, Pool, Transaction};
+use deadpool_postgres::{Object, Pool};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use crate::dispatch::{Dispatcher, Standing, Step, attempt_record};
 use crate::event::IncomingEvent;
-use crate::handlers::{Event, Handler, HandlerError};
+use crate::handlers::{Event, Handler};
+use crate::ledger::{self, HandlerName, Run, Standing};
 use crate::metrics::Metric;
+use crate::runner::{Runner, Step};
 use crate::signature::Verified;
 use crate::store::events::{self, AttemptRecord, BatchItem, EventStatus, Expected, Recorded};
 use crate::store::{self, StoreError};
@@ -49,7 +50,7 @@ pub struct Ingester {
 /// What the committers share.
 struct Core {
     pool: Pool,
-    dispatcher: Dispatcher,
+    runner: Runner,
 }
 
 /// One delivery waiting for its transaction, and where its outcome goes.
@@ -69,9 +70,9 @@ pub struct Ingested {
 
 impl Ingester {
     /// Starts the committers (on the current Tokio runtime).
-    pub fn new(pool: Pool, dispatcher: Dispatcher) -> Self {
+    pub fn new(pool: Pool, runner: Runner) -> Self {
         let (queue, jobs) = mpsc::channel(QUEUE);
-        let core = Arc::new(Core { pool, dispatcher });
+        let core = Arc::new(Core { pool, runner });
         let jobs = Arc::new(Mutex::new(jobs));
         for _ in 0..COMMITTERS {
             tokio::spawn(run_committer(core.clone(), jobs.clone()));
@@ -166,7 +167,7 @@ enum Role {
 impl Core {
     /// Stores a batch and answers every delivery in it.
     async fn commit(&self, batch: Vec<Job>) {
-        let metrics = self.dispatcher.metrics();
+        let metrics = self.runner.metrics();
         metrics.inc(Metric::IngestBatches, &[]);
         metrics.add(
             Metric::IngestBatchedDeliveries,
@@ -232,7 +233,7 @@ impl Core {
         client: &mut Object,
         batch: &[Job],
     ) -> Result<Vec<Option<Result<Ingested, StoreError>>>, Fallback> {
-        let dispatcher = &self.dispatcher;
+        let runner = &self.runner;
         // Copies of one event in the batch: the first carries them all.
         let mut first_of: HashMap<(&str, Key<'_>), usize> = HashMap::new();
         // The ids of the firsts keyed by body: one statement cannot store an id
@@ -263,7 +264,7 @@ impl Core {
                 roles.push(Role::Apart);
                 continue;
             }
-            let plan = dispatcher.plan(&event.source, &event.event_type, event.kind.as_deref());
+            let plan = runner.plan(&event.source, &event.event_type, event.kind.as_deref());
             let expected = expected_for(&plan);
             first_of.insert(key, items.len());
             roles.push(Role::First(items.len()));
@@ -305,7 +306,7 @@ impl Core {
                     .iter()
                     .filter_map(|&at| match decided[at] {
                         Recorded::New { id } => {
-                            Some(view(dispatcher, items[at].event, id, received_at))
+                            Some(runner.view_received(items[at].event, id, received_at))
                         }
                         _ => None,
                     })
@@ -319,30 +320,31 @@ impl Core {
         let attempts: Vec<AttemptRecord> = groups
             .iter()
             .flat_map(|(_, kind, views)| {
-                views.iter().map(|view| AttemptRecord {
-                    event: view.id,
-                    attempt: 1,
-                    handler: (*kind).clone(),
-                    started_at: received_at,
-                    finished_at: Utc::now(),
-                    outcome: EventStatus::Processed,
-                    error: None,
-                    http_status: None,
-                    response: None,
+                views.iter().map(|view| {
+                    let run = Run {
+                        handler: HandlerName::Kind((*kind).clone()),
+                        started_at: received_at,
+                        finished_at: Utc::now(),
+                        result: Ok(()),
+                        http_status: None,
+                        response: None,
+                    };
+                    ledger::attempt_record(view.id, 1, &run, Some(&Standing::Done))
                 })
             })
             .collect();
         let run_handlers = async {
             for (handler, kind, views) in &groups {
                 let clock = std::time::Instant::now();
-                apply_in_time(dispatcher, &tx, handler, views).await?;
+                runner
+                    .apply_batch(&tx, handler, views)
+                    .await
+                    .map_err(Fallback::OneByOne)?;
                 let per_event = clock.elapsed() / u32::try_from(views.len()).unwrap_or(1).max(1);
                 for _ in views {
-                    dispatcher.metrics().observe(
-                        Metric::HandlerDuration,
-                        &[("kind", kind)],
-                        per_event,
-                    );
+                    runner
+                        .metrics()
+                        .observe(Metric::HandlerDuration, &[("kind", kind)], per_event);
                 }
             }
             Ok::<(), Fallback>(())
@@ -356,12 +358,12 @@ impl Core {
         for (at, recorded) in decided.iter().enumerate() {
             if matches!(recorded, Recorded::New { .. }) {
                 let expected = items[at].expected;
-                dispatcher.count_status(items[at].event.kind.as_deref(), expected.status);
+                runner.count_status(items[at].event.kind.as_deref(), expected.status);
                 wake |= expected.due_now;
             }
         }
         if wake {
-            dispatcher.wake();
+            runner.wake();
         }
         let outcome = |at: usize, copy: bool| -> Result<Ingested, StoreError> {
             let recorded = match &decided[at] {
@@ -415,8 +417,8 @@ impl Core {
         event: &IncomingEvent,
         verified: Verified,
     ) -> Result<Ingested, StoreError> {
-        let dispatcher = &self.dispatcher;
-        let plan = dispatcher.plan(&event.source, &event.event_type, event.kind.as_deref());
+        let runner = &self.runner;
+        let plan = runner.plan(&event.source, &event.event_type, event.kind.as_deref());
         let mut client = self.pool.get().await?;
         let mut runs = 0;
         let outcome = loop {
@@ -431,9 +433,9 @@ impl Core {
         };
         let ingested = store::give_back(client, outcome)?;
         if let Some(status) = ingested.status {
-            dispatcher.count_status(event.kind.as_deref(), status);
+            runner.count_status(event.kind.as_deref(), status);
             if plan.iter().any(|s| matches!(s, Step::Forward(_))) {
-                dispatcher.wake();
+                runner.wake();
             }
         }
         Ok(ingested)
@@ -447,7 +449,7 @@ impl Core {
         verified: Verified,
         plan: &[Step<'_>],
     ) -> Result<Ingested, StoreError> {
-        let dispatcher = &self.dispatcher;
+        let runner = &self.runner;
         if plan.is_empty() {
             // Nothing to apply: the one statement is the whole transaction.
             let ignored = Expected {
@@ -461,7 +463,7 @@ impl Core {
             return Ok(Ingested { recorded, status });
         }
         let local = plan.iter().find(|s| matches!(s, Step::Local { .. }));
-        let forwards: Vec<String> = plan
+        let forwards: Vec<HandlerName> = plan
             .iter()
             .filter(|s| matches!(s, Step::Forward(_)))
             .map(Step::name)
@@ -470,28 +472,18 @@ impl Core {
         let tx = client.transaction().await?;
         let recorded = events::record_delivery(&tx, event, verified.signed_with, expected).await?;
         let status = match recorded {
-            Recorded::New { id } => {
-                let mut status = expected.status;
-                if let Some(step @ Step::Local { handler, .. }) = local {
-                    let view = view(dispatcher, event, id, Utc::now());
-                    let run = dispatcher.run_step(&tx, step, handler, &view).await?;
-                    let standing = dispatcher.standing_after(&run, 1);
-                    if standing != Standing::Done {
-                        let mut standings = vec![(run.handler.clone(), 1, standing.clone())];
-                        standings.extend(
-                            forwards
-                                .iter()
-                                .map(|f| (f.clone(), 0, Standing::Again(None))),
-                        );
-                        let settled = dispatcher.settle(&standings, 1);
-                        events::settle(&tx, id, &settled).await?;
-                        status = settled.status;
-                    }
-                    events::append_attempts(&tx, &[attempt_record(id, 1, &run, Some(&standing))])
-                        .await?;
+            Recorded::New { id } => match local {
+                Some(step @ Step::Local { handler, .. }) => {
+                    let view = runner.view_received(event, id, Utc::now());
+                    let run = runner.run_step(&tx, step, handler, &view).await?;
+                    Some(
+                        runner
+                            .record_first(&tx, id, run, &forwards, expected.status)
+                            .await?,
+                    )
                 }
-                Some(status)
-            }
+                _ => Some(expected.status),
+            },
             Recorded::Duplicate { .. } | Recorded::Conflict => None,
         };
         tx.commit().await?;
@@ -534,51 +526,5 @@ fn expected_for(plan: &[Step<'_>]) -> Expected {
         status,
         attempts: i32::from(local),
         due_now: forwards,
-    }
-}
-
-/// The handlers' view of a delivery stored as row `id`.
-fn view<'a>(
-    dispatcher: &'a Dispatcher,
-    event: &'a IncomingEvent,
-    id: i64,
-    received_at: chrono::DateTime<Utc>,
-) -> Event<'a> {
-    Event {
-        id,
-        source: &event.source,
-        scheme: dispatcher
-            .settings()
-            .source(&event.source)
-            .map_or("", |s| s.scheme.name()),
-        event_id: &event.event_id,
-        event_type: &event.event_type,
-        kind: event.kind.as_deref(),
-        payload: &event.payload,
-        body: &event.body,
-        attempt: 1,
-        received_at,
-    }
-}
-
-/// A handler's batch under `handler_timeout`; any failure undoes the batch.
-async fn apply_in_time(
-    dispatcher: &Dispatcher,
-    tx: &Transaction<'_>,
-    handler: &Arc<dyn Handler>,
-    events: &[Event<'_>],
-) -> Result<(), Fallback> {
-    let limit = dispatcher.settings().handler_timeout;
-    match tokio::time::timeout(limit, handler.apply_batch(tx, events)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(HandlerError::Retry(why) | HandlerError::Permanent(why))) => {
-            Err(Fallback::OneByOne(why))
-        }
-        Err(_) => {
-            dispatcher.cancel_statement(tx).await;
-            Err(Fallback::OneByOne(
-                "a handler's batch ran out of time".into(),
-            ))
-        }
     }
 }

@@ -1,7 +1,8 @@
 //! hookd: a self-hosted webhook receiver. A delivery flows one way through the
 //! modules: `http` receives, `signature` proves, `event` parses, `store` persists,
-//! `dispatch` applies through `handlers`, `purge` cleans, `cli` drives; `app` wires
-//! them together and owns shutdown.
+//! `runner` applies through `handlers` (for `ingest` at receipt and `dispatch` on
+//! retries, with `ledger` saying what each run means), `purge` cleans, `cli`
+//! drives; `app` wires them together and owns shutdown.
 
 pub mod app;
 mod builder;
@@ -16,11 +17,13 @@ pub mod filter;
 pub mod handlers;
 pub mod http;
 pub mod ingest;
+pub mod ledger;
 pub mod logging;
 pub mod metrics;
 pub mod outbound;
 pub mod provider;
 pub mod purge;
+pub mod runner;
 pub mod shutdown;
 pub mod signature;
 pub mod store;

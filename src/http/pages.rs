@@ -359,7 +359,7 @@ pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup
                 tr { th { "Handler" } th { "Status" } th { "Runs" } th { "HTTP" } th { "Last error" } }
                 @for h in &view.handlers {
                     tr {
-                        td { (h.handler) } td { (status(&h.status)) } td { (h.attempts) }
+                        td { (h.handler) } td { (status(h.status.as_str())) } td { (h.attempts) }
                         td { (h.http_status.map(|s| s.to_string()).unwrap_or_default()) }
                         td { (h.last_error.as_deref().unwrap_or_default()) }
                     }

@@ -542,10 +542,9 @@ pub struct HandlerRuns {
     /// The kind, or `forward:NAME`.
     pub handler: String,
     pub runs: i32,
-    /// A run succeeded: the handler is done.
-    pub done: bool,
-    /// The latest run's outcome.
-    pub last_outcome: EventStatus,
+    /// Each run's outcome, oldest first (what they make of the handler is the
+    /// ledger's to say).
+    pub outcomes: Vec<String>,
 }
 
 /// Each handler's runs of an event (attempts written before handlers were named
@@ -557,8 +556,7 @@ pub async fn handler_runs(
     let statement = client
         .prepare_cached(
             "SELECT COALESCE(a.handler, e.kind, ''), count(*)::int,
-                    bool_or(a.outcome = 'processed'),
-                    (array_agg(a.outcome ORDER BY a.attempt DESC, a.id DESC))[1]
+                    array_agg(a.outcome ORDER BY a.attempt, a.id)
              FROM webhook_event_attempts a
              JOIN webhook_events e ON e.id = a.webhook_event_id
              WHERE a.webhook_event_id = $1
@@ -571,8 +569,7 @@ pub async fn handler_runs(
         .map(|row| HandlerRuns {
             handler: row.get(0),
             runs: row.get(1),
-            done: row.get(2),
-            last_outcome: EventStatus::parse(row.get(3)).unwrap_or(EventStatus::Failed),
+            outcomes: row.get(2),
         })
         .collect())
 }

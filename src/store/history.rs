@@ -64,53 +64,6 @@ pub struct Attempt {
     pub response: Option<String>,
 }
 
-/// Where one handler of an event stands, from its attempts.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct HandlerState {
-    pub handler: String,
-    /// `processed`, `failed`, `dead`, or `pending` (not run yet).
-    pub status: String,
-    pub attempts: i32,
-    pub last_error: Option<String>,
-    pub http_status: Option<i32>,
-}
-
-impl EventDetail {
-    /// Each handler's standing: those of `plan` (the handlers the event has now)
-    /// and any that ran before, in plan order.
-    pub fn handler_states(&self, plan: &[String]) -> Vec<HandlerState> {
-        let mut names: Vec<String> = plan.to_vec();
-        for attempt in &self.attempts {
-            if !names.contains(&attempt.handler) {
-                names.push(attempt.handler.clone());
-            }
-        }
-        names
-            .into_iter()
-            .map(|handler| {
-                let runs: Vec<&Attempt> = self
-                    .attempts
-                    .iter()
-                    .filter(|a| a.handler == handler)
-                    .collect();
-                let latest = runs.last();
-                let status = if runs.iter().any(|a| a.outcome == "processed") {
-                    "processed"
-                } else {
-                    latest.map_or("pending", |a| a.outcome.as_str())
-                };
-                HandlerState {
-                    status: status.to_string(),
-                    attempts: i32::try_from(runs.len()).unwrap_or(i32::MAX),
-                    last_error: latest.and_then(|a| a.error.clone()),
-                    http_status: latest.and_then(|a| a.http_status),
-                    handler,
-                }
-            })
-            .collect()
-    }
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventDetail {
     pub summary: EventSummary,

@@ -1,0 +1,361 @@
+//! Running an event's handlers, for both who do: receiving (the run at receipt,
+//! alone or batched) and the dispatcher (retries, forwards). The runner plans an
+//! event's handlers (its kind's first, then the matching forwards), builds the
+//! view a handler gets, runs the kind's handler in the transaction that records
+//! it (in a savepoint, under `handler_timeout`), and records the run with what
+//! the ledger makes of it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Transaction;
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::config::{Forward, Settings};
+use crate::duration;
+use crate::event::IncomingEvent;
+use crate::handlers::forward::Sent;
+use crate::handlers::{Event, Handler, HandlerError, Registry};
+use crate::ledger::{self, HandlerName, HandlerStanding, RetryPolicy, Run, Standing};
+use crate::metrics::{Metric, Metrics};
+use crate::store::events::{self, ClaimedEvent, EventStatus, Settled};
+use crate::store::{self, DbConnector, StoreError};
+
+/// What runs an event's handlers; cheap to clone.
+#[derive(Clone)]
+pub struct Runner {
+    /// How the pool connects, for cancelling a statement a handler left running.
+    connector: DbConnector,
+    registry: Arc<Registry>,
+    settings: Arc<Settings>,
+    metrics: Arc<Metrics>,
+    /// Wakes the retry loop: an event is due now.
+    wake: Arc<Notify>,
+}
+
+/// One handler of an event.
+#[derive(Clone, Copy)]
+pub enum Step<'a> {
+    /// The kind's handler: runs in the transaction that records it.
+    Local {
+        kind: &'a str,
+        handler: &'a Arc<dyn Handler>,
+    },
+    /// A forward: a POST to another stack.
+    Forward(&'a Forward),
+}
+
+impl Step<'_> {
+    /// Its name in attempts and views: the kind, or `forward:NAME`.
+    pub fn name(&self) -> HandlerName {
+        match self {
+            Step::Local { kind, .. } => HandlerName::Kind((*kind).to_string()),
+            Step::Forward(forward) => HandlerName::Forward(forward.name.clone()),
+        }
+    }
+}
+
+/// Which run of which event a log line is about.
+pub struct Logged<'a> {
+    pub id: i64,
+    pub source: &'a str,
+    pub event_id: &'a str,
+    pub attempt: i32,
+}
+
+impl<'a> From<&Event<'a>> for Logged<'a> {
+    fn from(event: &Event<'a>) -> Self {
+        Logged {
+            id: event.id,
+            source: event.source,
+            event_id: event.event_id,
+            attempt: event.attempt,
+        }
+    }
+}
+
+impl Runner {
+    pub fn new(
+        connector: DbConnector,
+        registry: Arc<Registry>,
+        settings: Arc<Settings>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            connector,
+            registry,
+            settings,
+            metrics,
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The handlers of an event of this source, type and kind: the kind's own
+    /// first, then the matching forwards.
+    pub fn plan(&self, source: &str, event_type: &str, kind: Option<&str>) -> Vec<Step<'_>> {
+        let mut steps = Vec::new();
+        if let Some((kind, handler)) = kind.and_then(|k| self.registry.entry(k)) {
+            steps.push(Step::Local { kind, handler });
+        }
+        for forward in &self.settings.forwards {
+            if forward.matches(source, event_type, kind) {
+                steps.push(Step::Forward(forward));
+            }
+        }
+        steps
+    }
+
+    /// Wakes a waiting retry loop: an event is due now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Until `wake` is called.
+    pub async fn woken(&self) {
+        self.wake.notified().await;
+    }
+
+    /// The handlers' view of a delivery just stored as row `id` (its first run).
+    pub fn view_received<'a>(
+        &'a self,
+        event: &'a IncomingEvent,
+        id: i64,
+        received_at: DateTime<Utc>,
+    ) -> Event<'a> {
+        Event {
+            id,
+            source: &event.source,
+            scheme: self.scheme(&event.source),
+            event_id: &event.event_id,
+            event_type: &event.event_type,
+            kind: event.kind.as_deref(),
+            payload: &event.payload,
+            body: &event.body,
+            attempt: 1,
+            received_at,
+        }
+    }
+
+    /// The handlers' view of a stored event, for its run number `attempt`.
+    pub fn view_claimed<'a>(
+        &'a self,
+        claimed: &'a ClaimedEvent,
+        payload: &'a Value,
+        attempt: i32,
+    ) -> Event<'a> {
+        Event {
+            id: claimed.id,
+            source: &claimed.source,
+            scheme: self.scheme(&claimed.source),
+            event_id: &claimed.event_id,
+            event_type: &claimed.event_type,
+            kind: claimed.kind.as_deref(),
+            payload,
+            body: claimed.body.as_deref().unwrap_or_default(),
+            attempt,
+            received_at: claimed.received_at,
+        }
+    }
+
+    /// The signature scheme of a source, as handlers are told it.
+    fn scheme(&self, source: &str) -> &str {
+        self.settings.source(source).map_or("", |s| s.scheme.name())
+    }
+
+    /// Runs the kind's handler `step` of `event` in a savepoint of `tx`. Only
+    /// database errors outside the handler escape (they abort `tx`).
+    pub async fn run_step(
+        &self,
+        tx: &Transaction<'_>,
+        step: &Step<'_>,
+        handler: &Arc<dyn Handler>,
+        event: &Event<'_>,
+    ) -> Result<Run, StoreError> {
+        let started_at = Utc::now();
+        let clock = Instant::now();
+        let result = self.run_local(tx, handler, event).await?;
+        let sent = Sent {
+            result,
+            http_status: None,
+            response: None,
+        };
+        Ok(self.ran(step.name(), event, started_at, clock, sent))
+    }
+
+    /// A handler's batch in `tx` under `handler_timeout`; on failure (any event's,
+    /// or its time limit) why — and `tx` is to be undone.
+    pub async fn apply_batch(
+        &self,
+        tx: &Transaction<'_>,
+        handler: &Arc<dyn Handler>,
+        events: &[Event<'_>],
+    ) -> Result<(), String> {
+        let limit = self.settings.handler_timeout;
+        match tokio::time::timeout(limit, handler.apply_batch(tx, events)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(HandlerError::Retry(why) | HandlerError::Permanent(why))) => Err(why),
+            Err(_) => {
+                self.cancel_statement(tx).await;
+                Err("a handler's batch ran out of time".into())
+            }
+        }
+    }
+
+    /// A handler's run as it ended, timed and (when it failed) logged.
+    pub fn ran<'e>(
+        &self,
+        name: HandlerName,
+        event: impl Into<Logged<'e>>,
+        started_at: DateTime<Utc>,
+        clock: Instant,
+        sent: Sent,
+    ) -> Run {
+        let event = event.into();
+        let Sent {
+            result,
+            http_status,
+            response,
+        } = sent;
+        self.metrics.observe(
+            Metric::HandlerDuration,
+            &[("kind", &name.to_string())],
+            clock.elapsed(),
+        );
+        if let Err(error) = &result {
+            log::warn!(
+                "event {} ({}/{:?}) {name} attempt {}: {:?}",
+                event.id,
+                event.source,
+                event.event_id,
+                event.attempt,
+                error.to_string()
+            );
+        }
+        Run {
+            handler: name,
+            started_at,
+            finished_at: Utc::now(),
+            result,
+            http_status,
+            response,
+        }
+    }
+
+    /// A handler inside a savepoint of `tx`, under `handler_timeout`.
+    async fn run_local(
+        &self,
+        tx: &Transaction<'_>,
+        handler: &Arc<dyn Handler>,
+        event: &Event<'_>,
+    ) -> Result<Result<(), HandlerError>, StoreError> {
+        store::savepoint(tx).await?;
+        let timeout = self.settings.handler_timeout;
+        let result = match tokio::time::timeout(timeout, handler.apply(tx, event)).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.cancel_statement(tx).await;
+                Err(HandlerError::Retry(format!(
+                    "handler timed out after {}",
+                    duration::format(timeout)
+                )))
+            }
+        };
+        if result.is_ok() {
+            store::release_savepoint(tx).await?;
+        } else {
+            store::rollback_to_savepoint(tx).await?;
+        }
+        Ok(result)
+    }
+
+    /// Stops whatever statement an abandoned handler left running in `tx`'s session.
+    async fn cancel_statement(&self, tx: &Transaction<'_>) {
+        if let Err(error) = self.connector.cancel_query(tx.cancel_token()).await {
+            log::warn!(
+                "cannot cancel a handler's statement: {}",
+                store::tls::explain(&error)
+            );
+        }
+    }
+
+    /// Where a handler stands after its `runs`-th run ended as `run` did.
+    pub fn standing_after(&self, run: &Run, runs: i32) -> Standing {
+        Standing::after(&run.result, runs, self.settings.max_attempts)
+    }
+
+    /// The event's row from where its handlers stand.
+    pub fn settle(&self, standings: &[HandlerStanding], attempts: i32) -> Settled {
+        let policy = RetryPolicy {
+            max_attempts: self.settings.max_attempts,
+            retry_base: self.settings.retry_base,
+            retry_cap: self.settings.retry_cap,
+        };
+        ledger::settle(standings, attempts, &policy, Utc::now())
+    }
+
+    /// Writes a run's attempts (each with its number) and the event's new row in `tx`.
+    pub async fn record(
+        &self,
+        tx: &Transaction<'_>,
+        id: i64,
+        runs: &[(i32, Run)],
+        standings: &[HandlerStanding],
+        settled: &Settled,
+    ) -> Result<(), StoreError> {
+        events::settle(tx, id, settled).await?;
+        events::append_attempts(tx, &ledger::attempt_records(id, runs, standings)).await?;
+        Ok(())
+    }
+
+    /// Records in `tx` the first run of a new event's kind's handler, whose row
+    /// was written as `expected` (processed, or due at once for `forwards`);
+    /// returns the event's status.
+    pub async fn record_first(
+        &self,
+        tx: &Transaction<'_>,
+        id: i64,
+        run: Run,
+        forwards: &[HandlerName],
+        expected: EventStatus,
+    ) -> Result<EventStatus, StoreError> {
+        let standing = self.standing_after(&run, 1);
+        let mut status = expected;
+        let mut standings = vec![HandlerStanding {
+            name: run.handler.clone(),
+            runs: 1,
+            standing,
+        }];
+        if standings[0].standing != Standing::Done {
+            standings.extend(forwards.iter().map(|name| HandlerStanding {
+                name: name.clone(),
+                runs: 0,
+                standing: Standing::Again(None),
+            }));
+            let settled = self.settle(&standings, 1);
+            events::settle(tx, id, &settled).await?;
+            status = settled.status;
+        }
+        events::append_attempts(tx, &ledger::attempt_records(id, &[(1, run)], &standings)).await?;
+        Ok(status)
+    }
+
+    pub fn count_status(&self, kind: Option<&str>, status: EventStatus) {
+        self.metrics.inc(
+            Metric::Events,
+            &[
+                ("kind", kind.unwrap_or("none")),
+                ("status", status.as_str()),
+            ],
+        );
+    }
+}
