@@ -63,14 +63,15 @@ impl ListParams {
         {
             return Err(FilterError(format!("{name} contains a NUL character")));
         }
-        let status = present(&self.status);
-        if let Some(status) = &status
-            && EventStatus::parse(status).is_none()
-        {
-            return Err(FilterError(format!(
-                "status {status:?} is not one of processed, ignored, failed, dead"
-            )));
-        }
+        let status = present(&self.status)
+            .map(|status| {
+                EventStatus::parse(&status).ok_or_else(|| {
+                    FilterError(format!(
+                        "status {status:?} is not one of processed, ignored, failed, dead"
+                    ))
+                })
+            })
+            .transpose()?;
         let limit = match present(&self.limit) {
             None => DEFAULT_LIMIT,
             Some(text) => match text.parse::<i64>() {
