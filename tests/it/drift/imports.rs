@@ -17,6 +17,9 @@
 //!   (`crate::Event`) leads to the module it re-exports.
 //! - Tests are not the crate's structure: `#[cfg(test)]` items and the `tests.rs`
 //!   files (each one a `#[cfg(test)] mod tests;`) are skipped.
+//!
+//! `super` is read as the file's parent module: the crate has no inline modules
+//! besides tests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -101,8 +104,9 @@ pub fn graph(src: &Path) -> Edges {
     edges
 }
 
-/// Every cycle of the graph's strongly connected parts, one per part, each as
-/// its nodes in order with the first repeated at the end.
+/// The graph's cycles: from each node, the first way back to it found (one whose
+/// nodes an earlier cycle covers is left out), each as its nodes in order with the
+/// first repeated at the end.
 pub fn cycles(edges: &Edges) -> Vec<Vec<String>> {
     let mut found: Vec<Vec<String>> = Vec::new();
     let mut seen_parts: Vec<BTreeSet<String>> = Vec::new();
