@@ -15,8 +15,8 @@ mod cidr;
 
 pub use cidr::Cidr;
 
+use crate::domain::PaymentKind;
 use crate::duration::Positive;
-use crate::handlers::payments::PaymentKind;
 use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret, Verifier};
 
 /// The secrets and tokens of the shipped `hookd.toml`. They are public, so `serve`
@@ -992,7 +992,7 @@ impl RawSource {
         let scheme = self.scheme.with_keys(self.scheme_keys, &key)?;
         let secrets_key = self.secrets_env.unwrap_or_else(|| key("secrets"));
         let secrets = secrets(&scheme, self.secrets, &secrets_key)?;
-        let mut event_types = crate::event::default_event_types(&scheme);
+        let mut event_types = scheme.default_event_types();
         for (provider, kind) in self.event_types {
             if kind.trim().is_empty() {
                 return Err((
@@ -1004,7 +1004,7 @@ impl RawSource {
         }
         let fingerprint_ignore = self
             .fingerprint_ignore
-            .unwrap_or_else(|| crate::event::default_fingerprint_ignore(&scheme));
+            .unwrap_or_else(|| scheme.default_fingerprint_ignore());
         for (j, pointer) in fingerprint_ignore.iter().enumerate() {
             json_pointer(key(&format!("fingerprint_ignore[{j}]")), pointer)?;
         }

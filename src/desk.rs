@@ -7,8 +7,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use serde::Serialize;
@@ -448,7 +446,7 @@ impl Desk {
         limit: i64,
         cursor: Option<&str>,
     ) -> Result<PaymentPage, DeskError> {
-        let after = cursor.map(decode_payment_cursor).transpose()?;
+        let after = cursor.map(filter::cursor::decode).transpose()?;
         if !storable(customer) {
             return Ok(PaymentPage {
                 payments: Vec::new(),
@@ -460,7 +458,9 @@ impl Desk {
                 .await?;
         let next = if found.len() as i64 > limit {
             found.truncate(usize::try_from(limit).unwrap_or(0));
-            found.last().map(encode_payment_cursor)
+            found.last().map(|p| {
+                filter::cursor::encode(&(p.created_at, p.source.clone(), p.payment_id.clone()))
+            })
         } else {
             None
         };
@@ -583,13 +583,13 @@ impl Desk {
 
     /// The audit trail, newest first, and the cursor of the next page.
     pub async fn audit(&self, limit: i64, cursor: Option<&str>) -> Result<AuditPage, DeskError> {
-        let after = cursor.map(decode_audit_cursor).transpose()?;
+        let after = cursor.map(filter::cursor::decode).transpose()?;
         let mut entries = audit::list(&self.client().await?, limit + 1, after).await?;
         let next = if entries.len() as i64 > limit {
             entries.truncate(usize::try_from(limit).unwrap_or(0));
             entries
                 .last()
-                .map(|e| B64.encode(format!("{}:{}", e.at.timestamp_micros(), e.id)))
+                .map(|e| filter::cursor::encode(&(e.at, e.id)))
         } else {
             None
         };
@@ -669,37 +669,4 @@ fn filter_json(filter: &EventFilter) -> Value {
 /// would fail).
 fn storable(key: &str) -> bool {
     !key.contains('\0')
-}
-
-fn bad_cursor() -> FilterError {
-    FilterError("cursor is not one this API returned".into())
-}
-
-fn encode_payment_cursor(payment: &Payment) -> String {
-    let key = json!([
-        payment.created_at.timestamp_micros(),
-        payment.source,
-        payment.payment_id
-    ]);
-    B64.encode(key.to_string())
-}
-
-fn decode_payment_cursor(text: &str) -> Result<(DateTime<Utc>, String, String), FilterError> {
-    let raw = B64.decode(text).map_err(|_| bad_cursor())?;
-    let (micros, source, id): (i64, String, String) =
-        serde_json::from_slice(&raw).map_err(|_| bad_cursor())?;
-    if !storable(&source) || !storable(&id) {
-        return Err(bad_cursor());
-    }
-    let at = filter::cursor_time(micros).ok_or_else(bad_cursor)?;
-    Ok((at, source, id))
-}
-
-fn decode_audit_cursor(text: &str) -> Result<(DateTime<Utc>, i64), FilterError> {
-    let raw =
-        String::from_utf8(B64.decode(text).map_err(|_| bad_cursor())?).map_err(|_| bad_cursor())?;
-    let (micros, id) = raw.split_once(':').ok_or_else(bad_cursor)?;
-    let micros: i64 = micros.parse().map_err(|_| bad_cursor())?;
-    let id: i64 = id.parse().map_err(|_| bad_cursor())?;
-    Ok((filter::cursor_time(micros).ok_or_else(bad_cursor)?, id))
 }

@@ -3,49 +3,14 @@
 //! support staff search by. Pure: no HTTP, no database.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::config::Source;
-use crate::handlers::payments::PaymentKind;
+use crate::domain::{MAX_ID_LEN, storable_id};
 use crate::handlers::payments::shape::PaymentShape;
 use crate::signature::{Headers, Locator, Scheme};
-
-/// Ids and types longer than this are refused; payment and customer ids longer
-/// than this are not indexed (and a payment handler refuses them).
-pub const MAX_ID_LEN: usize = 255;
-
-/// Stripe's types for the built-in kinds: every Stripe source maps them unlisted.
-const STRIPE_EVENT_TYPES: [(&str, PaymentKind); 4] = [
-    ("payment_intent.succeeded", PaymentKind::Succeeded),
-    ("payment_intent.payment_failed", PaymentKind::Failed),
-    ("charge.refunded", PaymentKind::Refunded),
-    ("charge.dispute.created", PaymentKind::DisputeOpened),
-];
-
-/// Parts of a Stripe event that may differ between two deliveries of it.
-const STRIPE_VOLATILE_FIELDS: [&str; 2] = ["/pending_webhooks", "/request"];
-
-/// The `event_types` (provider type → kind) a source of `scheme` has before its own.
-pub fn default_event_types(scheme: &Scheme) -> HashMap<String, String> {
-    match scheme {
-        Scheme::Stripe => STRIPE_EVENT_TYPES
-            .iter()
-            .map(|(provider, kind)| (provider.to_string(), kind.as_str().to_string()))
-            .collect(),
-        _ => HashMap::new(),
-    }
-}
-
-/// The `fingerprint_ignore` of a source of `scheme` that sets none.
-pub fn default_fingerprint_ignore(scheme: &Scheme) -> Vec<String> {
-    match scheme {
-        Scheme::Stripe => STRIPE_VOLATILE_FIELDS.map(String::from).to_vec(),
-        _ => Vec::new(),
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct IncomingEvent {
@@ -146,11 +111,6 @@ impl IncomingEvent {
             Cow::Borrowed(&self.payload)
         }
     }
-}
-
-/// Whether a payment or customer id fits its text column and index.
-pub fn storable_id(id: &str) -> bool {
-    id.len() <= MAX_ID_LEN && !id.contains('\0')
 }
 
 fn has_nul(value: &Value) -> bool {

@@ -2,8 +2,8 @@
 //! page and as `hookd events list` flags: exact matches, `since`/`until` as RFC 3339
 //! or an age (`24h`), `q` for any id, a limit, and an opaque keyset cursor.
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+pub mod cursor;
+
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde::Deserialize;
@@ -63,14 +63,15 @@ impl ListParams {
         {
             return Err(FilterError(format!("{name} contains a NUL character")));
         }
-        let status = present(&self.status);
-        if let Some(status) = &status
-            && EventStatus::parse(status).is_none()
-        {
-            return Err(FilterError(format!(
-                "status {status:?} is not one of processed, ignored, failed, dead"
-            )));
-        }
+        let status = present(&self.status)
+            .map(|status| {
+                EventStatus::parse(&status).ok_or_else(|| {
+                    FilterError(format!(
+                        "status {status:?} is not one of processed, ignored, failed, dead"
+                    ))
+                })
+            })
+            .transpose()?;
         let limit = match present(&self.limit) {
             None => DEFAULT_LIMIT,
             Some(text) => match text.parse::<i64>() {
@@ -96,7 +97,7 @@ impl ListParams {
             q: present(&self.q).map(|q| q.trim().to_string()),
             limit,
             after: present(&self.cursor)
-                .map(|c| decode_cursor(&c))
+                .map(|c| cursor::decode(&c))
                 .transpose()?,
         })
     }
@@ -120,34 +121,6 @@ pub fn parse_moment(
     duration::before(now, age).ok_or_else(bad)
 }
 
-pub fn encode_cursor(event: &EventSummary) -> String {
-    B64.encode(format!(
-        "{}:{}",
-        event.received_at.timestamp_micros(),
-        event.id
-    ))
-}
-
-fn decode_cursor(text: &str) -> Result<(DateTime<Utc>, i64), FilterError> {
-    let bad = || FilterError("cursor is not one this API returned".into());
-    let raw = String::from_utf8(B64.decode(text).map_err(|_| bad())?).map_err(|_| bad())?;
-    let (micros, id) = raw.split_once(':').ok_or_else(bad)?;
-    let micros: i64 = micros.parse().map_err(|_| bad())?;
-    let id: i64 = id.parse().map_err(|_| bad())?;
-    Ok((cursor_time(micros).ok_or_else(bad)?, id))
-}
-
-/// A cursor's time: years 1 to 9999 only, since PostgreSQL refuses times far
-/// outside them.
-pub fn cursor_time(micros: i64) -> Option<DateTime<Utc>> {
-    const YEARS_1_TO_9999: std::ops::RangeInclusive<i64> =
-        -62_135_596_800_000_000..=253_402_300_799_999_999;
-    YEARS_1_TO_9999
-        .contains(&micros)
-        .then(|| DateTime::from_timestamp_micros(micros))
-        .flatten()
-}
-
 /// A page of the history and the cursor of the next one.
 pub async fn history_page(
     client: &impl GenericClient,
@@ -158,7 +131,9 @@ pub async fn history_page(
     let mut events = history::list_events(client, &filter).await?;
     let next = if events.len() as i64 > limit {
         events.truncate(usize::try_from(limit).unwrap_or(0));
-        events.last().map(encode_cursor)
+        events
+            .last()
+            .map(|e| cursor::encode(&(e.received_at, e.id)))
     } else {
         None
     };

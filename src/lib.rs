@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod desk;
 pub mod dispatch;
+pub mod domain;
 pub mod duration;
 pub mod embedded_pg;
 pub mod event;

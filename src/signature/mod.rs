@@ -6,6 +6,9 @@
 //! tags are compared in constant time; every configured secret is tried in order and
 //! the 1-based position of the one that matched is reported (`signed_with`), so an
 //! operator can see when an old secret stops being used.
+//!
+//! A scheme's file also holds what its provider's sources have by default (Stripe's
+//! types for the built-in kinds, the fields its resends change).
 
 mod github;
 mod hmac_generic;
@@ -16,6 +19,7 @@ pub use github::{DELIVERY as GITHUB_DELIVERY, EVENT as GITHUB_EVENT};
 pub use standard::event_id as standard_event_id;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -137,6 +141,26 @@ impl Scheme {
     /// holding one real delivery may change it.
     pub fn leaves_identity_unsigned(&self) -> bool {
         !self.signs_id() || !self.signs_type()
+    }
+
+    /// The `event_types` (provider type → kind) a source of this scheme has
+    /// before its own.
+    pub fn default_event_types(&self) -> HashMap<String, String> {
+        match self {
+            Scheme::Stripe => stripe::EVENT_TYPES
+                .iter()
+                .map(|(provider, kind)| (provider.to_string(), kind.as_str().to_string()))
+                .collect(),
+            _ => HashMap::new(),
+        }
+    }
+
+    /// The `fingerprint_ignore` of a source of this scheme that sets none.
+    pub fn default_fingerprint_ignore(&self) -> Vec<String> {
+        match self {
+            Scheme::Stripe => stripe::VOLATILE_FIELDS.map(String::from).to_vec(),
+            _ => Vec::new(),
+        }
     }
 
     /// The key bytes a secret stands for under this scheme; an error explains why a

@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
+use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 use super::StoreError;
 use crate::event::IncomingEvent;
@@ -46,6 +47,23 @@ impl std::fmt::Display for EventStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// A status binds as its text, the `status` column's.
+impl ToSql for EventStatus {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        self.as_str().to_sql(ty, out)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <&str as ToSql>::accepts(ty)
+    }
+
+    to_sql_checked!();
 }
 
 /// What the one dedupe statement decided about a delivery.

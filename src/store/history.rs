@@ -17,7 +17,7 @@ pub struct EventFilter {
     pub source: Option<String>,
     pub kind: Option<String>,
     pub event_type: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<EventStatus>,
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
     /// An event id, payment id or customer id.
@@ -105,11 +105,11 @@ impl EventFilter {
     pub fn to_sql(&self) -> (String, Vec<&(dyn ToSql + Sync)>) {
         let mut clauses: Vec<String> = Vec::new();
         let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
-        let equal = [
-            ("source", &self.source),
-            ("kind", &self.kind),
-            ("event_type", &self.event_type),
-            ("status", &self.status),
+        let equal: [(&str, Option<&(dyn ToSql + Sync)>); 4] = [
+            ("source", self.source.as_ref().map(|v| v as _)),
+            ("kind", self.kind.as_ref().map(|v| v as _)),
+            ("event_type", self.event_type.as_ref().map(|v| v as _)),
+            ("status", self.status.as_ref().map(|v| v as _)),
         ];
         for (column, value) in equal {
             if let Some(value) = value {

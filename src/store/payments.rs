@@ -8,7 +8,7 @@ use deadpool_postgres::GenericClient;
 use serde::Serialize;
 
 use super::StoreError;
-use crate::handlers::payments::shape::PaymentFacts;
+use crate::domain::PaymentFacts;
 
 /// The facts one event adds to a payment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use hookd::store::events::EventStatus;
 use hookd::store::history::EventFilter;
 use serde_json::{Value, json};
 
@@ -715,14 +716,14 @@ async fn history_queries_use_indexes_at_scale() {
         (
             "status",
             EventFilter {
-                status: Some("dead".into()),
+                status: Some(EventStatus::Dead),
                 ..base.clone()
             },
         ),
         (
             "status and source",
             EventFilter {
-                status: Some("dead".into()),
+                status: Some(EventStatus::Dead),
                 source: Some("stripe".into()),
                 ..base.clone()
             },

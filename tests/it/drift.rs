@@ -1,6 +1,9 @@
 //! Drift guards: what must stay in step with something else, checked rather than
-//! trusted — every file in `sql/` is a migration, and the ingest benchmark's
-//! pgbench baseline runs the store's own statements.
+//! trusted — every file in `sql/` is a migration, the ingest benchmark's
+//! pgbench baseline runs the store's own statements, and the modules name one
+//! another in one direction only.
+
+mod imports;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -48,6 +51,35 @@ fn every_sql_file_is_a_migration_in_order() {
     );
     let versions: Vec<i32> = MIGRATIONS.iter().map(|m| m.version).collect();
     assert_eq!(versions, (1..=files.len() as i32).collect::<Vec<_>>());
+}
+
+/// A cycle (`config` needing `event` needing `config`) means none of its modules
+/// can be read, tested or moved alone. The rule of the graph is in `imports.rs`.
+#[test]
+fn the_module_graph_has_no_cycle() {
+    let edges = imports::graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    // The scanner sees the graph: edges that must be there are.
+    for (from, to) in [("cli", "config"), ("handlers::payments", "store::payments")] {
+        assert!(
+            edges.get(from).is_some_and(|e| e.contains_key(to)),
+            "no edge {from} → {to}: {edges:#?}"
+        );
+    }
+    let cycles: Vec<String> = imports::cycles(&edges)
+        .iter()
+        .map(|cycle| {
+            let steps: Vec<String> = cycle
+                .windows(2)
+                .map(|pair| format!("{} → {} ({})", pair[0], pair[1], edges[&pair[0]][&pair[1]]))
+                .collect();
+            steps.join("\n  ")
+        })
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "the modules name one another in a cycle:\n  {}",
+        cycles.join("\n\n  ")
+    );
 }
 
 #[test]

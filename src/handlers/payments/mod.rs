@@ -19,39 +19,8 @@ use deadpool_postgres::Transaction;
 
 use self::shape::PaymentShape;
 use super::{Event, Handler, HandlerError};
+use crate::domain::PaymentKind;
 use crate::store::payments::{PaymentUpdate, merge, merge_many};
-
-/// The built-in kinds: each is one fact about a payment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PaymentKind {
-    Succeeded,
-    Failed,
-    Refunded,
-    DisputeOpened,
-}
-
-impl PaymentKind {
-    pub const ALL: [PaymentKind; 4] = [
-        PaymentKind::Succeeded,
-        PaymentKind::Failed,
-        PaymentKind::Refunded,
-        PaymentKind::DisputeOpened,
-    ];
-
-    /// The kind's name, as sources' `event_types` map provider types to it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PaymentKind::Succeeded => "payment_succeeded",
-            PaymentKind::Failed => "payment_failed",
-            PaymentKind::Refunded => "payment_refunded",
-            PaymentKind::DisputeOpened => "dispute_opened",
-        }
-    }
-
-    pub fn parse(kind: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.as_str() == kind)
-    }
-}
 
 struct PaymentHandler(PaymentKind);
 

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::event::{MAX_ID_LEN, storable_id};
+use crate::domain::{MAX_ID_LEN, PaymentFacts, storable_id};
 use crate::signature::Scheme;
 
 /// Where a scheme's payment facts live in its bodies.
@@ -16,16 +16,6 @@ pub enum PaymentShape {
     Stripe,
     /// `{"id","type","created","data":{"payment_id","amount","amount_refunded","currency","customer_id"}}`.
     Neutral,
-}
-
-/// The payment facts one event states. Absent fields are `None`: they say nothing.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PaymentFacts {
-    pub payment_id: String,
-    pub amount: Option<i64>,
-    pub amount_refunded: Option<i64>,
-    pub currency: Option<String>,
-    pub customer_id: Option<String>,
 }
 
 /// The ids stored on every event for support look-ups, best effort.
