@@ -3,7 +3,6 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::ServerHandle;
@@ -11,14 +10,8 @@ use deadpool_postgres::Pool;
 use tokio::task::JoinHandle;
 
 use crate::config::Settings;
-use crate::desk::Desk;
-use crate::dispatch::Dispatcher;
 use crate::embedded_pg::{self, ClusterOptions, EmbeddedPostgres};
-use crate::handlers::Registry;
 use crate::http::{self, AppState};
-use crate::ingest::Ingester;
-use crate::metrics::Metrics;
-use crate::purge::Purger;
 use crate::shutdown::{self, ShutdownTrigger};
 use crate::store::{self, StoreError};
 
@@ -124,60 +117,9 @@ impl Parts {
     };
 }
 
-/// Everything one instance shares between its parts.
-#[derive(Clone)]
-pub struct App {
-    pub settings: Arc<Settings>,
-    pub pool: Pool,
-    pub metrics: Arc<Metrics>,
-    pub dispatcher: Dispatcher,
-    pub ingester: Ingester,
-    pub purger: Purger,
-    pub desk: Desk,
-    /// The application's own migrations (readiness checks them too).
-    pub migrations: &'static [crate::store::Migration],
-}
+pub use crate::instance::App;
 
 impl App {
-    /// An instance on `pool`, whose connections `connector` made.
-    pub fn new(
-        settings: Settings,
-        pool: Pool,
-        connector: store::DbConnector,
-        registry: Registry,
-    ) -> Self {
-        let settings = Arc::new(settings);
-        let metrics = Arc::new(Metrics::default());
-        // Shown from the start, so an alert sees the first one as an increase.
-        metrics.add(crate::metrics::Metric::InternalErrors, &[], 0);
-        let dispatcher = Dispatcher::new(
-            pool.clone(),
-            connector,
-            Arc::new(registry),
-            settings.clone(),
-            metrics.clone(),
-        );
-        let purger = Purger::new(pool.clone(), settings.clone(), metrics.clone());
-        let ingester = Ingester::new(pool.clone(), dispatcher.runner().clone());
-        let desk = Desk::new(pool.clone(), dispatcher.clone(), settings.clone());
-        App {
-            settings,
-            pool,
-            metrics,
-            dispatcher,
-            ingester,
-            purger,
-            desk,
-            migrations: &[],
-        }
-    }
-
-    /// Readiness also waits for these migrations of the application's.
-    pub fn with_migrations(mut self, migrations: &'static [crate::store::Migration]) -> Self {
-        self.migrations = migrations;
-        self
-    }
-
     /// Binds the listeners and starts the servers and the chosen loops.
     pub fn start(&self, parts: Parts) -> Result<Running, StartError> {
         raise_open_files_limit();

@@ -109,6 +109,10 @@ impl Hookd {
 
     /// Runs an already parsed command line.
     pub fn run(self, cli: Cli) -> ExitCode {
-        cli::run(cli, self)
+        let extensions = cli::Extensions {
+            registry: self.registry,
+            migrations: self.migrations,
+        };
+        cli::run(cli, extensions)
     }
 }

@@ -18,6 +18,7 @@ pub mod filter;
 pub mod handlers;
 pub mod http;
 pub mod ingest;
+pub mod instance;
 pub mod ledger;
 pub mod logging;
 pub mod metrics;

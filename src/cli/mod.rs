@@ -242,7 +242,14 @@ pub enum CliError {
     Other(String),
 }
 
-pub fn run(cli: Cli, hookd: crate::Hookd) -> ExitCode {
+/// What a team adds to hookd (through `Hookd`): its handlers and its migrations.
+#[derive(Debug, Clone)]
+pub struct Extensions {
+    pub registry: crate::handlers::Registry,
+    pub migrations: &'static [crate::store::Migration],
+}
+
+pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -417,7 +424,7 @@ fn warn_about_exposure(settings: &Settings) {
 
 /// A kind a source maps types to, with neither a handler nor a forward, is
 /// stored as `ignored`: allowed, but said, since it may be a typo.
-fn warn_unhandled_kinds(settings: &Settings, hookd: &crate::Hookd) {
+fn warn_unhandled_kinds(settings: &Settings, hookd: &Extensions) {
     for source in &settings.sources {
         let mut kinds: Vec<&String> = source.event_types.values().collect();
         kinds.sort();
@@ -437,7 +444,7 @@ fn warn_unhandled_kinds(settings: &Settings, hookd: &crate::Hookd) {
     }
 }
 
-async fn migrate(settings: Settings, hookd: &crate::Hookd) -> Result<(), CliError> {
+async fn migrate(settings: Settings, hookd: &Extensions) -> Result<(), CliError> {
     let database = Database::open(&settings).await?;
     let result = store::migrate_with(&database.pool, hookd.migrations).await;
     database.close().await;
@@ -450,7 +457,7 @@ async fn migrate(settings: Settings, hookd: &crate::Hookd) -> Result<(), CliErro
 }
 
 /// Runs `work` against the configured database (migrated first), then closes it.
-async fn with_app<F, Fut>(settings: Settings, hookd: crate::Hookd, work: F) -> Result<(), CliError>
+async fn with_app<F, Fut>(settings: Settings, hookd: Extensions, work: F) -> Result<(), CliError>
 where
     F: FnOnce(App) -> Fut,
     Fut: std::future::Future<Output = Result<(), CliError>>,
@@ -472,7 +479,7 @@ where
     result
 }
 
-async fn purge(settings: Settings, hookd: crate::Hookd, dry_run: bool) -> Result<(), CliError> {
+async fn purge(settings: Settings, hookd: Extensions, dry_run: bool) -> Result<(), CliError> {
     with_app(settings, hookd, |app| async move {
         if dry_run {
             let preview = app.purger.preview().await?;

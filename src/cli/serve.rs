@@ -6,7 +6,7 @@ use super::{CliError, with_app};
 use crate::app::Parts;
 use crate::config::Settings;
 
-pub async fn serve(settings: Settings, hookd: crate::Hookd) -> Result<(), CliError> {
+pub async fn serve(settings: Settings, hookd: super::Extensions) -> Result<(), CliError> {
     settings.check_exposure()?;
     super::warn_about_exposure(&settings);
     if settings.uses_development_credentials() {

@@ -16,7 +16,7 @@ mod ui;
 use actix_web::http::Method;
 use actix_web::web;
 
-use crate::app::App;
+use crate::instance::App;
 
 /// What the routes share: the instance, and what only HTTP needs beside it.
 pub struct AppState {

@@ -11,10 +11,10 @@
 //! - An edge is a path a node's code names, to the node that path leads to. A
 //!   parent naming its own part (`mod`, `pub use`, a call) is assembling it, not
 //!   depending on it: that edge is left out, a part naming its parent is kept.
-//! - The entry points are not nodes: `lib.rs` and `main.rs` only declare and call,
-//!   and `builder.rs` is the library's `main` (a team's `Hookd` runs the command
-//!   line, which is handed that `Hookd`). A path through a `pub use` of `lib.rs`
-//!   (`crate::Event`) leads to the module it re-exports.
+//! - The entry points are not nodes: `lib.rs` and `main.rs` only declare and call.
+//!   (`builder.rs`, the library's `main`, is a node: it hands the command line a
+//!   team's `cli::Extensions`, never the other way round.) A path through a
+//!   `pub use` of `lib.rs` (`crate::Event`) leads to the module it re-exports.
 //! - Tests are not the crate's structure: `#[cfg(test)]` items and the `tests.rs`
 //!   files (each one a `#[cfg(test)] mod tests;`) are skipped.
 //!
@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 /// The modules whose parts are nodes of their own.
 const LAYERS: [&str; 2] = ["handlers", "store"];
 /// Files that are not nodes (see the module comment).
-const ENTRY_POINTS: [&str; 3] = ["lib", "main", "builder"];
+const ENTRY_POINTS: [&str; 2] = ["lib", "main"];
 
 /// Where one edge was seen first: the file and line.
 pub type Edges = BTreeMap<String, BTreeMap<String, String>>;

@@ -1,0 +1,70 @@
+//! One instance's parts, built once and shared: the HTTP layer serves them, `app`
+//! starts them, the terminal commands use them (no part of it knows HTTP).
+
+use std::sync::Arc;
+
+use deadpool_postgres::Pool;
+
+use crate::config::Settings;
+use crate::desk::Desk;
+use crate::dispatch::Dispatcher;
+use crate::handlers::Registry;
+use crate::ingest::Ingester;
+use crate::metrics::Metrics;
+use crate::purge::Purger;
+use crate::store;
+
+/// Everything one instance shares between its parts.
+#[derive(Clone)]
+pub struct App {
+    pub settings: Arc<Settings>,
+    pub pool: Pool,
+    pub metrics: Arc<Metrics>,
+    pub dispatcher: Dispatcher,
+    pub ingester: Ingester,
+    pub purger: Purger,
+    pub desk: Desk,
+    /// The application's own migrations (readiness checks them too).
+    pub migrations: &'static [crate::store::Migration],
+}
+
+impl App {
+    /// An instance on `pool`, whose connections `connector` made.
+    pub fn new(
+        settings: Settings,
+        pool: Pool,
+        connector: store::DbConnector,
+        registry: Registry,
+    ) -> Self {
+        let settings = Arc::new(settings);
+        let metrics = Arc::new(Metrics::default());
+        // Shown from the start, so an alert sees the first one as an increase.
+        metrics.add(crate::metrics::Metric::InternalErrors, &[], 0);
+        let dispatcher = Dispatcher::new(
+            pool.clone(),
+            connector,
+            Arc::new(registry),
+            settings.clone(),
+            metrics.clone(),
+        );
+        let purger = Purger::new(pool.clone(), settings.clone(), metrics.clone());
+        let ingester = Ingester::new(pool.clone(), dispatcher.runner().clone());
+        let desk = Desk::new(pool.clone(), dispatcher.clone(), settings.clone());
+        App {
+            settings,
+            pool,
+            metrics,
+            dispatcher,
+            ingester,
+            purger,
+            desk,
+            migrations: &[],
+        }
+    }
+
+    /// Readiness also waits for these migrations of the application's.
+    pub fn with_migrations(mut self, migrations: &'static [crate::store::Migration]) -> Self {
+        self.migrations = migrations;
+        self
+    }
+}
