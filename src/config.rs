@@ -161,8 +161,8 @@ impl Forward {
     }
 
     /// Its name in the attempts and the admin views: `forward:NAME`.
-    pub fn handler_name(&self) -> String {
-        format!("forward:{}", self.name)
+    pub fn handler_name(&self) -> crate::domain::HandlerName {
+        crate::domain::HandlerName::Forward(self.name.clone())
     }
 
     /// Its URL as errors and logs show it: `scheme://host:port/path`, without

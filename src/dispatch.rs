@@ -455,7 +455,7 @@ impl Dispatcher {
             event_id: &claimed.event_id,
             attempt,
         };
-        let name = HandlerName::Forward(forward.name.clone());
+        let name = forward.handler_name();
         self.runner.ran(name, event, started_at, clock, sent)
     }
 }

@@ -3,6 +3,10 @@
 //! else of the crate, so configuration, parsing, handlers and the store can all
 //! use it without needing one another.
 
+use std::fmt;
+
+use serde::Serialize;
+
 /// Ids and types longer than this are refused; payment and customer ids longer
 /// than this are not indexed (and a payment handler refuses them).
 pub const MAX_ID_LEN: usize = 255;
@@ -52,4 +56,49 @@ pub struct PaymentFacts {
     pub amount_refunded: Option<i64>,
     pub currency: Option<String>,
     pub customer_id: Option<String>,
+}
+
+/// How a forward's name starts in the attempts and views.
+const FORWARD_PREFIX: &str = "forward:";
+
+/// One handler of an event, by the name its attempts carry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HandlerName {
+    /// The kind's own handler, named after the kind.
+    Kind(String),
+    /// A `[[forwards]]` entry, named `forward:NAME`.
+    Forward(String),
+}
+
+impl HandlerName {
+    /// A name as the database holds it.
+    pub fn parse(text: &str) -> Self {
+        match text.strip_prefix(FORWARD_PREFIX) {
+            Some(name) => HandlerName::Forward(name.to_string()),
+            None => HandlerName::Kind(text.to_string()),
+        }
+    }
+
+    /// Whether `text` (as the database holds a name) is this handler's name.
+    pub fn is(&self, text: &str) -> bool {
+        match self {
+            HandlerName::Kind(kind) => kind == text,
+            HandlerName::Forward(name) => text.strip_prefix(FORWARD_PREFIX) == Some(name),
+        }
+    }
+}
+
+impl fmt::Display for HandlerName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HandlerName::Kind(kind) => f.write_str(kind),
+            HandlerName::Forward(name) => write!(f, "{FORWARD_PREFIX}{name}"),
+        }
+    }
+}
+
+impl Serialize for HandlerName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+pub use crate::domain::HandlerName;
 use crate::duration;
 use crate::handlers::HandlerError;
 use crate::store::events::{AttemptRecord, EventStatus, Settled};
@@ -17,51 +18,6 @@ use crate::store::history::Attempt;
 
 /// Longest `last_error` kept, in characters.
 const MAX_ERROR_CHARS: usize = 2000;
-/// How a forward's name starts in the attempts and views.
-const FORWARD_PREFIX: &str = "forward:";
-
-/// One handler of an event, by the name its attempts carry.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum HandlerName {
-    /// The kind's own handler, named after the kind.
-    Kind(String),
-    /// A `[[forwards]]` entry, named `forward:NAME`.
-    Forward(String),
-}
-
-impl HandlerName {
-    /// A name as the database holds it.
-    pub fn parse(text: &str) -> Self {
-        match text.strip_prefix(FORWARD_PREFIX) {
-            Some(name) => HandlerName::Forward(name.to_string()),
-            None => HandlerName::Kind(text.to_string()),
-        }
-    }
-
-    /// Whether `text` (as the database holds a name) is this handler's name.
-    pub fn is(&self, text: &str) -> bool {
-        match self {
-            HandlerName::Kind(kind) => kind == text,
-            HandlerName::Forward(name) => text.strip_prefix(FORWARD_PREFIX) == Some(name),
-        }
-    }
-}
-
-impl fmt::Display for HandlerName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HandlerName::Kind(kind) => f.write_str(kind),
-            HandlerName::Forward(name) => write!(f, "{FORWARD_PREFIX}{name}"),
-        }
-    }
-}
-
-impl Serialize for HandlerName {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
 /// Where a handler stands, from its attempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -52,7 +52,7 @@ impl Step<'_> {
     pub fn name(&self) -> HandlerName {
         match self {
             Step::Local { kind, .. } => HandlerName::Kind((*kind).to_string()),
-            Step::Forward(forward) => HandlerName::Forward(forward.name.clone()),
+            Step::Forward(forward) => forward.handler_name(),
         }
     }
 }

@@ -556,7 +556,7 @@ fn forwards_are_read_and_match_by_kind_type_and_source() {
         (f.name.as_str(), f.timeout),
         ("billing", Duration::from_secs(3))
     );
-    assert_eq!(f.handler_name(), "forward:billing");
+    assert_eq!(f.handler_name().to_string(), "forward:billing");
     assert!(f.matches(
         "stripe",
         "payment_intent.succeeded",
