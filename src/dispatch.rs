@@ -30,7 +30,7 @@ use crate::config::{Forward, Settings};
 use crate::duration;
 use crate::handlers::forward::{self, Outgoing, Sent};
 use crate::handlers::{Event, Handler, HandlerError, Registry};
-use crate::metrics::{Metric, Metrics};
+use crate::metrics::{ForwardOutcome, Metrics};
 use crate::shutdown::Shutdown;
 use crate::store::audit::{self, Record};
 use crate::store::events::{self, AttemptRecord, ClaimedEvent, EventStatus, HandlerRuns, Settled};
@@ -531,14 +531,11 @@ impl Dispatcher {
         };
         let sent = forward::send(&self.http, forward, &outgoing).await;
         let outcome = if sent.result.is_ok() {
-            "delivered"
+            ForwardOutcome::Delivered
         } else {
-            "failed"
+            ForwardOutcome::Failed
         };
-        self.metrics.inc(
-            Metric::Forwards,
-            &[("forward", &forward.name), ("outcome", outcome)],
-        );
+        self.metrics.forward(&forward.name, outcome);
         let event = Logged {
             id: claimed.id,
             source: &claimed.source,
@@ -563,8 +560,7 @@ impl Dispatcher {
             http_status,
             response,
         } = sent;
-        self.metrics
-            .observe(Metric::HandlerDuration, &[("kind", &name)], clock.elapsed());
+        self.metrics.handler_duration(&name, clock.elapsed());
         if let Err(error) = &result {
             log::warn!(
                 "event {} ({}/{:?}) {name} attempt {}: {:?}",
@@ -718,13 +714,7 @@ impl Dispatcher {
     }
 
     pub(crate) fn count_status(&self, kind: Option<&str>, status: EventStatus) {
-        self.metrics.inc(
-            Metric::Events,
-            &[
-                ("kind", kind.unwrap_or("none")),
-                ("status", status.as_str()),
-            ],
-        );
+        self.metrics.event(kind, status);
     }
 }
 

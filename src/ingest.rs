@@ -27,7 +27,6 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use crate::dispatch::{Dispatcher, Standing, Step, attempt_record};
 use crate::event::IncomingEvent;
 use crate::handlers::{Event, Handler, HandlerError};
-use crate::metrics::Metric;
 use crate::signature::Verified;
 use crate::store::events::{self, AttemptRecord, BatchItem, EventStatus, Expected, Recorded};
 use crate::store::{self, StoreError};
@@ -167,12 +166,7 @@ impl Core {
     /// Stores a batch and answers every delivery in it.
     async fn commit(&self, batch: Vec<Job>) {
         let metrics = self.dispatcher.metrics();
-        metrics.inc(Metric::IngestBatches, &[]);
-        metrics.add(
-            Metric::IngestBatchedDeliveries,
-            &[],
-            u64::try_from(batch.len()).unwrap_or(0),
-        );
+        metrics.ingest_batch(batch.len());
         if batch.len() == 1 {
             for job in batch {
                 let result = self.ingest_one(&job.event, job.verified).await;
@@ -338,11 +332,7 @@ impl Core {
                 apply_in_time(dispatcher, &tx, handler, views).await?;
                 let per_event = clock.elapsed() / u32::try_from(views.len()).unwrap_or(1).max(1);
                 for _ in views {
-                    dispatcher.metrics().observe(
-                        Metric::HandlerDuration,
-                        &[("kind", kind)],
-                        per_event,
-                    );
+                    dispatcher.metrics().handler_duration(kind, per_event);
                 }
             }
             Ok::<(), Fallback>(())
