@@ -253,12 +253,16 @@ impl Metrics {
     /// Metrics with the series of `settings`' sources, kinds, handlers and
     /// forwards ready, so counting them takes neither a lock nor an allocation.
     pub fn new(settings: &Settings) -> Self {
-        let kinds: Vec<&str> = (settings.sources.iter())
+        let kinds: Vec<&str> = settings
+            .sources
+            .iter()
             .flat_map(|source| source.event_types.values())
             .chain(settings.forwards.iter().flat_map(|f| &f.kinds))
             .map(String::as_str)
             .collect();
-        let handlers = (kinds.iter().map(|kind| kind.to_string()))
+        let handlers = kinds
+            .iter()
+            .map(|kind| kind.to_string())
             .chain(settings.forwards.iter().map(|f| f.handler_name()))
             .collect();
         Metrics::knowing(Known {

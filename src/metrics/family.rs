@@ -102,6 +102,12 @@ impl<S: Series, const N: usize> Family<S, N> {
         f(write(&self.later).entry(at).or_default());
     }
 
+    /// How many series were added at runtime, for values not known at the start.
+    #[cfg(test)]
+    pub fn added_later(&self) -> usize {
+        read(&self.later).len()
+    }
+
     fn offset(&self, at: &[usize; N]) -> Option<usize> {
         let mut offset = 0;
         for (values, &at) in self.values.iter().zip(at) {

@@ -167,3 +167,34 @@ fn many_threads_counting_at_once_lose_no_counts() {
         );
     }
 }
+
+#[test]
+fn the_configurations_label_values_need_no_series_added_at_runtime() {
+    let text = include_str!("../../hookd.toml");
+    let settings = Settings::from_toml("hookd.toml", text, &Default::default())
+        .unwrap_or_else(|e| panic!("hookd.toml: {e}"));
+    let metrics = Metrics::new(&settings);
+    for source in ["stripe", "standard", "github", "shop", "unknown"] {
+        metrics.delivery(source, "processed");
+        metrics.delivery_duration(source, Duration::from_millis(1));
+        metrics.signature_failure(source, &SignatureError::TooOld { seconds: 600 });
+    }
+    for status in EventStatus::ALL {
+        metrics.event(Some("payment_succeeded"), status);
+        metrics.event(None, status);
+    }
+    metrics.handler_duration("payment_refunded", Duration::from_millis(1));
+    assert_eq!(metrics.deliveries.added_later(), 0);
+    assert_eq!(metrics.delivery_duration.added_later(), 0);
+    assert_eq!(metrics.signature_failures.added_later(), 0);
+    assert_eq!(metrics.events.added_later(), 0);
+    assert_eq!(metrics.handler_duration.added_later(), 0);
+    // A kind an older configuration stored is counted all the same.
+    metrics.event(Some("an_old_kind"), EventStatus::Dead);
+    assert_eq!(metrics.events.added_later(), 1);
+    assert!(
+        metrics
+            .render(&[])
+            .contains("hookd_events_total{kind=\"an_old_kind\",status=\"dead\"} 1\n")
+    );
+}
