@@ -31,7 +31,7 @@ use crate::duration;
 use crate::handlers::Registry;
 use crate::handlers::forward::{self, Outgoing};
 use crate::ledger::{HandlerName, HandlerStanding, HandlerStatus, Run, Standing};
-use crate::metrics::{Metric, Metrics};
+use crate::metrics::{ForwardOutcome, Metrics};
 use crate::runner::{Logged, Runner, Step};
 use crate::shutdown::Shutdown;
 use crate::store::audit::{self, Record};
@@ -441,14 +441,11 @@ impl Dispatcher {
         };
         let sent = forward::send(&self.http, forward, &outgoing).await;
         let outcome = if sent.result.is_ok() {
-            "delivered"
+            ForwardOutcome::Delivered
         } else {
-            "failed"
+            ForwardOutcome::Failed
         };
-        self.runner.metrics().inc(
-            Metric::Forwards,
-            &[("forward", &forward.name), ("outcome", outcome)],
-        );
+        self.runner.metrics().forward(&forward.name, outcome);
         let event = Logged {
             id: claimed.id,
             source: &claimed.source,

@@ -27,7 +27,6 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use crate::event::IncomingEvent;
 use crate::handlers::{Event, Handler};
 use crate::ledger::{self, HandlerName, Run, Standing};
-use crate::metrics::Metric;
 use crate::runner::{Runner, Step};
 use crate::signature::Verified;
 use crate::store::events::{self, AttemptRecord, BatchItem, EventStatus, Expected, Recorded};
@@ -168,12 +167,7 @@ impl Core {
     /// Stores a batch and answers every delivery in it.
     async fn commit(&self, batch: Vec<Job>) {
         let metrics = self.runner.metrics();
-        metrics.inc(Metric::IngestBatches, &[]);
-        metrics.add(
-            Metric::IngestBatchedDeliveries,
-            &[],
-            u64::try_from(batch.len()).unwrap_or(0),
-        );
+        metrics.ingest_batch(batch.len());
         if batch.len() == 1 {
             for job in batch {
                 let result = self.ingest_one(&job.event, job.verified).await;
@@ -342,9 +336,7 @@ impl Core {
                     .map_err(Fallback::OneByOne)?;
                 let per_event = clock.elapsed() / u32::try_from(views.len()).unwrap_or(1).max(1);
                 for _ in views {
-                    runner
-                        .metrics()
-                        .observe(Metric::HandlerDuration, &[("kind", kind)], per_event);
+                    runner.metrics().handler_duration(kind, per_event);
                 }
             }
             Ok::<(), Fallback>(())

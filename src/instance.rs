@@ -37,9 +37,7 @@ impl App {
         registry: Registry,
     ) -> Self {
         let settings = Arc::new(settings);
-        let metrics = Arc::new(Metrics::default());
-        // Shown from the start, so an alert sees the first one as an increase.
-        metrics.add(crate::metrics::Metric::InternalErrors, &[], 0);
+        let metrics = Arc::new(Metrics::new(&settings));
         let dispatcher = Dispatcher::new(
             pool.clone(),
             connector,

@@ -3,35 +3,92 @@
 //! (the pool, and the process from `/proc/self`) or, for the database's, at most
 //! once a second whatever the scrape rate.
 
+mod family;
 pub mod fresh;
 pub mod process;
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
 use std::time::Duration;
 
-type Labels = Vec<(&'static str, String)>;
+use crate::config::Settings;
+use crate::signature::SignatureError;
+use crate::store::events::EventStatus;
+use family::{Counter, Family, Histogram, Values, render_labels};
 
-/// Latency buckets of handlers and deliveries, in seconds: 1 ms to 10 s.
-const BUCKETS: [f64; 13] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-#[derive(Debug, Default, Clone)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    sum: f64,
-    count: u64,
-}
-
-#[derive(Debug, Default)]
+/// Every counter and histogram, each with its own labels.
+#[derive(Debug)]
 pub struct Metrics {
-    counters: Mutex<BTreeMap<(Metric, Labels), u64>>,
-    histograms: Mutex<BTreeMap<(Metric, Labels), Histogram>>,
+    deliveries: Family<Counter, 2>,
+    delivery_duration: Family<Histogram, 1>,
+    signature_failures: Family<Counter, 2>,
+    duplicates: Family<Counter, 1>,
+    events: Family<Counter, 2>,
+    handler_duration: Family<Histogram, 1>,
+    forwards: Family<Counter, 2>,
+    internal_errors: Family<Counter, 0>,
+    ingest_batches: Family<Counter, 0>,
+    ingest_batched_deliveries: Family<Counter, 0>,
+    purged_rows: Family<Counter, 1>,
     /// The failed and dead events counted by the last scrape that read them
     /// (`None`: the database could not be reached).
     pub backlog: fresh::Fresh<Option<(i64, i64)>>,
+}
+
+/// How a forward request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardOutcome {
+    Delivered,
+    Failed,
+}
+
+impl ForwardOutcome {
+    const ALL: [ForwardOutcome; 2] = [ForwardOutcome::Delivered, ForwardOutcome::Failed];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            ForwardOutcome::Delivered => "delivered",
+            ForwardOutcome::Failed => "failed",
+        }
+    }
+}
+
+/// What a retention purge removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purged {
+    Payload,
+    Key,
+    IdempotencyKey,
+    RevokedSession,
+    AuditEntry,
+}
+
+impl Purged {
+    const ALL: [Purged; 5] = [
+        Purged::Payload,
+        Purged::Key,
+        Purged::IdempotencyKey,
+        Purged::RevokedSession,
+        Purged::AuditEntry,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Purged::Payload => "payload",
+            Purged::Key => "key",
+            Purged::IdempotencyKey => "idempotency_key",
+            Purged::RevokedSession => "revoked_session",
+            Purged::AuditEntry => "audit_entry",
+        }
+    }
+}
+
+/// The open label values known before the first delivery.
+#[derive(Debug, Default)]
+struct Known<'a> {
+    sources: Vec<&'a str>,
+    kinds: Vec<&'a str>,
+    handlers: Vec<String>,
+    forwards: Vec<&'a str>,
 }
 
 /// Every metric hookd exposes: its name, type and help text in one place.
@@ -186,105 +243,175 @@ impl Metric {
     }
 }
 
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::knowing(Known::default())
+    }
+}
+
 impl Metrics {
-    pub fn add(&self, name: Metric, labels: &[(&'static str, &str)], value: u64) {
-        let key = (name, owned(labels));
-        if let Ok(mut counters) = self.counters.lock() {
-            *counters.entry(key).or_default() += value;
-        }
+    /// Metrics with the series of `settings`' sources, kinds, handlers and
+    /// forwards ready, so counting them takes neither a lock nor an allocation.
+    pub fn new(settings: &Settings) -> Self {
+        let kinds: Vec<&str> = settings
+            .sources
+            .iter()
+            .flat_map(|source| source.event_types.values())
+            .chain(settings.forwards.iter().flat_map(|f| &f.kinds))
+            .map(String::as_str)
+            .collect();
+        let handlers = kinds
+            .iter()
+            .map(|kind| kind.to_string())
+            .chain(
+                settings
+                    .forwards
+                    .iter()
+                    .map(|f| f.handler_name().to_string()),
+            )
+            .collect();
+        Metrics::knowing(Known {
+            sources: settings.sources.iter().map(|s| s.name.as_str()).collect(),
+            kinds,
+            handlers,
+            forwards: settings.forwards.iter().map(|f| f.name.as_str()).collect(),
+        })
     }
 
-    pub fn inc(&self, name: Metric, labels: &[(&'static str, &str)]) {
-        self.add(name, labels, 1);
+    fn knowing(known: Known) -> Self {
+        let sources = || Values::new(known.sources.iter().copied().chain(["unknown"]));
+        let statuses = || Values::new(EventStatus::ALL.map(EventStatus::as_str));
+        let outcomes = ["accepted", "duplicate"]
+            .into_iter()
+            .chain(EventStatus::ALL.map(EventStatus::as_str));
+        let reasons = [
+            SignatureError::Missing(String::new()),
+            SignatureError::Malformed {
+                header: String::new(),
+                detail: "",
+            },
+            SignatureError::Mismatch,
+            SignatureError::TooOld { seconds: 0 },
+            SignatureError::TooNew { seconds: 0 },
+        ];
+        let kinds = known.kinds.iter().copied().chain(["none"]);
+        let metrics = Metrics {
+            deliveries: Family::new(["source", "outcome"], [sources(), Values::new(outcomes)]),
+            delivery_duration: Family::new(["source"], [sources()]),
+            signature_failures: Family::new(
+                ["source", "reason"],
+                [
+                    sources(),
+                    Values::new(reasons.iter().map(SignatureError::label)),
+                ],
+            ),
+            duplicates: Family::new(["source"], [sources()]),
+            events: Family::new(["kind", "status"], [Values::new(kinds), statuses()]),
+            handler_duration: Family::new(["kind"], [Values::new(&known.handlers)]),
+            forwards: Family::new(
+                ["forward", "outcome"],
+                [
+                    Values::new(&known.forwards),
+                    Values::new(ForwardOutcome::ALL.map(ForwardOutcome::as_str)),
+                ],
+            ),
+            internal_errors: Family::new([], []),
+            ingest_batches: Family::new([], []),
+            ingest_batched_deliveries: Family::new([], []),
+            purged_rows: Family::new(["what"], [Values::new(Purged::ALL.map(Purged::as_str))]),
+            backlog: Default::default(),
+        };
+        // Shown from the start, so an alert sees the first one as an increase.
+        metrics.internal_errors.with([], |c| c.add(0));
+        metrics
     }
 
-    pub fn observe(&self, name: Metric, labels: &[(&'static str, &str)], value: Duration) {
-        let seconds = value.as_secs_f64();
-        if let Ok(mut histograms) = self.histograms.lock() {
-            let h = histograms.entry((name, owned(labels))).or_default();
-            for (count, bound) in h.counts.iter_mut().zip(BUCKETS) {
-                if seconds <= bound {
-                    *count += 1;
-                }
-            }
-            h.sum += seconds;
-            h.count += 1;
-        }
+    /// A delivery answered: `source` is a configured name or `unknown`, `outcome`
+    /// the answer in a word (accepted, duplicate, the event's status, an error's code).
+    pub fn delivery(&self, source: &str, outcome: &'static str) {
+        self.deliveries.with([source, outcome], |c| c.add(1));
+    }
+
+    pub fn delivery_duration(&self, source: &str, took: Duration) {
+        self.delivery_duration.with([source], |h| h.observe(took));
+    }
+
+    pub fn signature_failure(&self, source: &str, reason: &SignatureError) {
+        let reason = reason.label();
+        self.signature_failures.with([source, reason], |c| c.add(1));
+    }
+
+    pub fn duplicate(&self, source: &str) {
+        self.duplicates.with([source], |c| c.add(1));
+    }
+
+    /// An event of `kind` (`none` without one) reached `status`.
+    pub fn event(&self, kind: Option<&str>, status: EventStatus) {
+        let kind = kind.unwrap_or("none");
+        self.events.with([kind, status.as_str()], |c| c.add(1));
+    }
+
+    /// A handler's run time; `handler` is the kind, or `forward:NAME`.
+    pub fn handler_duration(&self, handler: &str, took: Duration) {
+        self.handler_duration.with([handler], |h| h.observe(took));
+    }
+
+    pub fn forward(&self, forward: &str, outcome: ForwardOutcome) {
+        self.forwards
+            .with([forward, outcome.as_str()], |c| c.add(1));
+    }
+
+    /// An answer 500.
+    pub fn internal_error(&self) {
+        self.internal_errors.with([], |c| c.add(1));
+    }
+
+    /// A transaction that stored `deliveries` deliveries.
+    pub fn ingest_batch(&self, deliveries: usize) {
+        self.ingest_batches.with([], |c| c.add(1));
+        let deliveries = u64::try_from(deliveries).unwrap_or(0);
+        self.ingest_batched_deliveries
+            .with([], |c| c.add(deliveries));
+    }
+
+    pub fn purged(&self, what: Purged, rows: u64) {
+        self.purged_rows.with([what.as_str()], |c| c.add(rows));
     }
 
     /// The text exposition, with gauges (and the process's counter) read by the
     /// caller at scrape time.
     pub fn render(&self, gauges: &[(Metric, f64)]) -> String {
         let mut out = String::new();
-        let counters = self.counters.lock().map(|c| c.clone()).unwrap_or_default();
-        let histograms = self
-            .histograms
-            .lock()
-            .map(|h| h.clone())
-            .unwrap_or_default();
         for metric in Metric::ALL {
             let (name, kind, help) = (metric.name(), metric.kind(), metric.help());
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for ((_, labels), value) in counters.iter().filter(|((n, _), _)| *n == metric) {
-                let _ = writeln!(out, "{name}{} {value}", render_labels(labels, None));
-            }
-            for ((_, labels), h) in histograms.iter().filter(|((n, _), _)| *n == metric) {
-                for (bound, count) in BUCKETS.iter().zip(h.counts) {
-                    let le = format!("{bound}");
-                    let _ = writeln!(
-                        out,
-                        "{name}_bucket{} {count}",
-                        render_labels(labels, Some(&le))
-                    );
+            match metric {
+                Metric::Deliveries => self.deliveries.render(name, &mut out),
+                Metric::DeliveryDuration => self.delivery_duration.render(name, &mut out),
+                Metric::SignatureFailures => self.signature_failures.render(name, &mut out),
+                Metric::Duplicates => self.duplicates.render(name, &mut out),
+                Metric::Events => self.events.render(name, &mut out),
+                Metric::HandlerDuration => self.handler_duration.render(name, &mut out),
+                Metric::Forwards => self.forwards.render(name, &mut out),
+                Metric::InternalErrors => self.internal_errors.render(name, &mut out),
+                Metric::IngestBatches => self.ingest_batches.render(name, &mut out),
+                Metric::IngestBatchedDeliveries => {
+                    self.ingest_batched_deliveries.render(name, &mut out)
                 }
-                let _ = writeln!(
-                    out,
-                    "{name}_bucket{} {}",
-                    render_labels(labels, Some("+Inf")),
-                    h.count
-                );
-                let _ = writeln!(out, "{name}_sum{} {}", render_labels(labels, None), h.sum);
-                let _ = writeln!(
-                    out,
-                    "{name}_count{} {}",
-                    render_labels(labels, None),
-                    h.count
-                );
+                Metric::PurgedRows => self.purged_rows.render(name, &mut out),
+                _ => {}
             }
             for (_, value) in gauges.iter().filter(|(n, _)| *n == metric) {
                 let _ = writeln!(out, "{name} {value}");
             }
             if metric == Metric::BuildInfo {
-                let version = [("version", env!("CARGO_PKG_VERSION").to_string())];
-                let _ = writeln!(out, "{name}{} 1", render_labels(&version.to_vec(), None));
+                let version = [("version", env!("CARGO_PKG_VERSION"))];
+                let _ = writeln!(out, "{name}{} 1", render_labels(&version, None));
             }
         }
         out
     }
 }
 
-fn owned(labels: &[(&'static str, &str)]) -> Labels {
-    labels.iter().map(|(k, v)| (*k, (*v).to_string())).collect()
-}
-
-fn render_labels(labels: &Labels, le: Option<&str>) -> String {
-    let mut parts: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-        .collect();
-    if let Some(le) = le {
-        parts.push(format!("le=\"{le}\""));
-    }
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("{{{}}}", parts.join(","))
-    }
-}
-
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
+#[cfg(test)]
+mod tests;

@@ -12,8 +12,7 @@ use deadpool_postgres::Pool;
 
 use crate::config::Settings;
 use crate::duration;
-use crate::metrics::Metric;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Purged};
 use crate::shutdown::Shutdown;
 use crate::store::StoreError;
 use crate::store::purge::{self, ByStatus, Expiring, Preview};
@@ -183,13 +182,13 @@ impl Purger {
         let payloads = PurgeOutcome::total(&outcome.payloads_dropped);
         let keys = PurgeOutcome::total(&outcome.keys_deleted);
         for (what, n) in [
-            ("payload", payloads),
-            ("key", keys),
-            ("idempotency_key", outcome.idempotency_keys_deleted),
-            ("revoked_session", outcome.revoked_sessions_deleted),
-            ("audit_entry", outcome.audit_entries_deleted),
+            (Purged::Payload, payloads),
+            (Purged::Key, keys),
+            (Purged::IdempotencyKey, outcome.idempotency_keys_deleted),
+            (Purged::RevokedSession, outcome.revoked_sessions_deleted),
+            (Purged::AuditEntry, outcome.audit_entries_deleted),
         ] {
-            self.metrics.add(Metric::PurgedRows, &[("what", what)], n);
+            self.metrics.purged(what, n);
         }
         log::info!(
             "purge: dropped {payloads} payloads ({}), deleted {keys} keys ({}) and {} idempotency keys in {:.1} s{}",

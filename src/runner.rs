@@ -19,7 +19,7 @@ use crate::event::IncomingEvent;
 use crate::handlers::forward::Sent;
 use crate::handlers::{Event, Handler, HandlerError, Registry};
 use crate::ledger::{self, HandlerName, HandlerStanding, RetryPolicy, Run, Standing};
-use crate::metrics::{Metric, Metrics};
+use crate::metrics::Metrics;
 use crate::store::events::{self, ClaimedEvent, EventStatus, Settled};
 use crate::store::{self, DbConnector, StoreError};
 
@@ -226,11 +226,8 @@ impl Runner {
             http_status,
             response,
         } = sent;
-        self.metrics.observe(
-            Metric::HandlerDuration,
-            &[("kind", &name.to_string())],
-            clock.elapsed(),
-        );
+        self.metrics
+            .handler_duration(&name.to_string(), clock.elapsed());
         if let Err(error) = &result {
             log::warn!(
                 "event {} ({}/{:?}) {name} attempt {}: {:?}",
@@ -350,12 +347,6 @@ impl Runner {
     }
 
     pub fn count_status(&self, kind: Option<&str>, status: EventStatus) {
-        self.metrics.inc(
-            Metric::Events,
-            &[
-                ("kind", kind.unwrap_or("none")),
-                ("status", status.as_str()),
-            ],
-        );
+        self.metrics.event(kind, status);
     }
 }

@@ -9,7 +9,6 @@ use actix_web::{HttpResponse, ResponseError, web};
 use serde::Serialize;
 
 use super::AppState;
-use crate::metrics::Metric;
 use crate::signature::SignatureError;
 use crate::store::StoreError;
 
@@ -230,7 +229,7 @@ pub async fn count_internal_errors(
     if status == StatusCode::INTERNAL_SERVER_ERROR
         && let Some(metrics) = metrics
     {
-        metrics.inc(Metric::InternalErrors, &[]);
+        metrics.internal_error();
     }
     answered
 }

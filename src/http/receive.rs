@@ -12,7 +12,6 @@ use super::{AppState, body, client, request_id};
 use crate::config::DEVELOPMENT_CREDENTIALS;
 use crate::event::IncomingEvent;
 use crate::ingest::Ingested;
-use crate::metrics::Metric;
 use crate::signature::{Headers, SignatureError};
 use crate::store::events::Recorded;
 
@@ -71,23 +70,14 @@ pub async fn receive(
         Err(error) => {
             summary.outcome = error.code();
             if let ApiError::InvalidSignature(reason) = &error {
-                state.app.metrics.inc(
-                    Metric::SignatureFailures,
-                    &[("source", label), ("reason", reason.label())],
-                );
+                state.app.metrics.signature_failure(label, reason);
             }
             error.error_response()
         }
     };
     let elapsed = started.elapsed();
-    state.app.metrics.inc(
-        Metric::Deliveries,
-        &[("source", label), ("outcome", summary.outcome)],
-    );
-    state
-        .app
-        .metrics
-        .observe(Metric::DeliveryDuration, &[("source", label)], elapsed);
+    state.app.metrics.delivery(label, summary.outcome);
+    state.app.metrics.delivery_duration(label, elapsed);
     let request_id = request_id::of(&request);
     let status = response.status().as_u16();
     let latency_ms = (elapsed.as_secs_f64() * 10_000.0).round() / 10.0;
@@ -170,10 +160,7 @@ async fn handle(
         }
         Recorded::Duplicate { .. } => {
             summary.outcome = "duplicate";
-            state
-                .app
-                .metrics
-                .inc(Metric::Duplicates, &[("source", source_name)]);
+            state.app.metrics.duplicate(source_name);
             response.insert_header(("Idempotent-Replayed", "true"));
         }
         Recorded::Conflict => return Err(ApiError::EventIdConflict),
