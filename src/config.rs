@@ -88,7 +88,8 @@ pub struct Settings {
     /// Peers (and `X-Forwarded-For` hops) believed about the client they forward.
     pub trusted_proxies: Vec<Cidr>,
     /// `development = true`: the shipped (public) secrets and tokens are accepted
-    /// on loopback addresses, and the session cookie is not `Secure`.
+    /// on loopback addresses, and the session cookie is not `Secure` while the
+    /// admin pages listen on loopback.
     pub development: bool,
     /// The files secrets were read from: every `*_FILE`, and the configuration
     /// file itself when it holds any.
