@@ -17,6 +17,7 @@ pub use cidr::Cidr;
 
 use crate::domain::PaymentKind;
 use crate::duration::Positive;
+use crate::providers;
 use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret, Verifier};
 
 /// The secrets and tokens of the shipped `hookd.toml`. They are public, so `serve`
@@ -993,7 +994,7 @@ impl RawSource {
         let scheme = self.scheme.with_keys(self.scheme_keys, &key)?;
         let secrets_key = self.secrets_env.unwrap_or_else(|| key("secrets"));
         let secrets = secrets(&scheme, self.secrets, &secrets_key)?;
-        let mut event_types = scheme.default_event_types();
+        let mut event_types = providers::of(&scheme).default_event_types();
         for (provider, kind) in self.event_types {
             if kind.trim().is_empty() {
                 return Err((
@@ -1005,7 +1006,7 @@ impl RawSource {
         }
         let fingerprint_ignore = self
             .fingerprint_ignore
-            .unwrap_or_else(|| scheme.default_fingerprint_ignore());
+            .unwrap_or_else(|| providers::of(&scheme).default_fingerprint_ignore());
         for (j, pointer) in fingerprint_ignore.iter().enumerate() {
             json_pointer(key(&format!("fingerprint_ignore[{j}]")), pointer)?;
         }
@@ -1031,7 +1032,7 @@ fn dedupe_on_body(
     value: Option<bool>,
     key: &dyn Fn(&str) -> String,
 ) -> Result<bool, Problem> {
-    if scheme.leaves_identity_unsigned() {
+    if providers::of(scheme).leaves_identity_unsigned() {
         return Ok(value.unwrap_or(true));
     }
     match value {

@@ -169,8 +169,8 @@ pub struct Covered {
 impl Covered {
     pub fn of(scheme: &crate::signature::Scheme) -> Self {
         Covered {
-            id_signed: scheme.signs_id(),
-            type_signed: scheme.signs_type(),
+            id_signed: crate::providers::of(scheme).signs_id(),
+            type_signed: crate::providers::of(scheme).signs_type(),
         }
     }
 

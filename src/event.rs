@@ -9,8 +9,8 @@ use sha2::{Digest, Sha256};
 
 use crate::config::Source;
 use crate::domain::{MAX_ID_LEN, storable_id};
-use crate::handlers::payments::shape::PaymentShape;
-use crate::signature::{Headers, Locator, Scheme};
+use crate::providers::{self, Missing};
+use crate::signature::Headers;
 
 #[derive(Debug, Clone)]
 pub struct IncomingEvent {
@@ -62,7 +62,7 @@ impl IncomingEvent {
     ) -> Result<Self, EventError> {
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| EventError::NotJson(e.to_string()))?;
-        let (event_id, event_type) = identity(&source.scheme, headers, &payload)?;
+        let (event_id, event_type) = identity(source, headers, &payload)?;
         // PostgreSQL text cannot hold these: refused the same way on every resend.
         for (what, value) in [("event id", &event_id), ("event type", &event_type)] {
             if value.len() > MAX_ID_LEN {
@@ -73,7 +73,9 @@ impl IncomingEvent {
             }
         }
         let kind = source.kind_of(&event_type).map(String::from);
-        let fields = PaymentShape::of(&source.scheme).index_fields(&payload);
+        let fields = providers::of(&source.scheme)
+            .payment_shape()
+            .index_fields(&payload);
         let signature_headers = source
             .scheme
             .signed_header_names()
@@ -136,79 +138,26 @@ fn without_nul(value: &Value) -> Value {
     }
 }
 
+/// The event id and type, where the source's provider puts them.
 fn identity(
-    scheme: &Scheme,
+    source: &Source,
     headers: &(impl Headers + ?Sized),
     payload: &Value,
 ) -> Result<(String, String), EventError> {
-    let body_string = |field: &str| non_empty(payload.get(field));
-    match scheme {
-        Scheme::Stripe => {
-            let id = body_string("id").ok_or_else(|| EventError::MissingId("body.id".into()))?;
-            let ty =
-                body_string("type").ok_or_else(|| EventError::MissingType("body.type".into()))?;
-            Ok((id, ty))
-        }
-        Scheme::Standard => {
-            let id = crate::signature::standard_event_id(headers)
-                .and_then(non_empty_str)
-                .ok_or_else(|| EventError::MissingId("webhook-id header".into()))?;
-            let ty =
-                body_string("type").ok_or_else(|| EventError::MissingType("body.type".into()))?;
-            Ok((id, ty))
-        }
-        Scheme::Github => {
-            let delivery = crate::signature::GITHUB_DELIVERY;
-            let event = crate::signature::GITHUB_EVENT;
-            let id = headers
-                .header(delivery)
-                .and_then(non_empty_str)
-                .ok_or_else(|| EventError::MissingId(format!("{delivery} header")))?;
-            let name = headers
-                .header(event)
-                .and_then(non_empty_str)
-                .ok_or_else(|| EventError::MissingType(format!("{event} header")))?;
-            let ty = match body_string("action") {
-                Some(action) => format!("{name}.{action}"),
-                None => name,
-            };
-            Ok((id, ty))
-        }
-        Scheme::Hmac(opts) => {
-            let id = locate(&opts.id, headers, payload)
-                .ok_or_else(|| EventError::MissingId(describe(&opts.id)))?;
-            let ty = locate(&opts.event_type, headers, payload)
-                .ok_or_else(|| EventError::MissingType(describe(&opts.event_type)))?;
-            Ok((id, ty))
-        }
-    }
+    providers::of(&source.scheme)
+        .identity(&AnyHeaders(headers), payload)
+        .map_err(|missing| match missing {
+            Missing::Id(what) => EventError::MissingId(what),
+            Missing::Type(what) => EventError::MissingType(what),
+        })
 }
 
-fn locate(locator: &Locator, headers: &(impl Headers + ?Sized), payload: &Value) -> Option<String> {
-    match locator {
-        Locator::Header(name) => headers.header(name).and_then(non_empty_str),
-        Locator::Pointer(pointer) => non_empty(payload.pointer(pointer)),
-    }
-}
+/// Any headers as a trait object, for providers.
+struct AnyHeaders<'a, H: ?Sized>(&'a H);
 
-fn describe(locator: &Locator) -> String {
-    match locator {
-        Locator::Header(name) => format!("{name} header"),
-        Locator::Pointer(pointer) => format!("body{pointer}"),
-    }
-}
-
-fn non_empty_str(value: &str) -> Option<String> {
-    let value = value.trim();
-    (!value.is_empty()).then(|| value.to_string())
-}
-
-/// A string, or a number written as one (some providers use numeric ids).
-fn non_empty(value: Option<&Value>) -> Option<String> {
-    match value? {
-        Value::String(s) => non_empty_str(s),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
+impl<H: Headers + ?Sized> Headers for AnyHeaders<'_, H> {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.0.header(name)
     }
 }
 

@@ -1,5 +1,6 @@
 //! hookd: a self-hosted webhook receiver. A delivery flows one way through the
-//! modules: `http` receives, `signature` proves, `event` parses, `store` persists,
+//! modules: `http` receives, `signature` proves, `event` parses (where each
+//! provider puts ids, types and payment facts is in `providers`), `store` persists,
 //! `runner` applies through `handlers` (for `ingest` at receipt and `dispatch` on
 //! retries, with `ledger` saying what each run means), `purge` cleans, `cli`
 //! drives; `app` wires them together and owns shutdown.
@@ -24,6 +25,7 @@ pub mod logging;
 pub mod metrics;
 pub mod outbound;
 pub mod provider;
+pub mod providers;
 pub mod purge;
 pub mod runner;
 pub mod shutdown;

@@ -2,13 +2,13 @@
 //! signed with the source's first secret. `hookd sign` and `hookd replay` use it,
 //! and so do the tests, the benchmarks and the load generator, so all of them sign
 //! exactly as hookd verifies. The MACs come from `signature::sign`, the one
-//! implementation of each scheme.
+//! implementation of each scheme; the ids and types from the source's provider.
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::config::Source;
-use crate::signature::{self, Envelope, Locator, Scheme};
+use crate::providers::{self, Body};
+use crate::signature::{self, Envelope};
 
 /// What the caller knows beyond the body (GitHub names events by file name).
 #[derive(Debug, Clone, Copy, Default)]
@@ -34,33 +34,18 @@ pub fn sign_delivery(
 ) -> Result<SignedDelivery, String> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
-    let text = |field: &str| value.get(field).and_then(Value::as_str).map(String::from);
-    let pointer = |p: &str| match value.pointer(p) {
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Number(n)) => Some(n.to_string()),
-        _ => None,
+    let provider = providers::of(&source.scheme);
+    let body_of = Body {
+        bytes: body,
+        value: &value,
     };
-    let content_id = || hex::encode(&Sha256::digest(body)[..12]);
-    let event_id = match (hints.event_id, &source.scheme) {
-        (Some(id), _) => id.to_string(),
-        (None, Scheme::Stripe) => text("id").ok_or("a Stripe body needs an \"id\"")?,
-        (None, Scheme::Standard) => text("id").unwrap_or_else(|| format!("msg_{}", content_id())),
-        (None, Scheme::Github) => uuid_from(&Sha256::digest(body)),
-        (None, Scheme::Hmac(opts)) => match &opts.id {
-            Locator::Pointer(p) => pointer(p).ok_or_else(|| format!("the body has no {p}"))?,
-            Locator::Header(_) => text("id").unwrap_or_else(content_id),
-        },
+    let event_id = match hints.event_id {
+        Some(id) => id.to_string(),
+        None => provider.signing_id(&body_of)?,
     };
-    let event_type = match (hints.event_type, &source.scheme) {
-        (Some(ty), _) => ty.to_string(),
-        (None, Scheme::Github) => {
-            return Err("GitHub events are named by their file name (push.json → push)".into());
-        }
-        (None, Scheme::Hmac(opts)) => match &opts.event_type {
-            Locator::Pointer(p) => pointer(p).ok_or_else(|| format!("the body has no {p}"))?,
-            Locator::Header(_) => text("type").ok_or("the body needs a \"type\"")?,
-        },
-        (None, _) => text("type").ok_or("the body needs a \"type\"")?,
+    let event_type = match hints.event_type {
+        Some(ty) => ty.to_string(),
+        None => provider.signing_type(&body_of)?,
     };
     let secret = source
         .secrets
@@ -89,21 +74,7 @@ pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, String), St
     let mut value: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
     let random: [u8; 16] = rand::random();
-    let (id, field) = match &source.scheme {
-        Scheme::Stripe => (
-            format!("evt_{}", hex::encode(&random[..12])),
-            Some("/id".to_string()),
-        ),
-        Scheme::Standard => (
-            format!("msg_{}", hex::encode(&random[..12])),
-            Some("/id".into()),
-        ),
-        Scheme::Github => (uuid_from(&random), None),
-        Scheme::Hmac(opts) => match &opts.id {
-            Locator::Pointer(p) => (hex::encode(&random[..12]), Some(p.clone())),
-            Locator::Header(_) => (hex::encode(&random[..12]), Some("/id".into())),
-        },
-    };
+    let (id, field) = providers::of(&source.scheme).new_id(&random);
     let placed = field.and_then(|p| value.pointer_mut(&p)).map(|slot| {
         *slot = Value::String(id.clone());
     });
@@ -117,16 +88,4 @@ pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, String), St
     }
     let body = serde_json::to_vec(&value).map_err(|e| e.to_string())?;
     Ok((body, id))
-}
-
-fn uuid_from(bytes: &[u8]) -> String {
-    let h = hex::encode(&bytes[..16]);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
 }

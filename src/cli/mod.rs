@@ -78,7 +78,7 @@ pub enum Command {
     /// Print a fresh random secret in a scheme's format (or, with hmac, an admin token).
     Secret {
         /// stripe, standard (or svix), github or hmac.
-        #[arg(long, value_parser = crate::signature::SCHEME_NAMES)]
+        #[arg(long, value_parser = crate::providers::names())]
         scheme: String,
     },
     /// Check a delivery's signature now, as POST /webhooks/NAME would: which secret
@@ -508,7 +508,8 @@ async fn purge(settings: Settings, hookd: Extensions, dry_run: bool) -> Result<(
 }
 
 fn secret(scheme: &str) -> Result<(), CliError> {
-    let secret = crate::signature::new_secret(scheme)
+    let secret = crate::providers::named(scheme)
+        .map(|provider| provider.new_secret())
         .ok_or_else(|| CliError::Other(format!("no scheme named {scheme:?}")))?;
     println!("{}", secret.expose());
     Ok(())

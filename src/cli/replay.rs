@@ -12,7 +12,7 @@ use super::CliError;
 use super::sign::{event_name_from_path, source};
 use crate::config::{Settings, Source};
 use crate::provider::{Hints, sign_delivery, with_new_id};
-use crate::signature::Scheme;
+use crate::providers;
 
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
@@ -156,9 +156,10 @@ struct Prepared {
 fn prepare(source: &Source, file: &Path, new_ids: bool) -> Result<Prepared, String> {
     let body = std::fs::read(file).map_err(|e| e.to_string())?;
     serde_json::from_slice::<Value>(&body).map_err(|e| format!("not JSON: {e}"))?;
-    let event_type = match source.scheme {
-        Scheme::Github => event_name_from_path(file),
-        _ => None,
+    let event_type = if providers::of(&source.scheme).names_events_by_file() {
+        event_name_from_path(file)
+    } else {
+        None
     };
     if new_ids {
         let (body, id) = with_new_id(source, &body)?;

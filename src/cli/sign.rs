@@ -6,7 +6,7 @@ use std::path::Path;
 use super::CliError;
 use crate::config::{Settings, Source};
 use crate::provider::{Hints, sign_delivery};
-use crate::signature::Scheme;
+use crate::providers;
 
 /// The GitHub event name for a fixture file: its stem (`push.json` → `push`).
 pub fn event_name_from_path(path: &Path) -> Option<String> {
@@ -32,9 +32,10 @@ pub fn run(settings: &Settings, source_name: &str, file: &Path) -> Result<(), Cl
         std::fs::read(file).map_err(|e| CliError::Other(format!("{}: {e}", file.display())))?;
     let name = event_name_from_path(file);
     let hints = Hints {
-        event_type: match source.scheme {
-            Scheme::Github => name.as_deref(),
-            _ => None,
+        event_type: if providers::of(&source.scheme).names_events_by_file() {
+            name.as_deref()
+        } else {
+            None
         },
         event_id: None,
     };

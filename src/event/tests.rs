@@ -4,10 +4,10 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::*;
-use crate::signature::{Encoding, GenericHmac, Secret};
+use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret};
 
 fn source(scheme: Scheme) -> Source {
-    let scheme_leaves_identity_unsigned = scheme.leaves_identity_unsigned();
+    let scheme_leaves_identity_unsigned = providers::of(&scheme).leaves_identity_unsigned();
     let mut event_types = HashMap::new();
     event_types.insert(
         "payment_intent.succeeded".into(),

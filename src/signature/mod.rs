@@ -7,8 +7,8 @@
 //! the 1-based position of the one that matched is reported (`signed_with`), so an
 //! operator can see when an old secret stops being used.
 //!
-//! A scheme's file also holds what its provider's sources have by default (Stripe's
-//! types for the built-in kinds, the fields its resends change).
+//! What else a provider defines (where its ids live, its default rules, its
+//! secrets' format) is in `crate::providers`.
 
 mod github;
 mod hmac_generic;
@@ -19,7 +19,6 @@ pub use github::{DELIVERY as GITHUB_DELIVERY, EVENT as GITHUB_EVENT};
 pub use standard::event_id as standard_event_id;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -45,36 +44,6 @@ impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Secret([redacted])")
     }
-}
-
-/// Names `hookd secret --scheme` accepts (`svix` is another name for `standard`).
-pub const SCHEME_NAMES: [&str; 5] = ["stripe", "standard", "svix", "github", "hmac"];
-
-/// A fresh random secret in the format providers of `scheme` use: `whsec_` and the
-/// base64 of 32 random bytes for Standard Webhooks, `whsec_` and 32 letters and
-/// digits for Stripe (the whole string is the key), 64 hex digits otherwise. `None`
-/// for an unknown scheme name.
-pub fn new_secret(scheme: &str) -> Option<Secret> {
-    use base64::Engine;
-    use rand::RngExt;
-    let bytes: [u8; 32] = rand::random();
-    let text = match scheme {
-        "standard" | "svix" => format!(
-            "whsec_{}",
-            base64::engine::general_purpose::STANDARD.encode(bytes)
-        ),
-        "stripe" => {
-            let tail: String = rand::rng()
-                .sample_iter(rand::distr::Alphanumeric)
-                .take(32)
-                .map(char::from)
-                .collect();
-            format!("whsec_{tail}")
-        }
-        "github" | "hmac" => hex::encode(bytes),
-        _ => return None,
-    };
-    Some(Secret::new(text))
 }
 
 /// How a provider signs, and where it puts the event's identity.
@@ -113,53 +82,6 @@ impl Scheme {
                 names.extend(opts.timestamp_header.as_deref());
                 names
             }
-        }
-    }
-
-    /// Whether the signature covers the event id: Stripe's is in the body,
-    /// Standard Webhooks signs `webhook-id`; GitHub's delivery header is not
-    /// signed, nor is a generic id header.
-    pub fn signs_id(&self) -> bool {
-        match self {
-            Scheme::Stripe | Scheme::Standard => true,
-            Scheme::Github => false,
-            Scheme::Hmac(opts) => matches!(opts.id, Locator::Pointer(_)),
-        }
-    }
-
-    /// Whether the signature covers the event type (GitHub's `X-GitHub-Event`
-    /// header is not signed, nor is a generic type header).
-    pub fn signs_type(&self) -> bool {
-        match self {
-            Scheme::Stripe | Scheme::Standard => true,
-            Scheme::Github => false,
-            Scheme::Hmac(opts) => matches!(opts.event_type, Locator::Pointer(_)),
-        }
-    }
-
-    /// Whether the id or the type travels beside the signed body, where anyone
-    /// holding one real delivery may change it.
-    pub fn leaves_identity_unsigned(&self) -> bool {
-        !self.signs_id() || !self.signs_type()
-    }
-
-    /// The `event_types` (provider type → kind) a source of this scheme has
-    /// before its own.
-    pub fn default_event_types(&self) -> HashMap<String, String> {
-        match self {
-            Scheme::Stripe => stripe::EVENT_TYPES
-                .iter()
-                .map(|(provider, kind)| (provider.to_string(), kind.as_str().to_string()))
-                .collect(),
-            _ => HashMap::new(),
-        }
-    }
-
-    /// The `fingerprint_ignore` of a source of this scheme that sets none.
-    pub fn default_fingerprint_ignore(&self) -> Vec<String> {
-        match self {
-            Scheme::Stripe => stripe::VOLATILE_FIELDS.map(String::from).to_vec(),
-            _ => Vec::new(),
         }
     }
 

@@ -1,24 +1,10 @@
 //! `Stripe-Signature: t=T,v1=HEX[,v1=HEX…]` where HEX = HMAC-SHA256(secret string,
 //! `T.` + raw body). Every `v1` is tried (Stripe sends several while a secret rolls);
-//! other schemes (`v0`) are ignored. A Stripe source also has defaults of its
-//! own: Stripe's types for the built-in kinds, and the fields that differ
-//! between two deliveries of one event.
+//! other schemes (`v0`) are ignored.
 
 use super::{Envelope, Headers, SignatureError, Verified, Verifier, hmac_sha256};
-use crate::domain::PaymentKind;
 
 pub(super) const HEADER: &str = "Stripe-Signature";
-
-/// Stripe's types for the built-in kinds: every Stripe source maps them unlisted.
-pub(super) const EVENT_TYPES: [(&str, PaymentKind); 4] = [
-    ("payment_intent.succeeded", PaymentKind::Succeeded),
-    ("payment_intent.payment_failed", PaymentKind::Failed),
-    ("charge.refunded", PaymentKind::Refunded),
-    ("charge.dispute.created", PaymentKind::DisputeOpened),
-];
-
-/// Parts of a Stripe event that may differ between two deliveries of it.
-pub(super) const VOLATILE_FIELDS: [&str; 2] = ["/pending_webhooks", "/request"];
 
 pub(super) fn verify(
     verifier: &Verifier<'_>,

@@ -10,7 +10,7 @@
 //! `payments.status` is derived from the facts, highest first: disputed > refunded
 //! (amount_refunded ≥ amount > 0) > partially_refunded > succeeded > failed > pending.
 
-pub mod shape;
+pub use crate::providers::shape;
 
 use std::sync::Arc;
 
@@ -65,7 +65,8 @@ impl Handler for PaymentHandler {
 
 impl PaymentHandler {
     fn update_for(&self, event: &Event<'_>) -> Result<PaymentUpdate, HandlerError> {
-        let facts = PaymentShape::of_scheme(event.scheme)
+        let facts = crate::providers::named(event.scheme)
+            .map_or(PaymentShape::Neutral, |p| p.payment_shape())
             .payment_facts(event.payload)
             .map_err(HandlerError::Permanent)?;
         if self.0 == PaymentKind::Refunded && facts.amount_refunded.is_none() {

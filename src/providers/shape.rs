@@ -28,16 +28,9 @@ pub struct IndexFields {
 const STRIPE_PAYMENT_OBJECTS: [&str; 4] = ["payment_intent", "charge", "dispute", "refund"];
 
 impl PaymentShape {
+    /// The shape of a configured scheme's bodies.
     pub fn of(scheme: &Scheme) -> Self {
-        Self::of_scheme(scheme.name())
-    }
-
-    /// The shape for a scheme named as `Scheme::name` gives it.
-    pub fn of_scheme(scheme: &str) -> Self {
-        match scheme {
-            "stripe" => PaymentShape::Stripe,
-            _ => PaymentShape::Neutral,
-        }
+        super::of(scheme).payment_shape()
     }
 
     /// The payment facts a payment event must carry; the error is why it cannot be

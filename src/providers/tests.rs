@@ -1,0 +1,49 @@
+use super::*;
+use crate::signature::{Encoding, GenericHmac};
+
+fn every_scheme() -> Vec<Scheme> {
+    vec![
+        Scheme::Stripe,
+        Scheme::Standard,
+        Scheme::Github,
+        Scheme::Hmac(GenericHmac {
+            signature_header: "X-Sig".into(),
+            encoding: Encoding::Hex,
+            prefix: String::new(),
+            id: Locator::Pointer("/id".into()),
+            event_type: Locator::Header("X-Topic".into()),
+            timestamp_header: None,
+        }),
+    ]
+}
+
+#[test]
+fn each_scheme_has_its_provider_and_the_list_holds_every_one() {
+    for scheme in every_scheme() {
+        let provider = of(&scheme);
+        assert_eq!(provider.name(), scheme.name());
+        let listed = named(scheme.name()).expect("listed");
+        assert_eq!(listed.name(), scheme.name());
+        assert_eq!(listed.payment_shape(), provider.payment_shape());
+    }
+    assert_eq!(ALL.len(), every_scheme().len());
+}
+
+#[test]
+fn hookd_secret_takes_the_names_it_always_took() {
+    assert_eq!(names(), ["stripe", "standard", "svix", "github", "hmac"]);
+    assert_eq!(named("svix").map(|p| p.name()), Some("standard"));
+    assert!(named("paypal").is_none());
+}
+
+#[test]
+fn only_stripe_has_defaults_and_its_own_payment_shape() {
+    for scheme in every_scheme() {
+        let provider = of(&scheme);
+        let stripe = scheme == Scheme::Stripe;
+        assert_eq!(!provider.default_event_types().is_empty(), stripe);
+        assert_eq!(!provider.default_fingerprint_ignore().is_empty(), stripe);
+        assert_eq!(provider.payment_shape() == PaymentShape::Stripe, stripe);
+        assert_eq!(provider.names_events_by_file(), scheme == Scheme::Github);
+    }
+}
