@@ -38,11 +38,11 @@ async fn readiness(state: &AppState) -> Option<&'static str> {
                 Err(error) => {
                     log::warn!("not ready: {error}");
                     Some(match error {
-                        store::StoreError::Schema(_) => "database not migrated",
-                        store::StoreError::Unavailable(reason) if reason == store::READ_ONLY => {
-                            "database read-only"
+                        store::NotReady::Store(store::StoreError::Schema(_)) => {
+                            "database not migrated"
                         }
-                        _ => "database unreachable",
+                        store::NotReady::ReadOnly => "database read-only",
+                        store::NotReady::Store(_) => "database unreachable",
                     })
                 }
             }

@@ -115,17 +115,15 @@ pub async fn renew(
     key: &str,
     claim_id: &[u8],
 ) -> Result<(), StoreError> {
-    let statement = client
-        .prepare_cached(
-            "UPDATE admin_idempotency_keys SET created_at = now()
-             WHERE token_name = $1 AND idempotency_key = $2 AND claim_id = $3
-               AND response_status IS NULL",
-        )
-        .await?;
-    client
-        .execute(&statement, &[&token, &key, &claim_id])
-        .await?;
-    Ok(())
+    while_claimed(
+        client,
+        "UPDATE admin_idempotency_keys SET created_at = now()
+         WHERE token_name = $1 AND idempotency_key = $2 AND claim_id = $3
+           AND response_status IS NULL",
+        [token, key],
+        claim_id,
+    )
+    .await
 }
 
 /// Gives the key up (the request failed in a way worth retrying).
@@ -135,13 +133,26 @@ pub async fn release(
     key: &str,
     claim_id: &[u8],
 ) -> Result<(), StoreError> {
-    let statement = client
-        .prepare_cached(
-            "DELETE FROM admin_idempotency_keys
-             WHERE token_name = $1 AND idempotency_key = $2 AND claim_id = $3
-               AND response_status IS NULL",
-        )
-        .await?;
+    while_claimed(
+        client,
+        "DELETE FROM admin_idempotency_keys
+         WHERE token_name = $1 AND idempotency_key = $2 AND claim_id = $3
+           AND response_status IS NULL",
+        [token, key],
+        claim_id,
+    )
+    .await
+}
+
+/// Runs `sql` on the key (`$1` token, `$2` key) while `$3` is still its
+/// unanswered claim.
+async fn while_claimed(
+    client: &impl GenericClient,
+    sql: &str,
+    [token, key]: [&str; 2],
+    claim_id: &[u8],
+) -> Result<(), StoreError> {
+    let statement = client.prepare_cached(sql).await?;
     client
         .execute(&statement, &[&token, &key, &claim_id])
         .await?;

@@ -205,13 +205,26 @@ pub fn session_limits() -> String {
     )
 }
 
-/// Why `is_ready` refuses a database that takes no writes.
-pub const READ_ONLY: &str = "the database is read-only (a standby?)";
+/// Why an instance is not ready to take deliveries.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// A standby, or a database set read-only.
+    #[error("the database is read-only (a standby?)")]
+    ReadOnly,
+}
+
+impl From<tokio_postgres::Error> for NotReady {
+    fn from(error: tokio_postgres::Error) -> Self {
+        NotReady::Store(error.into())
+    }
+}
 
 /// Reachable, taking writes, and migrated to the schema this binary (and the
 /// application) expects: what readiness reports.
-pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), StoreError> {
-    let client = pool.get().await?;
+pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), NotReady> {
+    let client = pool.get().await.map_err(StoreError::from)?;
     // A standby (or a database set read-only) takes no delivery: not ready, so a
     // balancer sends them elsewhere; the session is closed so the next one can
     // find the new primary.
@@ -224,7 +237,7 @@ pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), Stor
         .get(0);
     if read_only {
         discard(client);
-        return Err(StoreError::Unavailable(READ_ONLY.into()));
+        return Err(NotReady::ReadOnly);
     }
     let wanted = [
         ("hookd_schema_migrations", "hookd", MIGRATIONS.last()),
@@ -250,11 +263,11 @@ pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), Stor
             None
         };
         if applied.is_none_or(|v| v < newest.version) {
-            return Err(StoreError::Schema(format!(
+            return Err(NotReady::Store(StoreError::Schema(format!(
                 "{whose}'s schema is at version {}, this build needs {}",
                 applied.unwrap_or(0),
                 newest.version
-            )));
+            ))));
         }
     }
     Ok(())
