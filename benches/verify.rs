@@ -6,7 +6,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use hookd::signature::{self, Encoding, Envelope, GenericHmac, Locator, Scheme, Secret, Verifier};
+use hookd::providers::{self, Encoding, GenericHmac, Locator, Scheme, Verifier};
+use hookd::signature::{Envelope, Secret};
 
 const BODY_BYTES: usize = 2048;
 const RUN: Duration = Duration::from_secs(2);
@@ -55,7 +56,9 @@ fn main() {
     );
     for (scheme, secret) in schemes {
         let secrets = [Secret::new(secret)];
-        let headers = signature::sign(&scheme, &secrets[0], &body, &envelope).expect("sign");
+        let headers = providers::sign(&scheme, &secrets[0], &body, &envelope)
+            .expect("sign")
+            .headers;
         let verifier = Verifier {
             scheme: &scheme,
             secrets: &secrets,

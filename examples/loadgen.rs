@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use hookd::config::Settings;
-use hookd::signature::Scheme;
+use hookd::providers::Scheme;
 
 #[derive(Debug, Parser)]
 #[command(about = "Sends signed, unique Stripe deliveries to a hookd on this machine")]

@@ -8,8 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::de::{DeserializeOwned, Error as _, IntoDeserializer};
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
+use serde::de::IntoDeserializer;
 
 mod cidr;
 
@@ -17,8 +17,10 @@ pub use cidr::Cidr;
 
 use crate::domain::PaymentKind;
 use crate::duration::Positive;
+use crate::keys::{Names, Problem, json_pointer, one_line, one_of};
 use crate::providers;
-use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret, Verifier};
+use crate::providers::{Scheme, Verifier};
+use crate::signature::Secret;
 
 /// The secrets and tokens of the shipped `hookd.toml`. They are public, so `serve`
 /// accepts them only with `development = true`, and then only on loopback addresses.
@@ -127,11 +129,15 @@ impl Source {
         }
     }
 
-    /// hookd's kind for a provider type: the source's table, else a type that is
-    /// already a built-in kind name stands for itself.
-    pub fn kind_of(&self, event_type: &str) -> Option<&str> {
+    /// hookd's kind for an event: the source's table (its provider's defaults
+    /// included), else its provider's rule for that type and payload, else a
+    /// type that is already a built-in kind name stands for itself.
+    pub fn kind_of(&self, event_type: &str, payload: &serde_json::Value) -> Option<&str> {
         if let Some(kind) = self.event_types.get(event_type) {
             return Some(kind);
+        }
+        if let Some(kind) = providers::of(&self.scheme).kind_of(event_type, payload) {
+            return Some(kind.as_str());
         }
         PaymentKind::parse(event_type).map(PaymentKind::as_str)
     }
@@ -364,10 +370,6 @@ impl Settings {
     }
 }
 
-fn one_line(message: &str) -> String {
-    message.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 fn locate(text: &str, span: Option<std::ops::Range<usize>>) -> String {
     match span {
         Some(span) => {
@@ -423,8 +425,7 @@ struct RawSettings {
 #[derive(Debug, Deserialize)]
 struct RawSource {
     name: String,
-    #[serde(deserialize_with = "one_of")]
-    scheme: SchemeName,
+    scheme: String,
     #[serde(default)]
     secrets: Vec<String>,
     tolerance: Option<Positive>,
@@ -438,11 +439,13 @@ struct RawSource {
     /// The environment variable that replaced `secrets`, if one did.
     #[serde(skip)]
     secrets_env: Option<String>,
+    /// The environment variable that set `basic_auth` (scheme `adyen`), if one did.
+    #[serde(skip)]
+    basic_auth_env: Option<String>,
 }
 
-/// The keys of a source, as an unknown one is told them: [`RawSource`]'s, then
-/// [`RawHmac`]'s.
-const SOURCE_KEYS: [&str; 15] = [
+/// The keys every source takes, whatever its scheme (each provider adds its own).
+const SOURCE_KEYS: [&str; 7] = [
     "name",
     "scheme",
     "secrets",
@@ -450,51 +453,7 @@ const SOURCE_KEYS: [&str; 15] = [
     "event_types",
     "fingerprint_ignore",
     "dedupe_on_body",
-    "signature_header",
-    "signature_encoding",
-    "signature_prefix",
-    "id_header",
-    "id_pointer",
-    "type_header",
-    "type_pointer",
-    "timestamp_header",
 ];
-
-/// The keys only scheme `hmac` takes: the fields of [`RawHmac`].
-const HMAC_KEYS: &[&str] = SOURCE_KEYS.split_at(7).1;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum SchemeName {
-    Stripe,
-    #[serde(alias = "svix")]
-    Standard,
-    Github,
-    Hmac,
-}
-
-impl Names for SchemeName {
-    const NAMES: &str = "stripe, standard, github, hmac";
-}
-
-/// The keys of scheme `hmac` (Shopify and the like), as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawHmac {
-    signature_header: Option<String>,
-    #[serde(default, deserialize_with = "one_of")]
-    signature_encoding: Encoding,
-    signature_prefix: Option<String>,
-    id_header: Option<String>,
-    id_pointer: Option<String>,
-    type_header: Option<String>,
-    type_pointer: Option<String>,
-    timestamp_header: Option<String>,
-}
-
-impl Names for Encoding {
-    const NAMES: &str = "hex, base64";
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -533,8 +492,6 @@ struct RawToken {
     #[serde(skip)]
     from_env: Option<String>,
 }
-
-type Problem = (String, String);
 
 fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(), Problem> {
     let set = |var: &str| env.get(var).filter(|v| !v.is_empty());
@@ -591,6 +548,20 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
             .filter(|s| !s.is_empty())
             .map(String::from)
             .collect();
+    }
+    for (var, upper) in named_vars(env, "HOOKD_SOURCE_", "_BASIC_AUTH") {
+        let Some(source) = raw.sources.iter_mut().find(|s| env_name(&s.name) == upper) else {
+            log::warn!("{var}: no configured source is named {upper}; ignored");
+            continue;
+        };
+        let Some((from, value)) = read(&format!("HOOKD_SOURCE_{upper}_BASIC_AUTH"))? else {
+            continue;
+        };
+        source.basic_auth_env = Some(from);
+        source.scheme_keys.insert(
+            "basic_auth".into(),
+            toml::Value::String(value.trim().to_string()),
+        );
     }
     for (var, upper) in named_vars(env, "HOOKD_FORWARD_", "_SECRET") {
         let Some(forward) = raw.forwards.iter_mut().find(|f| env_name(&f.name) == upper) else {
@@ -752,10 +723,19 @@ impl RawSettings {
             .metrics_token
             .iter()
             .filter(|_| self.metrics_token_env.is_none());
+        let basic_auth = self
+            .sources
+            .iter()
+            .filter(|s| s.basic_auth_env.is_none())
+            .filter_map(|s| match s.scheme_keys.get("basic_auth") {
+                Some(toml::Value::String(pair)) => Some(pair),
+                _ => None,
+            });
         sources
             .chain(forwards)
             .chain(tokens)
             .chain(metrics)
+            .chain(basic_auth)
             .any(secret)
     }
 
@@ -991,7 +971,7 @@ impl RawSource {
             &['-', '_', '.', '~'],
             "-, _, . and ~",
         )?;
-        let scheme = self.scheme.with_keys(self.scheme_keys, &key)?;
+        let scheme = providers::configure(&self.scheme, self.scheme_keys, &key, &SOURCE_KEYS)?;
         let secrets_key = self.secrets_env.unwrap_or_else(|| key("secrets"));
         let secrets = secrets(&scheme, self.secrets, &secrets_key)?;
         let mut event_types = providers::of(&scheme).default_event_types();
@@ -1011,12 +991,13 @@ impl RawSource {
             json_pointer(key(&format!("fingerprint_ignore[{j}]")), pointer)?;
         }
         let dedupe_on_body = dedupe_on_body(&scheme, self.dedupe_on_body, &key)?;
+        let tolerance = or(self.tolerance, providers::of(&scheme).default_tolerance());
         Ok(Source {
             name: self.name,
             scheme,
             secrets,
             secrets_key,
-            tolerance: or(self.tolerance, Duration::from_secs(5 * MINUTE)),
+            tolerance,
             event_types,
             fingerprint_ignore,
             dedupe_on_body,
@@ -1078,81 +1059,6 @@ fn check_name(key: String, name: &str, others: &[char], listed: &str) -> Result<
         key,
         format!("{name:?} must be non-empty and use only letters, digits, {listed}"),
     ))
-}
-
-fn json_pointer(key: String, pointer: &str) -> Result<(), Problem> {
-    if pointer.starts_with('/') {
-        return Ok(());
-    }
-    Err((
-        key,
-        format!("{pointer:?} is not a JSON pointer (it must start with /)"),
-    ))
-}
-
-impl SchemeName {
-    /// The scheme, with the keys of the source that are not common to all: the
-    /// hmac variant's own, which other schemes refuse.
-    fn with_keys(self, keys: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Scheme, Problem> {
-        if let Some(unknown) = keys.keys().find(|k| !HMAC_KEYS.contains(&k.as_str())) {
-            let problem = serde::de::value::Error::unknown_field(unknown, &SOURCE_KEYS);
-            return Err((key(unknown), problem.to_string()));
-        }
-        let scheme = match self {
-            SchemeName::Stripe => Scheme::Stripe,
-            SchemeName::Standard => Scheme::Standard,
-            SchemeName::Github => Scheme::Github,
-            SchemeName::Hmac => {
-                let raw: RawHmac = serde_path_to_error::deserialize(toml::Value::Table(keys))
-                    .map_err(|e| (key(&e.path().to_string()), one_line(e.inner().message())))?;
-                return raw.validate(key).map(Scheme::Hmac);
-            }
-        };
-        match HMAC_KEYS.iter().find(|k| keys.contains_key(**k)) {
-            Some(field) => Err((key(field), "only applies to scheme \"hmac\"".into())),
-            None => Ok(scheme),
-        }
-    }
-}
-
-impl RawHmac {
-    fn validate(self, key: &dyn Fn(&str) -> String) -> Result<GenericHmac, Problem> {
-        let signature_header = self
-            .signature_header
-            .filter(|h| !h.trim().is_empty())
-            .ok_or_else(|| {
-                (
-                    key("signature_header"),
-                    "is required for scheme \"hmac\"".into(),
-                )
-            })?;
-        let locator = |what: &str, header: Option<String>, pointer: Option<String>| {
-            let non_empty = |v: Option<String>| v.filter(|s| !s.is_empty());
-            match (non_empty(header), non_empty(pointer)) {
-                (Some(h), None) => Ok(Locator::Header(h)),
-                (None, Some(p)) => {
-                    json_pointer(key(&format!("{what}_pointer")), &p)?;
-                    Ok(Locator::Pointer(p))
-                }
-                (Some(_), Some(_)) => Err((
-                    key(&format!("{what}_header")),
-                    format!("set either {what}_header or {what}_pointer, not both"),
-                )),
-                (None, None) => Err((
-                    key(&format!("{what}_header")),
-                    format!("scheme \"hmac\" needs {what}_header or {what}_pointer"),
-                )),
-            }
-        };
-        Ok(GenericHmac {
-            signature_header,
-            encoding: self.signature_encoding,
-            prefix: self.signature_prefix.unwrap_or_default(),
-            id: locator("id", self.id_header, self.id_pointer)?,
-            event_type: locator("type", self.type_header, self.type_pointer)?,
-            timestamp_header: self.timestamp_header.filter(|h| !h.is_empty()),
-        })
-    }
 }
 
 impl RawForward {
@@ -1279,24 +1185,6 @@ where
         }
         Some(v) => Err((key.to_string(), format!("{v} must be a positive number"))),
     }
-}
-
-/// The names a config enum is written as, for the message refusing any other.
-trait Names {
-    const NAMES: &str;
-}
-
-/// Reads an enum by its name, refusing another as `"x" is not one of a, b` (hookd's
-/// message since before serde read these; serde's own would differ).
-fn one_of<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: DeserializeOwned + Names,
-{
-    let text = String::deserialize(deserializer)?;
-    T::deserialize(text.as_str().into_deserializer()).map_err(|_: serde::de::value::Error| {
-        D::Error::custom(format!("{text:?} is not one of {}", T::NAMES))
-    })
 }
 
 /// A duration key's value, else its default.

@@ -167,7 +167,7 @@ pub struct Covered {
 }
 
 impl Covered {
-    pub fn of(scheme: &crate::signature::Scheme) -> Self {
+    pub fn of(scheme: &crate::providers::Scheme) -> Self {
         Covered {
             id_signed: crate::providers::of(scheme).signs_id(),
             type_signed: crate::providers::of(scheme).signs_type(),

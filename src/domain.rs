@@ -56,6 +56,16 @@ pub struct PaymentFacts {
     pub amount_refunded: Option<i64>,
     pub currency: Option<String>,
     pub customer_id: Option<String>,
+    /// One refund the event states, for providers that send each refund's own
+    /// amount rather than a cumulative total.
+    pub refund: Option<Refund>,
+}
+
+/// One refund of a payment, by the provider's id for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Refund {
+    pub id: String,
+    pub amount: i64,
 }
 
 /// How a forward's name starts in the attempts and views.

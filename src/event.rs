@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::Source;
 use crate::domain::{MAX_ID_LEN, storable_id};
-use crate::providers::{self, Missing};
+use crate::providers::{self, AnyHeaders, Missing};
 use crate::signature::Headers;
 
 #[derive(Debug, Clone)]
@@ -51,6 +51,8 @@ pub enum EventError {
     TooLong(&'static str),
     #[error("{0} contains a NUL character")]
     Nul(&'static str),
+    #[error("{0}")]
+    NoEvents(String),
 }
 
 impl IncomingEvent {
@@ -62,6 +64,33 @@ impl IncomingEvent {
     ) -> Result<Self, EventError> {
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| EventError::NotJson(e.to_string()))?;
+        Self::of(source, &AnyHeaders(headers), body, payload)
+    }
+
+    /// Parses a verified request into the events it carries (one, unless its
+    /// provider sends several per request); each keeps the whole body, which
+    /// proves it.
+    pub fn parse_all(
+        source: &Source,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+    ) -> Result<Vec<Self>, EventError> {
+        let payload: Value =
+            serde_json::from_slice(body).map_err(|e| EventError::NotJson(e.to_string()))?;
+        providers::of(&source.scheme)
+            .events(payload)
+            .map_err(EventError::NoEvents)?
+            .into_iter()
+            .map(|item| Self::of(source, &AnyHeaders(headers), body, item))
+            .collect()
+    }
+
+    fn of(
+        source: &Source,
+        headers: &dyn Headers,
+        body: &[u8],
+        payload: Value,
+    ) -> Result<Self, EventError> {
         let (event_id, event_type) = identity(source, headers, &payload)?;
         // PostgreSQL text cannot hold these: refused the same way on every resend.
         for (what, value) in [("event id", &event_id), ("event type", &event_type)] {
@@ -72,10 +101,8 @@ impl IncomingEvent {
                 return Err(EventError::Nul(what));
             }
         }
-        let kind = source.kind_of(&event_type).map(String::from);
-        let fields = providers::of(&source.scheme)
-            .payment_shape()
-            .index_fields(&payload);
+        let kind = source.kind_of(&event_type, &payload).map(String::from);
+        let fields = providers::of(&source.scheme).index_fields(&payload);
         let signature_headers = source
             .scheme
             .signed_header_names()
@@ -141,24 +168,15 @@ fn without_nul(value: &Value) -> Value {
 /// The event id and type, where the source's provider puts them.
 fn identity(
     source: &Source,
-    headers: &(impl Headers + ?Sized),
+    headers: &dyn Headers,
     payload: &Value,
 ) -> Result<(String, String), EventError> {
     providers::of(&source.scheme)
-        .identity(&AnyHeaders(headers), payload)
+        .identity(headers, payload)
         .map_err(|missing| match missing {
             Missing::Id(what) => EventError::MissingId(what),
             Missing::Type(what) => EventError::MissingType(what),
         })
-}
-
-/// Any headers as a trait object, for providers.
-struct AnyHeaders<'a, H: ?Sized>(&'a H);
-
-impl<H: Headers + ?Sized> Headers for AnyHeaders<'_, H> {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.0.header(name)
-    }
 }
 
 /// SHA-256 of the canonical JSON (keys sorted, no whitespace), so a provider that

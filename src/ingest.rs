@@ -42,7 +42,7 @@ const QUEUE: usize = 1024;
 /// Receives verified deliveries.
 #[derive(Clone)]
 pub struct Ingester {
-    queue: mpsc::Sender<Job>,
+    queue: mpsc::Sender<Vec<Job>>,
     core: Arc<Core>,
 }
 
@@ -52,7 +52,8 @@ struct Core {
     runner: Runner,
 }
 
-/// One delivery waiting for its transaction, and where its outcome goes.
+/// One event waiting for its transaction, and where its outcome goes. The
+/// events of one request queue together, so they share a batch.
 struct Job {
     event: IncomingEvent,
     verified: Verified,
@@ -87,18 +88,41 @@ impl Ingester {
         event: IncomingEvent,
         verified: Verified,
     ) -> Result<Ingested, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let job = Job {
-            event,
-            verified,
-            reply,
-        };
-        if self.queue.send(job).await.is_err() {
-            return Err(StoreError::Unavailable("hookd is stopping".into()));
+        let mut all = self.ingest_all(vec![event], verified).await?;
+        all.pop()
+            .ok_or_else(|| StoreError::Unavailable("hookd is stopping".into()))
+    }
+
+    /// Stores the events of one request, each once, and runs each new one's own
+    /// handler; returns each event's outcome, in order, after the commit that
+    /// stored them all (one transaction, unless it had to be undone: then each
+    /// is stored on its own, and this returns when all are).
+    pub async fn ingest_all(
+        &self,
+        events: Vec<IncomingEvent>,
+        verified: Verified,
+    ) -> Result<Vec<Ingested>, StoreError> {
+        let stopping = || StoreError::Unavailable("hookd is stopping".into());
+        let (jobs, answers): (Vec<Job>, Vec<_>) = events
+            .into_iter()
+            .map(|event| {
+                let (reply, answer) = oneshot::channel();
+                let job = Job {
+                    event,
+                    verified,
+                    reply,
+                };
+                (job, answer)
+            })
+            .unzip();
+        if self.queue.send(jobs).await.is_err() {
+            return Err(stopping());
         }
-        answer
-            .await
-            .unwrap_or_else(|_| Err(StoreError::Unavailable("hookd is stopping".into())))
+        let mut outcomes = Vec::with_capacity(answers.len());
+        for answer in answers {
+            outcomes.push(answer.await.unwrap_or_else(|_| Err(stopping()))?);
+        }
+        Ok(outcomes)
     }
 
     /// Stores one delivery in a transaction of its own (what a batch falls back to).
@@ -111,20 +135,20 @@ impl Ingester {
     }
 }
 
-/// Takes whatever is queued, up to `MAX_BATCH`, and stores it; until the queue is
-/// gone.
-async fn run_committer(core: Arc<Core>, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
+/// Takes whatever is queued, up to `MAX_BATCH` events (more when one request
+/// carries more), and stores it; until the queue is gone.
+async fn run_committer(core: Arc<Core>, jobs: Arc<Mutex<mpsc::Receiver<Vec<Job>>>>) {
     loop {
         let mut batch = Vec::new();
         {
             let mut jobs = jobs.lock().await;
             match jobs.recv().await {
-                Some(job) => batch.push(job),
+                Some(request) => batch.extend(request),
                 None => return,
             }
             while batch.len() < MAX_BATCH {
                 match jobs.try_recv() {
-                    Ok(job) => batch.push(job),
+                    Ok(request) => batch.extend(request),
                     Err(_) => break,
                 }
             }

@@ -20,6 +20,7 @@ pub mod handlers;
 pub mod http;
 pub mod ingest;
 pub mod instance;
+pub mod keys;
 pub mod ledger;
 pub mod logging;
 pub mod metrics;

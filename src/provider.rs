@@ -1,14 +1,14 @@
 //! Acting as the provider: the headers a source's provider would send with a body,
 //! signed with the source's first secret. `hookd sign` and `hookd replay` use it,
 //! and so do the tests, the benchmarks and the load generator, so all of them sign
-//! exactly as hookd verifies. The MACs come from `signature::sign`, the one
+//! exactly as hookd verifies. The MACs come from `providers::sign`, the one
 //! implementation of each scheme; the ids and types from the source's provider.
 
 use serde_json::Value;
 
 use crate::config::Source;
 use crate::providers::{self, Body};
-use crate::signature::{self, Envelope};
+use crate::signature::Envelope;
 
 /// What the caller knows beyond the body (GitHub names events by file name).
 #[derive(Debug, Clone, Copy, Default)]
@@ -20,11 +20,14 @@ pub struct Hints<'a> {
 #[derive(Debug, Clone)]
 pub struct SignedDelivery {
     pub headers: Vec<(String, String)>,
+    /// The body to send: the one given, or the provider's signed copy of it
+    /// when it signs inside the body (Adyen).
+    pub body: Vec<u8>,
     pub event_id: String,
     pub event_type: String,
 }
 
-/// The headers `source`'s provider would send with `body` at `now`, signed with the
+/// What `source`'s provider would send with `body` at `now`, signed with the
 /// source's first secret.
 pub fn sign_delivery(
     source: &Source,
@@ -56,9 +59,10 @@ pub fn sign_delivery(
         event_type: &event_type,
         timestamp: now,
     };
-    let headers = signature::sign(&source.scheme, secret, body, &envelope)?;
+    let signed = providers::sign(&source.scheme, secret, body, &envelope)?;
     Ok(SignedDelivery {
-        headers,
+        headers: signed.headers,
+        body: signed.body.unwrap_or_else(|| body.to_vec()),
         event_id,
         event_type,
     })

@@ -311,7 +311,9 @@ impl TestApp {
             event_type,
             timestamp: chrono::Utc::now().timestamp(),
         };
-        hookd::signature::sign(&source.scheme, &source.secrets[0], body, &envelope).expect("sign")
+        hookd::providers::sign(&source.scheme, &source.secrets[0], body, &envelope)
+            .expect("sign")
+            .headers
     }
 
     /// Signs and delivers `body` as the source's provider would.

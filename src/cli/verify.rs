@@ -83,6 +83,11 @@ pub fn verdict(
                     "the header is there but not as the {} scheme writes it",
                     source.scheme.name()
                 ),
+                SignatureError::InBody { .. } => format!(
+                    "the {} scheme signs inside the body, and this body does not carry its \
+                     signature as the provider writes it",
+                    source.scheme.name()
+                ),
                 SignatureError::Mismatch => format!(
                     "none of source {}'s {count} secret(s) signed this body with these headers; the \
                      body must be byte for byte what was received (not parsed, re-indented or \

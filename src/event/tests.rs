@@ -4,7 +4,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::*;
-use crate::signature::{Encoding, GenericHmac, Locator, Scheme, Secret};
+use crate::providers::{Encoding, GenericHmac, Locator, Scheme};
+use crate::signature::Secret;
 
 fn source(scheme: Scheme) -> Source {
     let scheme_leaves_identity_unsigned = providers::of(&scheme).leaves_identity_unsigned();

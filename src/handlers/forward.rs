@@ -15,7 +15,8 @@ use sha2::{Digest, Sha256};
 
 use super::HandlerError;
 use crate::config::Forward;
-use crate::signature::{self, Envelope, Scheme};
+use crate::providers::{self, Scheme};
+use crate::signature::Envelope;
 
 /// How much of the receiver's answer an attempt keeps.
 const RESPONSE_EXCERPT: usize = 256;
@@ -63,8 +64,8 @@ pub async fn send(http: &reqwest::Client, forward: &Forward, event: &Outgoing<'_
         event_type: event.event_type,
         timestamp: Utc::now().timestamp(),
     };
-    let signed = match signature::sign(&Scheme::Standard, &forward.secret, event.body, &envelope) {
-        Ok(headers) => headers,
+    let signed = match providers::sign(&Scheme::Standard, &forward.secret, event.body, &envelope) {
+        Ok(signed) => signed.headers,
         Err(problem) => {
             return Sent {
                 result: Err(HandlerError::Permanent(format!("signing: {problem}"))),

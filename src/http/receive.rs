@@ -12,8 +12,10 @@ use super::{AppState, body, client, request_id};
 use crate::config::DEVELOPMENT_CREDENTIALS;
 use crate::event::IncomingEvent;
 use crate::ingest::Ingested;
-use crate::signature::{Headers, SignatureError};
-use crate::store::events::Recorded;
+use crate::providers::{self, Answer, Provider};
+use crate::signature::{Headers, SignatureError, Verified};
+use crate::store::StoreError;
+use crate::store::events::{self, Recorded};
 
 struct RequestHeaders<'a>(&'a HeaderMap);
 
@@ -123,7 +125,7 @@ async fn handle(
     .await?;
     let headers = RequestHeaders(request.headers());
     let verifier = source.verifier();
-    let verified = verifier.verify(&headers, &body, chrono::Utc::now().timestamp())?;
+    let verified = verifier.verify_request(&headers, &body, chrono::Utc::now().timestamp())?;
     // The shipped secrets are public: a delivery a proxy forwarded (from beyond
     // this machine) may not use them, whatever address hookd listens on.
     let signer = usize::try_from(verified.signed_with - 1)
@@ -137,19 +139,35 @@ async fn handle(
         );
         return Err(SignatureError::Mismatch.into());
     }
-    let event = IncomingEvent::parse(source, &headers, &body)
+    let mut events = IncomingEvent::parse_all(source, &headers, &body)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let provider = providers::of(&source.scheme);
+    if events.len() != 1 {
+        return receive_several(state, source_name, provider, events, verified, summary).await;
+    }
+    let Some(event) = events.pop() else {
+        return Err(ApiError::BadRequest("the request carries no event".into()));
+    };
     summary.event_id = Some(event.event_id.clone());
     summary.kind = event.kind.clone();
     let delivered_id = event.event_id.clone();
     let Ingested { recorded, status } = state.app.ingester.ingest(event, verified).await?;
     let mut response = HttpResponse::Ok();
-    response.insert_header((CONTENT_TYPE, "application/json"));
     // A duplicate gets the first answer: it names the id the event was first
     // stored under (another, when its body was found under another id).
-    let body = match &recorded {
-        Recorded::Duplicate { event_id, .. } => accepted_body(event_id),
-        _ => accepted_body(&delivered_id),
+    let body = match (provider.answer(), &recorded) {
+        (Answer::Fixed { content_type, body }, _) => {
+            response.insert_header((CONTENT_TYPE, content_type));
+            body.as_bytes().to_vec()
+        }
+        (Answer::Json, Recorded::Duplicate { event_id, .. }) => {
+            response.insert_header((CONTENT_TYPE, "application/json"));
+            accepted_body(event_id)
+        }
+        (Answer::Json, _) => {
+            response.insert_header((CONTENT_TYPE, "application/json"));
+            accepted_body(&delivered_id)
+        }
     };
     match recorded {
         Recorded::New { .. } => {
@@ -165,5 +183,73 @@ async fn handle(
         }
         Recorded::Conflict => return Err(ApiError::EventIdConflict),
     }
+    Ok(response.body(body))
+}
+
+/// A request carrying several events (Adyen's batches): each is stored once,
+/// all in one commit, and the request is answered after it. An item reusing a
+/// stored id with another payload is recorded as a conflict and acknowledged:
+/// refusing the request would hold back its other items for the provider's
+/// whole retry window, and the provider cannot fix the item anyway.
+async fn receive_several(
+    state: &AppState,
+    source_name: &str,
+    provider: &dyn Provider,
+    events: Vec<IncomingEvent>,
+    verified: Verified,
+    summary: &mut Summary,
+) -> Result<HttpResponse, ApiError> {
+    if events.is_empty() {
+        return Err(ApiError::BadRequest("the request carries no event".into()));
+    }
+    summary.event_id = Some(
+        events
+            .iter()
+            .map(|e| e.event_id.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    let outcomes = state
+        .app
+        .ingester
+        .ingest_all(events.clone(), verified)
+        .await?;
+    let mut duplicates = 0;
+    let mut conflicts = 0;
+    for (event, outcome) in events.iter().zip(&outcomes) {
+        match &outcome.recorded {
+            Recorded::New { .. } => {}
+            Recorded::Duplicate { .. } => {
+                duplicates += 1;
+                state.app.metrics.duplicate(source_name);
+            }
+            Recorded::Conflict => {
+                conflicts += 1;
+                let client = state.app.pool.get().await.map_err(StoreError::from)?;
+                events::record_conflict(&client, event).await?;
+            }
+        }
+    }
+    summary.outcome = match (duplicates, conflicts) {
+        (_, c) if c > 0 => "conflict_recorded",
+        (d, _) if d == outcomes.len() => "duplicate",
+        _ => "accepted",
+    };
+    let mut response = HttpResponse::Ok();
+    if duplicates == outcomes.len() {
+        response.insert_header(("Idempotent-Replayed", "true"));
+    }
+    let body = match provider.answer() {
+        Answer::Fixed { content_type, body } => {
+            response.insert_header((CONTENT_TYPE, content_type));
+            body.as_bytes().to_vec()
+        }
+        Answer::Json => {
+            response.insert_header((CONTENT_TYPE, "application/json"));
+            let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+            serde_json::to_vec(&serde_json::json!({"status": "accepted", "event_ids": ids}))
+                .unwrap_or_default()
+        }
+    };
     Ok(response.body(body))
 }

@@ -1,19 +1,68 @@
-//! GitHub: the delivery id and event name travel in headers beside the signed
-//! body (`X-GitHub-Delivery`, `X-GitHub-Event`, with the body's `action`
-//! appended); events are named by file when signing. The MAC is
-//! `crate::signature`'s (`X-Hub-Signature-256`).
+//! GitHub: `X-Hub-Signature-256: sha256=HEX`, HMAC-SHA256(secret, raw body). No
+//! timestamp, so no replay window. The delivery id and event name travel in
+//! headers beside the signed body (`X-GitHub-Delivery`, `X-GitHub-Event`, with
+//! the body's `action` appended); events are named by file when signing.
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::{Body, Missing, Provider, body_member, non_empty_str, uuid_from};
-use crate::signature::{GITHUB_DELIVERY, GITHUB_EVENT, Headers};
+use crate::signature::{
+    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hmac_sha256,
+};
+
+const SIGNATURE: &str = "X-Hub-Signature-256";
+const GITHUB_EVENT: &str = "X-GitHub-Event";
+const GITHUB_DELIVERY: &str = "X-GitHub-Delivery";
 
 pub struct Github;
+
+impl KeyFormat for Github {}
 
 impl Provider for Github {
     fn name(&self) -> &'static str {
         "github"
+    }
+
+    fn signed_header_names(&self) -> Vec<&str> {
+        vec![SIGNATURE, GITHUB_EVENT, GITHUB_DELIVERY]
+    }
+
+    fn verify(
+        &self,
+        keys: &Keys<'_>,
+        headers: &dyn Headers,
+        body: &[u8],
+        _now: i64,
+    ) -> Result<Verified, SignatureError> {
+        let value = headers
+            .header(SIGNATURE)
+            .ok_or_else(|| SignatureError::Missing(SIGNATURE.to_string()))?;
+        let hex_tag = value
+            .trim()
+            .strip_prefix("sha256=")
+            .ok_or_else(|| SignatureError::malformed(SIGNATURE, "expected sha256=<hex>"))?;
+        let tag =
+            hex::decode(hex_tag).map_err(|_| SignatureError::malformed(SIGNATURE, "not hex"))?;
+        keys.find_signer(&[body], &[tag])
+    }
+
+    /// GitHub names the event by its header; the body's `action`, if any, is
+    /// appended when the event is parsed.
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+        let tag = hmac_sha256(key, &[body]);
+        let event_name = envelope
+            .event_type
+            .split_once('.')
+            .map_or(envelope.event_type, |(name, _)| name);
+        Ok(Signed::headers(vec![
+            (
+                SIGNATURE.to_string(),
+                format!("sha256={}", hex::encode(tag)),
+            ),
+            (GITHUB_EVENT.to_string(), event_name.to_string()),
+            (GITHUB_DELIVERY.to_string(), envelope.event_id.to_string()),
+        ]))
     }
 
     fn identity(

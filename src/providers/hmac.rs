@@ -1,11 +1,121 @@
-//! Generic HMAC (Shopify and the like): the id and type are wherever the source's
+//! Generic HMAC (Shopify and the like): HMAC-SHA256 over the raw body in a
+//! configured header, hex or base64, with an optional prefix (`sha256=`) and an
+//! optional timestamp header checked against the tolerance (it is not part of
+//! the signed message). The id and type are wherever the source's
 //! `id_header`/`id_pointer` and `type_header`/`type_pointer` say; only pointers
-//! into the body are signed. The MAC is `crate::signature`'s.
+//! into the body are signed.
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Body, Missing, Provider, locate};
-use crate::signature::{Encoding, GenericHmac, Headers, Locator};
+use super::{Body, Missing, Provider, Scheme, locate};
+use crate::keys::{self, Names, Problem, json_pointer, one_of};
+use crate::signature::{
+    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hmac_sha256,
+    parse_unix_seconds,
+};
+
+/// Settings of the generic `hmac` scheme.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenericHmac {
+    pub signature_header: String,
+    pub encoding: Encoding,
+    pub prefix: String,
+    pub id: Locator,
+    pub event_type: Locator,
+    pub timestamp_header: Option<String>,
+}
+
+/// How the generic scheme writes its tag; hex unless a source says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    #[default]
+    Hex,
+    Base64,
+}
+
+impl Names for Encoding {
+    const NAMES: &str = "hex, base64";
+}
+
+/// Where a value lives in a delivery: a header, or a JSON pointer into the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Locator {
+    Header(String),
+    Pointer(String),
+}
+
+/// The keys only scheme `hmac` takes: the fields of [`RawHmac`].
+pub const KEYS: &[&str] = &[
+    "signature_header",
+    "signature_encoding",
+    "signature_prefix",
+    "id_header",
+    "id_pointer",
+    "type_header",
+    "type_pointer",
+    "timestamp_header",
+];
+
+/// The keys of scheme `hmac`, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHmac {
+    signature_header: Option<String>,
+    #[serde(default, deserialize_with = "one_of")]
+    signature_encoding: Encoding,
+    signature_prefix: Option<String>,
+    id_header: Option<String>,
+    id_pointer: Option<String>,
+    type_header: Option<String>,
+    type_pointer: Option<String>,
+    timestamp_header: Option<String>,
+}
+
+/// A source's `hmac` keys, read and checked.
+pub fn configure(table: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Scheme, Problem> {
+    let raw: RawHmac = keys::read(table, key)?;
+    let signature_header = raw
+        .signature_header
+        .filter(|h| !h.trim().is_empty())
+        .ok_or_else(|| {
+            (
+                key("signature_header"),
+                "is required for scheme \"hmac\"".into(),
+            )
+        })?;
+    let locator = |what: &str, header: Option<String>, pointer: Option<String>| {
+        let non_empty = |v: Option<String>| v.filter(|s| !s.is_empty());
+        match (non_empty(header), non_empty(pointer)) {
+            (Some(h), None) => Ok(Locator::Header(h)),
+            (None, Some(p)) => {
+                json_pointer(key(&format!("{what}_pointer")), &p)?;
+                Ok(Locator::Pointer(p))
+            }
+            (Some(_), Some(_)) => Err((
+                key(&format!("{what}_header")),
+                format!("set either {what}_header or {what}_pointer, not both"),
+            )),
+            (None, None) => Err((
+                key(&format!("{what}_header")),
+                format!("scheme \"hmac\" needs {what}_header or {what}_pointer"),
+            )),
+        }
+    };
+    Ok(Scheme::Hmac(GenericHmac {
+        signature_header,
+        encoding: raw.signature_encoding,
+        prefix: raw.signature_prefix.unwrap_or_default(),
+        id: locator("id", raw.id_header, raw.id_pointer)?,
+        event_type: locator("type", raw.type_header, raw.type_pointer)?,
+        timestamp_header: raw.timestamp_header.filter(|h| !h.is_empty()),
+    }))
+}
+
+impl KeyFormat for GenericHmac {}
 
 /// A generic source with no keys of its own, for what does not depend on them
 /// (the secret format, the payment shape).
@@ -28,6 +138,70 @@ fn describe(locator: &Locator) -> String {
 impl Provider for GenericHmac {
     fn name(&self) -> &'static str {
         "hmac"
+    }
+
+    fn signed_header_names(&self) -> Vec<&str> {
+        let mut names = vec![self.signature_header.as_str()];
+        for locator in [&self.id, &self.event_type] {
+            if let Locator::Header(name) = locator {
+                names.push(name);
+            }
+        }
+        names.extend(self.timestamp_header.as_deref());
+        names
+    }
+
+    fn verify(
+        &self,
+        keys: &Keys<'_>,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: i64,
+    ) -> Result<Verified, SignatureError> {
+        let header = self.signature_header.as_str();
+        let value = headers
+            .header(header)
+            .ok_or_else(|| SignatureError::Missing(header.to_string()))?;
+        let encoded = value
+            .trim()
+            .strip_prefix(self.prefix.as_str())
+            .ok_or_else(|| SignatureError::malformed(header, "missing the configured prefix"))?;
+        let tag = match self.encoding {
+            Encoding::Hex => hex::decode(encoded).map_err(|_| "not hex"),
+            Encoding::Base64 => BASE64.decode(encoded).map_err(|_| "not base64"),
+        }
+        .map_err(|detail| SignatureError::malformed(header, detail))?;
+        let verified = keys.find_signer(&[body], &[tag])?;
+        if let Some(timestamp_header) = &self.timestamp_header {
+            let text = headers
+                .header(timestamp_header)
+                .ok_or_else(|| SignatureError::Missing(timestamp_header.clone()))?;
+            let timestamp = parse_unix_seconds(timestamp_header, text)?;
+            keys.check_timestamp(timestamp, now)?;
+        }
+        Ok(verified)
+    }
+
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+        let tag = hmac_sha256(key, &[body]);
+        let encoded = match self.encoding {
+            Encoding::Hex => hex::encode(tag),
+            Encoding::Base64 => BASE64.encode(tag),
+        };
+        let mut headers = vec![(
+            self.signature_header.clone(),
+            format!("{}{encoded}", self.prefix),
+        )];
+        if let Locator::Header(name) = &self.id {
+            headers.push((name.clone(), envelope.event_id.to_string()));
+        }
+        if let Locator::Header(name) = &self.event_type {
+            headers.push((name.clone(), envelope.event_type.to_string()));
+        }
+        if let Some(name) = &self.timestamp_header {
+            headers.push((name.clone(), envelope.timestamp.to_string()));
+        }
+        Ok(Signed::headers(headers))
     }
 
     fn identity(

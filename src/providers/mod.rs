@@ -1,30 +1,195 @@
-//! Payment and webhook providers: one file each, owning what its provider defines
-//! beyond the MAC itself — where the event id and type live and whether the
-//! signature covers them, the default type → kind rules and fingerprint-ignored
-//! fields, where payment facts live, the ids `hookd sign` and `--new-ids` write,
-//! and the format of a fresh secret. Pure: no HTTP, no database.
+//! Payment and webhook providers: one file each, owning everything its provider
+//! defines — its config keys, how a request is verified and signed, the events a
+//! request carries, where each event's id and type live and whether the
+//! signature covers them, the answer the provider expects, the default type →
+//! kind rules and fingerprint-ignored fields, where payment facts live, the ids
+//! `hookd sign` and `--new-ids` write, and the format of a fresh secret. Pure: no
+//! HTTP, no database.
 //!
-//! A new provider is a file implementing [`Provider`] and a line in [`of`] (the
-//! compiler checks that every [`Scheme`] has one) and in [`ALL`].
+//! A new provider is a file implementing [`Provider`], a variant of [`Scheme`]
+//! and a line in [`REGISTRY`]; the compiler checks [`of`] covers every variant.
 
+mod adyen;
 mod github;
 mod hmac;
 pub mod shape;
 mod standard;
 mod stripe;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::time::Duration;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::signature::{Headers, Locator, Scheme, Secret};
-use shape::PaymentShape;
+use crate::domain::PaymentKind;
+use crate::keys::{self, Problem};
+use crate::signature::{
+    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
+};
+pub use hmac::{Encoding, GenericHmac, Locator};
+use shape::{IndexFields, PaymentShape};
 
-/// What a provider defines, beyond the signature's MAC (see the module comment).
-pub trait Provider: Sync {
+/// A configured source's provider, with the keys only it takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scheme {
+    Stripe,
+    Standard,
+    Github,
+    Hmac(GenericHmac),
+    Adyen(adyen::Adyen),
+}
+
+/// The provider of a configured scheme.
+pub fn of(scheme: &Scheme) -> &dyn Provider {
+    match scheme {
+        Scheme::Stripe => &stripe::Stripe,
+        Scheme::Standard => &standard::Standard,
+        Scheme::Github => &github::Github,
+        Scheme::Hmac(opts) => opts,
+        Scheme::Adyen(opts) => opts,
+    }
+}
+
+/// Reads a provider's own keys of a source into its [`Scheme`]; the function
+/// names a key as messages show it.
+pub type Configure = fn(toml::Table, &dyn Fn(&str) -> String) -> Result<Scheme, Problem>;
+
+/// How a `[[sources]]` table's `scheme` becomes a [`Scheme`]: the provider's
+/// name, its own keys (any other key a source sets beyond the common ones is an
+/// error naming it), and how it reads them.
+pub struct Entry {
+    pub provider: &'static dyn Provider,
+    /// The keys only this provider takes.
+    pub keys: &'static [&'static str],
+    /// Its keys, read and checked.
+    pub configure: Configure,
+}
+
+/// Every provider: the one list a new one is added to.
+pub static REGISTRY: [Entry; 5] = [
+    Entry {
+        provider: &stripe::Stripe,
+        keys: &[],
+        configure: |_, _| Ok(Scheme::Stripe),
+    },
+    Entry {
+        provider: &standard::Standard,
+        keys: &[],
+        configure: |_, _| Ok(Scheme::Standard),
+    },
+    Entry {
+        provider: &github::Github,
+        keys: &[],
+        configure: |_, _| Ok(Scheme::Github),
+    },
+    Entry {
+        provider: &hmac::ANY,
+        keys: hmac::KEYS,
+        configure: hmac::configure,
+    },
+    Entry {
+        provider: &adyen::ANY,
+        keys: adyen::KEYS,
+        configure: adyen::configure,
+    },
+];
+
+/// The scheme a source names, configured from its own keys.
+pub fn configure(
+    name: &str,
+    table: toml::Table,
+    key: &dyn Fn(&str) -> String,
+    common: &[&str],
+) -> Result<Scheme, Problem> {
+    let Some(entry) = REGISTRY
+        .iter()
+        .find(|e| e.provider.name() == name || e.provider.aliases().contains(&name))
+    else {
+        return Err((
+            key("scheme"),
+            format!("{name:?} is not one of {}", scheme_names().join(", ")),
+        ));
+    };
+    if let Some(unknown) = table.keys().find(|k| !entry.keys.contains(&k.as_str())) {
+        // Another provider's key is named as such; anything else is unknown.
+        if let Some(owner) = REGISTRY.iter().find(|e| e.keys.contains(&unknown.as_str())) {
+            return Err((
+                key(unknown),
+                format!("only applies to scheme \"{}\"", owner.provider.name()),
+            ));
+        }
+        let mut known: Vec<&str> = common.to_vec();
+        known.extend(entry.keys);
+        return Err((key(unknown), keys::unknown_key(unknown, &known)));
+    }
+    (entry.configure)(table, key)
+}
+
+/// The scheme names a source may use, as the configuration writes them.
+pub fn scheme_names() -> Vec<&'static str> {
+    REGISTRY.iter().map(|e| e.provider.name()).collect()
+}
+
+/// What a provider defines (see the module comment).
+pub trait Provider: KeyFormat + Sync {
     /// The scheme's name in `[[sources]]` and in stored events.
     fn name(&self) -> &'static str;
+
+    /// The headers a delivery's signature depends on (all names the scheme
+    /// accepts): kept with the event so its signature can be checked again later.
+    fn signed_header_names(&self) -> Vec<&str>;
+
+    /// Checks what a request carries besides its signature (Adyen's Basic
+    /// credentials). Not part of the proof kept with an event.
+    fn authenticate(&self, _headers: &dyn Headers) -> Result<(), SignatureError> {
+        Ok(())
+    }
+
+    /// Checks a request against every secret; `now` is Unix seconds.
+    fn verify(
+        &self,
+        keys: &Keys<'_>,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: i64,
+    ) -> Result<Verified, SignatureError>;
+
+    /// What the provider would send with `body`, signed with `key`.
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String>;
+
+    /// The tolerance of a source that sets none.
+    fn default_tolerance(&self) -> Duration {
+        Duration::from_secs(5 * 60)
+    }
+
+    /// The events a verified request carries: the body itself, unless the
+    /// provider sends several per request.
+    fn events(&self, payload: Value) -> Result<Vec<Value>, String> {
+        Ok(vec![payload])
+    }
+
+    /// The answer the provider expects on success.
+    fn answer(&self) -> Answer {
+        Answer::Json
+    }
+
+    /// The kind of an event whose type the source's `event_types` does not list,
+    /// when it depends on the payload (Adyen's `success`, Square's status).
+    fn kind_of(&self, _event_type: &str, _payload: &Value) -> Option<PaymentKind> {
+        None
+    }
+
+    /// The payment facts of an event; the error is why it cannot be applied.
+    fn payment_facts(&self, payload: &Value) -> Result<crate::domain::PaymentFacts, String> {
+        self.payment_shape().payment_facts(payload)
+    }
+
+    /// Payment and customer ids for the history index, best effort.
+    fn index_fields(&self, payload: &Value) -> IndexFields {
+        self.payment_shape().index_fields(payload)
+    }
 
     /// Other names `hookd secret --scheme` accepts for it.
     fn aliases(&self) -> &'static [&'static str] {
@@ -132,37 +297,114 @@ impl Body<'_> {
     }
 }
 
-/// The provider of a configured scheme: the one place that lists them.
-pub fn of(scheme: &Scheme) -> &dyn Provider {
-    match scheme {
-        Scheme::Stripe => &stripe::Stripe,
-        Scheme::Standard => &standard::Standard,
-        Scheme::Github => &github::Github,
-        Scheme::Hmac(opts) => opts,
-    }
+/// The answer a provider expects when a request is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// hookd's own `{"status":"accepted","event_id":…}`.
+    Json,
+    /// A fixed body the provider looks for (Adyen's `[accepted]`).
+    Fixed {
+        content_type: &'static str,
+        body: &'static str,
+    },
 }
 
-/// Every provider, for what does not depend on a source's own keys (secret
-/// formats, payment shapes of stored events).
-pub static ALL: [&dyn Provider; 4] = [
-    &stripe::Stripe,
-    &standard::Standard,
-    &github::Github,
-    &hmac::ANY,
-];
-
-/// The provider named `name` (or one of its aliases).
+/// The provider named `name` (or one of its aliases), for what does not depend
+/// on a source's own keys (secret formats, payment facts of stored events).
 pub fn named(name: &str) -> Option<&'static dyn Provider> {
-    ALL.iter()
-        .copied()
+    REGISTRY
+        .iter()
+        .map(|e| e.provider)
         .find(|p| p.name() == name || p.aliases().contains(&name))
 }
 
 /// Every name `hookd secret --scheme` accepts.
 pub fn names() -> Vec<&'static str> {
-    ALL.iter()
-        .flat_map(|p| std::iter::once(p.name()).chain(p.aliases().iter().copied()))
+    REGISTRY
+        .iter()
+        .flat_map(|e| {
+            std::iter::once(e.provider.name()).chain(e.provider.aliases().iter().copied())
+        })
         .collect()
+}
+
+impl Scheme {
+    pub fn name(&self) -> &'static str {
+        of(self).name()
+    }
+
+    pub fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
+        of(self).key_bytes(secret)
+    }
+
+    pub fn signed_header_names(&self) -> Vec<&str> {
+        of(self).signed_header_names()
+    }
+}
+
+/// One configured source as the verifier sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Verifier<'a> {
+    pub scheme: &'a Scheme,
+    pub secrets: &'a [Secret],
+    pub tolerance: Duration,
+}
+
+impl Verifier<'_> {
+    /// Checks a request as received: its credentials, then its signature.
+    pub fn verify_request(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        now: i64,
+    ) -> Result<Verified, SignatureError> {
+        of(self.scheme).authenticate(&AnyHeaders(headers))?;
+        self.verify(headers, body, now)
+    }
+
+    /// Checks a delivery's signature against every secret; `now` is Unix seconds.
+    pub fn verify(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        body: &[u8],
+        now: i64,
+    ) -> Result<Verified, SignatureError> {
+        let provider = of(self.scheme);
+        let keys = Keys {
+            format: provider,
+            secrets: self.secrets,
+            tolerance: self.tolerance,
+        };
+        provider.verify(&keys, &AnyHeaders(headers), body, now)
+    }
+}
+
+/// Any headers as a trait object, for providers.
+pub struct AnyHeaders<'a, H: ?Sized>(pub &'a H);
+
+impl<H: Headers + ?Sized> Headers for AnyHeaders<'_, H> {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.0.header(name)
+    }
+}
+
+/// What `scheme`'s provider would send with `body`, signed with `secret`: the one
+/// implementation of each scheme's signing, shared by `hookd sign`, `hookd replay`
+/// and the tests. The headers start with the body's `Content-Type`.
+pub fn sign(
+    scheme: &Scheme,
+    secret: &Secret,
+    body: &[u8],
+    envelope: &Envelope<'_>,
+) -> Result<Signed, String> {
+    let provider = of(scheme);
+    let key = provider.key_bytes(secret)?;
+    let mut signed = provider.sign(&key, body, envelope)?;
+    signed.headers.insert(
+        0,
+        ("Content-Type".to_string(), "application/json".to_string()),
+    );
+    Ok(signed)
 }
 
 /// Random bytes as a UUID's text.
@@ -205,5 +447,7 @@ fn locate(locator: &Locator, headers: &dyn Headers, payload: &Value) -> Option<S
     }
 }
 
+#[cfg(test)]
+mod signing_tests;
 #[cfg(test)]
 mod tests;

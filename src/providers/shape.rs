@@ -6,8 +6,8 @@
 
 use serde_json::Value;
 
+use super::Scheme;
 use crate::domain::{MAX_ID_LEN, PaymentFacts, storable_id};
-use crate::signature::Scheme;
 
 /// Where a scheme's payment facts live in its bodies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,7 @@ impl PaymentShape {
                     format!("{path}.{customer} is neither an id nor an object with one")
                 })?),
             },
+            refund: None,
         };
         let texts = [
             ("payment id", Some(&facts.payment_id)),
@@ -163,6 +164,7 @@ mod tests {
                 amount_refunded: Some(400),
                 currency: Some("eur".into()),
                 customer_id: Some("cus_2".into()),
+                refund: None,
             }
         );
         let intent = json!({"data":{"object":{"id":"pi_3","amount":5,"customer":null}}});

@@ -1,6 +1,8 @@
-//! Stripe: the id and type are in the signed body, payment facts in `data.object`,
-//! secrets are `whsec_` and 32 letters and digits. The MAC is
-//! `crate::signature`'s (`Stripe-Signature`).
+//! Stripe: `Stripe-Signature: t=T,v1=HEX[,v1=HEX…]` where HEX = HMAC-SHA256(secret
+//! string, `T.` + raw body); every `v1` is tried (Stripe sends several while a
+//! secret rolls), other schemes (`v0`) are ignored. The id and type are in the
+//! signed body, payment facts in `data.object`; secrets are `whsec_` and 32
+//! letters and digits.
 
 use std::collections::HashMap;
 
@@ -10,9 +12,16 @@ use serde_json::Value;
 use super::shape::PaymentShape;
 use super::{Body, Missing, Provider, body_member};
 use crate::domain::PaymentKind;
-use crate::signature::{Headers, Secret};
+use crate::signature::{
+    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
+    parse_unix_seconds,
+};
+
+const HEADER: &str = "Stripe-Signature";
 
 pub struct Stripe;
+
+impl KeyFormat for Stripe {}
 
 /// Stripe's types for the built-in kinds: every Stripe source maps them unlisted.
 const EVENT_TYPES: [(&str, PaymentKind); 4] = [
@@ -28,6 +37,59 @@ const VOLATILE_FIELDS: [&str; 2] = ["/pending_webhooks", "/request"];
 impl Provider for Stripe {
     fn name(&self) -> &'static str {
         "stripe"
+    }
+
+    fn signed_header_names(&self) -> Vec<&str> {
+        vec![HEADER]
+    }
+
+    fn verify(
+        &self,
+        keys: &Keys<'_>,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: i64,
+    ) -> Result<Verified, SignatureError> {
+        let value = headers
+            .header(HEADER)
+            .ok_or_else(|| SignatureError::Missing(HEADER.to_string()))?;
+        let mut timestamp = None;
+        let mut candidates = Vec::new();
+        for item in value.split(',') {
+            let Some((key, val)) = item.trim().split_once('=') else {
+                return Err(SignatureError::malformed(
+                    HEADER,
+                    "expected key=value pairs",
+                ));
+            };
+            match key {
+                "t" if timestamp.is_none() => timestamp = Some(val),
+                "t" => return Err(SignatureError::malformed(HEADER, "more than one timestamp")),
+                "v1" => {
+                    let tag = hex::decode(val)
+                        .map_err(|_| SignatureError::malformed(HEADER, "v1 is not hex"))?;
+                    candidates.push(tag);
+                }
+                _ => {}
+            }
+        }
+        let timestamp_text = timestamp.ok_or_else(|| SignatureError::malformed(HEADER, "no t="))?;
+        if candidates.is_empty() {
+            return Err(SignatureError::malformed(HEADER, "no v1 signature"));
+        }
+        let timestamp = parse_unix_seconds(HEADER, timestamp_text)?;
+        let verified = keys.find_signer(&[timestamp_text.as_bytes(), b".", body], &candidates)?;
+        keys.check_timestamp(timestamp, now)?;
+        Ok(verified)
+    }
+
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+        let t = envelope.timestamp.to_string();
+        let tag = hmac_sha256(key, &[t.as_bytes(), b".", body]);
+        Ok(Signed::headers(vec![(
+            HEADER.to_string(),
+            format!("t={t},v1={}", hex::encode(tag)),
+        )]))
     }
 
     /// `whsec_` and 32 letters and digits (the whole string is the key).

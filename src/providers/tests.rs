@@ -1,11 +1,12 @@
 use super::*;
-use crate::signature::{Encoding, GenericHmac};
+use super::{Encoding, GenericHmac};
 
 fn every_scheme() -> Vec<Scheme> {
     vec![
         Scheme::Stripe,
         Scheme::Standard,
         Scheme::Github,
+        Scheme::Adyen(Default::default()),
         Scheme::Hmac(GenericHmac {
             signature_header: "X-Sig".into(),
             encoding: Encoding::Hex,
@@ -26,12 +27,19 @@ fn each_scheme_has_its_provider_and_the_list_holds_every_one() {
         assert_eq!(listed.name(), scheme.name());
         assert_eq!(listed.payment_shape(), provider.payment_shape());
     }
-    assert_eq!(ALL.len(), every_scheme().len());
+    assert_eq!(REGISTRY.len(), every_scheme().len());
+}
+
+#[test]
+fn hmac_keys_are_the_fields_of_raw_hmac() {
+    let e = toml::from_str::<hmac::RawHmac>("bogus = 1").expect_err("refused");
+    assert_eq!(e.message(), crate::keys::unknown_key("bogus", hmac::KEYS));
 }
 
 #[test]
 fn hookd_secret_takes_the_names_it_always_took() {
-    assert_eq!(names(), ["stripe", "standard", "svix", "github", "hmac"]);
+    assert_eq!(names()[..5], ["stripe", "standard", "svix", "github", "hmac"]);
+    assert!(names().contains(&"adyen"));
     assert_eq!(named("svix").map(|p| p.name()), Some("standard"));
     assert!(named("paypal").is_none());
 }

@@ -1,22 +1,12 @@
-//! Provider signatures: pure functions from (scheme, secrets, headers, raw body, clock)
-//! to a verdict, and the inverse for developers (`sign`). Nothing here knows HTTP
-//! frameworks or databases, so every rule is unit-tested with plain bytes.
+//! What every provider's signature shares: secrets that never show in logs, the
+//! HMAC itself, trying each configured secret in constant time, the timestamp
+//! tolerance, and the typed reasons a delivery is refused. A leaf: each
+//! provider's own message and header format is in `crate::providers`.
 //!
 //! Rules common to every scheme: the MAC is computed over the raw bytes as received;
 //! tags are compared in constant time; every configured secret is tried in order and
 //! the 1-based position of the one that matched is reported (`signed_with`), so an
 //! operator can see when an old secret stops being used.
-//!
-//! What else a provider defines (where its ids live, its default rules, its
-//! secrets' format) is in `crate::providers`.
-
-mod github;
-mod hmac_generic;
-mod standard;
-mod stripe;
-
-pub use github::{DELIVERY as GITHUB_DELIVERY, EVENT as GITHUB_EVENT};
-pub use standard::event_id as standard_event_id;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -46,80 +36,14 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// How a provider signs, and where it puts the event's identity.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scheme {
-    Stripe,
-    Standard,
-    Github,
-    Hmac(GenericHmac),
-}
-
-impl Scheme {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Scheme::Stripe => "stripe",
-            Scheme::Standard => "standard",
-            Scheme::Github => "github",
-            Scheme::Hmac(_) => "hmac",
-        }
+/// How a provider turns a configured secret into key bytes (most use the text
+/// itself; some decode it).
+pub trait KeyFormat {
+    /// The key bytes a secret stands for; an error explains why a configured
+    /// secret is unusable (checked once, at startup).
+    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
+        Ok(Cow::Borrowed(secret.expose().as_bytes()))
     }
-
-    /// The headers a delivery's signature depends on (all names a scheme accepts):
-    /// kept with the event so its signature can be checked again later.
-    pub fn signed_header_names(&self) -> Vec<&str> {
-        match self {
-            Scheme::Stripe => vec![stripe::HEADER],
-            Scheme::Standard => standard::HEADERS.to_vec(),
-            Scheme::Github => github::HEADERS.to_vec(),
-            Scheme::Hmac(opts) => {
-                let mut names = vec![opts.signature_header.as_str()];
-                for locator in [&opts.id, &opts.event_type] {
-                    if let Locator::Header(name) = locator {
-                        names.push(name);
-                    }
-                }
-                names.extend(opts.timestamp_header.as_deref());
-                names
-            }
-        }
-    }
-
-    /// The key bytes a secret stands for under this scheme; an error explains why a
-    /// configured secret is unusable (checked once, at startup).
-    pub fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
-        match self {
-            Scheme::Standard => standard::key_bytes(secret.expose()).map(Cow::Owned),
-            _ => Ok(Cow::Borrowed(secret.expose().as_bytes())),
-        }
-    }
-}
-
-/// Settings of the generic `hmac` scheme (Shopify and the like).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GenericHmac {
-    pub signature_header: String,
-    pub encoding: Encoding,
-    pub prefix: String,
-    pub id: Locator,
-    pub event_type: Locator,
-    pub timestamp_header: Option<String>,
-}
-
-/// How the generic scheme writes its tag; hex unless a source says otherwise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Encoding {
-    #[default]
-    Hex,
-    Base64,
-}
-
-/// Where a value lives in a delivery: a header, or a JSON pointer into the body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Locator {
-    Header(String),
-    Pointer(String),
 }
 
 /// Read access to request headers, case-insensitive, whatever the HTTP library.
@@ -158,6 +82,12 @@ pub enum SignatureError {
         header: String,
         detail: &'static str,
     },
+    /// A signature the provider puts in the body is absent or unreadable.
+    #[error("{where_}: {detail}")]
+    InBody {
+        where_: String,
+        detail: &'static str,
+    },
     #[error("signature mismatch")]
     Mismatch,
     /// Signed this many seconds before now, beyond the tolerance.
@@ -169,7 +99,7 @@ pub enum SignatureError {
 }
 
 impl SignatureError {
-    fn malformed(header: &str, detail: &'static str) -> Self {
+    pub fn malformed(header: &str, detail: &'static str) -> Self {
         SignatureError::Malformed {
             header: header.to_string(),
             detail,
@@ -180,7 +110,7 @@ impl SignatureError {
     pub fn label(&self) -> &'static str {
         match self {
             SignatureError::Missing(_) => "missing",
-            SignatureError::Malformed { .. } => "malformed",
+            SignatureError::Malformed { .. } | SignatureError::InBody { .. } => "malformed",
             SignatureError::Mismatch => "mismatch",
             SignatureError::TooOld { .. } => "too_old",
             SignatureError::TooNew { .. } => "too_new",
@@ -188,38 +118,23 @@ impl SignatureError {
     }
 }
 
-/// One configured source as the verifier sees it.
-#[derive(Debug, Clone, Copy)]
-pub struct Verifier<'a> {
-    pub scheme: &'a Scheme,
+/// A source's secrets and tolerance, as a provider's verification uses them.
+#[derive(Clone, Copy)]
+pub struct Keys<'a> {
+    pub format: &'a dyn KeyFormat,
     pub secrets: &'a [Secret],
     pub tolerance: Duration,
 }
 
-impl Verifier<'_> {
-    /// Checks a delivery against every secret; `now` is Unix seconds.
-    pub fn verify(
-        &self,
-        headers: &(impl Headers + ?Sized),
-        body: &[u8],
-        now: i64,
-    ) -> Result<Verified, SignatureError> {
-        match self.scheme {
-            Scheme::Stripe => stripe::verify(self, headers, body, now),
-            Scheme::Standard => standard::verify(self, headers, body, now),
-            Scheme::Github => github::verify(self, headers, body),
-            Scheme::Hmac(opts) => hmac_generic::verify(self, opts, headers, body, now),
-        }
-    }
-
+impl Keys<'_> {
     /// Tries each secret's tag against each candidate; reports the first secret that matched.
-    fn find_signer(
+    pub fn find_signer(
         &self,
         message: &[&[u8]],
         candidates: &[Vec<u8>],
     ) -> Result<Verified, SignatureError> {
         for (position, secret) in self.secrets.iter().enumerate() {
-            let Ok(key) = self.scheme.key_bytes(secret) else {
+            let Ok(key) = self.format.key_bytes(secret) else {
                 continue;
             };
             let tag = hmac_sha256(&key, message);
@@ -235,7 +150,7 @@ impl Verifier<'_> {
         Err(SignatureError::Mismatch)
     }
 
-    fn check_timestamp(&self, timestamp: i64, now: i64) -> Result<(), SignatureError> {
+    pub fn check_timestamp(&self, timestamp: i64, now: i64) -> Result<(), SignatureError> {
         let tolerance = i64::try_from(self.tolerance.as_secs()).unwrap_or(i64::MAX);
         let seconds = timestamp.abs_diff(now);
         if timestamp < now.saturating_sub(tolerance) {
@@ -257,24 +172,21 @@ pub struct Envelope<'a> {
     pub timestamp: i64,
 }
 
-/// The headers the provider would send with `body`, signed with `secret`: the one
-/// implementation of each scheme's signing, shared by `hookd sign`, `hookd replay`
-/// and the tests.
-pub fn sign(
-    scheme: &Scheme,
-    secret: &Secret,
-    body: &[u8],
-    envelope: &Envelope<'_>,
-) -> Result<Vec<(String, String)>, String> {
-    let key = scheme.key_bytes(secret)?;
-    let mut headers = vec![("Content-Type".to_string(), "application/json".to_string())];
-    match scheme {
-        Scheme::Stripe => headers.extend(stripe::sign(&key, body, envelope)),
-        Scheme::Standard => headers.extend(standard::sign(&key, body, envelope)),
-        Scheme::Github => headers.extend(github::sign(&key, body, envelope)),
-        Scheme::Hmac(opts) => headers.extend(hmac_generic::sign(opts, &key, body, envelope)),
+/// What signing a body gives: the headers to send with it, and the body itself
+/// when the provider signs inside it (Adyen).
+#[derive(Debug, Clone, Default)]
+pub struct Signed {
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Vec<u8>>,
+}
+
+impl Signed {
+    pub fn headers(headers: Vec<(String, String)>) -> Self {
+        Signed {
+            headers,
+            body: None,
+        }
     }
-    Ok(headers)
 }
 
 pub fn hmac_sha256(key: &[u8], message: &[&[u8]]) -> Vec<u8> {
@@ -287,12 +199,9 @@ pub fn hmac_sha256(key: &[u8], message: &[&[u8]]) -> Vec<u8> {
     mac.finalize().into_bytes().to_vec()
 }
 
-fn parse_unix_seconds(header: &str, value: &str) -> Result<i64, SignatureError> {
+pub fn parse_unix_seconds(header: &str, value: &str) -> Result<i64, SignatureError> {
     value
         .trim()
         .parse::<i64>()
         .map_err(|_| SignatureError::malformed(header, "timestamp is not Unix seconds"))
 }
-
-#[cfg(test)]
-mod tests;

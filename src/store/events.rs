@@ -732,3 +732,32 @@ pub async fn backlog(client: &impl GenericClient) -> Result<(i64, i64), StoreErr
     let row = client.query_one(&statement, &[]).await?;
     Ok((row.get(0), row.get(1)))
 }
+
+/// Keeps an item of a several-event request that reused a stored event's id
+/// with another payload, beside that event (the request itself is acknowledged).
+pub async fn record_conflict(
+    client: &impl GenericClient,
+    event: &IncomingEvent,
+) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached(
+            "INSERT INTO event_conflicts
+                 (webhook_event_id, stored_sha256, offered_sha256, offered_payload)
+             SELECT e.id, e.payload_sha256, $3, $4
+               FROM webhook_events e
+              WHERE e.source = $1 AND e.event_id = $2",
+        )
+        .await?;
+    client
+        .execute(
+            &statement,
+            &[
+                &event.source,
+                &event.event_id,
+                &event.fingerprint.as_slice(),
+                &event.storable_payload().as_ref(),
+            ],
+        )
+        .await?;
+    Ok(())
+}

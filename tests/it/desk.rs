@@ -471,8 +471,9 @@ async fn the_dashboard_counts_the_day_and_says_which_secrets_are_in_use() {
         event_type: "customer.created",
         timestamp: chrono::Utc::now().timestamp(),
     };
-    let headers =
-        hookd::signature::sign(&stripe.scheme, &stripe.secrets[1], &body, &envelope).expect("sign");
+    let headers = hookd::providers::sign(&stripe.scheme, &stripe.secrets[1], &body, &envelope)
+        .expect("sign")
+        .headers;
     assert_eq!(app.post("stripe", &headers, body).await.status, 200);
     // An old event, outside the day.
     app.execute(

@@ -590,7 +590,7 @@ async fn slow_each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_log
         serde_json::to_vec(&event).expect("json")
     };
     let not_json = b"payload-marker-5 is not JSON".to_vec();
-    let github_headers = hookd::signature::sign(
+    let github_headers = hookd::providers::sign(
         &github.scheme,
         &github.secrets[0],
         &not_json,
@@ -600,7 +600,8 @@ async fn slow_each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_log
             timestamp: now,
         },
     )
-    .expect("sign");
+    .expect("sign")
+    .headers;
     let mut proxied = signed(&marked("evt_logged_proxied", 6));
     proxied.push(("X-Forwarded-For".into(), "198.51.100.7".into()));
     type Delivery<'a> = (&'a str, Vec<(String, String)>, Vec<u8>, u16);

@@ -2,7 +2,8 @@
 //! of another body or at the wrong time, and genuinely signed bodies that are
 //! not events hookd can take.
 
-use hookd::signature::{Envelope, sign};
+use hookd::providers::sign;
+use hookd::signature::Envelope;
 
 use super::{Cases, EVENT, SOURCES, Session, post, webhook, webhook_family};
 use crate::support::shipped_settings;
@@ -35,7 +36,9 @@ fn signed(
         event_type,
         timestamp,
     };
-    sign(&source.scheme, &source.secrets[0], body, &envelope).expect("sign")
+    sign(&source.scheme, &source.secrets[0], body, &envelope)
+        .expect("sign")
+        .headers
 }
 
 fn now() -> i64 {

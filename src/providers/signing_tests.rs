@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::signature::*;
 
 const NOW: i64 = 1_700_000_000;
 
@@ -70,7 +71,7 @@ fn standard_webhooks_matches_the_specification_example() {
         event_type: "test",
         timestamp: 1_614_265_330,
     };
-    let signed = sign(&scheme, &keys[0], body, &env).expect("sign");
+    let signed = sign(&scheme, &keys[0], body, &env).expect("sign").headers;
     assert_eq!(
         signed.as_slice().header("webhook-signature"),
         Some("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
@@ -118,7 +119,9 @@ fn stripe_matches_an_independently_computed_vector() {
         verifier(&Scheme::Stripe, &keys).verify(&h, body, NOW),
         Ok(Verified { signed_with: 1 })
     );
-    let signed = sign(&Scheme::Stripe, &keys[0], body, &envelope(NOW)).expect("sign");
+    let signed = sign(&Scheme::Stripe, &keys[0], body, &envelope(NOW))
+        .expect("sign")
+        .headers;
     assert_eq!(
         signed.as_slice().header("Stripe-Signature"),
         Some(format!("t=1700000000,v1={expected}").as_str())
@@ -169,7 +172,9 @@ fn every_scheme_verifies_what_it_signs_with_each_secret_and_reports_which() {
     let body = br#"{"id":"evt_1","type":"payment_intent.succeeded"}"#;
     for (scheme, keys) in all_schemes() {
         for (i, secret) in keys.iter().enumerate() {
-            let h = sign(&scheme, secret, body, &envelope(NOW)).expect("sign");
+            let h = sign(&scheme, secret, body, &envelope(NOW))
+                .expect("sign")
+                .headers;
             let got = verifier(&scheme, &keys).verify(&h, body, NOW);
             let want = Ok(Verified {
                 signed_with: i32::try_from(i + 1).expect("small"),
@@ -183,7 +188,9 @@ fn every_scheme_verifies_what_it_signs_with_each_secret_and_reports_which() {
 fn every_scheme_refuses_a_changed_body_and_an_unknown_secret() {
     let body = br#"{"id":"evt_1","type":"payment_intent.succeeded"}"#;
     for (scheme, keys) in all_schemes() {
-        let h = sign(&scheme, &keys[0], body, &envelope(NOW)).expect("sign");
+        let h = sign(&scheme, &keys[0], body, &envelope(NOW))
+            .expect("sign")
+            .headers;
         let tampered = br#"{"id":"evt_1","type":"payment_intent.succeeded" }"#;
         assert_eq!(
             verifier(&scheme, &keys).verify(&h, tampered, NOW),
@@ -208,17 +215,23 @@ fn timestamped_schemes_refuse_deliveries_outside_the_tolerance_both_ways() {
             continue;
         }
         let v = verifier(&scheme, &keys);
-        let old = sign(&scheme, &keys[0], body, &envelope(NOW - 301)).expect("sign");
+        let old = sign(&scheme, &keys[0], body, &envelope(NOW - 301))
+            .expect("sign")
+            .headers;
         assert_eq!(
             v.verify(&old, body, NOW),
             Err(SignatureError::TooOld { seconds: 301 })
         );
-        let new = sign(&scheme, &keys[0], body, &envelope(NOW + 301)).expect("sign");
+        let new = sign(&scheme, &keys[0], body, &envelope(NOW + 301))
+            .expect("sign")
+            .headers;
         assert_eq!(
             v.verify(&new, body, NOW),
             Err(SignatureError::TooNew { seconds: 301 })
         );
-        let edge = sign(&scheme, &keys[0], body, &envelope(NOW - 300)).expect("sign");
+        let edge = sign(&scheme, &keys[0], body, &envelope(NOW - 300))
+            .expect("sign")
+            .headers;
         assert!(v.verify(&edge, body, NOW).is_ok(), "{}", scheme.name());
     }
 }
@@ -227,7 +240,9 @@ fn timestamped_schemes_refuse_deliveries_outside_the_tolerance_both_ways() {
 fn stripe_tries_every_v1_and_ignores_other_schemes() {
     let keys = secrets(&["whsec_a"]);
     let body = b"{}";
-    let good = sign(&Scheme::Stripe, &keys[0], body, &envelope(NOW)).expect("sign");
+    let good = sign(&Scheme::Stripe, &keys[0], body, &envelope(NOW))
+        .expect("sign")
+        .headers;
     let good_v1 = good[1].1.split(",v1=").nth(1).expect("v1");
     let header = format!("t={NOW},v0=zz-not-hex,v1={},v1={good_v1}", "00".repeat(32));
     let h = headers(&[("stripe-signature", &header)]);
@@ -306,7 +321,9 @@ fn new_secrets_have_the_scheme_format_sign_and_verify_and_never_repeat() {
             scheme.name(),
             key.len()
         );
-        let h = sign(&scheme, &secret, body, &envelope(NOW)).expect("sign");
+        let h = sign(&scheme, &secret, body, &envelope(NOW))
+            .expect("sign")
+            .headers;
         let keys = [secret];
         assert!(verifier(&scheme, &keys).verify(&h, body, NOW).is_ok());
     }

@@ -1,0 +1,392 @@
+//! Adyen's standard notifications: one request carries several events,
+//! `{"live":"…","notificationItems":[{"NotificationRequestItem":{…}},…]}`, and
+//! each item is signed on its own, inside the body: `additionalData.hmacSignature`
+//! is base64 HMAC-SHA256 (the key is the hex Adyen's Customer Area shows) over
+//! `pspReference:originalReference:merchantAccountCode:merchantReference:value:currency:eventCode:success`,
+//! missing fields as empty strings. Every item of a request must verify. Adyen
+//! signs no timestamp, so there is no replay window beyond the dedupe. Optional
+//! HTTP Basic credentials (`basic_auth`) are checked as well. Adyen looks for the
+//! answer `[accepted]`.
+
+use std::borrow::Cow;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use subtle::ConstantTimeEq;
+
+use super::{Answer, Body, Missing, Provider, Scheme, non_empty};
+use crate::domain::{PaymentFacts, PaymentKind, Refund, storable_id};
+use crate::keys::{self, Problem};
+use crate::signature::{
+    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
+};
+
+use super::shape::IndexFields;
+
+/// A source of scheme `adyen`, with its own keys.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Adyen {
+    /// `user:pass` the requests must carry as HTTP Basic credentials.
+    pub basic_auth: Option<Secret>,
+}
+
+impl std::fmt::Debug for Adyen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adyen")
+            .field(
+                "basic_auth",
+                &self.basic_auth.as_ref().map(|_| "[redacted]"),
+            )
+            .finish()
+    }
+}
+
+/// An Adyen source with no keys of its own, for what does not depend on them.
+pub static ANY: Adyen = Adyen { basic_auth: None };
+
+/// The keys only scheme `adyen` takes.
+pub const KEYS: &[&str] = &["basic_auth"];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdyen {
+    basic_auth: Option<String>,
+}
+
+pub fn configure(table: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Scheme, Problem> {
+    let raw: RawAdyen = keys::read(table, key)?;
+    let basic_auth = match raw.basic_auth {
+        None => None,
+        Some(pair) if pair.split_once(':').is_some_and(|(u, _)| !u.is_empty()) => {
+            Some(Secret::new(pair))
+        }
+        Some(_) => {
+            return Err((
+                key("basic_auth"),
+                "must be \"user:password\", as set in Adyen's Customer Area".into(),
+            ));
+        }
+    };
+    Ok(Scheme::Adyen(Adyen { basic_auth }))
+}
+
+const ITEMS: &str = "notificationItems";
+const ITEM: &str = "NotificationRequestItem";
+const SIGNATURE: &str = "hmacSignature";
+const AUTHORIZATION: &str = "Authorization";
+
+/// The items of a notification, or why it has none.
+fn items(payload: &Value) -> Result<Vec<&Map<String, Value>>, &'static str> {
+    let list = payload
+        .get(ITEMS)
+        .and_then(Value::as_array)
+        .ok_or("the body has no notificationItems list")?;
+    if list.is_empty() {
+        return Err("notificationItems is empty");
+    }
+    list.iter()
+        .map(|entry| {
+            entry
+                .get(ITEM)
+                .and_then(Value::as_object)
+                .ok_or("an item of notificationItems has no NotificationRequestItem object")
+        })
+        .collect()
+}
+
+/// A field as Adyen's signing string writes it: text as is, numbers and
+/// booleans as JSON writes them, anything missing as the empty string.
+fn field(item: &Map<String, Value>, name: &str) -> String {
+    text(item.get(name))
+}
+
+fn text(value: Option<&Value>) -> String {
+    match value {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(Value::Bool(b)) => b.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// The string Adyen signs for an item.
+fn signing_string(item: &Map<String, Value>) -> String {
+    let amount = item.get("amount");
+    [
+        field(item, "pspReference"),
+        field(item, "originalReference"),
+        field(item, "merchantAccountCode"),
+        field(item, "merchantReference"),
+        text(amount.and_then(|a| a.get("value"))),
+        text(amount.and_then(|a| a.get("currency"))),
+        field(item, "eventCode"),
+        field(item, "success"),
+    ]
+    .join(":")
+}
+
+/// Adyen's `success`, which it sends as the text `"true"` or `"false"`.
+fn succeeded(item: &Value) -> bool {
+    match item.get("success") {
+        Some(Value::String(s)) => s.eq_ignore_ascii_case("true"),
+        Some(Value::Bool(b)) => *b,
+        _ => false,
+    }
+}
+
+fn code(item: &Value) -> &str {
+    item.get("eventCode").and_then(Value::as_str).unwrap_or("")
+}
+
+impl KeyFormat for Adyen {
+    /// Adyen shows HMAC keys as hex.
+    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
+        match hex::decode(secret.expose().trim()) {
+            Ok(key) if !key.is_empty() => Ok(Cow::Owned(key)),
+            _ => Err("is not an Adyen HMAC key (hex, as the Customer Area shows it)".into()),
+        }
+    }
+}
+
+impl Provider for Adyen {
+    fn name(&self) -> &'static str {
+        "adyen"
+    }
+
+    /// The signatures are in the body; the Basic credentials are never kept.
+    fn signed_header_names(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
+    fn authenticate(&self, headers: &dyn Headers) -> Result<(), SignatureError> {
+        let Some(expected) = &self.basic_auth else {
+            return Ok(());
+        };
+        let value = headers
+            .header(AUTHORIZATION)
+            .ok_or_else(|| SignatureError::Missing(AUTHORIZATION.into()))?;
+        let given = value
+            .trim()
+            .strip_prefix("Basic ")
+            .and_then(|encoded| BASE64.decode(encoded.trim()).ok())
+            .ok_or_else(|| {
+                SignatureError::malformed(AUTHORIZATION, "expected Basic credentials")
+            })?;
+        if bool::from(given.ct_eq(expected.expose().as_bytes())) {
+            Ok(())
+        } else {
+            Err(SignatureError::Mismatch)
+        }
+    }
+
+    /// Every item must be signed by one of the secrets; the position reported is
+    /// the oldest any item used, so a secret is never retired while in use.
+    fn verify(
+        &self,
+        keys: &Keys<'_>,
+        _headers: &dyn Headers,
+        body: &[u8],
+        _now: i64,
+    ) -> Result<Verified, SignatureError> {
+        let in_body = |detail| SignatureError::InBody {
+            where_: "body".into(),
+            detail,
+        };
+        let payload: Value = serde_json::from_slice(body).map_err(|_| in_body("not JSON"))?;
+        let mut oldest = 0;
+        for (i, item) in items(&payload).map_err(in_body)?.into_iter().enumerate() {
+            let where_ = format!("notificationItems[{i}].additionalData.hmacSignature");
+            let encoded = item
+                .get("additionalData")
+                .and_then(|d| d.get(SIGNATURE))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| SignatureError::InBody {
+                    where_: where_.clone(),
+                    detail: "missing",
+                })?;
+            let tag = BASE64.decode(encoded).map_err(|_| SignatureError::InBody {
+                where_,
+                detail: "not base64",
+            })?;
+            let message = signing_string(item);
+            let verified = keys.find_signer(&[message.as_bytes()], &[tag])?;
+            oldest = oldest.max(verified.signed_with);
+        }
+        Ok(Verified {
+            signed_with: oldest,
+        })
+    }
+
+    /// The body with every item's `hmacSignature` filled in.
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+        let mut payload: Value =
+            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        let list = payload
+            .get_mut(ITEMS)
+            .and_then(Value::as_array_mut)
+            .ok_or("an Adyen body needs a notificationItems list")?;
+        for entry in list {
+            let item = entry
+                .get_mut(ITEM)
+                .and_then(Value::as_object_mut)
+                .ok_or("each notificationItems entry needs a NotificationRequestItem")?;
+            let tag = BASE64.encode(hmac_sha256(key, &[signing_string(item).as_bytes()]));
+            let data = item
+                .entry("additionalData")
+                .or_insert_with(|| Value::Object(Map::new()));
+            let Value::Object(data) = data else {
+                return Err("additionalData must be an object".into());
+            };
+            data.insert(SIGNATURE.into(), Value::String(tag));
+        }
+        let mut headers = Vec::new();
+        if let Some(pair) = &self.basic_auth {
+            headers.push((
+                AUTHORIZATION.to_string(),
+                format!("Basic {}", BASE64.encode(pair.expose())),
+            ));
+        }
+        Ok(Signed {
+            headers,
+            body: Some(serde_json::to_vec(&payload).map_err(|e| e.to_string())?),
+        })
+    }
+
+    /// HMAC keys as Adyen shows them: 64 hex digits, upper case.
+    fn new_secret(&self) -> Secret {
+        Secret::new(hex::encode_upper(rand::random::<[u8; 32]>()))
+    }
+
+    fn events(&self, mut payload: Value) -> Result<Vec<Value>, String> {
+        items(&payload).map_err(String::from)?;
+        let list = payload
+            .get_mut(ITEMS)
+            .and_then(Value::as_array_mut)
+            .map(std::mem::take)
+            .unwrap_or_default();
+        Ok(list
+            .into_iter()
+            .filter_map(|mut entry| entry.get_mut(ITEM).map(Value::take))
+            .collect())
+    }
+
+    fn answer(&self) -> Answer {
+        Answer::Fixed {
+            content_type: "text/plain",
+            body: "[accepted]",
+        }
+    }
+
+    /// `{pspReference}:{eventCode}:{success}`: Adyen sends one event code for a
+    /// payment reference once per outcome.
+    fn identity(&self, _: &dyn Headers, item: &Value) -> Result<(String, String), Missing> {
+        let psp = non_empty(item.get("pspReference"))
+            .ok_or_else(|| Missing::Id("NotificationRequestItem.pspReference".into()))?;
+        let code = non_empty(item.get("eventCode"))
+            .ok_or_else(|| Missing::Type("NotificationRequestItem.eventCode".into()))?;
+        let success = if succeeded(item) { "true" } else { "false" };
+        Ok((format!("{psp}:{code}:{success}"), code))
+    }
+
+    fn kind_of(&self, event_type: &str, item: &Value) -> Option<PaymentKind> {
+        let success = succeeded(item);
+        match event_type {
+            "AUTHORISATION" if success => Some(PaymentKind::Succeeded),
+            "AUTHORISATION" => Some(PaymentKind::Failed),
+            "CAPTURE" if success => Some(PaymentKind::Succeeded),
+            "REFUND" if success => Some(PaymentKind::Refunded),
+            "CHARGEBACK" | "NOTIFICATION_OF_CHARGEBACK" => Some(PaymentKind::DisputeOpened),
+            _ => None,
+        }
+    }
+
+    /// An authorisation names the payment by its own pspReference; every later
+    /// event (capture, refund, chargeback) by `originalReference`. Only an
+    /// authorisation or capture states the payment's amount: a refund's or
+    /// chargeback's value is its own.
+    fn payment_facts(&self, item: &Value) -> Result<PaymentFacts, String> {
+        let code = code(item);
+        let own = code == "AUTHORISATION";
+        let reference = if own {
+            "pspReference"
+        } else {
+            "originalReference"
+        };
+        let payment_id = non_empty(item.get(reference))
+            .ok_or_else(|| format!("NotificationRequestItem.{reference} is missing"))?;
+        let value = match item.pointer("/amount/value") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_i64()
+                    .filter(|v| *v >= 0)
+                    .ok_or("NotificationRequestItem.amount.value is not a non-negative integer")?,
+            ),
+        };
+        let currency = non_empty(item.pointer("/amount/currency"));
+        let refund = match code {
+            "REFUND" => {
+                let id = non_empty(item.get("pspReference"))
+                    .ok_or("NotificationRequestItem.pspReference is missing")?;
+                let amount = value.ok_or("a REFUND item needs amount.value")?;
+                Some(Refund { id, amount })
+            }
+            _ => None,
+        };
+        let facts = PaymentFacts {
+            payment_id,
+            amount: if own || code == "CAPTURE" {
+                value
+            } else {
+                None
+            },
+            amount_refunded: None,
+            currency,
+            customer_id: non_empty(item.pointer("/additionalData/shopperReference")),
+            refund,
+        };
+        for text in [Some(&facts.payment_id), facts.customer_id.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            if !storable_id(text) {
+                return Err("an id is longer than 255 bytes or contains a NUL character".into());
+            }
+        }
+        Ok(facts)
+    }
+
+    fn index_fields(&self, item: &Value) -> IndexFields {
+        let facts = self.payment_facts(item).ok();
+        IndexFields {
+            payment_id: facts.as_ref().map(|f| f.payment_id.clone()),
+            customer_id: non_empty(item.pointer("/additionalData/shopperReference")),
+        }
+    }
+
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+        let first = body
+            .value
+            .pointer("/notificationItems/0/NotificationRequestItem")
+            .ok_or("an Adyen body needs a notificationItems list")?;
+        self.identity(&Vec::<(String, String)>::new(), first)
+            .map(|(id, _)| id)
+            .map_err(|_| "the first item needs a pspReference and an eventCode".into())
+    }
+
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
+        body.pointer("/notificationItems/0/NotificationRequestItem/eventCode")
+            .ok_or_else(|| "the first item needs an eventCode".into())
+    }
+
+    /// A fresh pspReference (16 digits) for the first item.
+    fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {
+        let digits: String = random.iter().map(|b| char::from(b'0' + b % 10)).collect();
+        (
+            digits,
+            Some("/notificationItems/0/NotificationRequestItem/pspReference".into()),
+        )
+    }
+}
