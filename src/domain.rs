@@ -56,6 +56,16 @@ pub struct PaymentFacts {
     pub amount_refunded: Option<i64>,
     pub currency: Option<String>,
     pub customer_id: Option<String>,
+    /// One refund, for providers that state each refund rather than the total.
+    pub refund: Option<Refund>,
+}
+
+/// One refund of a payment, keyed by its id within the source: the first amount
+/// stated for an id stands, so resends of it count once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refund {
+    pub id: String,
+    pub amount: i64,
 }
 
 /// How a forward's name starts in the attempts and views.

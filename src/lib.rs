@@ -23,6 +23,7 @@ pub mod instance;
 pub mod ledger;
 pub mod logging;
 pub mod metrics;
+pub mod money;
 pub mod outbound;
 pub mod provider;
 pub mod providers;
