@@ -133,9 +133,11 @@ async fn then_add_refunds(
     Ok(added?)
 }
 
-/// `merge` for many updates in one statement: the updates of one payment are
-/// combined by the database first (the same `OR` and `GREATEST`/`max`, under the
-/// same collation), so the row ends as it would after merging them one by one.
+/// `merge` for many updates in one statement (and one more, sent with it, when
+/// refunds are among them): the updates of one payment are combined by the
+/// database first (the same `OR` and `GREATEST`/`max`, under the same collation,
+/// and each refund id's first statement), so the row ends as it would after
+/// merging them one by one.
 pub async fn merge_many(
     client: &impl GenericClient,
     updates: &[(&str, &PaymentUpdate)],
