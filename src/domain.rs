@@ -56,12 +56,12 @@ pub struct PaymentFacts {
     pub amount_refunded: Option<i64>,
     pub currency: Option<String>,
     pub customer_id: Option<String>,
-    /// One refund the event states, for providers that send each refund's own
-    /// amount rather than a cumulative total.
+    /// One refund, for providers that state each refund rather than the total.
     pub refund: Option<Refund>,
 }
 
-/// One refund of a payment, by the provider's id for it.
+/// One refund of a payment, keyed by its id within the source: the first amount
+/// stated for an id stands, so resends of it count once.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Refund {
     pub id: String,

@@ -24,6 +24,7 @@ pub mod keys;
 pub mod ledger;
 pub mod logging;
 pub mod metrics;
+pub mod money;
 pub mod outbound;
 pub mod provider;
 pub mod providers;

@@ -1,20 +1,22 @@
 //! Where each scheme's bodies carry payment facts: Stripe's `data.object` (a
 //! PaymentIntent, Charge, Dispute or Refund), or the neutral shape
 //! `{"id","type","created","data":{"payment_id","amount","amount_refunded","currency","customer_id"}}`
-//! every other scheme uses. Pure: the payments handler reads facts with it, and
+//! every other scheme uses, where a refund may also be stated one at a time
+//! (`data.refund_id` with `data.refund_amount`). Pure: the payments handler reads facts with it, and
 //! receiving indexes payment and customer ids with it.
 
 use serde_json::Value;
 
 use super::Scheme;
-use crate::domain::{MAX_ID_LEN, PaymentFacts, storable_id};
+use crate::domain::{MAX_ID_LEN, PaymentFacts, Refund, storable_id};
 
 /// Where a scheme's payment facts live in its bodies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PaymentShape {
     /// Stripe's `data.object`: a PaymentIntent, Charge or Dispute.
     Stripe,
-    /// `{"id","type","created","data":{"payment_id","amount","amount_refunded","currency","customer_id"}}`.
+    /// `{"id","type","created","data":{"payment_id","amount","amount_refunded","currency","customer_id"}}`,
+    /// plus `refund_id` and `refund_amount` (both or neither) for one refund.
     Neutral,
 }
 
@@ -65,12 +67,17 @@ impl PaymentShape {
                     format!("{path}.{customer} is neither an id nor an object with one")
                 })?),
             },
-            refund: None,
+            // Stripe states the cumulative `amount_refunded` only.
+            refund: match self {
+                PaymentShape::Stripe => None,
+                PaymentShape::Neutral => refund(object, path)?,
+            },
         };
         let texts = [
             ("payment id", Some(&facts.payment_id)),
             ("currency", facts.currency.as_ref()),
             ("customer id", facts.customer_id.as_ref()),
+            ("refund id", facts.refund.as_ref().map(|r| &r.id)),
         ];
         for (what, text) in texts {
             if text.is_some_and(|t| !storable_id(t)) {
@@ -129,6 +136,22 @@ fn amount(object: &Value, field: &str, path: &str) -> Result<Option<i64>, String
             .filter(|v| *v >= 0)
             .map(Some)
             .ok_or_else(|| format!("{path}.{field} is not a non-negative integer")),
+    }
+}
+
+/// The neutral shape's one refund: an id and its amount, both or neither.
+fn refund(object: &Value, path: &str) -> Result<Option<Refund>, String> {
+    let id = optional_string(object, "refund_id", path)?;
+    let amount = amount(object, "refund_amount", path)?;
+    match (id, amount) {
+        (Some(id), Some(amount)) => Ok(Some(Refund { id, amount })),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(format!(
+            "{path}.refund_amount is missing ({path}.refund_id is given)"
+        )),
+        (None, Some(_)) => Err(format!(
+            "{path}.refund_id is missing ({path}.refund_amount is given)"
+        )),
     }
 }
 
@@ -208,11 +231,58 @@ mod tests {
                 json!({"data":{"payment_id":"p","currency":7}}),
                 "data.currency",
             ),
+            (
+                PaymentShape::Neutral,
+                json!({"data":{"payment_id":"p","refund_id":"r1"}}),
+                "data.refund_amount is missing (data.refund_id is given)",
+            ),
+            (
+                PaymentShape::Neutral,
+                json!({"data":{"payment_id":"p","refund_amount":5}}),
+                "data.refund_id is missing (data.refund_amount is given)",
+            ),
+            (
+                PaymentShape::Neutral,
+                json!({"data":{"payment_id":"p","refund_id":"r1","refund_amount":-5}}),
+                "data.refund_amount is not a non-negative integer",
+            ),
+            (
+                PaymentShape::Neutral,
+                json!({"data":{"payment_id":"p","refund_id":7,"refund_amount":5}}),
+                "data.refund_id is not a string",
+            ),
+            (
+                PaymentShape::Neutral,
+                json!({"data":{"payment_id":"p","refund_id":"r".repeat(MAX_ID_LEN + 1),"refund_amount":5}}),
+                "the refund id is longer than",
+            ),
         ];
         for (shape, payload, reason) in cases {
             let err = shape.payment_facts(&payload).expect_err("malformed");
             assert!(err.contains(reason), "{payload}: {err}");
         }
+    }
+
+    #[test]
+    fn the_neutral_shape_states_one_refund_and_stripe_only_its_total() {
+        let neutral = json!({"data":{"payment_id":"p_1","refund_id":" re_1 ","refund_amount":300}});
+        let facts = PaymentShape::Neutral
+            .payment_facts(&neutral)
+            .expect("valid");
+        assert_eq!(
+            (facts.refund, facts.amount_refunded),
+            (
+                Some(Refund {
+                    id: "re_1".into(),
+                    amount: 300
+                }),
+                None
+            )
+        );
+        let stripe = json!({"data":{"object":{"id":"ch_1","payment_intent":"pi_1",
+            "amount_refunded":300,"refund_id":"re_1","refund_amount":300}}});
+        let facts = PaymentShape::Stripe.payment_facts(&stripe).expect("valid");
+        assert_eq!((facts.refund, facts.amount_refunded), (None, Some(300)));
     }
 
     #[test]

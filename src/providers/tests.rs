@@ -38,7 +38,10 @@ fn hmac_keys_are_the_fields_of_raw_hmac() {
 
 #[test]
 fn hookd_secret_takes_the_names_it_always_took() {
-    assert_eq!(names()[..5], ["stripe", "standard", "svix", "github", "hmac"]);
+    assert_eq!(
+        names()[..5],
+        ["stripe", "standard", "svix", "github", "hmac"]
+    );
     assert!(names().contains(&"adyen"));
     assert_eq!(named("svix").map(|p| p.name()), Some("standard"));
     assert!(named("paypal").is_none());

@@ -60,6 +60,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(11, "0011_body_dedupe.sql"),
     migration!(12, "0012_forward_lease.sql"),
     migration!(13, "0013_event_conflicts.sql"),
+    migration!(14, "0014_refunds.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

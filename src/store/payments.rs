@@ -2,10 +2,16 @@
 //! booleans, GREATEST on amounts and on non-null text) are commutative, associative
 //! and idempotent: applying any set of events, any number of times, in any order,
 //! leaves the same row. `status` is a generated column derived from those facts.
+//!
+//! Refunds stated one at a time are facts of their own in `payment_refunds`, keyed
+//! by `(source, refund_id)`: the first amount stated for an id stands, so a resent
+//! refund counts once, and `amount_refunded` is the greatest of the cumulative
+//! totals stated and the sum of the payment's refunds.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde::Serialize;
+use tokio_postgres::types::ToSql;
 
 use super::StoreError;
 use crate::domain::PaymentFacts;
@@ -45,6 +51,38 @@ pub const MERGE_PAYMENT: &str = concat!(
     merge_facts!()
 );
 
+/// The refunds of a batch (`$1` sources, `$2` payment ids, `$3` refund ids,
+/// `$4` amounts) added, each id once, its first statement in the batch standing;
+/// then each payment's `amount_refunded` raised to the sum of its refunds (capped
+/// at the largest bigint). It runs after the payments' merge in the same
+/// transaction, which locked their rows: so the refunds any other transaction
+/// added to them have committed and are in this statement's snapshot, and those
+/// it adds (not yet visible to the snapshot) are counted from `added`.
+const ADD_REFUNDS: &str = "
+    WITH stated AS (
+        SELECT DISTINCT ON (source, refund_id) source, refund_id, payment_id, amount
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY
+             AS u(source, payment_id, refund_id, amount, n)
+        ORDER BY source, refund_id, n
+    ), added AS (
+        INSERT INTO payment_refunds (source, refund_id, payment_id, amount)
+        SELECT source, refund_id, payment_id, amount FROM stated ORDER BY source, refund_id
+        ON CONFLICT DO NOTHING
+        RETURNING source, payment_id, amount
+    ), refunded AS (
+        SELECT source, payment_id, sum(amount) AS amount
+        FROM (SELECT r.source, r.payment_id, r.amount FROM payment_refunds r
+              WHERE (r.source, r.payment_id) IN (SELECT source, payment_id FROM stated)
+              UNION ALL
+              SELECT source, payment_id, amount FROM added) AS t
+        GROUP BY source, payment_id
+    )
+    UPDATE payments p
+    SET amount_refunded = GREATEST(p.amount_refunded,
+                                   LEAST(refunded.amount, 9223372036854775807))
+    FROM refunded
+    WHERE p.source = refunded.source AND p.payment_id = refunded.payment_id";
+
 pub async fn merge(
     client: &impl GenericClient,
     source: &str,
@@ -52,28 +90,54 @@ pub async fn merge(
 ) -> Result<(), StoreError> {
     let statement = client.prepare_cached(MERGE_PAYMENT).await?;
     let facts = &update.facts;
-    client
-        .execute(
-            &statement,
-            &[
-                &source,
-                &facts.payment_id,
-                &update.succeeded,
-                &update.failed,
-                &update.disputed,
-                &facts.amount,
-                &facts.amount_refunded,
-                &facts.currency,
-                &facts.customer_id,
-            ],
-        )
-        .await?;
+    let params: [&(dyn ToSql + Sync); 9] = [
+        &source,
+        &facts.payment_id,
+        &update.succeeded,
+        &update.failed,
+        &update.disputed,
+        &facts.amount,
+        &facts.amount_refunded,
+        &facts.currency,
+        &facts.customer_id,
+    ];
+    let merged = client.execute(&statement, &params);
+    match &facts.refund {
+        None => merged.await?,
+        Some(_) => then_add_refunds(client, merged, &[(source, update)]).await?,
+    };
     Ok(())
 }
 
-/// `merge` for many updates in one statement: the updates of one payment are
-/// combined by the database first (the same `OR` and `GREATEST`/`max`, under the
-/// same collation), so the row ends as it would after merging them one by one.
+/// Runs `merged` (the payments' merge, which locks their rows), then adds the
+/// refunds of `updates` — sent together, in that order, in one round trip.
+async fn then_add_refunds(
+    client: &impl GenericClient,
+    merged: impl Future<Output = Result<u64, tokio_postgres::Error>>,
+    updates: &[(&str, &PaymentUpdate)],
+) -> Result<u64, StoreError> {
+    let statement = client.prepare_cached(ADD_REFUNDS).await?;
+    let with_refund = || {
+        updates.iter().filter_map(|(source, u)| {
+            Some((*source, &u.facts.payment_id, u.facts.refund.as_ref()?))
+        })
+    };
+    let sources: Vec<&str> = with_refund().map(|(s, _, _)| s).collect();
+    let payments: Vec<&str> = with_refund().map(|(_, p, _)| p.as_str()).collect();
+    let ids: Vec<&str> = with_refund().map(|(_, _, r)| r.id.as_str()).collect();
+    let amounts: Vec<i64> = with_refund().map(|(_, _, r)| r.amount).collect();
+    let params: [&(dyn ToSql + Sync); 4] = [&sources, &payments, &ids, &amounts];
+    // `join!` polls `merged` first, so its statement is sent first.
+    let (merged, added) = tokio::join!(merged, client.execute(&statement, &params));
+    merged?;
+    Ok(added?)
+}
+
+/// `merge` for many updates in one statement (and one more, sent with it, when
+/// refunds are among them): the updates of one payment are combined by the
+/// database first (the same `OR` and `GREATEST`/`max`, under the same collation,
+/// and each refund id's first statement), so the row ends as it would after
+/// merging them one by one.
 pub async fn merge_many(
     client: &impl GenericClient,
     updates: &[(&str, &PaymentUpdate)],
@@ -116,22 +180,23 @@ pub async fn merge_many(
         .iter()
         .map(|(_, u)| u.facts.customer_id.as_deref())
         .collect();
-    client
-        .execute(
-            &statement,
-            &[
-                &sources,
-                &ids,
-                &succeeded,
-                &failed,
-                &disputed,
-                &amounts,
-                &refunded,
-                &currencies,
-                &customers,
-            ],
-        )
-        .await?;
+    let params: [&(dyn ToSql + Sync); 9] = [
+        &sources,
+        &ids,
+        &succeeded,
+        &failed,
+        &disputed,
+        &amounts,
+        &refunded,
+        &currencies,
+        &customers,
+    ];
+    let merged = client.execute(&statement, &params);
+    if updates.iter().any(|(_, u)| u.facts.refund.is_some()) {
+        then_add_refunds(client, merged, updates).await?;
+    } else {
+        merged.await?;
+    }
     Ok(())
 }
 

@@ -3,7 +3,11 @@
 //! undo a `payment_succeeded`, and a resent refund cannot refund twice:
 //!
 //! - `payment_succeeded` sets `succeeded`; `payment_failed` sets `failed`;
-//! - `payment_refunded` raises `amount_refunded` to the cumulative amount it carries;
+//! - `payment_refunded` carries the cumulative `amount_refunded` (Stripe), or one
+//!   refund (an id and its amount; other providers), or both. A refund is a fact
+//!   keyed by its id: the first amount stated for an id stands, and a resent one
+//!   counts once. `amount_refunded` is the greatest cumulative amount stated, or
+//!   the sum of the payment's refunds if greater;
 //! - `dispute_opened` sets `disputed`;
 //! - every event may raise `amount` and fill `currency` / `customer_id`.
 //!
@@ -69,9 +73,13 @@ impl PaymentHandler {
             .map_or(PaymentShape::Neutral, |p| p.payment_shape())
             .payment_facts(event.payload)
             .map_err(HandlerError::Permanent)?;
-        if self.0 == PaymentKind::Refunded && facts.amount_refunded.is_none() {
+        if self.0 == PaymentKind::Refunded
+            && facts.amount_refunded.is_none()
+            && facts.refund.is_none()
+        {
             return Err(HandlerError::Permanent(
-                "a refund event must carry amount_refunded".into(),
+                "a refund event must carry amount_refunded or a refund (refund_id and refund_amount)"
+                    .into(),
             ));
         }
         Ok(PaymentUpdate {
