@@ -127,8 +127,10 @@ struct EventJson<'a> {
     #[serde(flatten)]
     runs: EventRuns<'a>,
     payload: &'a Option<Value>,
+    payload_sha256: &'a str,
     handlers: &'a [HandlerState],
     origin: &'a Origin,
+    conflicts: &'a [crate::store::history::Conflict],
 }
 
 impl Serialize for EventView {
@@ -139,8 +141,10 @@ impl Serialize for EventView {
                 attempts: &self.detail.attempts,
             },
             payload: &self.detail.payload,
+            payload_sha256: &self.detail.payload_sha256,
             handlers: &self.handlers,
             origin: &self.origin,
+            conflicts: &self.detail.conflicts,
         }
         .serialize(serializer)
     }

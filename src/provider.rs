@@ -78,13 +78,10 @@ pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, String), St
     let mut value: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
     let random: [u8; 16] = rand::random();
-    let (id, field) = providers::of(&source.scheme).new_id(&random);
-    let placed = field.and_then(|p| value.pointer_mut(&p)).map(|slot| {
-        *slot = Value::String(id.clone());
-    });
+    let (id, placed) = providers::of(&source.scheme).renew_ids(&mut value, &random);
     // A source that dedupes on the body would take the same body under a new id
     // for a resend: the fresh id goes into the body too.
-    if placed.is_none()
+    if !placed
         && source.dedupe_on_body
         && let Value::Object(map) = &mut value
     {

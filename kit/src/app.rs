@@ -316,11 +316,25 @@ impl TestApp {
             .headers
     }
 
+    /// The headers and body a source's provider would send for `body`, signed
+    /// now (the body changes where the provider signs inside it).
+    pub fn sign_body(&self, source: &str, body: &[u8]) -> (Vec<(String, String)>, Vec<u8>) {
+        let source = self.settings().source(source).expect("source");
+        let signed = sign_delivery(
+            source,
+            body,
+            Hints::default(),
+            chrono::Utc::now().timestamp(),
+        )
+        .expect("sign");
+        (signed.headers, signed.body)
+    }
+
     /// Signs and delivers `body` as the source's provider would.
     pub async fn deliver(&self, source: &str, body: &Value) -> Answer {
         let bytes = serde_json::to_vec(body).expect("json");
-        let headers = self.sign(source, &bytes, Hints::default());
-        self.post(source, &headers, bytes).await
+        let (headers, signed) = self.sign_body(source, &bytes);
+        self.post(source, &headers, signed).await
     }
 
     pub async fn db(&self) -> tokio_postgres::Client {

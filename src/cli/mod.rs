@@ -43,9 +43,10 @@ pub enum Command {
         /// Fixture files, or folders of them (their .json files, in name order).
         #[arg(required = true)]
         paths: Vec<PathBuf>,
-        /// Source whose scheme and first secret sign the files.
+        /// Source whose scheme and first secret sign the files (default: the
+        /// folder's name, `fixtures/stripe` → `stripe`, when a source has it).
         #[arg(long)]
-        source: String,
+        source: Option<String>,
         /// Base URL of hookd (default: http:// + the configured listen address).
         #[arg(long)]
         url: Option<String>,

@@ -17,11 +17,34 @@ use crate::providers;
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
     pub paths: Vec<PathBuf>,
-    pub source: String,
+    /// `None`: the source named like the first path's folder.
+    pub source: Option<String>,
     pub url: Option<String>,
     pub times: usize,
     pub parallel: usize,
     pub new_ids: bool,
+}
+
+/// The source a folder of fixtures is named after (`fixtures/stripe`, or the
+/// folder of a file in it).
+fn source_of_folder<'s>(settings: &'s Settings, paths: &[PathBuf]) -> Result<&'s Source, CliError> {
+    let first = paths.first();
+    let folder = first.and_then(|p| {
+        if p.is_dir() {
+            Some(p.as_path())
+        } else {
+            p.parent()
+        }
+    });
+    let name = folder
+        .and_then(|f| f.file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    settings.source(name).ok_or_else(|| {
+        CliError::Other(format!(
+            "name the source with --source: no configured source is named after the folder {name:?}"
+        ))
+    })
 }
 
 /// What became of one delivery.
@@ -67,7 +90,10 @@ impl Delivery {
 
 /// Runs the replay and prints as it goes; the error says why it failed overall.
 pub async fn run(settings: &Settings, options: &ReplayOptions) -> Result<(), CliError> {
-    let source = source(settings, &options.source)?;
+    let source = match &options.source {
+        Some(name) => source(settings, name)?,
+        None => source_of_folder(settings, &options.paths)?,
+    };
     let base = options
         .url
         .clone()
@@ -204,7 +230,7 @@ async fn send(
             };
         }
     };
-    let mut request = http.post(url).body(prepared.body.clone());
+    let mut request = http.post(url).body(signed.body);
     for (name, value) in &signed.headers {
         request = request.header(name, value);
     }
@@ -215,12 +241,17 @@ async fn send(
                 .headers()
                 .get("Idempotent-Replayed")
                 .is_some_and(|v| v == "true");
-            let body: Value = response.json().await.unwrap_or(Value::Null);
-            let summary = [&body["status"], &body["error"]]
-                .into_iter()
-                .find_map(Value::as_str)
-                .unwrap_or("-")
-                .to_string();
+            let text = response.text().await.unwrap_or_default();
+            // hookd's JSON answer, or the fixed one a provider expects (`[accepted]`).
+            let summary = match serde_json::from_str::<Value>(&text) {
+                Ok(body) => [&body["status"], &body["error"]]
+                    .into_iter()
+                    .find_map(Value::as_str)
+                    .unwrap_or("-")
+                    .to_string(),
+                Err(_) if !text.trim().is_empty() && text.len() <= 64 => text.trim().to_string(),
+                Err(_) => "-".to_string(),
+            };
             Ok(Answer {
                 status,
                 summary,

@@ -25,7 +25,8 @@ pub fn source<'s>(settings: &'s Settings, name: &str) -> Result<&'s Source, CliE
     })
 }
 
-/// `hookd sign --source NAME FILE`: one header per line, ready for `curl -H @file`.
+/// `hookd sign --source NAME FILE`: one header per line, ready for `curl -H @file`;
+/// for a provider that signs inside the body, the signed body instead.
 pub fn run(settings: &Settings, source_name: &str, file: &Path) -> Result<(), CliError> {
     let source = source(settings, source_name)?;
     let body =
@@ -41,6 +42,16 @@ pub fn run(settings: &Settings, source_name: &str, file: &Path) -> Result<(), Cl
     };
     let signed = sign_delivery(source, &body, hints, chrono::Utc::now().timestamp())
         .map_err(|e| CliError::Other(format!("{}: {e}", file.display())))?;
+    if signed.body != body {
+        // The provider signs inside the body (Adyen): the signed body is what to
+        // send, and the headers go beside it.
+        for (name, value) in &signed.headers {
+            eprintln!("send with the header {name}: {value}");
+        }
+        std::io::Write::write_all(&mut std::io::stdout(), &signed.body)
+            .map_err(|e| CliError::Other(format!("writing the signed body: {e}")))?;
+        return Ok(());
+    }
     for (name, value) in signed.headers {
         println!("{name}: {value}");
     }

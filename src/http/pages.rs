@@ -372,6 +372,25 @@ pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup
             }
             h2 { "Attempts" }
             (attempts(&view.detail.attempts))
+            @if !view.detail.conflicts.is_empty() {
+                h2 { "Conflicting deliveries" }
+                p {
+                    "Items of batched requests that reused this event's id with another payload. "
+                    "They were acknowledged with their batch and not applied; the stored event "
+                    "is unchanged."
+                }
+                table {
+                    tr { th { "Received" } th { "Stored fingerprint" } th { "Offered fingerprint" } th { "Offered payload" } }
+                    @for c in &view.detail.conflicts {
+                        tr {
+                            td { (time(Some(c.received_at))) }
+                            td { code { (c.stored_fingerprint) } }
+                            td { code { (c.offered_fingerprint) } }
+                            td { pre { (serde_json::to_string_pretty(&c.offered_payload).unwrap_or_default()) } }
+                        }
+                    }
+                }
+            }
         },
     )
 }

@@ -127,6 +127,18 @@ fn signing_string(item: &Map<String, Value>) -> String {
     .join(":")
 }
 
+/// 16 digits, as Adyen's references are, from random bytes and an item's index.
+fn psp_reference(random: &[u8; 16], index: usize) -> String {
+    random
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mixed = usize::from(*b) + index * (i + 7);
+            char::from(b'0' + u8::try_from(mixed % 10).unwrap_or(0))
+        })
+        .collect()
+}
+
 /// Adyen's `success`, which it sends as the text `"true"` or `"false"`.
 fn succeeded(item: &Value) -> bool {
     match item.get("success") {
@@ -383,10 +395,27 @@ impl Provider for Adyen {
 
     /// A fresh pspReference (16 digits) for the first item.
     fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {
-        let digits: String = random.iter().map(|b| char::from(b'0' + b % 10)).collect();
         (
-            digits,
+            psp_reference(random, 0),
             Some("/notificationItems/0/NotificationRequestItem/pspReference".into()),
         )
+    }
+
+    /// A fresh pspReference for every item; later events of a payment keep
+    /// naming it by its `originalReference`, which is left as it is.
+    fn renew_ids(&self, body: &mut Value, random: &[u8; 16]) -> (String, bool) {
+        let mut first = None;
+        let list = body.get_mut(ITEMS).and_then(Value::as_array_mut);
+        for (i, entry) in list.into_iter().flatten().enumerate() {
+            if let Some(slot) = entry.pointer_mut("/NotificationRequestItem/pspReference") {
+                let psp = psp_reference(random, i);
+                first.get_or_insert_with(|| psp.clone());
+                *slot = Value::String(psp);
+            }
+        }
+        match first {
+            Some(psp) => (psp, true),
+            None => (psp_reference(random, 0), false),
+        }
     }
 }

@@ -257,6 +257,17 @@ pub trait Provider: KeyFormat + Sync {
     /// A fresh event id for `--new-ids` from random bytes, and the JSON pointer of
     /// the body member that carries it (none when it travels in a header).
     fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>);
+
+    /// Gives a body a fresh event id for `--new-ids` (every event of it, for a
+    /// provider that sends several): the new id, and whether the body carries it.
+    fn renew_ids(&self, body: &mut Value, random: &[u8; 16]) -> (String, bool) {
+        let (id, field) = self.new_id(random);
+        let placed = field
+            .and_then(|p| body.pointer_mut(&p))
+            .map(|slot| *slot = Value::String(id.clone()))
+            .is_some();
+        (id, placed)
+    }
 }
 
 /// Which part of a delivery's identity is missing, described as the provider sends it.

@@ -69,7 +69,23 @@ pub struct EventDetail {
     pub summary: EventSummary,
     /// `None` once purged.
     pub payload: Option<Value>,
+    /// The fingerprint a redelivery is compared with (hex).
+    pub payload_sha256: String,
     pub attempts: Vec<Attempt>,
+    /// Items of several-event requests that reused this event's id with another
+    /// payload, oldest first.
+    pub conflicts: Vec<Conflict>,
+}
+
+/// An item refused as a conflict but acknowledged with its batch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Conflict {
+    pub received_at: DateTime<Utc>,
+    /// The stored event's fingerprint when the item came (hex).
+    pub stored_fingerprint: String,
+    /// The refused item's (hex).
+    pub offered_fingerprint: String,
+    pub offered_payload: Value,
 }
 
 const SUMMARY_COLUMNS: &str = "id, source, event_id, event_type, kind, status, payment_id, \
@@ -177,7 +193,10 @@ pub async fn get_event(
     client: &impl GenericClient,
     id: i64,
 ) -> Result<Option<EventDetail>, StoreError> {
-    let sql = format!("SELECT {SUMMARY_COLUMNS}, payload FROM webhook_events WHERE id = $1");
+    let sql = format!(
+        "SELECT {SUMMARY_COLUMNS}, payload, encode(payload_sha256, 'hex') FROM webhook_events \
+         WHERE id = $1"
+    );
     let statement = client.prepare_cached(&sql).await?;
     let Some(row) = client.query_opt(&statement, &[&id]).await? else {
         return Ok(None);
@@ -186,10 +205,30 @@ pub async fn get_event(
         .await?
         .remove(&id)
         .unwrap_or_default();
+    let conflicts = client
+        .prepare_cached(
+            "SELECT received_at, encode(stored_sha256, 'hex'), encode(offered_sha256, 'hex'),
+                    offered_payload
+               FROM event_conflicts WHERE webhook_event_id = $1 ORDER BY received_at, id",
+        )
+        .await?;
+    let conflicts = client
+        .query(&conflicts, &[&id])
+        .await?
+        .iter()
+        .map(|r| Conflict {
+            received_at: r.get(0),
+            stored_fingerprint: r.get(1),
+            offered_fingerprint: r.get(2),
+            offered_payload: r.get(3),
+        })
+        .collect();
     Ok(Some(EventDetail {
         summary: summary(&row),
         payload: row.get(17),
+        payload_sha256: row.get(18),
         attempts,
+        conflicts,
     }))
 }
 

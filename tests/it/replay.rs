@@ -197,10 +197,41 @@ async fn slow_every_shipped_fixture_folder_replays() {
         github_types,
         ["issues.opened", "ping", "pull_request.closed", "push"]
     );
+    // Adyen: seven requests, one of them a batch of two items; every answer
+    // `[accepted]`. The source is the folder's name when --source is left out.
+    let output = hookd(&["replay", "fixtures/adyen", "--url", &app.base]).await;
+    let lines: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    assert!(output.status.success(), "adyen: {lines:#?}");
+    let sent = delivery_lines(&lines);
+    assert_eq!(sent.len(), 7, "{lines:#?}");
+    assert!(sent.iter().all(|l| l.contains("[accepted]")), "{lines:#?}");
+    let adyen = statuses(&app, "adyen").await;
+    assert_eq!(
+        adyen,
+        [("ignored".to_string(), 1), ("processed".to_string(), 7)]
+    );
+    assert_eq!(
+        payments(&app, "adyen").await,
+        rows(&[
+            ("8535296650153317", "partially_refunded", 1500, 800),
+            ("8535296650153400", "failed", 2500, 0),
+            ("8535296650153500", "disputed", 4200, 0),
+        ])
+    );
 }
 
 #[tokio::test]
 async fn slow_replay_failures_are_one_line_each_and_a_non_zero_exit() {
+    let unnamed = hookd(&["replay", "fixtures/README.md"]).await;
+    assert!(!unnamed.status.success());
+    let stderr = String::from_utf8_lossy(&unnamed.stderr);
+    assert!(
+        stderr.contains("name the source with --source") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
     let unknown = hookd(&["replay", "fixtures/stripe", "--source", "paypal"]).await;
     assert!(!unknown.status.success());
     let stderr = String::from_utf8_lossy(&unknown.stderr);
@@ -267,6 +298,7 @@ async fn slow_the_headers_hookd_sign_prints_are_accepted_by_the_receiver() {
         ("standard", "fixtures/standard/01_payment.succeeded.json"),
         ("shop", "fixtures/shop/01_payments-succeeded.json"),
         ("github", "fixtures/github/push.json"),
+        ("adyen", "fixtures/adyen/01_AUTHORISATION.json"),
     ] {
         let output = hookd(&["sign", "--source", source, file]).await;
         assert!(
@@ -274,6 +306,12 @@ async fn slow_the_headers_hookd_sign_prints_are_accepted_by_the_receiver() {
             "{}",
             String::from_utf8_lossy(&output.stderr)
         );
+        if source == "adyen" {
+            // Adyen signs inside the body: the output is the signed body.
+            let answer = app.post(source, &[], output.stdout).await;
+            assert_eq!(answer.body, b"[accepted]", "{}", answer.text());
+            continue;
+        }
         let headers: Vec<(String, String)> = String::from_utf8_lossy(&output.stdout)
             .lines()
             .map(|line| {
@@ -393,8 +431,15 @@ async fn statuses(app: &TestApp, source: &str) -> Vec<(String, i64)> {
 async fn slow_new_ids_store_every_fixture_anew_for_every_scheme() {
     let app = spawn_app().await;
     // Stripe (the body's id), Standard Webhooks (webhook-id), GitHub (the
-    // delivery id) and the generic HMAC shop (its id header).
-    for (source, files) in [("stripe", 8), ("standard", 6), ("github", 4), ("shop", 6)] {
+    // delivery id), the generic HMAC shop (its id header) and Adyen (every
+    // item's pspReference; one file is a batch of two).
+    for (source, files, events) in [
+        ("stripe", 8, 8),
+        ("standard", 6, 6),
+        ("github", 4, 4),
+        ("shop", 6, 6),
+        ("adyen", 7, 8),
+    ] {
         let (ok, lines) = replay(&app, source, &[]).await;
         assert!(ok, "{source}: {lines:#?}");
         let once = statuses(&app, source).await;
@@ -404,14 +449,19 @@ async fn slow_new_ids_store_every_fixture_anew_for_every_scheme() {
                 &[&source],
             )
             .await;
-        assert_eq!(ids_before.len(), files, "{source}");
+        assert_eq!(ids_before.len(), events, "{source}");
         for round in 1..=2 {
             let (ok, lines) = replay(&app, source, &["--new-ids"]).await;
             assert!(ok, "{source} round {round}: {lines:#?}");
             let sent = delivery_lines(&lines);
             assert_eq!(sent.len(), files, "{source}");
+            let answer = if source == "adyen" {
+                " 200 [accepted]  new "
+            } else {
+                " 200 accepted  new "
+            };
             assert!(
-                sent.iter().all(|l| l.contains(" 200 accepted  new ")),
+                sent.iter().all(|l| l.contains(answer)),
                 "{source}: {sent:#?}"
             );
         }
@@ -421,7 +471,7 @@ async fn slow_new_ids_store_every_fixture_anew_for_every_scheme() {
                 &[&source],
             )
             .await;
-        assert_eq!(ids.len(), 3 * files, "{source}: fresh ids each run");
+        assert_eq!(ids.len(), 3 * events, "{source}: fresh ids each run");
         // Each copy was stored and applied as the originals were.
         let thrice: Vec<(String, i64)> = once.iter().map(|(s, n)| (s.clone(), 3 * n)).collect();
         assert_eq!(statuses(&app, source).await, thrice, "{source}");
