@@ -232,6 +232,9 @@ proptest! {
     ) {
         let schemes = schemes();
         let (scheme, secrets) = &schemes[which.index(schemes.len())];
+        // Adyen signs fields inside a notification, not any bytes: its own tests
+        // change each signed field of each item.
+        prop_assume!(!matches!(scheme, Scheme::Adyen(_)));
         let verifier = Verifier { scheme, secrets, tolerance: TOLERANCE };
         let envelope = Envelope { event_id: &event_id, event_type: "payment.succeeded", timestamp: at };
         let headers = sign(scheme, &secrets[0], &body, &envelope).expect("sign").headers;

@@ -148,6 +148,23 @@ async fn each_event_code_maps_to_its_kind_and_every_answer_is_accepted() {
         )
     );
     assert_eq!(payment(&app, "1002").await.0, "failed");
+
+    // The desk shows them as it shows Stripe's: the payment with every event
+    // naming it (the ignored ones too), and each event's page.
+    let view = app.viewer().payment("adyen", "1001").await;
+    assert_eq!(view.status, 200, "{}", view.text());
+    let names: Vec<String> = view.json()["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(names.len(), 7, "{names:?}");
+    assert!(names.contains(&"1004:CAPTURE:false".to_string()));
+    let id = app.event_row_id("1005:REFUND:true").await;
+    let page = app.viewer().event_page(id).await;
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("1005:REFUND:true"));
 }
 
 #[tokio::test]
