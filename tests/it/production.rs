@@ -71,7 +71,7 @@ async fn slow_check_config_summarises_a_good_configuration_without_a_database() 
     let out = stdout(&output);
     assert!(
         out.starts_with("ok: ")
-            && out.contains("4 source(s) (stripe, standard, github, shop)")
+            && out.contains("5 source(s) (stripe, standard, github, shop, paddle)")
             && out.contains("2 admin token(s)")
             && out.contains("webhooks on 127.0.0.1:8080")
             && out.contains("database: DATABASE_URL"),
