@@ -12,6 +12,7 @@
 mod adyen;
 mod github;
 mod hmac;
+mod paddle;
 pub mod shape;
 mod standard;
 mod stripe;
@@ -39,6 +40,7 @@ pub enum Scheme {
     Github,
     Hmac(GenericHmac),
     Adyen(adyen::Adyen),
+    Paddle,
 }
 
 /// The provider of a configured scheme.
@@ -49,6 +51,7 @@ pub fn of(scheme: &Scheme) -> &dyn Provider {
         Scheme::Github => &github::Github,
         Scheme::Hmac(opts) => opts,
         Scheme::Adyen(opts) => opts,
+        Scheme::Paddle => &paddle::Paddle,
     }
 }
 
@@ -68,7 +71,7 @@ pub struct Entry {
 }
 
 /// Every provider: the one list a new one is added to.
-pub static REGISTRY: [Entry; 5] = [
+pub static REGISTRY: [Entry; 6] = [
     Entry {
         provider: &stripe::Stripe,
         keys: &[],
@@ -93,6 +96,11 @@ pub static REGISTRY: [Entry; 5] = [
         provider: &adyen::ANY,
         keys: adyen::KEYS,
         configure: adyen::configure,
+    },
+    Entry {
+        provider: &paddle::Paddle,
+        keys: &[],
+        configure: |_, _| Ok(Scheme::Paddle),
     },
 ];
 

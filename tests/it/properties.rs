@@ -54,13 +54,13 @@ fn schemes() -> Vec<(Scheme, Vec<Secret>)> {
 
 fn has_timestamp(scheme: &Scheme) -> bool {
     match scheme {
-        Scheme::Stripe | Scheme::Standard => true,
+        Scheme::Stripe | Scheme::Standard | Scheme::Paddle => true,
         Scheme::Github | Scheme::Adyen(_) => false,
         Scheme::Hmac(opts) => opts.timestamp_header.is_some(),
     }
 }
 
-const HEADER_NAMES: [&str; 18] = [
+const HEADER_NAMES: [&str; 19] = [
     "Stripe-Signature",
     "webhook-id",
     "webhook-timestamp",
@@ -79,6 +79,7 @@ const HEADER_NAMES: [&str; 18] = [
     "X-Sig",
     "X-Id",
     "X-Type",
+    "Paddle-Signature",
 ];
 
 /// A fragment of a header value: numbers of every size, hex, base64, anything.
@@ -96,7 +97,7 @@ fn piece() -> impl Strategy<Value = String> {
 /// A header value shaped like a signature header of some scheme, or not at all.
 fn header_value() -> impl Strategy<Value = String> {
     let prefixes = vec![
-        "t=", "v1=", "v0=", "v1,", "v2,", "sha256=", "whsec_", "", "=",
+        "t=", "v1=", "v0=", "v1,", "v2,", "sha256=", "whsec_", "ts=", "h1=", "", "=",
     ];
     let item = (prop::sample::select(prefixes), piece()).prop_map(|(p, v)| format!("{p}{v}"));
     let separators = vec![",", " ", ";", "\t", ", ", ""];

@@ -477,3 +477,42 @@ async fn slow_new_ids_store_every_fixture_anew_for_every_scheme() {
         assert_eq!(statuses(&app, source).await, thrice, "{source}");
     }
 }
+
+#[tokio::test]
+async fn slow_the_paddle_fixtures_replay_into_their_payment_rows() {
+    let app = spawn_app().await;
+    let (ok, lines) = replay(&app, "paddle", &[]).await;
+    assert!(ok, "{lines:#?}");
+    assert_eq!(delivery_lines(&lines).len(), 7);
+    let statuses = app
+        .strings(
+            "SELECT status FROM webhook_events WHERE source = 'paddle' ORDER BY id",
+            &[],
+        )
+        .await;
+    assert_eq!(
+        statuses,
+        [
+            "processed",
+            "ignored",
+            "processed",
+            "processed",
+            "processed",
+            "processed",
+            "ignored"
+        ]
+    );
+    assert_eq!(
+        payments(&app, "paddle").await,
+        rows(&[
+            (
+                "txn_01j8za1b2c3d4e5f6g7h8j9k0m",
+                "partially_refunded",
+                34800,
+                17400
+            ),
+            ("txn_01j8zb2c3d4e5f6g7h8j9k0m1n", "failed", 2599, 0),
+            ("txn_01j8zc3d4e5f6g7h8j9k0m1n2p", "disputed", 12000, 0),
+        ])
+    );
+}

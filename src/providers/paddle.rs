@@ -1,0 +1,276 @@
+//! Paddle Billing: `Paddle-Signature: ts=T;h1=HEX[;h1=HEX…]` where HEX =
+//! HMAC-SHA256(the endpoint's secret key as text, `T:` + raw body). Every `h1` is
+//! tried (Paddle sends several while a key rotates; its SDK reads only the last),
+//! unknown parts are ignored, and `ts` must be within the tolerance on both sides
+//! (5 s unless the source sets one, as Paddle's SDKs allow). The id and type are
+//! the signed body's `event_id` and `event_type`. Amounts are strings of minor
+//! units ("34800" is 348.00 USD); a refund or chargeback is an adjustment of a
+//! transaction, told apart by `data.action`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rand::RngExt;
+use serde_json::Value;
+
+use super::shape::IndexFields;
+use super::{Body, Missing, Provider, body_member, non_empty};
+use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, Refund, storable_id};
+use crate::signature::{
+    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
+    parse_unix_seconds,
+};
+
+const HEADER: &str = "Paddle-Signature";
+
+pub struct Paddle;
+
+impl KeyFormat for Paddle {}
+
+/// Paddle's types whose kind is their type alone: every Paddle source maps them unlisted.
+const EVENT_TYPES: [(&str, PaymentKind); 2] = [
+    ("transaction.completed", PaymentKind::Succeeded),
+    ("transaction.payment_failed", PaymentKind::Failed),
+];
+
+/// The types of an adjustment (a refund, credit or chargeback of a transaction).
+const ADJUSTMENTS: [&str; 2] = ["adjustment.created", "adjustment.updated"];
+
+/// What an adjustment is, by its `data.action` and `data.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Adjustment {
+    /// A refund Paddle has approved: money goes back.
+    ApprovedRefund,
+    Chargeback,
+    /// A refund not (yet) approved, a credit, a chargeback warning or reversal…
+    Other,
+}
+
+fn adjustment(payload: &Value) -> Option<Adjustment> {
+    let event_type = payload.get("event_type").and_then(Value::as_str)?;
+    if !ADJUSTMENTS.contains(&event_type) {
+        return None;
+    }
+    let data = |field| payload.pointer(field).and_then(Value::as_str);
+    Some(match (data("/data/action"), data("/data/status")) {
+        (Some("refund"), Some("approved")) => Adjustment::ApprovedRefund,
+        (Some("chargeback"), _) => Adjustment::Chargeback,
+        _ => Adjustment::Other,
+    })
+}
+
+/// A Paddle amount: a string of digits in minor units. Absent or null is none.
+fn amount(payload: &Value, pointer: &str) -> Result<Option<i64>, String> {
+    let path = || {
+        format!(
+            "data{}",
+            pointer.trim_start_matches("/data").replace('/', ".")
+        )
+    };
+    match payload.pointer(pointer) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text))
+            if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            text.parse::<i64>()
+                .map(Some)
+                .map_err(|_| format!("{} {text:?} is too large to store", path()))
+        }
+        Some(other) => Err(format!(
+            "{} is {other}, not an amount in minor units (a string of digits, as Paddle sends)",
+            path()
+        )),
+    }
+}
+
+fn text_at(payload: &Value, pointer: &str) -> Option<String> {
+    non_empty(payload.pointer(pointer))
+}
+
+impl Provider for Paddle {
+    fn name(&self) -> &'static str {
+        "paddle"
+    }
+
+    fn signed_header_names(&self) -> Vec<&str> {
+        vec![HEADER]
+    }
+
+    fn verify(
+        &self,
+        keys: &Keys<'_>,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: i64,
+    ) -> Result<Verified, SignatureError> {
+        let value = headers
+            .header(HEADER)
+            .ok_or_else(|| SignatureError::Missing(HEADER.to_string()))?;
+        let mut timestamp = None;
+        let mut candidates = Vec::new();
+        for part in value.split(';').filter(|p| !p.trim().is_empty()) {
+            let Some((key, val)) = part.split_once('=') else {
+                return Err(SignatureError::malformed(
+                    HEADER,
+                    "expected key=value parts separated by ;",
+                ));
+            };
+            match key.trim() {
+                "ts" if timestamp.is_none() => timestamp = Some(val.trim()),
+                "ts" => return Err(SignatureError::malformed(HEADER, "more than one ts")),
+                "h1" => {
+                    let tag = hex::decode(val.trim())
+                        .map_err(|_| SignatureError::malformed(HEADER, "h1 is not hex"))?;
+                    candidates.push(tag);
+                }
+                _ => {}
+            }
+        }
+        let timestamp_text =
+            timestamp.ok_or_else(|| SignatureError::malformed(HEADER, "no ts="))?;
+        if candidates.is_empty() {
+            return Err(SignatureError::malformed(HEADER, "no h1 signature"));
+        }
+        let timestamp = parse_unix_seconds(HEADER, timestamp_text)?;
+        let verified = keys.find_signer(&[timestamp_text.as_bytes(), b":", body], &candidates)?;
+        keys.check_timestamp(timestamp, now)?;
+        Ok(verified)
+    }
+
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+        let ts = envelope.timestamp.to_string();
+        let tag = hmac_sha256(key, &[ts.as_bytes(), b":", body]);
+        Ok(Signed::headers(vec![(
+            HEADER.to_string(),
+            format!("ts={ts};h1={}", hex::encode(tag)),
+        )]))
+    }
+
+    /// Paddle's SDKs allow 5 seconds.
+    fn default_tolerance(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+
+    /// As Paddle shows an endpoint's secret key: `pdl_ntfset_`, 26 lowercase
+    /// letters and digits, `_`, 32 letters and digits (the whole text is the key).
+    fn new_secret(&self) -> Secret {
+        let mut rng = rand::rng();
+        let setting: String = (&mut rng)
+            .sample_iter(rand::distr::Alphanumeric)
+            .map(|b| char::from(b).to_ascii_lowercase())
+            .take(26)
+            .collect();
+        let key: String = rng
+            .sample_iter(rand::distr::Alphanumeric)
+            .take(32)
+            .map(char::from)
+            .collect();
+        Secret::new(format!("pdl_ntfset_{setting}_{key}"))
+    }
+
+    fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
+        let id =
+            body_member(payload, "event_id").ok_or_else(|| Missing::Id("body.event_id".into()))?;
+        let ty = body_member(payload, "event_type")
+            .ok_or_else(|| Missing::Type("body.event_type".into()))?;
+        Ok((id, ty))
+    }
+
+    fn default_event_types(&self) -> HashMap<String, String> {
+        EVENT_TYPES
+            .iter()
+            .map(|(provider, kind)| (provider.to_string(), kind.as_str().to_string()))
+            .collect()
+    }
+
+    /// An approved refund is a refund, a chargeback a dispute; other adjustments
+    /// (refunds awaiting approval, credits, chargeback warnings) have no kind.
+    fn kind_of(&self, _event_type: &str, payload: &Value) -> Option<PaymentKind> {
+        match adjustment(payload)? {
+            Adjustment::ApprovedRefund => Some(PaymentKind::Refunded),
+            Adjustment::Chargeback => Some(PaymentKind::DisputeOpened),
+            Adjustment::Other => None,
+        }
+    }
+
+    /// A transaction names the payment by its own `data.id` and states its
+    /// `grand_total`; an adjustment names it by `data.transaction_id`, and an
+    /// approved refund states itself (its id and `totals.total`), never the
+    /// payment's amount.
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
+        let kind = adjustment(payload);
+        let (pointer, field) = match kind {
+            Some(_) => ("/data/transaction_id", "data.transaction_id"),
+            None => ("/data/id", "data.id"),
+        };
+        let payment_id = text_at(payload, pointer).ok_or_else(|| format!("{field} is missing"))?;
+        let refund = match kind {
+            Some(Adjustment::ApprovedRefund) => Some(Refund {
+                id: text_at(payload, "/data/id").ok_or("data.id is missing")?,
+                amount: amount(payload, "/data/totals/total")?
+                    .ok_or("data.totals.total is missing")?,
+            }),
+            _ => None,
+        };
+        let facts = PaymentFacts {
+            payment_id,
+            amount: match kind {
+                Some(_) => None,
+                None => amount(payload, "/data/details/totals/grand_total")?,
+            },
+            amount_refunded: None,
+            currency: text_at(payload, "/data/currency_code"),
+            customer_id: text_at(payload, "/data/customer_id"),
+            refund,
+        };
+        let texts = [
+            ("payment id", Some(&facts.payment_id)),
+            ("currency", facts.currency.as_ref()),
+            ("customer id", facts.customer_id.as_ref()),
+            ("refund id", facts.refund.as_ref().map(|r| &r.id)),
+        ];
+        for (what, text) in texts {
+            if text.is_some_and(|t| !storable_id(t)) {
+                return Err(format!(
+                    "the {what} is longer than {MAX_ID_LEN} bytes or contains a NUL character"
+                ));
+            }
+        }
+        Ok(facts)
+    }
+
+    fn index_fields(&self, payload: &Value) -> IndexFields {
+        let event_type = payload.get("event_type").and_then(Value::as_str);
+        let own_id = |prefix: &str| {
+            event_type
+                .is_some_and(|t| t.starts_with(prefix))
+                .then(|| text_at(payload, "/data/id"))
+                .flatten()
+        };
+        IndexFields {
+            payment_id: own_id("transaction.").or_else(|| text_at(payload, "/data/transaction_id")),
+            customer_id: own_id("customer.").or_else(|| text_at(payload, "/data/customer_id")),
+        }
+    }
+
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+        body.text("event_id")
+            .ok_or_else(|| "a Paddle body needs an \"event_id\"".into())
+    }
+
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
+        body.text("event_type")
+            .ok_or_else(|| "a Paddle body needs an \"event_type\"".into())
+    }
+
+    /// `evt_` and 26 lowercase hex digits, in the body's `event_id`.
+    fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {
+        (
+            format!("evt_{}", hex::encode(&random[..13])),
+            Some("/event_id".into()),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;
