@@ -13,6 +13,7 @@ mod adyen;
 mod github;
 mod hmac;
 pub mod shape;
+mod square;
 mod standard;
 mod stripe;
 
@@ -39,6 +40,7 @@ pub enum Scheme {
     Github,
     Hmac(GenericHmac),
     Adyen(adyen::Adyen),
+    Square(square::Square),
 }
 
 /// The provider of a configured scheme.
@@ -49,6 +51,7 @@ pub fn of(scheme: &Scheme) -> &dyn Provider {
         Scheme::Github => &github::Github,
         Scheme::Hmac(opts) => opts,
         Scheme::Adyen(opts) => opts,
+        Scheme::Square(opts) => opts,
     }
 }
 
@@ -68,7 +71,7 @@ pub struct Entry {
 }
 
 /// Every provider: the one list a new one is added to.
-pub static REGISTRY: [Entry; 5] = [
+pub static REGISTRY: [Entry; 6] = [
     Entry {
         provider: &stripe::Stripe,
         keys: &[],
@@ -93,6 +96,11 @@ pub static REGISTRY: [Entry; 5] = [
         provider: &adyen::ANY,
         keys: adyen::KEYS,
         configure: adyen::configure,
+    },
+    Entry {
+        provider: &square::ANY,
+        keys: square::KEYS,
+        configure: square::configure,
     },
 ];
 
@@ -432,6 +440,14 @@ fn non_empty(value: Option<&Value>) -> Option<String> {
         Value::Number(n) => Some(n.to_string()),
         _ => None,
     }
+}
+
+/// A provider's static type → kind pairs as a source's `event_types`.
+fn kind_table(pairs: &[(&str, PaymentKind)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(provider, kind)| (provider.to_string(), kind.as_str().to_string()))
+        .collect()
 }
 
 /// A top-level member of the body, as an id or type.
