@@ -24,12 +24,13 @@ use crate::signature::Secret;
 
 /// The secrets and tokens of the shipped `hookd.toml`. They are public, so `serve`
 /// accepts them only with `development = true`, and then only on loopback addresses.
-pub const DEVELOPMENT_CREDENTIALS: [&str; 7] = [
+pub const DEVELOPMENT_CREDENTIALS: [&str; 8] = [
     "whsec_dev_stripe_current_0123456789",
     "whsec_dev_stripe_previous_0123456789",
     "whsec_aG9va2QtZGV2LXN0YW5kYXJkLXNlY3JldC1rZXktMzJi",
     "dev-github-secret",
     "dev-shop-secret",
+    "dev-square-signature-key",
     "dev-viewer-token-0123456789",
     "dev-operator-token-0123456789",
 ];

@@ -37,11 +37,11 @@ fn error(text: &str) -> String {
 }
 
 #[test]
-fn the_shipped_config_loads_with_its_four_sources() {
+fn the_shipped_config_loads_with_its_sources() {
     let text = include_str!("../../hookd.toml");
     let settings = load(text).expect("shipped hookd.toml");
     let names: Vec<_> = settings.sources.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["stripe", "standard", "github", "shop"]);
+    assert_eq!(names, ["stripe", "standard", "github", "shop", "square"]);
     assert_eq!(settings.source("stripe").map(|s| s.secrets.len()), Some(2));
     assert_eq!(settings.admin_tokens.len(), 2);
 }
@@ -357,7 +357,7 @@ fn every_credential_of_the_shipped_config_is_known_as_a_development_value() {
 }
 
 /// Every source of the shipped file given a secret of its own.
-const LIVE_SOURCE_SECRETS: [(&str, &str); 4] = [
+const LIVE_SOURCE_SECRETS: [(&str, &str); 5] = [
     ("HOOKD_SOURCE_STRIPE_SECRETS", "whsec_live_a1b2c3"),
     (
         "HOOKD_SOURCE_STANDARD_SECRETS",
@@ -365,6 +365,7 @@ const LIVE_SOURCE_SECRETS: [(&str, &str); 4] = [
     ),
     ("HOOKD_SOURCE_GITHUB_SECRETS", "live-github"),
     ("HOOKD_SOURCE_SHOP_SECRETS", "live-shop"),
+    ("HOOKD_SOURCE_SQUARE_SECRETS", "live-square"),
 ];
 
 #[test]
@@ -697,7 +698,8 @@ fn dedupe_on_body_is_on_where_the_id_or_type_is_unsigned_and_refused_elsewhere()
             ("stripe", false),
             ("standard", false),
             ("github", true),
-            ("shop", true)
+            ("shop", true),
+            ("square", false)
         ]
     );
     let github = "[[sources]]\nname = \"g\"\nscheme = \"github\"\nsecrets = [\"x\"]\n";

@@ -21,6 +21,7 @@ mod payments;
 mod process;
 mod production;
 mod properties;
+mod providers_square;
 mod purge;
 mod receive;
 mod replay;

@@ -69,10 +69,12 @@ impl Handler for PaymentHandler {
 
 impl PaymentHandler {
     fn update_for(&self, event: &Event<'_>) -> Result<PaymentUpdate, HandlerError> {
-        let facts = crate::providers::named(event.scheme)
-            .map_or(PaymentShape::Neutral, |p| p.payment_shape())
-            .payment_facts(event.payload)
-            .map_err(HandlerError::Permanent)?;
+        // The provider's own reading (Adyen's and Square's differ from their shape's).
+        let facts = match crate::providers::named(event.scheme) {
+            Some(provider) => provider.payment_facts(event.payload),
+            None => PaymentShape::Neutral.payment_facts(event.payload),
+        }
+        .map_err(HandlerError::Permanent)?;
         if self.0 == PaymentKind::Refunded
             && facts.amount_refunded.is_none()
             && facts.refund.is_none()
