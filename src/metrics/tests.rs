@@ -174,7 +174,7 @@ fn the_configurations_label_values_need_no_series_added_at_runtime() {
     let settings = Settings::from_toml("hookd.toml", text, &Default::default())
         .unwrap_or_else(|e| panic!("hookd.toml: {e}"));
     let metrics = Metrics::new(&settings);
-    for source in ["stripe", "standard", "github", "shop", "unknown"] {
+    for source in ["stripe", "standard", "github", "shop", "square", "unknown"] {
         metrics.delivery(source, "processed");
         metrics.delivery_duration(source, Duration::from_millis(1));
         metrics.signature_failure(source, &SignatureError::TooOld { seconds: 600 });

@@ -14,6 +14,7 @@ mod github;
 mod hmac;
 mod paddle;
 pub mod shape;
+mod square;
 mod standard;
 mod stripe;
 
@@ -41,6 +42,7 @@ pub enum Scheme {
     Hmac(GenericHmac),
     Adyen(adyen::Adyen),
     Paddle,
+    Square(square::Square),
 }
 
 /// The provider of a configured scheme.
@@ -52,6 +54,7 @@ pub fn of(scheme: &Scheme) -> &dyn Provider {
         Scheme::Hmac(opts) => opts,
         Scheme::Adyen(opts) => opts,
         Scheme::Paddle => &paddle::Paddle,
+        Scheme::Square(opts) => opts,
     }
 }
 
@@ -71,7 +74,7 @@ pub struct Entry {
 }
 
 /// Every provider: the one list a new one is added to.
-pub static REGISTRY: [Entry; 6] = [
+pub static REGISTRY: [Entry; 7] = [
     Entry {
         provider: &stripe::Stripe,
         keys: &[],
@@ -101,6 +104,11 @@ pub static REGISTRY: [Entry; 6] = [
         provider: &paddle::Paddle,
         keys: &[],
         configure: |_, _| Ok(Scheme::Paddle),
+    },
+    Entry {
+        provider: &square::ANY,
+        keys: square::KEYS,
+        configure: square::configure,
     },
 ];
 
@@ -451,6 +459,14 @@ fn non_empty(value: Option<&Value>) -> Option<String> {
         Value::Number(n) => Some(n.to_string()),
         _ => None,
     }
+}
+
+/// A provider's static type → kind pairs as a source's `event_types`.
+fn kind_table(pairs: &[(&str, PaymentKind)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(provider, kind)| (provider.to_string(), kind.as_str().to_string()))
+        .collect()
 }
 
 /// A top-level member of the body, as an id or type.

@@ -10,7 +10,7 @@ use rand::RngExt;
 use serde_json::Value;
 
 use super::shape::PaymentShape;
-use super::{Body, Missing, Provider, body_member};
+use super::{Body, Missing, Provider, body_member, kind_table};
 use crate::domain::PaymentKind;
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
@@ -109,10 +109,7 @@ impl Provider for Stripe {
     }
 
     fn default_event_types(&self) -> HashMap<String, String> {
-        EVENT_TYPES
-            .iter()
-            .map(|(provider, kind)| (provider.to_string(), kind.as_str().to_string()))
-            .collect()
+        kind_table(&EVENT_TYPES)
     }
 
     fn default_fingerprint_ignore(&self) -> Vec<String> {

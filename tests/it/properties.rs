@@ -55,12 +55,12 @@ fn schemes() -> Vec<(Scheme, Vec<Secret>)> {
 fn has_timestamp(scheme: &Scheme) -> bool {
     match scheme {
         Scheme::Stripe | Scheme::Standard | Scheme::Paddle => true,
-        Scheme::Github | Scheme::Adyen(_) => false,
+        Scheme::Github | Scheme::Adyen(_) | Scheme::Square(_) => false,
         Scheme::Hmac(opts) => opts.timestamp_header.is_some(),
     }
 }
 
-const HEADER_NAMES: [&str; 19] = [
+const HEADER_NAMES: [&str; 20] = [
     "Stripe-Signature",
     "webhook-id",
     "webhook-timestamp",
@@ -80,6 +80,7 @@ const HEADER_NAMES: [&str; 19] = [
     "X-Id",
     "X-Type",
     "Paddle-Signature",
+    "x-square-hmacsha256-signature",
 ];
 
 /// A fragment of a header value: numbers of every size, hex, base64, anything.

@@ -416,6 +416,53 @@ async fn slow_replay_sends_over_https_verifying_the_certificate() {
     );
 }
 
+#[tokio::test]
+async fn slow_replaying_the_square_fixtures_gives_the_documented_rows() {
+    let app = spawn_app().await;
+    for round in 1..=2 {
+        let (ok, lines) = replay(&app, "square", &[]).await;
+        assert!(ok, "round {round}: {lines:#?}");
+        let sent = delivery_lines(&lines);
+        assert_eq!(sent.len(), 8);
+        let answer = if round == 1 {
+            " 200 accepted  new "
+        } else {
+            "replayed"
+        };
+        assert!(sent.iter().all(|l| l.contains(answer)), "{sent:#?}");
+    }
+    assert_eq!(
+        statuses(&app, "square").await,
+        [("ignored".to_string(), 3), ("processed".to_string(), 5)]
+    );
+    assert_eq!(
+        payments(&app, "square").await,
+        rows(&[
+            (
+                "bP9mZ3kQ7wL2xV5nR8tY1cF4hJ6D",
+                "partially_refunded",
+                2500,
+                1000
+            ),
+            ("cQ1nA4lR8xM3yW6oS9uZ2dG5iK7E", "failed", 4200, 0),
+            ("dR2oB5mS9yN4zX7pT0vA3eH6jL8F", "disputed", 9900, 0),
+        ])
+    );
+    let (currency, customer): (String, String) = {
+        let row = &app
+            .query(
+                "SELECT currency, customer_id FROM payments WHERE payment_id = 'bP9mZ3kQ7wL2xV5nR8tY1cF4hJ6D'",
+                &[],
+            )
+            .await[0];
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(
+        (currency.as_str(), customer.as_str()),
+        ("USD", "JDKYHBWT1D4F8MFH63DBMEN8Y4")
+    );
+}
+
 async fn statuses(app: &TestApp, source: &str) -> Vec<(String, i64)> {
     app.query(
         "SELECT status, count(*) FROM webhook_events WHERE source = $1 GROUP BY 1 ORDER BY 1",
@@ -431,7 +478,8 @@ async fn statuses(app: &TestApp, source: &str) -> Vec<(String, i64)> {
 async fn slow_new_ids_store_every_fixture_anew_for_every_scheme() {
     let app = spawn_app().await;
     // Stripe (the body's id), Standard Webhooks (webhook-id), GitHub (the
-    // delivery id), the generic HMAC shop (its id header) and Adyen (every
+    // delivery id), the generic HMAC shop (its id header) Square (its
+    // event_id) and Adyen (every
     // item's pspReference; one file is a batch of two).
     for (source, files, events) in [
         ("stripe", 8, 8),
@@ -439,6 +487,7 @@ async fn slow_new_ids_store_every_fixture_anew_for_every_scheme() {
         ("github", 4, 4),
         ("shop", 6, 6),
         ("adyen", 7, 8),
+        ("square", 8, 8),
     ] {
         let (ok, lines) = replay(&app, source, &[]).await;
         assert!(ok, "{source}: {lines:#?}");

@@ -69,6 +69,7 @@ impl Handler for PaymentHandler {
 
 impl PaymentHandler {
     fn update_for(&self, event: &Event<'_>) -> Result<PaymentUpdate, HandlerError> {
+        // The provider's own reading (Adyen's, Square's and Paddle's differ from their shape's).
         let facts = match crate::providers::named(event.scheme) {
             Some(provider) => provider.payment_facts(event.payload),
             None => PaymentShape::Neutral.payment_facts(event.payload),

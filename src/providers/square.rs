@@ -1,0 +1,243 @@
+//! Square: `x-square-hmacsha256-signature` is base64 HMAC-SHA256(signature key
+//! as text, notification URL + raw body), where the URL is the one set in
+//! Square's dashboard (`notification_url`), verbatim, query included. Square
+//! signs no timestamp, so there is no replay window beyond the dedupe. The id
+//! (`event_id`) and type (`type`) are in the signed body; payments, refunds and
+//! disputes are in `data.object.{payment,refund,dispute}`, amounts in minor
+//! units. Whether a payment or refund event is a kind depends on its `status`.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use base64::Engine;
+use base64::engine::general_purpose::{STANDARD as BASE64, URL_SAFE_NO_PAD};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::shape::IndexFields;
+use super::{Body, Missing, Provider, Scheme, body_member, kind_table, non_empty, uuid_from};
+use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, Refund, storable_id};
+use crate::keys::{self, Problem};
+use crate::signature::{
+    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
+};
+
+const SIGNATURE: &str = "x-square-hmacsha256-signature";
+
+/// A source of scheme `square`, with its own keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Square {
+    /// The URL Square's dashboard sends to, as written there: part of what is signed.
+    pub notification_url: String,
+}
+
+/// A Square source with no keys of its own, for what does not depend on them.
+pub static ANY: Square = Square {
+    notification_url: String::new(),
+};
+
+/// The keys only scheme `square` takes.
+pub const KEYS: &[&str] = &["notification_url"];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSquare {
+    notification_url: Option<String>,
+}
+
+pub fn configure(table: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Scheme, Problem> {
+    let raw: RawSquare = keys::read(table, key)?;
+    let problem = |what: &str| (key("notification_url"), what.to_string());
+    let url = raw.notification_url.ok_or_else(|| {
+        problem("is required for scheme \"square\": the URL set in Square's dashboard")
+    })?;
+    // Kept as written (a parsed URL may gain a `/`): Square signs the text.
+    let is_web_url = reqwest::Url::parse(&url)
+        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+    if !is_web_url || url.trim() != url {
+        return Err(problem(&format!(
+            "{url:?} is not an http(s) URL (write it exactly as Square's dashboard shows it)"
+        )));
+    }
+    Ok(Scheme::Square(Square {
+        notification_url: url,
+    }))
+}
+
+/// Square's types whose kind never depends on the payload.
+const EVENT_TYPES: [(&str, PaymentKind); 1] = [("dispute.created", PaymentKind::DisputeOpened)];
+
+/// The object an event is about: `data.object.payment` and the like.
+fn object<'v>(payload: &'v Value, name: &str) -> Option<&'v Value> {
+    payload.pointer(&format!("/data/object/{name}"))
+}
+
+fn status<'v>(payload: &'v Value, name: &str) -> Option<&'v str> {
+    object(payload, name)?.get("status")?.as_str()
+}
+
+/// Which object a type is about, and where that object names the payment.
+fn payment_of(event_type: &str) -> Option<(&'static str, &'static str)> {
+    match event_type.split_once('.')?.0 {
+        "payment" => Some(("payment", "/id")),
+        "refund" => Some(("refund", "/payment_id")),
+        "dispute" => Some(("dispute", "/disputed_payment/payment_id")),
+        _ => None,
+    }
+}
+
+/// An amount in minor units, if stated.
+fn amount(object: &Value, path: &str) -> Result<Option<i64>, String> {
+    match object.pointer("/amount_money/amount") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .filter(|v| *v >= 0)
+            .map(Some)
+            .ok_or_else(|| format!("{path}.amount_money.amount is not a non-negative integer")),
+    }
+}
+
+impl KeyFormat for Square {
+    /// The signature key is used as written; the SDK refuses an empty one.
+    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
+        if secret.expose().is_empty() {
+            return Err("is empty".into());
+        }
+        Ok(Cow::Borrowed(secret.expose().as_bytes()))
+    }
+}
+
+impl Provider for Square {
+    fn name(&self) -> &'static str {
+        "square"
+    }
+
+    fn signed_header_names(&self) -> Vec<&str> {
+        vec![SIGNATURE]
+    }
+
+    /// The header is compared as sent, like Square's SDK: no trimming, padded
+    /// base64 only.
+    fn verify(
+        &self,
+        keys: &Keys<'_>,
+        headers: &dyn Headers,
+        body: &[u8],
+        _now: i64,
+    ) -> Result<Verified, SignatureError> {
+        let value = headers
+            .header(SIGNATURE)
+            .ok_or_else(|| SignatureError::Missing(SIGNATURE.to_string()))?;
+        let tag = BASE64
+            .decode(value)
+            .map_err(|_| SignatureError::malformed(SIGNATURE, "not base64"))?;
+        keys.find_signer(&[self.notification_url.as_bytes(), body], &[tag])
+    }
+
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+        let tag = hmac_sha256(key, &[self.notification_url.as_bytes(), body]);
+        Ok(Signed::headers(vec![(
+            SIGNATURE.to_string(),
+            BASE64.encode(tag),
+        )]))
+    }
+
+    /// 22 base64url characters (16 random bytes), as Square's signature keys look.
+    fn new_secret(&self) -> Secret {
+        Secret::new(URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>()))
+    }
+
+    fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
+        let id =
+            body_member(payload, "event_id").ok_or_else(|| Missing::Id("body.event_id".into()))?;
+        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
+        Ok((id, ty))
+    }
+
+    fn default_event_types(&self) -> HashMap<String, String> {
+        kind_table(&EVENT_TYPES)
+    }
+
+    /// A payment is a kind once `COMPLETED`, `FAILED` or `CANCELED` (an approved
+    /// or pending one is not yet); a refund once `COMPLETED`.
+    fn kind_of(&self, event_type: &str, payload: &Value) -> Option<PaymentKind> {
+        match event_type {
+            "payment.created" | "payment.updated" => match status(payload, "payment")? {
+                "COMPLETED" => Some(PaymentKind::Succeeded),
+                "FAILED" | "CANCELED" => Some(PaymentKind::Failed),
+                _ => None,
+            },
+            "refund.created" | "refund.updated" => {
+                (status(payload, "refund")? == "COMPLETED").then_some(PaymentKind::Refunded)
+            }
+            _ => None,
+        }
+    }
+
+    /// A payment states its amount and customer; a refund its own id and
+    /// amount; a dispute only which payment it is about.
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
+        let event_type = payload.get("type").and_then(Value::as_str).unwrap_or("");
+        let (name, payment_pointer) = payment_of(event_type)
+            .ok_or_else(|| format!("type {event_type:?} is not about a payment"))?;
+        let path = format!("data.object.{name}");
+        let object = object(payload, name)
+            .filter(|o| o.is_object())
+            .ok_or_else(|| format!("{path} is missing or not an object"))?;
+        let payment_id = non_empty(object.pointer(payment_pointer))
+            .ok_or_else(|| format!("{path}{} is missing", payment_pointer.replace('/', ".")))?;
+        let stated = amount(object, &path)?;
+        let refund = match name {
+            "refund" => Some(Refund {
+                id: non_empty(object.get("id")).ok_or_else(|| format!("{path}.id is missing"))?,
+                amount: stated.ok_or_else(|| format!("{path}.amount_money.amount is missing"))?,
+            }),
+            _ => None,
+        };
+        let facts = PaymentFacts {
+            payment_id,
+            amount: if name == "payment" { stated } else { None },
+            amount_refunded: None,
+            currency: non_empty(object.pointer("/amount_money/currency")),
+            customer_id: non_empty(object.get("customer_id")),
+            refund,
+        };
+        let texts = [
+            Some(&facts.payment_id),
+            facts.currency.as_ref(),
+            facts.customer_id.as_ref(),
+            facts.refund.as_ref().map(|r| &r.id),
+        ];
+        if texts.into_iter().flatten().any(|t| !storable_id(t)) {
+            return Err(format!(
+                "an id is longer than {MAX_ID_LEN} bytes or contains a NUL character"
+            ));
+        }
+        Ok(facts)
+    }
+
+    fn index_fields(&self, payload: &Value) -> IndexFields {
+        let event_type = payload.get("type").and_then(Value::as_str).unwrap_or("");
+        let Some((name, payment_pointer)) = payment_of(event_type) else {
+            return IndexFields::default();
+        };
+        let object = object(payload, name);
+        IndexFields {
+            payment_id: non_empty(object.and_then(|o| o.pointer(payment_pointer))),
+            customer_id: non_empty(object.and_then(|o| o.get("customer_id"))),
+        }
+    }
+
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+        body.text("event_id")
+            .ok_or_else(|| "a Square body needs an \"event_id\"".into())
+    }
+
+    fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {
+        (uuid_from(random), Some("/event_id".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,333 @@
+//! Scheme `square` through real HTTP: kinds by the payment's or refund's status,
+//! payment rows in minor units with Square's currency and customer, refunds in
+//! any order, duplicates, rotation, and refusals that store nothing.
+
+use hookd::providers::{Scheme, sign};
+use hookd::signature::{Envelope, Secret};
+use serde_json::{Value, json};
+
+use crate::support::{Answer, Spawn, TestApp, shipped_settings, spawn, spawn_app};
+
+const SOURCE: &str = "square";
+const SIGNATURE: &str = "x-square-hmacsha256-signature";
+
+/// A Square event of `event_type` about `object` (`payment`, `refund`, `dispute`).
+fn event(id: &str, event_type: &str, object: Value) -> Value {
+    let name = event_type.split('.').next().expect("type");
+    json!({"merchant_id": "6SSW7HV8K2ST5", "type": event_type, "event_id": id,
+           "created_at": "2024-06-12T21:27:34.308Z",
+           "data": {"type": name, "id": object["id"], "object": {name: object}}})
+}
+
+fn payment(id: &str, event_type: &str, payment: &str, status: &str) -> Value {
+    event(
+        id,
+        event_type,
+        json!({"id": payment, "status": status, "customer_id": format!("cus_{payment}"),
+               "amount_money": {"amount": 1500, "currency": "USD"}, "source_type": "CARD"}),
+    )
+}
+
+fn refund(id: &str, event_type: &str, payment: &str, refund: &str, amount: i64) -> Value {
+    refund_in(id, event_type, payment, refund, amount, "COMPLETED")
+}
+
+fn refund_in(id: &str, ty: &str, payment: &str, refund: &str, amount: i64, status: &str) -> Value {
+    event(
+        id,
+        ty,
+        json!({"id": refund, "payment_id": payment, "status": status,
+               "amount_money": {"amount": amount, "currency": "USD"}}),
+    )
+}
+
+fn dispute(id: &str, payment: &str) -> Value {
+    event(
+        id,
+        "dispute.created",
+        json!({"id": format!("dp_{payment}"), "state": "EVIDENCE_REQUIRED", "reason": "NOT_AS_DESCRIBED",
+               "amount_money": {"amount": 1500, "currency": "USD"},
+               "disputed_payment": {"payment_id": payment}}),
+    )
+}
+
+/// The stored event's kind and status.
+async fn stored(app: &TestApp, event_id: &str) -> (Option<String>, String) {
+    let row = &app
+        .query(
+            "SELECT kind, status FROM webhook_events WHERE source = $1 AND event_id = $2",
+            &[&SOURCE, &event_id],
+        )
+        .await[0];
+    (row.get(0), row.get(1))
+}
+
+/// A payment's row: status, amount, refunded, currency, customer.
+async fn row(app: &TestApp, payment: &str) -> (String, i64, i64, Option<String>, Option<String>) {
+    let row = &app
+        .query(
+            "SELECT status, amount, amount_refunded, currency, customer_id
+             FROM payments WHERE source = $1 AND payment_id = $2",
+            &[&SOURCE, &payment],
+        )
+        .await[0];
+    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
+}
+
+async fn count(app: &TestApp, sql: &str) -> i64 {
+    app.count(sql, &[]).await
+}
+
+#[tokio::test]
+async fn square_kinds_follow_the_status_and_the_rest_is_ignored() {
+    let app = spawn_app().await;
+    let processed = |kind: &str| (Some(kind.to_string()), "processed".to_string());
+    let ignored = (None, "ignored".to_string());
+    let cases = [
+        (
+            payment("sq_1", "payment.created", "p_a", "APPROVED"),
+            ignored.clone(),
+        ),
+        (
+            payment("sq_2", "payment.updated", "p_a", "COMPLETED"),
+            processed("payment_succeeded"),
+        ),
+        (
+            payment("sq_3", "payment.created", "p_b", "COMPLETED"),
+            processed("payment_succeeded"),
+        ),
+        (
+            payment("sq_4", "payment.updated", "p_c", "FAILED"),
+            processed("payment_failed"),
+        ),
+        (
+            payment("sq_5", "payment.updated", "p_d", "CANCELED"),
+            processed("payment_failed"),
+        ),
+        (
+            refund_in("sq_6", "refund.created", "p_a", "r_a", 500, "PENDING"),
+            ignored.clone(),
+        ),
+        (
+            refund("sq_7", "refund.updated", "p_a", "r_a", 500),
+            processed("payment_refunded"),
+        ),
+        (
+            refund("sq_8", "refund.created", "p_b", "r_b", 1500),
+            processed("payment_refunded"),
+        ),
+        (
+            refund_in("sq_9", "refund.updated", "p_b", "r_c", 100, "FAILED"),
+            ignored.clone(),
+        ),
+        (dispute("sq_10", "p_b"), processed("dispute_opened")),
+        (
+            json!({"type": "customer.created", "event_id": "sq_11",
+                   "data": {"type": "customer", "object": {"customer": {"id": "cus_x"}}}}),
+            ignored.clone(),
+        ),
+    ];
+    for (body, expected) in &cases {
+        let id = body["event_id"].as_str().expect("id");
+        let answer = app.deliver(SOURCE, body).await;
+        assert_eq!(answer.status, 200, "{id}: {}", answer.text());
+        assert_eq!(
+            answer.body,
+            format!(r#"{{"status":"accepted","event_id":"{id}"}}"#).as_bytes()
+        );
+        assert_eq!(&stored(&app, id).await, expected, "{id}");
+    }
+    let rows = [
+        ("p_a", "partially_refunded", 500),
+        ("p_b", "disputed", 1500),
+        ("p_c", "failed", 0),
+        ("p_d", "failed", 0),
+    ];
+    for (payment, status, refunded) in rows {
+        let (s, amount, r, ..) = row(&app, payment).await;
+        assert_eq!(
+            (s.as_str(), amount, r),
+            (status, 1500, refunded),
+            "{payment}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn square_payment_rows_are_minor_units_with_currency_and_customer_whatever_the_order() {
+    let app = spawn_app().await;
+    // Two refunds and the payment itself, in two orders: the same row.
+    for (payment, refunds_first) in [("p_after", false), ("p_before", true)] {
+        let paid = payment_body(payment);
+        let refunds = [
+            refund(
+                &format!("{payment}_r1"),
+                "refund.updated",
+                payment,
+                &format!("{payment}_1"),
+                400,
+            ),
+            refund(
+                &format!("{payment}_r2"),
+                "refund.created",
+                payment,
+                &format!("{payment}_2"),
+                350,
+            ),
+        ];
+        let mut bodies: Vec<Value> = refunds.to_vec();
+        if refunds_first {
+            bodies.push(paid);
+        } else {
+            bodies.insert(0, paid);
+        }
+        for body in &bodies {
+            app.deliver_ok(SOURCE, body).await;
+        }
+        // A refund resent under another event id counts once.
+        let mut again = refunds[0].clone();
+        again["event_id"] = json!(format!("{payment}_r1_again"));
+        app.deliver_ok(SOURCE, &again).await;
+        assert_eq!(
+            row(&app, payment).await,
+            (
+                "partially_refunded".into(),
+                1500,
+                750,
+                Some("USD".into()),
+                Some(format!("cus_{payment}"))
+            ),
+            "{payment}"
+        );
+    }
+    let refunds = count(
+        &app,
+        "SELECT count(*) FROM payment_refunds WHERE source = 'square'",
+    )
+    .await;
+    assert_eq!(refunds, 4);
+}
+
+fn payment_body(id: &str) -> Value {
+    payment(&format!("{id}_paid"), "payment.updated", id, "COMPLETED")
+}
+
+#[tokio::test]
+async fn a_square_resend_is_a_duplicate_with_the_first_answer() {
+    let app = spawn_app().await;
+    let body = serde_json::to_vec(&payment_body("p_dup")).expect("json");
+    let headers = app.sign(SOURCE, &body, Default::default());
+    // Square signs no time: the same headers are valid whenever resent, and the
+    // dedupe is what makes a resend harmless.
+    let first = app.post(SOURCE, &headers, body.clone()).await;
+    let second = app.post(SOURCE, &headers, body.clone()).await;
+    assert_eq!(first.status, 200);
+    assert_eq!((second.status, &second.body), (200, &first.body));
+    assert_eq!(second.header("Idempotent-Replayed"), Some("true"));
+    let rows = app
+        .query(
+            "SELECT deliveries, attempts FROM webhook_events WHERE event_id = 'p_dup_paid'",
+            &[],
+        )
+        .await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].get::<_, i32>(0), rows[0].get::<_, i32>(1)), (2, 1));
+}
+
+#[tokio::test]
+async fn a_square_delivery_signed_with_the_previous_key_is_taken_and_says_so() {
+    let mut settings = shipped_settings();
+    let source = settings
+        .sources
+        .iter_mut()
+        .find(|s| s.name == SOURCE)
+        .expect("square source");
+    let previous = source.secrets[0].clone();
+    source.secrets = vec![Secret::new("the-newer-square-key00"), previous.clone()];
+    let scheme = source.scheme.clone();
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let body = serde_json::to_vec(&payment_body("p_rot")).expect("json");
+    let answer = app
+        .post(SOURCE, &signed(&scheme, &previous, &body), body)
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let signed_with = count(
+        &app,
+        "SELECT signed_with::bigint FROM webhook_events WHERE event_id = 'p_rot_paid'",
+    )
+    .await;
+    assert_eq!(signed_with, 2);
+}
+
+fn signed(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {
+    let envelope = Envelope {
+        event_id: "",
+        event_type: "",
+        timestamp: 0,
+    };
+    sign(scheme, key, body, &envelope).expect("sign").headers
+}
+
+fn refusal(answer: &Answer) -> (u16, String, String) {
+    let json = answer.json();
+    let text = |k: &str| json[k].as_str().unwrap_or_default().to_string();
+    (answer.status, text("error"), text("reason"))
+}
+
+#[tokio::test]
+async fn tampered_unsigned_or_misaddressed_square_deliveries_are_401_and_nothing_is_stored() {
+    let app = spawn_app().await;
+    let source = app.settings().source(SOURCE).expect("square").clone();
+    let body = serde_json::to_vec(&payment_body("p_bad")).expect("json");
+    let good = app.sign(SOURCE, &body, Default::default());
+    let tampered = String::from_utf8(body.clone())
+        .expect("utf-8")
+        .replace("1500", "1");
+    // Signed for another notification URL than the one set for the source.
+    let Scheme::Square(mut elsewhere) = source.scheme.clone() else {
+        panic!("a square source");
+    };
+    elsewhere.notification_url.push_str("?env=other");
+    let misaddressed = signed(&Scheme::Square(elsewhere), &source.secrets[0], &body);
+    let with_trailing_slash = {
+        let Scheme::Square(mut s) = source.scheme.clone() else {
+            panic!("a square source");
+        };
+        s.notification_url.push('/');
+        signed(&Scheme::Square(s), &source.secrets[0], &body)
+    };
+    let other_key = signed(&source.scheme, &Secret::new("not-the-key"), &body);
+    let cases = [
+        (good.clone(), tampered.into_bytes(), "signature mismatch"),
+        (
+            vec![],
+            body.clone(),
+            "missing x-square-hmacsha256-signature header",
+        ),
+        (misaddressed, body.clone(), "signature mismatch"),
+        (with_trailing_slash, body.clone(), "signature mismatch"),
+        (other_key, body.clone(), "signature mismatch"),
+        (
+            vec![(SIGNATURE.to_string(), "%%%".to_string())],
+            body.clone(),
+            "not base64",
+        ),
+    ];
+    for (headers, bytes, reason) in cases {
+        let (status, error, why) = refusal(&app.post(SOURCE, &headers, bytes).await);
+        assert_eq!(
+            (status, error.as_str()),
+            (401, "invalid_signature"),
+            "{reason}"
+        );
+        assert!(why.contains(reason), "{reason}: {why}");
+    }
+    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
+    // The control: the genuine delivery is taken.
+    assert_eq!(app.post(SOURCE, &good, body).await.status, 200);
+    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 1);
+}
