@@ -1,5 +1,5 @@
 // Asks a provider's own SDK whether what `hookd sign` produced is what the provider sends.
-//   node check-hookd.mjs <adyen|square|paddle> <secret> <body-file> <headers-file> [notification_url]
+//   node check-hookd.mjs <adyen|square|paddle|razorpay|checkout> <secret> <body-file> <headers-file> [notification_url]
 // headers-file is `hookd sign` output (one `Name: value` per line). For adyen, body-file is the
 // body hookd signed (each item's additionalData.hmacSignature filled) and headers-file is not
 // needed for the verdict (pass any file, or "-"). Exit 0 when the SDK accepts, 1 with one line
@@ -15,7 +15,7 @@ function fail(reason) {
 }
 
 function usage(reason) {
-  console.error(`${reason}\nusage: node check-hookd.mjs <adyen|square|paddle> <secret> <body-file> <headers-file> [notification_url]`);
+  console.error(`${reason}\nusage: node check-hookd.mjs <adyen|square|paddle|razorpay|checkout> <secret> <body-file> <headers-file> [notification_url]`);
   process.exit(2);
 }
 
@@ -106,9 +106,33 @@ async function paddle(secret, bodyFile, headersFile) {
   return "accepted by Webhooks.isSignatureValid";
 }
 
+async function razorpay(secret, bodyFile, headersFile) {
+  const { validateWebhookSignature } = require("razorpay/dist/utils/razorpay-utils");
+  const headers = readHeaders(headersFile);
+  const signature = header(headers, "X-Razorpay-Signature");
+  header(headers, "x-razorpay-event-id");
+  let ok;
+  try {
+    ok = validateWebhookSignature(readText(bodyFile, "body file"), signature, secret);
+  } catch (e) {
+    fail(e.message);
+  }
+  if (!ok) fail("X-Razorpay-Signature is not hex HMAC-SHA256(secret, body)");
+  return "accepted by validateWebhookSignature";
+}
+
+// Checkout.com has no Node SDK that verifies webhooks: the documented formula, compared as text.
+async function checkout(secret, bodyFile, headersFile) {
+  const { createHmac } = await import("node:crypto");
+  const signature = header(readHeaders(headersFile), "Cko-Signature");
+  const expected = createHmac("sha256", secret).update(readText(bodyFile, "body file"), "utf8").digest("hex");
+  if (signature !== expected) fail("Cko-Signature is not hex HMAC-SHA256(signature key, body)");
+  return "matches the documented Cko-Signature formula (no SDK verifies it)";
+}
+
 const [provider, secret, bodyFile, headersFile, notificationUrl] = process.argv.slice(2);
 if (!provider || secret === undefined || !bodyFile || !headersFile) usage("missing arguments");
-const checks = { adyen, square, paddle };
+const checks = { adyen, square, paddle, razorpay, checkout };
 if (!checks[provider]) usage(`unknown provider ${JSON.stringify(provider)}`);
 try {
   console.log(`ok: ${await checks[provider](secret, bodyFile, headersFile, notificationUrl)}`);

@@ -10,9 +10,11 @@
 //! and a line in [`REGISTRY`]; the compiler checks [`of`] covers every variant.
 
 mod adyen;
+mod checkout;
 mod github;
 mod hmac;
 mod paddle;
+mod razorpay;
 pub mod shape;
 mod square;
 mod standard;
@@ -43,6 +45,8 @@ pub enum Scheme {
     Adyen(adyen::Adyen),
     Paddle,
     Square(square::Square),
+    Razorpay,
+    Checkout(checkout::Checkout),
 }
 
 /// The provider of a configured scheme.
@@ -55,6 +59,8 @@ pub fn of(scheme: &Scheme) -> &dyn Provider {
         Scheme::Adyen(opts) => opts,
         Scheme::Paddle => &paddle::Paddle,
         Scheme::Square(opts) => opts,
+        Scheme::Razorpay => &razorpay::Razorpay,
+        Scheme::Checkout(opts) => opts,
     }
 }
 
@@ -74,7 +80,7 @@ pub struct Entry {
 }
 
 /// Every provider: the one list a new one is added to.
-pub static REGISTRY: [Entry; 7] = [
+pub static REGISTRY: [Entry; 9] = [
     Entry {
         provider: &stripe::Stripe,
         keys: &[],
@@ -109,6 +115,16 @@ pub static REGISTRY: [Entry; 7] = [
         provider: &square::ANY,
         keys: square::KEYS,
         configure: square::configure,
+    },
+    Entry {
+        provider: &razorpay::Razorpay,
+        keys: &[],
+        configure: |_, _| Ok(Scheme::Razorpay),
+    },
+    Entry {
+        provider: &checkout::ANY,
+        keys: checkout::KEYS,
+        configure: checkout::configure,
     },
 ];
 

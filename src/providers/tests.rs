@@ -9,6 +9,8 @@ fn every_scheme() -> Vec<Scheme> {
         Scheme::Adyen(Default::default()),
         Scheme::Paddle,
         Scheme::Square(square::ANY.clone()),
+        Scheme::Razorpay,
+        Scheme::Checkout(checkout::ANY.clone()),
         Scheme::Hmac(GenericHmac {
             signature_header: "X-Sig".into(),
             encoding: Encoding::Hex,
@@ -56,7 +58,11 @@ fn only_stripe_has_defaults_and_its_own_payment_shape() {
         let stripe = scheme == Scheme::Stripe;
         // Square's one static type and Paddle's transactions (their others
         // depend on the payload).
-        let typed = stripe || scheme == Scheme::Paddle || matches!(scheme, Scheme::Square(_));
+        let typed = stripe
+            || scheme == Scheme::Paddle
+            || matches!(scheme, Scheme::Square(_))
+            || scheme == Scheme::Razorpay
+            || matches!(scheme, Scheme::Checkout(_));
         assert_eq!(!provider.default_event_types().is_empty(), typed);
         assert_eq!(!provider.default_fingerprint_ignore().is_empty(), stripe);
         assert_eq!(provider.payment_shape() == PaymentShape::Stripe, stripe);
