@@ -1032,8 +1032,8 @@ fn dedupe_on_body(
         None => Ok(false),
         Some(_) => Err((
             key("dedupe_on_body"),
-            "only applies to sources whose event id or type is not signed (scheme \"github\", \
-             or \"hmac\" with id_header or type_header)"
+            "only applies to sources whose event id or type is not signed (scheme \"github\" or \
+             \"razorpay\", or \"hmac\" with id_header or type_header)"
                 .into(),
         )),
     }

@@ -741,7 +741,8 @@ fn dedupe_on_body_is_on_where_the_id_or_type_is_unsigned_and_refused_elsewhere()
         assert!(
             e.ends_with(
                 "sources[0].dedupe_on_body: only applies to sources whose event id or type is \
-                 not signed (scheme \"github\", or \"hmac\" with id_header or type_header)"
+                 not signed (scheme \"github\" or \"razorpay\", or \"hmac\" with id_header or \
+                 type_header)"
             ),
             "{e}"
         );
