@@ -34,6 +34,8 @@ pub struct PurgeOutcome {
     pub revoked_sessions_deleted: u64,
     /// Audit entries older than `retention`, gone with the event records.
     pub audit_entries_deleted: u64,
+    /// Conflicting items older than `retention`, gone with the payloads.
+    pub conflicts_deleted: u64,
     /// Shutdown arrived mid-pass; the rest waits for the next pass.
     pub interrupted: bool,
 }
@@ -130,6 +132,7 @@ impl Purger {
             Step::IdempotencyKeys,
             Step::RevokedSessions,
             Step::Audit,
+            Step::Conflicts,
         ] {
             loop {
                 let started = Instant::now();
@@ -157,6 +160,12 @@ impl Purger {
                         let (what, before) = (Expiring::AuditEntries, cutoffs.payloads);
                         let n = purge::delete_expired_batch(&*client, what, before, limit).await?;
                         outcome.audit_entries_deleted += n;
+                        n
+                    }
+                    Step::Conflicts => {
+                        let (what, before) = (Expiring::Conflicts, cutoffs.payloads);
+                        let n = purge::delete_expired_batch(&*client, what, before, limit).await?;
+                        outcome.conflicts_deleted += n;
                         n
                     }
                     Step::RevokedSessions => {
@@ -228,6 +237,7 @@ enum Step {
     IdempotencyKeys,
     RevokedSessions,
     Audit,
+    Conflicts,
 }
 
 /// After a batch that took `busy`, the pass rests `PAUSE_PER_BUSY` times as long:

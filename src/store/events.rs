@@ -734,7 +734,8 @@ pub async fn backlog(client: &impl GenericClient) -> Result<(i64, i64), StoreErr
 }
 
 /// Keeps an item of a several-event request that reused a stored event's id
-/// with another payload, beside that event (the request itself is acknowledged).
+/// with another payload, beside that event (the request itself is acknowledged);
+/// the same item again counts a delivery on its record.
 pub async fn record_conflict(
     client: &impl GenericClient,
     event: &IncomingEvent,
@@ -745,7 +746,9 @@ pub async fn record_conflict(
                  (webhook_event_id, stored_sha256, offered_sha256, offered_payload)
              SELECT e.id, e.payload_sha256, $3, $4
                FROM webhook_events e
-              WHERE e.source = $1 AND e.event_id = $2",
+              WHERE e.source = $1 AND e.event_id = $2
+             ON CONFLICT (webhook_event_id, offered_sha256) DO UPDATE
+                SET deliveries = event_conflicts.deliveries + 1, last_delivery_at = now()",
         )
         .await?;
     client

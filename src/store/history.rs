@@ -86,6 +86,9 @@ pub struct Conflict {
     /// The refused item's (hex).
     pub offered_fingerprint: String,
     pub offered_payload: Value,
+    /// How many times this item came, and when last.
+    pub deliveries: i32,
+    pub last_delivery_at: DateTime<Utc>,
 }
 
 const SUMMARY_COLUMNS: &str = "id, source, event_id, event_type, kind, status, payment_id, \
@@ -208,7 +211,7 @@ pub async fn get_event(
     let conflicts = client
         .prepare_cached(
             "SELECT received_at, encode(stored_sha256, 'hex'), encode(offered_sha256, 'hex'),
-                    offered_payload
+                    offered_payload, deliveries, last_delivery_at
                FROM event_conflicts WHERE webhook_event_id = $1 ORDER BY received_at, id",
         )
         .await?;
@@ -221,6 +224,8 @@ pub async fn get_event(
             stored_fingerprint: r.get(1),
             offered_fingerprint: r.get(2),
             offered_payload: r.get(3),
+            deliveries: r.get(4),
+            last_delivery_at: r.get(5),
         })
         .collect();
     Ok(Some(EventDetail {

@@ -61,6 +61,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(12, "0012_forward_lease.sql"),
     migration!(13, "0013_event_conflicts.sql"),
     migration!(14, "0014_refunds.sql"),
+    migration!(15, "0015_conflict_counts.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

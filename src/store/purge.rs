@@ -191,6 +191,9 @@ pub enum Expiring {
     RevokedSessions,
     /// Audit entries, by when they were made.
     AuditEntries,
+    /// Conflicting items kept beside their event, by when they first came (they
+    /// hold a payload, so they go with the payloads).
+    Conflicts,
 }
 
 impl Expiring {
@@ -211,6 +214,11 @@ impl Expiring {
                 "DELETE FROM admin_audit
                  WHERE id IN (SELECT id FROM admin_audit WHERE at < $1
                               ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+            }
+            Expiring::Conflicts => {
+                "DELETE FROM event_conflicts
+                 WHERE id IN (SELECT id FROM event_conflicts WHERE received_at < $1
+                              ORDER BY received_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
             }
         }
     }

@@ -347,7 +347,10 @@ async fn an_item_reusing_an_id_with_another_payload_is_recorded_and_the_batch_ac
 
     // In a batch, its batch-mate is stored and the request acknowledged.
     let mate = item("5002", "AUTHORISATION", true, 700, None);
-    accepted(&send(&app, &[changed.clone(), mate]).await);
+    let (headers, body) = signed(&app, &[changed.clone(), mate]);
+    accepted(&app.post("adyen", &headers, body.clone()).await);
+    // Its resend is the same record, counted.
+    accepted(&app.post("adyen", &headers, body).await);
     let ids: Vec<String> = events(&app).await.into_iter().map(|e| e.0).collect();
     assert_eq!(ids, ["5001:AUTHORISATION:true", "5002:AUTHORISATION:true"]);
     let rows = app
@@ -374,6 +377,20 @@ async fn an_item_reusing_an_id_with_another_payload_is_recorded_and_the_batch_ac
     assert_ne!(
         conflicts[0]["offered_fingerprint"],
         detail["payload_sha256"]
+    );
+    assert_eq!(conflicts[0]["deliveries"], 2, "{detail}");
+
+    // The record holds a payload: it goes with the payloads, after `retention`.
+    app.execute(
+        "UPDATE event_conflicts SET received_at = now() - interval '60 days'",
+        &[],
+    )
+    .await;
+    let purged = app.app.purger.run_once(None).await.expect("purge");
+    assert_eq!(purged.conflicts_deleted, 1);
+    assert_eq!(
+        app.count("SELECT count(*) FROM event_conflicts", &[]).await,
+        0
     );
 }
 
