@@ -11,6 +11,7 @@
 
 mod adyen;
 mod github;
+mod gocardless;
 mod hmac;
 mod paddle;
 pub mod shape;
@@ -43,6 +44,7 @@ pub enum Scheme {
     Adyen(adyen::Adyen),
     Paddle,
     Square(square::Square),
+    GoCardless,
 }
 
 /// The provider of a configured scheme.
@@ -55,6 +57,7 @@ pub fn of(scheme: &Scheme) -> &dyn Provider {
         Scheme::Adyen(opts) => opts,
         Scheme::Paddle => &paddle::Paddle,
         Scheme::Square(opts) => opts,
+        Scheme::GoCardless => &gocardless::GoCardless,
     }
 }
 
@@ -74,7 +77,7 @@ pub struct Entry {
 }
 
 /// Every provider: the one list a new one is added to.
-pub static REGISTRY: [Entry; 7] = [
+pub static REGISTRY: [Entry; 8] = [
     Entry {
         provider: &stripe::Stripe,
         keys: &[],
@@ -109,6 +112,11 @@ pub static REGISTRY: [Entry; 7] = [
         provider: &square::ANY,
         keys: square::KEYS,
         configure: square::configure,
+    },
+    Entry {
+        provider: &gocardless::GoCardless,
+        keys: &[],
+        configure: |_, _| Ok(Scheme::GoCardless),
     },
 ];
 
@@ -174,6 +182,18 @@ pub trait Provider: KeyFormat + Sync {
 
     /// What the provider would send with `body`, signed with `key`.
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String>;
+
+    /// How a refused signature is answered: 401, unless the provider documents
+    /// another status (GoCardless's 498).
+    fn refused_signature(&self) -> SignatureRefusal {
+        SignatureRefusal::Unauthorized
+    }
+
+    /// Whether the provider's events state amounts. GoCardless's state none: its
+    /// refunds then count without one, and the payment view says amounts are unknown.
+    fn sends_amounts(&self) -> bool {
+        true
+    }
 
     /// The tolerance of a source that sets none.
     fn default_tolerance(&self) -> Duration {
@@ -322,6 +342,16 @@ impl Body<'_> {
     pub fn content_id(&self) -> String {
         hex::encode(&Sha256::digest(self.bytes)[..12])
     }
+}
+
+/// How a provider wants a delivery with a bad signature answered (the status
+/// itself is chosen where every failure gets its status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignatureRefusal {
+    /// 401 Unauthorized.
+    Unauthorized,
+    /// 498 Token Invalid, as GoCardless documents.
+    TokenInvalid,
 }
 
 /// The answer a provider expects when a request is taken.

@@ -55,7 +55,7 @@ fn schemes() -> Vec<(Scheme, Vec<Secret>)> {
 fn has_timestamp(scheme: &Scheme) -> bool {
     match scheme {
         Scheme::Stripe | Scheme::Standard | Scheme::Paddle => true,
-        Scheme::Github | Scheme::Adyen(_) | Scheme::Square(_) => false,
+        Scheme::Github | Scheme::Adyen(_) | Scheme::Square(_) | Scheme::GoCardless => false,
         Scheme::Hmac(opts) => opts.timestamp_header.is_some(),
     }
 }
