@@ -24,7 +24,7 @@ use crate::signature::Secret;
 
 /// The secrets and tokens of the shipped `hookd.toml`. They are public, so `serve`
 /// accepts them only with `development = true`, and then only on loopback addresses.
-pub const DEVELOPMENT_CREDENTIALS: [&str; 12] = [
+pub const DEVELOPMENT_CREDENTIALS: [&str; 13] = [
     "whsec_dev_stripe_current_0123456789",
     "whsec_dev_stripe_previous_0123456789",
     "whsec_aG9va2QtZGV2LXN0YW5kYXJkLXNlY3JldC1rZXktMzJi",
@@ -35,6 +35,7 @@ pub const DEVELOPMENT_CREDENTIALS: [&str; 12] = [
     "dev-square-signature-key",
     "dev-razorpay-webhook-secret",
     "dev-checkout-signature-key",
+    "dev-gocardless-webhook-secret",
     "dev-viewer-token-0123456789",
     "dev-operator-token-0123456789",
 ];

@@ -210,13 +210,18 @@ pub enum Verdict {
 #[derive(Debug, Clone)]
 pub struct PaymentView {
     pub payment: Payment,
+    /// Whether the source's provider states amounts: GoCardless's does not, so
+    /// the row's amounts say nothing and a refund leaves its status as it was.
+    pub amounts_sent: bool,
     pub events: Vec<(EventSummary, Vec<Attempt>)>,
 }
 
-/// `payment`, and its `events`, each with its runs as in the event detail.
+/// `payment`, `amounts_sent`, and its `events`, each with its runs as in the
+/// event detail.
 #[derive(Serialize)]
 struct PaymentJson<'a> {
     payment: &'a Payment,
+    amounts_sent: bool,
     events: Vec<EventRuns<'a>>,
 }
 
@@ -229,6 +234,7 @@ impl Serialize for PaymentView {
             .collect();
         PaymentJson {
             payment: &self.payment,
+            amounts_sent: self.amounts_sent,
             events,
         }
         .serialize(serializer)
@@ -440,7 +446,15 @@ impl Desk {
             },
         )
         .await?;
-        Ok(Some(PaymentView { payment, events }))
+        let amounts_sent = self
+            .settings
+            .source(source)
+            .is_none_or(|s| crate::providers::of(&s.scheme).sends_amounts());
+        Ok(Some(PaymentView {
+            payment,
+            amounts_sent,
+            events,
+        }))
     }
 
     /// A customer's payments, newest first, and the cursor of the next page.

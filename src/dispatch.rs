@@ -32,6 +32,7 @@ use crate::handlers::Registry;
 use crate::handlers::forward::{self, Outgoing};
 use crate::ledger::{HandlerName, HandlerStanding, HandlerStatus, Run, Standing};
 use crate::metrics::{ForwardOutcome, Metrics};
+use crate::providers;
 use crate::runner::{Logged, Runner, Step};
 use crate::shutdown::Shutdown;
 use crate::store::audit::{self, Record};
@@ -156,6 +157,23 @@ impl Dispatcher {
             .collect()
     }
 
+    /// An event whose provider keeps the whole request with each of its events
+    /// (GoCardless): its own item of it, which handlers and forwards read.
+    fn own_item(&self, mut claimed: ClaimedEvent) -> ClaimedEvent {
+        let Some(source) = self.runner.settings().source(&claimed.source) else {
+            return claimed;
+        };
+        let no_headers: Vec<(String, String)> = Vec::new();
+        if let Some(body) = &claimed.body
+            && let Some((payload, bytes)) =
+                providers::own_item(&source.scheme, &no_headers, body, &claimed.event_id)
+        {
+            claimed.payload = Some(payload);
+            claimed.body = Some(bytes);
+        }
+        claimed
+    }
+
     /// Claims the most overdue failed event, if any, and runs its handlers.
     pub async fn try_dispatch_due(&self) -> Result<DispatchStep, StoreError> {
         let mut client = self.pool.get().await?;
@@ -164,6 +182,7 @@ impl Dispatcher {
             let Some(claimed) = events::claim_due(&tx).await? else {
                 return Ok(None);
             };
+            let claimed = self.own_item(claimed);
             let left = self.run_again(&tx, &claimed, false).await?;
             tx.commit().await?;
             Ok(Some((claimed, left)))
@@ -192,6 +211,7 @@ impl Dispatcher {
                 tx.commit().await?;
                 return Ok(Err(RetryOutcome::NotFound));
             };
+            let event = self.own_item(event);
             let refusal = if event.leased {
                 Some(RetryOutcome::InFlight)
             } else if event.payload.is_none() {

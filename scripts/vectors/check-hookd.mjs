@@ -1,5 +1,5 @@
 // Asks a provider's own SDK whether what `hookd sign` produced is what the provider sends.
-//   node check-hookd.mjs <adyen|square|paddle|razorpay|checkout> <secret> <body-file> <headers-file> [notification_url]
+//   node check-hookd.mjs <adyen|square|paddle|razorpay|checkout|gocardless> <secret> <body-file> <headers-file> [notification_url]
 // headers-file is `hookd sign` output (one `Name: value` per line). For adyen, body-file is the
 // body hookd signed (each item's additionalData.hmacSignature filled) and headers-file is not
 // needed for the verdict (pass any file, or "-"). Exit 0 when the SDK accepts, 1 with one line
@@ -15,7 +15,7 @@ function fail(reason) {
 }
 
 function usage(reason) {
-  console.error(`${reason}\nusage: node check-hookd.mjs <adyen|square|paddle|razorpay|checkout> <secret> <body-file> <headers-file> [notification_url]`);
+  console.error(`${reason}\nusage: node check-hookd.mjs <adyen|square|paddle|razorpay|checkout|gocardless> <secret> <body-file> <headers-file> [notification_url]`);
   process.exit(2);
 }
 
@@ -130,9 +130,21 @@ async function checkout(secret, bodyFile, headersFile) {
   return "matches the documented Cko-Signature formula (no SDK verifies it)";
 }
 
+async function gocardless(secret, bodyFile, headersFile) {
+  const webhooks = require("gocardless-nodejs/webhooks");
+  const signature = header(readHeaders(headersFile), "Webhook-Signature");
+  let events;
+  try {
+    events = webhooks.parse(readFileSync(bodyFile), secret, signature);
+  } catch (e) {
+    fail(`Webhook-Signature is not hex HMAC-SHA256(secret, body): ${e.name}`);
+  }
+  return `${events.length} event(s) accepted by webhooks.parse`;
+}
+
 const [provider, secret, bodyFile, headersFile, notificationUrl] = process.argv.slice(2);
 if (!provider || secret === undefined || !bodyFile || !headersFile) usage("missing arguments");
-const checks = { adyen, square, paddle, razorpay, checkout };
+const checks = { adyen, square, paddle, razorpay, checkout, gocardless };
 if (!checks[provider]) usage(`unknown provider ${JSON.stringify(provider)}`);
 try {
   console.log(`ok: ${await checks[provider](secret, bodyFile, headersFile, notificationUrl)}`);

@@ -44,8 +44,16 @@ fn the_shipped_config_loads_with_its_sources() {
     assert_eq!(
         names,
         [
-            "stripe", "standard", "github", "shop", "adyen", "paddle", "square", "razorpay",
-            "checkout"
+            "stripe",
+            "standard",
+            "github",
+            "shop",
+            "adyen",
+            "paddle",
+            "square",
+            "razorpay",
+            "checkout",
+            "gocardless"
         ]
     );
     assert_eq!(settings.source("stripe").map(|s| s.secrets.len()), Some(2));
@@ -363,7 +371,7 @@ fn every_credential_of_the_shipped_config_is_known_as_a_development_value() {
 }
 
 /// Every source of the shipped file given a secret of its own.
-const LIVE_SOURCE_SECRETS: [(&str, &str); 9] = [
+const LIVE_SOURCE_SECRETS: [(&str, &str); 10] = [
     ("HOOKD_SOURCE_STRIPE_SECRETS", "whsec_live_a1b2c3"),
     (
         "HOOKD_SOURCE_STANDARD_SECRETS",
@@ -376,6 +384,7 @@ const LIVE_SOURCE_SECRETS: [(&str, &str); 9] = [
     ("HOOKD_SOURCE_SQUARE_SECRETS", "live-square"),
     ("HOOKD_SOURCE_RAZORPAY_SECRETS", "live-razorpay"),
     ("HOOKD_SOURCE_CHECKOUT_SECRETS", "live-checkout"),
+    ("HOOKD_SOURCE_GOCARDLESS_SECRETS", "live-gocardless"),
 ];
 
 #[test]
@@ -713,7 +722,8 @@ fn dedupe_on_body_is_on_where_the_id_or_type_is_unsigned_and_refused_elsewhere()
             ("paddle", false),
             ("square", false),
             ("razorpay", true),
-            ("checkout", false)
+            ("checkout", false),
+            ("gocardless", false)
         ]
     );
     let github = "[[sources]]\nname = \"g\"\nscheme = \"github\"\nsecrets = [\"x\"]\n";

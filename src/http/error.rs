@@ -9,11 +9,18 @@ use actix_web::{HttpResponse, ResponseError, web};
 use serde::Serialize;
 
 use super::AppState;
+use crate::providers::SignatureRefusal;
 use crate::signature::SignatureError;
 use crate::store::StoreError;
 
 /// Seconds a client should wait before retrying when the database is unavailable.
 const RETRY_AFTER_SECONDS: &str = "5";
+
+/// 498 Token Invalid: not a standard status, but the one GoCardless documents
+/// for a webhook whose signature is refused.
+fn token_invalid() -> StatusCode {
+    StatusCode::from_u16(498).unwrap_or(StatusCode::UNAUTHORIZED)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -23,8 +30,9 @@ pub enum ApiError {
     PayloadTooLarge,
     #[error("the body did not arrive in time")]
     RequestTimeout,
+    /// Refused as the source's provider wants a bad signature refused.
     #[error("invalid signature: {0}")]
-    InvalidSignature(#[from] SignatureError),
+    InvalidSignature(SignatureError, SignatureRefusal),
     #[error("bad request: {0}")]
     BadRequest(String),
     #[error("event id conflict")]
@@ -88,7 +96,7 @@ impl ApiError {
             ApiError::UnknownSource => "unknown_source",
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::RequestTimeout => "request_timeout",
-            ApiError::InvalidSignature(_) => "invalid_signature",
+            ApiError::InvalidSignature(..) => "invalid_signature",
             ApiError::BadRequest(_) => "bad_request",
             ApiError::EventIdConflict => "event_id_conflict",
             ApiError::Unauthorized => "unauthorized",
@@ -118,7 +126,7 @@ impl ApiError {
     /// What the client may read: never database details or secret material.
     fn public_reason(&self) -> Option<String> {
         match self {
-            ApiError::InvalidSignature(e) => Some(e.to_string()),
+            ApiError::InvalidSignature(e, _) => Some(e.to_string()),
             ApiError::BadRequest(reason)
             | ApiError::Forbidden(reason)
             | ApiError::Gone(reason)
@@ -177,7 +185,10 @@ impl ResponseError for ApiError {
             ApiError::UnknownSource => StatusCode::NOT_FOUND,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
+            ApiError::InvalidSignature(_, SignatureRefusal::Unauthorized) => {
+                StatusCode::UNAUTHORIZED
+            }
+            ApiError::InvalidSignature(_, SignatureRefusal::TokenInvalid) => token_invalid(),
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::EventIdConflict
             | ApiError::IdempotencyKeyReused

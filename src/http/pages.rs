@@ -424,7 +424,14 @@ pub fn payment(who: &Principal, view: &PaymentView) -> Markup {
         html! {
             div.cards {
                 div.card { h3 { "Status" } div.big { (status(&p.status)) } }
-                div.card { h3 { "Amount" } div.big { (money(p.amount)) } div { "refunded: " (money(p.amount_refunded)) } }
+                @if view.amounts_sent {
+                    div.card { h3 { "Amount" } div.big { (money(p.amount)) } div { "refunded: " (money(p.amount_refunded)) } }
+                } @else {
+                    div.card {
+                        h3 { "Amount" } div.big { "not sent" }
+                        div { "This provider sends no amounts: refunds show in the timeline only, and the status does not count them." }
+                    }
+                }
                 div.card {
                     h3 { "Facts" }
                     div { "succeeded: " (p.succeeded) } div { "failed: " (p.failed) } div { "disputed: " (p.disputed) }

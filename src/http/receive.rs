@@ -74,7 +74,7 @@ pub async fn receive(
         Ok(response) => response,
         Err(error) => {
             summary.outcome = error.code();
-            if let ApiError::InvalidSignature(reason) = &error {
+            if let ApiError::InvalidSignature(reason, _) = &error {
                 state.app.metrics.signature_failure(label, reason);
             }
             error.error_response()
@@ -128,8 +128,12 @@ async fn handle(
     )
     .await?;
     let headers = RequestHeaders(request.headers());
-    let verifier = source.verifier();
-    let verified = verifier.verify_request(&headers, &body, arrived)?;
+    let provider = providers::of(&source.scheme);
+    let refused = |reason| ApiError::InvalidSignature(reason, provider.refused_signature());
+    let verified = source
+        .verifier()
+        .verify_request(&headers, &body, arrived)
+        .map_err(refused)?;
     // The shipped secrets are public: a delivery a proxy forwarded (from beyond
     // this machine) may not use them, whatever address hookd listens on.
     let signer = usize::try_from(verified.signed_with - 1)
@@ -141,11 +145,10 @@ async fn handle(
         log::warn!(
             "refused a forwarded delivery to {source_name:?} signed with a shipped development secret"
         );
-        return Err(SignatureError::Mismatch.into());
+        return Err(refused(SignatureError::Mismatch));
     }
     let mut events = IncomingEvent::parse_all(source, &headers, &body)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let provider = providers::of(&source.scheme);
     if events.len() != 1 {
         return receive_several(state, source_name, provider, events, verified, summary).await;
     }

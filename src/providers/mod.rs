@@ -12,6 +12,7 @@
 mod adyen;
 mod checkout;
 mod github;
+mod gocardless;
 mod hmac;
 mod paddle;
 mod razorpay;
@@ -47,6 +48,7 @@ pub enum Scheme {
     Square(square::Square),
     Razorpay,
     Checkout(checkout::Checkout),
+    GoCardless,
 }
 
 /// The provider of a configured scheme.
@@ -61,6 +63,7 @@ pub fn of(scheme: &Scheme) -> &dyn Provider {
         Scheme::Square(opts) => opts,
         Scheme::Razorpay => &razorpay::Razorpay,
         Scheme::Checkout(opts) => opts,
+        Scheme::GoCardless => &gocardless::GoCardless,
     }
 }
 
@@ -80,7 +83,7 @@ pub struct Entry {
 }
 
 /// Every provider: the one list a new one is added to.
-pub static REGISTRY: [Entry; 9] = [
+pub static REGISTRY: [Entry; 10] = [
     Entry {
         provider: &stripe::Stripe,
         keys: &[],
@@ -125,6 +128,11 @@ pub static REGISTRY: [Entry; 9] = [
         provider: &checkout::ANY,
         keys: checkout::KEYS,
         configure: checkout::configure,
+    },
+    Entry {
+        provider: &gocardless::GoCardless,
+        keys: &[],
+        configure: |_, _| Ok(Scheme::GoCardless),
     },
 ];
 
@@ -191,6 +199,18 @@ pub trait Provider: KeyFormat + Sync {
     /// What the provider would send with `body`, signed with `key`.
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String>;
 
+    /// How a refused signature is answered: 401, unless the provider documents
+    /// another status (GoCardless's 498).
+    fn refused_signature(&self) -> SignatureRefusal {
+        SignatureRefusal::Unauthorized
+    }
+
+    /// Whether the provider's events state amounts. GoCardless's state none: its
+    /// refunds then count without one, and the payment view says amounts are unknown.
+    fn sends_amounts(&self) -> bool {
+        true
+    }
+
     /// The tolerance of a source that sets none.
     fn default_tolerance(&self) -> Duration {
         Duration::from_secs(5 * 60)
@@ -203,6 +223,13 @@ pub trait Provider: KeyFormat + Sync {
             payload,
             body: None,
         }])
+    }
+
+    /// Whether each event of a several-event request keeps the whole request
+    /// (the signature covers only the whole): a retry or a forward then reads
+    /// the event's own item of it ([`own_item`]).
+    fn keeps_request(&self) -> bool {
+        false
     }
 
     /// Checks what was kept of a delivery (its body, or its item's bytes for a
@@ -364,6 +391,16 @@ pub struct Item {
     pub body: Option<Vec<u8>>,
 }
 
+/// How a provider wants a delivery with a bad signature answered (the status
+/// itself is chosen where every failure gets its status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignatureRefusal {
+    /// 401 Unauthorized.
+    Unauthorized,
+    /// 498 Token Invalid, as GoCardless documents.
+    TokenInvalid,
+}
+
 /// The answer a provider expects when a request is taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
@@ -488,6 +525,35 @@ pub fn sign(
         ("Content-Type".to_string(), "application/json".to_string()),
     );
     Ok(signed)
+}
+
+/// The item of a kept request that is the event `event_id` (for providers that
+/// keep the whole request with each event), and the bytes a forward sends for it.
+pub fn own_item(
+    scheme: &Scheme,
+    headers: &dyn Headers,
+    request: &[u8],
+    event_id: &str,
+) -> Option<(Value, Vec<u8>)> {
+    let provider = of(scheme);
+    if !provider.keeps_request() {
+        return None;
+    }
+    let parsed: Value = serde_json::from_slice(request).ok()?;
+    let item = provider
+        .events(request, parsed)
+        .ok()?
+        .into_iter()
+        .find(|item| {
+            provider
+                .identity(headers, &item.payload)
+                .is_ok_and(|(id, _)| id == event_id)
+        })?;
+    let bytes = match item.body {
+        Some(bytes) => bytes,
+        None => serde_json::to_vec(&item.payload).ok()?,
+    };
+    Some((item.payload, bytes))
 }
 
 /// Random bytes as a UUID's text.

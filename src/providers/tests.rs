@@ -11,6 +11,7 @@ fn every_scheme() -> Vec<Scheme> {
         Scheme::Square(square::ANY.clone()),
         Scheme::Razorpay,
         Scheme::Checkout(checkout::ANY.clone()),
+        Scheme::GoCardless,
         Scheme::Hmac(GenericHmac {
             signature_header: "X-Sig".into(),
             encoding: Encoding::Hex,
@@ -62,7 +63,8 @@ fn only_stripe_has_defaults_and_its_own_payment_shape() {
             || scheme == Scheme::Paddle
             || matches!(scheme, Scheme::Square(_))
             || scheme == Scheme::Razorpay
-            || matches!(scheme, Scheme::Checkout(_));
+            || matches!(scheme, Scheme::Checkout(_))
+            || scheme == Scheme::GoCardless;
         assert_eq!(!provider.default_event_types().is_empty(), typed);
         assert_eq!(!provider.default_fingerprint_ignore().is_empty(), stripe);
         assert_eq!(provider.payment_shape() == PaymentShape::Stripe, stripe);

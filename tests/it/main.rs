@@ -23,6 +23,7 @@ mod production;
 mod properties;
 mod providers_adyen;
 mod providers_checkout;
+mod providers_gocardless;
 mod providers_paddle;
 mod providers_razorpay;
 mod providers_square;

@@ -59,7 +59,8 @@ fn has_timestamp(scheme: &Scheme) -> bool {
         | Scheme::Adyen(_)
         | Scheme::Square(_)
         | Scheme::Razorpay
-        | Scheme::Checkout(_) => false,
+        | Scheme::Checkout(_)
+        | Scheme::GoCardless => false,
         Scheme::Hmac(opts) => opts.timestamp_header.is_some(),
     }
 }

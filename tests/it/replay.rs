@@ -689,3 +689,57 @@ async fn slow_replaying_the_checkout_fixtures_gives_the_documented_rows() {
         ]
     );
 }
+
+#[tokio::test]
+async fn slow_replaying_the_gocardless_fixtures_gives_the_documented_rows() {
+    let app = spawn_app().await;
+    for round in 1..=2 {
+        let (ok, lines) = replay(&app, "gocardless", &[]).await;
+        assert!(ok, "round {round}: {lines:#?}");
+        let sent = delivery_lines(&lines);
+        // Eight requests, one of them a batch of two events.
+        assert_eq!(sent.len(), 8);
+        let answer = if round == 1 {
+            " 200 accepted  new "
+        } else {
+            "replayed"
+        };
+        assert!(sent.iter().all(|l| l.contains(answer)), "{sent:#?}");
+    }
+    let once = [("ignored".to_string(), 3), ("processed".to_string(), 6)];
+    assert_eq!(statuses(&app, "gocardless").await, once);
+    // GoCardless sends no amounts: refunded PM01AB… stays `succeeded`.
+    assert_eq!(
+        payments(&app, "gocardless").await,
+        rows(&[
+            ("PM01AB2C3D4E5F", "succeeded", 0, 0),
+            ("PM01GH6J7K8L9M", "failed", 0, 0),
+            ("PM01NP0Q1R2S3T", "disputed", 0, 0),
+        ])
+    );
+    let customer = app
+        .strings(
+            "SELECT customer_id FROM payments WHERE customer_id IS NOT NULL",
+            &[],
+        )
+        .await;
+    assert_eq!(customer, ["CU01NP0Q1R2S3T"]);
+    // --new-ids gives every event of every file, the batch's two too, a fresh id.
+    let (ok, lines) = replay(&app, "gocardless", &["--new-ids"]).await;
+    assert!(ok, "{lines:#?}");
+    let twice: Vec<(String, i64)> = once.iter().map(|(s, n)| (s.clone(), 2 * n)).collect();
+    assert_eq!(statuses(&app, "gocardless").await, twice);
+    // What `hookd sign` prints is taken.
+    let file = "fixtures/gocardless/03_batch.json";
+    let output = hookd(&["sign", "--source", "gocardless", file]).await;
+    assert!(output.status.success(), "{output:?}");
+    let headers: Vec<(String, String)> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_once(": "))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
+    let body = std::fs::read(format!("{MANIFEST}/{file}")).expect("fixture");
+    let answer = app.post("gocardless", &headers, body).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.header("Idempotent-Replayed"), Some("true"));
+}

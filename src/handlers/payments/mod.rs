@@ -4,7 +4,8 @@
 //!
 //! - `payment_succeeded` sets `succeeded`; `payment_failed` sets `failed`;
 //! - `payment_refunded` carries the cumulative `amount_refunded` (Stripe), or one
-//!   refund (an id and its amount; other providers), or both. A refund is a fact
+//!   refund (an id and its amount; other providers), or both — or nothing, from a
+//!   provider that states no amounts (GoCardless). A refund is a fact
 //!   keyed by its id: the largest amount stated for an id stands, and a resent one
 //!   counts once. `amount_refunded` is the greatest cumulative amount stated, or
 //!   the sum of the payment's refunds if greater;
@@ -70,12 +71,17 @@ impl Handler for PaymentHandler {
 impl PaymentHandler {
     fn update_for(&self, event: &Event<'_>) -> Result<PaymentUpdate, HandlerError> {
         // The provider's own reading (Adyen's, Square's and Paddle's differ from their shape's).
-        let facts = match crate::providers::named(event.scheme) {
+        let provider = crate::providers::named(event.scheme);
+        let facts = match provider {
             Some(provider) => provider.payment_facts(event.payload),
             None => PaymentShape::Neutral.payment_facts(event.payload),
         }
         .map_err(HandlerError::Permanent)?;
+        // A provider that states no amounts (GoCardless) refunds with none: the
+        // refund is the event itself, in the payment's timeline.
+        let sends_amounts = provider.is_none_or(|p| p.sends_amounts());
         if self.0 == PaymentKind::Refunded
+            && sends_amounts
             && facts.amount_refunded.is_none()
             && facts.refund.is_none()
         {

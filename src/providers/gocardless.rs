@@ -1,0 +1,209 @@
+//! GoCardless: `Webhook-Signature` is hex HMAC-SHA256(the endpoint's secret as
+//! text, raw body). GoCardless signs no timestamp, so there is no replay window
+//! beyond the dedupe, and it answers a refused signature with 498 Token Invalid.
+//! One request carries several events, `{"events":[…],"meta":{…}}`; each event's
+//! id is its `id`, its type `{resource_type}.{action}` (`payments.confirmed`),
+//! and what it is about is in `links` (`payment`, `refund`, `customer`).
+//! GoCardless states no amounts in its events: a payment's amount and refunds
+//! are only in its API.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::shape::IndexFields;
+use super::{Body, Item, Missing, Provider, SignatureRefusal, kind_table, non_empty};
+use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, storable_id};
+use crate::signature::{
+    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hmac_sha256,
+};
+
+const HEADER: &str = "Webhook-Signature";
+const EVENTS: &str = "events";
+
+pub struct GoCardless;
+
+impl KeyFormat for GoCardless {}
+
+/// GoCardless's types for the built-in kinds: every GoCardless source maps them unlisted.
+const EVENT_TYPES: [(&str, PaymentKind); 5] = [
+    ("payments.confirmed", PaymentKind::Succeeded),
+    ("payments.paid_out", PaymentKind::Succeeded),
+    ("payments.failed", PaymentKind::Failed),
+    ("refunds.paid", PaymentKind::Refunded),
+    ("payments.charged_back", PaymentKind::DisputeOpened),
+];
+
+/// A member of an event's `links`.
+fn link(event: &Value, name: &str) -> Option<String> {
+    non_empty(event.get("links").and_then(|links| links.get(name)))
+}
+
+/// The events of a request, or why it has none.
+fn events_of(payload: &Value) -> Result<&Vec<Value>, &'static str> {
+    let list = payload
+        .get(EVENTS)
+        .and_then(Value::as_array)
+        .ok_or("the body has no events list")?;
+    if list.is_empty() {
+        return Err("events is empty");
+    }
+    if !list.iter().all(Value::is_object) {
+        return Err("an item of events is not an object");
+    }
+    Ok(list)
+}
+
+/// 12 characters of GoCardless's ids (digits and upper-case letters) from
+/// random bytes and an event's index.
+fn id_tail(random: &[u8; 16], index: usize) -> String {
+    const ALPHABET: &[u8; 36] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    random[..12]
+        .iter()
+        .enumerate()
+        .map(|(i, b)| char::from(ALPHABET[(usize::from(*b) + index * (i + 5)) % ALPHABET.len()]))
+        .collect()
+}
+
+impl Provider for GoCardless {
+    fn name(&self) -> &'static str {
+        "gocardless"
+    }
+
+    fn signed_header_names(&self) -> Vec<&str> {
+        vec![HEADER]
+    }
+
+    /// The header is decoded as sent (hex, either case), not trimmed.
+    fn verify(
+        &self,
+        keys: &Keys<'_>,
+        headers: &dyn Headers,
+        body: &[u8],
+        _now: i64,
+    ) -> Result<Verified, SignatureError> {
+        let value = headers
+            .header(HEADER)
+            .ok_or_else(|| SignatureError::Missing(HEADER.to_string()))?;
+        let tag = hex::decode(value).map_err(|_| SignatureError::malformed(HEADER, "not hex"))?;
+        keys.find_signer(&[body], &[tag])
+    }
+
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+        Ok(Signed::headers(vec![(
+            HEADER.to_string(),
+            hex::encode(hmac_sha256(key, &[body])),
+        )]))
+    }
+
+    fn refused_signature(&self) -> SignatureRefusal {
+        SignatureRefusal::TokenInvalid
+    }
+
+    fn sends_amounts(&self) -> bool {
+        false
+    }
+
+    fn events(&self, _body: &[u8], mut payload: Value) -> Result<Vec<Item>, String> {
+        events_of(&payload).map_err(String::from)?;
+        Ok(payload
+            .get_mut(EVENTS)
+            .and_then(Value::as_array_mut)
+            .map(std::mem::take)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|payload| Item {
+                payload,
+                body: None,
+            })
+            .collect())
+    }
+
+    /// The signature covers only the whole request, so each event keeps it.
+    fn keeps_request(&self) -> bool {
+        true
+    }
+
+    fn identity(&self, _: &dyn Headers, event: &Value) -> Result<(String, String), Missing> {
+        let id = non_empty(event.get("id")).ok_or_else(|| Missing::Id("events[].id".into()))?;
+        let part = |name: &str| {
+            non_empty(event.get(name)).ok_or_else(|| Missing::Type(format!("events[].{name}")))
+        };
+        let resource = part("resource_type")?;
+        let action = part("action")?;
+        Ok((id, format!("{resource}.{action}")))
+    }
+
+    fn default_event_types(&self) -> HashMap<String, String> {
+        kind_table(&EVENT_TYPES)
+    }
+
+    /// The payment is `links.payment` (a refund's too), the customer
+    /// `links.customer` when the event names one. No amounts: GoCardless sends
+    /// none, so a refund adds no refund fact (see [`Provider::sends_amounts`]).
+    fn payment_facts(&self, event: &Value) -> Result<PaymentFacts, String> {
+        let payment_id = link(event, "payment").ok_or("links.payment is missing")?;
+        let facts = PaymentFacts {
+            payment_id,
+            customer_id: link(event, "customer"),
+            ..PaymentFacts::default()
+        };
+        let texts = [Some(&facts.payment_id), facts.customer_id.as_ref()];
+        if texts.into_iter().flatten().any(|t| !storable_id(t)) {
+            return Err(format!(
+                "an id is longer than {MAX_ID_LEN} bytes or contains a NUL character"
+            ));
+        }
+        Ok(facts)
+    }
+
+    fn index_fields(&self, event: &Value) -> IndexFields {
+        IndexFields {
+            payment_id: link(event, "payment"),
+            customer_id: link(event, "customer"),
+        }
+    }
+
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+        body.pointer("/events/0/id")
+            .ok_or_else(|| "a GoCardless body needs events with an \"id\"".into())
+    }
+
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
+        let first = body
+            .value
+            .pointer("/events/0")
+            .ok_or("a GoCardless body needs an events list")?;
+        self.identity(&Vec::<(String, String)>::new(), first)
+            .map(|(_, event_type)| event_type)
+            .map_err(|_| "the first event needs a resource_type and an action".into())
+    }
+
+    /// `EV` and 12 digits and upper-case letters, in the first event's `id`.
+    fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {
+        (
+            format!("EV{}", id_tail(random, 0)),
+            Some("/events/0/id".into()),
+        )
+    }
+
+    /// A fresh id for every event of the body.
+    fn renew_ids(&self, body: &mut Value, random: &[u8; 16]) -> (String, bool) {
+        let mut first = None;
+        let list = body.get_mut(EVENTS).and_then(Value::as_array_mut);
+        for (i, event) in list.into_iter().flatten().enumerate() {
+            if let Some(slot) = event.get_mut("id") {
+                let id = format!("EV{}", id_tail(random, i));
+                first.get_or_insert_with(|| id.clone());
+                *slot = Value::String(id);
+            }
+        }
+        match first {
+            Some(id) => (id, true),
+            None => (self.new_id(random).0, false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
