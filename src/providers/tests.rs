@@ -9,6 +9,7 @@ fn every_scheme() -> Vec<Scheme> {
         Scheme::Adyen(Default::default()),
         Scheme::Paddle,
         Scheme::Square(square::ANY.clone()),
+        Scheme::PayPal(paypal::ANY.clone()),
         Scheme::Hmac(GenericHmac {
             signature_header: "X-Sig".into(),
             encoding: Encoding::Hex,
@@ -46,7 +47,7 @@ fn hookd_secret_takes_the_names_it_always_took() {
     );
     assert!(names().contains(&"adyen"));
     assert_eq!(named("svix").map(|p| p.name()), Some("standard"));
-    assert!(named("paypal").is_none());
+    assert!(named("nosuchprovider").is_none());
 }
 
 #[test]
@@ -56,7 +57,9 @@ fn only_stripe_has_defaults_and_its_own_payment_shape() {
         let stripe = scheme == Scheme::Stripe;
         // Square's one static type and Paddle's transactions (their others
         // depend on the payload).
-        let typed = stripe || scheme == Scheme::Paddle || matches!(scheme, Scheme::Square(_));
+        let typed = stripe
+            || scheme == Scheme::Paddle
+            || matches!(scheme, Scheme::Square(_) | Scheme::PayPal(_));
         assert_eq!(!provider.default_event_types().is_empty(), typed);
         assert_eq!(!provider.default_fingerprint_ignore().is_empty(), stripe);
         assert_eq!(provider.payment_shape() == PaymentShape::Stripe, stripe);

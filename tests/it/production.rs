@@ -71,7 +71,9 @@ async fn slow_check_config_summarises_a_good_configuration_without_a_database() 
     let out = stdout(&output);
     assert!(
         out.starts_with("ok: ")
-            && out.contains("7 source(s) (stripe, standard, github, shop, adyen, paddle, square)")
+            && out.contains(
+                "8 source(s) (stripe, standard, github, shop, adyen, paddle, square, paypal)"
+            )
             && out.contains("2 admin token(s)")
             && out.contains("webhooks on 127.0.0.1:8080")
             && out.contains("database: DATABASE_URL"),
