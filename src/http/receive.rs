@@ -139,8 +139,11 @@ async fn handle(
     let signer = usize::try_from(verified.signed_with - 1)
         .ok()
         .and_then(|i| source.secrets.get(i));
-    if signer.is_some_and(|s| DEVELOPMENT_CREDENTIALS.contains(&s.expose()))
-        && client::is_forwarded(request)
+    let shipped_key = signer.is_some_and(|s| DEVELOPMENT_CREDENTIALS.contains(&s.expose()))
+        || providers::of(&source.scheme)
+            .development_credential()
+            .is_some();
+    if shipped_key && client::is_forwarded(request)
     {
         log::warn!(
             "refused a forwarded delivery to {source_name:?} signed with a shipped development secret"

@@ -513,7 +513,8 @@ impl Provider for PayPal {
                 .map(|(minor, _)| *minor),
             amount_refunded: None,
             currency: stated.map(|(_, currency)| currency),
-            customer_id: non_empty(resource.pointer("/payer/payer_id")),
+            // PayPal's capture, refund and dispute resources name no customer.
+            customer_id: None,
             refund,
         };
         let texts = [
@@ -541,7 +542,7 @@ impl Provider for PayPal {
         };
         IndexFields {
             payment_id: payment_id(resource, kind),
-            customer_id: non_empty(resource.pointer("/payer/payer_id")),
+            customer_id: None,
         }
     }
 

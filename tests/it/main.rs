@@ -23,6 +23,7 @@ mod production;
 mod properties;
 mod providers_adyen;
 mod providers_paddle;
+mod providers_paypal;
 mod providers_square;
 mod purge;
 mod receive;
