@@ -143,8 +143,7 @@ async fn handle(
         || providers::of(&source.scheme)
             .development_credential()
             .is_some();
-    if shipped_key && client::is_forwarded(request)
-    {
+    if shipped_key && client::is_forwarded(request) {
         log::warn!(
             "refused a forwarded delivery to {source_name:?} signed with a shipped development secret"
         );

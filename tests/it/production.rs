@@ -149,7 +149,7 @@ async fn slow_hookd_config_names_the_file_unless_config_is_given() {
     )
     .await;
     assert_eq!(flag_wins.status.code(), Some(0), "{flag_wins:?}");
-    assert!(stdout(&flag_wins).contains("7 source(s)"));
+    assert!(stdout(&flag_wins).contains("8 source(s)"));
     let missing = hookd(
         &["check-config"],
         &[("HOOKD_CONFIG", "/nonexistent/hookd.toml")],

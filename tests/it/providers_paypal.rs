@@ -91,10 +91,19 @@ async fn paypal_kinds_payment_rows_and_refunds_in_any_order() {
             capture("WH-1", "PAYMENT.CAPTURE.COMPLETED", "CAP-A", "25.00"),
             Some("payment_succeeded"),
         ),
-        (refund("WH-2", "CAP-A", "RF-A1", "10.00"), Some("payment_refunded")),
+        (
+            refund("WH-2", "CAP-A", "RF-A1", "10.00"),
+            Some("payment_refunded"),
+        ),
         // A refund before its capture, and a second one: the refunds add up.
-        (refund("WH-3", "CAP-B", "RF-B1", "5.50"), Some("payment_refunded")),
-        (refund("WH-4", "CAP-B", "RF-B2", "4.50"), Some("payment_refunded")),
+        (
+            refund("WH-3", "CAP-B", "RF-B1", "5.50"),
+            Some("payment_refunded"),
+        ),
+        (
+            refund("WH-4", "CAP-B", "RF-B2", "4.50"),
+            Some("payment_refunded"),
+        ),
         (
             capture("WH-5", "PAYMENT.CAPTURE.COMPLETED", "CAP-B", "10.00"),
             Some("payment_succeeded"),
@@ -127,7 +136,11 @@ async fn paypal_kinds_payment_rows_and_refunds_in_any_order() {
         let id = body["id"].as_str().expect("id");
         let (stored_kind, status, signed_with) = stored(&app, id).await;
         assert_eq!(stored_kind.as_deref(), *kind, "{id}");
-        let expected = if kind.is_some() { "processed" } else { "ignored" };
+        let expected = if kind.is_some() {
+            "processed"
+        } else {
+            "ignored"
+        };
         assert_eq!((status.as_str(), signed_with), (expected, 1), "{id}");
     }
     let usd = Some("USD".to_string());
@@ -220,9 +233,13 @@ fn with(headers: &[(String, String)], name: &str, value: &str) -> Vec<(String, S
 #[tokio::test]
 async fn tampered_or_foreign_paypal_deliveries_are_401_and_nothing_is_stored() {
     let app = spawn_app().await;
-    let body =
-        serde_json::to_vec(&capture("WH-BAD", "PAYMENT.CAPTURE.COMPLETED", "CAP-BAD", "25.00"))
-            .expect("json");
+    let body = serde_json::to_vec(&capture(
+        "WH-BAD",
+        "PAYMENT.CAPTURE.COMPLETED",
+        "CAP-BAD",
+        "25.00",
+    ))
+    .expect("json");
     let good = app.sign(SOURCE, &body, Hints::default());
     let tampered = String::from_utf8(body.clone())
         .expect("utf-8")
@@ -236,9 +253,14 @@ async fn tampered_or_foreign_paypal_deliveries_are_401_and_nothing_is_stored() {
     let other_webhook = settings_with(&[("8PT597110X687430LDEVHOOKD", "8PT597110X687430LOTHER")]);
     let signed_by = |settings: &Settings| {
         let source = settings.source(SOURCE).expect("paypal");
-        sign_delivery(source, &body, Hints::default(), chrono::Utc::now().timestamp())
-            .expect("sign")
-            .headers
+        sign_delivery(
+            source,
+            &body,
+            Hints::default(),
+            chrono::Utc::now().timestamp(),
+        )
+        .expect("sign")
+        .headers
     };
     let old = sign_delivery(
         app.settings().source(SOURCE).expect("paypal"),
@@ -251,7 +273,11 @@ async fn tampered_or_foreign_paypal_deliveries_are_401_and_nothing_is_stored() {
     let cases = [
         (good.clone(), tampered, "signature mismatch"),
         (signed_by(&other_key), body.clone(), "signature mismatch"),
-        (signed_by(&other_webhook), body.clone(), "signature mismatch"),
+        (
+            signed_by(&other_webhook),
+            body.clone(),
+            "signature mismatch",
+        ),
         (
             with(&good, "PAYPAL-TRANSMISSION-ID", "another-transmission"),
             body.clone(),
@@ -447,12 +473,22 @@ async fn slow_a_paypal_certificate_is_fetched_from_an_allowed_host_only_and_neve
     let server = certificate_server(&pki, chain, untrusted).await;
     let config = write_config(&dir, "paypal-fetch", "");
     let settings = Settings::load(&config).expect("config");
-    let body = serde_json::to_vec(&capture("WH-F", "PAYMENT.CAPTURE.COMPLETED", "CAP-F", "1.00"))
-        .expect("json");
+    let body = serde_json::to_vec(&capture(
+        "WH-F",
+        "PAYMENT.CAPTURE.COMPLETED",
+        "CAP-F",
+        "1.00",
+    ))
+    .expect("json");
     let source = settings.source(SOURCE).expect("paypal");
-    let signed = sign_delivery(source, &body, Hints::default(), chrono::Utc::now().timestamp())
-        .expect("sign")
-        .headers;
+    let signed = sign_delivery(
+        source,
+        &body,
+        Hints::default(),
+        chrono::Utc::now().timestamp(),
+    )
+    .expect("sign")
+    .headers;
     let at = |host: &str, path: &str| {
         with(
             &signed,
@@ -462,7 +498,10 @@ async fn slow_a_paypal_certificate_is_fetched_from_an_allowed_host_only_and_neve
     };
 
     let fetched = verify(&config, &ca, &at("127.0.0.1", "/cert"), &body).await;
-    assert!(fetched.contains("ok: signed with the certificate"), "{fetched}");
+    assert!(
+        fetched.contains("ok: signed with the certificate"),
+        "{fetched}"
+    );
     assert_eq!(server.requests.load(Ordering::SeqCst), 1);
 
     let redirected = verify(&config, &ca, &at("127.0.0.1", "/redirect"), &body).await;
@@ -470,7 +509,11 @@ async fn slow_a_paypal_certificate_is_fetched_from_an_allowed_host_only_and_neve
         redirected.contains("not verified") && redirected.contains("302"),
         "{redirected}"
     );
-    assert_eq!(server.requests.load(Ordering::SeqCst), 2, "the redirect is not followed");
+    assert_eq!(
+        server.requests.load(Ordering::SeqCst),
+        2,
+        "the redirect is not followed"
+    );
 
     let untrusted = verify(&config, &ca, &at("127.0.0.1", "/untrusted"), &body).await;
     assert!(
