@@ -490,6 +490,23 @@ async fn slow_replaying_the_paypal_fixtures_gives_the_documented_rows() {
             ("7TK53561YB803214S", "failed", 4200, 0),
         ])
     );
+    // --new-ids: a fresh `WH-…` id in each body, so every file is stored anew.
+    let (ok, lines) = replay(&app, "paypal", &["--new-ids"]).await;
+    assert!(ok, "{lines:#?}");
+    assert!(
+        delivery_lines(&lines)
+            .iter()
+            .all(|l| l.contains(" 200 accepted  new ")),
+        "{lines:#?}"
+    );
+    let ids = app
+        .strings(
+            "SELECT event_id FROM webhook_events WHERE source = 'paypal'",
+            &[],
+        )
+        .await;
+    assert_eq!(ids.len(), 12);
+    assert_eq!(ids.iter().filter(|id| id.starts_with("WH-")).count(), 12);
 }
 
 async fn statuses(app: &TestApp, source: &str) -> Vec<(String, i64)> {
