@@ -318,6 +318,44 @@ async fn tampered_or_foreign_paypal_deliveries_are_401_and_nothing_is_stored() {
     assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 1);
 }
 
+#[tokio::test]
+async fn on_receipt_an_unpinned_certificate_is_fetched_and_one_not_trusted_is_401() {
+    // The server's TLS certificate is from a CA this machine does not trust.
+    let pki = crate::tls::pki();
+    let server = certificate_server(&pki, String::new(), String::new()).await;
+    let settings = settings_with(&[
+        (
+            "fetch_certificates = false",
+            r#"certificate_hosts = ["127.0.0.1"]"#,
+        ),
+        (
+            "fixtures/paypal/dev-signing-key.pem",
+            "tests/paypal/key-2.pem",
+        ),
+    ]);
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let body = serde_json::to_vec(&capture(
+        "WH-UF",
+        "PAYMENT.CAPTURE.COMPLETED",
+        "CAP-UF",
+        "1.00",
+    ))
+    .expect("json");
+    let signed = app.sign(SOURCE, &body, Hints::default());
+    let url = format!("https://127.0.0.1:{}/cert", server.port);
+    let answer = app
+        .post(SOURCE, &with(&signed, "PAYPAL-CERT-URL", &url), body)
+        .await;
+    let (status, error, why) = refusal(&answer);
+    assert_eq!((status, error.as_str()), (401, "invalid_signature"));
+    assert!(why.contains("signing certificate unavailable"), "{why}");
+    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
+}
+
 /// What the test certificate server answers, and how many requests it got.
 struct CertificateServer {
     port: u16,
