@@ -238,6 +238,10 @@ impl Settings {
         secrets
             .chain(tokens)
             .any(|secret| DEVELOPMENT_CREDENTIALS.contains(&secret.expose()))
+            || self
+                .sources
+                .iter()
+                .any(|s| providers::of(&s.scheme).development_credential().is_some())
     }
 
     /// `serve` refuses public development credentials unless `development = true`
@@ -252,9 +256,14 @@ impl Settings {
             problem,
         };
         let is_dev = |secret: &Secret| DEVELOPMENT_CREDENTIALS.contains(&secret.expose());
-        let dev_secret = self.sources.iter().find_map(|source| {
-            let j = source.secrets.iter().position(is_dev)?;
-            Some((format!("{}[{j}]", source.secrets_key), source))
+        let dev_secret = self.sources.iter().enumerate().find_map(|(i, source)| {
+            match source.secrets.iter().position(is_dev) {
+                Some(j) => Some((format!("{}[{j}]", source.secrets_key), source)),
+                // PayPal's shipped certificate and signing key.
+                None => providers::of(&source.scheme)
+                    .development_credential()
+                    .map(|key| (format!("sources[{i}].{key}"), source)),
+            }
         });
         if !self.development {
             let dev_token = self.admin_tokens.iter().find(|t| is_dev(&t.token));
@@ -1040,8 +1049,21 @@ fn dedupe_on_body(
     }
 }
 
-/// A source's secrets: at least one, each usable as a key of its scheme.
+/// A source's secrets: at least one, each usable as a key of its scheme (none
+/// for a scheme that takes none).
 fn secrets(scheme: &Scheme, values: Vec<String>, key: &str) -> Result<Vec<Secret>, Problem> {
+    if !providers::of(scheme).takes_secrets() {
+        if values.is_empty() {
+            return Ok(Vec::new());
+        }
+        return Err((
+            key.to_string(),
+            format!(
+                "does not apply to scheme {:?}, which verifies with the provider's certificates",
+                scheme.name()
+            ),
+        ));
+    }
     if values.is_empty() {
         return Err((key.to_string(), "needs at least one secret".into()));
     }

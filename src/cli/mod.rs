@@ -275,7 +275,7 @@ pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
                 source,
                 headers,
                 body,
-            } => verify::run(&settings, &source, &headers, &body),
+            } => verify::run(&settings, &source, &headers, &body).await,
             Command::Migrate => migrate(settings, &hookd).await,
             Command::Purge { dry_run } => purge(settings, hookd, dry_run).await,
             Command::Events { action } => {

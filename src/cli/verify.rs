@@ -6,7 +6,8 @@ use std::path::Path;
 use super::CliError;
 use super::sign::source;
 use crate::config::{Settings, Source};
-use crate::signature::SignatureError;
+use crate::providers;
+use crate::signature::{SignatureError, Verified};
 
 /// The headers of a file with one `Name: value` per line (what `hookd sign`
 /// prints); blank lines are skipped.
@@ -34,7 +35,7 @@ pub fn read_headers(path: &Path) -> Result<Vec<(String, String)>, CliError> {
     Ok(headers)
 }
 
-pub fn run(
+pub async fn run(
     settings: &Settings,
     source_name: &str,
     headers_file: &Path,
@@ -45,7 +46,14 @@ pub fn run(
     let body = std::fs::read(body_file)
         .map_err(|e| CliError::Other(format!("{}: {e}", body_file.display())))?;
     let now = chrono::Utc::now().timestamp();
-    println!("{}", verdict(source, &headers, &body, now)?);
+    // A PayPal certificate neither pinned nor cached is fetched, as on receipt.
+    let fetched = match source.verifier().verify(&headers, &body, now) {
+        Err(SignatureError::Mismatch) => Some(
+            crate::outbound::verify_after_fetching(&source.verifier(), &headers, &body, now).await,
+        ),
+        _ => None,
+    };
+    println!("{}", verdict(source, &headers, &body, now, fetched)?);
     Ok(())
 }
 
@@ -56,10 +64,21 @@ pub fn verdict(
     headers: &[(String, String)],
     body: &[u8],
     now: i64,
+    fetched: Option<Result<Verified, SignatureError>>,
 ) -> Result<String, CliError> {
     let verifier = source.verifier();
     let count = source.secrets.len();
-    match verifier.verify(headers, body, now) {
+    let outcome = fetched.unwrap_or_else(|| verifier.verify(headers, body, now));
+    match outcome {
+        Ok(verified) if !providers::of(&source.scheme).takes_secrets() => {
+            Ok(match verified.signed_with {
+                0 => "ok: signed with the certificate its PAYPAL-CERT-URL names, fetched".into(),
+                n => format!(
+                    "ok: signed with pinned certificate {n} (certificates[{}])",
+                    n - 1
+                ),
+            })
+        }
         Ok(verified) => Ok(format!(
             "ok: signed with secret {} of {count} ({}[{}])",
             verified.signed_with,
@@ -94,6 +113,9 @@ pub fn verdict(
                      given a final newline), and the headers those that came with it",
                     source.name
                 ),
+                SignatureError::Unavailable(_) => "the certificate could not be fetched from \
+                    the URL the request names, or is not trusted"
+                    .to_string(),
                 SignatureError::TooOld { seconds } => format!(
                     "signed {} ago, beyond the tolerance of {} (the signature itself matches; \
                      a provider signs each retry anew)",

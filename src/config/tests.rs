@@ -53,7 +53,8 @@ fn the_shipped_config_loads_with_its_sources() {
             "square",
             "razorpay",
             "checkout",
-            "gocardless"
+            "gocardless",
+            "paypal"
         ]
     );
     assert_eq!(settings.source("stripe").map(|s| s.secrets.len()), Some(2));
@@ -132,8 +133,12 @@ fn sources_are_checked() {
     let source = |body: &str| format!("[[sources]]\nname = \"s\"\n{body}\n");
     let cases = [
         (
-            "scheme = \"paypal\"\nsecrets = [\"x\"]",
+            "scheme = \"paypall\"\nsecrets = [\"x\"]",
             "sources[0].scheme",
+        ),
+        (
+            "scheme = \"paypal\"\nwebhook_id = \"W\"\nsecrets = [\"x\"]",
+            "sources[0].secrets",
         ),
         ("scheme = \"stripe\"\nsecrets = []", "sources[0].secrets"),
         (
@@ -357,7 +362,12 @@ fn every_credential_of_the_shipped_config_is_known_as_a_development_value() {
     let raw: toml::Value = toml::from_str(include_str!("../../hookd.toml")).expect("toml");
     let mut shipped: Vec<String> = Vec::new();
     for source in raw["sources"].as_array().expect("sources") {
-        for secret in source["secrets"].as_array().expect("secrets") {
+        // PayPal's source has none: its development key is refused apart.
+        for secret in source
+            .get("secrets")
+            .iter()
+            .flat_map(|s| s.as_array().expect("secrets"))
+        {
             shipped.push(secret.as_str().expect("text").to_string());
         }
     }
@@ -368,6 +378,17 @@ fn every_credential_of_the_shipped_config_is_known_as_a_development_value() {
     for value in &shipped {
         assert!(DEVELOPMENT_CREDENTIALS.contains(&value.as_str()), "{value}");
     }
+}
+
+const PAYPAL_SIGNING_KEY: &str = "signing_key = \"fixtures/paypal/dev-signing-key.pem\"\n";
+
+/// The shipped file with PayPal's development key and certificate taken out:
+/// its source then fetches PayPal's certificates.
+fn live_paypal(shipped: &str) -> String {
+    shipped.replace(PAYPAL_SIGNING_KEY, "").replace(
+        "certificates = [\"fixtures/paypal/dev-certificate.pem\"]\nfetch_certificates = false\n",
+        "",
+    )
 }
 
 /// Every source of the shipped file given a secret of its own.
@@ -408,6 +429,16 @@ fn development_credentials_are_refused_beyond_loopback_only() {
         ("HOOKD_ADMIN_LISTEN", "127.0.0.1:9090"),
     ];
     env.extend(LIVE_SOURCE_SECRETS);
+    // PayPal's shipped certificate and signing key have public keys too.
+    let e = exposure_error(shipped, &env);
+    assert!(
+        e.contains("sources[10].signing_key") && e.contains("0.0.0.0:8080"),
+        "{e}"
+    );
+    let pinned_only = shipped.replace(PAYPAL_SIGNING_KEY, "");
+    let e = exposure_error(&pinned_only, &env);
+    assert!(e.contains("sources[10].certificates[0]"), "{e}");
+    let shipped = &live_paypal(shipped);
     assert!(
         load_env(shipped, &env)
             .expect("valid")
@@ -723,7 +754,8 @@ fn dedupe_on_body_is_on_where_the_id_or_type_is_unsigned_and_refused_elsewhere()
             ("square", false),
             ("razorpay", true),
             ("checkout", false),
-            ("gocardless", false)
+            ("gocardless", false),
+            ("paypal", false)
         ]
     );
     let github = "[[sources]]\nname = \"g\"\nscheme = \"github\"\nsecrets = [\"x\"]\n";
@@ -772,7 +804,7 @@ fn development_credentials_need_development_true_wherever_hookd_listens() {
         "{e}"
     );
     // Only the tokens left: they are refused too.
-    let e = exposure_error(&server, &LIVE_SOURCE_SECRETS);
+    let e = exposure_error(&live_paypal(&server), &LIVE_SOURCE_SECRETS);
     assert!(
         e.contains("admin.tokens[0].token") && e.contains("development token"),
         "{e}"

@@ -15,6 +15,7 @@ mod github;
 mod gocardless;
 mod hmac;
 mod paddle;
+mod paypal;
 mod razorpay;
 pub mod shape;
 mod square;
@@ -49,6 +50,7 @@ pub enum Scheme {
     Razorpay,
     Checkout(checkout::Checkout),
     GoCardless,
+    PayPal(paypal::PayPal),
 }
 
 /// The provider of a configured scheme.
@@ -64,6 +66,7 @@ pub fn of(scheme: &Scheme) -> &dyn Provider {
         Scheme::Razorpay => &razorpay::Razorpay,
         Scheme::Checkout(opts) => opts,
         Scheme::GoCardless => &gocardless::GoCardless,
+        Scheme::PayPal(opts) => opts,
     }
 }
 
@@ -83,7 +86,7 @@ pub struct Entry {
 }
 
 /// Every provider: the one list a new one is added to.
-pub static REGISTRY: [Entry; 10] = [
+pub static REGISTRY: [Entry; 11] = [
     Entry {
         provider: &stripe::Stripe,
         keys: &[],
@@ -133,6 +136,11 @@ pub static REGISTRY: [Entry; 10] = [
         provider: &gocardless::GoCardless,
         keys: &[],
         configure: |_, _| Ok(Scheme::GoCardless),
+    },
+    Entry {
+        provider: &paypal::ANY,
+        keys: paypal::KEYS,
+        configure: paypal::configure,
     },
 ];
 
@@ -187,6 +195,19 @@ pub trait Provider: KeyFormat + Sync {
         Ok(())
     }
 
+    /// Whether sources of the scheme take `secrets` (PayPal signs with its
+    /// certificates instead: its sources may not set any).
+    fn takes_secrets(&self) -> bool {
+        true
+    }
+
+    /// The key (in the source's table) of a shipped development credential the
+    /// source uses beyond its secrets (PayPal's signing key or shipped
+    /// certificate): refused as the shipped secrets are.
+    fn development_credential(&self) -> Option<String> {
+        None
+    }
+
     /// Checks a request against every secret; `now` is Unix seconds.
     fn verify(
         &self,
@@ -195,6 +216,26 @@ pub trait Provider: KeyFormat + Sync {
         body: &[u8],
         now: i64,
     ) -> Result<Verified, SignatureError>;
+
+    /// Key material `verify` found the request naming but lacking, to fetch
+    /// before verifying again (PayPal's certificate URL, when the source fetches
+    /// and has not cached it); the error is a URL that may not be fetched.
+    /// `verify` stays synchronous and offline: the caller fetches (see
+    /// `outbound::verify_after_fetching`) and hands the bytes to [`Provider::fetched`].
+    fn to_fetch(&self, _headers: &dyn Headers) -> Result<Option<reqwest::Url>, SignatureError> {
+        Ok(None)
+    }
+
+    /// Checks what was fetched from `url` against the system's `roots` and keeps
+    /// it for `verify`.
+    fn fetched(
+        &self,
+        _url: &reqwest::Url,
+        _bytes: &[u8],
+        _roots: &[rustls::pki_types::TrustAnchor<'static>],
+    ) -> Result<(), SignatureError> {
+        Ok(())
+    }
 
     /// What the provider would send with `body`, signed with `key`.
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String>;
@@ -422,10 +463,11 @@ pub fn named(name: &str) -> Option<&'static dyn Provider> {
         .find(|p| p.name() == name || p.aliases().contains(&name))
 }
 
-/// Every name `hookd secret --scheme` accepts.
+/// Every name `hookd secret --scheme` accepts (not PayPal's, which takes no secrets).
 pub fn names() -> Vec<&'static str> {
     REGISTRY
         .iter()
+        .filter(|e| e.provider.takes_secrets())
         .flat_map(|e| {
             std::iter::once(e.provider.name()).chain(e.provider.aliases().iter().copied())
         })

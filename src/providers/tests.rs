@@ -12,6 +12,7 @@ fn every_scheme() -> Vec<Scheme> {
         Scheme::Razorpay,
         Scheme::Checkout(checkout::ANY.clone()),
         Scheme::GoCardless,
+        Scheme::PayPal(paypal::ANY.clone()),
         Scheme::Hmac(GenericHmac {
             signature_header: "X-Sig".into(),
             encoding: Encoding::Hex,
@@ -49,7 +50,7 @@ fn hookd_secret_takes_the_names_it_always_took() {
     );
     assert!(names().contains(&"adyen"));
     assert_eq!(named("svix").map(|p| p.name()), Some("standard"));
-    assert!(named("paypal").is_none());
+    assert!(named("nosuchprovider").is_none());
 }
 
 #[test]
@@ -64,7 +65,8 @@ fn only_stripe_has_defaults_and_its_own_payment_shape() {
             || matches!(scheme, Scheme::Square(_))
             || scheme == Scheme::Razorpay
             || matches!(scheme, Scheme::Checkout(_))
-            || scheme == Scheme::GoCardless;
+            || scheme == Scheme::GoCardless
+            || matches!(scheme, Scheme::PayPal(_));
         assert_eq!(!provider.default_event_types().is_empty(), typed);
         assert_eq!(!provider.default_fingerprint_ignore().is_empty(), stripe);
         assert_eq!(provider.payment_shape() == PaymentShape::Stripe, stripe);

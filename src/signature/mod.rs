@@ -90,6 +90,10 @@ pub enum SignatureError {
     },
     #[error("signature mismatch")]
     Mismatch,
+    /// The key the request names could not be fetched or is not trusted
+    /// (PayPal's certificate).
+    #[error("signing certificate unavailable: {0}")]
+    Unavailable(String),
     /// Signed this many seconds before now, beyond the tolerance.
     #[error("timestamp too old")]
     TooOld { seconds: u64 },
@@ -112,6 +116,7 @@ impl SignatureError {
             SignatureError::Missing(_) => "missing",
             SignatureError::Malformed { .. } | SignatureError::InBody { .. } => "malformed",
             SignatureError::Mismatch => "mismatch",
+            SignatureError::Unavailable(_) => "unavailable",
             SignatureError::TooOld { .. } => "too_old",
             SignatureError::TooNew { .. } => "too_new",
         }

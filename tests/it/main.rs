@@ -25,6 +25,7 @@ mod providers_adyen;
 mod providers_checkout;
 mod providers_gocardless;
 mod providers_paddle;
+mod providers_paypal;
 mod providers_razorpay;
 mod providers_square;
 mod purge;

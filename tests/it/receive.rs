@@ -430,6 +430,8 @@ async fn timestamps_outside_the_tolerance_are_refused_both_ways() {
 #[tokio::test]
 async fn every_scheme_round_trips_and_records_the_matching_secret() {
     let mut settings = shipped_settings();
+    // PayPal takes no secrets (its rotation is of pinned certificates).
+    settings.sources.retain(|s| !s.secrets.is_empty());
     for source in &mut settings.sources {
         // Rotation: a second, newer secret in front; deliveries signed with the old one.
         let old = source.secrets[0].clone();

@@ -463,6 +463,52 @@ async fn slow_replaying_the_square_fixtures_gives_the_documented_rows() {
     );
 }
 
+#[tokio::test]
+async fn slow_replaying_the_paypal_fixtures_gives_the_documented_rows() {
+    let app = spawn_app().await;
+    for round in 1..=2 {
+        let (ok, lines) = replay(&app, "paypal", &[]).await;
+        assert!(ok, "round {round}: {lines:#?}");
+        let sent = delivery_lines(&lines);
+        assert_eq!(sent.len(), 6);
+        let answer = if round == 1 {
+            " 200 accepted  new "
+        } else {
+            "replayed"
+        };
+        assert!(sent.iter().all(|l| l.contains(answer)), "{sent:#?}");
+    }
+    assert_eq!(
+        statuses(&app, "paypal").await,
+        [("ignored".to_string(), 1), ("processed".to_string(), 5)]
+    );
+    assert_eq!(
+        payments(&app, "paypal").await,
+        rows(&[
+            ("0VF52814937998046", "disputed", 9900, 0),
+            ("2GG279541U471931P", "partially_refunded", 2500, 1000),
+            ("7TK53561YB803214S", "failed", 4200, 0),
+        ])
+    );
+    // --new-ids: a fresh `WH-…` id in each body, so every file is stored anew.
+    let (ok, lines) = replay(&app, "paypal", &["--new-ids"]).await;
+    assert!(ok, "{lines:#?}");
+    assert!(
+        delivery_lines(&lines)
+            .iter()
+            .all(|l| l.contains(" 200 accepted  new ")),
+        "{lines:#?}"
+    );
+    let ids = app
+        .strings(
+            "SELECT event_id FROM webhook_events WHERE source = 'paypal'",
+            &[],
+        )
+        .await;
+    assert_eq!(ids.len(), 12);
+    assert_eq!(ids.iter().filter(|id| id.starts_with("WH-")).count(), 12);
+}
+
 async fn statuses(app: &TestApp, source: &str) -> Vec<(String, i64)> {
     app.query(
         "SELECT status, count(*) FROM webhook_events WHERE source = $1 GROUP BY 1 ORDER BY 1",

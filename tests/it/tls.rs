@@ -35,7 +35,8 @@ pub struct Pki {
     pub server_key: String,
 }
 
-fn authority(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+/// A CA made here (the PayPal tests issue signing certificates from one).
+pub fn authority(name: &str) -> CertifiedIssuer<'static, KeyPair> {
     let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.distinguished_name.push(DnType::CommonName, name);

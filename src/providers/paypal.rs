@@ -1,0 +1,569 @@
+//! PayPal: RSA, not HMAC. `PAYPAL-TRANSMISSION-SIG` is base64 RSA PKCS#1 v1.5
+//! SHA-256 (`PAYPAL-AUTH-ALGO: SHA256withRSA`) over
+//! `{PAYPAL-TRANSMISSION-ID}|{PAYPAL-TRANSMISSION-TIME}|{webhook_id}|{CRC32 of the raw body}`,
+//! the CRC32 as an unsigned decimal and the time as sent (RFC 3339), within the
+//! tolerance. The key is a certificate: one pinned in the configuration
+//! (`certificates`, tried in order: `signed_with` is the position), or the one
+//! `PAYPAL-CERT-URL` names, fetched before verifying (see [`Provider::to_fetch`])
+//! from a host on `certificate_hosts` only, its chain checked against the
+//! system's roots, and cached (`signed_with` 0). The id and type are the body's
+//! `id` and `event_type`; a capture, refund or dispute is in `resource`, amounts
+//! as decimal text.
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, TrustAnchor, UnixTime};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::shape::IndexFields;
+use super::{Body, Missing, Provider, Scheme, body_member, kind_table, non_empty, uuid_from};
+use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, Refund, storable_id};
+use crate::keys::{self, Problem};
+use crate::money::minor_units;
+use crate::signature::{
+    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
+};
+
+const TRANSMISSION_ID: &str = "PAYPAL-TRANSMISSION-ID";
+const TRANSMISSION_TIME: &str = "PAYPAL-TRANSMISSION-TIME";
+const TRANSMISSION_SIG: &str = "PAYPAL-TRANSMISSION-SIG";
+const CERT_URL: &str = "PAYPAL-CERT-URL";
+const AUTH_ALGO: &str = "PAYPAL-AUTH-ALGO";
+const ALGORITHM: &str = "SHA256withRSA";
+
+/// PayPal's API hosts, live and sandbox: where its certificates are served.
+pub const PAYPAL_HOSTS: [&str; 4] = [
+    "api.paypal.com",
+    "api.sandbox.paypal.com",
+    "api-m.paypal.com",
+    "api-m.sandbox.paypal.com",
+];
+
+/// The certificate of the shipped `hookd.toml`, whose private key ships too.
+const DEVELOPMENT_CERTIFICATE: &[u8] = include_bytes!("../../fixtures/paypal/dev-certificate.pem");
+
+/// `signed_with` of a delivery verified with a fetched certificate: no
+/// configured key signed it.
+pub const FETCHED: i32 = 0;
+
+/// Fetched certificates at most held; the cache starts again when full (only
+/// chain-checked certificates from PayPal's hosts get in).
+const CACHE_LIMIT: usize = 64;
+
+/// A source of scheme `paypal`, with its own keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayPal {
+    /// The webhook's id in PayPal's dashboard: part of what is signed.
+    pub webhook_id: String,
+    /// Pinned certificates, in the order configured.
+    pub certificates: Vec<CertificateDer<'static>>,
+    /// Whether a certificate no pinned one replaces is fetched from its URL.
+    pub fetch_certificates: bool,
+    /// The hosts a certificate may be fetched from.
+    pub certificate_hosts: Vec<String>,
+    /// Development only: the private key `hookd sign` signs with (PKCS#8 DER).
+    pub signing_key: Option<Secret>,
+}
+
+/// A PayPal source with no keys of its own, for what does not depend on them.
+pub static ANY: PayPal = PayPal {
+    webhook_id: String::new(),
+    certificates: Vec::new(),
+    fetch_certificates: false,
+    certificate_hosts: Vec::new(),
+    signing_key: None,
+};
+
+/// The keys only scheme `paypal` takes.
+pub const KEYS: &[&str] = &[
+    "webhook_id",
+    "certificates",
+    "fetch_certificates",
+    "certificate_hosts",
+    "signing_key",
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPayPal {
+    webhook_id: Option<String>,
+    #[serde(default)]
+    certificates: Vec<String>,
+    fetch_certificates: Option<bool>,
+    certificate_hosts: Option<Vec<String>>,
+    signing_key: Option<String>,
+}
+
+pub fn configure(table: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Scheme, Problem> {
+    let raw: RawPayPal = keys::read(table, key)?;
+    let webhook_id = raw.webhook_id.unwrap_or_default();
+    if webhook_id.trim().is_empty() || webhook_id.trim() != webhook_id {
+        return Err((
+            key("webhook_id"),
+            "is required for scheme \"paypal\": the webhook's id in PayPal's dashboard".into(),
+        ));
+    }
+    let mut certificates = Vec::with_capacity(raw.certificates.len());
+    for (j, path) in raw.certificates.iter().enumerate() {
+        let at = key(&format!("certificates[{j}]"));
+        let pem = std::fs::read(path).map_err(|e| (at.clone(), format!("{path}: {e}")))?;
+        let cert = CertificateDer::pem_slice_iter(&pem)
+            .next()
+            .and_then(Result::ok)
+            .ok_or_else(|| (at.clone(), format!("{path}: no PEM certificate")))?;
+        webpki::EndEntityCert::try_from(&cert)
+            .map_err(|e| (at, format!("{path}: not an X.509 certificate ({e})")))?;
+        certificates.push(cert);
+    }
+    let fetch_certificates = raw.fetch_certificates.unwrap_or(true);
+    if certificates.is_empty() && !fetch_certificates {
+        return Err((
+            key("certificates"),
+            "is empty and fetch_certificates = false: no certificate could verify a delivery"
+                .into(),
+        ));
+    }
+    let certificate_hosts = raw
+        .certificate_hosts
+        .unwrap_or_else(|| PAYPAL_HOSTS.map(String::from).to_vec());
+    for (j, host) in certificate_hosts.iter().enumerate() {
+        let valid = !host.is_empty()
+            && reqwest::Url::parse(&format!("https://{host}/"))
+                .is_ok_and(|u| u.host_str() == Some(host.as_str()));
+        if !valid {
+            return Err((
+                key(&format!("certificate_hosts[{j}]")),
+                format!("{host:?} is not a host name (no scheme, port or path)"),
+            ));
+        }
+    }
+    let signing_key = match raw.signing_key {
+        None => None,
+        Some(path) => Some(read_signing_key(&path).map_err(|e| (key("signing_key"), e))?),
+    };
+    Ok(Scheme::PayPal(PayPal {
+        webhook_id,
+        certificates,
+        fetch_certificates,
+        certificate_hosts,
+        signing_key,
+    }))
+}
+
+/// A PEM RSA private key (PKCS#8 or PKCS#1), checked usable, as PKCS#8 or PKCS#1 DER.
+fn read_signing_key(path: &str) -> Result<Secret, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    let key =
+        PrivateKeyDer::from_pem_slice(&pem).map_err(|_| format!("{path}: no PEM private key"))?;
+    key_pair(&key).map_err(|e| format!("{path}: {e}"))?;
+    Ok(Secret::new(BASE64.encode(key.secret_der())))
+}
+
+fn key_pair(key: &PrivateKeyDer<'_>) -> Result<ring::rsa::KeyPair, String> {
+    match key {
+        PrivateKeyDer::Pkcs8(der) => ring::rsa::KeyPair::from_pkcs8(der.secret_pkcs8_der()),
+        PrivateKeyDer::Pkcs1(der) => ring::rsa::KeyPair::from_der(der.secret_pkcs1_der()),
+        _ => return Err("not an RSA private key".into()),
+    }
+    .map_err(|e| format!("not a usable RSA private key ({e})"))
+}
+
+/// Certificates fetched from their URLs and found chained to a trusted root,
+/// shared by every PayPal source of the process.
+static FETCHED_CERTIFICATES: LazyLock<Mutex<HashMap<String, CertificateDer<'static>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn cached(url: &str) -> Option<CertificateDer<'static>> {
+    FETCHED_CERTIFICATES
+        .lock()
+        .ok()
+        .and_then(|cache| cache.get(url).cloned())
+}
+
+/// Whether `signature` over `message` is `certificate`'s key's.
+fn signed_by(certificate: &CertificateDer<'_>, message: &[u8], signature: &[u8]) -> bool {
+    webpki::EndEntityCert::try_from(certificate).is_ok_and(|cert| {
+        cert.verify_signature(webpki::ring::RSA_PKCS1_2048_8192_SHA256, message, signature)
+            .is_ok()
+    })
+}
+
+/// `{transmission id}|{transmission time}|{webhook id}|{CRC32 of the body}`.
+fn signed_text(transmission_id: &str, time: &str, webhook_id: &str, body: &[u8]) -> String {
+    format!(
+        "{transmission_id}|{time}|{webhook_id}|{}",
+        crc32fast::hash(body)
+    )
+}
+
+fn required<'h>(headers: &'h dyn Headers, name: &str) -> Result<&'h str, SignatureError> {
+    headers
+        .header(name)
+        .ok_or_else(|| SignatureError::Missing(name.to_string()))
+}
+
+impl PayPal {
+    /// The certificate URL a request names, if hookd may fetch it.
+    fn certificate_url(&self, headers: &dyn Headers) -> Result<reqwest::Url, SignatureError> {
+        let text = required(headers, CERT_URL)?;
+        let url = reqwest::Url::parse(text)
+            .map_err(|_| SignatureError::malformed(CERT_URL, "not a URL"))?;
+        let allowed = url.scheme() == "https"
+            && url.username().is_empty()
+            && url.password().is_none()
+            && url.host_str().is_some_and(|h| {
+                self.certificate_hosts
+                    .iter()
+                    .any(|a| a.eq_ignore_ascii_case(h))
+            });
+        if !allowed {
+            return Err(SignatureError::malformed(
+                CERT_URL,
+                "not an https URL on the source's certificate_hosts",
+            ));
+        }
+        Ok(url)
+    }
+}
+
+impl KeyFormat for PayPal {}
+
+/// PayPal's types for the built-in kinds: every PayPal source maps them unlisted.
+const EVENT_TYPES: [(&str, PaymentKind); 5] = [
+    ("PAYMENT.CAPTURE.COMPLETED", PaymentKind::Succeeded),
+    ("PAYMENT.CAPTURE.DENIED", PaymentKind::Failed),
+    ("PAYMENT.CAPTURE.DECLINED", PaymentKind::Failed),
+    ("PAYMENT.CAPTURE.REFUNDED", PaymentKind::Refunded),
+    ("CUSTOMER.DISPUTE.CREATED", PaymentKind::DisputeOpened),
+];
+
+/// What a type's `resource` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resource {
+    Capture,
+    Refund,
+    Dispute,
+}
+
+fn resource_of(event_type: &str) -> Option<Resource> {
+    match event_type {
+        "PAYMENT.CAPTURE.REFUNDED" | "PAYMENT.CAPTURE.REVERSED" => Some(Resource::Refund),
+        t if t.starts_with("PAYMENT.CAPTURE.") => Some(Resource::Capture),
+        t if t.starts_with("CUSTOMER.DISPUTE.") => Some(Resource::Dispute),
+        _ => None,
+    }
+}
+
+/// The capture a refund's `up` link names (`…/captures/{id}`).
+fn refunded_capture(resource: &Value) -> Option<String> {
+    let links = resource.get("links")?.as_array()?;
+    let up = links
+        .iter()
+        .find(|l| l.get("rel").and_then(Value::as_str) == Some("up"))?;
+    let href = up.get("href")?.as_str()?;
+    let (path, id) = href.trim_end_matches('/').rsplit_once('/')?;
+    (path.ends_with("/captures") && !id.is_empty()).then(|| id.to_string())
+}
+
+/// The payment an event is about, where its type says.
+fn payment_id(resource: &Value, kind: Resource) -> Option<String> {
+    match kind {
+        Resource::Capture => non_empty(resource.get("id")),
+        Resource::Refund => refunded_capture(resource),
+        Resource::Dispute => {
+            non_empty(resource.pointer("/disputed_transactions/0/seller_transaction_id"))
+        }
+    }
+}
+
+/// `resource.amount` ({currency_code, value "10.00"}) in minor units, if stated.
+fn amount(resource: &Value) -> Result<Option<(i64, String)>, String> {
+    let Some(amount) = resource.get("amount").filter(|a| !a.is_null()) else {
+        return Ok(None);
+    };
+    let currency =
+        non_empty(amount.get("currency_code")).ok_or("resource.amount.currency_code is missing")?;
+    let value = amount
+        .get("value")
+        .and_then(Value::as_str)
+        .ok_or("resource.amount.value is missing or not a string")?;
+    let minor = minor_units(value, &currency).map_err(|e| format!("resource.amount: {e}"))?;
+    Ok(Some((minor, currency)))
+}
+
+impl Provider for PayPal {
+    fn name(&self) -> &'static str {
+        "paypal"
+    }
+
+    fn signed_header_names(&self) -> Vec<&str> {
+        vec![
+            TRANSMISSION_ID,
+            TRANSMISSION_TIME,
+            TRANSMISSION_SIG,
+            CERT_URL,
+            AUTH_ALGO,
+        ]
+    }
+
+    fn takes_secrets(&self) -> bool {
+        false
+    }
+
+    /// A signing key is for development only, and the shipped certificate's key
+    /// is public.
+    fn development_credential(&self) -> Option<String> {
+        if self.signing_key.is_some() {
+            return Some("signing_key".into());
+        }
+        let shipped = CertificateDer::from_pem_slice(DEVELOPMENT_CERTIFICATE).ok()?;
+        let j = self.certificates.iter().position(|c| *c == shipped)?;
+        Some(format!("certificates[{j}]"))
+    }
+
+    /// The pinned certificates first, then the fetched one the request names (if
+    /// the source fetches and it is cached): no network here.
+    fn verify(
+        &self,
+        keys: &Keys<'_>,
+        headers: &dyn Headers,
+        body: &[u8],
+        now: i64,
+    ) -> Result<Verified, SignatureError> {
+        let algorithm = required(headers, AUTH_ALGO)?;
+        if !algorithm.trim().eq_ignore_ascii_case(ALGORITHM) {
+            return Err(SignatureError::malformed(AUTH_ALGO, "not SHA256withRSA"));
+        }
+        let transmission_id = required(headers, TRANSMISSION_ID)?;
+        let time = required(headers, TRANSMISSION_TIME)?;
+        let signature = BASE64
+            .decode(required(headers, TRANSMISSION_SIG)?.trim())
+            .map_err(|_| SignatureError::malformed(TRANSMISSION_SIG, "not base64"))?;
+        let timestamp = chrono::DateTime::parse_from_rfc3339(time.trim())
+            .map_err(|_| SignatureError::malformed(TRANSMISSION_TIME, "not an RFC 3339 time"))?
+            .timestamp();
+        let message = signed_text(transmission_id, time, &self.webhook_id, body);
+        let pinned = self
+            .certificates
+            .iter()
+            .position(|c| signed_by(c, message.as_bytes(), &signature))
+            .map(|i| i32::try_from(i + 1).unwrap_or(i32::MAX));
+        let signed_with = match pinned {
+            Some(position) => position,
+            None if self.fetch_certificates => {
+                let url = self.certificate_url(headers)?;
+                match cached(url.as_str()) {
+                    Some(c) if signed_by(&c, message.as_bytes(), &signature) => FETCHED,
+                    _ => return Err(SignatureError::Mismatch),
+                }
+            }
+            None => return Err(SignatureError::Mismatch),
+        };
+        keys.check_timestamp(timestamp, now)?;
+        Ok(Verified { signed_with })
+    }
+
+    /// The certificate URL when the source fetches and has not got it yet.
+    fn to_fetch(&self, headers: &dyn Headers) -> Result<Option<reqwest::Url>, SignatureError> {
+        if !self.fetch_certificates {
+            return Ok(None);
+        }
+        let url = self.certificate_url(headers)?;
+        Ok(cached(url.as_str()).is_none().then_some(url))
+    }
+
+    /// A fetched PEM chain (the signing certificate first) is cached once it
+    /// chains to one of `roots`.
+    fn fetched(
+        &self,
+        url: &reqwest::Url,
+        pem: &[u8],
+        roots: &[TrustAnchor<'static>],
+    ) -> Result<(), SignatureError> {
+        let unusable = |why: String| SignatureError::Unavailable(format!("{url}: {why}"));
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<_, _>>()
+            .map_err(|_| unusable("not PEM certificates".into()))?;
+        let (leaf, intermediates) = chain
+            .split_first()
+            .ok_or_else(|| unusable("no PEM certificate".into()))?;
+        let cert = webpki::EndEntityCert::try_from(leaf)
+            .map_err(|e| unusable(format!("not an X.509 certificate ({e})")))?;
+        let algorithms = rustls::crypto::ring::default_provider()
+            .signature_verification_algorithms
+            .all;
+        cert.verify_for_usage(
+            algorithms,
+            roots,
+            intermediates,
+            UnixTime::now(),
+            webpki::KeyUsage::server_auth(),
+            None,
+            None,
+        )
+        .map_err(|e| unusable(format!("not trusted ({e})")))?;
+        if let Ok(mut cache) = FETCHED_CERTIFICATES.lock() {
+            if cache.len() >= CACHE_LIMIT {
+                cache.clear();
+            }
+            cache.insert(url.to_string(), leaf.clone());
+        }
+        Ok(())
+    }
+
+    /// With the source's `signing_key` (development only); the certificate URL
+    /// names the first of `certificate_hosts`.
+    fn sign(&self, _: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+        let key = self.signing_key.as_ref().ok_or(
+            "scheme \"paypal\" signs with the source's signing_key (a PEM RSA private key, for \
+             development), and this source sets none",
+        )?;
+        let der = BASE64
+            .decode(key.expose())
+            .map_err(|_| "the signing key is unreadable".to_string())?;
+        let key = PrivateKeyDer::try_from(der).map_err(|e| e.to_string())?;
+        let pair = key_pair(&key)?;
+        let transmission_id = uuid_from(&rand::random::<[u8; 16]>());
+        let time = chrono::DateTime::from_timestamp(envelope.timestamp, 0)
+            .ok_or("the time is out of range")?
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let message = signed_text(&transmission_id, &time, &self.webhook_id, body);
+        let mut signature = vec![0; pair.public().modulus_len()];
+        pair.sign(
+            &ring::signature::RSA_PKCS1_SHA256,
+            &ring::rand::SystemRandom::new(),
+            message.as_bytes(),
+            &mut signature,
+        )
+        .map_err(|_| "RSA signing failed".to_string())?;
+        let host = self
+            .certificate_hosts
+            .first()
+            .map_or(PAYPAL_HOSTS[0], String::as_str);
+        Ok(Signed::headers(vec![
+            (TRANSMISSION_ID.to_string(), transmission_id),
+            (TRANSMISSION_TIME.to_string(), time),
+            (TRANSMISSION_SIG.to_string(), BASE64.encode(signature)),
+            (
+                CERT_URL.to_string(),
+                format!("https://{host}/v1/notifications/certs/CERT-hookd-development"),
+            ),
+            (AUTH_ALGO.to_string(), ALGORITHM.to_string()),
+        ]))
+    }
+
+    fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
+        let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
+        let ty = body_member(payload, "event_type")
+            .ok_or_else(|| Missing::Type("body.event_type".into()))?;
+        Ok((id, ty))
+    }
+
+    fn default_event_types(&self) -> HashMap<String, String> {
+        kind_table(&EVENT_TYPES)
+    }
+
+    /// A capture states its amount; a refund its own id and amount and, by its
+    /// `up` link, the capture refunded; a dispute the capture disputed.
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
+        let event_type = payload
+            .get("event_type")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let kind = resource_of(event_type)
+            .ok_or_else(|| format!("type {event_type:?} is not about a payment"))?;
+        let resource = payload
+            .get("resource")
+            .filter(|r| r.is_object())
+            .ok_or("resource is missing or not an object")?;
+        let payment_id = payment_id(resource, kind).ok_or_else(|| match kind {
+            Resource::Capture => "resource.id is missing".to_string(),
+            Resource::Refund => {
+                "resource.links has no \"up\" link to …/captures/{id} (the capture refunded)"
+                    .to_string()
+            }
+            Resource::Dispute => {
+                "resource.disputed_transactions[0].seller_transaction_id is missing".to_string()
+            }
+        })?;
+        let stated = match kind {
+            Resource::Dispute => None,
+            _ => amount(resource)?,
+        };
+        let refund = match kind {
+            Resource::Refund => Some(Refund {
+                id: non_empty(resource.get("id")).ok_or("resource.id is missing")?,
+                amount: stated
+                    .as_ref()
+                    .map(|(minor, _)| *minor)
+                    .ok_or("resource.amount is missing")?,
+            }),
+            _ => None,
+        };
+        let facts = PaymentFacts {
+            payment_id,
+            amount: stated
+                .as_ref()
+                .filter(|_| kind == Resource::Capture)
+                .map(|(minor, _)| *minor),
+            amount_refunded: None,
+            currency: stated.map(|(_, currency)| currency),
+            // PayPal's capture, refund and dispute resources name no customer.
+            customer_id: None,
+            refund,
+        };
+        let texts = [
+            Some(&facts.payment_id),
+            facts.currency.as_ref(),
+            facts.customer_id.as_ref(),
+            facts.refund.as_ref().map(|r| &r.id),
+        ];
+        if texts.into_iter().flatten().any(|t| !storable_id(t)) {
+            return Err(format!(
+                "an id is longer than {MAX_ID_LEN} bytes or contains a NUL character"
+            ));
+        }
+        Ok(facts)
+    }
+
+    fn index_fields(&self, payload: &Value) -> IndexFields {
+        let event_type = payload
+            .get("event_type")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let (Some(kind), Some(resource)) = (resource_of(event_type), payload.get("resource"))
+        else {
+            return IndexFields::default();
+        };
+        IndexFields {
+            payment_id: payment_id(resource, kind),
+            customer_id: None,
+        }
+    }
+
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+        body.text("id")
+            .ok_or_else(|| "a PayPal body needs an \"id\"".into())
+    }
+
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
+        body.text("event_type")
+            .ok_or_else(|| "a PayPal body needs an \"event_type\"".into())
+    }
+
+    /// `WH-` and 24 upper-case hex digits, as PayPal's event ids look.
+    fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {
+        (
+            format!("WH-{}", hex::encode_upper(&random[..12])),
+            Some("/id".into()),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;
