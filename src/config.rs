@@ -24,7 +24,7 @@ use crate::signature::Secret;
 
 /// The secrets and tokens of the shipped `hookd.toml`. They are public, so `serve`
 /// accepts them only with `development = true`, and then only on loopback addresses.
-pub const DEVELOPMENT_CREDENTIALS: [&str; 10] = [
+pub const DEVELOPMENT_CREDENTIALS: [&str; 11] = [
     "whsec_dev_stripe_current_0123456789",
     "whsec_dev_stripe_previous_0123456789",
     "whsec_aG9va2QtZGV2LXN0YW5kYXJkLXNlY3JldC1rZXktMzJi",
@@ -33,6 +33,7 @@ pub const DEVELOPMENT_CREDENTIALS: [&str; 10] = [
     "686F6F6B642D6465762D616479656E2D686D61632D6B65792D30313233343536",
     "pdl_ntfset_dev_paddle_0123456789",
     "dev-square-signature-key",
+    "dev_braintree_public:dev_braintree_private_0123456789",
     "dev-viewer-token-0123456789",
     "dev-operator-token-0123456789",
 ];

@@ -44,7 +44,14 @@ fn the_shipped_config_loads_with_its_sources() {
     assert_eq!(
         names,
         [
-            "stripe", "standard", "github", "shop", "adyen", "paddle", "square"
+            "stripe",
+            "standard",
+            "github",
+            "shop",
+            "adyen",
+            "paddle",
+            "square",
+            "braintree"
         ]
     );
     assert_eq!(settings.source("stripe").map(|s| s.secrets.len()), Some(2));
@@ -362,7 +369,7 @@ fn every_credential_of_the_shipped_config_is_known_as_a_development_value() {
 }
 
 /// Every source of the shipped file given a secret of its own.
-const LIVE_SOURCE_SECRETS: [(&str, &str); 7] = [
+const LIVE_SOURCE_SECRETS: [(&str, &str); 8] = [
     ("HOOKD_SOURCE_STRIPE_SECRETS", "whsec_live_a1b2c3"),
     (
         "HOOKD_SOURCE_STANDARD_SECRETS",
@@ -373,6 +380,7 @@ const LIVE_SOURCE_SECRETS: [(&str, &str); 7] = [
     ("HOOKD_SOURCE_ADYEN_SECRETS", "0A1B2C3D4E5F"),
     ("HOOKD_SOURCE_PADDLE_SECRETS", "pdl_ntfset_live"),
     ("HOOKD_SOURCE_SQUARE_SECRETS", "live-square"),
+    ("HOOKD_SOURCE_BRAINTREE_SECRETS", "livepublic:liveprivate"),
 ];
 
 #[test]
@@ -708,7 +716,8 @@ fn dedupe_on_body_is_on_where_the_id_or_type_is_unsigned_and_refused_elsewhere()
             ("shop", true),
             ("adyen", false),
             ("paddle", false),
-            ("square", false)
+            ("square", false),
+            ("braintree", false)
         ]
     );
     let github = "[[sources]]\nname = \"g\"\nscheme = \"github\"\nsecrets = [\"x\"]\n";

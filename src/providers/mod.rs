@@ -10,6 +10,7 @@
 //! and a line in [`REGISTRY`]; the compiler checks [`of`] covers every variant.
 
 mod adyen;
+mod braintree;
 mod github;
 mod hmac;
 mod paddle;
@@ -43,6 +44,7 @@ pub enum Scheme {
     Adyen(adyen::Adyen),
     Paddle,
     Square(square::Square),
+    Braintree,
 }
 
 /// The provider of a configured scheme.
@@ -55,6 +57,7 @@ pub fn of(scheme: &Scheme) -> &dyn Provider {
         Scheme::Adyen(opts) => opts,
         Scheme::Paddle => &paddle::Paddle,
         Scheme::Square(opts) => opts,
+        Scheme::Braintree => &braintree::Braintree,
     }
 }
 
@@ -74,7 +77,7 @@ pub struct Entry {
 }
 
 /// Every provider: the one list a new one is added to.
-pub static REGISTRY: [Entry; 7] = [
+pub static REGISTRY: [Entry; 8] = [
     Entry {
         provider: &stripe::Stripe,
         keys: &[],
@@ -109,6 +112,11 @@ pub static REGISTRY: [Entry; 7] = [
         provider: &square::ANY,
         keys: square::KEYS,
         configure: square::configure,
+    },
+    Entry {
+        provider: &braintree::Braintree,
+        keys: &[],
+        configure: |_, _| Ok(Scheme::Braintree),
     },
 ];
 
@@ -178,6 +186,13 @@ pub trait Provider: KeyFormat + Sync {
     /// The tolerance of a source that sets none.
     fn default_tolerance(&self) -> Duration {
         Duration::from_secs(5 * 60)
+    }
+
+    /// The JSON a verified body stands for: the body itself, unless the
+    /// provider sends another format (Braintree's form of base64 XML). The
+    /// error says why it cannot be read.
+    fn payload(&self, body: &[u8]) -> Result<Value, String> {
+        serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))
     }
 
     /// The events a verified request carries: the body itself, unless the
@@ -417,7 +432,8 @@ impl<H: Headers + ?Sized> Headers for AnyHeaders<'_, H> {
 
 /// What `scheme`'s provider would send with `body`, signed with `secret`: the one
 /// implementation of each scheme's signing, shared by `hookd sign`, `hookd replay`
-/// and the tests. The headers start with the body's `Content-Type`.
+/// and the tests. The headers start with the body's `Content-Type`: JSON unless
+/// the provider names its own.
 pub fn sign(
     scheme: &Scheme,
     secret: &Secret,
@@ -427,10 +443,15 @@ pub fn sign(
     let provider = of(scheme);
     let key = provider.key_bytes(secret)?;
     let mut signed = provider.sign(&key, body, envelope)?;
-    signed.headers.insert(
-        0,
-        ("Content-Type".to_string(), "application/json".to_string()),
-    );
+    let typed = signed
+        .headers
+        .iter()
+        .position(|(name, _)| name.eq_ignore_ascii_case("Content-Type"));
+    let content_type = match typed {
+        Some(i) => signed.headers.remove(i),
+        None => ("Content-Type".to_string(), "application/json".to_string()),
+    };
+    signed.headers.insert(0, content_type);
     Ok(signed)
 }
 

@@ -9,6 +9,7 @@ fn every_scheme() -> Vec<Scheme> {
         Scheme::Adyen(Default::default()),
         Scheme::Paddle,
         Scheme::Square(square::ANY.clone()),
+        Scheme::Braintree,
         Scheme::Hmac(GenericHmac {
             signature_header: "X-Sig".into(),
             encoding: Encoding::Hex,
@@ -54,9 +55,12 @@ fn only_stripe_has_defaults_and_its_own_payment_shape() {
     for scheme in every_scheme() {
         let provider = of(&scheme);
         let stripe = scheme == Scheme::Stripe;
-        // Square's one static type and Paddle's transactions (their others
-        // depend on the payload).
-        let typed = stripe || scheme == Scheme::Paddle || matches!(scheme, Scheme::Square(_));
+        // Square's and Braintree's one static type and Paddle's transactions
+        // (their others depend on the payload).
+        let typed = stripe
+            || scheme == Scheme::Paddle
+            || matches!(scheme, Scheme::Square(_))
+            || scheme == Scheme::Braintree;
         assert_eq!(!provider.default_event_types().is_empty(), typed);
         assert_eq!(!provider.default_fingerprint_ignore().is_empty(), stripe);
         assert_eq!(provider.payment_shape() == PaymentShape::Stripe, stripe);

@@ -55,7 +55,7 @@ fn schemes() -> Vec<(Scheme, Vec<Secret>)> {
 fn has_timestamp(scheme: &Scheme) -> bool {
     match scheme {
         Scheme::Stripe | Scheme::Standard | Scheme::Paddle => true,
-        Scheme::Github | Scheme::Adyen(_) | Scheme::Square(_) => false,
+        Scheme::Github | Scheme::Adyen(_) | Scheme::Square(_) | Scheme::Braintree => false,
         Scheme::Hmac(opts) => opts.timestamp_header.is_some(),
     }
 }
@@ -235,8 +235,9 @@ proptest! {
         let schemes = schemes();
         let (scheme, secrets) = &schemes[which.index(schemes.len())];
         // Adyen signs fields inside a notification, not any bytes: its own tests
-        // change each signed field of each item.
-        prop_assume!(!matches!(scheme, Scheme::Adyen(_)));
+        // change each signed field of each item. Braintree signs a form it
+        // writes from a notification: its own tests change the form.
+        prop_assume!(!matches!(scheme, Scheme::Adyen(_) | Scheme::Braintree));
         let verifier = Verifier { scheme, secrets, tolerance: TOLERANCE };
         let envelope = Envelope { event_id: &event_id, event_type: "payment.succeeded", timestamp: at };
         let headers = sign(scheme, &secrets[0], &body, &envelope).expect("sign").headers;
