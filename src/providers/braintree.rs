@@ -94,15 +94,19 @@ fn notification(payload: &str) -> Result<Value, String> {
     xml::to_json(&text).map_err(|e| format!("{PAYLOAD}: {e}"))
 }
 
-/// The object a notification's subject holds (a transaction, a dispute…).
-fn subject(payload: &Value) -> Option<(&str, &Value)> {
+/// The id of the object a notification's subject holds (a transaction, a
+/// dispute…): the first with one.
+fn subject_id(payload: &Value) -> Option<String> {
     payload
         .get("subject")?
         .as_object()?
-        .iter()
-        .find(|(_, v)| v.is_object())
-        .map(|(name, object)| (name.as_str(), object))
+        .values()
+        .find_map(|object| text(object, "id"))
 }
+
+/// Where `--new-ids` puts a fresh id when the subject holds no object with one
+/// (`check`): an element Braintree's SDKs do not read.
+const REPLAY_SUBJECT: &str = "hookd-replay";
 
 fn text(value: &Value, field: &str) -> Option<String> {
     non_empty(value.get(field))
@@ -277,9 +281,7 @@ impl Provider for Braintree {
             text(payload, "kind").ok_or_else(|| Missing::Type("notification.kind".into()))?;
         let timestamp = text(payload, "timestamp")
             .ok_or_else(|| Missing::Id("notification.timestamp".into()))?;
-        let subject_id = subject(payload)
-            .and_then(|(_, object)| text(object, "id"))
-            .unwrap_or_default();
+        let subject_id = subject_id(payload).unwrap_or_default();
         Ok((format!("{kind}:{subject_id}:{timestamp}"), kind))
     }
 
@@ -399,21 +401,26 @@ impl Provider for Braintree {
     }
 
     /// Gives the subject (the transaction, the dispute) a fresh id; a credit
-    /// keeps naming its sale and a dispute its transaction.
+    /// keeps naming its sale and a dispute its transaction. A subject without
+    /// one gets an element of its own holding it.
     fn renew_ids(&self, body: &mut Value, random: &[u8; 16]) -> (String, bool) {
-        let fresh = braintree_id(random);
-        let slot = body
-            .get_mut("subject")
-            .and_then(Value::as_object_mut)
-            .and_then(|s| s.values_mut().find(|v| v.is_object()))
-            .and_then(|object| object.get_mut("id"));
-        let Some(slot) = slot else {
-            return (fresh, false);
+        let fresh = Value::String(braintree_id(random));
+        let Some(subject) = body.get_mut("subject").and_then(Value::as_object_mut) else {
+            return (braintree_id(random), false);
         };
-        *slot = Value::String(fresh.clone());
+        let slot = subject
+            .values_mut()
+            .filter_map(|object| object.get_mut("id"))
+            .find(|id| id.is_string());
+        match slot {
+            Some(slot) => *slot = fresh,
+            None => {
+                subject.insert(REPLAY_SUBJECT.into(), serde_json::json!({ "id": fresh }));
+            }
+        }
         match self.identity(&Vec::<(String, String)>::new(), body) {
             Ok((id, _)) => (id, true),
-            Err(_) => (fresh, true),
+            Err(_) => (braintree_id(random), false),
         }
     }
 }

@@ -22,6 +22,7 @@ mod process;
 mod production;
 mod properties;
 mod providers_adyen;
+mod providers_braintree;
 mod providers_paddle;
 mod providers_square;
 mod purge;

@@ -477,5 +477,13 @@ fn new_ids_go_to_the_subject_and_name_the_event() {
         format!("transaction_settled:{fresh}:2024-06-12T10:32:47Z")
     );
     let mut check = json!({"kind": "check", "timestamp": "t", "subject": {"check": "true"}});
-    assert!(!Braintree.renew_ids(&mut check, &[7; 16]).1);
+    let (id, placed) = Braintree.renew_ids(&mut check, &[7; 16]);
+    assert!(placed);
+    assert_eq!(id, format!("check:{fresh}:t"));
+    assert_eq!(check["subject"]["check"], "true");
+    assert!(
+        !Braintree
+            .renew_ids(&mut json!({"kind": "check"}), &[7; 16])
+            .1
+    );
 }
