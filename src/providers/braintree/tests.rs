@@ -487,3 +487,24 @@ fn new_ids_go_to_the_subject_and_name_the_event() {
             .1
     );
 }
+
+#[test]
+fn a_secret_that_is_not_a_key_pair_stops_loading_naming_it() {
+    let config = |secret: &str| {
+        format!(
+            "[[sources]]\nname = \"bt\"\nscheme = \"braintree\"\nsecrets = [\"{KEYS}\", \"{secret}\"]\n"
+        )
+    };
+    let load = |text: &str| {
+        crate::config::Settings::from_toml("test.toml", text, &HashMap::new())
+            .map(|s| s.sources[0].scheme.clone())
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(load(&config(OLD_KEYS)), Ok(Scheme::Braintree));
+    let error = load(&config("only-a-private-key")).expect_err("refused");
+    assert!(
+        error.contains("sources[0].secrets[1]: is not \"PUBLIC_KEY:PRIVATE_KEY\""),
+        "{error}"
+    );
+    assert_eq!(error.lines().count(), 1, "{error}");
+}
