@@ -24,7 +24,7 @@ use crate::signature::Secret;
 
 /// The secrets and tokens of the shipped `hookd.toml`. They are public, so `serve`
 /// accepts them only with `development = true`, and then only on loopback addresses.
-pub const DEVELOPMENT_CREDENTIALS: [&str; 11] = [
+pub const DEVELOPMENT_CREDENTIALS: [&str; 13] = [
     "whsec_dev_stripe_current_0123456789",
     "whsec_dev_stripe_previous_0123456789",
     "whsec_aG9va2QtZGV2LXN0YW5kYXJkLXNlY3JldC1rZXktMzJi",
@@ -33,6 +33,8 @@ pub const DEVELOPMENT_CREDENTIALS: [&str; 11] = [
     "686F6F6B642D6465762D616479656E2D686D61632D6B65792D30313233343536",
     "pdl_ntfset_dev_paddle_0123456789",
     "dev-square-signature-key",
+    "dev-razorpay-webhook-secret",
+    "dev-checkout-signature-key",
     "dev_braintree_public:dev_braintree_private_0123456789",
     "dev-viewer-token-0123456789",
     "dev-operator-token-0123456789",
@@ -443,10 +445,14 @@ struct RawSource {
     /// The environment variable that replaced `secrets`, if one did.
     #[serde(skip)]
     secrets_env: Option<String>,
-    /// The environment variable that set `basic_auth` (scheme `adyen`), if one did.
+    /// The credential keys (see [`CREDENTIAL_KEYS`]) the environment set.
     #[serde(skip)]
-    basic_auth_env: Option<String>,
+    credentials_from_env: Vec<&'static str>,
 }
+
+/// The keys of a scheme that hold a credential: each may come from
+/// `HOOKD_SOURCE_<NAME>_<KEY>` (or its `_FILE`) instead of the file.
+const CREDENTIAL_KEYS: [&str; 2] = ["basic_auth", "authorization"];
 
 /// The keys every source takes, whatever its scheme (each provider adds its own).
 const SOURCE_KEYS: [&str; 7] = [
@@ -553,19 +559,21 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
             .map(String::from)
             .collect();
     }
-    for (var, upper) in named_vars(env, "HOOKD_SOURCE_", "_BASIC_AUTH") {
-        let Some(source) = raw.sources.iter_mut().find(|s| env_name(&s.name) == upper) else {
-            log::warn!("{var}: no configured source is named {upper}; ignored");
-            continue;
-        };
-        let Some((from, value)) = read(&format!("HOOKD_SOURCE_{upper}_BASIC_AUTH"))? else {
-            continue;
-        };
-        source.basic_auth_env = Some(from);
-        source.scheme_keys.insert(
-            "basic_auth".into(),
-            toml::Value::String(value.trim().to_string()),
-        );
+    for key in CREDENTIAL_KEYS {
+        let suffix = format!("_{}", key.to_ascii_uppercase());
+        for (var, upper) in named_vars(env, "HOOKD_SOURCE_", &suffix) {
+            let Some(source) = raw.sources.iter_mut().find(|s| env_name(&s.name) == upper) else {
+                log::warn!("{var}: no configured source is named {upper}; ignored");
+                continue;
+            };
+            let Some((_, value)) = read(&format!("HOOKD_SOURCE_{upper}{suffix}"))? else {
+                continue;
+            };
+            source.credentials_from_env.push(key);
+            source
+                .scheme_keys
+                .insert(key.into(), toml::Value::String(value.trim().to_string()));
+        }
     }
     for (var, upper) in named_vars(env, "HOOKD_FORWARD_", "_SECRET") {
         let Some(forward) = raw.forwards.iter_mut().find(|f| env_name(&f.name) == upper) else {
@@ -727,19 +735,20 @@ impl RawSettings {
             .metrics_token
             .iter()
             .filter(|_| self.metrics_token_env.is_none());
-        let basic_auth = self
-            .sources
-            .iter()
-            .filter(|s| s.basic_auth_env.is_none())
-            .filter_map(|s| match s.scheme_keys.get("basic_auth") {
-                Some(toml::Value::String(pair)) => Some(pair),
-                _ => None,
-            });
+        let credentials = self.sources.iter().flat_map(|s| {
+            CREDENTIAL_KEYS
+                .iter()
+                .filter(|key| !s.credentials_from_env.contains(key))
+                .filter_map(|key| match s.scheme_keys.get(*key) {
+                    Some(toml::Value::String(value)) => Some(value),
+                    _ => None,
+                })
+        });
         sources
             .chain(forwards)
             .chain(tokens)
             .chain(metrics)
-            .chain(basic_auth)
+            .chain(credentials)
             .any(secret)
     }
 
@@ -1024,8 +1033,8 @@ fn dedupe_on_body(
         None => Ok(false),
         Some(_) => Err((
             key("dedupe_on_body"),
-            "only applies to sources whose event id or type is not signed (scheme \"github\", \
-             or \"hmac\" with id_header or type_header)"
+            "only applies to sources whose event id or type is not signed (scheme \"github\" or \
+             \"razorpay\", or \"hmac\" with id_header or type_header)"
                 .into(),
         )),
     }

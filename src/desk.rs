@@ -373,7 +373,7 @@ impl Desk {
             ) => {
                 match source
                     .verifier()
-                    .verify(&headers, &body, received_at.timestamp())
+                    .verify_kept(&headers, &body, received_at.timestamp())
                 {
                     Ok(verified) => Verdict::Verified {
                         secret: verified.signed_with,

@@ -60,8 +60,8 @@ pub struct PaymentFacts {
     pub refund: Option<Refund>,
 }
 
-/// One refund of a payment, keyed by its id within the source: the first amount
-/// stated for an id stands, so resends of it count once.
+/// One refund of a payment, keyed by its id within the source: the largest
+/// amount stated for an id stands, so resends of it count once, in any order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Refund {
     pub id: String,

@@ -70,8 +70,8 @@ impl IncomingEvent {
     }
 
     /// Parses a verified request into the events it carries (one, unless its
-    /// provider sends several per request); each keeps the whole body, which
-    /// proves it.
+    /// provider sends several per request); each keeps the bytes that prove it
+    /// (the body, or its item of it).
     pub fn parse_all(
         source: &Source,
         headers: &(impl Headers + ?Sized),
@@ -81,10 +81,13 @@ impl IncomingEvent {
             .payload(body)
             .map_err(EventError::NotJson)?;
         providers::of(&source.scheme)
-            .events(payload)
+            .events(body, payload)
             .map_err(EventError::NoEvents)?
             .into_iter()
-            .map(|item| Self::of(source, &AnyHeaders(headers), body, item))
+            .map(|item| {
+                let kept = item.body.as_deref().unwrap_or(body);
+                Self::of(source, &AnyHeaders(headers), kept, item.payload)
+            })
             .collect()
     }
 

@@ -1,5 +1,5 @@
 // Asks a provider's own SDK whether what `hookd sign` produced is what the provider sends.
-//   node check-hookd.mjs <adyen|square|paddle|braintree> <secret> <body-file> <headers-file> [notification_url]
+//   node check-hookd.mjs <adyen|square|paddle|razorpay|checkout|braintree> <secret> <body-file> <headers-file> [notification_url]
 // headers-file is `hookd sign` output (one `Name: value` per line). For adyen, body-file is the
 // body hookd signed (each item's additionalData.hmacSignature filled) and headers-file is not
 // needed for the verdict (pass any file, or "-"); the same for braintree, whose body-file is the
@@ -16,7 +16,7 @@ function fail(reason) {
 }
 
 function usage(reason) {
-  console.error(`${reason}\nusage: node check-hookd.mjs <adyen|square|paddle|braintree> <secret> <body-file> <headers-file> [notification_url]`);
+  console.error(`${reason}\nusage: node check-hookd.mjs <adyen|square|paddle|razorpay|checkout|braintree> <secret> <body-file> <headers-file> [notification_url]`);
   process.exit(2);
 }
 
@@ -107,6 +107,30 @@ async function paddle(secret, bodyFile, headersFile) {
   return "accepted by Webhooks.isSignatureValid";
 }
 
+async function razorpay(secret, bodyFile, headersFile) {
+  const { validateWebhookSignature } = require("razorpay/dist/utils/razorpay-utils");
+  const headers = readHeaders(headersFile);
+  const signature = header(headers, "X-Razorpay-Signature");
+  header(headers, "x-razorpay-event-id");
+  let ok;
+  try {
+    ok = validateWebhookSignature(readText(bodyFile, "body file"), signature, secret);
+  } catch (e) {
+    fail(e.message);
+  }
+  if (!ok) fail("X-Razorpay-Signature is not hex HMAC-SHA256(secret, body)");
+  return "accepted by validateWebhookSignature";
+}
+
+// Checkout.com has no Node SDK that verifies webhooks: the documented formula, compared as text.
+async function checkout(secret, bodyFile, headersFile) {
+  const { createHmac } = await import("node:crypto");
+  const signature = header(readHeaders(headersFile), "Cko-Signature");
+  const expected = createHmac("sha256", secret).update(readText(bodyFile, "body file"), "utf8").digest("hex");
+  if (signature !== expected) fail("Cko-Signature is not hex HMAC-SHA256(signature key, body)");
+  return "matches the documented Cko-Signature formula (no SDK verifies it)";
+}
+
 async function braintreeCheck(secret, bodyFile) {
   const braintree = require("braintree");
   const colon = secret.indexOf(":");
@@ -132,7 +156,7 @@ async function braintreeCheck(secret, bodyFile) {
 
 const [provider, secret, bodyFile, headersFile, notificationUrl] = process.argv.slice(2);
 if (!provider || secret === undefined || !bodyFile || !headersFile) usage("missing arguments");
-const checks = { adyen, square, paddle, braintree: braintreeCheck };
+const checks = { adyen, square, paddle, razorpay, checkout, braintree: braintreeCheck };
 if (!checks[provider]) usage(`unknown provider ${JSON.stringify(provider)}`);
 try {
   console.log(`ok: ${await checks[provider](secret, bodyFile, headersFile, notificationUrl)}`);

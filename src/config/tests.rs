@@ -51,6 +51,8 @@ fn the_shipped_config_loads_with_its_sources() {
             "adyen",
             "paddle",
             "square",
+            "razorpay",
+            "checkout",
             "braintree"
         ]
     );
@@ -369,7 +371,7 @@ fn every_credential_of_the_shipped_config_is_known_as_a_development_value() {
 }
 
 /// Every source of the shipped file given a secret of its own.
-const LIVE_SOURCE_SECRETS: [(&str, &str); 8] = [
+const LIVE_SOURCE_SECRETS: [(&str, &str); 10] = [
     ("HOOKD_SOURCE_STRIPE_SECRETS", "whsec_live_a1b2c3"),
     (
         "HOOKD_SOURCE_STANDARD_SECRETS",
@@ -380,6 +382,8 @@ const LIVE_SOURCE_SECRETS: [(&str, &str); 8] = [
     ("HOOKD_SOURCE_ADYEN_SECRETS", "0A1B2C3D4E5F"),
     ("HOOKD_SOURCE_PADDLE_SECRETS", "pdl_ntfset_live"),
     ("HOOKD_SOURCE_SQUARE_SECRETS", "live-square"),
+    ("HOOKD_SOURCE_RAZORPAY_SECRETS", "live-razorpay"),
+    ("HOOKD_SOURCE_CHECKOUT_SECRETS", "live-checkout"),
     ("HOOKD_SOURCE_BRAINTREE_SECRETS", "livepublic:liveprivate"),
 ];
 
@@ -717,6 +721,8 @@ fn dedupe_on_body_is_on_where_the_id_or_type_is_unsigned_and_refused_elsewhere()
             ("adyen", false),
             ("paddle", false),
             ("square", false),
+            ("razorpay", true),
+            ("checkout", false),
             ("braintree", false)
         ]
     );
@@ -745,7 +751,8 @@ fn dedupe_on_body_is_on_where_the_id_or_type_is_unsigned_and_refused_elsewhere()
         assert!(
             e.ends_with(
                 "sources[0].dedupe_on_body: only applies to sources whose event id or type is \
-                 not signed (scheme \"github\", or \"hmac\" with id_header or type_header)"
+                 not signed (scheme \"github\" or \"razorpay\", or \"hmac\" with id_header or \
+                 type_header)"
             ),
             "{e}"
         );
@@ -772,4 +779,43 @@ fn development_credentials_need_development_true_wherever_hookd_listens() {
     );
     assert!(!load(MINIMAL).expect("valid").development);
     assert!(error("development = \"yes\"\n").contains("development"));
+}
+
+#[test]
+fn credential_keys_in_the_file_are_secrets_unless_the_environment_replaced_them() {
+    // Development secrets only, so the credential keys alone decide.
+    let adyen = "[[sources]]\nname = \"ad\"\nscheme = \"adyen\"\n\
+                 secrets = [\"686F6F6B642D6465762D616479656E2D686D61632D6B65792D30313233343536\"]\n";
+    let checkout = "[[sources]]\nname = \"cko\"\nscheme = \"checkout\"\n\
+                    secrets = [\"dev-checkout-signature-key\"]\n";
+    let holds =
+        |text: &str, env: &[(&str, &str)]| load_env(text, env).expect("valid").file_holds_secrets;
+    assert!(!holds(&format!("{adyen}{checkout}"), &[]));
+    let basic = format!("{adyen}basic_auth = \"u:p\"\n{checkout}");
+    let authorization = format!("{adyen}{checkout}authorization = \"k\"\n");
+    assert!(holds(&basic, &[]));
+    assert!(holds(&authorization, &[]));
+    assert!(!holds(&basic, &[("HOOKD_SOURCE_AD_BASIC_AUTH", "v:w")]));
+    assert!(!holds(
+        &authorization,
+        &[("HOOKD_SOURCE_CKO_AUTHORIZATION", "from-env")]
+    ));
+    // Replacing one source's credential leaves the other's in the file.
+    assert!(holds(
+        &format!("{adyen}basic_auth = \"u:p\"\n{checkout}authorization = \"k\"\n"),
+        &[("HOOKD_SOURCE_CKO_AUTHORIZATION", "from-env")]
+    ));
+    let file = secret_file("authorization", "from-a-file\n");
+    let s = load_env(
+        &authorization,
+        &[("HOOKD_SOURCE_CKO_AUTHORIZATION_FILE", file.as_str())],
+    )
+    .expect("valid");
+    assert!(!s.file_holds_secrets);
+    assert!(s.secret_files.contains(&PathBuf::from(&file)));
+    let in_file = load(&authorization.replace("\"k\"", "\"from-a-file\"")).expect("valid");
+    assert_eq!(
+        s.source("cko").map(|c| &c.scheme),
+        in_file.source("cko").map(|c| &c.scheme)
+    );
 }

@@ -55,12 +55,15 @@ pub async fn receive(
     payload: web::Payload,
 ) -> HttpResponse {
     let started = Instant::now();
+    // The time a delivery is judged by is when it arrived, not when its body
+    // finished uploading (a 5 s tolerance must not shrink by a slow upload).
+    let arrived = chrono::Utc::now().timestamp();
     let mut summary = Summary {
         event_id: None,
         kind: None,
         outcome: "",
     };
-    let result = handle(&state, &source, &request, payload, &mut summary).await;
+    let result = handle(&state, &source, &request, payload, arrived, &mut summary).await;
     // Only configured names become metric labels: the path is the caller's to choose.
     let label = if state.app.settings.source(&source).is_some() {
         source.as_str()
@@ -107,6 +110,7 @@ async fn handle(
     source_name: &str,
     request: &HttpRequest,
     mut payload: web::Payload,
+    arrived: i64,
     summary: &mut Summary,
 ) -> Result<HttpResponse, ApiError> {
     let settings = &state.app.settings;
@@ -125,7 +129,7 @@ async fn handle(
     .await?;
     let headers = RequestHeaders(request.headers());
     let verifier = source.verifier();
-    let verified = verifier.verify_request(&headers, &body, chrono::Utc::now().timestamp())?;
+    let verified = verifier.verify_request(&headers, &body, arrived)?;
     // The shipped secrets are public: a delivery a proxy forwarded (from beyond
     // this machine) may not use them, whatever address hookd listens on.
     let signer = usize::try_from(verified.signed_with - 1)

@@ -13,10 +13,12 @@ use std::borrow::Cow;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::{Answer, Body, Missing, Provider, Scheme, non_empty};
+use super::{Answer, Body, Item, Missing, Provider, Scheme, non_empty};
 use crate::domain::{PaymentFacts, PaymentKind, Refund, storable_id};
 use crate::keys::{self, Problem};
 use crate::signature::{
@@ -77,23 +79,101 @@ const ITEM: &str = "NotificationRequestItem";
 const SIGNATURE: &str = "hmacSignature";
 const AUTHORIZATION: &str = "Authorization";
 
-/// The items of a notification, or why it has none.
-fn items(payload: &Value) -> Result<Vec<&Map<String, Value>>, &'static str> {
-    let list = payload
-        .get(ITEMS)
-        .and_then(Value::as_array)
-        .ok_or("the body has no notificationItems list")?;
-    if list.is_empty() {
+/// A notification as Adyen sends it, each item kept as the bytes it came as.
+#[derive(Deserialize)]
+struct Notification<'a> {
+    #[serde(rename = "notificationItems", borrow)]
+    items: Vec<Entry<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Entry<'a> {
+    #[serde(rename = "NotificationRequestItem", borrow)]
+    item: &'a RawValue,
+}
+
+/// An item of a notification: the bytes it came as, and its JSON object.
+type RawItem<'a> = (&'a [u8], Map<String, Value>);
+
+/// The items of a notification, each as its bytes and its JSON object, or why
+/// there are none. Verifying and storing both read items through this one
+/// parse, so what is verified is what is stored.
+fn items(body: &[u8]) -> Result<Vec<RawItem<'_>>, &'static str> {
+    let notification: Notification<'_> = serde_json::from_slice(body)
+        .map_err(|_| "not a notification with a notificationItems list")?;
+    if notification.items.is_empty() {
         return Err("notificationItems is empty");
     }
-    list.iter()
+    notification
+        .items
+        .into_iter()
         .map(|entry| {
-            entry
-                .get(ITEM)
-                .and_then(Value::as_object)
-                .ok_or("an item of notificationItems has no NotificationRequestItem object")
+            let bytes = entry.item.get().as_bytes();
+            match serde_json::from_slice(bytes) {
+                Ok(Value::Object(item)) => Ok((bytes, item)),
+                _ => Err("an item of notificationItems has no NotificationRequestItem object"),
+            }
         })
         .collect()
+}
+
+/// Refuses an item whose signed fields are not as Adyen writes them: the
+/// signing string joins them with `:` unescaped, so only fields that cannot hold
+/// a `:` (and a value, currency and success of their fixed shapes) keep one
+/// signature from standing for another item. Only `merchantReference` may hold
+/// a `:`: every field after it has a fixed shape.
+fn check_shapes(item: &Map<String, Value>) -> Result<(), &'static str> {
+    for name in [
+        "pspReference",
+        "originalReference",
+        "merchantAccountCode",
+        "eventCode",
+    ] {
+        if field(item, name).contains(':') {
+            return Err("a reference, merchant account or event code holds a ':'");
+        }
+    }
+    let amount = item.get("amount");
+    let value = text(amount.and_then(|a| a.get("value")));
+    if !value.chars().all(|c| c.is_ascii_digit()) {
+        return Err("amount.value is not a whole number");
+    }
+    let currency = text(amount.and_then(|a| a.get("currency")));
+    if !currency.chars().all(|c| c.is_ascii_alphabetic()) {
+        return Err("amount.currency is not a currency code");
+    }
+    if !matches!(field(item, "success").as_str(), "true" | "false") {
+        return Err("success is neither true nor false");
+    }
+    Ok(())
+}
+
+/// One item's signature, checked against every key.
+fn verify_item(
+    keys: &Keys<'_>,
+    index: usize,
+    item: &Map<String, Value>,
+) -> Result<Verified, SignatureError> {
+    let where_ = format!("notificationItems[{index}].additionalData.hmacSignature");
+    let encoded = item
+        .get("additionalData")
+        .and_then(|d| d.get(SIGNATURE))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| SignatureError::InBody {
+            where_: where_.clone(),
+            detail: "missing",
+        })?;
+    let tag = BASE64.decode(encoded).map_err(|_| SignatureError::InBody {
+        where_: where_.clone(),
+        detail: "not base64",
+    })?;
+    check_shapes(item).map_err(|detail| SignatureError::InBody {
+        where_: format!("notificationItems[{index}]"),
+        detail,
+    })?;
+    let message = signing_string(item);
+    keys.find_signer(&[message.as_bytes()], &[tag])
 }
 
 /// A field as Adyen's signing string writes it: text as is, numbers and
@@ -181,12 +261,15 @@ impl Provider for Adyen {
             .ok_or_else(|| SignatureError::Missing(AUTHORIZATION.into()))?;
         let given = value
             .trim()
-            .strip_prefix("Basic ")
-            .and_then(|encoded| BASE64.decode(encoded.trim()).ok())
+            .split_once(' ')
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+            .and_then(|(_, encoded)| BASE64.decode(encoded.trim()).ok())
             .ok_or_else(|| {
                 SignatureError::malformed(AUTHORIZATION, "expected Basic credentials")
             })?;
-        if bool::from(given.ct_eq(expected.expose().as_bytes())) {
+        // Digests, so the comparison's time does not depend on the lengths either.
+        let (given, expected) = (Sha256::digest(given), Sha256::digest(expected.expose()));
+        if bool::from(given.ct_eq(&expected)) {
             Ok(())
         } else {
             Err(SignatureError::Mismatch)
@@ -202,34 +285,34 @@ impl Provider for Adyen {
         body: &[u8],
         _now: i64,
     ) -> Result<Verified, SignatureError> {
-        let in_body = |detail| SignatureError::InBody {
+        let items = items(body).map_err(|detail| SignatureError::InBody {
             where_: "body".into(),
             detail,
-        };
-        let payload: Value = serde_json::from_slice(body).map_err(|_| in_body("not JSON"))?;
+        })?;
         let mut oldest = 0;
-        for (i, item) in items(&payload).map_err(in_body)?.into_iter().enumerate() {
-            let where_ = format!("notificationItems[{i}].additionalData.hmacSignature");
-            let encoded = item
-                .get("additionalData")
-                .and_then(|d| d.get(SIGNATURE))
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| SignatureError::InBody {
-                    where_: where_.clone(),
-                    detail: "missing",
-                })?;
-            let tag = BASE64.decode(encoded).map_err(|_| SignatureError::InBody {
-                where_,
-                detail: "not base64",
-            })?;
-            let message = signing_string(item);
-            let verified = keys.find_signer(&[message.as_bytes()], &[tag])?;
-            oldest = oldest.max(verified.signed_with);
+        for (i, (_, item)) in items.iter().enumerate() {
+            oldest = oldest.max(verify_item(keys, i, item)?.signed_with);
         }
         Ok(Verified {
             signed_with: oldest,
         })
+    }
+
+    /// What is kept of an event is its item, which carries its own signature.
+    fn verify_kept(
+        &self,
+        keys: &Keys<'_>,
+        _headers: &dyn Headers,
+        kept: &[u8],
+        _now: i64,
+    ) -> Result<Verified, SignatureError> {
+        match serde_json::from_slice(kept) {
+            Ok(Value::Object(item)) => verify_item(keys, 0, &item),
+            _ => Err(SignatureError::InBody {
+                where_: "the kept item".into(),
+                detail: "not a NotificationRequestItem",
+            }),
+        }
     }
 
     /// The body with every item's `hmacSignature` filled in.
@@ -272,16 +355,16 @@ impl Provider for Adyen {
         Secret::new(hex::encode_upper(rand::random::<[u8; 32]>()))
     }
 
-    fn events(&self, mut payload: Value) -> Result<Vec<Value>, String> {
-        items(&payload).map_err(String::from)?;
-        let list = payload
-            .get_mut(ITEMS)
-            .and_then(Value::as_array_mut)
-            .map(std::mem::take)
-            .unwrap_or_default();
-        Ok(list
+    /// Each item, kept as the bytes it came as (they are what its signature
+    /// proves, and what a retry or a forward reads).
+    fn events(&self, body: &[u8], _: Value) -> Result<Vec<Item>, String> {
+        Ok(items(body)
+            .map_err(String::from)?
             .into_iter()
-            .filter_map(|mut entry| entry.get_mut(ITEM).map(Value::take))
+            .map(|(bytes, item)| Item {
+                payload: Value::Object(item),
+                body: Some(bytes.to_vec()),
+            })
             .collect())
     }
 
@@ -339,7 +422,7 @@ impl Provider for Adyen {
         };
         let currency = non_empty(item.pointer("/amount/currency"));
         let refund = match code {
-            "REFUND" => {
+            "REFUND" if succeeded(item) => {
                 let id = non_empty(item.get("pspReference"))
                     .ok_or("NotificationRequestItem.pspReference is missing")?;
                 let amount = value.ok_or("a REFUND item needs amount.value")?;

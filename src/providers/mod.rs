@@ -11,9 +11,11 @@
 
 mod adyen;
 mod braintree;
+mod checkout;
 mod github;
 mod hmac;
 mod paddle;
+mod razorpay;
 pub mod shape;
 mod square;
 mod standard;
@@ -44,6 +46,8 @@ pub enum Scheme {
     Adyen(adyen::Adyen),
     Paddle,
     Square(square::Square),
+    Razorpay,
+    Checkout(checkout::Checkout),
     Braintree,
 }
 
@@ -57,6 +61,8 @@ pub fn of(scheme: &Scheme) -> &dyn Provider {
         Scheme::Adyen(opts) => opts,
         Scheme::Paddle => &paddle::Paddle,
         Scheme::Square(opts) => opts,
+        Scheme::Razorpay => &razorpay::Razorpay,
+        Scheme::Checkout(opts) => opts,
         Scheme::Braintree => &braintree::Braintree,
     }
 }
@@ -77,7 +83,7 @@ pub struct Entry {
 }
 
 /// Every provider: the one list a new one is added to.
-pub static REGISTRY: [Entry; 8] = [
+pub static REGISTRY: [Entry; 10] = [
     Entry {
         provider: &stripe::Stripe,
         keys: &[],
@@ -112,6 +118,16 @@ pub static REGISTRY: [Entry; 8] = [
         provider: &square::ANY,
         keys: square::KEYS,
         configure: square::configure,
+    },
+    Entry {
+        provider: &razorpay::Razorpay,
+        keys: &[],
+        configure: |_, _| Ok(Scheme::Razorpay),
+    },
+    Entry {
+        provider: &checkout::ANY,
+        keys: checkout::KEYS,
+        configure: checkout::configure,
     },
     Entry {
         provider: &braintree::Braintree,
@@ -197,8 +213,24 @@ pub trait Provider: KeyFormat + Sync {
 
     /// The events a verified request carries: the body itself, unless the
     /// provider sends several per request.
-    fn events(&self, payload: Value) -> Result<Vec<Value>, String> {
-        Ok(vec![payload])
+    fn events(&self, _body: &[u8], payload: Value) -> Result<Vec<Item>, String> {
+        Ok(vec![Item {
+            payload,
+            body: None,
+        }])
+    }
+
+    /// Checks what was kept of a delivery (its body, or its item's bytes for a
+    /// provider that sends several events per request) against every secret:
+    /// the proof of origin on the desk.
+    fn verify_kept(
+        &self,
+        keys: &Keys<'_>,
+        headers: &dyn Headers,
+        kept: &[u8],
+        now: i64,
+    ) -> Result<Verified, SignatureError> {
+        self.verify(keys, headers, kept, now)
     }
 
     /// The answer the provider expects on success.
@@ -339,6 +371,14 @@ impl Body<'_> {
     }
 }
 
+/// One event of a request: its JSON, and the bytes kept for it when they are
+/// not the whole body (an item of a several-event request).
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub payload: Value,
+    pub body: Option<Vec<u8>>,
+}
+
 /// The answer a provider expects when a request is taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
@@ -402,6 +442,22 @@ impl Verifier<'_> {
     ) -> Result<Verified, SignatureError> {
         of(self.scheme).authenticate(&AnyHeaders(headers))?;
         self.verify(headers, body, now)
+    }
+
+    /// Checks what was kept of a delivery (see [`Provider::verify_kept`]).
+    pub fn verify_kept(
+        &self,
+        headers: &(impl Headers + ?Sized),
+        kept: &[u8],
+        now: i64,
+    ) -> Result<Verified, SignatureError> {
+        let provider = of(self.scheme);
+        let keys = Keys {
+            format: provider,
+            secrets: self.secrets,
+            tolerance: self.tolerance,
+        };
+        provider.verify_kept(&keys, &AnyHeaders(headers), kept, now)
     }
 
     /// Checks a delivery's signature against every secret; `now` is Unix seconds.

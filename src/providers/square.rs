@@ -86,15 +86,16 @@ fn payment_of(event_type: &str) -> Option<(&'static str, &'static str)> {
     }
 }
 
-/// An amount in minor units, if stated.
-fn amount(object: &Value, path: &str) -> Result<Option<i64>, String> {
-    match object.pointer("/amount_money/amount") {
+/// An amount in minor units, if stated: `money` is `amount_money`, or a
+/// payment's `total_money` (the amount with the tip, which a refund may return).
+fn amount(object: &Value, money: &str, path: &str) -> Result<Option<i64>, String> {
+    match object.pointer(&format!("/{money}/amount")) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_i64()
             .filter(|v| *v >= 0)
             .map(Some)
-            .ok_or_else(|| format!("{path}.amount_money.amount is not a non-negative integer")),
+            .ok_or_else(|| format!("{path}.{money}.amount is not a non-negative integer")),
     }
 }
 
@@ -187,9 +188,14 @@ impl Provider for Square {
             .ok_or_else(|| format!("{path} is missing or not an object"))?;
         let payment_id = non_empty(object.pointer(payment_pointer))
             .ok_or_else(|| format!("{path}{} is missing", payment_pointer.replace('/', ".")))?;
-        let stated = amount(object, &path)?;
+        let stated = match object.get("total_money") {
+            Some(_) if name == "payment" => amount(object, "total_money", &path)?,
+            _ => amount(object, "amount_money", &path)?,
+        };
+        // Only a completed refund returned money, whatever a source maps its type to.
+        let completed = object.get("status").and_then(Value::as_str) == Some("COMPLETED");
         let refund = match name {
-            "refund" => Some(Refund {
+            "refund" if completed => Some(Refund {
                 id: non_empty(object.get("id")).ok_or_else(|| format!("{path}.id is missing"))?,
                 amount: stated.ok_or_else(|| format!("{path}.amount_money.amount is missing"))?,
             }),

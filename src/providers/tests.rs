@@ -9,6 +9,8 @@ fn every_scheme() -> Vec<Scheme> {
         Scheme::Adyen(Default::default()),
         Scheme::Paddle,
         Scheme::Square(square::ANY.clone()),
+        Scheme::Razorpay,
+        Scheme::Checkout(checkout::ANY.clone()),
         Scheme::Braintree,
         Scheme::Hmac(GenericHmac {
             signature_header: "X-Sig".into(),
@@ -60,6 +62,8 @@ fn only_stripe_has_defaults_and_its_own_payment_shape() {
         let typed = stripe
             || scheme == Scheme::Paddle
             || matches!(scheme, Scheme::Square(_))
+            || scheme == Scheme::Razorpay
+            || matches!(scheme, Scheme::Checkout(_))
             || scheme == Scheme::Braintree;
         assert_eq!(!provider.default_event_types().is_empty(), typed);
         assert_eq!(!provider.default_fingerprint_ignore().is_empty(), stripe);

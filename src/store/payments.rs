@@ -4,7 +4,7 @@
 //! leaves the same row. `status` is a generated column derived from those facts.
 //!
 //! Refunds stated one at a time are facts of their own in `payment_refunds`, keyed
-//! by `(source, refund_id)`: the first amount stated for an id stands, so a resent
+//! by `(source, refund_id)`: the largest amount stated for an id stands, so a resent
 //! refund counts once, and `amount_refunded` is the greatest of the cumulative
 //! totals stated and the sum of the payment's refunds.
 
@@ -52,7 +52,8 @@ pub const MERGE_PAYMENT: &str = concat!(
 );
 
 /// The refunds of a batch (`$1` sources, `$2` payment ids, `$3` refund ids,
-/// `$4` amounts) added, each id once, its first statement in the batch standing;
+/// `$4` amounts) added, each id once, the largest amount stated for it standing
+/// (whatever the order the statements came in);
 /// then each payment's `amount_refunded` raised to the sum of its refunds (capped
 /// at the largest bigint). It runs after the payments' merge in the same
 /// transaction, which locked their rows: so the refunds any other transaction
@@ -61,18 +62,21 @@ pub const MERGE_PAYMENT: &str = concat!(
 const ADD_REFUNDS: &str = "
     WITH stated AS (
         SELECT DISTINCT ON (source, refund_id) source, refund_id, payment_id, amount
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY
-             AS u(source, payment_id, refund_id, amount, n)
-        ORDER BY source, refund_id, n
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
+             AS u(source, payment_id, refund_id, amount)
+        ORDER BY source, refund_id, amount DESC, payment_id
     ), added AS (
-        INSERT INTO payment_refunds (source, refund_id, payment_id, amount)
+        INSERT INTO payment_refunds AS r (source, refund_id, payment_id, amount)
         SELECT source, refund_id, payment_id, amount FROM stated ORDER BY source, refund_id
-        ON CONFLICT DO NOTHING
-        RETURNING source, payment_id, amount
+        ON CONFLICT (source, refund_id) DO UPDATE SET amount = EXCLUDED.amount
+            WHERE EXCLUDED.amount > r.amount
+        RETURNING r.source, r.refund_id, r.payment_id, r.amount
     ), refunded AS (
         SELECT source, payment_id, sum(amount) AS amount
         FROM (SELECT r.source, r.payment_id, r.amount FROM payment_refunds r
               WHERE (r.source, r.payment_id) IN (SELECT source, payment_id FROM stated)
+                AND NOT EXISTS (SELECT 1 FROM added a
+                                WHERE a.source = r.source AND a.refund_id = r.refund_id)
               UNION ALL
               SELECT source, payment_id, amount FROM added) AS t
         GROUP BY source, payment_id
@@ -136,7 +140,7 @@ async fn then_add_refunds(
 /// `merge` for many updates in one statement (and one more, sent with it, when
 /// refunds are among them): the updates of one payment are combined by the
 /// database first (the same `OR` and `GREATEST`/`max`, under the same collation,
-/// and each refund id's first statement), so the row ends as it would after
+/// and each refund id's largest amount), so the row ends as it would after
 /// merging them one by one.
 pub async fn merge_many(
     client: &impl GenericClient,

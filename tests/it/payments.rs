@@ -121,7 +121,7 @@ fn neutral_body(said: &Said, id: &str, payment: &str) -> Value {
 /// The payment rules (which facts give which row), computed independently of
 /// hookd: every flag once stated stays, the largest amount stands, the refunded
 /// amount is the largest cumulative total or the sum of the distinct refunds
-/// (the first amount stated for one), and of disagreeing currencies or
+/// (the largest amount stated for one), and of disagreeing currencies or
 /// customers the greatest stated one stands.
 fn expected(said: &[Said]) -> PaymentRow {
     let any = |f: fn(&Fact) -> bool| said.iter().any(|s| f(&s.fact));
@@ -139,7 +139,8 @@ fn expected(said: &[Said]) -> PaymentRow {
     let mut refunds = std::collections::BTreeMap::new();
     for s in said {
         if let Fact::Refund(n, amount) = s.fact {
-            refunds.entry(n).or_insert(amount);
+            let largest = refunds.entry(n).or_insert(amount);
+            *largest = (*largest).max(amount);
         }
     }
     let refunded = total.max(refunds.values().sum());
@@ -347,10 +348,11 @@ fn the_oracle_matches_the_contract_on_examples() {
         let all: Vec<Said> = facts.iter().map(|f| said(f.clone(), None, None)).collect();
         expected(&all).amount_refunded
     };
-    // Refunds add up, each id once (its first amount), and the greater of that
+    // Refunds add up, each id once (its largest amount), and the greater of that
     // sum and the largest total stands.
     assert_eq!(refunded(&[Fact::Refund(0, 300), Fact::Refund(1, 200)]), 500);
-    assert_eq!(refunded(&[Fact::Refund(0, 300), Fact::Refund(0, 900)]), 300);
+    assert_eq!(refunded(&[Fact::Refund(0, 300), Fact::Refund(0, 900)]), 900);
+    assert_eq!(refunded(&[Fact::Refund(0, 900), Fact::Refund(0, 300)]), 900);
     assert_eq!(refunded(&[Fact::Refunded(600), Fact::Refund(0, 300)]), 600);
     assert_eq!(
         refunded(&[
@@ -623,21 +625,26 @@ async fn two_partial_refunds_add_up() {
 }
 
 #[tokio::test]
-async fn a_refund_resent_counts_once_and_its_first_amount_stands() {
+async fn a_refund_resent_counts_once_and_its_largest_amount_stands_whatever_the_order() {
     let app = spawn_app().await;
     let paid = json!({"payment_id": "p_once", "amount": 1000});
     app.deliver_ok(NEUTRAL, &event("msg_paid", "payment.succeeded", paid))
         .await;
     // The same refund under two event ids (both reach the handler), then once
-    // more with another amount.
-    for (id, amount) in [("msg_a", 300), ("msg_b", 300), ("msg_c", 900)] {
+    // more with a larger amount, and again with the first.
+    for (id, amount) in [
+        ("msg_a", 300),
+        ("msg_b", 300),
+        ("msg_c", 900),
+        ("msg_d", 300),
+    ] {
         let body = event(id, "payment.refunded", refund("p_once", "re_once", amount));
         let answer = app.deliver_ok(NEUTRAL, &body).await;
         assert_eq!(answer.header("Idempotent-Replayed"), None, "{id} is new");
     }
     assert_eq!(
         refunded(&app, "p_once").await,
-        ("partially_refunded".into(), 300)
+        ("partially_refunded".into(), 900)
     );
     let stored = app
         .query(
@@ -646,8 +653,8 @@ async fn a_refund_resent_counts_once_and_its_first_amount_stands() {
         )
         .await;
     assert_eq!(stored.len(), 1);
-    assert_eq!(stored[0].get::<_, i64>(1), 300);
-    assert_eq!(processed(&app, "p_once").await, 4, "every copy was applied");
+    assert_eq!(stored[0].get::<_, i64>(1), 900);
+    assert_eq!(processed(&app, "p_once").await, 5, "every copy was applied");
 }
 
 #[tokio::test]
@@ -769,7 +776,7 @@ async fn a_batch_of_refunds_merges_as_one_by_one() {
         succeeded: refund.is_none() && total.is_none(),
         ..PaymentUpdate::default()
     };
-    // Copies of a refund (its first amount standing), two payments, a total.
+    // Copies of a refund (its largest amount standing), two payments, a total.
     let updates = |payment: &str, other: &str| {
         vec![
             update(payment, Some(("re_1", 300)), None),
@@ -793,7 +800,7 @@ async fn a_batch_of_refunds_merges_as_one_by_one() {
     );
     assert_eq!(
         (batched.amount_refunded, batched.status.as_str()),
-        (500, "partially_refunded")
+        (1100, "refunded")
     );
     assert_eq!(batched, each);
     let (batched, each) = (

@@ -55,12 +55,17 @@ fn schemes() -> Vec<(Scheme, Vec<Secret>)> {
 fn has_timestamp(scheme: &Scheme) -> bool {
     match scheme {
         Scheme::Stripe | Scheme::Standard | Scheme::Paddle => true,
-        Scheme::Github | Scheme::Adyen(_) | Scheme::Square(_) | Scheme::Braintree => false,
+        Scheme::Github
+        | Scheme::Adyen(_)
+        | Scheme::Square(_)
+        | Scheme::Razorpay
+        | Scheme::Checkout(_)
+        | Scheme::Braintree => false,
         Scheme::Hmac(opts) => opts.timestamp_header.is_some(),
     }
 }
 
-const HEADER_NAMES: [&str; 20] = [
+const HEADER_NAMES: [&str; 24] = [
     "Stripe-Signature",
     "webhook-id",
     "webhook-timestamp",
@@ -81,6 +86,10 @@ const HEADER_NAMES: [&str; 20] = [
     "X-Type",
     "Paddle-Signature",
     "x-square-hmacsha256-signature",
+    "X-Razorpay-Signature",
+    "x-razorpay-event-id",
+    "Cko-Signature",
+    "Authorization",
 ];
 
 /// A fragment of a header value: numbers of every size, hex, base64, anything.

@@ -454,7 +454,14 @@ async fn basic_credentials_when_configured_are_checked_too() {
         app.count("SELECT count(*) FROM webhook_events", &[]).await,
         0
     );
-    accepted(&app.post("adyen", &headers, body).await);
+    accepted(&app.post("adyen", &headers, body.clone()).await);
+    // The scheme's name is case-insensitive, as HTTP says.
+    let lower: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.replacen("Basic ", "basic ", 1)))
+        .collect();
+    let again = app.post("adyen", &lower, body).await;
+    assert_eq!(again.status, 200, "{}", again.text());
 }
 
 /// hookd's verdict on every case Adyen's own `HmacValidator` judged.
@@ -504,4 +511,78 @@ fn the_verdicts_of_adyens_own_library_on_its_vectors() {
         };
         assert_eq!(verdict, expected, "quirk {name}");
     }
+}
+
+#[tokio::test]
+async fn each_event_keeps_its_own_item_so_retries_and_the_proof_of_origin_read_that_item() {
+    let app = spawn_app().await;
+    let batch = [
+        item("8001", "AUTHORISATION", true, 1200, None),
+        item("8002", "REFUND", true, 200, Some("8001")),
+    ];
+    accepted(&send(&app, &batch).await);
+    // The kept bytes are the item as it came, not the whole notification.
+    let kept = app
+        .query(
+            "SELECT body FROM webhook_events WHERE event_id = '8002:REFUND:true'",
+            &[],
+        )
+        .await;
+    let kept: Value = serde_json::from_slice(&kept[0].get::<_, Vec<u8>>(0)).expect("json");
+    assert_eq!(kept["pspReference"], "8002");
+    assert!(kept.get("notificationItems").is_none());
+
+    // An operator's retry applies the item again (the payment is unchanged),
+    // and the proof of origin verifies the item's own signature.
+    let id = app.event_row_id("8002:REFUND:true").await;
+    let retried = app.operator().retry(id, None).await;
+    assert_eq!(retried.status, 200, "{}", retried.text());
+    assert_eq!(retried.json()["status"], "processed", "{}", retried.text());
+    assert_eq!(payment(&app, "8001").await.2, 200);
+    let detail = app.viewer().event(id).await.json();
+    assert_eq!(detail["origin"]["status"], "verified", "{detail}");
+    assert_eq!(detail["origin"]["secret"], 1, "{detail}");
+}
+
+#[tokio::test]
+async fn a_signature_cannot_be_moved_to_other_fields_across_a_colon() {
+    let app = spawn_app().await;
+    // A genuine item whose merchant reference holds a colon, signed.
+    let mut genuine = item("8515", "AUTHORISATION", true, 1000, Some("Acme"));
+    genuine["merchantAccountCode"] = json!("order");
+    genuine["merchantReference"] = json!("42:x");
+    let (headers, body) = signed(&app, &[genuine]);
+    let signed_item = serde_json::from_slice::<Value>(&body).expect("json")["notificationItems"][0]
+        ["NotificationRequestItem"]
+        .clone();
+    // The same signing string spelled with the fields shifted, which would name
+    // another payment: refused, and nothing stored.
+    let mut shifted = signed_item.clone();
+    shifted["pspReference"] = json!("8515:Acme");
+    shifted["originalReference"] = json!("order");
+    shifted["merchantAccountCode"] = json!("42");
+    shifted["merchantReference"] = json!("x");
+    for (what, forged) in [
+        ("shifted", shifted),
+        ("value as text", {
+            let mut v = signed_item.clone();
+            v["amount"]["value"] = json!("1000.0");
+            v
+        }),
+    ] {
+        let answer = app
+            .post(
+                "adyen",
+                &headers,
+                serde_json::to_vec(&notification(&[forged])).expect("json"),
+            )
+            .await;
+        assert_eq!(answer.status, 401, "{what}: {}", answer.text());
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        0
+    );
+    // The genuine one, with its colon in the merchant reference, is taken.
+    accepted(&app.post("adyen", &headers, body).await);
 }

@@ -632,3 +632,127 @@ async fn slow_the_paddle_fixtures_replay_into_their_payment_rows() {
         ])
     );
 }
+
+/// The payment rows of a source with their currency and customer.
+async fn payment_rows(
+    app: &TestApp,
+    source: &str,
+) -> Vec<(String, String, i64, i64, String, String)> {
+    app.query(
+        "SELECT payment_id, status, amount, amount_refunded, currency, customer_id
+         FROM payments WHERE source = $1 ORDER BY payment_id",
+        &[&source],
+    )
+    .await
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+    .collect()
+}
+
+/// Replays a folder twice (the second time every file is a duplicate), then
+/// once with `--new-ids` (every file a new event, applied again).
+async fn replay_twice_and_anew(app: &TestApp, source: &str, files: usize) {
+    for round in 1..=2 {
+        let (ok, lines) = replay(app, source, &[]).await;
+        assert!(ok, "{source} round {round}: {lines:#?}");
+        let sent = delivery_lines(&lines);
+        assert_eq!(sent.len(), files, "{source}");
+        let answer = if round == 1 {
+            " 200 accepted  new "
+        } else {
+            "replayed"
+        };
+        assert!(sent.iter().all(|l| l.contains(answer)), "{sent:#?}");
+    }
+    let once = statuses(app, source).await;
+    let (ok, lines) = replay(app, source, &["--new-ids"]).await;
+    assert!(ok, "{source} --new-ids: {lines:#?}");
+    let sent = delivery_lines(&lines);
+    assert!(
+        sent.iter().all(|l| l.contains(" 200 accepted  new ")),
+        "{sent:#?}"
+    );
+    let twice: Vec<(String, i64)> = once.iter().map(|(s, n)| (s.clone(), 2 * n)).collect();
+    assert_eq!(statuses(app, source).await, twice, "{source}");
+}
+
+#[tokio::test]
+async fn slow_replaying_the_razorpay_fixtures_gives_the_documented_rows() {
+    let app = spawn_app().await;
+    replay_twice_and_anew(&app, "razorpay", 8).await;
+    assert_eq!(
+        statuses(&app, "razorpay").await,
+        [("ignored".to_string(), 6), ("processed".to_string(), 10)]
+    );
+    let row = |p: &str, s: &str, a, r, cus: &str| {
+        (p.into(), s.into(), a, r, "INR".to_string(), cus.to_string())
+    };
+    assert_eq!(
+        payment_rows(&app, "razorpay").await,
+        [
+            row(
+                "pay_OfT3kB9xQmZ2aL",
+                "partially_refunded",
+                50000,
+                20000,
+                "cust_Oc8yJ2kLmN4pQr"
+            ),
+            row(
+                "pay_OfU8nC4yRpA7bM",
+                "failed",
+                129900,
+                0,
+                "cust_Oc9zK3lMnO5qRs"
+            ),
+            row(
+                "pay_OfW1pD6zSqB3cN",
+                "disputed",
+                75000,
+                0,
+                "cust_OdA1L4mNoP6rSt"
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn slow_replaying_the_checkout_fixtures_gives_the_documented_rows() {
+    let app = spawn_app().await;
+    replay_twice_and_anew(&app, "checkout", 7).await;
+    assert_eq!(
+        statuses(&app, "checkout").await,
+        [("ignored".to_string(), 4), ("processed".to_string(), 10)]
+    );
+    let row = |p: &str, s: &str, a, r, cur: &str, cus: &str| {
+        (p.into(), s.into(), a, r, cur.to_string(), cus.to_string())
+    };
+    assert_eq!(
+        payment_rows(&app, "checkout").await,
+        [
+            row(
+                "pay_mbabizu24mvu3mela5njyhpit4",
+                "partially_refunded",
+                6540,
+                1500,
+                "EUR",
+                "cus_udst2tfldj6upmye2reztkmm4i"
+            ),
+            row(
+                "pay_o4hfyvcbhq3ubmq5qxy2jzcjce",
+                "failed",
+                12999,
+                0,
+                "GBP",
+                "cus_7qb3h4gcpmoevb3dplyxj66rdq"
+            ),
+            row(
+                "pay_t6kpx2m4ezrudnr7a5ybtlqn3y",
+                "disputed",
+                25000,
+                0,
+                "USD",
+                "cus_e5ffcmfsbncuvjk6yhxrwvbtpm"
+            ),
+        ]
+    );
+}

@@ -5,7 +5,7 @@
 //! - `payment_succeeded` sets `succeeded`; `payment_failed` sets `failed`;
 //! - `payment_refunded` carries the cumulative `amount_refunded` (Stripe), or one
 //!   refund (an id and its amount; other providers), or both. A refund is a fact
-//!   keyed by its id: the first amount stated for an id stands, and a resent one
+//!   keyed by its id: the largest amount stated for an id stands, and a resent one
 //!   counts once. `amount_refunded` is the greatest cumulative amount stated, or
 //!   the sum of the payment's refunds if greater;
 //! - `dispute_opened` sets `disputed`;

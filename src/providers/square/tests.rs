@@ -337,6 +337,18 @@ fn payments_state_amount_currency_and_customer_refunds_their_own_amount() {
     );
     let facts = ANY.payment_facts(&dispute()).expect("valid");
     assert_eq!((facts.payment_id.as_str(), facts.amount), ("pay_1", None));
+    // With a tip, the payment's amount is its total, which a refund may return.
+    let mut tipped = payment("COMPLETED");
+    tipped["data"]["object"]["payment"]["total_money"] = json!({"amount": 1800, "currency": "USD"});
+    assert_eq!(
+        ANY.payment_facts(&tipped).expect("valid").amount,
+        Some(1800)
+    );
+    // A refund not completed states no refund, whatever the source maps it to.
+    let pending = ANY
+        .payment_facts(&refund("refund.created", "PENDING"))
+        .expect("valid");
+    assert_eq!(pending.refund, None);
     assert_eq!(
         ANY.index_fields(&payment("APPROVED")),
         IndexFields {

@@ -1,0 +1,194 @@
+//! Razorpay: `X-Razorpay-Signature` is hex HMAC-SHA256(the webhook secret as
+//! text, raw body). Razorpay signs no timestamp, so there is no replay window
+//! beyond the dedupe. The event id travels beside the signed body in
+//! `x-razorpay-event-id`; the type is the signed body's `event`. The payment,
+//! refund or dispute an event is about is in `payload.{payment,refund,dispute}.entity`,
+//! amounts in paise (minor units).
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::shape::IndexFields;
+use super::{Body, Missing, Provider, body_member, kind_table, non_empty, non_empty_str};
+use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, Refund, storable_id};
+use crate::signature::{
+    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hmac_sha256,
+};
+
+const SIGNATURE: &str = "X-Razorpay-Signature";
+const EVENT_ID: &str = "x-razorpay-event-id";
+
+pub struct Razorpay;
+
+impl KeyFormat for Razorpay {}
+
+/// Razorpay's events for the built-in kinds: every Razorpay source maps them unlisted.
+const EVENT_TYPES: [(&str, PaymentKind); 4] = [
+    ("payment.captured", PaymentKind::Succeeded),
+    ("payment.failed", PaymentKind::Failed),
+    ("refund.processed", PaymentKind::Refunded),
+    ("payment.dispute.created", PaymentKind::DisputeOpened),
+];
+
+/// The entity an event is about, by its type, and where that entity names the
+/// payment.
+fn entity_of(event_type: &str) -> Option<(&'static str, &'static str)> {
+    if event_type.starts_with("payment.dispute.") {
+        Some(("dispute", "payment_id"))
+    } else if event_type.starts_with("payment.") {
+        Some(("payment", "id"))
+    } else if event_type.starts_with("refund.") {
+        Some(("refund", "payment_id"))
+    } else {
+        None
+    }
+}
+
+fn entity<'v>(payload: &'v Value, name: &str) -> Option<&'v Value> {
+    payload.pointer(&format!("/payload/{name}/entity"))
+}
+
+fn event_type(payload: &Value) -> &str {
+    payload.get("event").and_then(Value::as_str).unwrap_or("")
+}
+
+/// An amount in paise, if stated.
+fn amount(entity: &Value, path: &str) -> Result<Option<i64>, String> {
+    match entity.get("amount") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .filter(|v| *v >= 0)
+            .map(Some)
+            .ok_or_else(|| format!("{path}.amount is not a non-negative integer")),
+    }
+}
+
+impl Provider for Razorpay {
+    fn name(&self) -> &'static str {
+        "razorpay"
+    }
+
+    fn signed_header_names(&self) -> Vec<&str> {
+        vec![SIGNATURE, EVENT_ID]
+    }
+
+    fn verify(
+        &self,
+        keys: &Keys<'_>,
+        headers: &dyn Headers,
+        body: &[u8],
+        _now: i64,
+    ) -> Result<Verified, SignatureError> {
+        let value = headers
+            .header(SIGNATURE)
+            .ok_or_else(|| SignatureError::Missing(SIGNATURE.to_string()))?;
+        let tag =
+            hex::decode(value).map_err(|_| SignatureError::malformed(SIGNATURE, "not hex"))?;
+        keys.find_signer(&[body], &[tag])
+    }
+
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+        let tag = hmac_sha256(key, &[body]);
+        Ok(Signed::headers(vec![
+            (SIGNATURE.to_string(), hex::encode(tag)),
+            (EVENT_ID.to_string(), envelope.event_id.to_string()),
+        ]))
+    }
+
+    fn identity(
+        &self,
+        headers: &dyn Headers,
+        payload: &Value,
+    ) -> Result<(String, String), Missing> {
+        let id = headers
+            .header(EVENT_ID)
+            .and_then(non_empty_str)
+            .ok_or_else(|| Missing::Id(format!("{EVENT_ID} header")))?;
+        let ty = body_member(payload, "event").ok_or_else(|| Missing::Type("body.event".into()))?;
+        Ok((id, ty))
+    }
+
+    fn signs_id(&self) -> bool {
+        false
+    }
+
+    fn default_event_types(&self) -> HashMap<String, String> {
+        kind_table(&EVENT_TYPES)
+    }
+
+    /// A payment states its amount, currency and customer; a refund its own id
+    /// and amount; a dispute only which payment it is about.
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
+        let ty = event_type(payload);
+        let (name, payment_field) =
+            entity_of(ty).ok_or_else(|| format!("event {ty:?} is not about a payment"))?;
+        let path = format!("payload.{name}.entity");
+        let entity = entity(payload, name)
+            .filter(|e| e.is_object())
+            .ok_or_else(|| format!("{path} is missing or not an object"))?;
+        let payment_id = non_empty(entity.get(payment_field))
+            .ok_or_else(|| format!("{path}.{payment_field} is missing"))?;
+        let stated = amount(entity, &path)?;
+        let refund = match name {
+            "refund" => Some(Refund {
+                id: non_empty(entity.get("id")).ok_or_else(|| format!("{path}.id is missing"))?,
+                amount: stated.ok_or_else(|| format!("{path}.amount is missing"))?,
+            }),
+            _ => None,
+        };
+        let facts = PaymentFacts {
+            payment_id,
+            amount: if name == "payment" { stated } else { None },
+            amount_refunded: None,
+            currency: non_empty(entity.get("currency")),
+            customer_id: match name {
+                "payment" => non_empty(entity.get("customer_id")),
+                _ => None,
+            },
+            refund,
+        };
+        let texts = [
+            Some(&facts.payment_id),
+            facts.currency.as_ref(),
+            facts.customer_id.as_ref(),
+            facts.refund.as_ref().map(|r| &r.id),
+        ];
+        if texts.into_iter().flatten().any(|t| !storable_id(t)) {
+            return Err(format!(
+                "an id is longer than {MAX_ID_LEN} bytes or contains a NUL character"
+            ));
+        }
+        Ok(facts)
+    }
+
+    fn index_fields(&self, payload: &Value) -> IndexFields {
+        let Some((name, payment_field)) = entity_of(event_type(payload)) else {
+            return IndexFields::default();
+        };
+        let entity = entity(payload, name);
+        IndexFields {
+            payment_id: non_empty(entity.and_then(|e| e.get(payment_field))),
+            customer_id: non_empty(entity.and_then(|e| e.get("customer_id"))),
+        }
+    }
+
+    /// An event id derived from the body's content.
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+        Ok(body.content_id())
+    }
+
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
+        body.text("event")
+            .ok_or_else(|| "a Razorpay body needs an \"event\"".into())
+    }
+
+    /// 14 characters, as Razorpay's event ids are; the header carries it.
+    fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {
+        (hex::encode(&random[..7]), None)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,344 @@
+//! Scheme `checkout` (Checkout.com) through real HTTP: the documented types
+//! mapped to the kinds and the rest ignored, payment rows in minor units with
+//! the currency and customer, refunds (actions of a payment) in any order,
+//! duplicates, rotation, the optional authorization key, and refusals that
+//! store nothing.
+
+use hookd::providers::{Scheme, sign};
+use hookd::signature::{Envelope, Secret};
+use serde_json::{Value, json};
+
+use crate::support::{Answer, Spawn, TestApp, shipped_settings, spawn, spawn_app};
+
+const SOURCE: &str = "checkout";
+const SIGNATURE: &str = "Cko-Signature";
+
+fn event(id: &str, ty: &str, data: Value) -> Value {
+    json!({"id": id, "type": ty, "version": "1.0.33", "created_on": "2024-06-12T10:20:41Z",
+           "data": data,
+           "_links": {"self": {"href": format!("https://api.checkout.com/workflows/events/{id}")}}})
+}
+
+fn payment(id: &str, ty: &str, payment: &str) -> Value {
+    event(
+        id,
+        ty,
+        json!({"id": payment, "action_id": format!("act_{id}"), "amount": 6540, "currency": "EUR",
+               "response_summary": "Approved",
+               "customer": {"id": format!("cus_{payment}"), "email": "a@example.com"}}),
+    )
+}
+
+fn refund(id: &str, payment: &str, action: &str, amount: i64) -> Value {
+    event(
+        id,
+        "payment_refunded",
+        json!({"id": payment, "action_id": action, "amount": amount, "currency": "EUR"}),
+    )
+}
+
+fn dispute(id: &str, ty: &str, payment: &str) -> Value {
+    event(
+        id,
+        ty,
+        json!({"id": format!("dsp_{payment}"), "payment_id": payment, "amount": 6540,
+               "currency": "EUR", "reason_code": "10.4", "category": "fraudulent"}),
+    )
+}
+
+/// The stored event's kind and status.
+async fn stored(app: &TestApp, event_id: &str) -> (Option<String>, String) {
+    let row = &app
+        .query(
+            "SELECT kind, status FROM webhook_events WHERE source = $1 AND event_id = $2",
+            &[&SOURCE, &event_id],
+        )
+        .await[0];
+    (row.get(0), row.get(1))
+}
+
+/// A payment's row: status, amount, refunded, currency, customer.
+async fn row(app: &TestApp, payment: &str) -> (String, i64, i64, Option<String>, Option<String>) {
+    let row = &app
+        .query(
+            "SELECT status, amount, amount_refunded, currency, customer_id
+             FROM payments WHERE source = $1 AND payment_id = $2",
+            &[&SOURCE, &payment],
+        )
+        .await[0];
+    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
+}
+
+async fn count(app: &TestApp, sql: &str) -> i64 {
+    app.count(sql, &[]).await
+}
+
+#[tokio::test]
+async fn checkout_types_map_to_the_kinds_and_the_rest_is_ignored() {
+    let app = spawn_app().await;
+    let processed = |kind: &str| (Some(kind.to_string()), "processed".to_string());
+    let ignored = (None, "ignored".to_string());
+    let cases = [
+        (
+            payment("evt_1", "payment_approved", "pay_a"),
+            ignored.clone(),
+        ),
+        (
+            payment("evt_2", "payment_captured", "pay_a"),
+            processed("payment_succeeded"),
+        ),
+        (
+            payment("evt_3", "payment_declined", "pay_b"),
+            processed("payment_failed"),
+        ),
+        (
+            refund("evt_4", "pay_a", "act_r_a", 1000),
+            processed("payment_refunded"),
+        ),
+        (
+            dispute("evt_5", "dispute_received", "pay_a"),
+            processed("dispute_opened"),
+        ),
+        (
+            dispute("evt_6", "dispute_evidence_required", "pay_c"),
+            processed("dispute_opened"),
+        ),
+        (dispute("evt_7", "dispute_won", "pay_a"), ignored.clone()),
+        (
+            event("evt_8", "card_verified", json!({"id": "pay_v"})),
+            ignored.clone(),
+        ),
+    ];
+    for (body, expected) in &cases {
+        let id = body["id"].as_str().expect("id");
+        let answer = app.deliver(SOURCE, body).await;
+        assert_eq!(answer.status, 200, "{id}: {}", answer.text());
+        assert_eq!(
+            answer.body,
+            format!(r#"{{"status":"accepted","event_id":"{id}"}}"#).as_bytes()
+        );
+        assert_eq!(&stored(&app, id).await, expected, "{id}");
+    }
+    let (status, amount, refunded, ..) = row(&app, "pay_a").await;
+    assert_eq!(
+        (status.as_str(), amount, refunded),
+        ("disputed", 6540, 1000)
+    );
+    assert_eq!(row(&app, "pay_b").await.0, "failed");
+    let disputed = count(
+        &app,
+        "SELECT count(*) FROM payments WHERE payment_id = 'pay_c' AND disputed",
+    )
+    .await;
+    assert_eq!(disputed, 1);
+}
+
+#[tokio::test]
+async fn checkout_payment_rows_are_minor_units_with_currency_and_customer_whatever_the_order() {
+    let app = spawn_app().await;
+    for (payment_id, refunds_first) in [("pay_after", false), ("pay_before", true)] {
+        let paid = payment(
+            &format!("{payment_id}_paid"),
+            "payment_captured",
+            payment_id,
+        );
+        let refunds = [
+            refund(
+                &format!("{payment_id}_r1"),
+                payment_id,
+                &format!("act_{payment_id}_1"),
+                2000,
+            ),
+            refund(
+                &format!("{payment_id}_r2"),
+                payment_id,
+                &format!("act_{payment_id}_2"),
+                540,
+            ),
+        ];
+        let mut bodies: Vec<Value> = refunds.to_vec();
+        if refunds_first {
+            bodies.push(paid);
+        } else {
+            bodies.insert(0, paid);
+        }
+        for body in &bodies {
+            app.deliver_ok(SOURCE, body).await;
+        }
+        // A refund resent under another event id counts once: the action is the refund.
+        let mut again = refunds[0].clone();
+        again["id"] = json!(format!("{payment_id}_r1_again"));
+        app.deliver_ok(SOURCE, &again).await;
+        assert_eq!(
+            row(&app, payment_id).await,
+            (
+                "partially_refunded".into(),
+                6540,
+                2540,
+                Some("EUR".into()),
+                Some(format!("cus_{payment_id}"))
+            ),
+            "{payment_id}"
+        );
+    }
+    let refunds = count(
+        &app,
+        "SELECT count(*) FROM payment_refunds WHERE source = 'checkout'",
+    )
+    .await;
+    assert_eq!(refunds, 4);
+}
+
+#[tokio::test]
+async fn a_checkout_resend_is_a_duplicate_with_the_first_answer() {
+    let app = spawn_app().await;
+    let body =
+        serde_json::to_vec(&payment("evt_dup", "payment_captured", "pay_dup")).expect("json");
+    let headers = app.sign(SOURCE, &body, Default::default());
+    let first = app.post(SOURCE, &headers, body.clone()).await;
+    let second = app.post(SOURCE, &headers, body.clone()).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!((second.status, &second.body), (200, &first.body));
+    assert_eq!(second.header("Idempotent-Replayed"), Some("true"));
+    let rows = app
+        .query(
+            "SELECT deliveries, attempts FROM webhook_events WHERE event_id = 'evt_dup'",
+            &[],
+        )
+        .await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].get::<_, i32>(0), rows[0].get::<_, i32>(1)), (2, 1));
+}
+
+fn signed(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {
+    let envelope = Envelope {
+        event_id: "",
+        event_type: "",
+        timestamp: 0,
+    };
+    sign(scheme, key, body, &envelope).expect("sign").headers
+}
+
+#[tokio::test]
+async fn a_checkout_delivery_signed_with_the_previous_key_is_taken_and_says_so() {
+    let mut settings = shipped_settings();
+    let source = settings
+        .sources
+        .iter_mut()
+        .find(|s| s.name == SOURCE)
+        .expect("checkout source");
+    let previous = source.secrets[0].clone();
+    source.secrets = vec![Secret::new("the-newer-checkout-key"), previous.clone()];
+    let scheme = source.scheme.clone();
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let body =
+        serde_json::to_vec(&payment("evt_rot", "payment_captured", "pay_rot")).expect("json");
+    let answer = app
+        .post(SOURCE, &signed(&scheme, &previous, &body), body)
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let signed_with = count(
+        &app,
+        "SELECT signed_with::bigint FROM webhook_events WHERE event_id = 'evt_rot'",
+    )
+    .await;
+    assert_eq!(signed_with, 2);
+}
+
+fn refusal(answer: &Answer) -> (u16, String, String) {
+    let json = answer.json();
+    let text = |k: &str| json[k].as_str().unwrap_or_default().to_string();
+    (answer.status, text("error"), text("reason"))
+}
+
+#[tokio::test]
+async fn tampered_or_unsigned_checkout_deliveries_are_401_and_nothing_is_stored() {
+    let app = spawn_app().await;
+    let source = app.settings().source(SOURCE).expect("checkout").clone();
+    let body =
+        serde_json::to_vec(&payment("evt_bad", "payment_captured", "pay_bad")).expect("json");
+    let good = app.sign(SOURCE, &body, Default::default());
+    let tampered = String::from_utf8(body.clone())
+        .expect("utf-8")
+        .replace("6540", "1");
+    let other_key = signed(&source.scheme, &Secret::new("not-the-key"), &body);
+    let cases = [
+        (good.clone(), tampered.into_bytes(), "signature mismatch"),
+        (vec![], body.clone(), "missing Cko-Signature header"),
+        (other_key, body.clone(), "signature mismatch"),
+        (
+            vec![(SIGNATURE.to_string(), "v1=00".to_string())],
+            body.clone(),
+            "not hex",
+        ),
+    ];
+    for (headers, bytes, reason) in cases {
+        let (status, error, why) = refusal(&app.post(SOURCE, &headers, bytes).await);
+        assert_eq!(
+            (status, error.as_str()),
+            (401, "invalid_signature"),
+            "{reason}"
+        );
+        assert!(why.contains(reason), "{reason}: {why}");
+    }
+    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
+    assert_eq!(app.post(SOURCE, &good, body).await.status, 200);
+    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 1);
+}
+
+#[tokio::test]
+async fn the_authorization_key_when_configured_is_checked_too() {
+    let env = [(
+        "HOOKD_SOURCE_CHECKOUT_AUTHORIZATION".to_string(),
+        "cko-auth-0b7e5d2a".to_string(),
+    )];
+    let mut settings = hookd::config::Settings::from_toml(
+        "hookd.toml",
+        hookd_kit::settings::SHIPPED_TOML,
+        &env.into_iter().collect(),
+    )
+    .expect("settings");
+    settings.listen = "127.0.0.1:0".parse().expect("addr");
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let body =
+        serde_json::to_vec(&payment("evt_auth", "payment_captured", "pay_auth")).expect("json");
+    let headers = app.sign(SOURCE, &body, Default::default());
+    assert!(headers.contains(&("Authorization".into(), "cko-auth-0b7e5d2a".into())));
+    let without: Vec<_> = headers
+        .iter()
+        .filter(|(k, _)| k != "Authorization")
+        .cloned()
+        .collect();
+    let mut wrong = without.clone();
+    wrong.push(("Authorization".into(), "cko-auth-0b7e5d2b".into()));
+    for (headers, reason) in [
+        (without, "missing Authorization header"),
+        (wrong, "mismatch"),
+    ] {
+        let (status, error, why) = refusal(&app.post(SOURCE, &headers, body.clone()).await);
+        assert_eq!(
+            (status, error.as_str()),
+            (401, "invalid_signature"),
+            "{reason}"
+        );
+        assert!(why.contains(reason), "{reason}: {why}");
+    }
+    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
+    let answer = app.post(SOURCE, &headers, body).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    // The key is not kept with the event.
+    let kept = count(
+        &app,
+        "SELECT count(*) FROM webhook_events WHERE signature_headers::text ILIKE '%cko-auth%'",
+    )
+    .await;
+    assert_eq!(kept, 0);
+}

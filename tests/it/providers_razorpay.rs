@@ -1,0 +1,347 @@
+//! Scheme `razorpay` through real HTTP: the four kinds and the rest ignored,
+//! payment rows in paise with Razorpay's currency and customer, refunds in any
+//! order, duplicates by id and by body (the id travels unsigned), rotation, and
+//! refusals that store nothing.
+
+use hookd::provider::Hints;
+use hookd::providers::{Scheme, sign};
+use hookd::signature::{Envelope, Secret};
+use serde_json::{Value, json};
+
+use crate::support::{Answer, Spawn, TestApp, shipped_settings, spawn, spawn_app};
+
+const SOURCE: &str = "razorpay";
+const SIGNATURE: &str = "X-Razorpay-Signature";
+const EVENT_ID: &str = "x-razorpay-event-id";
+
+fn event(event: &str, payload: Value) -> Value {
+    let contains: Vec<&String> = payload.as_object().expect("payload").keys().collect();
+    json!({"entity": "event", "account_id": "acc_BFQ7uQEaa7j2z7", "event": event,
+           "contains": contains, "payload": payload, "created_at": 1_718_000_000})
+}
+
+fn payment(event_type: &str, payment: &str, status: &str) -> Value {
+    event(
+        event_type,
+        json!({"payment": {"entity": {"id": payment, "entity": "payment", "amount": 50000,
+            "currency": "INR", "status": status, "method": "upi", "email": "a@example.com",
+            "customer_id": format!("cust_{payment}")}}}),
+    )
+}
+
+fn refund(event_type: &str, payment: &str, refund: &str, amount: i64) -> Value {
+    event(
+        event_type,
+        json!({"refund": {"entity": {"id": refund, "entity": "refund", "amount": amount,
+                "currency": "INR", "payment_id": payment, "status": "processed"}},
+               "payment": {"entity": {"id": payment, "entity": "payment", "amount": 50000}}}),
+    )
+}
+
+fn dispute(payment: &str) -> Value {
+    event(
+        "payment.dispute.created",
+        json!({"payment": {"entity": {"id": payment, "entity": "payment", "amount": 50000}},
+               "dispute": {"entity": {"id": format!("disp_{payment}"), "entity": "dispute",
+                "payment_id": payment, "amount": 50000, "currency": "INR", "phase": "chargeback"}}}),
+    )
+}
+
+/// Signs and sends `body` as Razorpay would, under the event id `id`.
+async fn send(app: &TestApp, id: &str, body: &Value) -> Answer {
+    let bytes = serde_json::to_vec(body).expect("json");
+    let hints = Hints {
+        event_id: Some(id),
+        event_type: None,
+    };
+    let headers = app.sign(SOURCE, &bytes, hints);
+    app.post(SOURCE, &headers, bytes).await
+}
+
+async fn send_ok(app: &TestApp, id: &str, body: &Value) -> Answer {
+    let answer = send(app, id, body).await;
+    assert_eq!(answer.status, 200, "{id}: {}", answer.text());
+    answer
+}
+
+/// The stored event's kind and status.
+async fn stored(app: &TestApp, event_id: &str) -> (Option<String>, String) {
+    let row = &app
+        .query(
+            "SELECT kind, status FROM webhook_events WHERE source = $1 AND event_id = $2",
+            &[&SOURCE, &event_id],
+        )
+        .await[0];
+    (row.get(0), row.get(1))
+}
+
+/// A payment's row: status, amount, refunded, currency, customer.
+async fn row(app: &TestApp, payment: &str) -> (String, i64, i64, Option<String>, Option<String>) {
+    let row = &app
+        .query(
+            "SELECT status, amount, amount_refunded, currency, customer_id
+             FROM payments WHERE source = $1 AND payment_id = $2",
+            &[&SOURCE, &payment],
+        )
+        .await[0];
+    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
+}
+
+async fn count(app: &TestApp, sql: &str) -> i64 {
+    app.count(sql, &[]).await
+}
+
+#[tokio::test]
+async fn razorpay_events_map_to_the_kinds_and_the_rest_is_ignored() {
+    let app = spawn_app().await;
+    let processed = |kind: &str| (Some(kind.to_string()), "processed".to_string());
+    let ignored = (None, "ignored".to_string());
+    let cases = [
+        (
+            "rp_1",
+            payment("payment.authorized", "pay_a", "authorized"),
+            ignored.clone(),
+        ),
+        (
+            "rp_2",
+            payment("payment.captured", "pay_a", "captured"),
+            processed("payment_succeeded"),
+        ),
+        (
+            "rp_3",
+            payment("payment.failed", "pay_b", "failed"),
+            processed("payment_failed"),
+        ),
+        (
+            "rp_4",
+            refund("refund.created", "pay_a", "rfnd_a", 20000),
+            ignored.clone(),
+        ),
+        (
+            "rp_5",
+            refund("refund.processed", "pay_a", "rfnd_a", 20000),
+            processed("payment_refunded"),
+        ),
+        ("rp_6", dispute("pay_a"), processed("dispute_opened")),
+        (
+            "rp_7",
+            event(
+                "order.paid",
+                json!({"order": {"entity": {"id": "order_1"}}}),
+            ),
+            ignored.clone(),
+        ),
+    ];
+    for (id, body, expected) in &cases {
+        let answer = send_ok(&app, id, body).await;
+        assert_eq!(
+            answer.body,
+            format!(r#"{{"status":"accepted","event_id":"{id}"}}"#).as_bytes()
+        );
+        assert_eq!(&stored(&app, id).await, expected, "{id}");
+    }
+    let (status, amount, refunded, ..) = row(&app, "pay_a").await;
+    assert_eq!(
+        (status.as_str(), amount, refunded),
+        ("disputed", 50000, 20000)
+    );
+    let (status, ..) = row(&app, "pay_b").await;
+    assert_eq!(status, "failed");
+}
+
+#[tokio::test]
+async fn razorpay_payment_rows_are_paise_with_currency_and_customer_whatever_the_order() {
+    let app = spawn_app().await;
+    for (payment_id, refunds_first) in [("pay_after", false), ("pay_before", true)] {
+        let paid = (
+            format!("{payment_id}_paid"),
+            payment("payment.captured", payment_id, "captured"),
+        );
+        let refunds = [
+            (
+                format!("{payment_id}_r1"),
+                refund(
+                    "refund.processed",
+                    payment_id,
+                    &format!("{payment_id}_1"),
+                    15000,
+                ),
+            ),
+            (
+                format!("{payment_id}_r2"),
+                refund(
+                    "refund.processed",
+                    payment_id,
+                    &format!("{payment_id}_2"),
+                    5000,
+                ),
+            ),
+        ];
+        let mut bodies = refunds.to_vec();
+        if refunds_first {
+            bodies.push(paid);
+        } else {
+            bodies.insert(0, paid);
+        }
+        for (id, body) in &bodies {
+            send_ok(&app, id, body).await;
+        }
+        assert_eq!(
+            row(&app, payment_id).await,
+            (
+                "partially_refunded".into(),
+                50000,
+                20000,
+                Some("INR".into()),
+                Some(format!("cust_{payment_id}"))
+            ),
+            "{payment_id}"
+        );
+    }
+    let refunds = count(
+        &app,
+        "SELECT count(*) FROM payment_refunds WHERE source = 'razorpay'",
+    )
+    .await;
+    assert_eq!(refunds, 4);
+}
+
+#[tokio::test]
+async fn a_razorpay_resend_is_a_duplicate_under_its_id_or_any_other() {
+    let app = spawn_app().await;
+    let body =
+        serde_json::to_vec(&payment("payment.captured", "pay_dup", "captured")).expect("json");
+    let hints = Hints {
+        event_id: Some("rp_dup"),
+        event_type: None,
+    };
+    let headers = app.sign(SOURCE, &body, hints);
+    let first = app.post(SOURCE, &headers, body.clone()).await;
+    let second = app.post(SOURCE, &headers, body.clone()).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!((second.status, &second.body), (200, &first.body));
+    assert_eq!(second.header("Idempotent-Replayed"), Some("true"));
+    // The id is not signed: the same body under another id is the first event
+    // again (a refund or payment replayed under a made-up id is never applied twice).
+    let mut renamed = headers.clone();
+    for (name, value) in &mut renamed {
+        if name == EVENT_ID {
+            *value = "rp_forged".into();
+        }
+    }
+    let third = app.post(SOURCE, &renamed, body.clone()).await;
+    assert_eq!((third.status, &third.body), (200, &first.body));
+    assert_eq!(third.header("Idempotent-Replayed"), Some("true"));
+    let rows = app
+        .query(
+            "SELECT event_id, deliveries, attempts FROM webhook_events WHERE source = 'razorpay'",
+            &[],
+        )
+        .await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].get::<_, String>(0),
+            rows[0].get::<_, i32>(1),
+            rows[0].get::<_, i32>(2)
+        ),
+        ("rp_dup".into(), 3, 1)
+    );
+}
+
+fn signed(scheme: &Scheme, key: &Secret, body: &[u8], id: &str) -> Vec<(String, String)> {
+    let envelope = Envelope {
+        event_id: id,
+        event_type: "",
+        timestamp: 0,
+    };
+    sign(scheme, key, body, &envelope).expect("sign").headers
+}
+
+#[tokio::test]
+async fn a_razorpay_delivery_signed_with_the_previous_secret_is_taken_and_says_so() {
+    let mut settings = shipped_settings();
+    let source = settings
+        .sources
+        .iter_mut()
+        .find(|s| s.name == SOURCE)
+        .expect("razorpay source");
+    let previous = source.secrets[0].clone();
+    source.secrets = vec![Secret::new("the-newer-razorpay-secret"), previous.clone()];
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let body =
+        serde_json::to_vec(&payment("payment.captured", "pay_rot", "captured")).expect("json");
+    let answer = app
+        .post(
+            SOURCE,
+            &signed(&Scheme::Razorpay, &previous, &body, "rp_rot"),
+            body,
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let signed_with = count(
+        &app,
+        "SELECT signed_with::bigint FROM webhook_events WHERE event_id = 'rp_rot'",
+    )
+    .await;
+    assert_eq!(signed_with, 2);
+}
+
+fn refusal(answer: &Answer) -> (u16, String, String) {
+    let json = answer.json();
+    let text = |k: &str| json[k].as_str().unwrap_or_default().to_string();
+    (answer.status, text("error"), text("reason"))
+}
+
+#[tokio::test]
+async fn tampered_or_unsigned_razorpay_deliveries_are_refused_and_nothing_is_stored() {
+    let app = spawn_app().await;
+    let secret = app.settings().source(SOURCE).expect("razorpay").secrets[0].clone();
+    let body =
+        serde_json::to_vec(&payment("payment.captured", "pay_bad", "captured")).expect("json");
+    let good = signed(&Scheme::Razorpay, &secret, &body, "rp_bad");
+    let tampered = String::from_utf8(body.clone())
+        .expect("utf-8")
+        .replace("50000", "5");
+    let other_key = signed(
+        &Scheme::Razorpay,
+        &Secret::new("not-the-secret"),
+        &body,
+        "rp_bad",
+    );
+    let only_id = vec![(EVENT_ID.to_string(), "rp_bad".to_string())];
+    let mut not_hex = only_id.clone();
+    not_hex.push((SIGNATURE.to_string(), "sha256=abc".to_string()));
+    let cases = [
+        (good.clone(), tampered.into_bytes(), "signature mismatch"),
+        (only_id, body.clone(), "missing X-Razorpay-Signature header"),
+        (other_key, body.clone(), "signature mismatch"),
+        (not_hex, body.clone(), "not hex"),
+    ];
+    for (headers, bytes, reason) in cases {
+        let (status, error, why) = refusal(&app.post(SOURCE, &headers, bytes).await);
+        assert_eq!(
+            (status, error.as_str()),
+            (401, "invalid_signature"),
+            "{reason}"
+        );
+        assert!(why.contains(reason), "{reason}: {why}");
+    }
+    // Signed, but without the id header: refused as a bad request.
+    let no_id: Vec<_> = good
+        .iter()
+        .filter(|(k, _)| k != EVENT_ID)
+        .cloned()
+        .collect();
+    let answer = app.post(SOURCE, &no_id, body.clone()).await;
+    assert_eq!(answer.status, 400, "{}", answer.text());
+    assert!(answer.text().contains(EVENT_ID), "{}", answer.text());
+    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
+    // The control: the genuine delivery is taken.
+    assert_eq!(app.post(SOURCE, &good, body).await.status, 200);
+    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 1);
+}
