@@ -24,7 +24,7 @@ use subtle::ConstantTimeEq;
 
 use super::shape::IndexFields;
 use super::{Body, Missing, Provider, kind_table, non_empty};
-use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, Refund, storable_id};
+use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::money::minor_units;
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
@@ -360,18 +360,7 @@ impl Provider for Braintree {
                 refund: None,
             },
         };
-        let texts = [
-            Some(&facts.payment_id),
-            facts.currency.as_ref(),
-            facts.customer_id.as_ref(),
-            facts.refund.as_ref().map(|r| &r.id),
-        ];
-        if texts.into_iter().flatten().any(|t| !storable_id(t)) {
-            return Err(format!(
-                "an id is longer than {MAX_ID_LEN} bytes or contains a NUL character"
-            ));
-        }
-        Ok(facts)
+        facts.storable()
     }
 
     fn index_fields(&self, payload: &Value) -> IndexFields {
