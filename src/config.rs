@@ -24,7 +24,7 @@ use crate::signature::Secret;
 
 /// The secrets and tokens of the shipped `hookd.toml`. They are public, so `serve`
 /// accepts them only with `development = true`, and then only on loopback addresses.
-pub const DEVELOPMENT_CREDENTIALS: [&str; 13] = [
+pub const DEVELOPMENT_CREDENTIALS: [&str; 14] = [
     "whsec_dev_stripe_current_0123456789",
     "whsec_dev_stripe_previous_0123456789",
     "whsec_aG9va2QtZGV2LXN0YW5kYXJkLXNlY3JldC1rZXktMzJi",
@@ -36,6 +36,7 @@ pub const DEVELOPMENT_CREDENTIALS: [&str; 13] = [
     "dev-razorpay-webhook-secret",
     "dev-checkout-signature-key",
     "dev-gocardless-webhook-secret",
+    "dev_braintree_public:dev_braintree_private_0123456789",
     "dev-viewer-token-0123456789",
     "dev-operator-token-0123456789",
 ];

@@ -60,6 +60,24 @@ pub struct PaymentFacts {
     pub refund: Option<Refund>,
 }
 
+impl PaymentFacts {
+    /// The facts, if every id and text in them fits a PostgreSQL text column.
+    pub fn storable(self) -> Result<Self, String> {
+        let texts = [
+            Some(&self.payment_id),
+            self.currency.as_ref(),
+            self.customer_id.as_ref(),
+            self.refund.as_ref().map(|r| &r.id),
+        ];
+        if texts.into_iter().flatten().any(|t| !storable_id(t)) {
+            return Err(format!(
+                "an id is longer than {MAX_ID_LEN} bytes or contains a NUL character"
+            ));
+        }
+        Ok(self)
+    }
+}
+
 /// One refund of a payment, keyed by its id within the source: the largest
 /// amount stated for an id stands, so resends of it count once, in any order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

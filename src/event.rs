@@ -41,7 +41,8 @@ pub struct IncomingEvent {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EventError {
-    #[error("body is not JSON: {0}")]
+    /// The body is not JSON (or not its provider's own format).
+    #[error("{0}")]
     NotJson(String),
     #[error("no event id ({0})")]
     MissingId(String),
@@ -62,8 +63,9 @@ impl IncomingEvent {
         headers: &(impl Headers + ?Sized),
         body: &[u8],
     ) -> Result<Self, EventError> {
-        let payload: Value =
-            serde_json::from_slice(body).map_err(|e| EventError::NotJson(e.to_string()))?;
+        let payload = providers::of(&source.scheme)
+            .payload(body)
+            .map_err(EventError::NotJson)?;
         Self::of(source, &AnyHeaders(headers), body, payload)
     }
 
@@ -75,8 +77,9 @@ impl IncomingEvent {
         headers: &(impl Headers + ?Sized),
         body: &[u8],
     ) -> Result<Vec<Self>, EventError> {
-        let payload: Value =
-            serde_json::from_slice(body).map_err(|e| EventError::NotJson(e.to_string()))?;
+        let payload = providers::of(&source.scheme)
+            .payload(body)
+            .map_err(EventError::NotJson)?;
         providers::of(&source.scheme)
             .events(body, payload)
             .map_err(EventError::NoEvents)?

@@ -1,8 +1,9 @@
 // Asks a provider's own SDK whether what `hookd sign` produced is what the provider sends.
-//   node check-hookd.mjs <adyen|square|paddle|razorpay|checkout|gocardless> <secret> <body-file> <headers-file> [notification_url]
+//   node check-hookd.mjs <adyen|square|paddle|razorpay|checkout|gocardless|braintree> <secret> <body-file> <headers-file> [notification_url]
 // headers-file is `hookd sign` output (one `Name: value` per line). For adyen, body-file is the
 // body hookd signed (each item's additionalData.hmacSignature filled) and headers-file is not
-// needed for the verdict (pass any file, or "-"). Exit 0 when the SDK accepts, 1 with one line
+// needed for the verdict (pass any file, or "-"); the same for braintree, whose body-file is the
+// form `hookd sign` writes and whose secret is PUBLIC_KEY:PRIVATE_KEY. Exit 0 when the SDK accepts, 1 with one line
 // saying why otherwise, 2 on bad usage.
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -15,7 +16,7 @@ function fail(reason) {
 }
 
 function usage(reason) {
-  console.error(`${reason}\nusage: node check-hookd.mjs <adyen|square|paddle|razorpay|checkout|gocardless> <secret> <body-file> <headers-file> [notification_url]`);
+  console.error(`${reason}\nusage: node check-hookd.mjs <adyen|square|paddle|razorpay|checkout|gocardless|braintree> <secret> <body-file> <headers-file> [notification_url]`);
   process.exit(2);
 }
 
@@ -142,9 +143,32 @@ async function gocardless(secret, bodyFile, headersFile) {
   return `${events.length} event(s) accepted by webhooks.parse`;
 }
 
+async function braintreeCheck(secret, bodyFile) {
+  const braintree = require("braintree");
+  const colon = secret.indexOf(":");
+  if (colon <= 0) usage("braintree's secret is PUBLIC_KEY:PRIVATE_KEY");
+  const form = new URLSearchParams(readText(bodyFile, "body file"));
+  const signature = form.get("bt_signature");
+  const payload = form.get("bt_payload");
+  if (!signature || !payload) fail("the body is not a form of bt_signature and bt_payload");
+  const gateway = new braintree.BraintreeGateway({
+    environment: braintree.Environment.Sandbox,
+    merchantId: "hookd",
+    publicKey: secret.slice(0, colon),
+    privateKey: secret.slice(colon + 1),
+  });
+  let notification;
+  try {
+    notification = await gateway.webhookNotification.parse(signature, payload);
+  } catch (e) {
+    fail(`webhookNotification.parse: ${e.message}`);
+  }
+  return `accepted by webhookNotification.parse (kind ${notification.kind}, timestamp ${new Date(notification.timestamp).toISOString()})`;
+}
+
 const [provider, secret, bodyFile, headersFile, notificationUrl] = process.argv.slice(2);
 if (!provider || secret === undefined || !bodyFile || !headersFile) usage("missing arguments");
-const checks = { adyen, square, paddle, razorpay, checkout, gocardless };
+const checks = { adyen, square, paddle, razorpay, checkout, gocardless, braintree: braintreeCheck };
 if (!checks[provider]) usage(`unknown provider ${JSON.stringify(provider)}`);
 try {
   console.log(`ok: ${await checks[provider](secret, bodyFile, headersFile, notificationUrl)}`);

@@ -54,7 +54,8 @@ fn the_shipped_config_loads_with_its_sources() {
             "razorpay",
             "checkout",
             "gocardless",
-            "paypal"
+            "paypal",
+            "braintree"
         ]
     );
     assert_eq!(settings.source("stripe").map(|s| s.secrets.len()), Some(2));
@@ -392,7 +393,7 @@ fn live_paypal(shipped: &str) -> String {
 }
 
 /// Every source of the shipped file given a secret of its own.
-const LIVE_SOURCE_SECRETS: [(&str, &str); 10] = [
+const LIVE_SOURCE_SECRETS: [(&str, &str); 11] = [
     ("HOOKD_SOURCE_STRIPE_SECRETS", "whsec_live_a1b2c3"),
     (
         "HOOKD_SOURCE_STANDARD_SECRETS",
@@ -406,6 +407,7 @@ const LIVE_SOURCE_SECRETS: [(&str, &str); 10] = [
     ("HOOKD_SOURCE_RAZORPAY_SECRETS", "live-razorpay"),
     ("HOOKD_SOURCE_CHECKOUT_SECRETS", "live-checkout"),
     ("HOOKD_SOURCE_GOCARDLESS_SECRETS", "live-gocardless"),
+    ("HOOKD_SOURCE_BRAINTREE_SECRETS", "livepublic:liveprivate"),
 ];
 
 #[test]
@@ -755,7 +757,8 @@ fn dedupe_on_body_is_on_where_the_id_or_type_is_unsigned_and_refused_elsewhere()
             ("razorpay", true),
             ("checkout", false),
             ("gocardless", false),
-            ("paypal", false)
+            ("paypal", false),
+            ("braintree", false)
         ]
     );
     let github = "[[sources]]\nname = \"g\"\nscheme = \"github\"\nsecrets = [\"x\"]\n";

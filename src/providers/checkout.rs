@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq;
 
 use super::shape::IndexFields;
 use super::{Body, Missing, Provider, Scheme, body_member, kind_table, non_empty};
-use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, Refund, storable_id};
+use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::keys::{self, Problem};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
@@ -206,18 +206,7 @@ impl Provider for Checkout {
             customer_id: non_empty(payload.pointer("/data/customer/id")),
             refund,
         };
-        let texts = [
-            Some(&facts.payment_id),
-            facts.currency.as_ref(),
-            facts.customer_id.as_ref(),
-            facts.refund.as_ref().map(|r| &r.id),
-        ];
-        if texts.into_iter().flatten().any(|t| !storable_id(t)) {
-            return Err(format!(
-                "an id is longer than {MAX_ID_LEN} bytes or contains a NUL character"
-            ));
-        }
-        Ok(facts)
+        facts.storable()
     }
 
     fn index_fields(&self, payload: &Value) -> IndexFields {

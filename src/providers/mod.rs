@@ -10,6 +10,7 @@
 //! and a line in [`REGISTRY`]; the compiler checks [`of`] covers every variant.
 
 mod adyen;
+mod braintree;
 mod checkout;
 mod github;
 mod gocardless;
@@ -51,6 +52,7 @@ pub enum Scheme {
     Checkout(checkout::Checkout),
     GoCardless,
     PayPal(paypal::PayPal),
+    Braintree,
 }
 
 /// The provider of a configured scheme.
@@ -67,6 +69,7 @@ pub fn of(scheme: &Scheme) -> &dyn Provider {
         Scheme::Checkout(opts) => opts,
         Scheme::GoCardless => &gocardless::GoCardless,
         Scheme::PayPal(opts) => opts,
+        Scheme::Braintree => &braintree::Braintree,
     }
 }
 
@@ -86,7 +89,7 @@ pub struct Entry {
 }
 
 /// Every provider: the one list a new one is added to.
-pub static REGISTRY: [Entry; 11] = [
+pub static REGISTRY: [Entry; 12] = [
     Entry {
         provider: &stripe::Stripe,
         keys: &[],
@@ -141,6 +144,11 @@ pub static REGISTRY: [Entry; 11] = [
         provider: &paypal::ANY,
         keys: paypal::KEYS,
         configure: paypal::configure,
+    },
+    Entry {
+        provider: &braintree::Braintree,
+        keys: &[],
+        configure: |_, _| Ok(Scheme::Braintree),
     },
 ];
 
@@ -255,6 +263,13 @@ pub trait Provider: KeyFormat + Sync {
     /// The tolerance of a source that sets none.
     fn default_tolerance(&self) -> Duration {
         Duration::from_secs(5 * 60)
+    }
+
+    /// The JSON a verified body stands for: the body itself, unless the
+    /// provider sends another format (Braintree's form of base64 XML). The
+    /// error says why it cannot be read.
+    fn payload(&self, body: &[u8]) -> Result<Value, String> {
+        serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))
     }
 
     /// The events a verified request carries: the body itself, unless the
@@ -552,7 +567,8 @@ impl<H: Headers + ?Sized> Headers for AnyHeaders<'_, H> {
 
 /// What `scheme`'s provider would send with `body`, signed with `secret`: the one
 /// implementation of each scheme's signing, shared by `hookd sign`, `hookd replay`
-/// and the tests. The headers start with the body's `Content-Type`.
+/// and the tests. The headers start with the body's `Content-Type`: JSON unless
+/// the provider names its own.
 pub fn sign(
     scheme: &Scheme,
     secret: &Secret,
@@ -562,10 +578,15 @@ pub fn sign(
     let provider = of(scheme);
     let key = provider.key_bytes(secret)?;
     let mut signed = provider.sign(&key, body, envelope)?;
-    signed.headers.insert(
-        0,
-        ("Content-Type".to_string(), "application/json".to_string()),
-    );
+    let typed = signed
+        .headers
+        .iter()
+        .position(|(name, _)| name.eq_ignore_ascii_case("Content-Type"));
+    let content_type = match typed {
+        Some(i) => signed.headers.remove(i),
+        None => ("Content-Type".to_string(), "application/json".to_string()),
+    };
+    signed.headers.insert(0, content_type);
     Ok(signed)
 }
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::shape::IndexFields;
 use super::{Body, Missing, Provider, body_member, kind_table, non_empty, non_empty_str};
-use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, Refund, storable_id};
+use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hmac_sha256,
 };
@@ -149,18 +149,7 @@ impl Provider for Razorpay {
             },
             refund,
         };
-        let texts = [
-            Some(&facts.payment_id),
-            facts.currency.as_ref(),
-            facts.customer_id.as_ref(),
-            facts.refund.as_ref().map(|r| &r.id),
-        ];
-        if texts.into_iter().flatten().any(|t| !storable_id(t)) {
-            return Err(format!(
-                "an id is longer than {MAX_ID_LEN} bytes or contains a NUL character"
-            ));
-        }
-        Ok(facts)
+        facts.storable()
     }
 
     fn index_fields(&self, payload: &Value) -> IndexFields {

@@ -13,6 +13,7 @@ fn every_scheme() -> Vec<Scheme> {
         Scheme::Checkout(checkout::ANY.clone()),
         Scheme::GoCardless,
         Scheme::PayPal(paypal::ANY.clone()),
+        Scheme::Braintree,
         Scheme::Hmac(GenericHmac {
             signature_header: "X-Sig".into(),
             encoding: Encoding::Hex,
@@ -58,15 +59,16 @@ fn only_stripe_has_defaults_and_its_own_payment_shape() {
     for scheme in every_scheme() {
         let provider = of(&scheme);
         let stripe = scheme == Scheme::Stripe;
-        // Square's one static type and Paddle's transactions (their others
-        // depend on the payload).
+        // Square's and Braintree's one static type and Paddle's transactions
+        // (their others depend on the payload).
         let typed = stripe
             || scheme == Scheme::Paddle
             || matches!(scheme, Scheme::Square(_))
             || scheme == Scheme::Razorpay
             || matches!(scheme, Scheme::Checkout(_))
             || scheme == Scheme::GoCardless
-            || matches!(scheme, Scheme::PayPal(_));
+            || matches!(scheme, Scheme::PayPal(_))
+            || scheme == Scheme::Braintree;
         assert_eq!(!provider.default_event_types().is_empty(), typed);
         assert_eq!(!provider.default_fingerprint_ignore().is_empty(), stripe);
         assert_eq!(provider.payment_shape() == PaymentShape::Stripe, stripe);

@@ -22,6 +22,7 @@ mod process;
 mod production;
 mod properties;
 mod providers_adyen;
+mod providers_braintree;
 mod providers_checkout;
 mod providers_gocardless;
 mod providers_paddle;

@@ -72,8 +72,8 @@ async fn slow_check_config_summarises_a_good_configuration_without_a_database() 
     assert!(
         out.starts_with("ok: ")
             && out.contains(
-                "11 source(s) (stripe, standard, github, shop, adyen, paddle, square, razorpay, \
-                 checkout, gocardless, paypal)"
+                "12 source(s) (stripe, standard, github, shop, adyen, paddle, square, razorpay, \
+                 checkout, gocardless, paypal, braintree)"
             )
             && out.contains("2 admin token(s)")
             && out.contains("webhooks on 127.0.0.1:8080")
@@ -150,7 +150,7 @@ async fn slow_hookd_config_names_the_file_unless_config_is_given() {
     )
     .await;
     assert_eq!(flag_wins.status.code(), Some(0), "{flag_wins:?}");
-    assert!(stdout(&flag_wins).contains("11 source(s)"));
+    assert!(stdout(&flag_wins).contains("12 source(s)"));
     let missing = hookd(
         &["check-config"],
         &[("HOOKD_CONFIG", "/nonexistent/hookd.toml")],

@@ -60,7 +60,8 @@ fn has_timestamp(scheme: &Scheme) -> bool {
         | Scheme::Square(_)
         | Scheme::Razorpay
         | Scheme::Checkout(_)
-        | Scheme::GoCardless => false,
+        | Scheme::GoCardless
+        | Scheme::Braintree => false,
         Scheme::PayPal(_) => true,
         Scheme::Hmac(opts) => opts.timestamp_header.is_some(),
     }
@@ -252,8 +253,12 @@ proptest! {
         // Adyen signs fields inside a notification, not any bytes: its own tests
         // change each signed field of each item. PayPal signs with a private key,
         // not secrets, and an RFC 3339 time the extreme clocks have none of: its
-        // own tests cover tampering, rotation and the tolerance.
-        prop_assume!(!matches!(scheme, Scheme::Adyen(_) | Scheme::PayPal(_)));
+        // own tests cover tampering, rotation and the tolerance. Braintree signs a
+        // form it writes from a notification: its own tests change the form.
+        prop_assume!(!matches!(
+            scheme,
+            Scheme::Adyen(_) | Scheme::PayPal(_) | Scheme::Braintree
+        ));
         let verifier = Verifier { scheme, secrets, tolerance: TOLERANCE };
         let envelope = Envelope { event_id: &event_id, event_type: "payment.succeeded", timestamp: at };
         let headers = sign(scheme, &secrets[0], &body, &envelope).expect("sign").headers;

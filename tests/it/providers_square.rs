@@ -6,7 +6,8 @@ use hookd::providers::{Scheme, sign};
 use hookd::signature::{Envelope, Secret};
 use serde_json::{Value, json};
 
-use crate::support::{Answer, Spawn, TestApp, shipped_settings, spawn, spawn_app};
+use crate::support::provider::{self, refusal};
+use crate::support::{Spawn, TestApp, shipped_settings, spawn, spawn_app};
 
 const SOURCE: &str = "square";
 const SIGNATURE: &str = "x-square-hmacsha256-signature";
@@ -53,25 +54,11 @@ fn dispute(id: &str, payment: &str) -> Value {
 
 /// The stored event's kind and status.
 async fn stored(app: &TestApp, event_id: &str) -> (Option<String>, String) {
-    let row = &app
-        .query(
-            "SELECT kind, status FROM webhook_events WHERE source = $1 AND event_id = $2",
-            &[&SOURCE, &event_id],
-        )
-        .await[0];
-    (row.get(0), row.get(1))
+    provider::stored(app, SOURCE, event_id).await
 }
 
-/// A payment's row: status, amount, refunded, currency, customer.
 async fn row(app: &TestApp, payment: &str) -> (String, i64, i64, Option<String>, Option<String>) {
-    let row = &app
-        .query(
-            "SELECT status, amount, amount_refunded, currency, customer_id
-             FROM payments WHERE source = $1 AND payment_id = $2",
-            &[&SOURCE, &payment],
-        )
-        .await[0];
-    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
+    provider::payment_row(app, SOURCE, payment).await
 }
 
 async fn count(app: &TestApp, sql: &str) -> i64 {
@@ -270,12 +257,6 @@ fn signed(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {
         timestamp: 0,
     };
     sign(scheme, key, body, &envelope).expect("sign").headers
-}
-
-fn refusal(answer: &Answer) -> (u16, String, String) {
-    let json = answer.json();
-    let text = |k: &str| json[k].as_str().unwrap_or_default().to_string();
-    (answer.status, text("error"), text("reason"))
 }
 
 #[tokio::test]

@@ -789,3 +789,70 @@ async fn slow_replaying_the_gocardless_fixtures_gives_the_documented_rows() {
     assert_eq!(answer.status, 200, "{}", answer.text());
     assert_eq!(answer.header("Idempotent-Replayed"), Some("true"));
 }
+
+#[tokio::test]
+async fn slow_replaying_the_braintree_fixtures_gives_the_documented_rows_and_anew_new_ones() {
+    let app = spawn_app().await;
+    for round in 1..=2 {
+        let (ok, lines) = replay(&app, "braintree", &[]).await;
+        assert!(ok, "round {round}: {lines:#?}");
+        let sent = delivery_lines(&lines);
+        assert_eq!(sent.len(), 7);
+        let answer = if round == 1 {
+            " 200 accepted  new "
+        } else {
+            "replayed"
+        };
+        assert!(sent.iter().all(|l| l.contains(answer)), "{sent:#?}");
+    }
+    assert!(
+        app.strings("SELECT event_id FROM webhook_events", &[])
+            .await
+            .contains(&"transaction_settled:b1sale01:2024-06-12T10:32:47Z".to_string())
+    );
+    assert_eq!(
+        statuses(&app, "braintree").await,
+        [("ignored".to_string(), 2), ("processed".to_string(), 5)]
+    );
+    let expected = rows(&[
+        ("b1sale01", "partially_refunded", 2500, 1000),
+        ("b2sale02", "failed", 4200, 0),
+        ("b3sale03", "disputed", 9900, 0),
+    ]);
+    assert_eq!(payments(&app, "braintree").await, expected);
+    let row = &app
+        .query(
+            "SELECT currency, customer_id FROM payments WHERE payment_id = 'b1sale01'",
+            &[],
+        )
+        .await[0];
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, String>(1)),
+        ("USD".to_string(), "cust_b1".to_string())
+    );
+    // Fresh subject ids: every file is a new event (the check's id included),
+    // sales are new payments and the refund and dispute keep naming theirs.
+    let (ok, lines) = replay(&app, "braintree", &["--new-ids"]).await;
+    assert!(ok, "{lines:#?}");
+    let sent = delivery_lines(&lines);
+    assert!(
+        sent.iter().all(|l| l.contains(" 200 accepted  new ")),
+        "{sent:#?}"
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(DISTINCT event_id) FROM webhook_events WHERE source = 'braintree'",
+            &[]
+        )
+        .await,
+        14
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM payments WHERE source = 'braintree'",
+            &[]
+        )
+        .await,
+        6
+    );
+}

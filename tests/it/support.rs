@@ -12,6 +12,8 @@ pub use hookd_kit::cluster::{ClusterGuard, connect, pg_ctl_as_cluster_user};
 pub use hookd_kit::metrics::{Exposition, Sample, parse_exposition};
 pub use hookd_kit::settings::shipped_settings;
 
+pub mod provider;
+
 /// Runs the real `hookd` binary from the repository folder with the shipped
 /// configuration, against `database` (a `DATABASE_URL`), or none.
 pub async fn run_hookd(args: &[&str], database: Option<String>) -> std::process::Output {

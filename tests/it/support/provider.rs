@@ -1,0 +1,82 @@
+//! What the tests of each provider read back: a stored event's kind and status,
+//! a payment's row, and why a delivery was refused.
+
+use hookd::signature::Secret;
+use hookd_kit::app::{Answer, Spawn, TestApp, spawn};
+use hookd_kit::settings::shipped_settings;
+
+/// The kind and status of the event `source` stored under `event_id`.
+pub async fn stored(app: &TestApp, source: &str, event_id: &str) -> (Option<String>, String) {
+    let row = &app
+        .query(
+            "SELECT kind, status FROM webhook_events WHERE source = $1 AND event_id = $2",
+            &[&source, &event_id],
+        )
+        .await[0];
+    (row.get(0), row.get(1))
+}
+
+/// A payment's row: status, amount, refunded, currency, customer.
+pub async fn payment_row(
+    app: &TestApp,
+    source: &str,
+    payment: &str,
+) -> (String, i64, i64, Option<String>, Option<String>) {
+    let row = &app
+        .query(
+            "SELECT status, amount, amount_refunded, currency, customer_id
+             FROM payments WHERE source = $1 AND payment_id = $2",
+            &[&source, &payment],
+        )
+        .await[0];
+    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
+}
+
+/// A refusal's status, `error` and `reason`.
+pub fn refusal(answer: &Answer) -> (u16, String, String) {
+    let json = answer.json();
+    let text = |k: &str| json[k].as_str().unwrap_or_default().to_string();
+    (answer.status, text("error"), text("reason"))
+}
+
+/// Posts one delivery twice: the second is a duplicate with the first answer,
+/// and the source's one event counts two deliveries and one attempt.
+pub async fn assert_resend_is_a_duplicate(
+    app: &TestApp,
+    source: &str,
+    headers: &[(String, String)],
+    body: Vec<u8>,
+) {
+    let first = app.post(source, headers, body.clone()).await;
+    let second = app.post(source, headers, body).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!((second.status, &second.body), (200, &first.body));
+    assert_eq!(second.header("Idempotent-Replayed"), Some("true"));
+    let rows = app
+        .query(
+            "SELECT deliveries, attempts FROM webhook_events WHERE source = $1",
+            &[&source],
+        )
+        .await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].get::<_, i32>(0), rows[0].get::<_, i32>(1)), (2, 1));
+}
+
+/// An instance whose `source` holds `newer` before its shipped secret, which is
+/// returned: a delivery signed with it is signed with secret 2.
+pub async fn spawn_rotated(source: &str, newer: &str) -> (TestApp, Secret) {
+    let mut settings = shipped_settings();
+    let configured = settings
+        .sources
+        .iter_mut()
+        .find(|s| s.name == source)
+        .expect("a shipped source");
+    let previous = configured.secrets[0].clone();
+    configured.secrets = vec![Secret::new(newer), previous.clone()];
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    (app, previous)
+}
