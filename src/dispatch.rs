@@ -452,12 +452,23 @@ impl Dispatcher {
     async fn send_forward(&self, forward: &Forward, claimed: &ClaimedEvent, attempt: i32) -> Run {
         let started_at = Utc::now();
         let clock = Instant::now();
+        // A forward carries JSON: a body kept in another format (Braintree's
+        // form) goes as the JSON hookd read from it.
+        let as_json;
+        let kept = claimed.body.as_deref().unwrap_or_default();
+        let body = match &claimed.payload {
+            Some(payload) if serde_json::from_slice::<serde::de::IgnoredAny>(kept).is_err() => {
+                as_json = serde_json::to_vec(payload).unwrap_or_default();
+                as_json.as_slice()
+            }
+            _ => kept,
+        };
         let outgoing = Outgoing {
             source: &claimed.source,
             event_id: &claimed.event_id,
             event_type: &claimed.event_type,
             kind: claimed.kind.as_deref(),
-            body: claimed.body.as_deref().unwrap_or_default(),
+            body,
         };
         let sent = forward::send(&self.http, forward, &outgoing).await;
         let outcome = if sent.result.is_ok() {

@@ -631,3 +631,50 @@ async fn slow_a_forward_url_with_credentials_is_refused_at_load_without_showing_
     let without = check(table.replace("hookd:s3cr3t@", "")).await;
     assert_eq!(without.status.code(), Some(0), "{without:?}");
 }
+
+#[tokio::test]
+async fn an_event_of_a_batch_or_a_form_is_forwarded_as_its_own_json() {
+    let receiver = Receiver::start(&[]).await;
+    let app = app_forwarding_to(&receiver, &["payment_succeeded"], &[], true).await;
+    // Two GoCardless events in one request: each forward carries its own event.
+    let event = |id: &str, payment: &str| {
+        json!({"id": id, "created_at": "2024-06-12T10:32:47.123Z", "resource_type": "payments",
+               "action": "confirmed", "links": {"payment": payment}})
+    };
+    let batch = serde_json::to_vec(&json!({
+        "events": [event("EVF1", "PMF1"), event("EVF2", "PMF2")],
+        "meta": {"webhook_id": "WB1"}
+    }))
+    .expect("json");
+    let headers = app.sign("gocardless", &batch, Default::default());
+    assert_eq!(app.post("gocardless", &headers, batch).await.status, 200);
+    let got = receiver.wait_for(2).await;
+    let mut ids: Vec<String> = got
+        .iter()
+        .map(|r| {
+            let body: Value = serde_json::from_slice(&r.body).expect("a forward is JSON");
+            assert!(
+                body.get("events").is_none(),
+                "its own event, not the request"
+            );
+            body["id"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["EVF1", "EVF2"]);
+    assert!(got.iter().all(|r| r.verified));
+
+    // A Braintree form: forwarded as the JSON of its notification.
+    let fixture = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/braintree/01_transaction_settled.json"
+    ))
+    .expect("fixture");
+    let (headers, form) = app.sign_body("braintree", &fixture);
+    let answer = app.post("braintree", &headers, form).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let got = receiver.wait_for(3).await;
+    let forwarded: Value = serde_json::from_slice(&got[2].body).expect("a forward is JSON");
+    assert_eq!(forwarded["kind"], "transaction_settled", "{forwarded}");
+    assert!(got[2].verified);
+}

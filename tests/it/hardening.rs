@@ -113,7 +113,7 @@ fn slow_hookd_secret_prints_a_fresh_secret_in_the_scheme_format_without_a_config
     assert_eq!(key.len(), 32);
     assert_eq!(run("github").len(), 64);
     let unknown = Command::new(env!("CARGO_BIN_EXE_hookd"))
-        .args(["secret", "--scheme", "paypal"])
+        .args(["secret", "--scheme", "nosuchprovider"])
         .output()
         .expect("run");
     assert!(!unknown.status.success());

@@ -156,7 +156,7 @@ async fn the_same_id_with_a_different_payload_is_refused() {
 #[tokio::test]
 async fn an_unknown_source_is_404() {
     let app = spawn_app().await;
-    let answer = app.post("paypal", &[], b"{}".to_vec()).await;
+    let answer = app.post("nosuchprovider", &[], b"{}".to_vec()).await;
     assert_eq!(error_of(&answer), (404, "unknown_source".into()));
 }
 

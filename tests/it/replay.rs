@@ -232,11 +232,11 @@ async fn slow_replay_failures_are_one_line_each_and_a_non_zero_exit() {
         stderr.contains("name the source with --source") && stderr.lines().count() == 1,
         "{stderr}"
     );
-    let unknown = hookd(&["replay", "fixtures/stripe", "--source", "paypal"]).await;
+    let unknown = hookd(&["replay", "fixtures/stripe", "--source", "nosuchprovider"]).await;
     assert!(!unknown.status.success());
     let stderr = String::from_utf8_lossy(&unknown.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("no source named \"paypal\""));
+    assert!(stderr.contains("no source named \"nosuchprovider\""));
 
     let refused = hookd(&[
         "replay",

@@ -46,7 +46,7 @@ use crate::support::{
 };
 
 const SOURCES: [&str; 4] = ["stripe", "standard", "github", "shop"];
-const UNKNOWN_SOURCE: &str = "paypal";
+const UNKNOWN_SOURCE: &str = "nosuchprovider";
 /// Cases in flight at once.
 const CONCURRENCY: usize = 32;
 /// A case that has neither an answer nor a closed connection by then has hung.
