@@ -376,6 +376,14 @@ impl Settings {
             fail(key, one_line(inner.message()))
         })?;
         apply_env(&mut raw, env).map_err(|(key, problem)| fail(key, problem))?;
+        if let Some(folder) = Path::new(origin)
+            .parent()
+            .filter(|f| !f.as_os_str().is_empty())
+        {
+            for source in &mut raw.sources {
+                source.resolve_paths(folder);
+            }
+        }
         let file_holds_secrets = raw.holds_secrets();
         let mut settings = raw
             .validate()
@@ -985,6 +993,28 @@ impl RawToken {
 }
 
 impl RawSource {
+    /// Relative paths in its provider's file keys, made relative to `folder`
+    /// (the configuration file's), so the file reads the same from anywhere.
+    fn resolve_paths(&mut self, folder: &Path) {
+        let Some(provider) = providers::named(&self.scheme) else {
+            return;
+        };
+        let resolve = |value: &mut toml::Value| {
+            if let toml::Value::String(path) = value
+                && Path::new(path.as_str()).is_relative()
+            {
+                *path = folder.join(path.as_str()).display().to_string();
+            }
+        };
+        for key in provider.path_keys() {
+            match self.scheme_keys.get_mut(*key) {
+                Some(toml::Value::Array(items)) => items.iter_mut().for_each(resolve),
+                Some(value) => resolve(value),
+                None => {}
+            }
+        }
+    }
+
     fn validate(self, index: usize) -> Result<Source, Problem> {
         let key = |field: &str| format!("sources[{index}].{field}");
         // The name is a URL path segment: unreserved characters only.

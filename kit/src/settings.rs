@@ -13,7 +13,11 @@ pub fn shipped_toml_on_port(port: u16) -> String {
         SHIPPED_TOML.contains(SHIPPED_LISTEN),
         "hookd.toml no longer has {SHIPPED_LISTEN}"
     );
-    SHIPPED_TOML.replace(SHIPPED_LISTEN, &format!("listen = \"127.0.0.1:{port}\""))
+    // The copy lives elsewhere: the files the shipped file names stay where they are.
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/");
+    SHIPPED_TOML
+        .replace(SHIPPED_LISTEN, &format!("listen = \"127.0.0.1:{port}\""))
+        .replace("\"fixtures/", &format!("\"{fixtures}"))
 }
 
 /// The shipped `hookd.toml` (without environment overrides), listening on a free

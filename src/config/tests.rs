@@ -854,3 +854,18 @@ fn credential_keys_in_the_file_are_secrets_unless_the_environment_replaced_them(
         in_file.source("cko").map(|c| &c.scheme)
     );
 }
+
+#[test]
+fn relative_file_paths_are_read_from_the_configuration_files_folder() {
+    let shipped = include_str!("../../hookd.toml");
+    let beside = concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml");
+    assert!(Settings::from_toml(beside, shipped, &HashMap::new()).is_ok());
+    let elsewhere = concat!(env!("CARGO_MANIFEST_DIR"), "/elsewhere/hookd.toml");
+    let e = Settings::from_toml(elsewhere, shipped, &HashMap::new())
+        .expect_err("no certificate there")
+        .to_string();
+    assert!(
+        e.contains("certificates[0]") && e.contains("/elsewhere/fixtures/paypal/"),
+        "{e}"
+    );
+}

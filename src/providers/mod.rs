@@ -281,6 +281,12 @@ pub trait Provider: KeyFormat + Sync {
         }])
     }
 
+    /// Its keys that name files: a relative path in them is read from the
+    /// configuration file's folder.
+    fn path_keys(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Whether each event of a several-event request keeps the whole request
     /// (the signature covers only the whole): a retry or a forward then reads
     /// the event's own item of it ([`own_item`]).

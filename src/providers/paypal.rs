@@ -311,6 +311,10 @@ impl Provider for PayPal {
         ]
     }
 
+    fn path_keys(&self) -> &'static [&'static str] {
+        &["certificates", "signing_key"]
+    }
+
     fn takes_secrets(&self) -> bool {
         false
     }
