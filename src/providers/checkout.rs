@@ -17,7 +17,8 @@ use super::{Body, Missing, Provider, Scheme, body_member, kind_table, non_empty}
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::keys::{self, Problem};
 use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
+    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hex_tag,
+    hmac_sha256,
 };
 
 const SIGNATURE: &str = "Cko-Signature";
@@ -147,12 +148,7 @@ impl Provider for Checkout {
         body: &[u8],
         _now: i64,
     ) -> Result<Verified, SignatureError> {
-        let value = headers
-            .header(SIGNATURE)
-            .ok_or_else(|| SignatureError::Missing(SIGNATURE.to_string()))?;
-        let tag =
-            hex::decode(value).map_err(|_| SignatureError::malformed(SIGNATURE, "not hex"))?;
-        keys.find_signer(&[body], &[tag])
+        keys.find_signer(&[body], &[hex_tag(headers, SIGNATURE)?])
     }
 
     fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {

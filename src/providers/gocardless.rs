@@ -15,7 +15,7 @@ use super::shape::IndexFields;
 use super::{Body, Item, Missing, Provider, SignatureRefusal, kind_table, non_empty};
 use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, storable_id};
 use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hmac_sha256,
+    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hex_tag, hmac_sha256,
 };
 
 const HEADER: &str = "Webhook-Signature";
@@ -82,11 +82,7 @@ impl Provider for GoCardless {
         body: &[u8],
         _now: i64,
     ) -> Result<Verified, SignatureError> {
-        let value = headers
-            .header(HEADER)
-            .ok_or_else(|| SignatureError::Missing(HEADER.to_string()))?;
-        let tag = hex::decode(value).map_err(|_| SignatureError::malformed(HEADER, "not hex"))?;
-        keys.find_signer(&[body], &[tag])
+        keys.find_signer(&[body], &[hex_tag(headers, HEADER)?])
     }
 
     fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {

@@ -13,7 +13,7 @@ use super::shape::IndexFields;
 use super::{Body, Missing, Provider, body_member, kind_table, non_empty, non_empty_str};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hmac_sha256,
+    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hex_tag, hmac_sha256,
 };
 
 const SIGNATURE: &str = "X-Razorpay-Signature";
@@ -81,12 +81,7 @@ impl Provider for Razorpay {
         body: &[u8],
         _now: i64,
     ) -> Result<Verified, SignatureError> {
-        let value = headers
-            .header(SIGNATURE)
-            .ok_or_else(|| SignatureError::Missing(SIGNATURE.to_string()))?;
-        let tag =
-            hex::decode(value).map_err(|_| SignatureError::malformed(SIGNATURE, "not hex"))?;
-        keys.find_signer(&[body], &[tag])
+        keys.find_signer(&[body], &[hex_tag(headers, SIGNATURE)?])
     }
 
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
