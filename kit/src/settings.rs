@@ -13,11 +13,14 @@ pub fn shipped_toml_on_port(port: u16) -> String {
         SHIPPED_TOML.contains(SHIPPED_LISTEN),
         "hookd.toml no longer has {SHIPPED_LISTEN}"
     );
-    // The copy lives elsewhere: the files the shipped file names stay where they are.
+    shipped_toml_anywhere().replace(SHIPPED_LISTEN, &format!("listen = \"127.0.0.1:{port}\""))
+}
+
+/// The shipped `hookd.toml` as text for a copy written elsewhere: the files it
+/// names (relative to its own folder) are named by their full paths.
+pub fn shipped_toml_anywhere() -> String {
     let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/");
-    SHIPPED_TOML
-        .replace(SHIPPED_LISTEN, &format!("listen = \"127.0.0.1:{port}\""))
-        .replace("\"fixtures/", &format!("\"{fixtures}"))
+    SHIPPED_TOML.replace("\"fixtures/", &format!("\"{fixtures}"))
 }
 
 /// The shipped `hookd.toml` (without environment overrides), listening on a free

@@ -603,7 +603,7 @@ async fn slow_a_forward_url_with_credentials_is_refused_at_load_without_showing_
             std::process::id(),
             table.len()
         ));
-        let text = format!("{}{table}", hookd_kit::settings::SHIPPED_TOML);
+        let text = format!("{}{table}", hookd_kit::settings::shipped_toml_anywhere());
         std::fs::write(&path, text).expect("write");
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
         command

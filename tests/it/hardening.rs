@@ -33,7 +33,8 @@ async fn slow_serve_refuses_the_shipped_credentials_beyond_loopback_with_one_lin
 
 #[tokio::test]
 async fn slow_the_shipped_credentials_need_development_true_even_on_loopback() {
-    let shipped = hookd_kit::settings::SHIPPED_TOML;
+    let shipped = hookd_kit::settings::shipped_toml_anywhere();
+    let shipped = shipped.as_str();
     let development = "development = true";
     assert!(
         shipped.lines().any(|l| l.starts_with(development)),

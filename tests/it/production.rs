@@ -531,7 +531,7 @@ async fn slow_a_secrets_file_others_may_read_is_warned_about_and_a_private_one_i
     // shipped one (public development values only) is not warned about.
     let config = format!(
         "{}\n[[admin.tokens]]\nname = \"ops\"\ntoken = \"a-real-token-0123456789\"\nrole = \"operator\"\n",
-        hookd_kit::settings::SHIPPED_TOML
+        hookd_kit::settings::shipped_toml_anywhere()
     );
     let config = file_with_mode("real-token.toml", config.as_bytes(), 0o644);
     let output = hookd(&["check-config", "--config", config.as_str()], &[]).await;

@@ -490,7 +490,8 @@ fn write_config(dir: &Path, name: &str, pinned: &str) -> PathBuf {
     let text = format!(
         "[[sources]]\nname = \"paypal\"\nscheme = \"paypal\"\nwebhook_id = \"WH-FETCH\"\n\
          certificates = [{pinned}]\ncertificate_hosts = [\"127.0.0.1\"]\n\
-         signing_key = \"tests/paypal/key-1.pem\"\n"
+         signing_key = \"{}/tests/paypal/key-1.pem\"\n",
+        env!("CARGO_MANIFEST_DIR")
     );
     std::fs::write(&path, &text).expect("config");
     path
@@ -576,7 +577,15 @@ async fn slow_a_paypal_certificate_is_fetched_from_an_allowed_host_only_and_neve
     assert_eq!(server.requests.load(Ordering::SeqCst), before);
 
     // A pinned certificate that verifies needs no fetch.
-    let pinned = write_config(&dir, "paypal-pinned", "\"tests/paypal/cert-1.pem\"");
+    let pinned = write_config(
+        &dir,
+        "paypal-pinned",
+        concat!(
+            "\"",
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/paypal/cert-1.pem\""
+        ),
+    );
     let verdict = verify(&pinned, &ca, &at("127.0.0.1", "/cert"), &body).await;
     assert!(
         verdict.contains("ok: signed with pinned certificate 1"),
