@@ -8,7 +8,8 @@ use hookd::providers::{Scheme, sign};
 use hookd::signature::{Envelope, Secret};
 use serde_json::{Value, json};
 
-use crate::support::{Answer, Spawn, TestApp, shipped_settings, spawn, spawn_app};
+use crate::support::provider;
+use crate::support::{Spawn, TestApp, shipped_settings, spawn, spawn_app};
 
 const SOURCE: &str = "checkout";
 const SIGNATURE: &str = "Cko-Signature";
@@ -44,29 +45,6 @@ fn dispute(id: &str, ty: &str, payment: &str) -> Value {
         json!({"id": format!("dsp_{payment}"), "payment_id": payment, "amount": 6540,
                "currency": "EUR", "reason_code": "10.4", "category": "fraudulent"}),
     )
-}
-
-/// The stored event's kind and status.
-async fn stored(app: &TestApp, event_id: &str) -> (Option<String>, String) {
-    let row = &app
-        .query(
-            "SELECT kind, status FROM webhook_events WHERE source = $1 AND event_id = $2",
-            &[&SOURCE, &event_id],
-        )
-        .await[0];
-    (row.get(0), row.get(1))
-}
-
-/// A payment's row: status, amount, refunded, currency, customer.
-async fn row(app: &TestApp, payment: &str) -> (String, i64, i64, Option<String>, Option<String>) {
-    let row = &app
-        .query(
-            "SELECT status, amount, amount_refunded, currency, customer_id
-             FROM payments WHERE source = $1 AND payment_id = $2",
-            &[&SOURCE, &payment],
-        )
-        .await[0];
-    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
 }
 
 async fn count(app: &TestApp, sql: &str) -> i64 {
@@ -117,14 +95,17 @@ async fn checkout_types_map_to_the_kinds_and_the_rest_is_ignored() {
             answer.body,
             format!(r#"{{"status":"accepted","event_id":"{id}"}}"#).as_bytes()
         );
-        assert_eq!(&stored(&app, id).await, expected, "{id}");
+        assert_eq!(&provider::stored(&app, SOURCE, id).await, expected, "{id}");
     }
-    let (status, amount, refunded, ..) = row(&app, "pay_a").await;
+    let (status, amount, refunded, ..) = provider::payment_row(&app, SOURCE, "pay_a").await;
     assert_eq!(
         (status.as_str(), amount, refunded),
         ("disputed", 6540, 1000)
     );
-    assert_eq!(row(&app, "pay_b").await.0, "failed");
+    assert_eq!(
+        provider::payment_row(&app, SOURCE, "pay_b").await.0,
+        "failed"
+    );
     let disputed = count(
         &app,
         "SELECT count(*) FROM payments WHERE payment_id = 'pay_c' AND disputed",
@@ -170,7 +151,7 @@ async fn checkout_payment_rows_are_minor_units_with_currency_and_customer_whatev
         again["id"] = json!(format!("{payment_id}_r1_again"));
         app.deliver_ok(SOURCE, &again).await;
         assert_eq!(
-            row(&app, payment_id).await,
+            provider::payment_row(&app, SOURCE, payment_id).await,
             (
                 "partially_refunded".into(),
                 6540,
@@ -249,12 +230,6 @@ async fn a_checkout_delivery_signed_with_the_previous_key_is_taken_and_says_so()
     assert_eq!(signed_with, 2);
 }
 
-fn refusal(answer: &Answer) -> (u16, String, String) {
-    let json = answer.json();
-    let text = |k: &str| json[k].as_str().unwrap_or_default().to_string();
-    (answer.status, text("error"), text("reason"))
-}
-
 #[tokio::test]
 async fn tampered_or_unsigned_checkout_deliveries_are_401_and_nothing_is_stored() {
     let app = spawn_app().await;
@@ -277,7 +252,7 @@ async fn tampered_or_unsigned_checkout_deliveries_are_401_and_nothing_is_stored(
         ),
     ];
     for (headers, bytes, reason) in cases {
-        let (status, error, why) = refusal(&app.post(SOURCE, &headers, bytes).await);
+        let (status, error, why) = provider::refusal(&app.post(SOURCE, &headers, bytes).await);
         assert_eq!(
             (status, error.as_str()),
             (401, "invalid_signature"),
@@ -323,7 +298,8 @@ async fn the_authorization_key_when_configured_is_checked_too() {
         (without, "missing Authorization header"),
         (wrong, "mismatch"),
     ] {
-        let (status, error, why) = refusal(&app.post(SOURCE, &headers, body.clone()).await);
+        let (status, error, why) =
+            provider::refusal(&app.post(SOURCE, &headers, body.clone()).await);
         assert_eq!(
             (status, error.as_str()),
             (401, "invalid_signature"),

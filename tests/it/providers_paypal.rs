@@ -17,7 +17,8 @@ use rcgen::{CertificateParams, KeyPair};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{Answer, Spawn, TestApp, spawn, spawn_app};
+use crate::support::provider;
+use crate::support::{Spawn, TestApp, spawn, spawn_app};
 
 const SOURCE: &str = "paypal";
 const SHIPPED: &str = include_str!("../../hookd.toml");
@@ -66,17 +67,6 @@ async fn stored(app: &TestApp, event_id: &str) -> (Option<String>, String, i32) 
         )
         .await[0];
     (row.get(0), row.get(1), row.get(2))
-}
-
-async fn row(app: &TestApp, payment: &str) -> (String, i64, i64, Option<String>, Option<String>) {
-    let row = &app
-        .query(
-            "SELECT status, amount, amount_refunded, currency, customer_id
-             FROM payments WHERE source = $1 AND payment_id = $2",
-            &[&SOURCE, &payment],
-        )
-        .await[0];
-    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
 }
 
 async fn count(app: &TestApp, sql: &str) -> i64 {
@@ -145,15 +135,21 @@ async fn paypal_kinds_payment_rows_and_refunds_in_any_order() {
     }
     let usd = Some("USD".to_string());
     assert_eq!(
-        row(&app, "CAP-A").await,
+        provider::payment_row(&app, SOURCE, "CAP-A").await,
         ("partially_refunded".into(), 2500, 1000, usd.clone(), None)
     );
     assert_eq!(
-        row(&app, "CAP-B").await,
+        provider::payment_row(&app, SOURCE, "CAP-B").await,
         ("refunded".into(), 1000, 1000, usd.clone(), None)
     );
-    assert_eq!(row(&app, "CAP-C").await.0, "failed");
-    assert_eq!(row(&app, "CAP-E").await.0, "disputed");
+    assert_eq!(
+        provider::payment_row(&app, SOURCE, "CAP-C").await.0,
+        "failed"
+    );
+    assert_eq!(
+        provider::payment_row(&app, SOURCE, "CAP-E").await.0,
+        "disputed"
+    );
     assert_eq!(
         count(
             &app,
@@ -212,12 +208,6 @@ async fn a_paypal_delivery_signed_with_the_second_pinned_certificate_says_so() {
     let answer = app.deliver(SOURCE, &body).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
     assert_eq!(stored(&app, "WH-ROT").await.2, 2);
-}
-
-fn refusal(answer: &Answer) -> (u16, String, String) {
-    let json = answer.json();
-    let text = |k: &str| json[k].as_str().unwrap_or_default().to_string();
-    (answer.status, text("error"), text("reason"))
 }
 
 fn with(headers: &[(String, String)], name: &str, value: &str) -> Vec<(String, String)> {
@@ -299,7 +289,7 @@ async fn tampered_or_foreign_paypal_deliveries_are_401_and_nothing_is_stored() {
         ),
     ];
     for (headers, bytes, reason) in cases {
-        let (status, error, why) = refusal(&app.post(SOURCE, &headers, bytes).await);
+        let (status, error, why) = provider::refusal(&app.post(SOURCE, &headers, bytes).await);
         assert_eq!(
             (status, error.as_str()),
             (401, "invalid_signature"),
@@ -350,7 +340,7 @@ async fn on_receipt_an_unpinned_certificate_is_fetched_and_one_not_trusted_is_40
     let answer = app
         .post(SOURCE, &with(&signed, "PAYPAL-CERT-URL", &url), body)
         .await;
-    let (status, error, why) = refusal(&answer);
+    let (status, error, why) = provider::refusal(&answer);
     assert_eq!((status, error.as_str()), (401, "invalid_signature"));
     assert!(why.contains("signing certificate unavailable"), "{why}");
     assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);

@@ -8,6 +8,7 @@ use hookd::providers::{Scheme, sign};
 use hookd::signature::{Envelope, Secret};
 use serde_json::{Value, json};
 
+use crate::support::provider;
 use crate::support::{Answer, Spawn, TestApp, shipped_settings, spawn, spawn_app};
 
 const SOURCE: &str = "razorpay";
@@ -64,29 +65,6 @@ async fn send_ok(app: &TestApp, id: &str, body: &Value) -> Answer {
     answer
 }
 
-/// The stored event's kind and status.
-async fn stored(app: &TestApp, event_id: &str) -> (Option<String>, String) {
-    let row = &app
-        .query(
-            "SELECT kind, status FROM webhook_events WHERE source = $1 AND event_id = $2",
-            &[&SOURCE, &event_id],
-        )
-        .await[0];
-    (row.get(0), row.get(1))
-}
-
-/// A payment's row: status, amount, refunded, currency, customer.
-async fn row(app: &TestApp, payment: &str) -> (String, i64, i64, Option<String>, Option<String>) {
-    let row = &app
-        .query(
-            "SELECT status, amount, amount_refunded, currency, customer_id
-             FROM payments WHERE source = $1 AND payment_id = $2",
-            &[&SOURCE, &payment],
-        )
-        .await[0];
-    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
-}
-
 async fn count(app: &TestApp, sql: &str) -> i64 {
     app.count(sql, &[]).await
 }
@@ -138,14 +116,14 @@ async fn razorpay_events_map_to_the_kinds_and_the_rest_is_ignored() {
             answer.body,
             format!(r#"{{"status":"accepted","event_id":"{id}"}}"#).as_bytes()
         );
-        assert_eq!(&stored(&app, id).await, expected, "{id}");
+        assert_eq!(&provider::stored(&app, SOURCE, id).await, expected, "{id}");
     }
-    let (status, amount, refunded, ..) = row(&app, "pay_a").await;
+    let (status, amount, refunded, ..) = provider::payment_row(&app, SOURCE, "pay_a").await;
     assert_eq!(
         (status.as_str(), amount, refunded),
         ("disputed", 50000, 20000)
     );
-    let (status, ..) = row(&app, "pay_b").await;
+    let (status, ..) = provider::payment_row(&app, SOURCE, "pay_b").await;
     assert_eq!(status, "failed");
 }
 
@@ -187,7 +165,7 @@ async fn razorpay_payment_rows_are_paise_with_currency_and_customer_whatever_the
             send_ok(&app, id, body).await;
         }
         assert_eq!(
-            row(&app, payment_id).await,
+            provider::payment_row(&app, SOURCE, payment_id).await,
             (
                 "partially_refunded".into(),
                 50000,
@@ -291,12 +269,6 @@ async fn a_razorpay_delivery_signed_with_the_previous_secret_is_taken_and_says_s
     assert_eq!(signed_with, 2);
 }
 
-fn refusal(answer: &Answer) -> (u16, String, String) {
-    let json = answer.json();
-    let text = |k: &str| json[k].as_str().unwrap_or_default().to_string();
-    (answer.status, text("error"), text("reason"))
-}
-
 #[tokio::test]
 async fn tampered_or_unsigned_razorpay_deliveries_are_refused_and_nothing_is_stored() {
     let app = spawn_app().await;
@@ -323,7 +295,7 @@ async fn tampered_or_unsigned_razorpay_deliveries_are_refused_and_nothing_is_sto
         (not_hex, body.clone(), "not hex"),
     ];
     for (headers, bytes, reason) in cases {
-        let (status, error, why) = refusal(&app.post(SOURCE, &headers, bytes).await);
+        let (status, error, why) = provider::refusal(&app.post(SOURCE, &headers, bytes).await);
         assert_eq!(
             (status, error.as_str()),
             (401, "invalid_signature"),
