@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{Answer, Body, Item, Missing, Provider, Scheme, non_empty};
-use crate::domain::{PaymentFacts, PaymentKind, Refund, storable_id};
+use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::keys::{self, Problem};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
@@ -442,15 +442,7 @@ impl Provider for Adyen {
             customer_id: non_empty(item.pointer("/additionalData/shopperReference")),
             refund,
         };
-        for text in [Some(&facts.payment_id), facts.customer_id.as_ref()]
-            .into_iter()
-            .flatten()
-        {
-            if !storable_id(text) {
-                return Err("an id is longer than 255 bytes or contains a NUL character".into());
-            }
-        }
-        Ok(facts)
+        facts.storable()
     }
 
     fn index_fields(&self, item: &Value) -> IndexFields {
