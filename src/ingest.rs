@@ -43,7 +43,6 @@ const QUEUE: usize = 1024;
 #[derive(Clone)]
 pub struct Ingester {
     queue: mpsc::Sender<Vec<Job>>,
-    core: Arc<Core>,
 }
 
 /// What the committers share.
@@ -77,7 +76,7 @@ impl Ingester {
         for _ in 0..COMMITTERS {
             tokio::spawn(run_committer(core.clone(), jobs.clone()));
         }
-        Ingester { queue, core }
+        Ingester { queue }
     }
 
     /// Stores a verified delivery once and, when it is new, runs its own handler;
@@ -123,15 +122,6 @@ impl Ingester {
             outcomes.push(answer.await.unwrap_or_else(|_| Err(stopping()))?);
         }
         Ok(outcomes)
-    }
-
-    /// Stores one delivery in a transaction of its own (what a batch falls back to).
-    pub async fn ingest_one(
-        &self,
-        event: &IncomingEvent,
-        verified: Verified,
-    ) -> Result<Ingested, StoreError> {
-        self.core.ingest_one(event, verified).await
     }
 }
 

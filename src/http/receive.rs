@@ -147,9 +147,7 @@ async fn handle(
         .ok()
         .and_then(|i| source.secrets.get(i));
     let shipped_key = signer.is_some_and(|s| DEVELOPMENT_CREDENTIALS.contains(&s.expose()))
-        || providers::of(&source.scheme)
-            .development_credential()
-            .is_some();
+        || provider.development_credential().is_some();
     if shipped_key && client::is_forwarded(request) {
         log::warn!(
             "refused a forwarded delivery to {source_name:?} signed with a shipped development secret"
@@ -231,7 +229,7 @@ async fn receive_several(
         .ingest_all(events.clone(), verified)
         .await?;
     let mut duplicates = 0;
-    let mut conflicts = 0;
+    let mut conflicts = Vec::new();
     for (event, outcome) in events.iter().zip(&outcomes) {
         match &outcome.recorded {
             Recorded::New { .. } => {}
@@ -240,13 +238,17 @@ async fn receive_several(
                 state.app.metrics.duplicate(source_name);
             }
             Recorded::Conflict => {
-                conflicts += 1;
-                let client = state.app.pool.get().await.map_err(StoreError::from)?;
-                events::record_conflict(&client, event).await?;
+                conflicts.push(event);
             }
         }
     }
-    summary.outcome = match (duplicates, conflicts) {
+    if !conflicts.is_empty() {
+        let client = state.app.pool.get().await.map_err(StoreError::from)?;
+        for event in &conflicts {
+            events::record_conflict(&client, event).await?;
+        }
+    }
+    summary.outcome = match (duplicates, conflicts.len()) {
         (_, c) if c > 0 => "conflict_recorded",
         (d, _) if d == outcomes.len() => "duplicate",
         _ => "accepted",
