@@ -7,7 +7,6 @@
 
 use serde_json::Value;
 
-use super::Scheme;
 use crate::domain::{MAX_ID_LEN, PaymentFacts, Refund, storable_id};
 
 /// Where a scheme's payment facts live in its bodies.
@@ -30,11 +29,6 @@ pub struct IndexFields {
 const STRIPE_PAYMENT_OBJECTS: [&str; 4] = ["payment_intent", "charge", "dispute", "refund"];
 
 impl PaymentShape {
-    /// The shape of a configured scheme's bodies.
-    pub fn of(scheme: &Scheme) -> Self {
-        super::of(scheme).payment_shape()
-    }
-
     /// The payment facts a payment event must carry; the error is why it cannot be
     /// applied (the event then goes `dead` with that reason).
     pub fn payment_facts(self, payload: &Value) -> Result<PaymentFacts, String> {
