@@ -59,10 +59,16 @@ impl Database {
     /// Connects to `DATABASE_URL`, or starts the embedded cluster when it is unset.
     pub async fn open(settings: &Settings) -> Result<Self, StartError> {
         if let Some(url) = &settings.database_url {
-            let (config, tls) = store::tls::connect_options(url.expose())
+            let (config, tls, pooler) = store::tls::connect_options(url.expose())
                 .map_err(|e| StartError::DatabaseUrl(e.to_string()))?;
+            if pooler == store::Pooler::Transaction {
+                log::info!(
+                    "DATABASE_URL has pgbouncer=true: statements are sent unnamed, and locks \
+                     and limits last one transaction"
+                );
+            }
             return Ok(Database {
-                pool: store::pool(config, tls.clone(), settings.pool_size),
+                pool: store::pool_through(config, tls.clone(), settings.pool_size, pooler),
                 connector: tls,
                 embedded: None,
             });

@@ -178,7 +178,7 @@ impl Dispatcher {
     pub async fn try_dispatch_due(&self) -> Result<DispatchStep, StoreError> {
         let mut client = self.pool.get().await?;
         let claimed = async {
-            let tx = client.transaction().await?;
+            let tx = crate::store::begin(&mut client).await?;
             let Some(claimed) = events::claim_due(&tx).await? else {
                 return Ok(None);
             };
@@ -205,7 +205,7 @@ impl Dispatcher {
     pub async fn retry_now(&self, id: i64, by: RetryBy<'_>) -> Result<RetryOutcome, StoreError> {
         let mut client = self.pool.get().await?;
         let decided = async {
-            let tx = client.transaction().await?;
+            let tx = crate::store::begin(&mut client).await?;
             let Some(event) = events::lock_by_id(&tx, id).await? else {
                 audit_retry(&tx, by, id, None, RetryOutcome::NotFound.name()).await?;
                 tx.commit().await?;
@@ -286,7 +286,7 @@ impl Dispatcher {
             .collect();
         let settled = self.runner.settle(&leased.standings, leased.attempts);
         let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
+        let tx = crate::store::begin(&mut client).await?;
         if !events::lock_leased(&tx, claimed.id, leased.until).await? {
             // Only if the answers outlived the lease: the run that took the event
             // over sends again (at least once), and records what it gets.

@@ -5,7 +5,6 @@
 pub mod cursor;
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use serde::Deserialize;
 
 use crate::duration;
@@ -123,7 +122,7 @@ pub fn parse_moment(
 
 /// A page of the history and the cursor of the next one.
 pub async fn history_page(
-    client: &impl GenericClient,
+    client: &impl crate::store::sql::Session,
     mut filter: EventFilter,
 ) -> Result<(Vec<EventSummary>, Option<String>), StoreError> {
     let limit = filter.limit;

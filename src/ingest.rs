@@ -285,7 +285,7 @@ impl Core {
             plans.push(plan);
         }
 
-        let tx = client.transaction().await.map_err(Fallback::store)?;
+        let tx = crate::store::begin(client).await.map_err(Fallback::store)?;
         let decided = events::record_batch(&tx, &items)
             .await
             .map_err(Fallback::store)?;
@@ -475,7 +475,7 @@ impl Core {
             .map(Step::name)
             .collect();
         let expected = expected_for(plan);
-        let tx = client.transaction().await?;
+        let tx = crate::store::begin(client).await?;
         let recorded = events::record_delivery(&tx, event, verified.signed_with, expected).await?;
         let status = match recorded {
             Recorded::New { id } => match local {

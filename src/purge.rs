@@ -1,4 +1,4 @@
-//! The retention pass: under an advisory lock (one instance at a time), in batches
+//! The retention pass: under a lease (one instance at a time), in batches
 //! of `purge_batch` rows per transaction so ingestion never waits on it, first the
 //! keys older than `key_retention`, then the payloads older than `retention`, then
 //! expired admin Idempotency-Key records. `run_once` is one pass; the loop in
@@ -16,6 +16,10 @@ use crate::metrics::{Metrics, Purged};
 use crate::shutdown::Shutdown;
 use crate::store::StoreError;
 use crate::store::purge::{self, ByStatus, Expiring, Preview};
+
+/// How long a pass's lease lasts unless renewed; it is renewed before each
+/// batch, and a batch (30 s at most) and its rest take far less.
+const LEASE_TERM: Duration = Duration::from_secs(300);
 
 /// Rest between batches, as a multiple of the time the batch took.
 const PAUSE_PER_BUSY: f64 = 2.0;
@@ -102,17 +106,18 @@ impl Purger {
         let started = Instant::now();
         let cutoffs = Cutoffs::at(Utc::now(), &self.settings);
         let mut client = self.pool.get().await?;
-        if !purge::try_lock(&client).await? {
+        let holder: [u8; 16] = rand::random();
+        if !purge::lease(&client, &holder, LEASE_TERM).await? {
             log::info!("purge: another instance is purging; skipped");
             return Ok(PurgeOutcome {
                 skipped: true,
                 ..PurgeOutcome::default()
             });
         }
-        let result = self.batches(&mut client, cutoffs, shutdown).await;
-        let unlocked = purge::unlock(&client).await;
+        let result = self.batches(&mut client, &holder, cutoffs, shutdown).await;
+        let released = purge::release(&client, &holder).await;
         let outcome = result?;
-        unlocked?;
+        released?;
         self.report(&outcome, started.elapsed());
         Ok(outcome)
     }
@@ -120,6 +125,7 @@ impl Purger {
     async fn batches(
         &self,
         client: &mut deadpool_postgres::Object,
+        holder: &[u8],
         cutoffs: Cutoffs,
         shutdown: Option<&Shutdown>,
     ) -> Result<PurgeOutcome, StoreError> {
@@ -135,6 +141,12 @@ impl Purger {
             Step::Conflicts,
         ] {
             loop {
+                // A pass that stalled past its lease may have been taken over.
+                if !purge::lease(&*client, holder, LEASE_TERM).await? {
+                    log::warn!("purge: the lease ran out and another instance took it; stopped");
+                    outcome.interrupted = true;
+                    return Ok(outcome);
+                }
                 let started = Instant::now();
                 // Each batch is a transaction of its own: row locks are brief.
                 let done = match step {

@@ -65,6 +65,10 @@ impl TestCluster {
     pub fn connection_string(&self, dbname: &str) -> String {
         self.cluster.connection_string(dbname)
     }
+
+    pub fn postgres(&self) -> &EmbeddedPostgres {
+        &self.cluster
+    }
 }
 
 /// A database of one test's own, dropped when the test ends.
@@ -74,6 +78,15 @@ pub struct TestDb {
 
 impl TestDb {
     pub async fn create() -> TestDb {
+        Self::create_from(TEMPLATE).await
+    }
+
+    /// A database with nothing in it: no table, no migration applied.
+    pub async fn empty() -> TestDb {
+        Self::create_from("template0").await
+    }
+
+    async fn create_from(template: &str) -> TestDb {
         let cluster = cluster();
         let name = format!(
             "t_{}_{}",
@@ -82,7 +95,7 @@ impl TestDb {
         );
         let admin = connect(cluster.config("postgres")).await;
         admin
-            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {TEMPLATE}"))
+            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
             .await
             .expect("create test database");
         TestDb { name }

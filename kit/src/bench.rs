@@ -51,6 +51,10 @@ impl BenchCluster {
         embedded_pg::DATABASE
     }
 
+    pub fn postgres(&self) -> &EmbeddedPostgres {
+        &self.pg
+    }
+
     pub fn user(&self) -> &'static str {
         embedded_pg::USER
     }
@@ -132,56 +136,26 @@ impl Hookd {
         concurrency: usize,
         duration: Duration,
     ) -> (u64, Report) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let config = cluster.socket_dir().with_extension("serve.toml");
-        std::fs::write(&config, crate::settings::shipped_toml_on_port(port)).expect("config");
-        let mut child = tokio::process::Command::new(binary)
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .env("DATABASE_URL", cluster.connection_string())
-            .env("RUST_LOG", "warn")
-            .kill_on_drop(true)
-            .spawn()
-            .expect("hookd serve");
-        let base = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !matches!(http.get(format!("{base}/readyz")).send().await, Ok(r) if r.status() == 200)
-        {
-            assert!(
-                Instant::now() < deadline,
-                "hookd serve did not become ready"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let source = self.app.settings.source("stripe").expect("stripe").clone();
-        let sender = Arc::new(Sender::new(&base, source).expect("sender"));
+        let serve = Serve::start(binary, cluster, &cluster.connection_string(), "serve").await;
+        let sender = Arc::new(self.sender_to(&serve.base, "stripe"));
         let report = closed_loop(sender, concurrency, duration, MAX_REQUESTS).await;
-        let pid = child.id().expect("pid");
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-        let peak = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM");
-        let _ = child.kill().await;
-        let _ = std::fs::remove_file(&config);
-        (peak, report)
+        (serve.peak_rss(), report)
     }
 
-    /// A load generator for one of hookd's configured sources.
-    pub fn sender(&self, source: &str) -> Sender {
+    /// A load generator for one of hookd's configured sources, sending to `base`.
+    pub fn sender_to(&self, base: &str, source: &str) -> Sender {
         let source = self
             .app
             .settings
             .source(source)
             .unwrap_or_else(|| panic!("no source {source:?} in hookd.toml"))
             .clone();
-        Sender::new(&self.base_url(), source).expect("sender")
+        Sender::new(base, source).expect("sender")
+    }
+
+    /// A load generator for one of hookd's configured sources.
+    pub fn sender(&self, source: &str) -> Sender {
+        self.sender_to(&self.base_url(), source)
     }
 
     pub async fn stop(mut self) {
@@ -201,6 +175,73 @@ impl Drop for Hookd {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
+    }
+}
+
+/// The real `hookd serve` binary with the shipped `hookd.toml` on a free port,
+/// against `database_url`; killed when dropped.
+pub struct Serve {
+    pub base: String,
+    child: tokio::process::Child,
+    config: std::path::PathBuf,
+}
+
+impl Serve {
+    pub async fn start(
+        binary: &Path,
+        cluster: &BenchCluster,
+        database_url: &str,
+        name: &str,
+    ) -> Serve {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let config = cluster.socket_dir().with_extension(format!("{name}.toml"));
+        std::fs::write(&config, crate::settings::shipped_toml_on_port(port)).expect("config");
+        let child = tokio::process::Command::new(binary)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .env("DATABASE_URL", database_url)
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true)
+            .spawn()
+            .expect("hookd serve");
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !matches!(http.get(format!("{base}/readyz")).send().await, Ok(r) if r.status() == 200)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "hookd serve did not become ready"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Serve {
+            base,
+            child,
+            config,
+        }
+    }
+
+    /// Peak resident memory so far (VmHWM, in KiB).
+    pub fn peak_rss(&self) -> u64 {
+        let pid = self.child.id().expect("pid");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM")
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = std::fs::remove_file(&self.config);
     }
 }
 

@@ -21,4 +21,5 @@ pub mod gate;
 pub mod load;
 pub mod metrics;
 pub mod pgbench;
+pub mod pooler;
 pub mod settings;

@@ -21,7 +21,7 @@ use folder::{ClusterFolder, RunAs};
 /// The superuser initdb creates, and the database hookd uses.
 pub const USER: &str = "hookd";
 pub const DATABASE: &str = "hookd";
-const PORT: u16 = 5432;
+pub const PORT: u16 = 5432;
 /// Written in the cluster's folder: the pid of the hookd that will stop it.
 const OWNER_FILE: &str = "hookd.pid";
 

@@ -3,8 +3,8 @@
 //! action is written when it begins — a retry in its own transaction, a bulk
 //! retry before its first event runs — and completed with its outcome.
 
+use super::sql::{self, Session, params};
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -35,49 +35,40 @@ pub struct Record<'a> {
 }
 
 /// Writes an entry; returns its id.
-pub async fn record(client: &impl GenericClient, entry: &Record<'_>) -> Result<i64, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "INSERT INTO admin_audit (who, action, webhook_event_id, source, payment_id, detail)
+pub async fn record(client: &impl Session, entry: &Record<'_>) -> Result<i64, StoreError> {
+    let row = sql::query_one(
+        client,
+        "INSERT INTO admin_audit (who, action, webhook_event_id, source, payment_id, detail)
              VALUES ($1, $2, $3, $4, $5, $6)
              RETURNING id",
-        )
-        .await?;
-    let row = client
-        .query_one(
-            &statement,
-            &[
-                &entry.who,
-                &entry.action,
-                &entry.webhook_event_id,
-                &entry.source,
-                &entry.payment_id,
-                &entry.detail,
-            ],
-        )
-        .await?;
+        params![
+            &entry.who,
+            &entry.action,
+            &entry.webhook_event_id,
+            &entry.source,
+            &entry.payment_id,
+            &entry.detail,
+        ],
+    )
+    .await?;
     Ok(row.get(0))
 }
 
 /// Adds what became known once the action ended (its outcome, its counts) to the
 /// detail of entry `id`, which was written when the action began.
-pub async fn complete(
-    client: &impl GenericClient,
-    id: i64,
-    ended: &Value,
-) -> Result<(), StoreError> {
-    let statement = client
-        .prepare_cached(
-            "UPDATE admin_audit SET detail = COALESCE(detail, '{}'::jsonb) || $2 WHERE id = $1",
-        )
-        .await?;
-    client.execute(&statement, &[&id, ended]).await?;
+pub async fn complete(client: &impl Session, id: i64, ended: &Value) -> Result<(), StoreError> {
+    sql::execute(
+        client,
+        "UPDATE admin_audit SET detail = COALESCE(detail, '{}'::jsonb) || $2 WHERE id = $1",
+        params![&id, ended],
+    )
+    .await?;
     Ok(())
 }
 
 /// Entries newest first, at most `limit`, after `(at, id)` of the previous page.
 pub async fn list(
-    client: &impl GenericClient,
+    client: &impl Session,
     limit: i64,
     after: Option<(DateTime<Utc>, i64)>,
 ) -> Result<Vec<AuditEntry>, StoreError> {
@@ -85,15 +76,15 @@ pub async fn list(
         Some((at, id)) => (Some(at), Some(id)),
         None => (None, None),
     };
-    let statement = client
-        .prepare_cached(
-            "SELECT id, at, who, action, webhook_event_id, source, payment_id, detail
+    let rows = sql::query(
+        client,
+        "SELECT id, at, who, action, webhook_event_id, source, payment_id, detail
              FROM admin_audit
              WHERE $2::timestamptz IS NULL OR (at, id) < ($2, $3::bigint)
              ORDER BY at DESC, id DESC LIMIT $1",
-        )
-        .await?;
-    let rows = client.query(&statement, &[&limit, &at, &id]).await?;
+        params![&limit, &at, &id],
+    )
+    .await?;
     Ok(rows
         .iter()
         .map(|r| AuditEntry {

@@ -1,8 +1,8 @@
 //! The `webhook_events` table: recording deliveries (the dedupe decision), recording
 //! handler attempts, and claiming due retries.
 
+use super::sql::{self, Session, params};
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
@@ -64,6 +64,14 @@ impl ToSql for EventStatus {
     }
 
     to_sql_checked!();
+}
+
+impl sql::PgType for EventStatus {
+    const TYPE: Type = Type::TEXT;
+}
+
+impl sql::PgElement for EventStatus {
+    const ARRAY: Type = Type::TEXT_ARRAY;
 }
 
 /// What the one dedupe statement decided about a delivery.
@@ -130,41 +138,38 @@ pub const RECORD_BODY_DELIVERY: &str = "INSERT INTO webhook_events AS e
 /// new row is written as `expected` says; the caller changes it, in the same
 /// transaction, when the run at receipt ends otherwise.
 pub async fn record_delivery(
-    client: &impl GenericClient,
+    client: &impl Session,
     event: &IncomingEvent,
     signed_with: i32,
     expected: Expected,
 ) -> Result<Recorded, StoreError> {
     let by_body = event.body_key.is_some();
-    let statement = client
-        .prepare_cached(if by_body {
+    let row = sql::query_opt(
+        client,
+        if by_body {
             RECORD_BODY_DELIVERY
         } else {
             RECORD_DELIVERY
-        })
-        .await?;
-    let row = client
-        .query_opt(
-            &statement,
-            &[
-                &event.source,
-                &event.event_id,
-                &event.event_type,
-                &event.kind,
-                &expected.status.as_str(),
-                &event.storable_payload().as_ref(),
-                &event.fingerprint.as_slice(),
-                &signed_with,
-                &event.payment_id,
-                &event.customer_id,
-                &expected.attempts,
-                &event.body,
-                &event.signature_headers,
-                &event.stable_fingerprint.as_slice(),
-                &expected.due_now,
-            ],
-        )
-        .await?;
+        },
+        params![
+            &event.source,
+            &event.event_id,
+            &event.event_type,
+            &event.kind,
+            &expected.status.as_str(),
+            &event.storable_payload().as_ref(),
+            &event.fingerprint.as_slice(),
+            &signed_with,
+            &event.payment_id,
+            &event.customer_id,
+            &expected.attempts,
+            &event.body,
+            &event.signature_headers,
+            &event.stable_fingerprint.as_slice(),
+            &expected.due_now,
+        ],
+    )
+    .await?;
     Ok(match row {
         // The id is stored under another body key, or none.
         None if by_body => recount_by_id(client, event, 1).await?,
@@ -204,31 +209,26 @@ pub fn lost_id_race(error: &StoreError) -> bool {
 /// none): the decision by id, as for any other source — a duplicate when the
 /// payload matches, else a conflict.
 async fn recount_by_id(
-    client: &impl GenericClient,
+    client: &impl Session,
     event: &IncomingEvent,
     deliveries: i32,
 ) -> Result<Recorded, StoreError> {
-    let count = client
-        .prepare_cached(
-            "UPDATE webhook_events
+    let row = sql::query_opt(
+        client,
+        "UPDATE webhook_events
              SET deliveries = deliveries + $3, last_delivery_at = now()
              WHERE source = $1 AND event_id = $2
                AND (payload_sha256 = $4 OR stable_sha256 = $5)
              RETURNING id",
-        )
-        .await?;
-    let row = client
-        .query_opt(
-            &count,
-            &[
-                &event.source,
-                &event.event_id,
-                &deliveries,
-                &event.fingerprint.as_slice(),
-                &event.stable_fingerprint.as_slice(),
-            ],
-        )
-        .await?;
+        params![
+            &event.source,
+            &event.event_id,
+            &deliveries,
+            &event.fingerprint.as_slice(),
+            &event.stable_fingerprint.as_slice(),
+        ],
+    )
+    .await?;
     match row {
         Some(row) => Ok(Recorded::Duplicate {
             id: row.get(0),
@@ -308,7 +308,7 @@ const RECORD_BODY_BATCH: &str = record_batch_sql!(
 /// body keys where the source dedupes on the body), in a statement per rule,
 /// sent together; the decisions come back in the items' order.
 pub async fn record_batch(
-    client: &impl GenericClient,
+    client: &impl Session,
     items: &[BatchItem<'_>],
 ) -> Result<Vec<Recorded>, StoreError> {
     let (by_body, by_id): (Vec<&BatchItem<'_>>, Vec<&BatchItem<'_>>) =
@@ -347,7 +347,7 @@ pub async fn record_batch(
 
 /// One multi-row dedupe statement over `items` (none: no statement).
 async fn insert_batch(
-    client: &impl GenericClient,
+    client: &impl Session,
     sql: &str,
     items: &[&BatchItem<'_>],
 ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
@@ -358,7 +358,6 @@ async fn insert_batch(
     // same events never wait on each other's rows the opposite way (a deadlock).
     let mut items = items.to_vec();
     items.sort_unstable_by_key(|i| (&i.event.source, i.event.body_key, &i.event.event_id));
-    let statement = client.prepare_cached(sql).await?;
     let payloads: Vec<std::borrow::Cow<'_, Value>> =
         items.iter().map(|i| i.event.storable_payload()).collect();
     let sources: Vec<&str> = items.iter().map(|i| i.event.source.as_str()).collect();
@@ -386,29 +385,29 @@ async fn insert_batch(
         .collect();
     let due: Vec<bool> = items.iter().map(|i| i.expected.due_now).collect();
     let deliveries: Vec<i32> = items.iter().map(|i| i.deliveries).collect();
-    let rows = client
-        .query(
-            &statement,
-            &[
-                &sources,
-                &ids,
-                &types,
-                &kinds,
-                &statuses,
-                &payload_refs,
-                &fingerprints,
-                &signed,
-                &payments,
-                &customers,
-                &attempts,
-                &bodies,
-                &headers,
-                &stable,
-                &due,
-                &deliveries,
-            ],
-        )
-        .await?;
+    let rows = sql::query(
+        client,
+        sql,
+        params![
+            &sources,
+            &ids,
+            &types,
+            &kinds,
+            &statuses,
+            &payload_refs,
+            &fingerprints,
+            &signed,
+            &payments,
+            &customers,
+            &attempts,
+            &bodies,
+            &headers,
+            &stable,
+            &due,
+            &deliveries,
+        ],
+    )
+    .await?;
     Ok(rows)
 }
 
@@ -416,20 +415,18 @@ async fn insert_batch(
 /// fingerprint is computed from its stored body (or payload) and kept, and the
 /// delivery counts as a duplicate when it matches.
 async fn recount_legacy_duplicate(
-    client: &impl GenericClient,
+    client: &impl Session,
     event: &IncomingEvent,
     deliveries: i32,
 ) -> Result<Recorded, StoreError> {
-    let stored = client
-        .prepare_cached(
-            "SELECT body, payload FROM webhook_events
+    let Some(row) = sql::query_opt(
+        client,
+        "SELECT body, payload FROM webhook_events
              WHERE source = $1 AND event_id = $2 AND stable_sha256 IS NULL
                AND payload IS NOT NULL",
-        )
-        .await?;
-    let Some(row) = client
-        .query_opt(&stored, &[&event.source, &event.event_id])
-        .await?
+        params![&event.source, &event.event_id],
+    )
+    .await?
     else {
         return Ok(Recorded::Conflict);
     };
@@ -444,25 +441,20 @@ async fn recount_legacy_duplicate(
     if theirs != event.stable_fingerprint {
         return Ok(Recorded::Conflict);
     }
-    let count = client
-        .prepare_cached(
-            "UPDATE webhook_events
+    let row = sql::query_one(
+        client,
+        "UPDATE webhook_events
              SET deliveries = deliveries + $4, last_delivery_at = now(), stable_sha256 = $3
              WHERE source = $1 AND event_id = $2
              RETURNING id",
-        )
-        .await?;
-    let row = client
-        .query_one(
-            &count,
-            &[
-                &event.source,
-                &event.event_id,
-                &theirs.as_slice(),
-                &deliveries,
-            ],
-        )
-        .await?;
+        params![
+            &event.source,
+            &event.event_id,
+            &theirs.as_slice(),
+            &deliveries,
+        ],
+    )
+    .await?;
     Ok(Recorded::Duplicate {
         id: row.get(0),
         event_id: event.event_id.clone(),
@@ -497,18 +489,20 @@ const CLAIMED_COLUMNS: &str = "id, source, event_id, event_type, kind, payload, 
 /// whose forwards are being sent is not due: its lease pushed `next_attempt_at`. (`NO KEY`:
 /// the lock excludes other dispatchers and retries, yet a purge pass may still
 /// list the event as pending — a foreign key check — without waiting.)
-pub async fn claim_due(client: &impl GenericClient) -> Result<Option<ClaimedEvent>, StoreError> {
-    let statement = client
-        .prepare_cached(&format!(
+pub async fn claim_due(client: &impl Session) -> Result<Option<ClaimedEvent>, StoreError> {
+    let row = sql::query_opt(
+        client,
+        &format!(
             "SELECT {CLAIMED_COLUMNS}
              FROM webhook_events
              WHERE status = 'failed' AND next_attempt_at <= now()
              ORDER BY next_attempt_at
              LIMIT 1
              FOR NO KEY UPDATE SKIP LOCKED"
-        ))
-        .await?;
-    let row = client.query_opt(&statement, &[]).await?;
+        ),
+        params![],
+    )
+    .await?;
     Ok(row.as_ref().map(claimed))
 }
 
@@ -542,15 +536,15 @@ fn claimed(row: &tokio_postgres::Row) -> ClaimedEvent {
 /// Locks one event for a manual retry, waiting for a dispatcher that holds it
 /// (`NO KEY`, as `claim_due`: a purge pass does not wait for it).
 pub async fn lock_by_id(
-    client: &impl GenericClient,
+    client: &impl Session,
     id: i64,
 ) -> Result<Option<ClaimedEvent>, StoreError> {
-    let statement = client
-        .prepare_cached(&format!(
-            "SELECT {CLAIMED_COLUMNS} FROM webhook_events WHERE id = $1 FOR NO KEY UPDATE"
-        ))
-        .await?;
-    let row = client.query_opt(&statement, &[&id]).await?;
+    let row = sql::query_opt(
+        client,
+        &format!("SELECT {CLAIMED_COLUMNS} FROM webhook_events WHERE id = $1 FOR NO KEY UPDATE"),
+        params![&id],
+    )
+    .await?;
     Ok(row.as_ref().map(claimed))
 }
 
@@ -567,21 +561,18 @@ pub struct HandlerRuns {
 
 /// Each handler's runs of an event (attempts written before handlers were named
 /// count as the kind's).
-pub async fn handler_runs(
-    client: &impl GenericClient,
-    id: i64,
-) -> Result<Vec<HandlerRuns>, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "SELECT COALESCE(a.handler, e.kind, ''), count(*)::int,
+pub async fn handler_runs(client: &impl Session, id: i64) -> Result<Vec<HandlerRuns>, StoreError> {
+    let rows = sql::query(
+        client,
+        "SELECT COALESCE(a.handler, e.kind, ''), count(*)::int,
                     array_agg(a.outcome ORDER BY a.attempt, a.id)
              FROM webhook_event_attempts a
              JOIN webhook_events e ON e.id = a.webhook_event_id
              WHERE a.webhook_event_id = $1
              GROUP BY 1",
-        )
-        .await?;
-    let rows = client.query(&statement, &[&id]).await?;
+        params![&id],
+    )
+    .await?;
     Ok(rows
         .iter()
         .map(|row| HandlerRuns {
@@ -623,14 +614,10 @@ pub struct Settled {
 }
 
 /// Writes the event's new status and counters.
-pub async fn settle(
-    client: &impl GenericClient,
-    id: i64,
-    settled: &Settled,
-) -> Result<(), StoreError> {
-    let statement = client
-        .prepare_cached(
-            "UPDATE webhook_events
+pub async fn settle(client: &impl Session, id: i64, settled: &Settled) -> Result<(), StoreError> {
+    sql::execute(
+        client,
+        "UPDATE webhook_events
              SET status = $2,
                  attempts = $3,
                  last_error = $4,
@@ -638,48 +625,42 @@ pub async fn settle(
                  lease_until = $6,
                  processed_at = CASE WHEN $2 = 'processed' THEN now() END
              WHERE id = $1",
-        )
-        .await?;
-    client
-        .execute(
-            &statement,
-            &[
-                &id,
-                &settled.status.as_str(),
-                &settled.attempts,
-                &settled.last_error,
-                &settled.next_attempt_at,
-                &settled.lease_until,
-            ],
-        )
-        .await?;
+        params![
+            &id,
+            &settled.status.as_str(),
+            &settled.attempts,
+            &settled.last_error,
+            &settled.next_attempt_at,
+            &settled.lease_until,
+        ],
+    )
+    .await?;
     Ok(())
 }
 
 /// The database's time (its transaction's start), which leases are measured by.
-pub async fn database_now(client: &impl GenericClient) -> Result<DateTime<Utc>, StoreError> {
-    let statement = client.prepare_cached("SELECT now()").await?;
-    Ok(client.query_one(&statement, &[]).await?.get(0))
+pub async fn database_now(client: &impl Session) -> Result<DateTime<Utc>, StoreError> {
+    Ok(sql::query_one(client, "SELECT now()", params![])
+        .await?
+        .get(0))
 }
 
 /// Locks an event whose forwards a run sent under the lease `until`, if that
 /// lease is still the event's (it is not when it ran out and another run took
 /// the event).
 pub async fn lock_leased(
-    client: &impl GenericClient,
+    client: &impl Session,
     id: i64,
     until: DateTime<Utc>,
 ) -> Result<bool, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "SELECT 1 FROM webhook_events WHERE id = $1 AND lease_until = $2
+    Ok(sql::query_opt(
+        client,
+        "SELECT 1 FROM webhook_events WHERE id = $1 AND lease_until = $2
              FOR NO KEY UPDATE",
-        )
-        .await?;
-    Ok(client
-        .query_opt(&statement, &[&id, &until])
-        .await?
-        .is_some())
+        params![&id, &until],
+    )
+    .await?
+    .is_some())
 }
 
 /// Attempt rows, any number at once (also the pgbench baseline's, with one).
@@ -692,13 +673,12 @@ pub const APPEND_ATTEMPTS: &str = "INSERT INTO webhook_event_attempts
 
 /// Appends attempt rows, in one statement.
 pub async fn append_attempts(
-    client: &impl GenericClient,
+    client: &impl Session,
     attempts: &[AttemptRecord],
 ) -> Result<(), StoreError> {
     if attempts.is_empty() {
         return Ok(());
     }
-    let statement = client.prepare_cached(APPEND_ATTEMPTS).await?;
     let events: Vec<i64> = attempts.iter().map(|a| a.event).collect();
     let numbers: Vec<i32> = attempts.iter().map(|a| a.attempt).collect();
     let handlers: Vec<&str> = attempts.iter().map(|a| a.handler.as_str()).collect();
@@ -708,28 +688,28 @@ pub async fn append_attempts(
     let errors: Vec<Option<&str>> = attempts.iter().map(|a| a.error.as_deref()).collect();
     let statuses: Vec<Option<i32>> = attempts.iter().map(|a| a.http_status).collect();
     let responses: Vec<Option<&str>> = attempts.iter().map(|a| a.response.as_deref()).collect();
-    client
-        .execute(
-            &statement,
-            &[
-                &events, &numbers, &handlers, &started, &finished, &outcomes, &errors, &statuses,
-                &responses,
-            ],
-        )
-        .await?;
+    sql::execute(
+        client,
+        APPEND_ATTEMPTS,
+        params![
+            &events, &numbers, &handlers, &started, &finished, &outcomes, &errors, &statuses,
+            &responses,
+        ],
+    )
+    .await?;
     Ok(())
 }
 
 /// Failed events waiting for a retry, and dead events waiting for a person.
-pub async fn backlog(client: &impl GenericClient) -> Result<(i64, i64), StoreError> {
-    let statement = client
-        .prepare_cached(
-            "SELECT count(*) FILTER (WHERE status = 'failed'),
+pub async fn backlog(client: &impl Session) -> Result<(i64, i64), StoreError> {
+    let row = sql::query_one(
+        client,
+        "SELECT count(*) FILTER (WHERE status = 'failed'),
                     count(*) FILTER (WHERE status = 'dead')
              FROM webhook_events WHERE status IN ('failed', 'dead')",
-        )
-        .await?;
-    let row = client.query_one(&statement, &[]).await?;
+        params![],
+    )
+    .await?;
     Ok((row.get(0), row.get(1)))
 }
 
@@ -737,30 +717,25 @@ pub async fn backlog(client: &impl GenericClient) -> Result<(i64, i64), StoreErr
 /// with another payload, beside that event (the request itself is acknowledged);
 /// the same item again counts a delivery on its record.
 pub async fn record_conflict(
-    client: &impl GenericClient,
+    client: &impl Session,
     event: &IncomingEvent,
 ) -> Result<(), StoreError> {
-    let statement = client
-        .prepare_cached(
-            "INSERT INTO event_conflicts
+    sql::execute(
+        client,
+        "INSERT INTO event_conflicts
                  (webhook_event_id, stored_sha256, offered_sha256, offered_payload)
              SELECT e.id, e.payload_sha256, $3, $4
                FROM webhook_events e
               WHERE e.source = $1 AND e.event_id = $2
              ON CONFLICT (webhook_event_id, offered_sha256) DO UPDATE
                 SET deliveries = event_conflicts.deliveries + 1, last_delivery_at = now()",
-        )
-        .await?;
-    client
-        .execute(
-            &statement,
-            &[
-                &event.source,
-                &event.event_id,
-                &event.fingerprint.as_slice(),
-                &event.storable_payload().as_ref(),
-            ],
-        )
-        .await?;
+        params![
+            &event.source,
+            &event.event_id,
+            &event.fingerprint.as_slice(),
+            &event.storable_payload().as_ref(),
+        ],
+    )
+    .await?;
     Ok(())
 }

@@ -3,11 +3,10 @@
 //! WHERE clauses only when given, so each query shape can use its index: the
 //! `(received_at, id)` order, `status`, or the event/payment/customer id indexes.
 
+use super::sql::{self, Param, Session, param, params};
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use serde::Serialize;
 use serde_json::Value;
-use tokio_postgres::types::ToSql;
 
 use super::StoreError;
 use super::events::EventStatus;
@@ -121,14 +120,14 @@ impl EventFilter {
     /// The listing's SQL and its parameters. Only the filters given become
     /// clauses, and only column names and placeholders are written into the
     /// text; the values travel as parameters.
-    pub fn to_sql(&self) -> (String, Vec<&(dyn ToSql + Sync)>) {
+    pub fn to_sql(&self) -> (String, Vec<Param<'_>>) {
         let mut clauses: Vec<String> = Vec::new();
-        let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
-        let equal: [(&str, Option<&(dyn ToSql + Sync)>); 4] = [
-            ("source", self.source.as_ref().map(|v| v as _)),
-            ("kind", self.kind.as_ref().map(|v| v as _)),
-            ("event_type", self.event_type.as_ref().map(|v| v as _)),
-            ("status", self.status.as_ref().map(|v| v as _)),
+        let mut params: Vec<Param<'_>> = Vec::new();
+        let equal: [(&str, Option<Param<'_>>); 4] = [
+            ("source", self.source.as_ref().map(param)),
+            ("kind", self.kind.as_ref().map(param)),
+            ("event_type", self.event_type.as_ref().map(param)),
+            ("status", self.status.as_ref().map(param)),
         ];
         for (column, value) in equal {
             if let Some(value) = value {
@@ -137,27 +136,27 @@ impl EventFilter {
             }
         }
         if let Some(since) = &self.since {
-            params.push(since);
+            params.push(param(since));
             clauses.push(format!("received_at >= ${}", params.len()));
         }
         if let Some(until) = &self.until {
-            params.push(until);
+            params.push(param(until));
             clauses.push(format!("received_at < ${}", params.len()));
         }
         if let Some(q) = &self.q {
-            params.push(q);
+            params.push(param(q));
             let n = params.len();
             clauses.push(format!(
                 "(event_id = ${n} OR payment_id = ${n} OR customer_id = ${n})"
             ));
         }
         if let Some((received_at, id)) = &self.after {
-            params.push(received_at);
-            params.push(id);
+            params.push(param(received_at));
+            params.push(param(id));
             let n = params.len();
             clauses.push(format!("(received_at, id) < (${}, ${n})", n - 1));
         }
-        params.push(&self.limit);
+        params.push(param(&self.limit));
         let where_sql = if clauses.is_empty() {
             String::new()
         } else {
@@ -174,12 +173,11 @@ impl EventFilter {
 
 /// Newest first; returns at most `filter.limit` rows.
 pub async fn list_events(
-    client: &impl GenericClient,
+    client: &impl Session,
     filter: &EventFilter,
 ) -> Result<Vec<EventSummary>, StoreError> {
     let (sql, params) = filter.to_sql();
-    let statement = client.prepare_cached(&sql).await?;
-    let rows = client.query(&statement, &params).await?;
+    let rows = sql::query(client, &sql, &params).await?;
     Ok(rows.iter().map(summary).collect())
 }
 
@@ -192,42 +190,36 @@ pub async fn load_event(
     get_event(&client, id).await
 }
 
-pub async fn get_event(
-    client: &impl GenericClient,
-    id: i64,
-) -> Result<Option<EventDetail>, StoreError> {
+pub async fn get_event(client: &impl Session, id: i64) -> Result<Option<EventDetail>, StoreError> {
     let sql = format!(
         "SELECT {SUMMARY_COLUMNS}, payload, encode(payload_sha256, 'hex') FROM webhook_events \
          WHERE id = $1"
     );
-    let statement = client.prepare_cached(&sql).await?;
-    let Some(row) = client.query_opt(&statement, &[&id]).await? else {
+    let Some(row) = sql::query_opt(client, &sql, params![&id]).await? else {
         return Ok(None);
     };
     let attempts = attempts_of(client, &[id])
         .await?
         .remove(&id)
         .unwrap_or_default();
-    let conflicts = client
-        .prepare_cached(
-            "SELECT received_at, encode(stored_sha256, 'hex'), encode(offered_sha256, 'hex'),
-                    offered_payload, deliveries, last_delivery_at
-               FROM event_conflicts WHERE webhook_event_id = $1 ORDER BY received_at, id",
-        )
-        .await?;
-    let conflicts = client
-        .query(&conflicts, &[&id])
-        .await?
-        .iter()
-        .map(|r| Conflict {
-            received_at: r.get(0),
-            stored_fingerprint: r.get(1),
-            offered_fingerprint: r.get(2),
-            offered_payload: r.get(3),
-            deliveries: r.get(4),
-            last_delivery_at: r.get(5),
-        })
-        .collect();
+    let conflicts = sql::query(
+        client,
+        "SELECT received_at, encode(stored_sha256, 'hex'), encode(offered_sha256, 'hex'),
+                offered_payload, deliveries, last_delivery_at
+           FROM event_conflicts WHERE webhook_event_id = $1 ORDER BY received_at, id",
+        params![&id],
+    )
+    .await?
+    .iter()
+    .map(|r| Conflict {
+        received_at: r.get(0),
+        stored_fingerprint: r.get(1),
+        offered_fingerprint: r.get(2),
+        offered_payload: r.get(3),
+        deliveries: r.get(4),
+        last_delivery_at: r.get(5),
+    })
+    .collect();
     Ok(Some(EventDetail {
         summary: summary(&row),
         payload: row.get(17),
@@ -239,20 +231,21 @@ pub async fn get_event(
 
 /// The attempts of several events, by event, in run order.
 pub async fn attempts_of(
-    client: &impl GenericClient,
+    client: &impl Session,
     ids: &[i64],
 ) -> Result<std::collections::HashMap<i64, Vec<Attempt>>, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "SELECT a.webhook_event_id, a.attempt, a.started_at, a.finished_at,
+    let mut by_event: std::collections::HashMap<i64, Vec<Attempt>> = Default::default();
+    for r in sql::query(
+        client,
+        "SELECT a.webhook_event_id, a.attempt, a.started_at, a.finished_at,
                     extract(epoch FROM a.finished_at - a.started_at)::float8 * 1000, a.outcome,
                     a.error, COALESCE(a.handler, e.kind, ''), a.http_status, a.response
              FROM webhook_event_attempts a JOIN webhook_events e ON e.id = a.webhook_event_id
              WHERE a.webhook_event_id = ANY($1) ORDER BY a.webhook_event_id, a.attempt, a.id",
-        )
-        .await?;
-    let mut by_event: std::collections::HashMap<i64, Vec<Attempt>> = Default::default();
-    for r in client.query(&statement, &[&ids]).await? {
+        params![&ids],
+    )
+    .await?
+    {
         by_event.entry(r.get(0)).or_default().push(Attempt {
             attempt: r.get(1),
             started_at: r.get(2),
@@ -270,54 +263,52 @@ pub async fn attempts_of(
 
 /// The events about one payment, oldest first (at most `limit`).
 pub async fn events_of_payment(
-    client: &impl GenericClient,
+    client: &impl Session,
     source: &str,
     payment_id: &str,
     limit: i64,
 ) -> Result<Vec<EventSummary>, StoreError> {
-    let statement = client
-        .prepare_cached(&format!(
+    let rows = sql::query(
+        client,
+        &format!(
             "SELECT {SUMMARY_COLUMNS} FROM webhook_events
              WHERE payment_id = $2 AND source = $1
              ORDER BY received_at, id LIMIT $3"
-        ))
-        .await?;
-    let rows = client
-        .query(&statement, &[&source, &payment_id, &limit])
-        .await?;
+        ),
+        params![&source, &payment_id, &limit],
+    )
+    .await?;
     Ok(rows.iter().map(summary).collect())
 }
 
 /// How many events have each of `statuses`, over all the history.
 pub async fn count_by_status(
-    client: &impl GenericClient,
+    client: &impl Session,
     statuses: &[&str],
 ) -> Result<std::collections::BTreeMap<String, i64>, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "SELECT s, (SELECT count(*) FROM webhook_events WHERE status = s)
+    let rows = sql::query(
+        client,
+        "SELECT s, (SELECT count(*) FROM webhook_events WHERE status = s)
              FROM unnest($1::text[]) AS s",
-        )
-        .await?;
-    let rows = client.query(&statement, &[&statuses]).await?;
+        params![&statuses],
+    )
+    .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// When secret `position` of `source` last signed an event.
 pub async fn secret_last_used(
-    client: &impl GenericClient,
+    client: &impl Session,
     source: &str,
     position: i32,
 ) -> Result<Option<DateTime<Utc>>, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "SELECT max(received_at) FROM webhook_events WHERE source = $1 AND signed_with = $2",
-        )
-        .await?;
-    Ok(client
-        .query_one(&statement, &[&source, &position])
-        .await?
-        .get(0))
+    Ok(sql::query_one(
+        client,
+        "SELECT max(received_at) FROM webhook_events WHERE source = $1 AND signed_with = $2",
+        params![&source, &position],
+    )
+    .await?
+    .get(0))
 }
 
 /// What a stored event's signature can be checked with again.
@@ -335,16 +326,17 @@ pub type KeptDelivery = (Vec<u8>, Vec<(String, String)>);
 /// An event's source, time, and exact body and signature headers when they are
 /// kept; `None` if there is no such event.
 pub async fn signed_delivery(
-    client: &impl GenericClient,
+    client: &impl Session,
     id: i64,
 ) -> Result<Option<SignedDelivery>, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "SELECT source, received_at, body, signature_headers FROM webhook_events
+    let Some(row) = sql::query_opt(
+        client,
+        "SELECT source, received_at, body, signature_headers FROM webhook_events
              WHERE id = $1",
-        )
-        .await?;
-    let Some(row) = client.query_opt(&statement, &[&id]).await? else {
+        params![&id],
+    )
+    .await?
+    else {
         return Ok(None);
     };
     let body: Option<Vec<u8>> = row.get(2);
@@ -375,19 +367,20 @@ pub struct Stats {
     pub by_source: std::collections::BTreeMap<String, i64>,
 }
 
-pub async fn stats(client: &impl GenericClient, since: DateTime<Utc>) -> Result<Stats, StoreError> {
+pub async fn stats(client: &impl Session, since: DateTime<Utc>) -> Result<Stats, StoreError> {
     // One plain GROUP BY over the three columns (a few dozen groups) and the three
     // breakdowns added up here: a fifth cheaper than GROUPING SETS at a million
     // events (see benches/desk.rs).
-    let statement = client
-        .prepare_cached(
-            "SELECT status, COALESCE(kind, 'none'), source, count(*)
+    let mut stats = Stats::default();
+    for row in sql::query(
+        client,
+        "SELECT status, COALESCE(kind, 'none'), source, count(*)
              FROM webhook_events WHERE received_at >= $1
              GROUP BY 1, 2, 3",
-        )
-        .await?;
-    let mut stats = Stats::default();
-    for row in client.query(&statement, &[&since]).await? {
+        params![&since],
+    )
+    .await?
+    {
         let count: i64 = row.get(3);
         stats.total += count;
         *stats.by_status.entry(row.get(0)).or_default() += count;

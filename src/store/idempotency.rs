@@ -4,7 +4,7 @@
 //! only its owner answers or releases it, and a claim abandoned by a crash is taken
 //! over only by the same request (the stored request hash never changes).
 
-use deadpool_postgres::GenericClient;
+use super::sql::{self, Session, params};
 
 use super::StoreError;
 
@@ -29,13 +29,18 @@ pub enum Claim {
 }
 
 pub async fn claim(
-    client: &impl GenericClient,
+    client: &impl Session,
     token: &str,
     key: &str,
     request_sha256: &[u8],
 ) -> Result<Claim, StoreError> {
-    let insert = client
-        .prepare_cached(
+    let claim_id: [u8; 16] = rand::random();
+    let claim = claim_id.as_slice();
+    // Twice at most: the record can be purged between the two statements.
+    for _ in 0..2 {
+        let params = params![&token, &key, &request_sha256, &ABANDONED_AFTER, &claim,];
+        if sql::query_opt(
+            client,
             "INSERT INTO admin_idempotency_keys
                  (token_name, idempotency_key, request_sha256, claim_id)
              VALUES ($1, $2, $3, $5)
@@ -45,28 +50,21 @@ pub async fn claim(
                    AND admin_idempotency_keys.created_at < now() - $4::text::interval
                    AND admin_idempotency_keys.request_sha256 = EXCLUDED.request_sha256
              RETURNING 1",
+            params,
         )
-        .await?;
-    let select = client
-        .prepare_cached(
-            "SELECT request_sha256, response_status, response_body FROM admin_idempotency_keys
-             WHERE token_name = $1 AND idempotency_key = $2",
-        )
-        .await?;
-    let claim_id: [u8; 16] = rand::random();
-    // Twice at most: the record can be purged between the two statements.
-    for _ in 0..2 {
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
-            &token,
-            &key,
-            &request_sha256,
-            &ABANDONED_AFTER,
-            &claim_id.as_slice(),
-        ];
-        if client.query_opt(&insert, &params).await?.is_some() {
+        .await?
+        .is_some()
+        {
             return Ok(Claim::Fresh(claim_id.to_vec()));
         }
-        let Some(row) = client.query_opt(&select, &[&token, &key]).await? else {
+        let Some(row) = sql::query_opt(
+            client,
+            "SELECT request_sha256, response_status, response_body FROM admin_idempotency_keys
+             WHERE token_name = $1 AND idempotency_key = $2",
+            params![&token, &key],
+        )
+        .await?
+        else {
             continue;
         };
         let stored: Vec<u8> = row.get(0);
@@ -87,30 +85,28 @@ pub async fn claim(
 
 /// Stores the answer, if `claim_id` still owns the key (a takeover may have won).
 pub async fn complete(
-    client: &impl GenericClient,
+    client: &impl Session,
     token: &str,
     key: &str,
     claim_id: &[u8],
     status: u16,
     body: &[u8],
 ) -> Result<(), StoreError> {
-    let statement = client
-        .prepare_cached(
-            "UPDATE admin_idempotency_keys SET response_status = $3, response_body = $4
+    let status = i16::try_from(status).unwrap_or(500);
+    sql::execute(
+        client,
+        "UPDATE admin_idempotency_keys SET response_status = $3, response_body = $4
              WHERE token_name = $1 AND idempotency_key = $2 AND claim_id = $5
                AND response_status IS NULL",
-        )
-        .await?;
-    let status = i16::try_from(status).unwrap_or(500);
-    client
-        .execute(&statement, &[&token, &key, &status, &body, &claim_id])
-        .await?;
+        params![&token, &key, &status, &body, &claim_id],
+    )
+    .await?;
     Ok(())
 }
 
 /// Renews a running request's claim (see `RENEW_EVERY`).
 pub async fn renew(
-    client: &impl GenericClient,
+    client: &impl Session,
     token: &str,
     key: &str,
     claim_id: &[u8],
@@ -128,7 +124,7 @@ pub async fn renew(
 
 /// Gives the key up (the request failed in a way worth retrying).
 pub async fn release(
-    client: &impl GenericClient,
+    client: &impl Session,
     token: &str,
     key: &str,
     claim_id: &[u8],
@@ -147,14 +143,11 @@ pub async fn release(
 /// Runs `sql` on the key (`$1` token, `$2` key) while `$3` is still its
 /// unanswered claim.
 async fn while_claimed(
-    client: &impl GenericClient,
+    client: &impl Session,
     sql: &str,
     [token, key]: [&str; 2],
     claim_id: &[u8],
 ) -> Result<(), StoreError> {
-    let statement = client.prepare_cached(sql).await?;
-    client
-        .execute(&statement, &[&token, &key, &claim_id])
-        .await?;
+    sql::execute(client, sql, params![&token, &key, &claim_id]).await?;
     Ok(())
 }

@@ -8,6 +8,7 @@ use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
 use super::StoreError;
+use super::sql::{self, params};
 
 /// One forward-only migration: a version (increasing), a name for messages, and
 /// its SQL (usually `include_str!` of a file in `sql/`).
@@ -62,6 +63,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(13, "0013_event_conflicts.sql"),
     migration!(14, "0014_refunds.sql"),
     migration!(15, "0015_conflict_counts.sql"),
+    migration!(16, "0016_job_leases.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.
@@ -74,41 +76,31 @@ pub async fn migrate(pool: &Pool) -> Result<usize, StoreError> {
 
 /// Applies hookd's pending migrations, then the application's; returns how many
 /// were applied in all.
+///
+/// Each migration is a transaction of its own that first takes the migration
+/// lock for that transaction only, then reads the ledger: no session state, so
+/// a transaction-mode pooler may hand each transaction to another server
+/// connection. (A session-level lock of an older hookd on the same key still
+/// excludes it.)
 pub async fn migrate_with(pool: &Pool, application: &[Migration]) -> Result<usize, StoreError> {
     let mut client = pool.get().await?;
-    // Waiting for another instance's migration, or building an index on a big
-    // table, may outlast the pool's statement timeout.
-    client.batch_execute("SET statement_timeout = 0").await?;
-    // Everything, the bookkeeping table included, happens under the lock: even
-    // `CREATE TABLE IF NOT EXISTS` races with itself.
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
-        .await?;
-    let result = async {
-        check_encoding(&client).await?;
-        let mut applied = apply_pending(&mut client, HOOKD, MIGRATIONS).await?;
-        if !application.is_empty() {
-            applied += apply_pending(&mut client, APPLICATION, application).await?;
-        }
-        Ok::<_, StoreError>(applied)
+    check_encoding(&client).await?;
+    let mut applied = apply_pending(&mut client, HOOKD, MIGRATIONS).await?;
+    if !application.is_empty() {
+        applied += apply_pending(&mut client, APPLICATION, application).await?;
     }
-    .await;
-    let unlock = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
-        .await;
-    let reset = client.batch_execute(&super::session_limits()).await;
-    let applied = result?;
-    unlock?;
-    reset?;
     Ok(applied)
 }
 
 /// Event bodies are Unicode text: another server encoding would refuse some.
 async fn check_encoding(client: &deadpool_postgres::Object) -> Result<(), StoreError> {
-    let encoding: String = client
-        .query_one("SELECT current_setting('server_encoding')", &[])
-        .await?
-        .get(0);
+    let encoding: String = sql::query_one(
+        client,
+        "SELECT current_setting('server_encoding')",
+        params![],
+    )
+    .await?
+    .get(0);
     if encoding != "UTF8" {
         return Err(StoreError::Schema(format!(
             "the database's encoding is {encoding}; hookd needs UTF8 (CREATE DATABASE … ENCODING 'UTF8')"
@@ -117,56 +109,103 @@ async fn check_encoding(client: &deadpool_postgres::Object) -> Result<(), StoreE
     Ok(())
 }
 
+/// Applies `migrations` one transaction at a time, until none is pending.
 async fn apply_pending(
     client: &mut deadpool_postgres::Object,
     ledger: Ledger,
     migrations: &[Migration],
 ) -> Result<usize, StoreError> {
-    let table = ledger.table;
-    // Checked first rather than `IF NOT EXISTS`, which logs a notice at every start.
-    let exists: bool = client
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
-        .await?
-        .get(0);
-    // The table names are hookd's own constants, never input.
-    if !exists {
-        client
-            .batch_execute(&format!(
-                "CREATE TABLE {table} (
-                version    integer PRIMARY KEY,
-                name       text NOT NULL,
-                sha256     bytea NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now())"
-            ))
-            .await?;
-    }
-    let rows = client
-        .query(&format!("SELECT version, sha256 FROM {table}"), &[])
-        .await?;
-    let applied: Vec<(i32, Vec<u8>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     let mut count = 0;
-    for migration in migrations {
-        let digest = Sha256::digest(migration.sql.as_bytes()).to_vec();
-        if let Some((_, existing)) = applied.iter().find(|(v, _)| *v == migration.version) {
-            if *existing != digest {
-                return Err(StoreError::Schema(format!(
-                    "{} migration {} was changed after it was applied",
-                    ledger.whose, migration.name
-                )));
-            }
-            continue;
-        }
+    loop {
         let tx = client.transaction().await?;
+        // Waiting for another instance's migration, or building an index on a
+        // big table, may outlast hookd's statement timeout.
+        tx.batch_execute("SET LOCAL statement_timeout = 0").await?;
+        // Everything, the ledger's creation included, happens under the lock:
+        // even `CREATE TABLE IF NOT EXISTS` races with itself.
+        sql::execute(
+            &tx,
+            "SELECT pg_advisory_xact_lock($1)",
+            params![&MIGRATION_LOCK],
+        )
+        .await?;
+        let applied = read_ledger(&tx, ledger).await?;
+        let Some((migration, digest)) = next_pending(ledger, migrations, &applied)? else {
+            tx.commit().await?;
+            warn_if_newer(ledger, migrations, &applied);
+            return Ok(count);
+        };
         tx.batch_execute(migration.sql).await?;
-        tx.execute(
-            &format!("INSERT INTO {table} (version, name, sha256) VALUES ($1, $2, $3)"),
-            &[&migration.version, &migration.name, &digest],
+        // The table names are hookd's own constants, never input.
+        sql::execute(
+            &tx,
+            &format!(
+                "INSERT INTO {} (version, name, sha256) VALUES ($1, $2, $3)",
+                ledger.table
+            ),
+            params![&migration.version, &migration.name, &digest],
         )
         .await?;
         tx.commit().await?;
         log::info!("applied {} migration {}", ledger.whose, migration.name);
         count += 1;
     }
+}
+
+/// The versions `ledger` records and their SQL's digests; creates its table
+/// when missing.
+async fn read_ledger(
+    tx: &deadpool_postgres::Transaction<'_>,
+    ledger: Ledger,
+) -> Result<Vec<(i32, Vec<u8>)>, StoreError> {
+    let table = ledger.table;
+    // Checked first rather than `IF NOT EXISTS`, which logs a notice at every start.
+    let exists: bool = sql::query_one(tx, "SELECT to_regclass($1) IS NOT NULL", params![&table])
+        .await?
+        .get(0);
+    if !exists {
+        tx.batch_execute(&format!(
+            "CREATE TABLE {table} (
+                version    integer PRIMARY KEY,
+                name       text NOT NULL,
+                sha256     bytea NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now())"
+        ))
+        .await?;
+    }
+    let rows = sql::query(
+        tx,
+        &format!("SELECT version, sha256 FROM {table}"),
+        params![],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The first migration not yet applied, and its digest; refuses one that
+/// changed after it was applied.
+fn next_pending<'m>(
+    ledger: Ledger,
+    migrations: &'m [Migration],
+    applied: &[(i32, Vec<u8>)],
+) -> Result<Option<(&'m Migration, Vec<u8>)>, StoreError> {
+    for migration in migrations {
+        let digest = Sha256::digest(migration.sql.as_bytes()).to_vec();
+        match applied.iter().find(|(v, _)| *v == migration.version) {
+            Some((_, existing)) if *existing != digest => {
+                return Err(StoreError::Schema(format!(
+                    "{} migration {} was changed after it was applied",
+                    ledger.whose, migration.name
+                )));
+            }
+            Some(_) => {}
+            None => return Ok(Some((migration, digest))),
+        }
+    }
+    Ok(None)
+}
+
+fn warn_if_newer(ledger: Ledger, migrations: &[Migration], applied: &[(i32, Vec<u8>)]) {
     if let Some(newest) = applied.iter().map(|(v, _)| *v).max() {
         let known = migrations.last().map_or(0, |m| m.version);
         if newest > known {
@@ -176,5 +215,4 @@ async fn apply_pending(
             );
         }
     }
-    Ok(count)
 }

@@ -1,5 +1,6 @@
-//! Everything hookd says to PostgreSQL. Queries are parameterised and prepared once
-//! per connection (`prepare_cached`); the schema lives in `sql/` migrations.
+//! Everything hookd says to PostgreSQL. Queries are parameterised and sent through
+//! `sql` (prepared once per connection, or unnamed behind a transaction-mode
+//! pooler); the schema lives in `sql/` migrations.
 
 pub mod audit;
 pub mod events;
@@ -9,6 +10,7 @@ mod migrate;
 pub mod payments;
 pub mod purge;
 pub mod sessions;
+pub mod sql;
 pub mod tls;
 
 use std::time::Duration;
@@ -17,8 +19,10 @@ use deadpool_postgres::{GenericClient, ManagerConfig, Object, Pool, RecyclingMet
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
+use sql::params;
+
 pub use migrate::{MIGRATIONS, Migration, migrate, migrate_with};
-pub use tls::DbConnector;
+pub use tls::{DbConnector, Pooler};
 
 /// How long a request waits for a connection before the database counts as unavailable.
 const POOL_WAIT: Duration = Duration::from_secs(5);
@@ -62,6 +66,9 @@ impl StoreError {
 
 impl From<tokio_postgres::Error> for StoreError {
     fn from(error: tokio_postgres::Error) -> Self {
+        if error.code().is_some_and(shows_transaction_pooler) && !sql::unnamed() {
+            hint_transaction_pooler(&error);
+        }
         match Failure::of(&error) {
             Failure::Unavailable => StoreError::Unavailable(tls::explain(&error)),
             Failure::Contention => StoreError::Contention(describe(&error)),
@@ -79,6 +86,38 @@ impl From<deadpool_postgres::PoolError> for StoreError {
             deadpool_postgres::PoolError::Backend(e) => StoreError::Unavailable(tls::explain(&e)),
             other => StoreError::Unavailable(other.to_string()),
         }
+    }
+}
+
+/// A statement hookd prepared on this connection is missing on the server, or
+/// one of the same name is already there: the connection is not one server
+/// session, as behind a transaction-mode pooler.
+fn shows_transaction_pooler(code: &SqlState) -> bool {
+    *code == SqlState::INVALID_SQL_STATEMENT_NAME || *code == SqlState::DUPLICATE_PSTATEMENT
+}
+
+/// Says what to do, once a minute at most however many statements fail so.
+fn hint_transaction_pooler(error: &tokio_postgres::Error) {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST.load(std::sync::atomic::Ordering::Relaxed);
+    if now >= last + 60
+        && LAST
+            .compare_exchange(
+                last,
+                now,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_ok()
+    {
+        log::error!(
+            "{}: a transaction-mode pooler (PgBouncer, RDS Proxy, Supavisor, PgCat) seems to be \
+             in front of the database; add pgbouncer=true to DATABASE_URL",
+            describe(error)
+        );
     }
 }
 
@@ -121,6 +160,7 @@ impl Failure {
         let unavailable = [
             SqlState::READ_ONLY_SQL_TRANSACTION,
             SqlState::INVALID_SQL_STATEMENT_NAME,
+            SqlState::DUPLICATE_PSTATEMENT,
             SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
             SqlState::LOCK_NOT_AVAILABLE,
             SqlState::T_R_STATEMENT_COMPLETION_UNKNOWN,
@@ -160,7 +200,19 @@ pub fn discard(client: Object) {
     drop(Object::take(client));
 }
 
-pub fn pool(mut config: tokio_postgres::Config, tls: DbConnector, max_size: usize) -> Pool {
+pub fn pool(config: tokio_postgres::Config, tls: DbConnector, max_size: usize) -> Pool {
+    pool_through(config, tls, max_size, Pooler::None)
+}
+
+/// A pool whose connections go through `pooler`. Behind a transaction-mode
+/// pooler hookd keeps nothing on a server session: statements go unnamed, locks
+/// and limits last one transaction (see `begin`).
+pub fn pool_through(
+    mut config: tokio_postgres::Config,
+    tls: DbConnector,
+    max_size: usize,
+    pooler: Pooler,
+) -> Pool {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
@@ -171,37 +223,65 @@ pub fn pool(mut config: tokio_postgres::Config, tls: DbConnector, max_size: usiz
             recycling_method: RecyclingMethod::Fast,
         },
     );
-    Pool::builder(manager)
+    let builder = Pool::builder(manager)
         .max_size(max_size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(POOL_WAIT))
         .create_timeout(Some(CONNECT_TIMEOUT))
-        .recycle_timeout(Some(CONNECT_TIMEOUT))
+        .recycle_timeout(Some(CONNECT_TIMEOUT));
+    let builder = match pooler {
+        Pooler::Transaction => {
+            sql::send_unnamed();
+            builder
+        }
         // Set on each new session rather than as startup options, which poolers
         // such as pgbouncer refuse.
-        .post_create(deadpool_postgres::Hook::async_fn(|client, _| {
+        Pooler::None => builder.post_create(deadpool_postgres::Hook::async_fn(|client, _| {
             Box::pin(async move {
                 client
-                    .batch_execute(&session_limits())
+                    .batch_execute(&session_limits(Scope::Session))
                     .await
                     .map_err(deadpool_postgres::HookError::Backend)
             })
-        }))
+        })),
+    };
+    builder
         .build()
         .unwrap_or_else(|e| unreachable!("a pool with a runtime always builds: {e}"))
 }
 
-/// The statement that bounds every session of hookd's: each limit is hookd's,
-/// or the database's or role's own when that is stricter (`reset_val`, in
+/// Starts a transaction. Behind a transaction-mode pooler, where no session
+/// setting can be relied on, it first bounds its own statements.
+pub async fn begin(
+    client: &mut deadpool_postgres::Object,
+) -> Result<deadpool_postgres::Transaction<'_>, tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    if sql::unnamed() {
+        tx.batch_execute(&session_limits(Scope::Transaction))
+            .await?;
+    }
+    Ok(tx)
+}
+
+/// How long a setting lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Session,
+    Transaction,
+}
+
+/// The statement that bounds hookd's statements: each limit is hookd's, or the
+/// database's or role's own when that is stricter (`reset_val`, in
 /// milliseconds, is the session's default before any `SET`; 0 means none).
-pub fn session_limits() -> String {
+pub fn session_limits(scope: Scope) -> String {
     format!(
         "SELECT set_config(name, least(NULLIF(reset_val::bigint, 0), CASE name \
-             WHEN 'statement_timeout' THEN {} ELSE {} END)::text, false) \
+             WHEN 'statement_timeout' THEN {} ELSE {} END)::text, {}) \
          FROM pg_settings \
          WHERE name IN ('statement_timeout', 'idle_in_transaction_session_timeout')",
         STATEMENT_TIMEOUT.as_millis(),
-        IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
+        IDLE_IN_TRANSACTION_TIMEOUT.as_millis(),
+        scope == Scope::Transaction,
     )
 }
 
@@ -228,13 +308,13 @@ pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), NotR
     // A standby (or a database set read-only) takes no delivery: not ready, so a
     // balancer sends them elsewhere; the session is closed so the next one can
     // find the new primary.
-    let read_only: bool = client
-        .query_one(
-            "SELECT current_setting('transaction_read_only') = 'on'",
-            &[],
-        )
-        .await?
-        .get(0);
+    let read_only: bool = sql::query_one(
+        &client,
+        "SELECT current_setting('transaction_read_only') = 'on'",
+        params![],
+    )
+    .await?
+    .get(0);
     if read_only {
         discard(client);
         return Err(NotReady::ReadOnly);
@@ -249,16 +329,22 @@ pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), NotR
     ];
     for (table, whose, newest) in wanted {
         let Some(newest) = newest else { continue };
-        let exists: bool = client
-            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
-            .await?
-            .get(0);
+        let exists: bool = sql::query_one(
+            &client,
+            "SELECT to_regclass($1) IS NOT NULL",
+            params![&table],
+        )
+        .await?
+        .get(0);
         // The table names are constants, never input.
         let applied: Option<i32> = if exists {
-            client
-                .query_one(&format!("SELECT max(version) FROM {table}"), &[])
-                .await?
-                .get(0)
+            sql::query_one(
+                &client,
+                &format!("SELECT max(version) FROM {table}"),
+                params![],
+            )
+            .await?
+            .get(0)
         } else {
             None
         };
@@ -337,6 +423,7 @@ mod tests {
             ("XX000", Failure::Unavailable), // internal_error
             ("25006", Failure::Unavailable), // read_only_sql_transaction (a standby)
             ("26000", Failure::Unavailable), // invalid_sql_statement_name (statements lost)
+            ("42P05", Failure::Unavailable), // duplicate_prepared_statement (a pooler)
             ("25P03", Failure::Unavailable), // idle_in_transaction_session_timeout
             ("55P03", Failure::Unavailable), // lock_not_available (lock_timeout)
             ("40003", Failure::Unavailable), // statement_completion_unknown

@@ -8,10 +8,9 @@
 //! refund counts once, and `amount_refunded` is the greatest of the cumulative
 //! totals stated and the sum of the payment's refunds.
 
+use super::sql::{self, Session, params};
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use serde::Serialize;
-use tokio_postgres::types::ToSql;
 
 use super::StoreError;
 use crate::domain::PaymentFacts;
@@ -88,13 +87,12 @@ const ADD_REFUNDS: &str = "
     WHERE p.source = refunded.source AND p.payment_id = refunded.payment_id";
 
 pub async fn merge(
-    client: &impl GenericClient,
+    client: &impl Session,
     source: &str,
     update: &PaymentUpdate,
 ) -> Result<(), StoreError> {
-    let statement = client.prepare_cached(MERGE_PAYMENT).await?;
     let facts = &update.facts;
-    let params: [&(dyn ToSql + Sync); 9] = [
+    let params = params![
         &source,
         &facts.payment_id,
         &update.succeeded,
@@ -105,22 +103,24 @@ pub async fn merge(
         &facts.currency,
         &facts.customer_id,
     ];
-    let merged = client.execute(&statement, &params);
+    let merged = sql::ready(client, MERGE_PAYMENT, params).await?;
     match &facts.refund {
-        None => merged.await?,
-        Some(_) => then_add_refunds(client, merged, &[(source, update)]).await?,
+        None => merged.execute(client).await?,
+        Some(_) => then_add_refunds(client, &merged, &[(source, update)]).await?,
     };
     Ok(())
 }
 
 /// Runs `merged` (the payments' merge, which locks their rows), then adds the
-/// refunds of `updates` — sent together, in that order, in one round trip.
+/// refunds of `updates` — sent together, in that order, in one round trip. Both
+/// are ready before either is sent: had the second been prepared already and
+/// the first not, the second would run first, its snapshot taken before the
+/// merge waited for the rows' locks, missing refunds committed meanwhile.
 async fn then_add_refunds(
-    client: &impl GenericClient,
-    merged: impl Future<Output = Result<u64, tokio_postgres::Error>>,
+    client: &impl Session,
+    merged: &sql::Ready<'_>,
     updates: &[(&str, &PaymentUpdate)],
 ) -> Result<u64, StoreError> {
-    let statement = client.prepare_cached(ADD_REFUNDS).await?;
     let with_refund = || {
         updates.iter().filter_map(|(source, u)| {
             Some((*source, &u.facts.payment_id, u.facts.refund.as_ref()?))
@@ -130,11 +130,12 @@ async fn then_add_refunds(
     let payments: Vec<&str> = with_refund().map(|(_, p, _)| p.as_str()).collect();
     let ids: Vec<&str> = with_refund().map(|(_, _, r)| r.id.as_str()).collect();
     let amounts: Vec<i64> = with_refund().map(|(_, _, r)| r.amount).collect();
-    let params: [&(dyn ToSql + Sync); 4] = [&sources, &payments, &ids, &amounts];
+    let params = params![&sources, &payments, &ids, &amounts];
+    let add = sql::ready(client, ADD_REFUNDS, params).await?;
     // `join!` polls `merged` first, so its statement is sent first.
-    let (merged, added) = tokio::join!(merged, client.execute(&statement, &params));
+    let (merged, added) = tokio::join!(merged.execute(client), add.execute(client));
     merged?;
-    Ok(added?)
+    added
 }
 
 /// `merge` for many updates in one statement (and one more, sent with it, when
@@ -143,26 +144,9 @@ async fn then_add_refunds(
 /// and each refund id's largest amount), so the row ends as it would after
 /// merging them one by one.
 pub async fn merge_many(
-    client: &impl GenericClient,
+    client: &impl Session,
     updates: &[(&str, &PaymentUpdate)],
 ) -> Result<(), StoreError> {
-    let statement = client
-        .prepare_cached(concat!(
-            "INSERT INTO payments AS p
-                 (source, payment_id, succeeded, failed, disputed, amount, amount_refunded,
-                  currency, customer_id)
-             SELECT source, payment_id, bool_or(succeeded), bool_or(failed), bool_or(disputed),
-                    COALESCE(max(amount), 0), COALESCE(max(amount_refunded), 0),
-                    max(currency), max(customer_id)
-             FROM unnest($1::text[], $2::text[], $3::bool[], $4::bool[], $5::bool[],
-                         $6::bigint[], $7::bigint[], $8::text[], $9::text[])
-                  AS u(source, payment_id, succeeded, failed, disputed, amount,
-                       amount_refunded, currency, customer_id)
-             GROUP BY source, payment_id
-             ",
-            merge_facts!()
-        ))
-        .await?;
     let sources: Vec<&str> = updates.iter().map(|(s, _)| *s).collect();
     let ids: Vec<&str> = updates
         .iter()
@@ -184,7 +168,7 @@ pub async fn merge_many(
         .iter()
         .map(|(_, u)| u.facts.customer_id.as_deref())
         .collect();
-    let params: [&(dyn ToSql + Sync); 9] = [
+    let params = params![
         &sources,
         &ids,
         &succeeded,
@@ -195,11 +179,30 @@ pub async fn merge_many(
         &currencies,
         &customers,
     ];
-    let merged = client.execute(&statement, &params);
+    let merged = sql::ready(
+        client,
+        concat!(
+            "INSERT INTO payments AS p
+                 (source, payment_id, succeeded, failed, disputed, amount, amount_refunded,
+                  currency, customer_id)
+             SELECT source, payment_id, bool_or(succeeded), bool_or(failed), bool_or(disputed),
+                    COALESCE(max(amount), 0), COALESCE(max(amount_refunded), 0),
+                    max(currency), max(customer_id)
+             FROM unnest($1::text[], $2::text[], $3::bool[], $4::bool[], $5::bool[],
+                         $6::bigint[], $7::bigint[], $8::text[], $9::text[])
+                  AS u(source, payment_id, succeeded, failed, disputed, amount,
+                       amount_refunded, currency, customer_id)
+             GROUP BY source, payment_id
+             ",
+            merge_facts!()
+        ),
+        params,
+    )
+    .await?;
     if updates.iter().any(|(_, u)| u.facts.refund.is_some()) {
-        then_add_refunds(client, merged, updates).await?;
+        then_add_refunds(client, &merged, updates).await?;
     } else {
-        merged.await?;
+        merged.execute(client).await?;
     }
     Ok(())
 }
@@ -242,25 +245,23 @@ fn payment(row: &tokio_postgres::Row) -> Payment {
 }
 
 pub async fn get(
-    client: &impl GenericClient,
+    client: &impl Session,
     source: &str,
     payment_id: &str,
 ) -> Result<Option<Payment>, StoreError> {
-    let statement = client
-        .prepare_cached(&format!(
-            "SELECT {PAYMENT_COLUMNS} FROM payments WHERE source = $1 AND payment_id = $2"
-        ))
-        .await?;
-    let row = client
-        .query_opt(&statement, &[&source, &payment_id])
-        .await?;
+    let row = sql::query_opt(
+        client,
+        &format!("SELECT {PAYMENT_COLUMNS} FROM payments WHERE source = $1 AND payment_id = $2"),
+        params![&source, &payment_id],
+    )
+    .await?;
     Ok(row.as_ref().map(payment))
 }
 
 /// A customer's payments, newest first; at most `limit`, after `after` (the
 /// `(created_at, source, payment_id)` of the previous page's last).
 pub async fn of_customer(
-    client: &impl GenericClient,
+    client: &impl Session,
     customer: &str,
     limit: i64,
     after: Option<&(DateTime<Utc>, String, String)>,
@@ -269,18 +270,18 @@ pub async fn of_customer(
         Some((at, source, id)) => (Some(*at), Some(source.as_str()), Some(id.as_str())),
         None => (None, None, None),
     };
-    let statement = client
-        .prepare_cached(&format!(
+    let rows = sql::query(
+        client,
+        &format!(
             "SELECT {PAYMENT_COLUMNS} FROM payments
              WHERE customer_id = $1
                AND ($3::timestamptz IS NULL
                     OR (created_at, source, payment_id) < ($3, $4::text, $5::text))
              ORDER BY created_at DESC, source DESC, payment_id DESC
              LIMIT $2"
-        ))
-        .await?;
-    let rows = client
-        .query(&statement, &[&customer, &limit, &at, &source, &id])
-        .await?;
+        ),
+        params![&customer, &limit, &at, &source, &id],
+    )
+    .await?;
     Ok(rows.iter().map(payment).collect())
 }

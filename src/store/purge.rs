@@ -10,29 +10,46 @@
 
 use std::collections::BTreeMap;
 
+use super::sql::{self, Session, params};
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 
 use super::StoreError;
 
-/// Arbitrary, fixed: one instance purges at a time.
-const PURGE_LOCK: i64 = 0x0068_6f6f_6b70;
+/// The job lease of the purge pass: one instance purges at a time.
+const PURGE_JOB: &str = "purge";
 
 /// Rows removed, by event status.
 pub type ByStatus = BTreeMap<String, u64>;
 
-/// Takes the purge lock for this session; `false` if another session holds it.
-pub async fn try_lock(client: &impl GenericClient) -> Result<bool, StoreError> {
-    let row = client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&PURGE_LOCK])
-        .await?;
-    Ok(row.get(0))
+/// Takes (or, for its holder, extends) the purge lease for `term`; `false` if
+/// another holder's lease has not run out.
+pub async fn lease(
+    client: &impl Session,
+    holder: &[u8],
+    term: std::time::Duration,
+) -> Result<bool, StoreError> {
+    let seconds = term.as_secs_f64();
+    let row = sql::query_opt(
+        client,
+        "INSERT INTO hookd_job_leases AS l (job, holder, expires_at)
+         VALUES ($1, $2, now() + make_interval(secs => $3))
+         ON CONFLICT (job) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+             WHERE l.expires_at < now() OR l.holder = EXCLUDED.holder
+         RETURNING 1",
+        params![&PURGE_JOB, &holder, &seconds],
+    )
+    .await?;
+    Ok(row.is_some())
 }
 
-pub async fn unlock(client: &impl GenericClient) -> Result<(), StoreError> {
-    client
-        .execute("SELECT pg_advisory_unlock($1)", &[&PURGE_LOCK])
-        .await?;
+/// Ends `holder`'s purge lease, so the next pass need not wait for it to run out.
+pub async fn release(client: &impl Session, holder: &[u8]) -> Result<(), StoreError> {
+    sql::execute(
+        client,
+        "DELETE FROM hookd_job_leases WHERE job = $1 AND holder = $2",
+        params![&PURGE_JOB, &holder],
+    )
+    .await?;
     Ok(())
 }
 
@@ -46,14 +63,14 @@ fn tally(rows: &[tokio_postgres::Row], into: &mut ByStatus) -> u64 {
 /// Deletes up to `limit` finished events received before `cutoff` (their attempts
 /// go with them). Returns how many, counted into `by_status`.
 pub async fn delete_keys_batch(
-    client: &impl GenericClient,
+    client: &impl Session,
     cutoff: DateTime<Utc>,
     limit: i64,
     by_status: &mut ByStatus,
 ) -> Result<u64, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "WITH batch AS (
+    let rows = sql::query(
+        client,
+        "WITH batch AS (
                  SELECT id FROM webhook_events
                  WHERE status IN ('processed', 'ignored', 'dead') AND received_at < $1
                  ORDER BY received_at
@@ -62,9 +79,9 @@ pub async fn delete_keys_batch(
              DELETE FROM webhook_events e USING batch
              WHERE e.id = batch.id
              RETURNING e.status",
-        )
-        .await?;
-    let rows = client.query(&statement, &[&cutoff, &limit]).await?;
+        params![&cutoff, &limit],
+    )
+    .await?;
     Ok(tally(&rows, by_status))
 }
 
@@ -80,40 +97,40 @@ pub async fn walk_payloads_batch(
     limit: i64,
     by_status: &mut ByStatus,
 ) -> Result<u64, StoreError> {
-    let tx = client.transaction().await?;
-    let walk = tx
-        .prepare_cached(
-            "SELECT e.id, e.received_at FROM webhook_events e
+    let tx = super::begin(client).await?;
+    let rows = sql::query(
+        &tx,
+        "SELECT e.id, e.received_at FROM webhook_events e
              WHERE (e.received_at, e.id) > (
                      SELECT COALESCE(max(w.received_at), '-infinity'), COALESCE(max(w.id), 0)
                      FROM hookd_purge_watermark w)
                AND e.received_at < $1
              ORDER BY e.received_at, e.id
              LIMIT $2",
-        )
-        .await?;
-    let rows = tx.query(&walk, &[&cutoff, &limit]).await?;
+        params![&cutoff, &limit],
+    )
+    .await?;
     let Some(last) = rows.last() else {
         return Ok(0);
     };
     let last: (DateTime<Utc>, i64) = (last.get(1), last.get(0));
     let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
     drop_payloads(&tx, &ids, by_status).await?;
-    let pending = tx
-        .prepare_cached(
-            "INSERT INTO hookd_purge_pending (webhook_event_id)
+    sql::execute(
+        &tx,
+        "INSERT INTO hookd_purge_pending (webhook_event_id)
              SELECT id FROM webhook_events WHERE id = ANY($1) AND payload IS NOT NULL
              ON CONFLICT DO NOTHING",
-        )
-        .await?;
-    tx.execute(&pending, &[&ids]).await?;
-    let mark = tx
-        .prepare_cached(
-            "INSERT INTO hookd_purge_watermark (received_at, id) VALUES ($1, $2)
+        params![&ids],
+    )
+    .await?;
+    sql::execute(
+        &tx,
+        "INSERT INTO hookd_purge_watermark (received_at, id) VALUES ($1, $2)
              ON CONFLICT (singleton) DO UPDATE SET received_at = $1, id = $2",
-        )
-        .await?;
-    tx.execute(&mark, &[&last.0, &last.1]).await?;
+        params![&last.0, &last.1],
+    )
+    .await?;
     tx.commit().await?;
     Ok(rows.len() as u64)
 }
@@ -123,27 +140,31 @@ pub async fn walk_payloads_batch(
 /// transaction holds are skipped (the walk lists them as pending, for a later
 /// pass): a pass never waits on a delivery or a retry.
 async fn drop_payloads(
-    client: &impl GenericClient,
+    client: &impl Session,
     ids: &[i64],
     by_status: &mut ByStatus,
 ) -> Result<Vec<i64>, StoreError> {
-    let update = client
-        .prepare_cached(&format!(
+    let rows = sql::query(
+        client,
+        &format!(
             "UPDATE webhook_events SET payload = NULL, body = NULL, signature_headers = NULL,
                  last_error = NULL, purged_at = now()
              WHERE id IN (SELECT id FROM webhook_events
                           WHERE id = ANY($1) AND status IN {FINAL} AND payload IS NOT NULL
                           FOR NO KEY UPDATE SKIP LOCKED)
              RETURNING status, id"
-        ))
-        .await?;
-    let rows = client.query(&update, &[&ids]).await?;
+        ),
+        params![&ids],
+    )
+    .await?;
     tally(&rows, by_status);
     let dropped: Vec<i64> = rows.iter().map(|r| r.get(1)).collect();
-    let attempts = client
-        .prepare_cached("DELETE FROM webhook_event_attempts WHERE webhook_event_id = ANY($1)")
-        .await?;
-    client.execute(&attempts, &[&dropped]).await?;
+    sql::execute(
+        client,
+        "DELETE FROM webhook_event_attempts WHERE webhook_event_id = ANY($1)",
+        params![&dropped],
+    )
+    .await?;
     Ok(dropped)
 }
 
@@ -154,30 +175,30 @@ pub async fn settle_pending_batch(
     limit: i64,
     by_status: &mut ByStatus,
 ) -> Result<u64, StoreError> {
-    let tx = client.transaction().await?;
-    let ready = tx
-        .prepare_cached(&format!(
+    let tx = super::begin(client).await?;
+    let ids: Vec<i64> = sql::query(
+        &tx,
+        &format!(
             "SELECT p.webhook_event_id FROM hookd_purge_pending p
              JOIN webhook_events e ON e.id = p.webhook_event_id
              WHERE e.status IN {FINAL} OR e.payload IS NULL
              LIMIT $1"
-        ))
-        .await?;
-    let ids: Vec<i64> = tx
-        .query(&ready, &[&limit])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        ),
+        params![&limit],
+    )
+    .await?
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
     drop_payloads(&tx, &ids, by_status).await?;
-    let settle = tx
-        .prepare_cached(
-            "DELETE FROM hookd_purge_pending p USING webhook_events e
+    let settled = sql::execute(
+        &tx,
+        "DELETE FROM hookd_purge_pending p USING webhook_events e
              WHERE p.webhook_event_id = ANY($1) AND e.id = p.webhook_event_id
                AND e.payload IS NULL",
-        )
-        .await?;
-    let settled = tx.execute(&settle, &[&ids]).await?;
+        params![&ids],
+    )
+    .await?;
     tx.commit().await?;
     Ok(settled)
 }
@@ -226,13 +247,12 @@ impl Expiring {
 
 /// Deletes up to `limit` rows of `what` older than `before`; how many went.
 pub async fn delete_expired_batch(
-    client: &impl GenericClient,
+    client: &impl Session,
     what: Expiring,
     before: DateTime<Utc>,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let statement = client.prepare_cached(what.delete_sql()).await?;
-    Ok(client.execute(&statement, &[&before, &limit]).await?)
+    sql::execute(client, what.delete_sql(), params![&before, &limit]).await
 }
 
 /// What a pass would remove, without removing it.
@@ -244,16 +264,16 @@ pub struct Preview {
 }
 
 pub async fn preview(
-    client: &impl GenericClient,
+    client: &impl Session,
     payload_cutoff: DateTime<Utc>,
     key_cutoff: DateTime<Utc>,
     idempotency_cutoff: DateTime<Utc>,
 ) -> Result<Preview, StoreError> {
     // Payloads: what the walk will meet past its watermark, and the pending events
     // that have finished; keys: everything finished before the key cut-off.
-    let rows = client
-        .query(
-            "WITH mark AS (
+    let rows = sql::query(
+        client,
+        "WITH mark AS (
                  SELECT COALESCE(max(received_at), '-infinity') AS received_at,
                         COALESCE(max(id), 0) AS id
                  FROM hookd_purge_watermark),
@@ -270,9 +290,9 @@ pub async fn preview(
                  GROUP BY status)
              SELECT status, COALESCE(keys.n, 0), COALESCE(payloads.n, 0)
              FROM keys FULL JOIN payloads USING (status)",
-            &[&payload_cutoff, &key_cutoff],
-        )
-        .await?;
+        params![&payload_cutoff, &key_cutoff],
+    )
+    .await?;
     let mut preview = Preview::default();
     for row in rows {
         let status: String = row.get(0);
@@ -284,13 +304,13 @@ pub async fn preview(
             preview.payloads.insert(status, payloads.unsigned_abs());
         }
     }
-    let expired: i64 = client
-        .query_one(
-            "SELECT count(*) FROM admin_idempotency_keys WHERE created_at < $1",
-            &[&idempotency_cutoff],
-        )
-        .await?
-        .get(0);
+    let expired: i64 = sql::query_one(
+        client,
+        "SELECT count(*) FROM admin_idempotency_keys WHERE created_at < $1",
+        params![&idempotency_cutoff],
+    )
+    .await?
+    .get(0);
     preview.idempotency_keys = expired.unsigned_abs();
     Ok(preview)
 }

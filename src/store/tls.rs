@@ -27,6 +27,8 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 const SSLMODE: &str = "sslmode";
 const SSLROOTCERT: &str = "sslrootcert";
+/// Prisma's convention: `pgbouncer=true` says a transaction-mode pooler is in front.
+const PGBOUNCER: &str = "pgbouncer";
 
 /// libpq's `sslmode` values, all but `allow`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -74,12 +76,24 @@ impl FromStr for SslMode {
     }
 }
 
-/// What a connection string says about TLS.
+/// What a connection string says that hookd reads itself rather than
+/// tokio-postgres: TLS, and whether a transaction-mode pooler is in front.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct TlsParams {
+pub struct UrlParams {
     pub mode: SslMode,
     /// PEM file of the CA certificates to trust instead of the system's.
     pub root_cert: Option<PathBuf>,
+    pub pooler: Pooler,
+}
+
+/// What sits between hookd and PostgreSQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pooler {
+    /// PostgreSQL itself, or a session-mode pooler: one server session per connection.
+    #[default]
+    None,
+    /// A transaction-mode pooler: each transaction may run on another server session.
+    Transaction,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +122,8 @@ pub enum DatabaseUrlError {
     VerifyCaWithoutRoot,
     #[error("{}", explain(.0))]
     Parse(tokio_postgres::Error),
+    #[error("pgbouncer: {0:?} is not true or false")]
+    Pgbouncer(String),
     /// rustls refusing the ring provider's defaults; not expected to happen.
     #[error("TLS setup: {0}")]
     Setup(String),
@@ -150,8 +166,8 @@ impl DbConnector {
 /// Turns `DATABASE_URL` into the configuration and connector for `store::pool`.
 pub fn connect_options(
     url: &str,
-) -> Result<(tokio_postgres::Config, DbConnector), DatabaseUrlError> {
-    let (rest, params) = split_tls_params(url)?;
+) -> Result<(tokio_postgres::Config, DbConnector, Pooler), DatabaseUrlError> {
+    let (rest, params) = split_hookd_params(url)?;
     let mut config = tokio_postgres::Config::from_str(&rest).map_err(DatabaseUrlError::Parse)?;
     // Like libpq, which never negotiates TLS over a Unix socket whatever sslmode says.
     let only_sockets = config.get_hostaddrs().is_empty()
@@ -162,7 +178,7 @@ pub fn connect_options(
             .all(|host| matches!(host, Host::Unix(_)));
     if params.mode == SslMode::Disable || only_sockets {
         config.ssl_mode(PgSslMode::Disable);
-        return Ok((config, DbConnector::Plain));
+        return Ok((config, DbConnector::Plain, params.pooler));
     }
     // With `hostaddr` alone, TLS would get an empty server name; like libpq, the
     // address itself is the name then.
@@ -189,13 +205,17 @@ pub fn connect_options(
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
-    Ok((config, DbConnector::Tls(MakeRustlsConnect::new(tls))))
+    Ok((
+        config,
+        DbConnector::Tls(MakeRustlsConnect::new(tls)),
+        params.pooler,
+    ))
 }
 
 /// Whether `DATABASE_URL` says `sslmode=prefer` (also libpq's default) to a host
 /// beyond this machine, where the connection may silently stay unencrypted.
 pub fn prefers_tls_beyond_this_machine(url: &str) -> bool {
-    let Ok((rest, params)) = split_tls_params(url) else {
+    let Ok((rest, params)) = split_hookd_params(url) else {
         return false;
     };
     let Ok(config) = tokio_postgres::Config::from_str(&rest) else {
@@ -215,7 +235,7 @@ pub fn prefers_tls_beyond_this_machine(url: &str) -> bool {
 }
 
 fn verifier(
-    params: &TlsParams,
+    params: &UrlParams,
     provider: &Arc<CryptoProvider>,
 ) -> Result<Arc<dyn ServerCertVerifier>, DatabaseUrlError> {
     let algorithms = provider.signature_verification_algorithms;
@@ -405,7 +425,7 @@ fn io_text(error: &io::Error) -> String {
 /// Takes `sslmode` and `sslrootcert` out of a connection string, URL or key=value
 /// form, and returns the rest as written, for `tokio_postgres::Config::from_str`.
 /// A key given twice counts the last time, as in libpq.
-pub fn split_tls_params(url: &str) -> Result<(String, TlsParams), DatabaseUrlError> {
+pub fn split_hookd_params(url: &str) -> Result<(String, UrlParams), DatabaseUrlError> {
     let (rest, found) = if ["postgres://", "postgresql://"]
         .iter()
         .any(|prefix| url.starts_with(prefix))
@@ -414,10 +434,20 @@ pub fn split_tls_params(url: &str) -> Result<(String, TlsParams), DatabaseUrlErr
     } else {
         split_key_value(url)
     };
-    let mut params = TlsParams::default();
+    let mut params = UrlParams::default();
     for (key, value) in found {
         if key == SSLMODE {
             params.mode = String::from_utf8_lossy(&value).parse()?;
+        } else if key == PGBOUNCER {
+            params.pooler = match &value[..] {
+                b"true" => Pooler::Transaction,
+                b"false" => Pooler::None,
+                other => {
+                    return Err(DatabaseUrlError::Pgbouncer(
+                        String::from_utf8_lossy(other).into_owned(),
+                    ));
+                }
+            };
         } else if value.is_empty() {
             // libpq reads an empty value as not set.
             params.root_cert = None;
@@ -428,8 +458,8 @@ pub fn split_tls_params(url: &str) -> Result<(String, TlsParams), DatabaseUrlErr
     Ok((rest, params))
 }
 
-fn is_tls_key(key: &str) -> bool {
-    key == SSLMODE || key == SSLROOTCERT
+fn is_hookd_key(key: &str) -> bool {
+    key == SSLMODE || key == SSLROOTCERT || key == PGBOUNCER
 }
 
 type Found = Vec<(String, Vec<u8>)>;
@@ -450,7 +480,7 @@ fn split_url(url: &str) -> (String, Found) {
             (key.into_owned(), value)
         });
         match key {
-            Some((key, value)) if is_tls_key(&key) => {
+            Some((key, value)) if is_hookd_key(&key) => {
                 found.push((key, percent_encoding::percent_decode_str(value).collect()));
             }
             _ => kept.push(pair),
@@ -477,7 +507,7 @@ fn split_key_value(text: &str) -> (String, Found) {
             break;
         }
         match cursor.pair() {
-            Some((key, value)) if is_tls_key(key) => {
+            Some((key, value)) if is_hookd_key(key) => {
                 found.push((key.to_string(), value.into_bytes()));
             }
             Some(_) => kept.push(&text[start..cursor.pos]),
@@ -560,14 +590,15 @@ impl<'a> Cursor<'a> {
 mod tests {
     use super::*;
 
-    fn split(url: &str) -> (String, TlsParams) {
-        split_tls_params(url).expect("split")
+    fn split(url: &str) -> (String, UrlParams) {
+        split_hookd_params(url).expect("split")
     }
 
-    fn params(mode: SslMode, root_cert: Option<&str>) -> TlsParams {
-        TlsParams {
+    fn params(mode: SslMode, root_cert: Option<&str>) -> UrlParams {
+        UrlParams {
             mode,
             root_cert: root_cert.map(PathBuf::from),
+            pooler: Pooler::None,
         }
     }
 
@@ -578,7 +609,7 @@ mod tests {
             "host=db.example user=u dbname=hookd",
             "postgresql://db.example/hookd",
         ] {
-            assert_eq!(split(url), (url.to_string(), TlsParams::default()), "{url}");
+            assert_eq!(split(url), (url.to_string(), UrlParams::default()), "{url}");
         }
     }
 
@@ -677,7 +708,7 @@ mod tests {
             "postgres://localhost/db?sslmode=verify_full",
             "sslmode=''",
         ] {
-            let error = split_tls_params(url).expect_err(url).to_string();
+            let error = split_hookd_params(url).expect_err(url).to_string();
             assert!(error.starts_with("sslmode: "), "{error}");
             assert!(error.contains("verify-full"), "{error}");
         }
@@ -685,25 +716,54 @@ mod tests {
 
     #[test]
     fn the_rest_parses_and_gets_the_mode() {
-        let (config, tls) =
+        let (config, tls, _) =
             connect_options("postgres://u@localhost:6543/db?sslmode=require&application_name=t")
                 .expect("options");
         assert_eq!(config.get_ssl_mode(), PgSslMode::Require);
         assert_eq!(config.get_ports(), [6543]);
         assert!(matches!(tls, DbConnector::Tls(_)));
 
-        let (config, tls) = connect_options("host=localhost sslmode=prefer").expect("options");
+        let (config, tls, _) = connect_options("host=localhost sslmode=prefer").expect("options");
         assert_eq!(config.get_ssl_mode(), PgSslMode::Prefer);
         assert!(matches!(tls, DbConnector::Tls(_)));
 
-        let (config, tls) = connect_options("host=localhost sslmode=disable").expect("options");
+        let (config, tls, _) = connect_options("host=localhost sslmode=disable").expect("options");
         assert_eq!(config.get_ssl_mode(), PgSslMode::Disable);
         assert!(matches!(tls, DbConnector::Plain));
     }
 
     #[test]
+    fn pgbouncer_true_is_taken_out_and_names_a_transaction_pooler() {
+        for (url, rest) in [
+            (
+                "postgres://u@pool:6432/db?pgbouncer=true&application_name=t",
+                "postgres://u@pool:6432/db?application_name=t",
+            ),
+            ("host=pool port=6432 pgbouncer=true", "host=pool port=6432"),
+        ] {
+            let (kept, params) = split(url);
+            assert_eq!(kept, rest, "{url}");
+            assert_eq!(params.pooler, Pooler::Transaction, "{url}");
+        }
+        let (_, params) = split("postgres://u@db/db?pgbouncer=false");
+        assert_eq!(params.pooler, Pooler::None);
+        let (_, _, pooler) =
+            connect_options("postgres://u@pool:6432/db?sslmode=disable&pgbouncer=true")
+                .expect("options");
+        assert_eq!(pooler, Pooler::Transaction);
+        let error = connect_options("postgres://u@pool/db?pgbouncer=yes")
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            error.contains("pgbouncer") && error.contains("yes"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn a_unix_socket_never_uses_tls() {
-        let (config, tls) =
+        let (config, tls, _) =
             connect_options("host=/var/run/postgresql sslmode=verify-full sslrootcert=/nowhere")
                 .expect("options");
         assert_eq!(config.get_ssl_mode(), PgSslMode::Disable);

@@ -739,7 +739,7 @@ async fn history_queries_use_indexes_at_scale() {
     for (name, filter) in filters {
         let (sql, params) = filter.to_sql();
         let plan: Vec<String> = db
-            .query(&format!("EXPLAIN {sql}"), &params)
+            .query_typed(&format!("EXPLAIN {sql}"), &params)
             .await
             .expect("explain")
             .iter()

@@ -18,6 +18,7 @@ mod observability;
 mod openapi;
 mod outage;
 mod payments;
+mod pooler;
 mod process;
 mod production;
 mod properties;

@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 
 use crate::support::{ClusterGuard, TestDb, cluster, stripe_event, wait_for};
 
-struct Hookd {
+pub(crate) struct Hookd {
     child: Option<Child>,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Drop for Hookd {
@@ -29,7 +29,7 @@ impl Drop for Hookd {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -37,7 +37,7 @@ fn free_port() -> u16 {
 }
 
 /// The shipped configuration, listening on `port`, written where the child can read it.
-fn write_config(port: u16, name: &str) -> PathBuf {
+pub(crate) fn write_config(port: u16, name: &str) -> PathBuf {
     write_config_with(port, name, "")
 }
 
@@ -74,11 +74,22 @@ impl Hookd {
 
     /// `hookd serve` against `db`, logging at `level` to the config's `.log` file.
     async fn start_logging(config: &Path, port: u16, db: &TestDb, level: &str) -> Hookd {
+        Self::start_on(config, port, &cluster().connection_string(&db.name), level).await
+    }
+
+    /// `hookd serve` against `database_url`, logging at `level` to the config's
+    /// `.log` file.
+    pub(crate) async fn start_on(
+        config: &Path,
+        port: u16,
+        database_url: &str,
+        level: &str,
+    ) -> Hookd {
         let log = std::fs::File::create(config.with_extension("log")).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args(["serve", "--config"])
             .arg(config)
-            .env("DATABASE_URL", cluster().connection_string(&db.name))
+            .env("DATABASE_URL", database_url)
             .env("RUST_LOG", level)
             .stdout(Stdio::null())
             .stderr(log)
@@ -103,14 +114,14 @@ impl Hookd {
         .await;
     }
 
-    fn signal(&self, signal: Signal) {
+    pub(crate) fn signal(&self, signal: Signal) {
         let child = self.child.as_ref().expect("running");
         let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
         kill(pid, signal).expect("signal");
     }
 
     /// Its exit status; fails if it has not exited within 60 s.
-    async fn wait(mut self) -> std::process::ExitStatus {
+    pub(crate) async fn wait(mut self) -> std::process::ExitStatus {
         let child = self.child.as_mut().expect("running");
         let status = wait_for("hookd to exit", Duration::from_secs(60), || {
             std::future::ready(child.try_wait().expect("try_wait"))
@@ -121,7 +132,7 @@ impl Hookd {
     }
 }
 
-fn payment_event(i: usize) -> Value {
+pub(crate) fn payment_event(i: usize) -> Value {
     stripe_event(
         &format!("evt_load_{i}"),
         "payment_intent.succeeded",
@@ -184,7 +195,7 @@ async fn send_load(
     }
 }
 
-fn stripe_signer() -> impl Fn(&[u8]) -> Vec<(String, String)> + Send + Sync + 'static {
+pub(crate) fn stripe_signer() -> impl Fn(&[u8]) -> Vec<(String, String)> + Send + Sync + 'static {
     let settings = crate::support::shipped_settings();
     let source = settings.source("stripe").expect("stripe").clone();
     move |body: &[u8]| {

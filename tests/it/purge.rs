@@ -420,19 +420,24 @@ async fn only_one_instance_purges_at_a_time() {
     })
     .await;
 
-    // Another instance's pass holds the lock: this one skips.
+    // Another instance's pass holds the lease: this one skips.
     let holder = first.db().await;
     holder
-        .execute("SELECT pg_advisory_lock(x'686f6f6b70'::bigint)", &[])
+        .execute(
+            "INSERT INTO hookd_job_leases (job, holder, expires_at)
+             VALUES ('purge', 'another instance', now() + interval '1 minute')",
+            &[],
+        )
         .await
-        .expect("lock");
+        .expect("lease");
     let skipped = second.app.purger.run_once(None).await.expect("purge");
     assert!(skipped.skipped);
     assert_eq!(PurgeOutcome::total(&skipped.payloads_dropped), 0);
+
     holder
-        .execute("SELECT pg_advisory_unlock(x'686f6f6b70'::bigint)", &[])
+        .execute("DELETE FROM hookd_job_leases", &[])
         .await
-        .expect("unlock");
+        .expect("give the lease back");
 
     // Both at once: the work is done exactly once between them.
     let (a, b) = tokio::join!(
@@ -445,6 +450,24 @@ async fn only_one_instance_purges_at_a_time() {
     };
     assert_eq!(removed(&a) + removed(&b), 12);
     assert!(a.skipped || b.skipped || removed(&a) == 0 || removed(&b) == 0);
+
+    // A lease whose holder died runs out, and the next pass takes it.
+    holder
+        .execute(
+            "INSERT INTO hookd_job_leases (job, holder, expires_at)
+             VALUES ('purge', 'a dead instance', now() - interval '1 second')",
+            &[],
+        )
+        .await
+        .expect("an expired lease");
+    let taken = second.app.purger.run_once(None).await.expect("purge");
+    assert!(!taken.skipped);
+    let left: i64 = holder
+        .query_one("SELECT count(*) FROM hookd_job_leases", &[])
+        .await
+        .expect("leases")
+        .get(0);
+    assert_eq!(left, 0, "a finished pass gives its lease back");
 }
 
 #[tokio::test]

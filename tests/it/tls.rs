@@ -204,7 +204,7 @@ impl TlsCluster {
 
 /// Connects as `hookd` would, and says whether the session is encrypted.
 async fn session_is_encrypted(url: &str) -> Result<bool, String> {
-    let (config, tls) = store::tls::connect_options(url).map_err(|e| e.to_string())?;
+    let (config, tls, _) = store::tls::connect_options(url).map_err(|e| e.to_string())?;
     let pool = store::pool(config, tls, 1);
     let result = async {
         let client = pool.get().await.map_err(StoreError::from)?;
@@ -410,7 +410,7 @@ async fn slow_handler_timeout_cancels_a_stuck_handler_over_tls() {
     migrating.close();
 
     let url = server.url("localhost", &server.with_ca("verify-full"));
-    let (config, connector) = store::tls::connect_options(&url).expect("options");
+    let (config, connector, _) = store::tls::connect_options(&url).expect("options");
     let mut settings = shipped_settings();
     settings.handler_timeout = Duration::from_secs(1);
     for source in &mut settings.sources {

@@ -1,0 +1,285 @@
+//! How every statement of hookd's reaches the server. Each parameter carries its
+//! PostgreSQL type, taken from its Rust type, so a statement can be sent two ways
+//! with the same meaning:
+//! - prepared once per connection and cached (the default: the server plans it
+//!   once);
+//! - unnamed, parsed and run in one round trip (`query_typed`), when a
+//!   transaction-mode pooler (PgBouncer, RDS Proxy, Supavisor, PgCat) sits in
+//!   front of the database: it hands each transaction to any server connection,
+//!   where a statement prepared on another one does not exist.
+//!
+//! The direct path declares the same types, so every test run proves the types
+//! the pooled path sends.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Error, Row, Statement};
+
+use super::StoreError;
+
+/// A statement parameter and the type it is sent as.
+pub type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+
+/// A parameter, typed by its Rust type.
+pub fn param<T: PgType + ToSql + Sync>(value: &T) -> Param<'_> {
+    (value, T::TYPE)
+}
+
+/// `params![&a, &b]`: the typed parameters of a statement.
+#[macro_export]
+macro_rules! params {
+    ($($value:expr),* $(,)?) => {
+        &[$($crate::store::sql::param($value)),*]
+    };
+}
+pub use crate::params;
+
+/// Set once any pool of this process goes through a transaction-mode pooler,
+/// never cleared: an unnamed statement is correct on any connection, a prepared
+/// one is only faster.
+static UNNAMED: AtomicBool = AtomicBool::new(false);
+
+pub(super) fn send_unnamed() {
+    UNNAMED.store(true, Ordering::Relaxed);
+}
+
+/// Whether statements go unnamed (and transactions set their own limits).
+pub fn unnamed() -> bool {
+    UNNAMED.load(Ordering::Relaxed)
+}
+
+/// A session hookd runs statements on: a pooled connection or a transaction.
+/// Its `*_unnamed` methods send a statement without preparing it first.
+pub trait Session: GenericClient {
+    fn query_unnamed(
+        &self,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send;
+    fn query_one_unnamed(
+        &self,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> impl Future<Output = Result<Row, Error>> + Send;
+    fn query_opt_unnamed(
+        &self,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> impl Future<Output = Result<Option<Row>, Error>> + Send;
+    fn execute_unnamed(
+        &self,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> impl Future<Output = Result<u64, Error>> + Send;
+}
+
+macro_rules! session {
+    ($client:ty, $inner:ty) => {
+        impl Session for $client {
+            fn query_unnamed(
+                &self,
+                sql: &str,
+                params: &[Param<'_>],
+            ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send {
+                <$inner>::query_typed(self, sql, params)
+            }
+            fn query_one_unnamed(
+                &self,
+                sql: &str,
+                params: &[Param<'_>],
+            ) -> impl Future<Output = Result<Row, Error>> + Send {
+                <$inner>::query_typed_one(self, sql, params)
+            }
+            fn query_opt_unnamed(
+                &self,
+                sql: &str,
+                params: &[Param<'_>],
+            ) -> impl Future<Output = Result<Option<Row>, Error>> + Send {
+                <$inner>::query_typed_opt(self, sql, params)
+            }
+            fn execute_unnamed(
+                &self,
+                sql: &str,
+                params: &[Param<'_>],
+            ) -> impl Future<Output = Result<u64, Error>> + Send {
+                <$inner>::execute_typed(self, sql, params)
+            }
+        }
+    };
+}
+
+session!(deadpool_postgres::Client, tokio_postgres::Client);
+session!(
+    deadpool_postgres::Transaction<'_>,
+    tokio_postgres::Transaction<'_>
+);
+
+/// The statement prepared with the parameters' types (cached per connection),
+/// and the values to bind.
+async fn prepared<'p>(
+    client: &impl Session,
+    sql: &str,
+    params: &[Param<'p>],
+) -> Result<(Statement, Vec<&'p (dyn ToSql + Sync)>), Error> {
+    let types: Vec<Type> = params.iter().map(|(_, ty)| ty.clone()).collect();
+    let statement = client.prepare_typed_cached(sql, &types).await?;
+    Ok((statement, params.iter().map(|(value, _)| *value).collect()))
+}
+
+/// Every row `sql` returns.
+pub async fn query(
+    client: &impl Session,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<Vec<Row>, StoreError> {
+    if unnamed() {
+        return Ok(client.query_unnamed(sql, params).await?);
+    }
+    let (statement, values) = prepared(client, sql, params).await?;
+    Ok(client.query(&statement, &values).await?)
+}
+
+/// The one row `sql` returns.
+pub async fn query_one(
+    client: &impl Session,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<Row, StoreError> {
+    if unnamed() {
+        return Ok(client.query_one_unnamed(sql, params).await?);
+    }
+    let (statement, values) = prepared(client, sql, params).await?;
+    Ok(client.query_one(&statement, &values).await?)
+}
+
+/// The row `sql` returns, if any.
+pub async fn query_opt(
+    client: &impl Session,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<Option<Row>, StoreError> {
+    if unnamed() {
+        return Ok(client.query_opt_unnamed(sql, params).await?);
+    }
+    let (statement, values) = prepared(client, sql, params).await?;
+    Ok(client.query_opt(&statement, &values).await?)
+}
+
+/// Runs `sql`; returns how many rows it changed.
+pub async fn execute(
+    client: &impl Session,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<u64, StoreError> {
+    if unnamed() {
+        return Ok(client.execute_unnamed(sql, params).await?);
+    }
+    let (statement, values) = prepared(client, sql, params).await?;
+    Ok(client.execute(&statement, &values).await?)
+}
+
+/// A statement with its values, ready to send: `send` puts it on the wire on its
+/// first poll, so statements made ready first and then sent together (`join!`)
+/// run in the order they are polled — one round trip, a known order.
+pub struct Ready<'p> {
+    sql: &'p str,
+    params: &'p [Param<'p>],
+    /// Prepared, unless statements go unnamed.
+    prepared: Option<(Statement, Vec<&'p (dyn ToSql + Sync)>)>,
+}
+
+/// `sql` with `params`, prepared now when statements are prepared.
+pub async fn ready<'p>(
+    client: &impl Session,
+    sql: &'p str,
+    params: &'p [Param<'p>],
+) -> Result<Ready<'p>, StoreError> {
+    let prepared = if unnamed() {
+        None
+    } else {
+        Some(prepared(client, sql, params).await?)
+    };
+    Ok(Ready {
+        sql,
+        params,
+        prepared,
+    })
+}
+
+impl Ready<'_> {
+    /// Runs the statement; returns how many rows it changed.
+    pub async fn execute(&self, client: &impl Session) -> Result<u64, StoreError> {
+        Ok(match &self.prepared {
+            Some((statement, values)) => client.execute(statement, values).await?,
+            None => client.execute_unnamed(self.sql, self.params).await?,
+        })
+    }
+}
+
+/// The PostgreSQL type a Rust value is sent as.
+pub trait PgType {
+    const TYPE: Type;
+}
+
+/// A type that can be an array's element, and the array type it makes.
+pub trait PgElement: PgType {
+    const ARRAY: Type;
+}
+
+macro_rules! pg_types {
+    ($($rust:ty => $pg:ident, $array:ident;)*) => {
+        $(
+            impl PgType for $rust {
+                const TYPE: Type = Type::$pg;
+            }
+            impl PgElement for $rust {
+                const ARRAY: Type = Type::$array;
+            }
+        )*
+    };
+}
+
+pg_types! {
+    str => TEXT, TEXT_ARRAY;
+    String => TEXT, TEXT_ARRAY;
+    bool => BOOL, BOOL_ARRAY;
+    i16 => INT2, INT2_ARRAY;
+    i32 => INT4, INT4_ARRAY;
+    i64 => INT8, INT8_ARRAY;
+    f64 => FLOAT8, FLOAT8_ARRAY;
+    [u8] => BYTEA, BYTEA_ARRAY;
+    Vec<u8> => BYTEA, BYTEA_ARRAY;
+    serde_json::Value => JSONB, JSONB_ARRAY;
+    DateTime<Utc> => TIMESTAMPTZ, TIMESTAMPTZ_ARRAY;
+}
+
+impl<const N: usize> PgType for [u8; N] {
+    const TYPE: Type = Type::BYTEA;
+}
+
+impl<T: PgType + ?Sized> PgType for &T {
+    const TYPE: Type = T::TYPE;
+}
+
+impl<T: PgElement + ?Sized> PgElement for &T {
+    const ARRAY: Type = T::ARRAY;
+}
+
+impl<T: PgType> PgType for Option<T> {
+    const TYPE: Type = T::TYPE;
+}
+
+impl<T: PgElement> PgElement for Option<T> {
+    const ARRAY: Type = T::ARRAY;
+}
+
+impl<T: PgElement> PgType for Vec<T> {
+    const TYPE: Type = T::ARRAY;
+}
+
+impl<T: PgElement> PgType for [T] {
+    const TYPE: Type = T::ARRAY;
+}
