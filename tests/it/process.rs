@@ -15,9 +15,9 @@ use serde_json::{Value, json};
 
 use crate::support::{ClusterGuard, TestDb, cluster, stripe_event, wait_for};
 
-struct Hookd {
+pub struct Hookd {
     child: Option<Child>,
-    base: String,
+    pub base: String,
 }
 
 impl Drop for Hookd {
@@ -30,7 +30,7 @@ impl Drop for Hookd {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -53,7 +53,7 @@ fn write_config_with(port: u16, name: &str, handler_timeout: &str) -> PathBuf {
 
 /// The shipped configuration on `port` with each of these duration keys set to
 /// its value (each must be in the shipped file).
-fn write_config_setting(port: u16, name: &str, keys: &[(&str, &str)]) -> PathBuf {
+pub fn write_config_setting(port: u16, name: &str, keys: &[(&str, &str)]) -> PathBuf {
     let mut text = hookd_kit::settings::shipped_toml_on_port(port);
     for (key, value) in keys {
         let line = text
@@ -86,11 +86,17 @@ impl Hookd {
 
     /// `hookd serve` against `db`, logging at `level` to the config's `.log` file.
     async fn start_logging(config: &Path, port: u16, db: &TestDb, level: &str) -> Hookd {
+        Self::start_against(config, port, &cluster().connection_string(&db.name), level).await
+    }
+
+    /// `hookd serve` with this `DATABASE_URL`, logging at `level` to the config's
+    /// `.log` file.
+    pub async fn start_against(config: &Path, port: u16, database_url: &str, level: &str) -> Hookd {
         let log = std::fs::File::create(config.with_extension("log")).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args(["serve", "--config"])
             .arg(config)
-            .env("DATABASE_URL", cluster().connection_string(&db.name))
+            .env("DATABASE_URL", database_url)
             .env("RUST_LOG", level)
             .stdout(Stdio::null())
             .stderr(log)
@@ -99,7 +105,7 @@ impl Hookd {
         Hookd::started(child, port, Duration::from_secs(30)).await
     }
 
-    async fn ready(&self, within: Duration) {
+    pub async fn ready(&self, within: Duration) {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))
             .build()
@@ -115,14 +121,14 @@ impl Hookd {
         .await;
     }
 
-    fn signal(&self, signal: Signal) {
+    pub fn signal(&self, signal: Signal) {
         let child = self.child.as_ref().expect("running");
         let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
         kill(pid, signal).expect("signal");
     }
 
     /// Its exit status; fails if it has not exited within 60 s.
-    async fn wait(mut self) -> std::process::ExitStatus {
+    pub async fn wait(mut self) -> std::process::ExitStatus {
         let child = self.child.as_mut().expect("running");
         let status = wait_for("hookd to exit", Duration::from_secs(60), || {
             std::future::ready(child.try_wait().expect("try_wait"))
@@ -133,7 +139,7 @@ impl Hookd {
     }
 }
 
-fn payment_event(i: usize) -> Value {
+pub fn payment_event(i: usize) -> Value {
     stripe_event(
         &format!("evt_load_{i}"),
         "payment_intent.succeeded",
@@ -196,7 +202,7 @@ async fn send_load(
     }
 }
 
-fn stripe_signer() -> impl Fn(&[u8]) -> Vec<(String, String)> + Send + Sync + 'static {
+pub fn stripe_signer() -> impl Fn(&[u8]) -> Vec<(String, String)> + Send + Sync + 'static {
     let settings = crate::support::shipped_settings();
     let source = settings.source("stripe").expect("stripe").clone();
     move |body: &[u8]| {
@@ -452,7 +458,7 @@ async fn slow_sigterm_lets_a_delivery_in_flight_finish_and_exits_zero() {
 }
 
 /// `path`'s answer from `base`: its status, and its body as JSON (`Null` if none).
-async fn get(base: &str, path: &str) -> (u16, Value) {
+pub async fn get(base: &str, path: &str) -> (u16, Value) {
     let answer = reqwest::Client::new()
         .get(format!("{base}{path}"))
         .timeout(Duration::from_secs(5))
