@@ -3,6 +3,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use actix_web::dev::ServerHandle;
@@ -17,8 +18,6 @@ use crate::store::{self, StoreError};
 
 /// Where `hookd` keeps its embedded cluster, relative to the working directory.
 pub const EMBEDDED_DIR: &str = ".hookd/pg";
-/// How long in-flight requests get to finish after a stop is requested.
-const GRACE: Duration = Duration::from_secs(30);
 /// A request's head (line and headers) must arrive within this.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// An idle keep-alive connection is closed after this.
@@ -141,7 +140,8 @@ impl App {
         let mut admin_addr = None;
         if let Some(listen) = self.settings.admin_listen {
             // Operators and staff only: one worker is plenty.
-            let (bound, admin) = serve_http(listen, state, http::admin_listener_routes, Some(1))?;
+            let (bound, admin) =
+                serve_http(listen, state.clone(), http::admin_listener_routes, Some(1))?;
             admin_addr = Some(bound);
             servers.push(admin);
         }
@@ -163,6 +163,7 @@ impl App {
         Ok(Running {
             addr,
             admin_addr,
+            state,
             servers,
             trigger,
             loops,
@@ -208,7 +209,7 @@ where
         answer_within,
         max_connections: MAX_CONNECTIONS,
         workers,
-        grace: GRACE,
+        grace: settings.shutdown_grace,
     };
     let server = http::server::serve(listener, state, routes, limits).map_err(fail)?;
     let handle = server.handle();
@@ -238,22 +239,51 @@ pub struct Running {
     pub addr: SocketAddr,
     /// Where the admin pages and metrics are served, when apart from `addr`.
     pub admin_addr: Option<SocketAddr>,
+    state: actix_web::web::Data<AppState>,
     servers: Vec<HttpServer>,
     trigger: ShutdownTrigger,
     loops: Vec<JoinHandle<()>>,
 }
 
 impl Running {
-    /// Stops accepting, lets in-flight deliveries and attempts finish, then returns.
+    /// From now on `/readyz` answers 503 (balancers stop sending), while
+    /// everything else is served as before.
+    pub fn announce_stop(&self) {
+        self.state.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops accepting and lets in-flight deliveries and attempts finish, for
+    /// `shutdown_grace` at most: what is still running then is cut off (its
+    /// transaction rolls back, so the provider's retry or the next start takes
+    /// it up), and this returns.
     pub async fn stop(self) {
+        self.announce_stop();
         self.trigger.trigger();
-        let stops = self.servers.iter().map(|s| s.handle.stop(true));
-        futures_util::future::join_all(stops).await;
-        for server in self.servers {
-            let _ = server.task.await;
-        }
-        for task in self.loops {
-            let _ = task.await;
+        let grace = self.state.app.settings.shutdown_grace;
+        let handles: Vec<ServerHandle> = self.servers.iter().map(|s| s.handle.clone()).collect();
+        let mut loops = self.loops;
+        let servers = self.servers;
+        let drain = async {
+            futures_util::future::join_all(handles.iter().map(|h| h.stop(true))).await;
+            for server in servers {
+                let _ = server.task.await;
+            }
+            for task in &mut loops {
+                let _ = task.await;
+            }
+        };
+        if tokio::time::timeout(grace, drain).await.is_err() {
+            log::warn!(
+                "shutdown_grace ({}) is over: cutting off the work still in flight (its \
+                 transactions roll back; nothing unanswered was acknowledged)",
+                crate::duration::format(grace)
+            );
+            for handle in &handles {
+                drop(handle.stop(false));
+            }
+            for task in loops {
+                task.abort();
+            }
         }
     }
 

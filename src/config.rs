@@ -16,7 +16,7 @@ mod cidr;
 pub use cidr::Cidr;
 
 use crate::domain::PaymentKind;
-use crate::duration::Positive;
+use crate::duration::{Positive, ZeroOrMore};
 use crate::keys::{Names, Problem, json_pointer, one_line, one_of};
 use crate::providers;
 use crate::providers::{Scheme, Verifier};
@@ -84,6 +84,14 @@ pub struct Settings {
     pub pool_size: usize,
     /// Retry loops per instance (each runs one event's handlers at a time).
     pub dispatchers: usize,
+    /// After SIGTERM, how long `/readyz` answers 503 while everything is still
+    /// served, so balancers stop sending before the listener closes.
+    pub shutdown_delay: Duration,
+    /// Then, how long in-flight work gets to finish before it is cut off.
+    pub shutdown_grace: Duration,
+    /// `embedded_database = true`: the operator chose the embedded cluster, also
+    /// for a `serve` that other machines reach.
+    pub embedded_database: bool,
     pub sources: Vec<Source>,
     /// Where events are POSTed for handlers in other stacks.
     pub forwards: Vec<Forward>,
@@ -317,6 +325,34 @@ impl Settings {
         Ok(())
     }
 
+    /// `serve` refuses to keep acknowledged events only in the embedded cluster
+    /// (one machine's disk, often a throwaway one: a container's, a VM's) once
+    /// other machines reach it, unless `embedded_database = true` says that was
+    /// the operator's choice.
+    pub fn check_database(&self) -> Result<(), ConfigError> {
+        if self.database_url.is_some() || self.embedded_database {
+            return Ok(());
+        }
+        let Some((key, addr)) = [
+            ("listen", Some(self.listen)),
+            ("admin_listen", self.admin_listen),
+        ]
+        .into_iter()
+        .find_map(|(key, addr)| addr.filter(|a| !a.ip().is_loopback()).map(|a| (key, a))) else {
+            return Ok(());
+        };
+        Err(ConfigError {
+            origin: self.origin.clone(),
+            key: "DATABASE_URL".into(),
+            problem: format!(
+                "is unset and {key} = {addr} reaches beyond this machine: acknowledged events \
+                 would live only in the embedded cluster on this machine's disk; set \
+                 DATABASE_URL to a PostgreSQL that outlives it, or embedded_database = true \
+                 if the embedded cluster is your choice"
+            ),
+        })
+    }
+
     /// One warning line for each file holding secrets that its group or others may
     /// read (`serve` and `check-config` say it; neither refuses, since a shared
     /// group may be deliberate).
@@ -422,6 +458,10 @@ struct RawSettings {
     purge_batch: Option<i64>,
     pool_size: Option<i64>,
     dispatchers: Option<i64>,
+    shutdown_delay: Option<ZeroOrMore>,
+    shutdown_grace: Option<Positive>,
+    #[serde(default)]
+    embedded_database: bool,
     metrics_token: Option<String>,
     trusted_proxies: Option<Vec<String>>,
     #[serde(default)]
@@ -808,6 +848,11 @@ impl RawSettings {
             purge_batch,
             pool_size,
             dispatchers,
+            shutdown_delay: self
+                .shutdown_delay
+                .map_or(Duration::from_secs(5), Duration::from),
+            shutdown_grace: or(self.shutdown_grace, Duration::from_secs(30)),
+            embedded_database: self.embedded_database,
             sources,
             forwards,
             admin_tokens,

@@ -62,13 +62,28 @@ pub fn format(d: Duration) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Positive(Duration);
 
-impl Positive {
-    fn parse(text: &str) -> Result<Self, String> {
+/// The same, where zero is a choice (a wait that may be skipped altogether).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZeroOrMore(Duration);
+
+/// A duration key's value type: how its text is read.
+trait ConfigDuration: Sized {
+    fn read(text: &str) -> Result<Self, String>;
+}
+
+impl ConfigDuration for Positive {
+    fn read(text: &str) -> Result<Self, String> {
         let d = parse(text)?;
         if d.is_zero() {
             return Err(format!("{text:?} must be longer than zero"));
         }
         Ok(Self(d))
+    }
+}
+
+impl ConfigDuration for ZeroOrMore {
+    fn read(text: &str) -> Result<Self, String> {
+        parse(text).map(Self)
     }
 }
 
@@ -78,29 +93,44 @@ impl From<Positive> for Duration {
     }
 }
 
+impl From<ZeroOrMore> for Duration {
+    fn from(value: ZeroOrMore) -> Self {
+        value.0
+    }
+}
+
+/// Reads text or a number of seconds into `T`.
+struct Text<T>(std::marker::PhantomData<T>);
+
+impl<T: ConfigDuration> Visitor<'_> for Text<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a duration like \"5m\" or a number of seconds")
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<T, E> {
+        T::read(text).map_err(E::custom)
+    }
+
+    fn visit_i64<E: de::Error>(self, seconds: i64) -> Result<T, E> {
+        self.visit_str(&format!("{seconds}s"))
+    }
+
+    fn visit_u64<E: de::Error>(self, seconds: u64) -> Result<T, E> {
+        self.visit_str(&format!("{seconds}s"))
+    }
+}
+
 impl<'de> Deserialize<'de> for Positive {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Text;
-        impl Visitor<'_> for Text {
-            type Value = Positive;
+        deserializer.deserialize_any(Text(std::marker::PhantomData))
+    }
+}
 
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a duration like \"5m\" or a number of seconds")
-            }
-
-            fn visit_str<E: de::Error>(self, text: &str) -> Result<Positive, E> {
-                Positive::parse(text).map_err(E::custom)
-            }
-
-            fn visit_i64<E: de::Error>(self, seconds: i64) -> Result<Positive, E> {
-                self.visit_str(&format!("{seconds}s"))
-            }
-
-            fn visit_u64<E: de::Error>(self, seconds: u64) -> Result<Positive, E> {
-                self.visit_str(&format!("{seconds}s"))
-            }
-        }
-        deserializer.deserialize_any(Text)
+impl<'de> Deserialize<'de> for ZeroOrMore {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Text(std::marker::PhantomData))
     }
 }
 
@@ -170,6 +200,17 @@ mod tests {
             Err("\"-5s\" is not a duration like 5s, 5m, 1h or 30d".into())
         );
         assert!(read("1.5").is_err());
+        let zero_or_more = |toml_value: &str| {
+            toml::from_str::<std::collections::BTreeMap<String, ZeroOrMore>>(&format!(
+                "d = {toml_value}"
+            ))
+            .map(|m| m.get("d").copied().map(Duration::from))
+            .map_err(|e| e.message().to_string())
+        };
+        assert_eq!(zero_or_more("\"0s\""), Ok(Some(Duration::ZERO)));
+        assert_eq!(zero_or_more("0"), Ok(Some(Duration::ZERO)));
+        assert_eq!(zero_or_more("\"5s\""), Ok(Some(Duration::from_secs(5))));
+        assert!(zero_or_more("\"5\"").is_err());
     }
 
     #[test]

@@ -22,6 +22,18 @@ pub fn throwaway(dir: &Path, options: ClusterOptions) -> EmbeddedPostgres {
 /// its own: it serves reads and refuses every write (SQLSTATE 25006), as an old
 /// primary does after a failover. It lives as long as this process.
 pub fn standby(primary: &EmbeddedPostgres, dir: &Path) -> EmbeddedPostgres {
+    standby_with(primary, dir, &primary.connection_string("postgres"), "")
+}
+
+/// The same, copied from `source` (a connection string to `primary`, e.g. over
+/// TCP), with `settings` (postgresql.conf lines, such as its own `port`) added to
+/// its `postgresql.auto.conf`, which wins over the settings hookd writes.
+pub fn standby_with(
+    primary: &EmbeddedPostgres,
+    dir: &Path,
+    source: &str,
+    settings: &str,
+) -> EmbeddedPostgres {
     std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     if nix::unistd::Uid::effective().is_root() {
         let postgres = nix::unistd::User::from_name("postgres")
@@ -42,7 +54,7 @@ pub fn standby(primary: &EmbeddedPostgres, dir: &Path) -> EmbeddedPostgres {
         .arg("-D")
         .arg(dir.join("data"))
         .args(["-R", "-X", "stream", "-c", "fast", "-d"])
-        .arg(primary.connection_string("postgres"))
+        .arg(source)
         .output()
         .unwrap_or_else(|e| panic!("pg_basebackup: {e}"));
     assert!(
@@ -50,6 +62,16 @@ pub fn standby(primary: &EmbeddedPostgres, dir: &Path) -> EmbeddedPostgres {
         "pg_basebackup: {}",
         String::from_utf8_lossy(&backup.stderr)
     );
+    if !settings.is_empty() {
+        // As the cluster's user, who owns the file.
+        let appended = primary
+            .command_as_cluster_user(Path::new("/bin/sh"))
+            .args(["-c", "printf '%s\\n' \"$1\" >> \"$2\"", "sh", settings])
+            .arg(dir.join("data/postgresql.auto.conf"))
+            .status()
+            .unwrap_or_else(|e| panic!("postgresql.auto.conf: {e}"));
+        assert!(appended.success(), "postgresql.auto.conf");
+    }
     throwaway(dir, ClusterOptions { durable: false })
 }
 

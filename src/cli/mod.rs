@@ -375,6 +375,7 @@ impl CliError {
 /// summary of what it would serve.
 fn check_config(settings: &Settings) -> Result<(), CliError> {
     settings.check_exposure()?;
+    settings.check_database()?;
     let database = match &settings.database_url {
         Some(url) => {
             crate::store::tls::connect_options(url.expose()).map_err(|e| {

@@ -1,13 +1,18 @@
-//! `hookd serve`: everything at once, until SIGTERM or SIGINT.
+//! `hookd serve`: everything at once, until SIGTERM or SIGINT. A stop goes in two
+//! phases: for `shutdown_delay` `/readyz` answers 503 while everything is still
+//! served (balancers stop sending), then the listeners close and in-flight work
+//! gets `shutdown_grace` to finish. A second signal skips the rest of the delay.
 
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::{CliError, with_app};
 use crate::app::Parts;
 use crate::config::Settings;
+use crate::duration;
 
 pub async fn serve(settings: Settings, hookd: super::Extensions) -> Result<(), CliError> {
     settings.check_exposure()?;
+    settings.check_database()?;
     super::warn_about_exposure(&settings);
     if settings.uses_development_credentials() {
         log::warn!(
@@ -15,20 +20,54 @@ pub async fn serve(settings: Settings, hookd: super::Extensions) -> Result<(), C
              loopback addresses only"
         );
     }
-    let mut terminate = signal(SignalKind::terminate())
-        .map_err(|e| CliError::Other(format!("cannot watch SIGTERM: {e}")))?;
-    let mut interrupt = signal(SignalKind::interrupt())
-        .map_err(|e| CliError::Other(format!("cannot watch SIGINT: {e}")))?;
+    let mut signals = Signals {
+        terminate: signal(SignalKind::terminate())
+            .map_err(|e| CliError::Other(format!("cannot watch SIGTERM: {e}")))?,
+        interrupt: signal(SignalKind::interrupt())
+            .map_err(|e| CliError::Other(format!("cannot watch SIGINT: {e}")))?,
+    };
     with_app(settings, hookd, |app| async move {
         let running = app.start(Parts::ALL)?;
         log::info!("hookd listening on http://{}", running.addr);
-        tokio::select! {
-            _ = terminate.recv() => log::info!("SIGTERM: finishing in-flight work"),
-            _ = interrupt.recv() => log::info!("SIGINT: finishing in-flight work"),
+        let first = signals.next().await;
+        running.announce_stop();
+        let (delay, grace) = (app.settings.shutdown_delay, app.settings.shutdown_grace);
+        if !delay.is_zero() {
+            log::info!(
+                "{first}: /readyz answers 503; serving on for {} (shutdown_delay) so balancers \
+                 stop sending; SIGTERM or SIGINT again skips the wait",
+                duration::format(delay)
+            );
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                again = signals.next() => {
+                    log::info!("{again} again: skipping the rest of shutdown_delay");
+                }
+            }
         }
+        log::info!(
+            "{first}: no longer accepting; finishing in-flight work (at most {}, shutdown_grace)",
+            duration::format(grace)
+        );
         running.stop().await;
         log::info!("hookd stopped");
         Ok(())
     })
     .await
+}
+
+/// The signals that stop `serve`.
+struct Signals {
+    terminate: Signal,
+    interrupt: Signal,
+}
+
+impl Signals {
+    /// The next stop signal's name.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.interrupt.recv() => "SIGINT",
+        }
+    }
 }

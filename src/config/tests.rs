@@ -869,3 +869,67 @@ fn relative_file_paths_are_read_from_the_configuration_files_folder() {
         "{e}"
     );
 }
+
+#[test]
+fn shutdown_delay_and_grace_are_read_and_checked() {
+    let s = load(MINIMAL).expect("valid");
+    assert_eq!(
+        (s.shutdown_delay, s.shutdown_grace),
+        (Duration::from_secs(5), Duration::from_secs(30))
+    );
+    let s = load(&format!(
+        "shutdown_delay = \"0s\"\nshutdown_grace = \"1m\"\n{MINIMAL}"
+    ))
+    .expect("valid");
+    assert_eq!(
+        (s.shutdown_delay, s.shutdown_grace),
+        (Duration::ZERO, Duration::from_secs(60))
+    );
+    let e = error(&format!("shutdown_grace = \"0s\"\n{MINIMAL}"));
+    assert!(
+        e.contains("shutdown_grace") && e.contains("longer than zero"),
+        "{e}"
+    );
+    let e = error(&format!("shutdown_delay = \"soon\"\n{MINIMAL}"));
+    assert!(e.contains("shutdown_delay") && !e.contains('\n'), "{e}");
+    // The shipped (development) file stops at once: no balancer in front.
+    let shipped = load(include_str!("../../hookd.toml")).expect("valid");
+    assert_eq!(shipped.shutdown_delay, Duration::ZERO);
+}
+
+#[test]
+fn the_embedded_cluster_beyond_loopback_needs_embedded_database_true() {
+    let refused = |env: &[(&str, &str)]| {
+        load_env(MINIMAL, env)
+            .expect("valid")
+            .check_database()
+            .expect_err("refused")
+            .to_string()
+    };
+    assert!(load(MINIMAL).expect("valid").check_database().is_ok());
+    let e = refused(&[("HOOKD_LISTEN", "0.0.0.0:8080")]);
+    assert!(
+        e.contains("DATABASE_URL: is unset and listen = 0.0.0.0:8080")
+            && e.contains("embedded_database = true")
+            && !e.contains('\n'),
+        "{e}"
+    );
+    let e = refused(&[("HOOKD_ADMIN_LISTEN", "10.0.0.5:9090")]);
+    assert!(e.contains("admin_listen = 10.0.0.5:9090"), "{e}");
+    let url = [
+        ("HOOKD_LISTEN", "0.0.0.0:8080"),
+        ("DATABASE_URL", "postgres://hookd@db/hookd"),
+    ];
+    assert!(
+        load_env(MINIMAL, &url)
+            .expect("valid")
+            .check_database()
+            .is_ok()
+    );
+    let chosen = load_env(
+        &format!("embedded_database = true\n{MINIMAL}"),
+        &[("HOOKD_LISTEN", "0.0.0.0:8080")],
+    )
+    .expect("valid");
+    assert!(chosen.embedded_database && chosen.check_database().is_ok());
+}

@@ -26,6 +26,8 @@ pub struct AppState {
     pub body_memory: tokio::sync::Semaphore,
     /// The last readiness check: what was wrong (`None`: ready).
     pub readiness: crate::metrics::fresh::Fresh<Option<&'static str>>,
+    /// A stop was asked for: `/readyz` answers 503 whatever the database says.
+    pub stopping: std::sync::atomic::AtomicBool,
 }
 
 impl AppState {
@@ -41,6 +43,7 @@ impl AppState {
             guard,
             body_memory,
             readiness: Default::default(),
+            stopping: Default::default(),
         }
     }
 }

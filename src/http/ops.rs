@@ -30,6 +30,9 @@ const FRESH_FOR: Duration = Duration::from_secs(1);
 
 /// Why this instance is not ready, if it is not.
 async fn readiness(state: &AppState) -> Option<&'static str> {
+    if state.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+        return Some("shutting down");
+    }
     state
         .readiness
         .get(FRESH_FOR, || async {

@@ -67,7 +67,8 @@ where
         .workers(limits.workers)
         .max_concurrent_connections(per_worker)
         .backlog(2048)
-        .shutdown_timeout(limits.grace.as_secs())
+        // Whole seconds here; `Running::stop` holds to the exact grace.
+        .shutdown_timeout(limits.grace.as_secs() + u64::from(limits.grace.subsec_nanos() > 0))
         .disable_signals()
         .listen(format!("hookd-{local}"), listener, move || {
             let app = App::new()

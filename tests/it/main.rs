@@ -10,6 +10,7 @@ mod desk;
 mod dispatch;
 mod drift;
 mod embedded;
+mod failover;
 mod forwards;
 mod hardening;
 mod hostile;

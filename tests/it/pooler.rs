@@ -66,8 +66,8 @@ async fn slow_two_instances_behind_pgbouncer_share_every_delivery_and_purge_twic
         write_config(ports[0], "pooler-a"),
         write_config(ports[1], "pooler-b"),
     ];
-    let a = Hookd::start_on(&configs[0], ports[0], &url, "info").await;
-    let b = Hookd::start_on(&configs[1], ports[1], &url, "info").await;
+    let a = Hookd::start_against(&configs[0], ports[0], &url, "info").await;
+    let b = Hookd::start_against(&configs[1], ports[1], &url, "info").await;
 
     // Each event once through each instance, both copies in flight together.
     let sign = Arc::new(stripe_signer());
@@ -178,7 +178,7 @@ async fn slow_behind_pgbouncer_without_the_flag_one_log_line_says_to_add_it() {
     let url = bouncer.url(&db.name, false);
     let port = free_port();
     let config = write_config(port, "pooler-unflagged");
-    let hookd = Hookd::start_on(&config, port, &url, "warn").await;
+    let hookd = Hookd::start_against(&config, port, &url, "warn").await;
     let log_path = config.with_extension("log");
     let sign = stripe_signer();
     let http = reqwest::Client::new();

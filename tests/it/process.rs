@@ -1,5 +1,6 @@
 //! The real `hookd serve` binary: SIGTERM lets a delivery in flight finish, then
-//! exits 0; a kill -9 under load loses nothing that was acknowledged and applies
+//! exits 0; through `shutdown_delay` it is unready yet serves on (a second
+//! signal skips the rest), and `shutdown_grace` bounds the drain; a kill -9 under load loses nothing that was acknowledged and applies
 //! nothing twice; the embedded cluster is found where hookd put it, shared with a
 //! command run beside `serve`, and adopted after a `serve` was killed.
 
@@ -14,9 +15,9 @@ use serde_json::{Value, json};
 
 use crate::support::{ClusterGuard, TestDb, cluster, stripe_event, wait_for};
 
-pub(crate) struct Hookd {
+pub struct Hookd {
     child: Option<Child>,
-    pub(crate) base: String,
+    pub base: String,
 }
 
 impl Drop for Hookd {
@@ -29,7 +30,7 @@ impl Drop for Hookd {
     }
 }
 
-pub(crate) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -43,13 +44,24 @@ pub(crate) fn write_config(port: u16, name: &str) -> PathBuf {
 
 /// The same with `handler_timeout` replaced when `handler_timeout` is not empty.
 fn write_config_with(port: u16, name: &str, handler_timeout: &str) -> PathBuf {
-    let mut text = hookd_kit::settings::shipped_toml_on_port(port);
+    let mut keys = Vec::new();
     if !handler_timeout.is_empty() {
-        text = text.replace(
-            "handler_timeout = \"5s\"",
-            &format!("handler_timeout = \"{handler_timeout}\""),
-        );
-        assert!(text.contains(handler_timeout), "handler_timeout replaced");
+        keys.push(("handler_timeout", handler_timeout));
+    }
+    write_config_setting(port, name, &keys)
+}
+
+/// The shipped configuration on `port` with each of these duration keys set to
+/// its value (each must be in the shipped file).
+pub fn write_config_setting(port: u16, name: &str, keys: &[(&str, &str)]) -> PathBuf {
+    let mut text = hookd_kit::settings::shipped_toml_on_port(port);
+    for (key, value) in keys {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("no {key} in hookd.toml"))
+            .to_string();
+        text = text.replace(&line, &format!("{key} = \"{value}\""));
     }
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("{name}-{}.toml", std::process::id()));
@@ -74,17 +86,12 @@ impl Hookd {
 
     /// `hookd serve` against `db`, logging at `level` to the config's `.log` file.
     async fn start_logging(config: &Path, port: u16, db: &TestDb, level: &str) -> Hookd {
-        Self::start_on(config, port, &cluster().connection_string(&db.name), level).await
+        Self::start_against(config, port, &cluster().connection_string(&db.name), level).await
     }
 
-    /// `hookd serve` against `database_url`, logging at `level` to the config's
+    /// `hookd serve` with this `DATABASE_URL`, logging at `level` to the config's
     /// `.log` file.
-    pub(crate) async fn start_on(
-        config: &Path,
-        port: u16,
-        database_url: &str,
-        level: &str,
-    ) -> Hookd {
+    pub async fn start_against(config: &Path, port: u16, database_url: &str, level: &str) -> Hookd {
         let log = std::fs::File::create(config.with_extension("log")).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args(["serve", "--config"])
@@ -98,7 +105,7 @@ impl Hookd {
         Hookd::started(child, port, Duration::from_secs(30)).await
     }
 
-    async fn ready(&self, within: Duration) {
+    pub async fn ready(&self, within: Duration) {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))
             .build()
@@ -114,14 +121,14 @@ impl Hookd {
         .await;
     }
 
-    pub(crate) fn signal(&self, signal: Signal) {
+    pub fn signal(&self, signal: Signal) {
         let child = self.child.as_ref().expect("running");
         let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
         kill(pid, signal).expect("signal");
     }
 
     /// Its exit status; fails if it has not exited within 60 s.
-    pub(crate) async fn wait(mut self) -> std::process::ExitStatus {
+    pub async fn wait(mut self) -> std::process::ExitStatus {
         let child = self.child.as_mut().expect("running");
         let status = wait_for("hookd to exit", Duration::from_secs(60), || {
             std::future::ready(child.try_wait().expect("try_wait"))
@@ -132,7 +139,7 @@ impl Hookd {
     }
 }
 
-pub(crate) fn payment_event(i: usize) -> Value {
+pub fn payment_event(i: usize) -> Value {
     stripe_event(
         &format!("evt_load_{i}"),
         "payment_intent.succeeded",
@@ -195,7 +202,7 @@ async fn send_load(
     }
 }
 
-pub(crate) fn stripe_signer() -> impl Fn(&[u8]) -> Vec<(String, String)> + Send + Sync + 'static {
+pub fn stripe_signer() -> impl Fn(&[u8]) -> Vec<(String, String)> + Send + Sync + 'static {
     let settings = crate::support::shipped_settings();
     let source = settings.source("stripe").expect("stripe").clone();
     move |body: &[u8]| {
@@ -310,6 +317,61 @@ async fn slow_kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twi
     assert!(hookd.wait().await.success());
 }
 
+/// Sends a signed payment delivery `event_id` whose payment row `payment_id` the
+/// test holds locked, so its handler waits until the returned session commits;
+/// returns once it waits, with that session and the request's task.
+async fn held_in_its_handler(
+    hookd: &Hookd,
+    db: &TestDb,
+    event_id: &str,
+    payment_id: &str,
+) -> (
+    tokio_postgres::Client,
+    tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
+) {
+    let holder = crate::support::connect(db.config()).await;
+    holder
+        .execute(
+            "INSERT INTO payments (source, payment_id) VALUES ('stripe', $1)",
+            &[&payment_id],
+        )
+        .await
+        .expect("a payment row");
+    holder.batch_execute("BEGIN").await.expect("begin");
+    holder
+        .execute(
+            "SELECT 1 FROM payments WHERE payment_id = $1 FOR UPDATE",
+            &[&payment_id],
+        )
+        .await
+        .expect("hold the payment row");
+    let event = stripe_event(
+        event_id,
+        "payment_intent.succeeded",
+        json!({"id": payment_id, "object": "payment_intent", "amount": 4200, "currency": "usd"}),
+    );
+    let body = serde_json::to_vec(&event).expect("json");
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/webhooks/stripe", hookd.base))
+        .body(body.clone());
+    for (name, value) in stripe_signer()(&body) {
+        request = request.header(name, value);
+    }
+    let sent = tokio::spawn(request.send());
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND wait_event_type = 'Lock'",
+        db.name
+    );
+    let waiting = waiting.as_str();
+    wait_for(
+        "the handler to wait on the locked payment",
+        Duration::from_secs(20),
+        || async move { (query(db, waiting).await[0].get::<_, i64>(0) > 0).then_some(()) },
+    )
+    .await;
+    (holder, sent)
+}
+
 #[tokio::test]
 async fn slow_sigterm_lets_a_delivery_in_flight_finish_and_exits_zero() {
     let db = TestDb::create().await;
@@ -330,48 +392,7 @@ async fn slow_sigterm_lets_a_delivery_in_flight_finish_and_exits_zero() {
 
     // A delivery whose handler is in flight when the signal arrives: its payment
     // row is locked by the test, so the payments handler waits on it.
-    let holder = crate::support::connect(db.config()).await;
-    holder
-        .batch_execute(
-            "INSERT INTO payments (source, payment_id) VALUES ('stripe', 'pi_slow');
-             BEGIN;
-             SELECT 1 FROM payments WHERE payment_id = 'pi_slow' FOR UPDATE;",
-        )
-        .await
-        .expect("hold the payment row");
-    let slow_event = stripe_event(
-        "evt_slow",
-        "payment_intent.succeeded",
-        json!({"id": "pi_slow", "object": "payment_intent", "amount": 4200, "currency": "usd"}),
-    );
-    let body = serde_json::to_vec(&slow_event).expect("json");
-    let mut request = reqwest::Client::new()
-        .post(format!("{}/webhooks/stripe", hookd.base))
-        .body(body.clone());
-    for (name, value) in stripe_signer()(&body) {
-        request = request.header(name, value);
-    }
-    let slow = tokio::spawn(async move {
-        let response = request
-            .send()
-            .await
-            .expect("the delivery in flight is answered");
-        (
-            response.status().as_u16(),
-            response.bytes().await.expect("body").to_vec(),
-        )
-    });
-    let waiting = format!(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND wait_event_type = 'Lock'",
-        db.name
-    );
-    let (db_ref, waiting) = (&db, waiting.as_str());
-    wait_for(
-        "the handler to wait on the locked payment",
-        Duration::from_secs(20),
-        || async move { (query(db_ref, waiting).await[0].get::<_, i64>(0) > 0).then_some(()) },
-    )
-    .await;
+    let (holder, slow) = held_in_its_handler(&hookd, &db, "evt_slow", "pi_slow").await;
 
     hookd.signal(Signal::SIGTERM);
     // It stops accepting: a new connection is refused...
@@ -391,7 +412,12 @@ async fn slow_sigterm_lets_a_delivery_in_flight_finish_and_exits_zero() {
     assert!(!slow.is_finished(), "answered before its handler finished");
     holder.batch_execute("COMMIT").await.expect("release");
 
-    let (status, answer) = slow.await.expect("join");
+    let response = slow
+        .await
+        .expect("join")
+        .expect("the delivery in flight is answered");
+    let status = response.status().as_u16();
+    let answer = response.bytes().await.expect("body").to_vec();
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
     assert_eq!(answer, br#"{"status":"accepted","event_id":"evt_slow"}"#);
     let exit = tokio::time::timeout(Duration::from_secs(40), hookd.wait())
@@ -424,8 +450,159 @@ async fn slow_sigterm_lets_a_delivery_in_flight_finish_and_exits_zero() {
         .get::<_, i64>(0);
     assert_eq!(processed, 100, "every acknowledged event was committed");
     let log = std::fs::read_to_string(config.with_extension("log")).expect("log");
-    assert!(log.contains("SIGTERM: finishing in-flight work"), "{log}");
+    assert!(
+        log.contains("SIGTERM: no longer accepting; finishing in-flight work"),
+        "{log}"
+    );
     assert!(log.contains("hookd stopped"), "{log}");
+}
+
+/// `path`'s answer from `base`: its status, and its body as JSON (`Null` if none).
+pub async fn get(base: &str, path: &str) -> (u16, Value) {
+    let answer = reqwest::Client::new()
+        .get(format!("{base}{path}"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let status = answer.status().as_u16();
+    (status, answer.json().await.unwrap_or(Value::Null))
+}
+
+/// Waits (a second at most: it must be at once) until `/readyz` says hookd is stopping.
+async fn readyz_says_stopping(base: &str) {
+    wait_for(
+        "/readyz to answer 503 shutting down",
+        Duration::from_secs(1),
+        || async {
+            let (status, body) = get(base, "/readyz").await;
+            (status == 503 && body["reason"] == "shutting down").then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn slow_sigterm_makes_readyz_503_and_serves_on_through_shutdown_delay_then_exits_zero() {
+    const DELAY: Duration = Duration::from_secs(3);
+    let db = TestDb::create().await;
+    let port = free_port();
+    let config = write_config_setting(port, "delay", &[("shutdown_delay", "3s")]);
+    let hookd = Hookd::start_logging(&config, port, &db, "info").await;
+    assert_eq!(get(&hookd.base, "/readyz").await.0, 200);
+
+    let signalled = std::time::Instant::now();
+    hookd.signal(Signal::SIGTERM);
+    readyz_says_stopping(&hookd.base).await;
+    assert_eq!(get(&hookd.base, "/healthz").await.0, 200, "alive");
+    // The balancer has not noticed yet: what it still sends is served in full.
+    let load = Arc::new(Mutex::new(Load::default()));
+    send_load(hookd.base.clone(), stripe_signer(), 40, 8, load.clone()).await;
+    let during = std::mem::take(&mut *load.lock().expect("lock"));
+    assert_eq!(
+        (during.acked.len(), during.refused),
+        (40, 0),
+        "every delivery sent during the delay was answered 200"
+    );
+    assert_eq!(get(&hookd.base, "/readyz").await.0, 503, "still unready");
+    assert_eq!(get(&hookd.base, "/healthz").await.0, 200, "still alive");
+    assert!(
+        signalled.elapsed() < DELAY,
+        "the checks above ran within the delay (a very slow machine?): {:?}",
+        signalled.elapsed()
+    );
+
+    // Then it stops by itself, well within its grace.
+    let exit = tokio::time::timeout(Duration::from_secs(30), hookd.wait())
+        .await
+        .expect("hookd exits after the delay by itself");
+    assert!(exit.success(), "exit status {exit:?}");
+    assert!(signalled.elapsed() >= DELAY, "it served through the delay");
+    let processed = query(
+        &db,
+        "SELECT count(*) FROM webhook_events WHERE status = 'processed' AND event_id LIKE 'evt_load_%'",
+    )
+    .await[0]
+        .get::<_, i64>(0);
+    assert_eq!(processed, 40, "every delivery of the delay was stored");
+    let log = std::fs::read_to_string(config.with_extension("log")).expect("log");
+    for phase in [
+        "SIGTERM: /readyz answers 503; serving on for 3s (shutdown_delay)",
+        "SIGTERM: no longer accepting; finishing in-flight work (at most 30s, shutdown_grace)",
+        "hookd stopped",
+    ] {
+        assert!(log.contains(phase), "{phase}:\n{log}");
+    }
+}
+
+#[tokio::test]
+async fn slow_a_second_signal_skips_the_rest_of_shutdown_delay() {
+    let db = TestDb::create().await;
+    let port = free_port();
+    let config = write_config_setting(port, "hurry", &[("shutdown_delay", "10m")]);
+    let hookd = Hookd::start_logging(&config, port, &db, "info").await;
+    hookd.signal(Signal::SIGTERM);
+    readyz_says_stopping(&hookd.base).await;
+    // Ctrl-C at the terminal, twice.
+    hookd.signal(Signal::SIGINT);
+    let exit = tokio::time::timeout(Duration::from_secs(30), hookd.wait())
+        .await
+        .expect("the second signal ended the delay");
+    assert!(exit.success(), "exit status {exit:?}");
+    let log = std::fs::read_to_string(config.with_extension("log")).expect("log");
+    assert!(
+        log.contains("SIGINT again: skipping the rest of shutdown_delay"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn slow_shutdown_grace_cuts_off_work_still_in_flight_and_nothing_of_it_is_kept() {
+    let db = TestDb::create().await;
+    let port = free_port();
+    // The handler could wait a minute; the grace is two seconds.
+    let config = write_config_setting(
+        port,
+        "grace",
+        &[("handler_timeout", "60s"), ("shutdown_grace", "2s")],
+    );
+    let hookd = Hookd::start_logging(&config, port, &db, "info").await;
+    let (holder, stuck) = held_in_its_handler(&hookd, &db, "evt_stuck", "pi_stuck").await;
+
+    hookd.signal(Signal::SIGTERM);
+    // Far sooner than the handler's minute (or the default grace's 30 s).
+    let exit = tokio::time::timeout(Duration::from_secs(15), hookd.wait())
+        .await
+        .expect("hookd stops at the end of its grace");
+    assert!(exit.success(), "exit status {exit:?}");
+    let answer = stuck.await.expect("join").map(|r| r.status().as_u16());
+    assert!(
+        !matches!(answer, Ok(200)),
+        "the cut-off delivery was not acknowledged: {answer:?}"
+    );
+    let log = std::fs::read_to_string(config.with_extension("log")).expect("log");
+    assert!(log.contains("shutdown_grace (2s) is over"), "{log}");
+
+    // Released, the abandoned session finds no client and rolls back.
+    holder.batch_execute("COMMIT").await.expect("release");
+    let sessions = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND application_name = 'hookd'",
+        db.name
+    );
+    let (db_ref, sessions) = (&db, sessions.as_str());
+    wait_for(
+        "hookd's sessions to end",
+        Duration::from_secs(20),
+        || async move { (query(db_ref, sessions).await[0].get::<_, i64>(0) == 0).then_some(()) },
+    )
+    .await;
+    let stored = query(
+        &db,
+        "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_stuck'",
+    )
+    .await[0]
+        .get::<_, i64>(0);
+    assert_eq!(stored, 0, "nothing of the cut-off delivery was kept");
 }
 
 /// Where the project in `dir` records a fallback cluster folder, if it has one.
@@ -583,6 +760,58 @@ async fn slow_serve_runs_its_own_cluster_shares_it_and_adopts_one_a_killed_serve
     assert!(second.wait().await.success());
     assert!(!guard.running(), "the adopted cluster was stopped at exit");
     drop(guard);
+    drop(project);
+}
+
+#[tokio::test]
+async fn slow_serve_beyond_loopback_wants_database_url_unless_embedded_database_is_true() {
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("exposed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let project = Project { dir: dir.clone() };
+    // An address of no machine here (TEST-NET-1): past the checks, binding fails,
+    // so nothing ever listens beyond loopback.
+    let config = |extra: &str| {
+        format!(
+            "{extra}listen = \"192.0.2.1:8080\"\n[[sources]]\nname = \"gh\"\nscheme = \"github\"\n\
+             secrets = [\"a-github-secret-of-ours\"]\n"
+        )
+    };
+    std::fs::write(dir.join("hookd.toml"), config("")).expect("config");
+    for command in ["serve", "check-config"] {
+        let refused = command_in(&dir, &[command]).await;
+        let said = String::from_utf8_lossy(&refused.stderr).trim().to_string();
+        assert_eq!(refused.status.code(), Some(78), "{command}: {said}");
+        assert_eq!(said.lines().count(), 1, "{command}: {said}");
+        assert!(
+            said.starts_with(
+                "hookd: config hookd.toml: DATABASE_URL: is unset and listen = 192.0.2.1:8080 \
+                 reaches beyond this machine"
+            ) && said.contains("set DATABASE_URL")
+                && said.contains("embedded_database = true"),
+            "{command}: {said}"
+        );
+    }
+    assert!(
+        !dir.join(".hookd").exists(),
+        "refused before any cluster started"
+    );
+
+    std::fs::write(dir.join("hookd.toml"), config("embedded_database = true\n")).expect("config");
+    let checked = command_in(&dir, &["check-config"]).await;
+    assert_eq!(checked.status.code(), Some(0), "{checked:?}");
+    assert!(
+        String::from_utf8_lossy(&checked.stdout).contains("database: the embedded cluster"),
+        "{checked:?}"
+    );
+    let served = command_in(&dir, &["serve"]).await;
+    let said = String::from_utf8_lossy(&served.stderr).to_string();
+    assert!(
+        said.contains("started embedded PostgreSQL in ")
+            && said.contains("cannot listen on 192.0.2.1:8080"),
+        "serve took the embedded cluster, then could not bind: {said}"
+    );
+    assert!(!said.contains("DATABASE_URL: is unset"), "{said}");
     drop(project);
 }
 
