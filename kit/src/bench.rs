@@ -158,7 +158,13 @@ impl Hookd {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let source = self.app.settings.source("stripe").expect("stripe").clone();
+        let source = self
+            .app
+            .settings
+            .now()
+            .source("stripe")
+            .expect("stripe")
+            .clone();
         let sender = Arc::new(Sender::new(&base, source).expect("sender"));
         let report = closed_loop(sender, concurrency, duration, MAX_REQUESTS).await;
         let pid = child.id().expect("pid");
@@ -178,6 +184,7 @@ impl Hookd {
         let source = self
             .app
             .settings
+            .now()
             .source(source)
             .unwrap_or_else(|| panic!("no source {source:?} in hookd.toml"))
             .clone();

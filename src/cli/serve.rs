@@ -1,12 +1,19 @@
-//! `hookd serve`: everything at once, until SIGTERM or SIGINT.
+//! `hookd serve`: everything at once, until SIGTERM or SIGINT; SIGHUP reloads
+//! the configuration (`reload`).
+
+use std::path::Path;
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::{CliError, with_app};
+use super::{CliError, reload, with_app};
 use crate::app::Parts;
 use crate::config::Settings;
 
-pub async fn serve(settings: Settings, hookd: super::Extensions) -> Result<(), CliError> {
+pub async fn serve(
+    config: &Path,
+    settings: Settings,
+    hookd: super::Extensions,
+) -> Result<(), CliError> {
     settings.check_exposure()?;
     super::warn_about_exposure(&settings);
     if settings.uses_development_credentials() {
@@ -19,12 +26,25 @@ pub async fn serve(settings: Settings, hookd: super::Extensions) -> Result<(), C
         .map_err(|e| CliError::Other(format!("cannot watch SIGTERM: {e}")))?;
     let mut interrupt = signal(SignalKind::interrupt())
         .map_err(|e| CliError::Other(format!("cannot watch SIGINT: {e}")))?;
+    // Watched from the start: SIGHUP's default action would end the process.
+    let mut hangup = signal(SignalKind::hangup())
+        .map_err(|e| CliError::Other(format!("cannot watch SIGHUP: {e}")))?;
+    let extensions = hookd.clone();
     with_app(settings, hookd, |app| async move {
         let running = app.start(Parts::ALL)?;
         log::info!("hookd listening on http://{}", running.addr);
-        tokio::select! {
-            _ = terminate.recv() => log::info!("SIGTERM: finishing in-flight work"),
-            _ = interrupt.recv() => log::info!("SIGINT: finishing in-flight work"),
+        loop {
+            tokio::select! {
+                _ = terminate.recv() => {
+                    log::info!("SIGTERM: finishing in-flight work");
+                    break;
+                }
+                _ = interrupt.recv() => {
+                    log::info!("SIGINT: finishing in-flight work");
+                    break;
+                }
+                _ = hangup.recv() => reload::reload(config, &app, &extensions).await,
+            }
         }
         running.stop().await;
         log::info!("hookd stopped");
