@@ -120,15 +120,20 @@ impl Served {
         std::fs::read_to_string(self.dir.join("hookd.log")).expect("log")
     }
 
+    /// `GET /metrics`, with `bearer` if given: the status and the text.
+    async fn metrics(&self, bearer: Option<&str>) -> (u16, String) {
+        let mut request = self.http.get(format!("{}/metrics", self.base));
+        if let Some(token) = bearer {
+            request = request.bearer_auth(token);
+        }
+        let answer = request.send().await.expect("metrics");
+        let status = answer.status().as_u16();
+        (status, answer.text().await.expect("metrics text"))
+    }
+
     async fn reloads(&self, result: &str) -> f64 {
-        let answer = self
-            .http
-            .get(format!("{}/metrics", self.base))
-            .send()
-            .await
-            .expect("metrics");
-        assert_eq!(answer.status(), 200);
-        let text = answer.text().await.expect("metrics text");
+        let (status, text) = self.metrics(None).await;
+        assert_eq!(status, 200);
         Exposition::parse(&text).value("hookd_config_reloads_total", &[("result", result)])
     }
 
@@ -157,12 +162,27 @@ impl Served {
         );
     }
 
-    /// POSTs `body` to `/webhooks/{source}` signed by `signer`; the status.
+    /// SIGHUP, waited for by its log line: the `nth` (from 1) reload put in force.
+    async fn hup_logged(&self, nth: usize) {
+        let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        kill(pid, Signal::SIGHUP).expect("SIGHUP");
+        wait_for("the reload's log line", Duration::from_secs(20), || async {
+            (lines_with(&self.log(), "configuration reloaded").len() >= nth).then_some(())
+        })
+        .await;
+    }
+
+    /// POSTs `body` to `/webhooks/{source}` signed by `signer` now; the status.
     async fn deliver(&self, source: &str, signer: &Source, body: &Value) -> u16 {
-        let body = serde_json::to_vec(body).expect("json");
         let now = chrono::Utc::now().timestamp();
+        self.deliver_signed_at(source, signer, body, now).await
+    }
+
+    /// The same, signed at `at` (Unix seconds).
+    async fn deliver_signed_at(&self, source: &str, signer: &Source, body: &Value, at: i64) -> u16 {
+        let body = serde_json::to_vec(body).expect("json");
         let signed =
-            hookd::provider::sign_delivery(signer, &body, Default::default(), now).expect("sign");
+            hookd::provider::sign_delivery(signer, &body, Default::default(), at).expect("sign");
         let mut request = self
             .http
             .post(format!("{}/webhooks/{source}", self.base))
@@ -415,6 +435,42 @@ async fn a_new_forward_delivers_and_a_removed_one_stops() {
     // No forward in its plan: processed at receipt, with nothing left to send.
     assert_eq!(hookd.event_status("evt_f3").await, "processed");
     assert_eq!(receiver.received().len(), 1);
+}
+
+#[tokio::test]
+async fn the_metrics_token_and_the_tolerance_follow_the_reloaded_files() {
+    let config = |tolerance: &str| {
+        format!(
+            "listen = \"127.0.0.1:{{port}}\"\n\n[[sources]]\nname = \"stripe\"\n\
+             scheme = \"stripe\"\nsecrets = [\"{OLD_SECRET}\"]\ntolerance = \"{tolerance}\"\n"
+        )
+    };
+    let (first, second) = ("metrics-first-0123456789", "metrics-second-0123456789");
+    let hookd = Served::start(
+        "per-request",
+        &config("5m"),
+        &[("metrics.token", first)],
+        &[("HOOKD_METRICS_TOKEN_FILE", "{dir}/metrics.token")],
+    )
+    .await;
+    let signer = signer(OLD_SECRET);
+    let signed_at = chrono::Utc::now().timestamp() - 600;
+    let (t1, t2) = (paid("evt_t1"), paid("evt_t2"));
+    let late = |body| hookd.deliver_signed_at("stripe", &signer, body, signed_at);
+    assert_eq!(late(&t1).await, 401, "10 minutes late, 5 allowed");
+    assert_eq!(hookd.metrics(Some(first)).await.0, 200);
+    assert_eq!(hookd.metrics(Some(second)).await.0, 401);
+
+    hookd.write_config(&config("1h"));
+    hookd.write("metrics.token", second);
+    hookd.hup_logged(1).await;
+    assert_eq!(late(&t2).await, 200, "10 minutes late, an hour allowed");
+    assert_eq!(hookd.metrics(Some(first)).await.0, 401);
+    let (status, text) = hookd.metrics(Some(second)).await;
+    assert_eq!(status, 200);
+    let reloads = Exposition::parse(&text);
+    let counted = |result| reloads.value("hookd_config_reloads_total", &[("result", result)]);
+    assert_eq!((counted("ok"), counted("error")), (1.0, 0.0));
 }
 
 /// Sends SIGHUP to `hookd`, whose files are now bad: the reload is counted as
