@@ -40,55 +40,23 @@ impl Settings {
     /// that changed.
     pub fn keep_restart_only(&mut self, running: &Settings) -> Vec<&'static str> {
         let mut changed = Vec::new();
-        keep("listen", &mut self.listen, &running.listen, &mut changed);
-        keep(
-            "admin_listen",
-            &mut self.admin_listen,
-            &running.admin_listen,
-            &mut changed,
-        );
-        keep(
-            "DATABASE_URL",
-            &mut self.database_url,
-            &running.database_url,
-            &mut changed,
-        );
-        keep(
-            "pool_size",
-            &mut self.pool_size,
-            &running.pool_size,
-            &mut changed,
-        );
-        keep(
-            "dispatchers",
-            &mut self.dispatchers,
-            &running.dispatchers,
-            &mut changed,
-        );
-        keep(
-            "max_body_memory",
-            &mut self.max_body_memory,
-            &running.max_body_memory,
-            &mut changed,
-        );
-        keep(
-            "trusted_proxies",
-            &mut self.trusted_proxies,
-            &running.trusted_proxies,
-            &mut changed,
+        macro_rules! keep {
+            ($($field:ident as $key:literal),* $(,)?) => {$(
+                if self.$field != running.$field {
+                    self.$field.clone_from(&running.$field);
+                    changed.push($key);
+                }
+            )*};
+        }
+        keep!(
+            listen as "listen",
+            admin_listen as "admin_listen",
+            database_url as "DATABASE_URL",
+            pool_size as "pool_size",
+            dispatchers as "dispatchers",
+            max_body_memory as "max_body_memory",
+            trusted_proxies as "trusted_proxies",
         );
         changed
-    }
-}
-
-fn keep<T: PartialEq + Clone>(
-    key: &'static str,
-    reloaded: &mut T,
-    running: &T,
-    changed: &mut Vec<&'static str>,
-) {
-    if reloaded != running {
-        reloaded.clone_from(running);
-        changed.push(key);
     }
 }
