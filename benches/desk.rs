@@ -173,6 +173,7 @@ async fn run(setup: bench::Setup) {
     let token = hookd
         .app
         .settings
+        .now()
         .admin_tokens
         .iter()
         .find(|t| t.role == hookd::config::Role::Viewer)

@@ -110,13 +110,13 @@ fn main() {
 
 async fn run(setup: bench::Setup) {
     let (cluster, hookd, sender, db, started) = setup.into_parts();
-    let batch = hookd.app.settings.purge_batch;
+    let batch = hookd.app.settings.now().purge_batch;
     println!(
         "hookd: in-process, pool of {} connections, shipped hookd.toml (retention {}, \
          key_retention {}, purge_batch {batch}); target {}\n",
         bench::POOL_SIZE,
-        format_duration(hookd.app.settings.retention),
-        format_duration(hookd.app.settings.key_retention),
+        format_duration(hookd.app.settings.now().retention),
+        format_duration(hookd.app.settings.now().key_retention),
         sender.url()
     );
 

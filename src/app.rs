@@ -129,16 +129,17 @@ impl App {
     pub fn start(&self, parts: Parts) -> Result<Running, StartError> {
         raise_open_files_limit();
         let state = actix_web::web::Data::new(AppState::new(self.clone()));
-        let with_admin = self.settings.admin_listen.is_none();
+        let settings = self.settings.now();
+        let with_admin = settings.admin_listen.is_none();
         let (addr, public) = serve_http(
-            self.settings.listen,
+            settings.listen,
             state.clone(),
             move |config| http::public_routes(config, with_admin),
             parts.http_workers,
         )?;
         let mut servers = vec![public];
         let mut admin_addr = None;
-        if let Some(listen) = self.settings.admin_listen {
+        if let Some(listen) = settings.admin_listen {
             // Operators and staff only: one worker is plenty.
             let (bound, admin) =
                 serve_http(listen, state.clone(), http::admin_listener_routes, Some(1))?;
@@ -149,7 +150,7 @@ impl App {
         let (trigger, stop) = shutdown::channel();
         let mut loops = Vec::new();
         if parts.dispatcher {
-            for _ in 0..self.settings.dispatchers {
+            for _ in 0..settings.dispatchers {
                 loops.push(tokio::spawn(
                     self.dispatcher.clone().run_until_stopped(stop.clone()),
                 ));
@@ -196,7 +197,7 @@ where
     let workers = workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let settings = &state.app.settings;
+    let settings = state.app.settings.now();
     // Long enough for a delivery and a single retry: its head, its body, a handler
     // run (and a retry's wait for its turn), with room to spare. A longer bulk
     // retry is cut off for its client but runs to its end (`admin::to_completion`).
@@ -259,7 +260,7 @@ impl Running {
     pub async fn stop(self) {
         self.announce_stop();
         self.trigger.trigger();
-        let grace = self.state.app.settings.shutdown_grace;
+        let grace = self.state.app.settings.now().shutdown_grace;
         let handles: Vec<ServerHandle> = self.servers.iter().map(|s| s.handle.clone()).collect();
         let mut loops = self.loops;
         let servers = self.servers;

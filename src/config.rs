@@ -12,8 +12,10 @@ use serde::Deserialize;
 use serde::de::IntoDeserializer;
 
 mod cidr;
+mod live;
 
 pub use cidr::Cidr;
+pub use live::LiveSettings;
 
 use crate::domain::PaymentKind;
 use crate::duration::{Positive, ZeroOrMore};

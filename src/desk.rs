@@ -12,7 +12,7 @@ use deadpool_postgres::Pool;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::config::Settings;
+use crate::config::LiveSettings;
 use crate::dispatch::{Dispatcher, RetryBy, RetryOutcome};
 use crate::filter::{self, FilterError};
 use crate::ledger::{self, HandlerState};
@@ -52,7 +52,7 @@ pub enum DeskError {
 pub struct Desk {
     pool: Pool,
     dispatcher: Dispatcher,
-    settings: Arc<Settings>,
+    settings: LiveSettings,
     /// Retries running at once, wherever they come from: a handler run holds a
     /// pool connection, and deliveries need most of them.
     retry_permits: Arc<tokio::sync::Semaphore>,
@@ -280,7 +280,7 @@ pub struct BulkOutcome {
 }
 
 impl Desk {
-    pub fn new(pool: Pool, dispatcher: Dispatcher, settings: Arc<Settings>) -> Self {
+    pub fn new(pool: Pool, dispatcher: Dispatcher, settings: LiveSettings) -> Self {
         // A quarter of the pool: the rest is the deliveries'.
         let permits = (pool.status().max_size / 4).max(1);
         Desk {
@@ -364,9 +364,8 @@ impl Desk {
         id: i64,
     ) -> Result<Origin, StoreError> {
         let delivery = history::signed_delivery(client, id).await?;
-        let source = delivery
-            .as_ref()
-            .and_then(|d| self.settings.source(&d.source));
+        let settings = self.settings.now();
+        let source = delivery.as_ref().and_then(|d| settings.source(&d.source));
         let covers = source.map(|s| Covered::of(&s.scheme));
         let verdict = match (delivery, source) {
             (
@@ -448,6 +447,7 @@ impl Desk {
         .await?;
         let amounts_sent = self
             .settings
+            .now()
             .source(source)
             .is_none_or(|s| crate::providers::of(&s.scheme).sends_amounts());
         Ok(Some(PaymentView {
@@ -498,7 +498,7 @@ impl Desk {
         .await?;
         let count = |s: EventStatus| counts.get(s.as_str()).copied().unwrap_or(0);
         let mut secrets = Vec::new();
-        for source in &self.settings.sources {
+        for source in &self.settings.now().sources {
             let mut positions = Vec::new();
             for position in 1..=i32::try_from(source.secrets.len()).unwrap_or(i32::MAX) {
                 let last_used = history::secret_last_used(&client, &source.name, position).await?;

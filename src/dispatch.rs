@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, SubsecRound, Utc};
 use deadpool_postgres::{Pool, Transaction};
 
-use crate::config::{Forward, Settings};
+use crate::config::{Forward, LiveSettings, MAX_FORWARD_TIMEOUT, Settings};
 use crate::duration;
 use crate::handlers::Registry;
 use crate::handlers::forward::{self, Outgoing};
@@ -123,16 +123,12 @@ impl Dispatcher {
         pool: Pool,
         connector: DbConnector,
         registry: Arc<Registry>,
-        settings: Arc<Settings>,
+        settings: LiveSettings,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let timeout = settings
-            .forwards
-            .iter()
-            .map(|f| f.timeout)
-            .max()
-            .unwrap_or(Duration::from_secs(10));
-        let http = crate::outbound::client(timeout).unwrap_or_else(|problem| {
+        // Each send sets its forward's own timeout; the client's is only the
+        // ceiling, the longest any forward (a reloaded one too) may have.
+        let http = crate::outbound::client(MAX_FORWARD_TIMEOUT).unwrap_or_else(|problem| {
             log::error!("{problem}; forwards will fail until restart");
             reqwest::Client::new()
         });
@@ -150,8 +146,14 @@ impl Dispatcher {
 
     /// The names of an event's handlers as the configuration has them now.
     pub fn plan_names(&self, event: &crate::store::history::EventSummary) -> Vec<HandlerName> {
+        let settings = self.runner.settings();
         self.runner
-            .plan(&event.source, &event.event_type, event.kind.as_deref())
+            .plan(
+                &settings,
+                &event.source,
+                &event.event_type,
+                event.kind.as_deref(),
+            )
             .iter()
             .map(Step::name)
             .collect()
@@ -160,7 +162,8 @@ impl Dispatcher {
     /// An event whose provider keeps the whole request with each of its events
     /// (GoCardless): its own item of it, which handlers and forwards read.
     fn own_item(&self, mut claimed: ClaimedEvent) -> ClaimedEvent {
-        let Some(source) = self.runner.settings().source(&claimed.source) else {
+        let settings = self.runner.settings();
+        let Some(source) = settings.source(&claimed.source) else {
             return claimed;
         };
         let no_headers: Vec<(String, String)> = Vec::new();
@@ -176,6 +179,8 @@ impl Dispatcher {
 
     /// Claims the most overdue failed event, if any, and runs its handlers.
     pub async fn try_dispatch_due(&self) -> Result<DispatchStep, StoreError> {
+        // One configuration for the whole run, its forwards' sends included.
+        let settings = self.runner.settings();
         let mut client = self.pool.get().await?;
         let claimed = async {
             let tx = crate::store::begin(&mut client).await?;
@@ -183,7 +188,7 @@ impl Dispatcher {
                 return Ok(None);
             };
             let claimed = self.own_item(claimed);
-            let left = self.run_again(&tx, &claimed, false).await?;
+            let left = self.run_again(&tx, &settings, &claimed, false).await?;
             tx.commit().await?;
             Ok(Some((claimed, left)))
         }
@@ -203,6 +208,7 @@ impl Dispatcher {
     /// retry), including those that failed for good. Handlers already done do not
     /// run again. The audit row of `by` is written in the retry's transaction.
     pub async fn retry_now(&self, id: i64, by: RetryBy<'_>) -> Result<RetryOutcome, StoreError> {
+        let settings = self.runner.settings();
         let mut client = self.pool.get().await?;
         let decided = async {
             let tx = crate::store::begin(&mut client).await?;
@@ -218,7 +224,12 @@ impl Dispatcher {
                 Some(RetryOutcome::Gone)
             } else if self
                 .runner
-                .plan(&event.source, &event.event_type, event.kind.as_deref())
+                .plan(
+                    &settings,
+                    &event.source,
+                    &event.event_type,
+                    event.kind.as_deref(),
+                )
                 .is_empty()
             {
                 Some(RetryOutcome::NoHandler)
@@ -231,7 +242,7 @@ impl Dispatcher {
                 tx.commit().await?;
                 return Ok(Err(outcome));
             }
-            let left = self.run_again(&tx, &event, true).await?;
+            let left = self.run_again(&tx, &settings, &event, true).await?;
             let audited = match &left {
                 Claimed::Settled(status) => {
                     audit_retry(&tx, by, id, source, status.as_str()).await?;
@@ -343,12 +354,14 @@ impl Dispatcher {
     async fn run_again<'s>(
         &'s self,
         tx: &Transaction<'_>,
+        settings: &'s Settings,
         claimed: &ClaimedEvent,
         operator: bool,
     ) -> Result<Claimed<'s>, StoreError> {
         let history = events::handler_runs(tx, claimed.id).await?;
         let runner = &self.runner;
         let plan = runner.plan(
+            settings,
             &claimed.source,
             &claimed.event_type,
             claimed.kind.as_deref(),

@@ -242,6 +242,7 @@ impl Core {
         batch: &[Job],
     ) -> Result<Vec<Option<Result<Ingested, StoreError>>>, Fallback> {
         let runner = &self.runner;
+        let settings = runner.settings();
         // Copies of one event in the batch: the first carries them all.
         let mut first_of: HashMap<(&str, Key<'_>), usize> = HashMap::new();
         // The ids of the firsts keyed by body: one statement cannot store an id
@@ -272,7 +273,12 @@ impl Core {
                 roles.push(Role::Apart);
                 continue;
             }
-            let plan = runner.plan(&event.source, &event.event_type, event.kind.as_deref());
+            let plan = runner.plan(
+                &settings,
+                &event.source,
+                &event.event_type,
+                event.kind.as_deref(),
+            );
             let expected = expected_for(&plan);
             first_of.insert(key, items.len());
             roles.push(Role::First(items.len()));
@@ -424,7 +430,13 @@ impl Core {
         verified: Verified,
     ) -> Result<Ingested, StoreError> {
         let runner = &self.runner;
-        let plan = runner.plan(&event.source, &event.event_type, event.kind.as_deref());
+        let settings = runner.settings();
+        let plan = runner.plan(
+            &settings,
+            &event.source,
+            &event.event_type,
+            event.kind.as_deref(),
+        );
         let mut client = self.pool.get().await?;
         let mut runs = 0;
         let outcome = loop {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 
-use crate::config::Settings;
+use crate::config::{LiveSettings, Settings};
 use crate::desk::Desk;
 use crate::dispatch::Dispatcher;
 use crate::handlers::Registry;
@@ -17,7 +17,8 @@ use crate::store;
 /// Everything one instance shares between its parts.
 #[derive(Clone)]
 pub struct App {
-    pub settings: Arc<Settings>,
+    /// The configuration in force (a reload replaces it).
+    pub settings: LiveSettings,
     pub pool: Pool,
     pub metrics: Arc<Metrics>,
     pub dispatcher: Dispatcher,
@@ -36,8 +37,8 @@ impl App {
         connector: store::DbConnector,
         registry: Registry,
     ) -> Self {
-        let settings = Arc::new(settings);
         let metrics = Arc::new(Metrics::new(&settings));
+        let settings = LiveSettings::new(settings);
         let dispatcher = Dispatcher::new(
             pool.clone(),
             connector,

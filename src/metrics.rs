@@ -29,6 +29,7 @@ pub struct Metrics {
     ingest_batches: Family<Counter, 0>,
     ingest_batched_deliveries: Family<Counter, 0>,
     purged_rows: Family<Counter, 1>,
+    config_reloads: Family<Counter, 1>,
     /// The failed and dead events counted by the last scrape that read them
     /// (`None`: the database could not be reached).
     pub backlog: fresh::Fresh<Option<(i64, i64)>>,
@@ -82,6 +83,9 @@ impl Purged {
     }
 }
 
+/// The results of a configuration reload.
+const RELOAD_RESULTS: [&str; 2] = ["ok", "error"];
+
 /// The open label values known before the first delivery.
 #[derive(Debug, Default)]
 struct Known<'a> {
@@ -105,6 +109,7 @@ pub enum Metric {
     IngestBatches,
     IngestBatchedDeliveries,
     PurgedRows,
+    ConfigReloads,
     RetryBacklog,
     DeadEvents,
     DbPoolSize,
@@ -122,7 +127,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 25] = [
+    pub const ALL: [Metric; 26] = [
         Metric::Deliveries,
         Metric::DeliveryDuration,
         Metric::SignatureFailures,
@@ -134,6 +139,7 @@ impl Metric {
         Metric::IngestBatches,
         Metric::IngestBatchedDeliveries,
         Metric::PurgedRows,
+        Metric::ConfigReloads,
         Metric::RetryBacklog,
         Metric::DeadEvents,
         Metric::DbPoolSize,
@@ -163,6 +169,7 @@ impl Metric {
             Metric::IngestBatches => "hookd_ingest_batches_total",
             Metric::IngestBatchedDeliveries => "hookd_ingest_batched_deliveries_total",
             Metric::PurgedRows => "hookd_purged_rows_total",
+            Metric::ConfigReloads => "hookd_config_reloads_total",
             Metric::RetryBacklog => "hookd_retry_backlog",
             Metric::DeadEvents => "hookd_dead_events",
             Metric::DbPoolSize => "hookd_db_pool_size",
@@ -193,6 +200,7 @@ impl Metric {
             | Metric::IngestBatches
             | Metric::IngestBatchedDeliveries
             | Metric::PurgedRows
+            | Metric::ConfigReloads
             | Metric::ProcessCpuSeconds => "counter",
             _ => "gauge",
         }
@@ -221,6 +229,9 @@ impl Metric {
                 "Deliveries stored by those transactions (divided by the batches: the average batch)."
             }
             Metric::PurgedRows => "Rows removed by retention purges, by what was removed.",
+            Metric::ConfigReloads => {
+                "Configuration reloads (SIGHUP), by result: ok, or error (the running one kept)."
+            }
             Metric::RetryBacklog => "Failed events waiting for a retry.",
             Metric::DeadEvents => "Dead events waiting for a person (all instances: one database).",
             Metric::DbPoolSize => "Open connections of this instance's PostgreSQL pool.",
@@ -319,10 +330,14 @@ impl Metrics {
             ingest_batches: Family::new([], []),
             ingest_batched_deliveries: Family::new([], []),
             purged_rows: Family::new(["what"], [Values::new(Purged::ALL.map(Purged::as_str))]),
+            config_reloads: Family::new(["result"], [Values::new(RELOAD_RESULTS)]),
             backlog: Default::default(),
         };
         // Shown from the start, so an alert sees the first one as an increase.
         metrics.internal_errors.with([], |c| c.add(0));
+        for result in RELOAD_RESULTS {
+            metrics.config_reloads.with([result], |c| c.add(0));
+        }
         metrics
     }
 
@@ -378,6 +393,12 @@ impl Metrics {
         self.purged_rows.with([what.as_str()], |c| c.add(rows));
     }
 
+    /// A configuration reload, put in force (`true`) or refused.
+    pub fn config_reload(&self, ok: bool) {
+        let result = RELOAD_RESULTS[usize::from(!ok)];
+        self.config_reloads.with([result], |c| c.add(1));
+    }
+
     /// The text exposition, with gauges (and the process's counter) read by the
     /// caller at scrape time.
     pub fn render(&self, gauges: &[(Metric, f64)]) -> String {
@@ -399,6 +420,7 @@ impl Metrics {
                     self.ingest_batched_deliveries.render(name, &mut out)
                 }
                 Metric::PurgedRows => self.purged_rows.render(name, &mut out),
+                Metric::ConfigReloads => self.config_reloads.render(name, &mut out),
                 _ => {}
             }
             for (_, value) in gauges.iter().filter(|(n, _)| *n == metric) {

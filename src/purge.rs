@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 
-use crate::config::Settings;
+use crate::config::{LiveSettings, Settings};
 use crate::duration;
 use crate::metrics::{Metrics, Purged};
 use crate::shutdown::Shutdown;
@@ -75,12 +75,12 @@ impl Cutoffs {
 #[derive(Clone)]
 pub struct Purger {
     pool: Pool,
-    settings: Arc<Settings>,
+    settings: LiveSettings,
     metrics: Arc<Metrics>,
 }
 
 impl Purger {
-    pub fn new(pool: Pool, settings: Arc<Settings>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(pool: Pool, settings: LiveSettings, metrics: Arc<Metrics>) -> Self {
         Self {
             pool,
             settings,
@@ -90,7 +90,7 @@ impl Purger {
 
     /// What a pass now would remove.
     pub async fn preview(&self) -> Result<Preview, StoreError> {
-        let cutoffs = Cutoffs::at(Utc::now(), &self.settings);
+        let cutoffs = Cutoffs::at(Utc::now(), &self.settings.now());
         let client = self.pool.get().await?;
         purge::preview(
             &client,
@@ -104,7 +104,7 @@ impl Purger {
     /// One pass; `shutdown` (if any) is checked between batches.
     pub async fn run_once(&self, shutdown: Option<&Shutdown>) -> Result<PurgeOutcome, StoreError> {
         let started = Instant::now();
-        let cutoffs = Cutoffs::at(Utc::now(), &self.settings);
+        let cutoffs = Cutoffs::at(Utc::now(), &self.settings.now());
         let mut client = self.pool.get().await?;
         let holder: [u8; 16] = rand::random();
         if !purge::lease(&client, &holder, LEASE_TERM).await? {
@@ -129,7 +129,7 @@ impl Purger {
         cutoffs: Cutoffs,
         shutdown: Option<&Shutdown>,
     ) -> Result<PurgeOutcome, StoreError> {
-        let limit = self.settings.purge_batch;
+        let limit = self.settings.now().purge_batch;
         let mut outcome = PurgeOutcome::default();
         for step in [
             Step::Keys,
@@ -228,13 +228,12 @@ impl Purger {
     /// A pass at start, then one every `purge_interval`, until shutdown.
     pub async fn run_until_stopped(self, mut shutdown: Shutdown) {
         loop {
-            if let Err(error) = self.run_once(Some(&shutdown)).await {
-                log::warn!(
-                    "purge: {error}; next pass in {:?}",
-                    self.settings.purge_interval
-                );
+            let result = self.run_once(Some(&shutdown)).await;
+            let interval = self.settings.now().purge_interval;
+            if let Err(error) = result {
+                log::warn!("purge: {error}; next pass in {interval:?}");
             }
-            if !shutdown.sleep(self.settings.purge_interval).await {
+            if !shutdown.sleep(interval).await {
                 return;
             }
         }

@@ -13,7 +13,7 @@ use deadpool_postgres::Transaction;
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::config::{Forward, Settings};
+use crate::config::{Forward, LiveSettings, Settings};
 use crate::duration;
 use crate::event::IncomingEvent;
 use crate::handlers::forward::Sent;
@@ -29,7 +29,7 @@ pub struct Runner {
     /// How the pool connects, for cancelling a statement a handler left running.
     connector: DbConnector,
     registry: Arc<Registry>,
-    settings: Arc<Settings>,
+    settings: LiveSettings,
     metrics: Arc<Metrics>,
     /// Wakes the retry loop: an event is due now.
     wake: Arc<Notify>,
@@ -80,7 +80,7 @@ impl Runner {
     pub fn new(
         connector: DbConnector,
         registry: Arc<Registry>,
-        settings: Arc<Settings>,
+        settings: LiveSettings,
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
@@ -92,8 +92,9 @@ impl Runner {
         }
     }
 
-    pub fn settings(&self) -> &Settings {
-        &self.settings
+    /// The settings in force now (see `LiveSettings::now`).
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings.now()
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -101,13 +102,20 @@ impl Runner {
     }
 
     /// The handlers of an event of this source, type and kind: the kind's own
-    /// first, then the matching forwards.
-    pub fn plan(&self, source: &str, event_type: &str, kind: Option<&str>) -> Vec<Step<'_>> {
+    /// first, then the forwards of `settings` (the caller's copy, which the
+    /// steps borrow) that match.
+    pub fn plan<'a>(
+        &'a self,
+        settings: &'a Settings,
+        source: &str,
+        event_type: &str,
+        kind: Option<&str>,
+    ) -> Vec<Step<'a>> {
         let mut steps = Vec::new();
         if let Some((kind, handler)) = kind.and_then(|k| self.registry.entry(k)) {
             steps.push(Step::Local { kind, handler });
         }
-        for forward in &self.settings.forwards {
+        for forward in &settings.forwards {
             if forward.matches(source, event_type, kind) {
                 steps.push(Step::Forward(forward));
             }
@@ -168,8 +176,11 @@ impl Runner {
     }
 
     /// The signature scheme of a source, as handlers are told it.
-    fn scheme(&self, source: &str) -> &str {
-        self.settings.source(source).map_or("", |s| s.scheme.name())
+    fn scheme(&self, source: &str) -> &'static str {
+        self.settings
+            .now()
+            .source(source)
+            .map_or("", |s| s.scheme.name())
     }
 
     /// Runs the kind's handler `step` of `event` in a savepoint of `tx`. Only
@@ -200,7 +211,7 @@ impl Runner {
         handler: &Arc<dyn Handler>,
         events: &[Event<'_>],
     ) -> Result<(), String> {
-        let limit = self.settings.handler_timeout;
+        let limit = self.settings.now().handler_timeout;
         match tokio::time::timeout(limit, handler.apply_batch(tx, events)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(HandlerError::Retry(why) | HandlerError::Permanent(why))) => Err(why),
@@ -256,7 +267,7 @@ impl Runner {
         event: &Event<'_>,
     ) -> Result<Result<(), HandlerError>, StoreError> {
         store::savepoint(tx).await?;
-        let timeout = self.settings.handler_timeout;
+        let timeout = self.settings.now().handler_timeout;
         let result = match tokio::time::timeout(timeout, handler.apply(tx, event)).await {
             Ok(result) => result,
             Err(_) => {
@@ -287,15 +298,16 @@ impl Runner {
 
     /// Where a handler stands after its `runs`-th run ended as `run` did.
     pub fn standing_after(&self, run: &Run, runs: i32) -> Standing {
-        Standing::after(&run.result, runs, self.settings.max_attempts)
+        Standing::after(&run.result, runs, self.settings.now().max_attempts)
     }
 
     /// The event's row from where its handlers stand.
     pub fn settle(&self, standings: &[HandlerStanding], attempts: i32) -> Settled {
+        let settings = self.settings.now();
         let policy = RetryPolicy {
-            max_attempts: self.settings.max_attempts,
-            retry_base: self.settings.retry_base,
-            retry_cap: self.settings.retry_cap,
+            max_attempts: settings.max_attempts,
+            retry_base: settings.retry_base,
+            retry_cap: settings.retry_cap,
         };
         ledger::settle(standings, attempts, &policy, Utc::now())
     }

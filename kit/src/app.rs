@@ -135,6 +135,8 @@ pub struct TestApp {
     pub db: Option<std::sync::Arc<TestDb>>,
     db_config: tokio_postgres::Config,
     running: Option<Running>,
+    /// The settings it started with (nothing reloads an app in the test process).
+    settings: std::sync::Arc<Settings>,
 }
 
 pub struct Spawn {
@@ -203,6 +205,7 @@ pub async fn spawn(options: Spawn) -> TestApp {
     );
     let running = app.start(options.parts).expect("start app");
     TestApp {
+        settings: app.settings.now(),
         base: format!("http://{}", running.addr),
         admin_base: running.admin_addr.map(|addr| format!("http://{addr}")),
         app,
@@ -253,7 +256,7 @@ impl TestApp {
     }
 
     pub fn settings(&self) -> &Settings {
-        &self.app.settings
+        &self.settings
     }
 
     /// The public listener's address, for tests that speak raw TCP.

@@ -147,6 +147,7 @@ impl Hookd {
         let source = self
             .app
             .settings
+            .now()
             .source(source)
             .unwrap_or_else(|| panic!("no source {source:?} in hookd.toml"))
             .clone();

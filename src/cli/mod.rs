@@ -2,6 +2,7 @@
 //! job, and reports failure as one line on stderr with a non-zero exit.
 
 mod events;
+mod reload;
 pub mod replay;
 mod serve;
 pub mod sign;
@@ -34,7 +35,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the HTTP server, the retry dispatcher and the retention purge until SIGTERM/SIGINT.
+    /// Run the HTTP server, the retry dispatcher and the retention purge until
+    /// SIGTERM/SIGINT; SIGHUP reloads the configuration and its secret files.
     Serve,
     /// Apply the migrations in sql/ and exit.
     Migrate,
@@ -269,7 +271,7 @@ pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
         let settings = Settings::load(&cli.config)?;
         warn_unhandled_kinds(&settings, &hookd);
         match cli.command {
-            Command::Serve => serve::serve(settings, hookd).await,
+            Command::Serve => serve::serve(&cli.config, settings, hookd).await,
             Command::CheckConfig => check_config(&settings),
             Command::Verify {
                 source,

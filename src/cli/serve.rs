@@ -1,16 +1,23 @@
-//! `hookd serve`: everything at once, until SIGTERM or SIGINT. A stop goes in two
-//! phases: for `shutdown_delay` `/readyz` answers 503 while everything is still
-//! served (balancers stop sending), then the listeners close and in-flight work
-//! gets `shutdown_grace` to finish. A second signal skips the rest of the delay.
+//! `hookd serve`: everything at once, until SIGTERM or SIGINT; SIGHUP reloads
+//! the configuration (`reload`). A stop goes in two phases: for `shutdown_delay`
+//! `/readyz` answers 503 while everything is still served (balancers stop
+//! sending), then the listeners close and in-flight work gets `shutdown_grace`
+//! to finish. A second signal skips the rest of the delay.
+
+use std::path::Path;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use super::{CliError, with_app};
+use super::{CliError, reload, with_app};
 use crate::app::Parts;
 use crate::config::Settings;
 use crate::duration;
 
-pub async fn serve(settings: Settings, hookd: super::Extensions) -> Result<(), CliError> {
+pub async fn serve(
+    config: &Path,
+    settings: Settings,
+    hookd: super::Extensions,
+) -> Result<(), CliError> {
     settings.check_exposure()?;
     settings.check_database()?;
     super::warn_about_exposure(&settings);
@@ -26,12 +33,22 @@ pub async fn serve(settings: Settings, hookd: super::Extensions) -> Result<(), C
         interrupt: signal(SignalKind::interrupt())
             .map_err(|e| CliError::Other(format!("cannot watch SIGINT: {e}")))?,
     };
+    // Watched from the start: SIGHUP's default action would end the process.
+    let mut hangup = signal(SignalKind::hangup())
+        .map_err(|e| CliError::Other(format!("cannot watch SIGHUP: {e}")))?;
+    let extensions = hookd.clone();
     with_app(settings, hookd, |app| async move {
         let running = app.start(Parts::ALL)?;
         log::info!("hookd listening on http://{}", running.addr);
-        let first = signals.next().await;
+        let first = loop {
+            tokio::select! {
+                name = signals.next() => break name,
+                _ = hangup.recv() => reload::reload(config, &app, &extensions).await,
+            }
+        };
         running.announce_stop();
-        let (delay, grace) = (app.settings.shutdown_delay, app.settings.shutdown_grace);
+        let settings = app.settings.now();
+        let (delay, grace) = (settings.shutdown_delay, settings.shutdown_grace);
         if !delay.is_zero() {
             log::info!(
                 "{first}: /readyz answers 503; serving on for {} (shutdown_delay) so balancers \

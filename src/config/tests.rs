@@ -933,3 +933,41 @@ fn the_embedded_cluster_beyond_loopback_needs_embedded_database_true() {
     .expect("valid");
     assert!(chosen.embedded_database && chosen.check_database().is_ok());
 }
+
+#[test]
+fn a_reload_keeps_the_running_value_of_each_key_only_a_restart_applies() {
+    let running = load(MINIMAL).expect("valid");
+    let changed = format!(
+        "listen = \"127.0.0.1:9000\"\nadmin_listen = \"127.0.0.1:9001\"\npool_size = 30\n\
+         dispatchers = 5\nmax_body_memory = 2000000\ntrusted_proxies = [\"10.0.0.0/8\"]\n\
+         max_attempts = 4\n{MINIMAL}"
+    )
+    .replace("\"whsec_a\", ", "");
+    let env = [("DATABASE_URL", "postgres://elsewhere/hookd")];
+    let mut reloaded = load_env(&changed, &env).expect("valid");
+    assert_eq!(
+        reloaded.keep_restart_only(&running),
+        [
+            "listen",
+            "admin_listen",
+            "DATABASE_URL",
+            "pool_size",
+            "dispatchers",
+            "max_body_memory",
+            "trusted_proxies"
+        ]
+    );
+    assert_eq!(reloaded.listen, running.listen);
+    assert_eq!(reloaded.admin_listen, running.admin_listen);
+    assert!(reloaded.database_url.is_none());
+    assert_eq!(reloaded.pool_size, running.pool_size);
+    assert_eq!(reloaded.dispatchers, running.dispatchers);
+    assert_eq!(reloaded.max_body_memory, running.max_body_memory);
+    assert_eq!(reloaded.trusted_proxies, running.trusted_proxies);
+    // The rest is the reloaded file's.
+    assert_eq!(reloaded.max_attempts, 4);
+    assert_eq!(reloaded.sources[0].secrets.len(), 1);
+    // Nothing changed, nothing named.
+    let mut same = load(MINIMAL).expect("valid");
+    assert!(same.keep_restart_only(&running).is_empty());
+}

@@ -275,7 +275,7 @@ where
         &mut payload,
         request,
         ADMIN_BODY_LIMIT,
-        state.app.settings.body_timeout,
+        state.app.settings.now().body_timeout,
     )
     .await?;
     let key = match request.headers().get("Idempotency-Key") {

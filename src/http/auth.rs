@@ -258,8 +258,8 @@ pub async fn authenticate(
     // leaves the cookie to decide.
     if let Some(presented) = bearer(request) {
         guard.check_client(request, None)?;
-        let found =
-            find_token(&state.app.settings, presented).filter(|token| usable_here(token, request));
+        let settings = state.app.settings.now();
+        let found = find_token(&settings, presented).filter(|token| usable_here(token, request));
         if found.is_none() {
             guard.record_failure(request, None);
         }
@@ -298,18 +298,13 @@ async fn verify_session(
     if expires_at < now {
         return Ok(None);
     }
+    // A token removed or changed by a reload is gone from these: its sessions end.
+    let settings = state.app.settings.now();
     let token = B64
         .decode(name_b64)
         .ok()
         .and_then(|n| String::from_utf8(n).ok())
-        .and_then(|name| {
-            state
-                .app
-                .settings
-                .admin_tokens
-                .iter()
-                .find(|t| t.name == name)
-        });
+        .and_then(|name| settings.admin_tokens.iter().find(|t| t.name == name));
     // Counted per token the cookie names, so guessing from an address does not
     // hold back the sessions of staff who share it.
     let named = token.map(|t| t.name.as_str());

@@ -32,12 +32,14 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(app: App) -> Self {
+        // Both fixed at start: a reload keeps their running values.
+        let settings = app.settings.now();
         let body_memory = tokio::sync::Semaphore::new(
-            app.settings
+            settings
                 .max_body_memory
                 .min(tokio::sync::Semaphore::MAX_PERMITS),
         );
-        let guard = auth::Guard::new(app.settings.trusted_proxies.clone());
+        let guard = auth::Guard::new(settings.trusted_proxies.clone());
         AppState {
             app,
             guard,

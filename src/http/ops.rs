@@ -66,7 +66,7 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
 /// The scrape. With `metrics_token` set, it wants `Authorization: Bearer` with
 /// that token (401 otherwise, before anything is read).
 pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
-    if let Some(expected) = &state.app.settings.metrics_token
+    if let Some(expected) = &state.app.settings.now().metrics_token
         && !auth::bearer_is(&request, expected)
     {
         return ApiError::Unauthorized.error_response();

@@ -66,7 +66,7 @@ pub async fn receive(
     };
     let result = handle(&state, &source, &request, payload, arrived, &mut summary).await;
     // Only configured names become metric labels: the path is the caller's to choose.
-    let label = if state.app.settings.source(&source).is_some() {
+    let label = if state.app.settings.now().source(&source).is_some() {
         source.as_str()
     } else {
         "unknown"
@@ -114,7 +114,8 @@ async fn handle(
     arrived: i64,
     summary: &mut Summary,
 ) -> Result<HttpResponse, ApiError> {
-    let settings = &state.app.settings;
+    // One configuration for the whole delivery, however long its body takes.
+    let settings = state.app.settings.now();
     let Some(source) = settings.source(source_name) else {
         let deadline = tokio::time::Instant::now() + settings.body_timeout;
         body::drain(&mut payload, 0, deadline).await;

@@ -96,7 +96,7 @@ async fn form_body(
         payload,
         request,
         ADMIN_BODY_LIMIT,
-        state.app.settings.body_timeout,
+        state.app.settings.now().body_timeout,
     )
     .await
 }
@@ -168,8 +168,8 @@ pub async fn login(
         Err(error) => return error_page(&error, None),
     };
     let token = presented_token(&request, &body);
-    let found =
-        auth::find_token(&state.app.settings, &token).filter(|t| auth::usable_here(t, &request));
+    let settings = state.app.settings.now();
+    let found = auth::find_token(&settings, &token).filter(|t| auth::usable_here(t, &request));
     let Some(token) = found else {
         state.guard.record_failure(&request, None);
         let request_id = request_id::of(&request);
@@ -195,7 +195,7 @@ pub async fn login(
             );
             HttpResponse::SeeOther()
                 .insert_header((LOCATION, "/admin"))
-                .cookie(auth::session_cookie(&state.app.settings, &request, session))
+                .cookie(auth::session_cookie(&settings, &request, session))
                 .finish()
         }
         Err(error) => error_page(&error.into(), None),
@@ -234,7 +234,7 @@ pub async fn logout(
     }
     HttpResponse::SeeOther()
         .insert_header((LOCATION, "/admin/login"))
-        .cookie(auth::expired_cookie(&state.app.settings, &request))
+        .cookie(auth::expired_cookie(&state.app.settings.now(), &request))
         .finish()
 }
 
@@ -295,17 +295,12 @@ pub async fn list(
         query.push_str(&format!("&cursor={}", url_encode(&cursor)));
         next_query = Some(query.trim_start_matches('&').to_string());
     }
+    let settings = state.app.settings.now();
     ok(pages::list(&pages::ListPage {
         who: &who,
         dashboard: &dashboard,
         params: &params,
-        sources: state
-            .app
-            .settings
-            .sources
-            .iter()
-            .map(|s| s.name.as_str())
-            .collect(),
+        sources: settings.sources.iter().map(|s| s.name.as_str()).collect(),
         events: &page.events,
         next_query,
         filter_query: filters,

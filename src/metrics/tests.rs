@@ -37,6 +37,9 @@ fn count_the_golden_calls(m: &Metrics) {
     ] {
         m.purged(what, n);
     }
+    m.config_reload(true);
+    m.config_reload(false);
+    m.config_reload(true);
 }
 
 fn configured() -> Metrics {
@@ -65,14 +68,22 @@ fn the_exposition_is_the_one_scrapers_read_before() {
 }
 
 #[test]
-fn nothing_but_the_internal_errors_is_shown_before_it_is_counted() {
+fn nothing_but_the_internal_errors_and_the_reloads_is_shown_before_counting() {
     let text = configured().render(&[]);
     let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
     let version = format!(
         "hookd_build_info{{version=\"{}\"}} 1",
         env!("CARGO_PKG_VERSION")
     );
-    assert_eq!(samples, ["hookd_internal_errors_total 0", version.as_str()]);
+    assert_eq!(
+        samples,
+        [
+            "hookd_internal_errors_total 0",
+            "hookd_config_reloads_total{result=\"error\"} 0",
+            "hookd_config_reloads_total{result=\"ok\"} 0",
+            version.as_str()
+        ]
+    );
 }
 
 /// The sample lines of `name` whose labels hold `labels`, with their values.

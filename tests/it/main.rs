@@ -33,6 +33,7 @@ mod providers_razorpay;
 mod providers_square;
 mod purge;
 mod receive;
+mod reload;
 mod replay;
 mod support;
 mod tls;
