@@ -751,7 +751,7 @@ fn kubernetes_probes_ports_and_grace_period_match_hookd() {
 }
 
 #[test]
-fn slow_the_package_ships_the_binary_unit_configuration_and_manual() {
+fn the_package_ships_the_binary_unit_configuration_and_manual() {
     let assets = deb_assets();
     let binary = binary();
     let (config, mode) = installed("deploy/hookd.toml");
