@@ -241,7 +241,9 @@ impl Metric {
             Metric::Ready => {
                 "1 when /readyz answers 200 (database reachable and migrated), else 0."
             }
-            Metric::BuildInfo => "Always 1; the version label names the running build.",
+            Metric::BuildInfo => {
+                "Always 1; the version and revision labels name the running build."
+            }
             Metric::ProcessCpuSeconds => "User and system CPU time spent, in seconds.",
             Metric::ProcessResidentMemory => "Resident memory size, in bytes.",
             Metric::ProcessVirtualMemory => "Virtual memory size, in bytes.",
@@ -427,8 +429,11 @@ impl Metrics {
                 let _ = writeln!(out, "{name} {value}");
             }
             if metric == Metric::BuildInfo {
-                let version = [("version", env!("CARGO_PKG_VERSION"))];
-                let _ = writeln!(out, "{name}{} 1", render_labels(&version, None));
+                let build = [
+                    ("version", env!("CARGO_PKG_VERSION")),
+                    ("revision", crate::version::REVISION),
+                ];
+                let _ = writeln!(out, "{name}{} 1", render_labels(&build, None));
             }
         }
         out

@@ -11,7 +11,7 @@ pub mod verify;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::app::{App, Database, StartError};
 use crate::config::Settings;
@@ -19,7 +19,11 @@ use crate::purge::describe;
 use crate::store;
 
 #[derive(Debug, Parser)]
-#[command(name = "hookd", version, about = "A self-hosted webhook receiver")]
+#[command(
+    name = "hookd",
+    version = crate::version::VERSION,
+    about = "A self-hosted webhook receiver"
+)]
 pub struct Cli {
     /// Configuration file.
     #[arg(
@@ -106,6 +110,20 @@ pub enum Command {
         source: String,
         /// JSON body to sign, sent byte for byte.
         file: PathBuf,
+    },
+    /// Print the shell's completion script for hookd (source it, or install it where
+    /// the shell looks for completions).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), made from this command line's definition.
+    #[command(hide = true)]
+    Man {
+        /// Write hookd.1 and a page per command (hookd-serve.1, …) into this folder
+        /// instead.
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -264,9 +282,13 @@ pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        // Needs no configuration: it makes the values that go into one.
-        if let Command::Secret { scheme } = &cli.command {
-            return secret(scheme);
+        // Need no configuration: they make the values that go into one, or
+        // describe the command line itself.
+        match &cli.command {
+            Command::Secret { scheme } => return secret(scheme),
+            Command::Completions { shell } => return completions(*shell),
+            Command::Man { dir } => return man(dir.as_deref()),
+            _ => {}
         }
         let settings = Settings::load(&cli.config)?;
         warn_unhandled_kinds(&settings, &hookd);
@@ -329,6 +351,8 @@ pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
             }
             Command::Sign { source, file } => sign::run(&settings, &source, &file),
             Command::Secret { scheme } => secret(&scheme),
+            Command::Completions { shell } => completions(shell),
+            Command::Man { dir } => man(dir.as_deref()),
             Command::Replay {
                 paths,
                 source,
@@ -517,6 +541,38 @@ fn secret(scheme: &str) -> Result<(), CliError> {
         .ok_or_else(|| CliError::Other(format!("no scheme named {scheme:?}")))?;
     println!("{}", secret.expose());
     Ok(())
+}
+
+fn completions(shell: clap_complete::Shell) -> Result<(), CliError> {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "hookd", &mut out);
+    print_bytes(&out)
+}
+
+fn man(dir: Option<&std::path::Path>) -> Result<(), CliError> {
+    let Some(dir) = dir else {
+        let mut out = Vec::new();
+        clap_mangen::Man::new(Cli::command())
+            .render(&mut out)
+            .map_err(|e| CliError::Other(format!("cannot render the manual page: {e}")))?;
+        return print_bytes(&out);
+    };
+    clap_mangen::generate_to(Cli::command(), dir).map_err(|e| {
+        CliError::Other(format!(
+            "cannot write the manual pages to {}: {e}",
+            dir.display()
+        ))
+    })
+}
+
+/// Writes to stdout, a closed pipe (`| head`) reported as one line, not a panic.
+fn print_bytes(bytes: &[u8]) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(bytes)
+        .and_then(|()| stdout.flush())
+        .map_err(|e| CliError::Other(format!("cannot write to stdout: {e}")))
 }
 
 fn latest_version() -> i32 {

@@ -59,9 +59,14 @@ fn at(config: &mut web::ServiceConfig, path: &str, routes: Vec<actix_web::Route>
     config.service(resource);
 }
 
+/// The probes' paths (packaging files name them; a test checks they agree): the
+/// process answers, and it can take deliveries.
+pub const HEALTH_PATH: &str = "/healthz";
+pub const READY_PATH: &str = "/readyz";
+
 fn health_routes(config: &mut web::ServiceConfig) {
-    at(config, "/healthz", vec![web::get().to(ops::healthz)]);
-    at(config, "/readyz", vec![web::get().to(ops::readyz)]);
+    at(config, HEALTH_PATH, vec![web::get().to(ops::healthz)]);
+    at(config, READY_PATH, vec![web::get().to(ops::readyz)]);
 }
 
 /// The routes of the listener that faces providers: webhooks and health, plus the

@@ -53,8 +53,9 @@ fn configured() -> Metrics {
 
 #[test]
 fn the_exposition_is_the_one_scrapers_read_before() {
-    let golden =
-        include_str!("exposition.golden.txt").replace("{version}", env!("CARGO_PKG_VERSION"));
+    let golden = include_str!("exposition.golden.txt")
+        .replace("{version}", env!("CARGO_PKG_VERSION"))
+        .replace("{revision}", crate::version::REVISION);
     let gauges = [(Metric::Ready, 1.0), (Metric::ProcessOpenFds, 9.0)];
     // Label values known from the configuration and first seen at runtime alike.
     for metrics in [configured(), Metrics::default()] {
@@ -72,8 +73,9 @@ fn nothing_but_the_internal_errors_and_the_reloads_is_shown_before_counting() {
     let text = configured().render(&[]);
     let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
     let version = format!(
-        "hookd_build_info{{version=\"{}\"}} 1",
-        env!("CARGO_PKG_VERSION")
+        "hookd_build_info{{version=\"{}\",revision=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        crate::version::REVISION
     );
     assert_eq!(
         samples,

@@ -3,7 +3,7 @@
 //! pgbench baseline runs the store's own statements, and the modules name one
 //! another in one direction only.
 
-mod imports;
+pub mod imports;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -425,7 +425,10 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
     assert_eq!(
         value(
             "hookd_build_info",
-            &[("version", env!("CARGO_PKG_VERSION"))]
+            &[
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("revision", hookd::version::REVISION)
+            ]
         ),
         1.0
     );

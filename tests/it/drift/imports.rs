@@ -148,7 +148,7 @@ fn back_to(
     None
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("a source folder") {
         let path = entry.expect("a folder entry").path();
         if path.is_dir() {
