@@ -33,6 +33,7 @@ pub mod runner;
 pub mod shutdown;
 pub mod signature;
 pub mod store;
+pub mod traces;
 
 pub use builder::Hookd;
 pub use handlers::{Event, Handler, HandlerError, Registry};

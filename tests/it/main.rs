@@ -34,4 +34,5 @@ mod receive;
 mod replay;
 mod support;
 mod tls;
+mod traces;
 mod unsigned_ids;
