@@ -177,14 +177,19 @@ impl Served {
     }
 }
 
-/// Delivers one Stripe event and signs in, each with a request id of our own.
-async fn deliver_and_sign_in(base: &str, tag: &str) {
+/// A Stripe payment event as the shipped `stripe` source expects it: its body
+/// and signature headers.
+pub(crate) fn signed_stripe_payment(
+    event_id: &str,
+    payment_id: &str,
+    amount: u64,
+) -> (Vec<u8>, Vec<(String, String)>) {
     let settings = shipped_settings();
     let stripe = settings.source("stripe").expect("stripe");
     let body = serde_json::to_vec(&stripe_event(
-        &format!("evt_log_{tag}"),
+        event_id,
         "payment_intent.succeeded",
-        json!({"id": format!("pi_log_{tag}"), "object": "payment_intent", "amount": 500}),
+        json!({"id": payment_id, "object": "payment_intent", "amount": amount}),
     ))
     .expect("json");
     let headers = hookd::provider::sign_delivery(
@@ -195,6 +200,13 @@ async fn deliver_and_sign_in(base: &str, tag: &str) {
     )
     .expect("sign")
     .headers;
+    (body, headers)
+}
+
+/// Delivers one Stripe event and signs in, each with a request id of our own.
+async fn deliver_and_sign_in(base: &str, tag: &str) {
+    let (body, headers) =
+        signed_stripe_payment(&format!("evt_log_{tag}"), &format!("pi_log_{tag}"), 500);
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(20))

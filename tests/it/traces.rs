@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::observability::Served;
-use crate::support::{FORWARD_SECRET, Receiver, shipped_settings, stripe_event, wait_for};
+use crate::observability::{Served, signed_stripe_payment};
+use crate::support::{FORWARD_SECRET, Receiver, wait_for};
 
 /// OTLP's messages, as far as the test reads them.
 mod proto {
@@ -297,6 +297,27 @@ impl Drop for Collector {
 const PROVIDER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PROVIDER_SPAN: &str = "00f067aa0ba902b7";
 
+/// Delivers a signed Stripe payment `event_id` with the provider's `traceparent`;
+/// returns the answer's status.
+async fn deliver(base: &str, event_id: &str) -> u16 {
+    let (body, headers) = signed_stripe_payment(event_id, &format!("pi_{event_id}"), 700);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let mut request = http
+        .post(format!("{base}/webhooks/stripe"))
+        .header(
+            "traceparent",
+            format!("00-{PROVIDER_TRACE}-{PROVIDER_SPAN}-01"),
+        )
+        .body(body);
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    request.send().await.expect("answer").status().as_u16()
+}
+
 /// One Stripe delivery through `hookd serve` exporting with `protocol` (unset:
 /// the default), with a
 /// forward to a receiver: the spans the collector got, its content types and
@@ -330,36 +351,7 @@ async fn one_delivery_and_its_forward(
     env.extend(protocol.map(|p| ("OTEL_EXPORTER_OTLP_PROTOCOL", p)));
     let served = Served::start_configured(config.to_str().expect("path"), &env).await;
 
-    let stripe = shipped_settings().source("stripe").expect("stripe").clone();
-    let body = serde_json::to_vec(&stripe_event(
-        event_id,
-        "payment_intent.succeeded",
-        json!({"id": format!("pi_{event_id}"), "object": "payment_intent", "amount": 700}),
-    ))
-    .expect("json");
-    let headers = hookd::provider::sign_delivery(
-        &stripe,
-        &body,
-        Default::default(),
-        chrono::Utc::now().timestamp(),
-    )
-    .expect("sign")
-    .headers;
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .expect("client");
-    let mut request = http
-        .post(format!("{}/webhooks/stripe", served.base))
-        .header(
-            "traceparent",
-            format!("00-{PROVIDER_TRACE}-{PROVIDER_SPAN}-01"),
-        )
-        .body(body);
-    for (name, value) in headers {
-        request = request.header(name, value);
-    }
-    assert_eq!(request.send().await.expect("answer").status(), 200);
+    assert_eq!(deliver(&served.base, event_id).await, 200);
     let forwarded = receiver.wait_for(1).await;
     // The forward's answer is recorded before its span ends: wait for the span.
     wait_for("the forward's span", Duration::from_secs(20), || {
@@ -532,4 +524,29 @@ async fn slow_a_delivery_and_its_forward_are_exported_as_otlp_json() {
         &lines,
         event_id,
     );
+}
+
+#[tokio::test]
+async fn slow_a_collector_that_is_down_costs_spans_never_a_delivery() {
+    // A port nobody listens on any more.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port");
+    let endpoint = format!("http://{closed}");
+    let served = Served::start_configured(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())],
+    )
+    .await;
+    for n in 0..5 {
+        let status = deliver(&served.base, &format!("evt_trace_down_{n}")).await;
+        assert_eq!(status, 200, "delivery {n}");
+    }
+    // It still stops at once, and says once that spans are lost.
+    let log = served.stop().await;
+    let warnings = log
+        .lines()
+        .filter(|l| l.contains("traces: cannot send"))
+        .count();
+    assert_eq!(warnings, 1, "{log}");
 }
