@@ -183,3 +183,54 @@ impl Visit for Fields<'_> {
         self.set(field, AttrValue::Str(format!("{value:?}")));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    fn layer(capacity: usize) -> (SpanLayer, std::sync::mpsc::Receiver<SpanRecord>) {
+        let (queue, finished) = std::sync::mpsc::sync_channel(capacity);
+        let dropped = Arc::new(AtomicU64::new(0));
+        (SpanLayer { queue, dropped }, finished)
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_spans_and_never_waits() {
+        let (layer, finished) = layer(2);
+        let dropped = layer.dropped.clone();
+        let subscriber = tracing_subscriber::Registry::default().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let root = tracing::trace_span!("delivery", otel.kind = "server");
+            root.in_scope(|| {
+                for n in 0..4 {
+                    drop(tracing::trace_span!("handler", n = n).entered());
+                }
+            });
+        });
+        // The first two handlers were queued; the other two and the root dropped.
+        let kept: Vec<SpanRecord> = finished.try_iter().collect();
+        assert_eq!(kept.len(), 2);
+        assert_eq!(dropped.load(Ordering::Relaxed), 3);
+        let root_trace = kept[0].trace_id;
+        for (n, span) in (0i64..).zip(&kept) {
+            assert_eq!(span.name, "handler");
+            assert_eq!(span.trace_id, root_trace, "one trace");
+            assert!(span.parent_span_id.is_some(), "under the delivery");
+            assert_eq!(span.attributes, [("n", AttrValue::Int(n))]);
+            assert!(span.start_unix_nanos <= span.end_unix_nanos);
+        }
+    }
+
+    #[test]
+    fn a_dependencys_spans_are_not_recorded() {
+        let (layer, finished) = layer(8);
+        let subscriber = tracing_subscriber::Registry::default().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            drop(tracing::trace_span!(target: "hyper::client", "connect").entered());
+            drop(tracing::trace_span!("batch").entered());
+        });
+        let names: Vec<&str> = finished.try_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["batch"]);
+    }
+}
