@@ -208,7 +208,7 @@ impl Core {
             Ok(mut client) => {
                 let batched = self
                     .commit_batch(&mut client, &batch)
-                    .instrument(span)
+                    .instrument(span.clone())
                     .await;
                 if matches!(batched, Err(Fallback::Unavailable(_))) {
                     store::discard(client);
@@ -231,12 +231,14 @@ impl Core {
                 self.one_by_one(apart).await;
             }
             Err(Fallback::Unavailable(error)) => {
+                crate::traces::fail(&span, &error);
                 for job in batch {
                     let _ = job.reply.send(Err(StoreError::Unavailable(error.clone())));
                 }
             }
             Err(Fallback::OneByOne(why)) => {
                 log::debug!("batch of {} stored one by one: {why}", batch.len());
+                crate::traces::fail(&span, &why);
                 self.one_by_one(batch).await;
             }
         }

@@ -550,3 +550,71 @@ async fn slow_a_collector_that_is_down_costs_spans_never_a_delivery() {
         .count();
     assert_eq!(warnings, 1, "{log}");
 }
+
+#[tokio::test]
+async fn slow_a_shared_transaction_is_one_batch_span_linked_to_each_of_its_deliveries() {
+    let collector = Collector::start();
+    let served = Served::start_configured(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint.as_str())],
+    )
+    .await;
+    // Concurrent deliveries share transactions (see batching.rs).
+    let ids: Vec<String> = (0..40).map(|n| format!("evt_trace_batch_{n}")).collect();
+    let statuses =
+        futures_util::future::join_all(ids.iter().map(|id| deliver(&served.base, id))).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    served.stop().await;
+    let collected = std::mem::take(&mut *collector.got.lock().expect("lock"));
+    let spans = &collected.spans;
+    let deliveries: HashMap<&str, &Got> = spans
+        .iter()
+        .filter(|s| s.name == "delivery")
+        .map(|s| (s.span.as_str(), s))
+        .collect();
+    assert_eq!(deliveries.len(), ids.len(), "a span per delivery");
+    let batches: Vec<&Got> = spans.iter().filter(|s| s.name == "batch").collect();
+    let shared: Vec<&&Got> = batches
+        .iter()
+        .filter(|b| {
+            b.attributes
+                .get("hookd.batch.size")
+                .is_some_and(|n| n != "1")
+        })
+        .collect();
+    assert!(!shared.is_empty(), "no shared transaction: {batches:#?}");
+    for batch in shared {
+        let size: usize = batch.attributes["hookd.batch.size"].parse().expect("size");
+        let first = deliveries
+            .get(batch.parent.as_str())
+            .unwrap_or_else(|| panic!("a batch under a delivery: {batch:?}"));
+        assert_eq!(batch.trace, first.trace);
+        assert_eq!(batch.links.len(), size - 1, "{batch:?}");
+        for (trace, span) in &batch.links {
+            let other = deliveries
+                .get(span.as_str())
+                .unwrap_or_else(|| panic!("a link to a delivery: {batch:?}"));
+            assert_eq!(&other.trace, trace);
+            assert_ne!(other.span, first.span);
+        }
+        let handlers: Vec<&Got> = spans
+            .iter()
+            .filter(|s| s.name == "handler" && s.parent == batch.span)
+            .collect();
+        assert_eq!(handlers.len(), 1, "the payments handler once for the batch");
+        // Unless the batch was undone (and its deliveries stored one by one).
+        if batch.status_code == 0 {
+            child(spans, batch, "commit");
+        }
+    }
+    // Every delivery's span was stored under some batch: its own, or a shared one.
+    let in_batches: usize = batches
+        .iter()
+        .map(|b| {
+            b.attributes["hookd.batch.size"]
+                .parse::<usize>()
+                .expect("size")
+        })
+        .sum();
+    assert!(in_batches >= ids.len(), "{in_batches} of {}", ids.len());
+}
