@@ -87,7 +87,8 @@ impl Hookd {
     /// Parses the command line and runs it: the whole `hookd` CLI, with these
     /// handlers. Logs go to stderr (`RUST_LOG`, default `info`; the database
     /// driver stays at `info` unless named), as text or, with
-    /// `HOOKD_LOG_FORMAT=json`, one JSON object per line.
+    /// `HOOKD_LOG_FORMAT=json`, one JSON object per line. Spans go to an
+    /// OpenTelemetry collector when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
     pub fn main(self) -> ExitCode {
         let mut logger =
             env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
@@ -104,7 +105,18 @@ impl Hookd {
             }
         }
         let _ = logger.try_init();
-        self.run(Cli::parse())
+        match crate::traces::Settings::from_env()
+            .and_then(|t| t.map_or(Ok(()), crate::traces::install))
+        {
+            Ok(()) => {}
+            Err(why) => {
+                eprintln!("hookd: {why}");
+                return ExitCode::from(cli::EX_CONFIG);
+            }
+        }
+        let code = self.run(Cli::parse());
+        crate::traces::shutdown();
+        code
     }
 
     /// Runs an already parsed command line.

@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SubsecRound, Utc};
 use deadpool_postgres::{Pool, Transaction};
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use crate::config::{Forward, LiveSettings, MAX_FORWARD_TIMEOUT, Settings};
 use crate::duration;
@@ -188,16 +190,32 @@ impl Dispatcher {
                 return Ok(None);
             };
             let claimed = self.own_item(claimed);
-            let left = self.run_again(&tx, &settings, &claimed, false).await?;
-            tx.commit().await?;
-            Ok(Some((claimed, left)))
+            let span = tracing::trace_span!(
+                "dispatch",
+                hookd.row_id = claimed.id,
+                hookd.source = claimed.source.as_str(),
+                hookd.event_id = claimed.event_id.as_str(),
+            );
+            let left = async {
+                let left = self.run_again(&tx, &settings, &claimed, false).await?;
+                tx.commit()
+                    .instrument(tracing::trace_span!("commit"))
+                    .await?;
+                Ok::<_, StoreError>(left)
+            }
+            .instrument(span.clone())
+            .await?;
+            Ok(Some((claimed, left, span)))
         }
         .await;
         // No connection is held while the forwards are sent.
-        let Some((claimed, left)) = store::give_back(client, claimed)? else {
+        let Some((claimed, left, span)) = store::give_back(client, claimed)? else {
             return Ok(DispatchStep::Idle);
         };
-        let status = self.send_leased(&claimed, left, None).await?;
+        let status = self
+            .send_leased(&claimed, left, None)
+            .instrument(span)
+            .await?;
         Ok(DispatchStep::Attempted {
             id: claimed.id,
             status,
@@ -208,6 +226,11 @@ impl Dispatcher {
     /// retry), including those that failed for good. Handlers already done do not
     /// run again. The audit row of `by` is written in the retry's transaction.
     pub async fn retry_now(&self, id: i64, by: RetryBy<'_>) -> Result<RetryOutcome, StoreError> {
+        let span = tracing::trace_span!("dispatch", hookd.row_id = id, hookd.operator = true);
+        self.retry_now_in(id, by).instrument(span).await
+    }
+
+    async fn retry_now_in(&self, id: i64, by: RetryBy<'_>) -> Result<RetryOutcome, StoreError> {
         let settings = self.runner.settings();
         let mut client = self.pool.get().await?;
         let decided = async {
@@ -483,7 +506,16 @@ impl Dispatcher {
             kind: claimed.kind.as_deref(),
             body,
         };
-        let sent = forward::send(&self.http, forward, &outgoing).await;
+        let span = forward_span(forward, attempt);
+        let sent = forward::send(&self.http, forward, &outgoing)
+            .instrument(span.clone())
+            .await;
+        if let Some(code) = sent.http_status {
+            span.record("http.response.status_code", code);
+        }
+        if let Err(error) = &sent.result {
+            crate::traces::fail(&span, error);
+        }
         let outcome = if sent.result.is_ok() {
             ForwardOutcome::Delivered
         } else {
@@ -499,6 +531,19 @@ impl Dispatcher {
         let name = forward.handler_name();
         self.runner.ran(name, event, started_at, clock, sent)
     }
+}
+
+/// A forward's span (kind client): its `traceparent` goes to the receiver.
+fn forward_span(forward: &Forward, attempt: i32) -> Span {
+    tracing::trace_span!(
+        "forward",
+        otel.kind = "client",
+        hookd.forward = forward.name.as_str(),
+        hookd.attempt = attempt,
+        url.full = %forward.endpoint(),
+        http.response.status_code = Empty,
+        otel.status_message = Empty,
+    )
 }
 
 /// An operator's retry in the audit trail, written in `tx` (the retry's own);

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use deadpool_postgres::{Object, Pool};
 use tokio::sync::{Mutex, mpsc, oneshot};
+use tracing::{Instrument, Span};
 
 use crate::event::IncomingEvent;
 use crate::handlers::{Event, Handler};
@@ -57,6 +58,8 @@ struct Job {
     event: IncomingEvent,
     verified: Verified,
     reply: oneshot::Sender<Result<Ingested, StoreError>>,
+    /// The delivery's span, the parent of the batch's (none when traces are off).
+    span: Span,
 }
 
 /// The outcome of receiving one delivery.
@@ -102,6 +105,7 @@ impl Ingester {
         verified: Verified,
     ) -> Result<Vec<Ingested>, StoreError> {
         let stopping = || StoreError::Unavailable("hookd is stopping".into());
+        let span = Span::current();
         let (jobs, answers): (Vec<Job>, Vec<_>) = events
             .into_iter()
             .map(|event| {
@@ -110,6 +114,7 @@ impl Ingester {
                     event,
                     verified,
                     reply,
+                    span: span.clone(),
                 };
                 (job, answer)
             })
@@ -184,14 +189,27 @@ impl Core {
         metrics.ingest_batch(batch.len());
         if batch.len() == 1 {
             for job in batch {
-                let result = self.ingest_one(&job.event, job.verified).await;
+                let result = self
+                    .ingest_one(&job.event, job.verified)
+                    .instrument(batch_span(&job.span, 1))
+                    .await;
                 let _ = job.reply.send(result);
             }
             return;
         }
+        // One transaction, one span: under the first delivery's, linked to the others'.
+        let span = batch_span(&batch[0].span, batch.len());
+        if !span.is_disabled() {
+            for job in &batch[1..] {
+                span.follows_from(&job.span);
+            }
+        }
         let batched = match self.pool.get().await {
             Ok(mut client) => {
-                let batched = self.commit_batch(&mut client, &batch).await;
+                let batched = self
+                    .commit_batch(&mut client, &batch)
+                    .instrument(span.clone())
+                    .await;
                 if matches!(batched, Err(Fallback::Unavailable(_))) {
                     store::discard(client);
                 }
@@ -213,12 +231,14 @@ impl Core {
                 self.one_by_one(apart).await;
             }
             Err(Fallback::Unavailable(error)) => {
+                crate::traces::fail(&span, &error);
                 for job in batch {
                     let _ = job.reply.send(Err(StoreError::Unavailable(error.clone())));
                 }
             }
             Err(Fallback::OneByOne(why)) => {
                 log::debug!("batch of {} stored one by one: {why}", batch.len());
+                crate::traces::fail(&span, &why);
                 self.one_by_one(batch).await;
             }
         }
@@ -227,7 +247,10 @@ impl Core {
     /// Each delivery in a transaction of its own, all at once.
     async fn one_by_one(&self, jobs: Vec<Job>) {
         let stores = jobs.into_iter().map(|job| async move {
-            let result = self.ingest_one(&job.event, job.verified).await;
+            let result = self
+                .ingest_one(&job.event, job.verified)
+                .instrument(batch_span(&job.span, 1))
+                .await;
             let _ = job.reply.send(result);
         });
         futures_util::future::join_all(stores).await;
@@ -351,7 +374,7 @@ impl Core {
             for (handler, kind, views) in &groups {
                 let clock = std::time::Instant::now();
                 runner
-                    .apply_batch(&tx, handler, views)
+                    .apply_batch(&tx, kind, handler, views)
                     .await
                     .map_err(Fallback::OneByOne)?;
                 let per_event = clock.elapsed() / u32::try_from(views.len()).unwrap_or(1).max(1);
@@ -364,7 +387,10 @@ impl Core {
         let (ran, written) = tokio::join!(run_handlers, events::append_attempts(&tx, &attempts));
         ran?;
         written.map_err(Fallback::store)?;
-        tx.commit().await.map_err(Fallback::store)?;
+        tx.commit()
+            .instrument(tracing::trace_span!("commit"))
+            .await
+            .map_err(Fallback::store)?;
 
         let mut wake = false;
         for (at, recorded) in decided.iter().enumerate() {
@@ -504,9 +530,16 @@ impl Core {
             },
             Recorded::Duplicate { .. } | Recorded::Conflict => None,
         };
-        tx.commit().await?;
+        tx.commit()
+            .instrument(tracing::trace_span!("commit"))
+            .await?;
         Ok(Ingested { recorded, status })
     }
+}
+
+/// The span of a transaction storing `size` deliveries, under `delivery`'s.
+fn batch_span(delivery: &Span, size: usize) -> Span {
+    tracing::trace_span!(parent: delivery, "batch", hookd.batch.size = size)
 }
 
 /// Why a batch's transaction was undone.

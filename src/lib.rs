@@ -33,6 +33,7 @@ pub mod runner;
 pub mod shutdown;
 pub mod signature;
 pub mod store;
+pub mod traces;
 pub mod version;
 
 pub use builder::Hookd;

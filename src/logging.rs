@@ -1,7 +1,9 @@
 //! Log lines as JSON (`HOOKD_LOG_FORMAT=json`): one object per line with
 //! `timestamp` (RFC 3339, UTC), `level`, `target` and `message`, and a line's
 //! structured fields (the delivery's source, event id, outcome, …) as keys of
-//! their own, for log pipelines that index fields rather than parse text. And the
+//! their own, for log pipelines that index fields rather than parse text, and the
+//! `trace_id` and `span_id` of the span it was written in when traces are
+//! exported. And the
 //! database driver held at `info`, whose debug lines carry statement parameters.
 
 use std::io::Write;
@@ -56,6 +58,11 @@ pub fn json_object(record: &log::Record<'_>) -> Map<String, Value> {
     );
     line.insert("target".into(), record.target().into());
     line.insert("message".into(), record.args().to_string().into());
+    // The span the line is written in, when traces are exported.
+    if let Some((trace_id, span_id)) = crate::traces::current_ids() {
+        line.insert("trace_id".into(), format!("{trace_id:032x}").into());
+        line.insert("span_id".into(), format!("{span_id:016x}").into());
+    }
     let _ = record.key_values().visit(&mut Fields(&mut line));
     line
 }

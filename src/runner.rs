@@ -12,6 +12,8 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
 use tokio::sync::Notify;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::config::{Forward, LiveSettings, Settings};
 use crate::duration;
@@ -194,7 +196,20 @@ impl Runner {
     ) -> Result<Run, StoreError> {
         let started_at = Utc::now();
         let clock = Instant::now();
-        let result = self.run_local(tx, handler, event).await?;
+        let span = tracing::trace_span!(
+            "handler",
+            hookd.handler = %step.name(),
+            hookd.event_id = event.event_id,
+            hookd.attempt = event.attempt,
+            otel.status_message = Empty,
+        );
+        let result = self
+            .run_local(tx, handler, event)
+            .instrument(span.clone())
+            .await?;
+        if let Err(error) = &result {
+            crate::traces::fail(&span, error);
+        }
         let sent = Sent {
             result,
             http_status: None,
@@ -203,23 +218,37 @@ impl Runner {
         Ok(self.ran(step.name(), event, started_at, clock, sent))
     }
 
-    /// A handler's batch in `tx` under `handler_timeout`; on failure (any event's,
-    /// or its time limit) why — and `tx` is to be undone.
+    /// The handler of `kind`'s batch in `tx` under `handler_timeout`; on failure
+    /// (any event's, or its time limit) why — and `tx` is to be undone.
     pub async fn apply_batch(
         &self,
         tx: &Transaction<'_>,
+        kind: &str,
         handler: &Arc<dyn Handler>,
         events: &[Event<'_>],
     ) -> Result<(), String> {
         let limit = self.settings.now().handler_timeout;
-        match tokio::time::timeout(limit, handler.apply_batch(tx, events)).await {
+        let span = tracing::trace_span!(
+            "handler",
+            hookd.handler = kind,
+            hookd.batch.size = events.len(),
+            otel.status_message = Empty,
+        );
+        let applied = tokio::time::timeout(limit, handler.apply_batch(tx, events))
+            .instrument(span.clone())
+            .await;
+        let result = match applied {
             Ok(Ok(())) => Ok(()),
             Ok(Err(HandlerError::Retry(why) | HandlerError::Permanent(why))) => Err(why),
             Err(_) => {
                 self.cancel_statement(tx).await;
                 Err("a handler's batch ran out of time".into())
             }
+        };
+        if let Err(why) = &result {
+            crate::traces::fail(&span, why);
         }
+        result
     }
 
     /// A handler's run as it ended, timed and (when it failed) logged.

@@ -84,6 +84,10 @@ pub async fn send(http: &reqwest::Client, forward: &Forward, event: &Outgoing<'_
     for (name, value) in signed {
         request = request.header(name, value);
     }
+    // The forward's span, so the receiver's trace continues it.
+    if let Some(traceparent) = crate::traces::traceparent() {
+        request = request.header("traceparent", traceparent);
+    }
     let endpoint = forward.endpoint();
     match request.send().await {
         Ok(response) => {

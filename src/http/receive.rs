@@ -6,6 +6,8 @@ use std::time::Instant;
 use actix_web::http::header::{CONTENT_TYPE, HeaderMap};
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use serde::Serialize;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use super::error::ApiError;
 use super::{AppState, body, client, request_id};
@@ -17,6 +19,7 @@ use crate::providers::{self, Answer, Provider};
 use crate::signature::{Headers, SignatureError, Verified};
 use crate::store::StoreError;
 use crate::store::events::{self, Recorded};
+use crate::traces;
 
 struct RequestHeaders<'a>(&'a HeaderMap);
 
@@ -49,11 +52,51 @@ struct Summary {
     outcome: &'static str,
 }
 
+/// A delivery's span: its own trace's root (kind server). A caller's
+/// `traceparent` is linked, not continued: the header comes from the open
+/// internet, and the trace of a delivery is hookd's to start.
+fn delivery_span(source: &str, request: &HttpRequest) -> Span {
+    let span = tracing::trace_span!(
+        parent: None,
+        "delivery",
+        otel.kind = "server",
+        http.route = "/webhooks/{source}",
+        hookd.source = source,
+        hookd.event_id = Empty,
+        hookd.kind = Empty,
+        hookd.outcome = Empty,
+        hookd.request_id = Empty,
+        http.response.status_code = Empty,
+        otel.status_message = Empty,
+    );
+    if !span.is_disabled()
+        && let Some(header) = request.headers().get("traceparent")
+        && let Ok(header) = header.to_str()
+    {
+        traces::link_traceparent(&span, header);
+    }
+    span
+}
+
 pub async fn receive(
     state: web::Data<AppState>,
     source: web::Path<String>,
     request: HttpRequest,
     payload: web::Payload,
+) -> HttpResponse {
+    let span = delivery_span(&source, &request);
+    receive_in(state, source, request, payload, span.clone())
+        .instrument(span)
+        .await
+}
+
+/// `receive` inside the delivery's span, its last line included.
+async fn receive_in(
+    state: web::Data<AppState>,
+    source: web::Path<String>,
+    request: HttpRequest,
+    payload: web::Payload,
+    span: Span,
 ) -> HttpResponse {
     let started = Instant::now();
     // The time a delivery is judged by is when it arrived, not when its body
@@ -87,6 +130,16 @@ pub async fn receive(
     let request_id = request_id::of(&request);
     let status = response.status().as_u16();
     let latency_ms = (elapsed.as_secs_f64() * 10_000.0).round() / 10.0;
+    if !span.is_disabled() {
+        span.record("hookd.event_id", summary.event_id.as_deref());
+        span.record("hookd.kind", summary.kind.as_deref());
+        span.record("hookd.outcome", summary.outcome);
+        span.record("hookd.request_id", request_id.as_str());
+        span.record("http.response.status_code", status);
+        if response.status().is_server_error() {
+            traces::fail(&span, &summary.outcome);
+        }
+    }
     // The line as text, and its fields apart for JSON logs.
     log::info!(
         source = source.as_str(),
@@ -133,15 +186,26 @@ async fn handle(
     let provider = providers::of(&source.scheme);
     let refused = |reason| ApiError::InvalidSignature(reason, provider.refused_signature());
     let verifier = source.verifier();
-    let verified = match verifier.verify_request(&headers, &body, arrived) {
-        // PayPal's certificate may need fetching first.
-        Err(SignatureError::Mismatch) => {
-            outbound::verify_after_fetching(&verifier, &headers, &body, arrived)
-                .await
-                .map_err(refused)?
+    let span = tracing::trace_span!(
+        "verify",
+        hookd.scheme = source.scheme.name(),
+        otel.status_message = Empty,
+    );
+    let verified = async {
+        match verifier.verify_request(&headers, &body, arrived) {
+            // PayPal's certificate may need fetching first.
+            Err(SignatureError::Mismatch) => {
+                outbound::verify_after_fetching(&verifier, &headers, &body, arrived).await
+            }
+            verified => verified,
         }
-        verified => verified.map_err(refused)?,
-    };
+    }
+    .instrument(span.clone())
+    .await;
+    if let Err(error) = &verified {
+        traces::fail(&span, error);
+    }
+    let verified = verified.map_err(refused)?;
     // The shipped secrets are public: a delivery a proxy forwarded (from beyond
     // this machine) may not use them, whatever address hookd listens on.
     let signer = usize::try_from(verified.signed_with - 1)

@@ -37,4 +37,5 @@ mod reload;
 mod replay;
 mod support;
 mod tls;
+mod traces;
 mod unsigned_ids;

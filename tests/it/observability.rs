@@ -91,9 +91,9 @@ async fn every_answer_of_both_listeners_carries_a_request_id() {
 }
 
 /// `hookd serve` as a process with these variables, against a fresh test database.
-struct Served {
+pub(crate) struct Served {
     child: std::process::Child,
-    base: String,
+    pub(crate) base: String,
     /// Reads the server's log as it comes (a full pipe would stall it).
     log: Option<std::thread::JoinHandle<String>>,
     _db: TestDb,
@@ -109,18 +109,24 @@ impl Drop for Served {
 
 impl Served {
     async fn start(env: &[(&str, &str)]) -> Served {
+        Served::start_configured(concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"), env).await
+    }
+
+    /// With the configuration file `config`.
+    pub(crate) async fn start_configured(config: &str, env: &[(&str, &str)]) -> Served {
         let db = TestDb::create().await;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .expect("free port");
         let mut child = Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .args(["serve", "--config"])
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"))
+            .args(["serve", "--config", config])
             .env("DATABASE_URL", cluster().connection_string(&db.name))
             .env("HOOKD_LISTEN", format!("127.0.0.1:{port}"))
             .env("RUST_LOG", "info")
             .env_remove("HOOKD_LOG_FORMAT")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -153,7 +159,7 @@ impl Served {
 
     /// Stops it (SIGTERM), fails unless it exits 0 within 30 s, and returns
     /// what it logged.
-    async fn stop(mut self) -> String {
+    pub(crate) async fn stop(mut self) -> String {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
         let child = &mut self.child;
@@ -171,14 +177,19 @@ impl Served {
     }
 }
 
-/// Delivers one Stripe event and signs in, each with a request id of our own.
-async fn deliver_and_sign_in(base: &str, tag: &str) {
+/// A Stripe payment event as the shipped `stripe` source expects it: its body
+/// and signature headers.
+pub(crate) fn signed_stripe_payment(
+    event_id: &str,
+    payment_id: &str,
+    amount: u64,
+) -> (Vec<u8>, Vec<(String, String)>) {
     let settings = shipped_settings();
     let stripe = settings.source("stripe").expect("stripe");
     let body = serde_json::to_vec(&stripe_event(
-        &format!("evt_log_{tag}"),
+        event_id,
         "payment_intent.succeeded",
-        json!({"id": format!("pi_log_{tag}"), "object": "payment_intent", "amount": 500}),
+        json!({"id": payment_id, "object": "payment_intent", "amount": amount}),
     ))
     .expect("json");
     let headers = hookd::provider::sign_delivery(
@@ -189,6 +200,13 @@ async fn deliver_and_sign_in(base: &str, tag: &str) {
     )
     .expect("sign")
     .headers;
+    (body, headers)
+}
+
+/// Delivers one Stripe event and signs in, each with a request id of our own.
+async fn deliver_and_sign_in(base: &str, tag: &str) {
+    let (body, headers) =
+        signed_stripe_payment(&format!("evt_log_{tag}"), &format!("pi_log_{tag}"), 500);
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(20))
