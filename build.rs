@@ -62,7 +62,13 @@ fn git_revision(manifest_dir: &Path) -> Option<String> {
 /// repository. Only existing files are named: cargo reruns on every build for a
 /// path that does not exist.
 fn rerun_when_head_moves(dir: &Path) {
-    let mut paths = vec!["HEAD".to_string(), "packed-refs".to_string()];
+    // logs/HEAD grows at every commit, whatever holds the branch (a loose ref,
+    // packed-refs after `git gc`).
+    let mut paths = vec![
+        "HEAD".to_string(),
+        "packed-refs".to_string(),
+        "logs/HEAD".to_string(),
+    ];
     if let Some(branch) = git(dir, &["symbolic-ref", "-q", "HEAD"]) {
         paths.push(branch);
     }

@@ -198,7 +198,7 @@ impl Forward {
 }
 
 /// `scheme://host[:port]/path` of a URL: never its credentials or query.
-fn shown_url(url: &reqwest::Url) -> String {
+pub(crate) fn shown_url(url: &reqwest::Url) -> String {
     let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
     format!(
         "{}://{}{port}{}",

@@ -152,7 +152,7 @@ impl Purger {
                 let done = match step {
                     Step::Keys => {
                         let deleted = &mut outcome.keys_deleted;
-                        purge::delete_keys_batch(&*client, cutoffs.keys, limit, deleted).await?
+                        purge::delete_keys_batch(client, cutoffs.keys, limit, deleted).await?
                     }
                     Step::Pending => {
                         let dropped = &mut outcome.payloads_dropped;
@@ -164,25 +164,25 @@ impl Purger {
                     }
                     Step::IdempotencyKeys => {
                         let (what, before) = (Expiring::IdempotencyKeys, cutoffs.idempotency_keys);
-                        let n = purge::delete_expired_batch(&*client, what, before, limit).await?;
+                        let n = purge::delete_expired_batch(client, what, before, limit).await?;
                         outcome.idempotency_keys_deleted += n;
                         n
                     }
                     Step::Audit => {
                         let (what, before) = (Expiring::AuditEntries, cutoffs.payloads);
-                        let n = purge::delete_expired_batch(&*client, what, before, limit).await?;
+                        let n = purge::delete_expired_batch(client, what, before, limit).await?;
                         outcome.audit_entries_deleted += n;
                         n
                     }
                     Step::Conflicts => {
                         let (what, before) = (Expiring::Conflicts, cutoffs.payloads);
-                        let n = purge::delete_expired_batch(&*client, what, before, limit).await?;
+                        let n = purge::delete_expired_batch(client, what, before, limit).await?;
                         outcome.conflicts_deleted += n;
                         n
                     }
                     Step::RevokedSessions => {
                         let (what, before) = (Expiring::RevokedSessions, cutoffs.revoked_sessions);
-                        let n = purge::delete_expired_batch(&*client, what, before, limit).await?;
+                        let n = purge::delete_expired_batch(client, what, before, limit).await?;
                         outcome.revoked_sessions_deleted += n;
                         n
                     }

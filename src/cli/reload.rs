@@ -25,6 +25,7 @@ pub async fn reload(path: &Path, app: &App, hookd: &Extensions) {
     }
     super::warn_about_exposure(&settings);
     super::warn_unhandled_kinds(&settings, hookd);
+    warn_about_credential_copies();
     let summary = format!(
         "{} source(s), {} forward(s), {} admin token(s)",
         settings.sources.len(),
@@ -44,6 +45,32 @@ fn checked(path: &Path, running: &Settings) -> Result<(Settings, Vec<&'static st
     let kept = settings.keep_restart_only(running);
     settings.check_exposure()?;
     Ok((settings, kept))
+}
+
+/// systemd's `LoadCredential=` files are copies made when the service started:
+/// a `_FILE` read from there gives the old value however the original changed.
+fn warn_about_credential_copies() {
+    let Some(copies) = std::env::var_os("CREDENTIALS_DIRECTORY") else {
+        return;
+    };
+    let copies = Path::new(&copies);
+    let stale: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let name = name.into_string().ok()?;
+            let read_there = name.starts_with("HOOKD_")
+                && name.ends_with("_FILE")
+                && Path::new(&value).starts_with(copies);
+            read_there.then_some(name)
+        })
+        .collect();
+    if !stale.is_empty() {
+        log::warn!(
+            "SIGHUP: {} read systemd's credential copies made at start: a file changed since \
+             reaches hookd at the next restart (point them at files hookd reads directly to \
+             rotate without one)",
+            stale.join(", ")
+        );
+    }
 }
 
 fn refused(app: &App, problem: &str) {

@@ -84,7 +84,9 @@ pub async fn receive(
     request: HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
-    let span = delivery_span(&source, &request);
+    // Only configured names are recorded: the path is the caller's to choose.
+    let known = state.app.settings.now().source(&source).is_some();
+    let span = delivery_span(if known { &source } else { "unknown" }, &request);
     receive_in(state, source, request, payload, span.clone())
         .instrument(span)
         .await

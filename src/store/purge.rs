@@ -63,13 +63,15 @@ fn tally(rows: &[tokio_postgres::Row], into: &mut ByStatus) -> u64 {
 /// Deletes up to `limit` finished events received before `cutoff` (their attempts
 /// go with them). Returns how many, counted into `by_status`.
 pub async fn delete_keys_batch(
-    client: &impl Session,
+    client: &mut deadpool_postgres::Object,
     cutoff: DateTime<Utc>,
     limit: i64,
     by_status: &mut ByStatus,
 ) -> Result<u64, StoreError> {
+    // A transaction of its own, so it runs under hookd's limits behind a pooler too.
+    let tx = super::begin(client).await?;
     let rows = sql::query(
-        client,
+        &tx,
         "WITH batch AS (
                  SELECT id FROM webhook_events
                  WHERE status IN ('processed', 'ignored', 'dead') AND received_at < $1
@@ -82,6 +84,7 @@ pub async fn delete_keys_batch(
         params![&cutoff, &limit],
     )
     .await?;
+    tx.commit().await?;
     Ok(tally(&rows, by_status))
 }
 
@@ -247,12 +250,16 @@ impl Expiring {
 
 /// Deletes up to `limit` rows of `what` older than `before`; how many went.
 pub async fn delete_expired_batch(
-    client: &impl Session,
+    client: &mut deadpool_postgres::Object,
     what: Expiring,
     before: DateTime<Utc>,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    sql::execute(client, what.delete_sql(), params![&before, &limit]).await
+    // A transaction of its own, so it runs under hookd's limits behind a pooler too.
+    let tx = super::begin(client).await?;
+    let deleted = sql::execute(&tx, what.delete_sql(), params![&before, &limit]).await?;
+    tx.commit().await?;
+    Ok(deleted)
 }
 
 /// What a pass would remove, without removing it.

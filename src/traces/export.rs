@@ -86,6 +86,14 @@ struct Sender {
 }
 
 impl Sender {
+    /// The collector's URL for a log line: never its credentials or query.
+    fn collector(&self) -> String {
+        reqwest::Url::parse(&self.settings.url).map_or_else(
+            |_| "the collector".into(),
+            |url| crate::config::shown_url(&url),
+        )
+    }
+
     fn run(&mut self, spans: &Receiver<SpanRecord>, closing: &AtomicBool) {
         let mut batch = Vec::with_capacity(BATCH);
         let mut first_at = None;
@@ -167,14 +175,14 @@ impl Sender {
         match answer {
             Ok(()) if self.failing => {
                 self.failing = false;
-                log::info!("traces: {} accepts spans again", self.settings.url);
+                log::info!("traces: {} accepts spans again", self.collector());
             }
             Ok(()) => {}
             Err(why) if !self.failing => {
                 self.failing = true;
                 log::warn!(
                     "traces: cannot send {count} spans to {}: {why}; spans are dropped until it answers",
-                    self.settings.url
+                    self.collector()
                 );
             }
             Err(_) => {}

@@ -116,6 +116,19 @@ fn headers(list: &str) -> Result<Vec<(String, String)>, String> {
             if !valid {
                 return Err(bad(item));
             }
+            // The request's own framing is the exporter's to write.
+            const FRAMING: [&str; 5] = [
+                "content-length",
+                "content-type",
+                "transfer-encoding",
+                "host",
+                "connection",
+            ];
+            if FRAMING.iter().any(|name| key.eq_ignore_ascii_case(name)) {
+                return Err(format!(
+                    "OTEL_EXPORTER_OTLP_HEADERS: {key} is set by the exporter itself"
+                ));
+            }
             Ok((key.to_string(), value.into_owned()))
         })
         .collect()
@@ -252,6 +265,7 @@ mod tests {
             )
         );
         assert!(from(&[endpoint, ("OTEL_EXPORTER_OTLP_HEADERS", "novalue")]).is_err());
+        assert!(from(&[endpoint, ("OTEL_EXPORTER_OTLP_HEADERS", "Content-Length=5")]).is_err());
         assert!(from(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]).is_err());
     }
 
