@@ -1,7 +1,7 @@
 //! `cargo bench --bench ingest`: how fast hookd acknowledges new events, against
 //! what the same PostgreSQL cluster does with hookd's own SQL and nothing else.
 //!
-//! For each concurrency (32 and 64 senders), in one run on one cluster:
+//! For each concurrency (16, 32 and 64 senders), in one run on one cluster:
 //! - hookd: a closed loop of signed, unique Stripe `payment_intent.succeeded`
 //!   deliveries over HTTP (signature check, parse, store, inline handler, commit);
 //! - pgbench "insert": the dedupe statement (`store::events::RECORD_DELIVERY`)
@@ -26,7 +26,7 @@ use hookd_kit::pgbench::Script;
 use hookd_kit::{bench, cluster, load};
 use sha2::{Digest, Sha256};
 
-const CONCURRENCIES: [usize; 2] = [32, 64];
+const CONCURRENCIES: [usize; 3] = [16, 32, 64];
 const WARM_UP: Duration = Duration::from_secs(3);
 /// Each contender runs ROUNDS slices of SLICE per concurrency, alternating order,
 /// so a burst of outside load falls on all of them alike.
