@@ -188,14 +188,7 @@ impl Core {
         let metrics = self.runner.metrics();
         metrics.ingest_batch(batch.len());
         if batch.len() == 1 {
-            for job in batch {
-                let result = self
-                    .ingest_one(&job.event, job.verified)
-                    .instrument(batch_span(&job.span, 1))
-                    .await;
-                let _ = job.reply.send(result);
-            }
-            return;
+            return self.one_by_one(batch).await;
         }
         // One transaction, one span: under the first delivery's, linked to the others'.
         let span = batch_span(&batch[0].span, batch.len());

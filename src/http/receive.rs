@@ -84,10 +84,11 @@ pub async fn receive(
     request: HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
-    // Only configured names are recorded: the path is the caller's to choose.
+    // Only configured names become span fields and metric labels: the path is
+    // the caller's to choose.
     let known = state.app.settings.now().source(&source).is_some();
     let span = delivery_span(if known { &source } else { "unknown" }, &request);
-    receive_in(state, source, request, payload, span.clone())
+    receive_in(state, source, known, request, payload, span.clone())
         .instrument(span)
         .await
 }
@@ -96,6 +97,7 @@ pub async fn receive(
 async fn receive_in(
     state: web::Data<AppState>,
     source: web::Path<String>,
+    known: bool,
     request: HttpRequest,
     payload: web::Payload,
     span: Span,
@@ -110,12 +112,7 @@ async fn receive_in(
         outcome: "",
     };
     let result = handle(&state, &source, &request, payload, arrived, &mut summary).await;
-    // Only configured names become metric labels: the path is the caller's to choose.
-    let label = if state.app.settings.now().source(&source).is_some() {
-        source.as_str()
-    } else {
-        "unknown"
-    };
+    let label = if known { source.as_str() } else { "unknown" };
     let response = match result {
         Ok(response) => response,
         Err(error) => {

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::shape::IndexFields;
 use super::{Body, Item, Missing, Provider, SignatureRefusal, kind_table, non_empty};
-use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, storable_id};
+use crate::domain::{PaymentFacts, PaymentKind};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hex_tag, hmac_sha256,
 };
@@ -144,13 +144,7 @@ impl Provider for GoCardless {
             customer_id: link(event, "customer"),
             ..PaymentFacts::default()
         };
-        let texts = [Some(&facts.payment_id), facts.customer_id.as_ref()];
-        if texts.into_iter().flatten().any(|t| !storable_id(t)) {
-            return Err(format!(
-                "an id is longer than {MAX_ID_LEN} bytes or contains a NUL character"
-            ));
-        }
-        Ok(facts)
+        facts.storable()
     }
 
     fn index_fields(&self, event: &Value) -> IndexFields {

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use super::shape::IndexFields;
 use super::{Body, Missing, Provider, Scheme, body_member, kind_table, non_empty, uuid_from};
-use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, Refund, storable_id};
+use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::keys::{self, Problem};
 use crate::money::minor_units;
 use crate::signature::{
@@ -521,18 +521,7 @@ impl Provider for PayPal {
             customer_id: None,
             refund,
         };
-        let texts = [
-            Some(&facts.payment_id),
-            facts.currency.as_ref(),
-            facts.customer_id.as_ref(),
-            facts.refund.as_ref().map(|r| &r.id),
-        ];
-        if texts.into_iter().flatten().any(|t| !storable_id(t)) {
-            return Err(format!(
-                "an id is longer than {MAX_ID_LEN} bytes or contains a NUL character"
-            ));
-        }
-        Ok(facts)
+        facts.storable()
     }
 
     fn index_fields(&self, payload: &Value) -> IndexFields {

@@ -174,14 +174,10 @@ pub async fn execute(
     sql: &str,
     params: &[Param<'_>],
 ) -> Result<u64, StoreError> {
-    if unnamed() {
-        return Ok(client.execute_unnamed(sql, params).await?);
-    }
-    let (statement, values) = prepared(client, sql, params).await?;
-    Ok(client.execute(&statement, &values).await?)
+    ready(client, sql, params).await?.execute(client).await
 }
 
-/// A statement with its values, ready to send: `send` puts it on the wire on its
+/// A statement with its values, ready to send: `execute` puts it on the wire on its
 /// first poll, so statements made ready first and then sent together (`join!`)
 /// run in the order they are polled — one round trip, a known order.
 pub struct Ready<'p> {
