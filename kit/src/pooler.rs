@@ -116,7 +116,8 @@ impl Drop for PgBouncer {
     }
 }
 
-fn free_port() -> u16 {
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -30,12 +30,7 @@ impl Drop for Hookd {
     }
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+pub use hookd_kit::pooler::free_port;
 
 /// The shipped configuration, listening on `port`, written where the child can read it.
 pub(crate) fn write_config(port: u16, name: &str) -> PathBuf {

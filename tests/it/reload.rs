@@ -49,10 +49,7 @@ impl Served {
     /// Serves `config` (its `{port}` filled in), with `files` written beside it
     /// and `env` set (`{dir}` in a value names that folder).
     async fn start(name: &str, config: &str, files: &[(&str, &str)], env: &[(&str, &str)]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("free port");
+        let port = crate::process::free_port();
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("reload-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

@@ -529,10 +529,7 @@ async fn slow_a_delivery_and_its_forward_are_exported_as_otlp_json() {
 #[tokio::test]
 async fn slow_a_collector_that_is_down_costs_spans_never_a_delivery() {
     // A port nobody listens on any more.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port");
-    let endpoint = format!("http://{closed}");
+    let endpoint = format!("http://127.0.0.1:{}", crate::process::free_port());
     let served = Served::start_configured(
         concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())],
@@ -542,8 +539,15 @@ async fn slow_a_collector_that_is_down_costs_spans_never_a_delivery() {
         let status = deliver(&served.base, &format!("evt_trace_down_{n}")).await;
         assert_eq!(status, 200, "delivery {n}");
     }
-    // It still stops at once, and says once that spans are lost.
+    // It still stops at once (the flush at exit waits 5 s at most), and says
+    // once that spans are lost.
+    let stopping = std::time::Instant::now();
     let log = served.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(7),
+        "stopped in {:?}",
+        stopping.elapsed()
+    );
     let warnings = log
         .lines()
         .filter(|l| l.contains("traces: cannot send"))
