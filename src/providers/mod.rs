@@ -608,7 +608,7 @@ pub fn own_item(
     if !provider.keeps_request() {
         return None;
     }
-    let parsed: Value = serde_json::from_slice(request).ok()?;
+    let parsed = provider.payload(request).ok()?;
     let item = provider
         .events(request, parsed)
         .ok()?

@@ -176,19 +176,7 @@ async fn a_checkout_resend_is_a_duplicate_with_the_first_answer() {
     let body =
         serde_json::to_vec(&payment("evt_dup", "payment_captured", "pay_dup")).expect("json");
     let headers = app.sign(SOURCE, &body, Default::default());
-    let first = app.post(SOURCE, &headers, body.clone()).await;
-    let second = app.post(SOURCE, &headers, body.clone()).await;
-    assert_eq!(first.status, 200, "{}", first.text());
-    assert_eq!((second.status, &second.body), (200, &first.body));
-    assert_eq!(second.header("Idempotent-Replayed"), Some("true"));
-    let rows = app
-        .query(
-            "SELECT deliveries, attempts FROM webhook_events WHERE event_id = 'evt_dup'",
-            &[],
-        )
-        .await;
-    assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0].get::<_, i32>(0), rows[0].get::<_, i32>(1)), (2, 1));
+    provider::assert_resend_is_a_duplicate(&app, SOURCE, &headers, body).await;
 }
 
 fn signed(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {

@@ -7,6 +7,7 @@ use hookd::providers::{Scheme, sign};
 use hookd::signature::{Envelope, Secret};
 use serde_json::{Value, json};
 
+use crate::support::provider;
 use crate::support::{
     Answer, Credential, Spawn, TestApp, VIEWER, shipped_settings, spawn, spawn_app,
 };
@@ -71,17 +72,7 @@ async fn stored(app: &TestApp) -> Vec<(String, String, Option<String>, String, i
 
 /// A payment's row: status, amount, refunded, currency, customer.
 async fn row(app: &TestApp, payment: &str) -> (String, i64, i64, Option<String>, Option<String>) {
-    let rows = app
-        .query(
-            "SELECT status, amount, amount_refunded, currency, customer_id
-             FROM payments WHERE source = $1 AND payment_id = $2",
-            &[&SOURCE, &payment],
-        )
-        .await;
-    let row = rows
-        .first()
-        .unwrap_or_else(|| panic!("no payment {payment}"));
-    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
+    provider::payment_row(app, SOURCE, payment).await
 }
 
 async fn count(app: &TestApp, sql: &str) -> i64 {
