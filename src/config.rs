@@ -130,7 +130,8 @@ pub struct Source {
     pub event_types: HashMap<String, String>,
     /// JSON pointers left out of the fingerprint (fields a provider changes
     /// between deliveries of one event).
-    pub fingerprint_ignore: Vec<String>,
+    /// Shared with each event parsed for the source.
+    pub fingerprint_ignore: std::sync::Arc<[String]>,
     /// A body already stored under another id is a duplicate of that event
     /// (only for schemes that leave the id or type unsigned; false otherwise).
     pub dedupe_on_body: bool,
@@ -1099,7 +1100,7 @@ impl RawSource {
             secrets_key,
             tolerance,
             event_types,
-            fingerprint_ignore,
+            fingerprint_ignore: fingerprint_ignore.into(),
             dedupe_on_body,
         })
     }

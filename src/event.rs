@@ -3,9 +3,11 @@
 //! support staff search by. Pure: no HTTP, no database.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
+
+pub use canonical::Fingerprints;
 
 use crate::config::Source;
 use crate::domain::{MAX_ID_LEN, storable_id};
@@ -29,7 +31,12 @@ pub struct IncomingEvent {
     /// of one event that differ only there are the same event.
     pub stable_fingerprint: [u8; 32],
     /// The source's `fingerprint_ignore`, which `stable_fingerprint` left out.
-    pub fingerprint_ignore: Vec<String>,
+    pub fingerprint_ignore: Arc<[String]>,
+    /// A NUL character somewhere in the payload's strings or keys.
+    pub payload_has_nul: bool,
+    /// The body is the payload's JSON text as sent (not a provider's other
+    /// format, nor one event of several): the store can send it as it is.
+    pub payload_is_body: bool,
     /// Set when the source dedupes on the body (its scheme leaves the id or type
     /// unsigned): the key a copy of this body under any id is a duplicate by.
     /// It is the stable fingerprint, so a copy is what the dedupe by id would
@@ -63,10 +70,10 @@ impl IncomingEvent {
         headers: &(impl Headers + ?Sized),
         body: &[u8],
     ) -> Result<Self, EventError> {
-        let payload = providers::of(&source.scheme)
-            .payload(body)
-            .map_err(EventError::NotJson)?;
-        Self::of(source, &AnyHeaders(headers), body, payload)
+        let provider = providers::of(&source.scheme);
+        let payload = provider.payload(body).map_err(EventError::NotJson)?;
+        let verbatim = provider.payload_is_body();
+        Self::of(source, &AnyHeaders(headers), body, payload, verbatim)
     }
 
     /// Parses a verified request into the events it carries (one, unless its
@@ -77,16 +84,19 @@ impl IncomingEvent {
         headers: &(impl Headers + ?Sized),
         body: &[u8],
     ) -> Result<Vec<Self>, EventError> {
-        let payload = providers::of(&source.scheme)
-            .payload(body)
-            .map_err(EventError::NotJson)?;
-        providers::of(&source.scheme)
+        let provider = providers::of(&source.scheme);
+        let payload = provider.payload(body).map_err(EventError::NotJson)?;
+        let verbatim = provider.payload_is_body();
+        provider
             .events(body, payload)
             .map_err(EventError::NoEvents)?
             .into_iter()
             .map(|item| {
-                let kept = item.body.as_deref().unwrap_or(body);
-                Self::of(source, &AnyHeaders(headers), kept, item.payload)
+                let (kept, verbatim) = match &item.body {
+                    Some(own) => (own.as_slice(), false),
+                    None => (body, verbatim),
+                };
+                Self::of(source, &AnyHeaders(headers), kept, item.payload, verbatim)
             })
             .collect()
     }
@@ -96,6 +106,7 @@ impl IncomingEvent {
         headers: &dyn Headers,
         body: &[u8],
         payload: Value,
+        payload_is_body: bool,
     ) -> Result<Self, EventError> {
         let (event_id, event_type) = identity(source, headers, &payload)?;
         // PostgreSQL text cannot hold these: refused the same way on every resend.
@@ -118,16 +129,18 @@ impl IncomingEvent {
                 Some((name.to_string(), Value::String(value.to_string())))
             })
             .collect::<Map<String, Value>>();
-        let stable = stable_fingerprint(&payload, &source.fingerprint_ignore);
+        let prints = Fingerprints::of(&payload, &source.fingerprint_ignore);
         Ok(IncomingEvent {
             source: source.name.clone(),
             event_id,
             event_type,
             kind,
-            fingerprint: fingerprint(&payload),
-            stable_fingerprint: stable,
-            body_key: source.dedupe_on_body.then_some(stable),
+            fingerprint: prints.full,
+            stable_fingerprint: prints.stable,
+            body_key: source.dedupe_on_body.then_some(prints.stable),
             fingerprint_ignore: source.fingerprint_ignore.clone(),
+            payload_has_nul: prints.has_nul,
+            payload_is_body,
             payment_id: fields.payment_id.filter(|id| storable_id(id)),
             customer_id: fields.customer_id.filter(|id| storable_id(id)),
             payload,
@@ -140,20 +153,17 @@ impl IncomingEvent {
     /// NUL character, so any in a string or key becomes U+FFFD there. The exact
     /// body is kept beside it, and the fingerprint is of the payload as sent.
     pub fn storable_payload(&self) -> Cow<'_, Value> {
-        if has_nul(&self.payload) {
+        if self.payload_has_nul {
             Cow::Owned(without_nul(&self.payload))
         } else {
             Cow::Borrowed(&self.payload)
         }
     }
-}
 
-fn has_nul(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(has_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
-        _ => false,
+    /// The payload's JSON text, when the body is that text and jsonb can take it
+    /// as it is (the server parses it; nothing is serialised again here).
+    pub fn payload_text(&self) -> Option<&[u8]> {
+        (self.payload_is_body && !self.payload_has_nul).then_some(self.body.as_slice())
     }
 }
 
@@ -188,22 +198,13 @@ fn identity(
 /// SHA-256 of the canonical JSON (keys sorted, no whitespace), so a provider that
 /// re-serialises a resend still matches the first delivery.
 pub fn fingerprint(payload: &Value) -> [u8; 32] {
-    let mut canonical = Vec::with_capacity(256);
-    write_canonical(payload, &mut canonical);
-    Sha256::digest(&canonical).into()
+    Fingerprints::of(payload, &[]).full
 }
 
 /// The fingerprint of `payload` without the fields at `ignore` (JSON pointers;
 /// absent ones are skipped).
 pub fn stable_fingerprint(payload: &Value, ignore: &[String]) -> [u8; 32] {
-    if ignore.iter().all(|p| payload.pointer(p).is_none()) {
-        return fingerprint(payload);
-    }
-    let mut trimmed = payload.clone();
-    for pointer in ignore {
-        remove_pointer(&mut trimmed, pointer);
-    }
-    fingerprint(&trimmed)
+    Fingerprints::of(payload, ignore).stable
 }
 
 /// Removes the value a JSON pointer names (an object member or an array item).
@@ -227,40 +228,6 @@ fn remove_pointer(value: &mut Value, pointer: &str) {
     }
 }
 
-fn write_canonical(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_scalar(key, out);
-                out.push(b':');
-                write_canonical(item, out);
-            }
-            out.push(b'}');
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(b']');
-        }
-        scalar => write_scalar(scalar, out),
-    }
-}
-
-fn write_scalar(value: &(impl serde::Serialize + ?Sized), out: &mut Vec<u8>) {
-    // Writing a string or scalar into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, value);
-}
-
+mod canonical;
 #[cfg(test)]
 mod tests;

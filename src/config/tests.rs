@@ -577,7 +577,10 @@ fn debug_output_never_shows_a_secret_a_token_or_the_database_password() {
 fn stripe_sources_leave_volatile_fields_out_of_the_fingerprint_unless_told_otherwise() {
     let s = load(MINIMAL).expect("valid");
     assert_eq!(
-        s.source("stripe").expect("stripe").fingerprint_ignore,
+        s.source("stripe")
+            .expect("stripe")
+            .fingerprint_ignore
+            .to_vec(),
         ["/pending_webhooks", "/request"]
     );
     let s = load(&format!("{MINIMAL}fingerprint_ignore = []\n")).expect("valid");

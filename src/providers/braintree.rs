@@ -257,6 +257,11 @@ impl Provider for Braintree {
         })
     }
 
+    /// The body is a form; the payload is the JSON read from its XML.
+    fn payload_is_body(&self) -> bool {
+        false
+    }
+
     fn payload(&self, body: &[u8]) -> Result<Value, String> {
         let (_, payload) = form(body);
         notification(&payload.ok_or_else(|| format!("the form has no {PAYLOAD}"))?)

@@ -272,6 +272,12 @@ pub trait Provider: KeyFormat + Sync {
         serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))
     }
 
+    /// Whether `payload` is the body's own JSON text, parsed (false for a
+    /// provider that reads another format, or whose events are parts of it).
+    fn payload_is_body(&self) -> bool {
+        !self.keeps_request()
+    }
+
     /// The events a verified request carries: the body itself, unless the
     /// provider sends several per request.
     fn events(&self, _body: &[u8], payload: Value) -> Result<Vec<Item>, String> {

@@ -157,7 +157,7 @@ pub async fn record_delivery(
             &event.event_type,
             &event.kind,
             &expected.status.as_str(),
-            &event.storable_payload().as_ref(),
+            &stored_payload(event),
             &event.fingerprint.as_slice(),
             &signed_with,
             &event.payment_id,
@@ -345,6 +345,15 @@ pub async fn record_batch(
     Ok(decided)
 }
 
+/// The `payload` parameter of an event: its body's own text when that is the
+/// payload as jsonb can take it, else the parsed payload.
+fn stored_payload(event: &IncomingEvent) -> sql::Jsonb<'_> {
+    match event.payload_text() {
+        Some(text) => sql::Jsonb::Text(text),
+        None => sql::Jsonb::Value(event.storable_payload()),
+    }
+}
+
 /// One multi-row dedupe statement over `items` (none: no statement).
 async fn insert_batch(
     client: &impl Session,
@@ -358,14 +367,12 @@ async fn insert_batch(
     // same events never wait on each other's rows the opposite way (a deadlock).
     let mut items = items.to_vec();
     items.sort_unstable_by_key(|i| (&i.event.source, i.event.body_key, &i.event.event_id));
-    let payloads: Vec<std::borrow::Cow<'_, Value>> =
-        items.iter().map(|i| i.event.storable_payload()).collect();
+    let payloads: Vec<sql::Jsonb<'_>> = items.iter().map(|i| stored_payload(i.event)).collect();
     let sources: Vec<&str> = items.iter().map(|i| i.event.source.as_str()).collect();
     let ids: Vec<&str> = items.iter().map(|i| i.event.event_id.as_str()).collect();
     let types: Vec<&str> = items.iter().map(|i| i.event.event_type.as_str()).collect();
     let kinds: Vec<Option<&str>> = items.iter().map(|i| i.event.kind.as_deref()).collect();
     let statuses: Vec<&str> = items.iter().map(|i| i.expected.status.as_str()).collect();
-    let payload_refs: Vec<&Value> = payloads.iter().map(AsRef::as_ref).collect();
     let fingerprints: Vec<&[u8]> = items.iter().map(|i| &i.event.fingerprint[..]).collect();
     let signed: Vec<i32> = items.iter().map(|i| i.signed_with).collect();
     let payments: Vec<Option<&str>> = items
@@ -394,7 +401,7 @@ async fn insert_batch(
             &types,
             &kinds,
             &statuses,
-            &payload_refs,
+            &payloads,
             &fingerprints,
             &signed,
             &payments,
@@ -733,7 +740,7 @@ pub async fn record_conflict(
             &event.source,
             &event.event_id,
             &event.fingerprint.as_slice(),
-            &event.storable_payload().as_ref(),
+            &stored_payload(event),
         ],
     )
     .await?;

@@ -279,3 +279,41 @@ impl<T: PgElement> PgType for Vec<T> {
 impl<T: PgElement> PgType for [T] {
     const TYPE: Type = T::ARRAY;
 }
+
+/// A jsonb value sent as the JSON text the caller already has (jsonb's binary
+/// form is a version byte and that text: the server parses it), or as a value
+/// to serialise.
+#[derive(Debug)]
+pub enum Jsonb<'a> {
+    Text(&'a [u8]),
+    Value(std::borrow::Cow<'a, serde_json::Value>),
+}
+
+impl ToSql for Jsonb<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Jsonb::Text(text) => {
+                // jsonb's binary format, version 1.
+                out.extend_from_slice(&[1]);
+                out.extend_from_slice(text);
+                Ok(tokio_postgres::types::IsNull::No)
+            }
+            Jsonb::Value(value) => value.as_ref().to_sql(ty, out),
+        }
+    }
+
+    tokio_postgres::types::accepts!(JSONB);
+    tokio_postgres::types::to_sql_checked!();
+}
+
+impl PgType for Jsonb<'_> {
+    const TYPE: Type = Type::JSONB;
+}
+
+impl PgElement for Jsonb<'_> {
+    const ARRAY: Type = Type::JSONB_ARRAY;
+}

@@ -814,7 +814,7 @@ async fn events_stored_before_stable_fingerprints_still_dedupe_their_resends() {
 #[tokio::test]
 async fn a_source_can_fingerprint_the_whole_body() {
     let mut settings = shipped_settings();
-    settings.sources[0].fingerprint_ignore.clear();
+    settings.sources[0].fingerprint_ignore = Vec::new().into();
     let app = spawn(Spawn {
         settings,
         ..Spawn::default()
