@@ -4,9 +4,10 @@
 //! provider's 200 follows that commit). Forwards run after the commit: the row
 //! says they are due, and the dispatcher is woken.
 //!
-//! **Group commit.** Deliveries queue for a few committers. A committer takes
-//! whatever is queued (one delivery when hookd is idle: nobody waits for company;
-//! up to `MAX_BATCH` under load) and stores it in one transaction: one multi-row
+//! **Group commit.** A delivery that finds no batch forming and a connection to
+//! spare leads its own transaction at once: nobody waits for company. Only when
+//! every leader is busy do deliveries queue, and the next leader to finish takes
+//! whatever is queued (up to `MAX_BATCH`) and stores it in one transaction: one multi-row
 //! dedupe statement (two, sent together, when sources that dedupe on the body
 //! are among it), each handler once for its events of the batch
 //! (`Handler::apply_batch`, the payments one set-based merge), the attempts in one
@@ -17,12 +18,13 @@
 //! with its handler in a savepoint: one event's failure never fails its
 //! batch-mates, and delays them by at most `handler_timeout`.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
 use deadpool_postgres::{Object, Pool};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Semaphore, oneshot};
 use tracing::{Instrument, Span};
 
 use crate::event::IncomingEvent;
@@ -35,21 +37,35 @@ use crate::store::{self, StoreError};
 
 /// Deliveries stored in one transaction at most.
 const MAX_BATCH: usize = 64;
-/// Transactions storing deliveries at once (each on a connection of its own).
-const COMMITTERS: usize = 3;
-/// Deliveries that may wait for a committer; past it, receiving waits.
+/// Deliveries that may wait for a leader; past it, receiving waits.
 const QUEUE: usize = 1024;
 
 /// Receives verified deliveries.
 #[derive(Clone)]
 pub struct Ingester {
-    queue: mpsc::Sender<Vec<Job>>,
+    core: Arc<Core>,
 }
 
-/// What the committers share.
+/// What the leaders share.
 struct Core {
     pool: Pool,
     runner: Runner,
+    /// Requests waiting for a leader, in arrival order, each with its events
+    /// (which share a batch).
+    queue: Mutex<VecDeque<Vec<Job>>>,
+    /// Room in the queue, a permit per waiting delivery.
+    room: Semaphore,
+    /// Transactions storing deliveries now.
+    leaders: AtomicUsize,
+    /// At most this many: two per core (the database gains nothing from more
+    /// transactions at once than it has cores to run them, beyond hiding round
+    /// trips), and half the pool at most, so retries, the desk and purge always
+    /// find a connection.
+    max_leaders: usize,
+    /// The runtime hookd was started on: a leader runs there, not on the HTTP
+    /// worker whose delivery started it (a worker that stops would take the
+    /// transaction of others' deliveries with it).
+    runtime: tokio::runtime::Handle,
 }
 
 /// One event waiting for its transaction, and where its outcome goes. The
@@ -71,15 +87,19 @@ pub struct Ingested {
 }
 
 impl Ingester {
-    /// Starts the committers (on the current Tokio runtime).
+    /// Ready to store deliveries; leaders run on the current Tokio runtime.
     pub fn new(pool: Pool, runner: Runner) -> Self {
-        let (queue, jobs) = mpsc::channel(QUEUE);
-        let core = Arc::new(Core { pool, runner });
-        let jobs = Arc::new(Mutex::new(jobs));
-        for _ in 0..COMMITTERS {
-            tokio::spawn(run_committer(core.clone(), jobs.clone()));
-        }
-        Ingester { queue }
+        let max_leaders = max_leaders(pool.status().max_size);
+        let core = Arc::new(Core {
+            pool,
+            runner,
+            queue: Mutex::new(VecDeque::new()),
+            room: Semaphore::new(QUEUE),
+            leaders: AtomicUsize::new(0),
+            max_leaders,
+            runtime: tokio::runtime::Handle::current(),
+        });
+        Ingester { core }
     }
 
     /// Stores a verified delivery once and, when it is new, runs its own handler;
@@ -106,6 +126,15 @@ impl Ingester {
     ) -> Result<Vec<Ingested>, StoreError> {
         let stopping = || StoreError::Unavailable("hookd is stopping".into());
         let span = Span::current();
+        let count = u32::try_from(events.len()).map_err(|_| stopping())?;
+        // A request larger than the queue waits for all of its room at once.
+        let room = self
+            .core
+            .room
+            .acquire_many(count.min(QUEUE as u32))
+            .await
+            .map_err(|_| stopping())?;
+        room.forget();
         let (jobs, answers): (Vec<Job>, Vec<_>) = events
             .into_iter()
             .map(|event| {
@@ -119,9 +148,8 @@ impl Ingester {
                 (job, answer)
             })
             .unzip();
-        if self.queue.send(jobs).await.is_err() {
-            return Err(stopping());
-        }
+        self.core.lock_queue().push_back(jobs);
+        self.core.clone().lead_if_free();
         let mut outcomes = Vec::with_capacity(answers.len());
         for answer in answers {
             outcomes.push(answer.await.unwrap_or_else(|_| Err(stopping()))?);
@@ -130,26 +158,82 @@ impl Ingester {
     }
 }
 
-/// Takes whatever is queued, up to `MAX_BATCH` events (more when one request
-/// carries more), and stores it; until the queue is gone.
-async fn run_committer(core: Arc<Core>, jobs: Arc<Mutex<mpsc::Receiver<Vec<Job>>>>) {
-    loop {
-        let mut batch = Vec::new();
-        {
-            let mut jobs = jobs.lock().await;
-            match jobs.recv().await {
-                Some(request) => batch.extend(request),
-                None => return,
-            }
-            while batch.len() < MAX_BATCH {
-                match jobs.try_recv() {
-                    Ok(request) => batch.extend(request),
-                    Err(_) => break,
-                }
-            }
-        }
-        core.commit(batch).await;
+impl Core {
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Vec<Job>>> {
+        // A panic while holding it cannot leave the queue half-changed.
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    /// Starts a leader if fewer than the most are at work.
+    fn lead_if_free(self: Arc<Self>) {
+        let free = self
+            .leaders
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_leaders).then_some(n + 1)
+            })
+            .is_ok();
+        if free {
+            let runtime = self.runtime.clone();
+            runtime.spawn(self.lead());
+        }
+    }
+
+    /// Takes whatever is queued, up to `MAX_BATCH` events (more when one request
+    /// carries more), and stores it; until nothing is queued. A task of its own:
+    /// a provider hanging up never cuts a transaction that others share.
+    async fn lead(self: Arc<Self>) {
+        loop {
+            let batch = self.take_batch();
+            if batch.is_empty() {
+                self.leaders.fetch_sub(1, Ordering::AcqRel);
+                // A delivery queued after the take, while this still counted as a
+                // leader, started none: lead again for it.
+                if self.lock_queue().is_empty() {
+                    return;
+                }
+                let again = self
+                    .leaders
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                        (n < self.max_leaders).then_some(n + 1)
+                    })
+                    .is_ok();
+                if !again {
+                    return;
+                }
+                continue;
+            }
+            self.commit(batch).await;
+        }
+    }
+
+    /// The queued requests of the next batch, whole, up to `MAX_BATCH`
+    /// deliveries (more when the first request alone carries more).
+    fn take_batch(&self) -> Vec<Job> {
+        let mut queue = self.lock_queue();
+        let mut batch = Vec::new();
+        let mut room = 0;
+        while let Some(request) = queue.front() {
+            if !batch.is_empty() && batch.len() + request.len() > MAX_BATCH {
+                break;
+            }
+            let Some(request) = queue.pop_front() else {
+                break;
+            };
+            room += request.len().min(QUEUE);
+            batch.extend(request);
+        }
+        drop(queue);
+        self.room.add_permits(room);
+        batch
+    }
+}
+
+/// How many transactions store deliveries at once with a pool of `pool_size`.
+pub fn max_leaders(pool_size: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (2 * cores).min(pool_size / 2).max(1)
 }
 
 /// What makes two deliveries of a source one event: the id, or for a source
@@ -187,6 +271,8 @@ impl Core {
     async fn commit(&self, batch: Vec<Job>) {
         let metrics = self.runner.metrics();
         metrics.ingest_batch(batch.len());
+        // A lone delivery runs its handler in a savepoint: if the handler
+        // fails, its failure is recorded at once, the handler run only once.
         if batch.len() == 1 {
             return self.one_by_one(batch).await;
         }

@@ -48,20 +48,27 @@ impl Fingerprints {
         let all: Vec<&[String]> = paths.iter().map(Vec::as_slice).collect();
         let mut walk = Walk::new(&all);
         walk.value(payload, &all);
-        let full: [u8; 32] = Sha256::digest(&walk.out).into();
-        let stable = if walk.cuts.is_empty() {
-            full
-        } else {
-            let mut hasher = Sha256::new();
-            let mut at = 0;
-            // Cuts come in the order written and never overlap.
-            for cut in &walk.cuts {
-                hasher.update(&walk.out[at..cut.start]);
-                at = cut.end;
-            }
-            hasher.update(&walk.out[at..]);
-            hasher.finalize().into()
+        let Some(first) = walk.cuts.first() else {
+            let full = Sha256::digest(&walk.out).into();
+            return Self {
+                full,
+                stable: full,
+                has_nul: walk.has_nul,
+            };
         };
+        // The bytes before the first cut are hashed once, for both.
+        let mut stable = Sha256::new();
+        stable.update(&walk.out[..first.start]);
+        let mut full = stable.clone();
+        full.update(&walk.out[first.start..]);
+        // Cuts come in the order written and never overlap.
+        let mut at = first.end;
+        for cut in &walk.cuts[1..] {
+            stable.update(&walk.out[at..cut.start]);
+            at = cut.end;
+        }
+        stable.update(&walk.out[at..]);
+        let (full, stable) = (full.finalize().into(), stable.finalize().into());
         Self {
             full,
             stable,

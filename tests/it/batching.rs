@@ -180,3 +180,94 @@ async fn copies_of_one_event_in_one_batch_are_one_row_one_effect_one_answer() {
         31
     );
 }
+
+/// Holds each event it applies until told to let go, counting those it holds.
+struct Holding {
+    held: Arc<std::sync::atomic::AtomicUsize>,
+    release: Arc<tokio::sync::Semaphore>,
+}
+
+#[async_trait::async_trait]
+impl Handler for Holding {
+    async fn apply(
+        &self,
+        _tx: &deadpool_postgres::Transaction<'_>,
+        _event: &Event<'_>,
+    ) -> Result<(), HandlerError> {
+        self.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let _permit = self
+            .release
+            .acquire()
+            .await
+            .map_err(|e| HandlerError::Permanent(e.to_string()))?;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_delivery_leads_its_own_transaction_while_others_are_busy() {
+    let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut settings = shipped_settings();
+    settings.handler_timeout = Duration::from_secs(30);
+    settings.sources[0]
+        .event_types
+        .insert("test.held".into(), "test_held".into());
+    let mut registry = Registry::builtin();
+    registry.register(
+        "test_held",
+        Arc::new(Holding {
+            held: held.clone(),
+            release: release.clone(),
+        }),
+    );
+    let app = Arc::new(
+        spawn(Spawn {
+            settings,
+            registry,
+            ..Spawn::default()
+        })
+        .await,
+    );
+    // Every leader but one busy, each in a transaction of its own: sent one by
+    // one, each once the one before is held.
+    let busy = hookd::ingest::max_leaders(16) - 1;
+    let mut waiting = Vec::new();
+    for i in 0..busy {
+        let event = stripe_event(&format!("evt_held_{i}"), "test.held", json!({}));
+        let app = app.clone();
+        waiting.push(tokio::spawn(async move {
+            app.deliver("stripe", &event).await.status
+        }));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while held.load(std::sync::atomic::Ordering::SeqCst) <= i {
+            assert!(
+                Instant::now() < deadline,
+                "delivery {i} never reached its handler"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // The next delivery does not queue behind them: it leads its own.
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        app.deliver(
+            "stripe",
+            &serde_json::from_str::<serde_json::Value>(&hookd_kit::load::stripe_payment_succeeded(
+                "evt_free",
+                "pi_free",
+                1_700_000_000,
+            ))
+            .expect("json"),
+        ),
+    )
+    .await
+    .expect("answered while the others are held");
+    assert_eq!(answer.status, 200);
+    assert_eq!(app.event_status("evt_free").await, "processed");
+    assert_eq!(held.load(std::sync::atomic::Ordering::SeqCst), busy);
+    release.add_permits(busy);
+    for delivery in waiting {
+        assert_eq!(delivery.await.expect("delivery"), 200);
+    }
+}
