@@ -295,9 +295,15 @@ impl Runner {
         handler: &Arc<dyn Handler>,
         event: &Event<'_>,
     ) -> Result<Result<(), HandlerError>, StoreError> {
-        store::savepoint(tx).await?;
         let timeout = self.settings.now().handler_timeout;
-        let result = match tokio::time::timeout(timeout, handler.apply(tx, event)).await {
+        // SAVEPOINT is sent first and the handler's first statement right behind
+        // it, in one round trip (statements on a connection run in the order sent).
+        let (saved, applied) = tokio::join!(
+            store::savepoint(tx),
+            tokio::time::timeout(timeout, handler.apply(tx, event))
+        );
+        saved?;
+        let result = match applied {
             Ok(result) => result,
             Err(_) => {
                 self.cancel_statement(tx).await;
@@ -307,9 +313,8 @@ impl Runner {
                 )))
             }
         };
-        if result.is_ok() {
-            store::release_savepoint(tx).await?;
-        } else {
+        // A savepoint kept is released by the COMMIT: no round trip of its own.
+        if result.is_err() {
             store::rollback_to_savepoint(tx).await?;
         }
         Ok(result)

@@ -392,11 +392,6 @@ pub async fn savepoint(client: &impl GenericClient) -> Result<(), StoreError> {
     Ok(())
 }
 
-pub async fn release_savepoint(client: &impl GenericClient) -> Result<(), StoreError> {
-    client.batch_execute("RELEASE SAVEPOINT handler").await?;
-    Ok(())
-}
-
 pub async fn rollback_to_savepoint(client: &impl GenericClient) -> Result<(), StoreError> {
     client
         .batch_execute("ROLLBACK TO SAVEPOINT handler")

@@ -14,14 +14,17 @@ use serde_json::{Value, json};
 use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event, wait_for};
 
 /// A business effect tests can look for: a `payments` row named `marker`.
+/// Sent unnamed, so it is the handler's very first message: it runs inside the
+/// savepoint only if the savepoint went out before it.
 async fn leave_effect(
     tx: &Transaction<'_>,
     source: &str,
     marker: &str,
 ) -> Result<(), HandlerError> {
-    tx.execute(
+    use tokio_postgres::types::Type;
+    tx.execute_typed(
         "INSERT INTO payments (source, payment_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-        &[&source, &marker],
+        &[(&source, Type::TEXT), (&marker, Type::TEXT)],
     )
     .await
     .map(|_| ())
