@@ -16,13 +16,13 @@ use crate::config::LiveSettings;
 use crate::dispatch::{Dispatcher, RetryBy, RetryOutcome};
 use crate::filter::{self, FilterError};
 use crate::ledger::{self, HandlerState};
+use crate::rollup::{Rollups, hour_of};
 use crate::store::audit::{self, AuditEntry, Record};
 use crate::store::history::{
     self, Attempt, EventDetail, EventFilter, EventSummary, SignedDelivery, Stats,
 };
 use crate::store::idempotency;
 pub use crate::store::idempotency::{Claim, RENEW_EVERY};
-use crate::rollup::{Rollups, hour_of};
 use crate::store::payments::{self, Payment};
 use crate::store::{StoreError, events::EventStatus, rollups};
 
@@ -315,7 +315,9 @@ impl Series {
             })
             .collect();
         let slot = |start: DateTime<Utc>, first: DateTime<Utc>, width: chrono::Duration| {
-            let i = (start - first).num_seconds().div_euclid(width.num_seconds());
+            let i = (start - first)
+                .num_seconds()
+                .div_euclid(width.num_seconds());
             usize::try_from(i).ok()
         };
         for (at, status, n) in by_status {
@@ -436,7 +438,8 @@ impl Desk {
         now: DateTime<Utc>,
     ) -> Result<Series, StoreError> {
         // The week's first day starts no later than the day's first hour.
-        let since = hour_of(now) - chrono::Duration::hours(i64::from(now.hour()))
+        let since = hour_of(now)
+            - chrono::Duration::hours(i64::from(now.hour()))
             - chrono::Duration::days(SERIES_DAYS - 1);
         let by_status = rollups::hourly_by_status(client, since).await?;
         let rejected = rollups::hourly_rejections(client, since).await?;

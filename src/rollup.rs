@@ -24,12 +24,15 @@ pub fn hour_of(at: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp(seconds - seconds.rem_euclid(3600), 0).unwrap_or(at)
 }
 
+/// Refused signatures counted in memory, by UTC hour and source.
+type Refusals = BTreeMap<(DateTime<Utc>, String), i64>;
+
 #[derive(Clone)]
 pub struct Rollups {
     pool: Pool,
     /// Refused signatures not yet added, by hour and source: a flood of bad
     /// signatures costs memory of one counter per source and hour, not writes.
-    rejected: Arc<Mutex<BTreeMap<(DateTime<Utc>, String), i64>>>,
+    rejected: Arc<Mutex<Refusals>>,
 }
 
 impl Rollups {
@@ -52,9 +55,8 @@ impl Rollups {
     /// Counts that could not be written are kept for the next try.
     pub async fn catch_up(&self) -> Result<(), StoreError> {
         let client = self.pool.get().await?;
-        let pending = std::mem::take(
-            &mut *self.rejected.lock().unwrap_or_else(PoisonError::into_inner),
-        );
+        let pending =
+            std::mem::take(&mut *self.rejected.lock().unwrap_or_else(PoisonError::into_inner));
         if !pending.is_empty() {
             let counts: Vec<_> = pending
                 .iter()
@@ -69,6 +71,11 @@ impl Rollups {
             }
         }
         rollups::fold(&client).await
+    }
+
+    /// Counts every event again (after a bulk load with triggers off).
+    pub async fn recount(&self) -> Result<(), StoreError> {
+        rollups::recount(&mut self.pool.get().await?).await
     }
 
     /// Catches up every `FOLD_EVERY` until shutdown, and once more then.

@@ -31,6 +31,27 @@ pub async fn fold(client: &impl Session) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Counts every event again, from scratch, as the triggers would have: for a
+/// history written with triggers off (a bulk load). Writers wait meanwhile.
+pub async fn recount(client: &mut deadpool_postgres::Object) -> Result<(), StoreError> {
+    let tx = super::begin(client).await?;
+    tx.batch_execute(
+        "LOCK TABLE webhook_events IN SHARE MODE;
+         DELETE FROM event_rollup_changes;
+         DELETE FROM event_rollups;
+         DELETE FROM event_status_totals;
+         INSERT INTO event_rollups (hour, source, kind, status, events)
+             SELECT date_trunc('hour', received_at, 'UTC'), source, COALESCE(kind, 'none'),
+                    status, count(*)
+             FROM webhook_events GROUP BY 1, 2, 3, 4;
+         INSERT INTO event_status_totals (status, events)
+             SELECT status, count(*) FROM webhook_events GROUP BY 1;",
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// Drops the hours whose events all left (purged, or moved by a status change)
 /// and refused-signature counts received before `rejections_before`.
 pub async fn prune(
@@ -113,7 +134,10 @@ pub async fn hourly_by_status(
         params![&since_hour],
     )
     .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
 }
 
 /// Refused signatures per hour from `since_hour` on, all sources together.

@@ -51,11 +51,16 @@ async fn series(app: &TestApp) -> Value {
 }
 
 /// The entry of `list` that starts at `start`.
-fn at<'a>(list: &'a Value, start: DateTime<Utc>) -> &'a Value {
+fn at(list: &Value, start: DateTime<Utc>) -> &Value {
     list.as_array()
         .expect("a list")
         .iter()
-        .find(|e| e["start"].as_str().and_then(|s| s.parse::<DateTime<Utc>>().ok()) == Some(start))
+        .find(|e| {
+            e["start"]
+                .as_str()
+                .and_then(|s| s.parse::<DateTime<Utc>>().ok())
+                == Some(start)
+        })
         .unwrap_or_else(|| panic!("no entry for {start} in {list}"))
 }
 
@@ -85,7 +90,10 @@ async fn the_series_counts_events_in_their_hours_and_refused_signatures_as_they_
         .as_str()
         .and_then(|s| s.parse().ok())
         .expect("start");
-    assert!(last == anchor || last == anchor + Duration::hours(1), "{last}");
+    assert!(
+        last == anchor || last == anchor + Duration::hours(1),
+        "{last}"
+    );
     assert_eq!(
         at(hours, anchor - Duration::hours(2)),
         &json!({"start": (anchor - Duration::hours(2)), "processed": 3, "ignored": 0,
@@ -121,7 +129,10 @@ async fn the_series_counts_events_in_their_hours_and_refused_signatures_as_they_
         .iter()
         .map(|d| d["dead"].as_i64().expect("dead"))
         .sum();
-    assert_eq!(week_dead, 5, "the month-old events are outside the week: {days}");
+    assert_eq!(
+        week_dead, 5,
+        "the month-old events are outside the week: {days}"
+    );
 
     // The dashboard draws the same numbers, with a text alternative.
     let page = app
@@ -242,7 +253,10 @@ async fn rollups_agree_with_a_count_after_retries_status_changes_and_a_purge() {
     .await;
     assert_rollups_match(&app, "after a status change").await;
     let id = app.event_row_id("evt_r1").await;
-    let retried = app.admin(Credential::Bearer(OPERATOR.into())).retry(id, None).await;
+    let retried = app
+        .admin(Credential::Bearer(OPERATOR.into()))
+        .retry(id, None)
+        .await;
     assert_eq!(retried.status, 200, "{}", retried.text());
     assert_eq!(app.event_status("evt_r1").await, "processed");
     assert_rollups_match(&app, "after a retry").await;
