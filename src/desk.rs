@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use chrono::{DateTime, Timelike, Utc};
+use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -16,7 +16,7 @@ use crate::config::LiveSettings;
 use crate::dispatch::{Dispatcher, RetryBy, RetryOutcome};
 use crate::filter::{self, FilterError};
 use crate::ledger::{self, HandlerState};
-use crate::rollup::{Rollups, hour_of};
+use crate::rollup::{Rollups, day_of, hour_of};
 use crate::store::audit::{self, AuditEntry, Record};
 use crate::store::history::{
     self, Attempt, EventDetail, EventFilter, EventSummary, SignedDelivery, Stats,
@@ -300,8 +300,7 @@ impl Series {
     ) -> Series {
         let hour = chrono::Duration::hours(1);
         let first_hour = hour_of(now) - hour * i32::try_from(SERIES_HOURS - 1).unwrap_or(0);
-        let today = hour_of(now) - hour * i32::try_from(now.hour()).unwrap_or(0);
-        let first_day = today - chrono::Duration::days(SERIES_DAYS - 1);
+        let first_day = day_of(now) - chrono::Duration::days(SERIES_DAYS - 1);
         let mut hours: Vec<HourCounts> = (0..SERIES_HOURS)
             .map(|i| HourCounts {
                 start: first_hour + hour * i32::try_from(i).unwrap_or(0),
@@ -437,10 +436,8 @@ impl Desk {
         client: &deadpool_postgres::Object,
         now: DateTime<Utc>,
     ) -> Result<Series, StoreError> {
-        // The week's first day starts no later than the day's first hour.
-        let since = hour_of(now)
-            - chrono::Duration::hours(i64::from(now.hour()))
-            - chrono::Duration::days(SERIES_DAYS - 1);
+        // The week's first day starts before the day's first hour.
+        let since = day_of(now) - chrono::Duration::days(SERIES_DAYS - 1);
         let by_status = rollups::hourly_by_status(client, since).await?;
         let rejected = rollups::hourly_rejections(client, since).await?;
         Ok(Series::of(now, &by_status, &rejected))

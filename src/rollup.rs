@@ -27,6 +27,12 @@ pub fn hour_of(at: DateTime<Utc>) -> DateTime<Utc> {
 /// Refused signatures counted in memory, by UTC hour and source.
 type Refusals = BTreeMap<(DateTime<Utc>, String), i64>;
 
+/// The start of the UTC day `at` falls in.
+pub fn day_of(at: DateTime<Utc>) -> DateTime<Utc> {
+    let seconds = at.timestamp();
+    DateTime::from_timestamp(seconds - seconds.rem_euclid(86_400), 0).unwrap_or(at)
+}
+
 #[derive(Clone)]
 pub struct Rollups {
     pool: Pool,
@@ -97,5 +103,35 @@ impl Rollups {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{day_of, hour_of};
+    use chrono::{DateTime, Utc};
+
+    fn at(text: &str) -> DateTime<Utc> {
+        text.parse().expect("a time")
+    }
+
+    #[test]
+    fn hours_and_days_start_on_utc_boundaries() {
+        assert_eq!(
+            hour_of(at("2026-12-02T04:59:59.9Z")),
+            at("2026-12-02T04:00:00Z")
+        );
+        assert_eq!(
+            hour_of(at("2026-12-02T05:00:00Z")),
+            at("2026-12-02T05:00:00Z")
+        );
+        assert_eq!(
+            day_of(at("2026-12-02T23:59:59Z")),
+            at("2026-12-02T00:00:00Z")
+        );
+        assert_eq!(
+            day_of(at("1969-12-31T12:00:00Z")),
+            at("1969-12-31T00:00:00Z")
+        );
     }
 }
