@@ -20,18 +20,22 @@ const REJECTIONS_KEPT: chrono::Duration = chrono::Duration::days(8);
 
 /// The start of the UTC hour `at` falls in.
 pub fn hour_of(at: DateTime<Utc>) -> DateTime<Utc> {
+    start_of(at, 3600)
+}
+
+/// The start of the UTC day `at` falls in.
+pub fn day_of(at: DateTime<Utc>) -> DateTime<Utc> {
+    start_of(at, 86_400)
+}
+
+/// The start of the UTC span of `width` seconds `at` falls in.
+fn start_of(at: DateTime<Utc>, width: i64) -> DateTime<Utc> {
     let seconds = at.timestamp();
-    DateTime::from_timestamp(seconds - seconds.rem_euclid(3600), 0).unwrap_or(at)
+    DateTime::from_timestamp(seconds - seconds.rem_euclid(width), 0).unwrap_or(at)
 }
 
 /// Refused signatures counted in memory, by UTC hour and source.
 type Refusals = BTreeMap<(DateTime<Utc>, String), i64>;
-
-/// The start of the UTC day `at` falls in.
-pub fn day_of(at: DateTime<Utc>) -> DateTime<Utc> {
-    let seconds = at.timestamp();
-    DateTime::from_timestamp(seconds - seconds.rem_euclid(86_400), 0).unwrap_or(at)
-}
 
 #[derive(Clone)]
 pub struct Rollups {
@@ -117,21 +121,14 @@ mod tests {
 
     #[test]
     fn hours_and_days_start_on_utc_boundaries() {
-        assert_eq!(
-            hour_of(at("2026-12-02T04:59:59.9Z")),
-            at("2026-12-02T04:00:00Z")
-        );
-        assert_eq!(
-            hour_of(at("2026-12-02T05:00:00Z")),
-            at("2026-12-02T05:00:00Z")
-        );
-        assert_eq!(
-            day_of(at("2026-12-02T23:59:59Z")),
-            at("2026-12-02T00:00:00Z")
-        );
-        assert_eq!(
-            day_of(at("1969-12-31T12:00:00Z")),
-            at("1969-12-31T00:00:00Z")
-        );
+        let cases: [(fn(DateTime<Utc>) -> DateTime<Utc>, &str, &str); 4] = [
+            (hour_of, "2026-12-02T04:59:59.9Z", "2026-12-02T04:00:00Z"),
+            (hour_of, "2026-12-02T05:00:00Z", "2026-12-02T05:00:00Z"),
+            (day_of, "2026-12-02T23:59:59Z", "2026-12-02T00:00:00Z"),
+            (day_of, "1969-12-31T12:00:00Z", "1969-12-31T00:00:00Z"),
+        ];
+        for (start, time, expected) in cases {
+            assert_eq!(start(at(time)), at(expected), "{time}");
+        }
     }
 }
