@@ -121,7 +121,8 @@ mod tests {
 
     #[test]
     fn hours_and_days_start_on_utc_boundaries() {
-        let cases: [(fn(DateTime<Utc>) -> DateTime<Utc>, &str, &str); 4] = [
+        type Start = fn(DateTime<Utc>) -> DateTime<Utc>;
+        let cases: [(Start, &str, &str); 4] = [
             (hour_of, "2026-12-02T04:59:59.9Z", "2026-12-02T04:00:00Z"),
             (hour_of, "2026-12-02T05:00:00Z", "2026-12-02T05:00:00Z"),
             (day_of, "2026-12-02T23:59:59Z", "2026-12-02T00:00:00Z"),
