@@ -160,6 +160,9 @@ impl App {
             loops.push(tokio::spawn(
                 self.purger.clone().run_until_stopped(stop.clone()),
             ));
+            loops.push(tokio::spawn(
+                self.rollups.clone().run_until_stopped(stop.clone()),
+            ));
         }
         Ok(Running {
             addr,

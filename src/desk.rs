@@ -16,6 +16,7 @@ use crate::config::LiveSettings;
 use crate::dispatch::{Dispatcher, RetryBy, RetryOutcome};
 use crate::filter::{self, FilterError};
 use crate::ledger::{self, HandlerState};
+use crate::rollup::{Rollups, day_of, hour_of};
 use crate::store::audit::{self, AuditEntry, Record};
 use crate::store::history::{
     self, Attempt, EventDetail, EventFilter, EventSummary, SignedDelivery, Stats,
@@ -23,7 +24,7 @@ use crate::store::history::{
 use crate::store::idempotency;
 pub use crate::store::idempotency::{Claim, RENEW_EVERY};
 use crate::store::payments::{self, Payment};
-use crate::store::{StoreError, events::EventStatus};
+use crate::store::{StoreError, events::EventStatus, rollups};
 
 /// Events one bulk retry may touch; more matching is refused (narrow the filter).
 pub const BULK_RETRY_LIMIT: usize = 1000;
@@ -32,6 +33,10 @@ const PAYMENT_EVENTS: i64 = 500;
 /// The dashboard's windows.
 const DASHBOARD_WINDOW: chrono::Duration = chrono::Duration::hours(24);
 const SECRETS_WINDOW: chrono::Duration = chrono::Duration::days(7);
+/// The charts: hours of the last day, days of the last week (the current ones
+/// included, last).
+const SERIES_HOURS: i64 = 24;
+const SERIES_DAYS: i64 = 7;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeskError {
@@ -56,6 +61,7 @@ pub struct Desk {
     /// Retries running at once, wherever they come from: a handler run holds a
     /// pool connection, and deliveries need most of them.
     retry_permits: Arc<tokio::sync::Semaphore>,
+    rollups: Rollups,
 }
 
 /// A page of the history, newest first.
@@ -253,6 +259,93 @@ pub struct Dashboard {
     pub retry_backlog: i64,
     /// Per source, which secret positions signed events in the last 7 days.
     pub secrets: Vec<SourceSecrets>,
+    /// The charts' counts.
+    pub series: Series,
+}
+
+/// Events per hour of the last 24 (by where they stand now) with the signatures
+/// refused in each, and failed and dead events per day of the last 7, oldest
+/// first; the current hour and day last.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Series {
+    pub hours: Vec<HourCounts>,
+    pub days: Vec<DayCounts>,
+}
+
+/// The events received in one UTC hour, by their status now.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct HourCounts {
+    pub start: DateTime<Utc>,
+    pub processed: i64,
+    pub ignored: i64,
+    pub failed: i64,
+    pub dead: i64,
+    pub rejected_signatures: i64,
+}
+
+/// The events received in one UTC day that are failed or dead now.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct DayCounts {
+    pub start: DateTime<Utc>,
+    pub failed: i64,
+    pub dead: i64,
+}
+
+impl Series {
+    /// The series ending in `now`'s hour and day, from per-hour counts.
+    fn of(
+        now: DateTime<Utc>,
+        by_status: &[(DateTime<Utc>, String, i64)],
+        rejected: &[(DateTime<Utc>, i64)],
+    ) -> Series {
+        let hour = chrono::Duration::hours(1);
+        let first_hour = hour_of(now) - hour * i32::try_from(SERIES_HOURS - 1).unwrap_or(0);
+        let first_day = day_of(now) - chrono::Duration::days(SERIES_DAYS - 1);
+        let mut hours: Vec<HourCounts> = (0..SERIES_HOURS)
+            .map(|i| HourCounts {
+                start: first_hour + hour * i32::try_from(i).unwrap_or(0),
+                ..HourCounts::default()
+            })
+            .collect();
+        let mut days: Vec<DayCounts> = (0..SERIES_DAYS)
+            .map(|i| DayCounts {
+                start: first_day + chrono::Duration::days(i),
+                ..DayCounts::default()
+            })
+            .collect();
+        let slot = |start: DateTime<Utc>, first: DateTime<Utc>, width: chrono::Duration| {
+            let i = (start - first)
+                .num_seconds()
+                .div_euclid(width.num_seconds());
+            usize::try_from(i).ok()
+        };
+        for (at, status, n) in by_status {
+            if let Some(h) = slot(*at, first_hour, hour).and_then(|i| hours.get_mut(i)) {
+                match status.as_str() {
+                    "processed" => h.processed += n,
+                    "ignored" => h.ignored += n,
+                    "failed" => h.failed += n,
+                    "dead" => h.dead += n,
+                    _ => {}
+                }
+            }
+            if let Some(d) =
+                slot(*at, first_day, chrono::Duration::days(1)).and_then(|i| days.get_mut(i))
+            {
+                match status.as_str() {
+                    "failed" => d.failed += n,
+                    "dead" => d.dead += n,
+                    _ => {}
+                }
+            }
+        }
+        for (at, n) in rejected {
+            if let Some(h) = slot(*at, first_hour, hour).and_then(|i| hours.get_mut(i)) {
+                h.rejected_signatures += n;
+            }
+        }
+        Series { hours, days }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -280,7 +373,12 @@ pub struct BulkOutcome {
 }
 
 impl Desk {
-    pub fn new(pool: Pool, dispatcher: Dispatcher, settings: LiveSettings) -> Self {
+    pub fn new(
+        pool: Pool,
+        dispatcher: Dispatcher,
+        settings: LiveSettings,
+        rollups: Rollups,
+    ) -> Self {
         // A quarter of the pool: the rest is the deliveries'.
         let permits = (pool.status().max_size / 4).max(1);
         Desk {
@@ -288,6 +386,7 @@ impl Desk {
             dispatcher,
             settings,
             retry_permits: Arc::new(tokio::sync::Semaphore::new(permits)),
+            rollups,
         }
     }
 
@@ -319,9 +418,29 @@ impl Desk {
             .map(|event| event.summary))
     }
 
-    /// Events received since `since`, by status, kind and source.
+    /// Events received from the start of `since`'s hour on, by status, kind and
+    /// source (the rollups count whole hours).
     pub async fn stats(&self, since: DateTime<Utc>) -> Result<Stats, StoreError> {
-        history::stats(&self.client().await?, since).await
+        self.rollups.catch_up().await?;
+        rollups::stats(&self.client().await?, hour_of(since)).await
+    }
+
+    /// The charts' counts, up to `now`.
+    pub async fn series(&self, now: DateTime<Utc>) -> Result<Series, StoreError> {
+        self.rollups.catch_up().await?;
+        self.series_with(&self.client().await?, now).await
+    }
+
+    async fn series_with(
+        &self,
+        client: &deadpool_postgres::Object,
+        now: DateTime<Utc>,
+    ) -> Result<Series, StoreError> {
+        // The week's first day starts before the day's first hour.
+        let since = day_of(now) - chrono::Duration::days(SERIES_DAYS - 1);
+        let by_status = rollups::hourly_by_status(client, since).await?;
+        let rejected = rollups::hourly_rejections(client, since).await?;
+        Ok(Series::of(now, &by_status, &rejected))
     }
 
     /// One event, its handlers and its origin; viewing it is audited.
@@ -489,9 +608,11 @@ impl Desk {
     }
 
     pub async fn dashboard(&self, now: DateTime<Utc>) -> Result<Dashboard, StoreError> {
+        self.rollups.catch_up().await?;
         let client = self.client().await?;
-        let last_24h = history::stats(&client, now - DASHBOARD_WINDOW).await?;
-        let counts = history::count_by_status(
+        let last_24h = rollups::stats(&client, hour_of(now - DASHBOARD_WINDOW)).await?;
+        let series = self.series_with(&client, now).await?;
+        let counts = rollups::totals(
             &client,
             &[EventStatus::Dead.as_str(), EventStatus::Failed.as_str()],
         )
@@ -519,6 +640,7 @@ impl Desk {
             failed: count(EventStatus::Failed),
             retry_backlog: count(EventStatus::Failed),
             secrets,
+            series,
         })
     }
 

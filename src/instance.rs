@@ -12,6 +12,7 @@ use crate::handlers::Registry;
 use crate::ingest::Ingester;
 use crate::metrics::Metrics;
 use crate::purge::Purger;
+use crate::rollup::Rollups;
 use crate::store;
 
 /// Everything one instance shares between its parts.
@@ -25,6 +26,8 @@ pub struct App {
     pub ingester: Ingester,
     pub purger: Purger,
     pub desk: Desk,
+    /// The per-hour counts the desk reads.
+    pub rollups: Rollups,
     /// The application's own migrations (readiness checks them too).
     pub migrations: &'static [crate::store::Migration],
 }
@@ -48,7 +51,13 @@ impl App {
         );
         let purger = Purger::new(pool.clone(), settings.clone(), metrics.clone());
         let ingester = Ingester::new(pool.clone(), dispatcher.runner().clone());
-        let desk = Desk::new(pool.clone(), dispatcher.clone(), settings.clone());
+        let rollups = Rollups::new(pool.clone());
+        let desk = Desk::new(
+            pool.clone(),
+            dispatcher.clone(),
+            settings.clone(),
+            rollups.clone(),
+        );
         App {
             settings,
             pool,
@@ -57,6 +66,7 @@ impl App {
             ingester,
             purger,
             desk,
+            rollups,
             migrations: &[],
         }
     }

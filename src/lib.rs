@@ -29,6 +29,7 @@ pub mod outbound;
 pub mod provider;
 pub mod providers;
 pub mod purge;
+pub mod rollup;
 pub mod runner;
 pub mod shutdown;
 pub mod signature;

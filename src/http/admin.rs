@@ -97,11 +97,18 @@ pub async fn stats(
     let bad_window = || ApiError::BadRequest("window must be an age like 24h or 7d".into());
     let window = duration::parse(&text).map_err(|_| bad_window())?;
     let since = duration::before(Utc::now(), window).ok_or_else(bad_window)?;
+    // Counted in whole hours: from the start of `since`'s hour.
+    let since = crate::rollup::hour_of(since);
     Ok(HttpResponse::Ok().json(WindowStats {
         window: duration::format(window),
         since,
         stats: state.app.desk.stats(since).await?,
     }))
+}
+
+/// Events per hour of the last day and failures per day of the last week.
+pub async fn series(_: Viewer, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(state.app.desk.series(Utc::now()).await?))
 }
 
 /// Applies an event again and describes the result (shared with the web page).

@@ -3,6 +3,7 @@
 mod admin;
 mod auth;
 pub mod body;
+mod charts;
 mod client;
 pub mod error;
 mod limiter;
@@ -80,8 +81,10 @@ pub fn public_routes(config: &mut web::ServiceConfig, with_admin: bool) {
     health_routes(config);
     if with_admin {
         admin_routes(config);
+        config.default_service(web::to(ui::not_found));
+    } else {
+        config.default_service(web::to(ops::not_found));
     }
-    config.default_service(web::to(ops::not_found));
 }
 
 /// `docs/openapi.json`, built into the binary and served at `/admin/api/openapi.json`.
@@ -107,6 +110,11 @@ pub fn admin_api_routes() -> Vec<(Method, &'static str, actix_web::Route)> {
             web::to(admin::retry),
         ),
         (Method::GET, "/admin/api/stats", web::to(admin::stats)),
+        (
+            Method::GET,
+            "/admin/api/stats/series",
+            web::to(admin::series),
+        ),
         (Method::GET, "/admin/api/payments", web::to(admin::payments)),
         (
             Method::GET,
@@ -166,5 +174,5 @@ pub fn admin_routes(config: &mut web::ServiceConfig) {
 pub fn admin_listener_routes(config: &mut web::ServiceConfig) {
     admin_routes(config);
     health_routes(config);
-    config.default_service(web::to(ops::not_found));
+    config.default_service(web::to(ui::not_found));
 }

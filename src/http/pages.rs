@@ -12,22 +12,38 @@ use crate::store::audit::AuditEntry;
 use crate::store::history::EventSummary;
 use crate::store::payments::Payment;
 
-/// Fits a 1280-pixel window: tables lay out to the width and long ids wrap.
+/// Fits a 1280-pixel window. The events list keeps every cell on one line (ids
+/// cut with an ellipsis, whole in the title and in a copy); other tables wrap
+/// long values.
 const STYLE: &str = "*{box-sizing:border-box}\
 body{font:14px system-ui,sans-serif;margin:0 auto;padding:1rem 1.5rem;max-width:1280px;color:#222}\
 table{border-collapse:collapse;width:100%;table-layout:fixed;margin:.5rem 0 1rem}\
 th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #ddd;vertical-align:top;\
 overflow-wrap:anywhere}th{background:#f4f4f4}\
+table.events th,table.events td{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;\
+overflow-wrap:normal}\
+.id,code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:13px}\
 form.filters{display:flex;flex-wrap:wrap;gap:.5rem;margin:1rem 0}\
 input,select,button{font:inherit;max-width:100%}\
 pre{background:#f7f7f7;padding:1rem;white-space:pre-wrap;overflow-wrap:anywhere}\
 .status-dead,.status-failed,.status-unverified{color:#b00}\
 .status-processed,.status-verified,.status-succeeded{color:#070}\
 .status-ignored,.status-pending{color:#777}\
+.label{display:inline-block;padding:0 .45em;border-radius:.6em;font-size:12px;line-height:1.6;\
+white-space:nowrap;background:#eee;color:#444}\
+.label.status-processed,.label.status-succeeded{background:#e3f4e3;color:#0a5a0a}\
+.label.status-failed{background:#fff1d6;color:#8a5300}\
+.label.status-dead{background:#fde2e2;color:#a00}\
+.label.status-ignored,.label.status-pending{background:#eee;color:#555}\
 header{display:flex;flex-wrap:wrap;justify-content:space-between;align-items:center;gap:1rem}\
 header nav a{margin-right:1rem}.note{background:#eef;padding:.5rem}\
 .cards{display:flex;flex-wrap:wrap;gap:1rem}.card{border:1px solid #ddd;padding:.5rem 1rem;\
-min-width:12rem;flex:1}.card h3{margin:.2rem 0}.big{font-size:1.6rem}";
+min-width:12rem;flex:1}.card h3{margin:.2rem 0}.big{font-size:1.6rem}\
+.charts{display:flex;flex-wrap:wrap;gap:1.5rem;margin:1rem 0}.chart{flex:1;min-width:20rem}\
+.chart svg{width:100%;height:auto;display:block}.chart h3{margin:.2rem 0}\
+.legend span{margin-right:1rem;white-space:nowrap}\
+.swatch{display:inline-block;width:.8em;height:.8em;margin-right:.3em;vertical-align:-.05em}\
+.chart details{margin-top:.3rem}.chart table{font-size:12px}";
 
 /// Times as people read them in the page (UTC).
 pub fn time(value: Option<DateTime<Utc>>) -> String {
@@ -122,19 +138,30 @@ pub fn error(message: &str, who: Option<&Principal>) -> Markup {
     )
 }
 
+/// A status as a coloured label.
 fn status(text: &str) -> Markup {
-    html! { span class=(format!("status-{text}")) { (text) } }
+    html! { span class=(format!("label status-{text}")) { (text) } }
+}
+
+/// An id in the monospace face; the list cuts it, the title holds it whole.
+fn id(text: &str) -> Markup {
+    html! { span.id title=(text) { (text) } }
+}
+
+/// A kind, or a dash for an event without one.
+fn kind(kind: Option<&str>) -> &str {
+    kind.unwrap_or("—")
 }
 
 fn id_links(event: &EventSummary) -> (Markup, Markup) {
     let payment = html! {
         @if let Some(payment) = &event.payment_id {
-            a href=(payment_href(&event.source, payment)) { (payment) }
+            a href=(payment_href(&event.source, payment)) { (id(payment)) }
         }
     };
     let customer = html! {
         @if let Some(customer) = &event.customer_id {
-            a href=(customer_href(customer)) { (customer) }
+            a href=(customer_href(customer)) { (id(customer)) }
         }
     };
     (payment, customer)
@@ -185,20 +212,20 @@ pub fn list(page: &ListPage<'_>) -> Markup {
             @if filtered && page.who.can_retry() {
                 p { a href=(format!("/admin/retry?{}", page.filter_query)) { "Retry every event this filter matches…" } }
             }
-            table {
-                colgroup { col style="width:11%"; col style="width:7%"; col style="width:16%"; col style="width:14%";
-                    col style="width:9%"; col style="width:7%"; col style="width:4%"; col style="width:4%";
-                    col style="width:15%"; col style="width:13%"; }
+            table.events {
+                colgroup { col style="width:12%"; col style="width:7%"; col style="width:17%"; col style="width:14%";
+                    col style="width:11%"; col style="width:8%"; col style="width:4%"; col style="width:4%";
+                    col style="width:12%"; col style="width:11%"; }
                 tr { th { "Received" } th { "Source" } th { "Event id" } th { "Type" } th { "Kind" }
                      th { "Status" } th { "Att." } th { "Del." } th { "Payment" } th { "Customer" } }
                 @for event in page.events {
                     @let (payment, customer) = id_links(event);
                     tr {
                         td { (time(Some(event.received_at))) }
-                        td { (event.source) }
-                        td { a href=(format!("/admin/events/{}", event.id)) { (event.event_id) } }
-                        td { (event.event_type) }
-                        td { (event.kind.as_deref().unwrap_or_default()) }
+                        td title=(event.source) { (event.source) }
+                        td { a href=(format!("/admin/events/{}", event.id)) { (id(&event.event_id)) } }
+                        td title=(event.event_type) { (event.event_type) }
+                        td title=(kind(event.kind.as_deref())) { (kind(event.kind.as_deref())) }
                         td { (status(event.status.as_str())) }
                         td { (event.attempts) }
                         td { (event.deliveries) }
@@ -239,6 +266,7 @@ fn dashboard(board: &Dashboard) -> Markup {
                 (counts("By kind", &board.last_24h.by_kind))
                 (counts("By source", &board.last_24h.by_source))
             }
+            (super::charts::charts(&board.series))
             h3 { "Secrets in use (last 7 days)" }
             table {
                 tr { th { "Source" } th { "Secret" } th { "Last used" } th { "In the last 7 days" } }
@@ -308,12 +336,9 @@ pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup
     let (payment, customer) = id_links(event);
     let rows: Vec<(&str, Markup)> = vec![
         ("Source", html! { (event.source) }),
-        ("Event id", html! { (event.event_id) }),
+        ("Event id", id(&event.event_id)),
         ("Type", html! { (event.event_type) }),
-        (
-            "Kind",
-            html! { (event.kind.as_deref().unwrap_or_default()) },
-        ),
+        ("Kind", html! { (kind(event.kind.as_deref())) }),
         ("Status", status(event.status.as_str())),
         (
             "Last error",

@@ -119,6 +119,9 @@ async fn receive_in(
             summary.outcome = error.code();
             if let ApiError::InvalidSignature(reason, _) = &error {
                 state.app.metrics.signature_failure(label, reason);
+                if known {
+                    state.app.rollups.signature_refused(label);
+                }
             }
             error.error_response()
         }

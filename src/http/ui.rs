@@ -60,6 +60,22 @@ fn error_page(error: &ApiError, who: Option<&Principal>) -> HttpResponse {
     page
 }
 
+/// No such page: under `/admin` (its API aside) people get a page with a way
+/// back; elsewhere, and under `/admin/api`, the JSON answer.
+pub async fn not_found(request: HttpRequest) -> HttpResponse {
+    let path = request.path();
+    let page = (path == "/admin" || path.starts_with("/admin/"))
+        && !(path == "/admin/api" || path.starts_with("/admin/api/"));
+    if page {
+        html(
+            StatusCode::NOT_FOUND,
+            pages::error("There is no such page.", None),
+        )
+    } else {
+        actix_web::ResponseError::error_response(&ApiError::NotFound)
+    }
+}
+
 /// The pages: someone not signed in is sent to sign in; a refusal is a page
 /// (429, 503 and 403 included).
 pub struct Page;

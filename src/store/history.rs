@@ -1,5 +1,5 @@
 //! The event history support staff read: filtered, keyset-paginated lists (newest
-//! first), one event with its attempts, and counts over a window. Filters become
+//! first), one event with its attempts (counts come from `rollups`). Filters become
 //! WHERE clauses only when given, so each query shape can use its index: the
 //! `(received_at, id)` order, `status`, or the event/payment/customer id indexes.
 
@@ -281,21 +281,6 @@ pub async fn events_of_payment(
     Ok(rows.iter().map(summary).collect())
 }
 
-/// How many events have each of `statuses`, over all the history.
-pub async fn count_by_status(
-    client: &impl Session,
-    statuses: &[&str],
-) -> Result<std::collections::BTreeMap<String, i64>, StoreError> {
-    let rows = sql::query(
-        client,
-        "SELECT s, (SELECT count(*) FROM webhook_events WHERE status = s)
-             FROM unnest($1::text[]) AS s",
-        params![&statuses],
-    )
-    .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-}
-
 /// When secret `position` of `source` last signed an event.
 pub async fn secret_last_used(
     client: &impl Session,
@@ -358,34 +343,11 @@ pub async fn signed_delivery(
     }))
 }
 
-/// Events received since a moment, counted three ways.
+/// Events received in a window, counted three ways.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Stats {
     pub total: i64,
     pub by_status: std::collections::BTreeMap<String, i64>,
     pub by_kind: std::collections::BTreeMap<String, i64>,
     pub by_source: std::collections::BTreeMap<String, i64>,
-}
-
-pub async fn stats(client: &impl Session, since: DateTime<Utc>) -> Result<Stats, StoreError> {
-    // One plain GROUP BY over the three columns (a few dozen groups) and the three
-    // breakdowns added up here: a fifth cheaper than GROUPING SETS at a million
-    // events (see benches/desk.rs).
-    let mut stats = Stats::default();
-    for row in sql::query(
-        client,
-        "SELECT status, COALESCE(kind, 'none'), source, count(*)
-             FROM webhook_events WHERE received_at >= $1
-             GROUP BY 1, 2, 3",
-        params![&since],
-    )
-    .await?
-    {
-        let count: i64 = row.get(3);
-        stats.total += count;
-        *stats.by_status.entry(row.get(0)).or_default() += count;
-        *stats.by_kind.entry(row.get(1)).or_default() += count;
-        *stats.by_source.entry(row.get(2)).or_default() += count;
-    }
-    Ok(stats)
 }

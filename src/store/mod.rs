@@ -9,6 +9,7 @@ pub mod idempotency;
 mod migrate;
 pub mod payments;
 pub mod purge;
+pub mod rollups;
 pub mod sessions;
 pub mod sql;
 pub mod tls;

@@ -887,3 +887,53 @@ async fn an_events_detail_has_its_runs_with_durations_and_a_null_payload_once_pu
     assert!(purged["purged_at"].is_string(), "{purged}");
     assert_eq!(purged["origin"]["status"], "unavailable");
 }
+
+#[tokio::test]
+async fn people_get_error_pages_under_admin_and_the_api_keeps_json() {
+    let app = spawn_app().await;
+    for path in ["/admin/events", "/admin/no/such/page", "/admin/eventsx"] {
+        let answer = call(&app, "GET", path, Some(VIEWER), &[("Accept", "text/html")]).await;
+        assert_eq!(answer.status, 404, "{path}");
+        assert_eq!(
+            answer.header("content-type"),
+            Some("text/html; charset=utf-8"),
+            "{path}"
+        );
+        let page = answer.text();
+        assert!(page.contains("There is no such page."), "{path}: {page}");
+        assert!(
+            page.contains("<a href=\"/admin\">Back to the list</a>"),
+            "{path}"
+        );
+    }
+    // A viewer may not open the audit trail: a page says so.
+    let refused = call(&app, "GET", "/admin/audit", Some(VIEWER), &[]).await;
+    assert_eq!(refused.status, 403);
+    assert!(refused.text().contains("the operator role is needed"));
+    assert!(
+        refused
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("text/html"))
+    );
+
+    for (path, status) in [
+        ("/admin/api/nosuch", 404),
+        ("/admin/api", 404),
+        ("/nosuch", 404),
+        ("/admin/api/audit", 403),
+    ] {
+        let answer = call(&app, "GET", path, Some(VIEWER), &[("Accept", "text/html")]).await;
+        assert_eq!(answer.status, status, "{path}");
+        assert_eq!(
+            answer.header("content-type"),
+            Some("application/json"),
+            "{path}"
+        );
+        let code = if status == 404 {
+            "not_found"
+        } else {
+            "forbidden"
+        };
+        assert_eq!(answer.json()["error"], code, "{path}");
+    }
+}

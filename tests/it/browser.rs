@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::{Value, json};
 
-use crate::support::{OPERATOR, Spawn, TestApp, shipped_settings, spawn, stripe_event};
+use crate::support::{
+    OPERATOR, Spawn, TestApp, VIEWER, shipped_settings, spawn, spawn_app, stripe_event,
+};
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
@@ -95,7 +97,13 @@ impl Browser {
             assert!(Instant::now() < deadline, "chromedriver did not start");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let profile = std::env::temp_dir().join(format!("hookd-chromium-{}", std::process::id()));
+        // One profile per browser: the tests of this file may run at once.
+        static BROWSERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let profile = std::env::temp_dir().join(format!(
+            "hookd-chromium-{}-{}",
+            std::process::id(),
+            BROWSERS.fetch_add(1, Ordering::Relaxed)
+        ));
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -389,4 +397,164 @@ async fn slow_support_staff_find_a_payment_and_retry_its_dead_event_in_a_real_br
     drop(browser);
     let left = processes_using(&profile);
     assert!(left.is_empty(), "browser processes left running: {left:?}");
+}
+
+/// How the events list lays out, measured in the browser: every cell on one
+/// line, ids in a monospace face, whole in the page, cut only on screen.
+const LIST_LAYOUT: &str = "
+    // The lines the text of `el` is laid out on: the tops of its text's boxes,
+    // a line apart (a smaller face on the same line sits a pixel or two lower).
+    const lines = el => {
+        const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+        const tops = [];
+        for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+            const range = document.createRange();
+            range.selectNodeContents(node);
+            for (const r of range.getClientRects()) tops.push(r.top);
+        }
+        tops.sort((a, b) => a - b);
+        return tops.filter((t, i) => i === 0 || t - tops[i - 1] > 6).length;
+    };
+    const cells = [...document.querySelectorAll('table.events td')];
+    const ids = [...document.querySelectorAll('table.events td .id')];
+    const long = ids.find(e => e.textContent.startsWith('evt_bench_1835'));
+    const label = document.querySelector('table.events .label.status-dead');
+    return {
+        rows: document.querySelectorAll('table.events tr').length - 1,
+        wrapped: cells.filter(c => lines(c) > 1).map(c => c.textContent),
+        split_ids: ids.filter(e => lines(e) > 1).map(e => e.textContent),
+        monospace: ids.every(e => getComputedStyle(e).fontFamily.includes('monospace')),
+        long_id: long ? [long.textContent, long.title] : null,
+        long_cut: long ? long.closest('td').scrollWidth > long.closest('td').clientWidth : null,
+        dead_label: label ? getComputedStyle(label).backgroundColor : null,
+        kinds: [...document.querySelectorAll('table.events tr')].slice(1)
+            .map(r => r.children[4].textContent),
+    };";
+
+/// The charts as a screen reader meets them: the SVG's role, the title and
+/// description it is labelled by, its bars, and the table of the numbers.
+const CHARTS: &str = "
+    return [...document.querySelectorAll('figure.chart')].map(f => {
+        const svg = f.querySelector('svg');
+        const named = (svg.getAttribute('aria-labelledby') || '').split(' ')
+            .map(id => (document.getElementById(id) || {}).textContent || '');
+        return {
+            id: f.id,
+            role: svg.getAttribute('role'),
+            named,
+            bars: svg.querySelectorAll('rect').length,
+            table_rows: f.querySelectorAll('details table tr').length,
+            fits: svg.getBoundingClientRect().right <= document.documentElement.clientWidth,
+        };
+    });";
+
+#[tokio::test]
+async fn slow_the_list_reads_at_1280_px_and_the_dashboard_draws_its_charts() {
+    let app = spawn_app().await;
+    let long_id = "evt_bench_1835_0123456789_abcdefghijklmnopqrstuvwxyz";
+    let events = [
+        stripe_event(
+            long_id,
+            "payment_intent.payment_failed",
+            json!({"id": "pi_3QbrowserLongPaymentIdentifier0001", "object": "payment_intent",
+                   "amount": 4200, "customer": "cus_browserLongCustomerIdentifier"}),
+        ),
+        stripe_event(
+            "evt_browser_ignored",
+            "customer.created",
+            json!({"id": "cus_1", "object": "customer"}),
+        ),
+        // No payment id: dead at once.
+        stripe_event(
+            "evt_browser_dead",
+            "payment_intent.succeeded",
+            json!({"amount": 1}),
+        ),
+    ];
+    for event in events {
+        assert_eq!(app.deliver("stripe", &event).await.status, 200);
+    }
+    let browser = Browser::start().await;
+    browser.go(&format!("{}/admin/login", app.base)).await;
+    browser.type_into("input[name=token]", VIEWER).await;
+    browser.click("form[action='/admin/login'] button").await;
+    assert!(browser.url().await.ends_with("/admin"));
+    browser.assert_fits().await;
+
+    let layout = browser.script(LIST_LAYOUT).await;
+    assert_eq!(layout["rows"], 3, "{layout}");
+    assert_eq!(
+        layout["wrapped"],
+        json!([]),
+        "cells over two lines: {layout}"
+    );
+    assert_eq!(
+        layout["split_ids"],
+        json!([]),
+        "ids split over lines: {layout}"
+    );
+    assert_eq!(layout["monospace"], true, "{layout}");
+    assert_eq!(
+        layout["long_id"],
+        json!([long_id, long_id]),
+        "whole in the page"
+    );
+    assert_eq!(
+        layout["long_cut"], true,
+        "the long id is cut on screen: {layout}"
+    );
+    assert!(
+        layout["dead_label"]
+            .as_str()
+            .is_some_and(|c| c != "rgba(0, 0, 0, 0)"),
+        "a coloured label: {layout}"
+    );
+    assert!(
+        layout["kinds"]
+            .as_array()
+            .is_some_and(|k| k.contains(&json!("—"))),
+        "no kind shows as a dash: {layout}"
+    );
+
+    let charts = browser.script(CHARTS).await;
+    let charts = charts.as_array().expect("charts");
+    assert_eq!(charts.len(), 2, "{charts:?}");
+    for (chart, title, rows) in [
+        (&charts[0], "Events per hour, last 24 hours (UTC)", 25),
+        (
+            &charts[1],
+            "Failed and dead events per day, last 7 days (UTC)",
+            8,
+        ),
+    ] {
+        assert_eq!(chart["role"], "img", "{chart}");
+        assert_eq!(chart["named"][0], title, "{chart}");
+        assert!(
+            chart["named"][1]
+                .as_str()
+                .is_some_and(|d| d.contains("Stacked bars")),
+            "{chart}"
+        );
+        assert!(
+            chart["bars"].as_u64().unwrap_or(0) > 0,
+            "bars drawn: {chart}"
+        );
+        assert_eq!(chart["table_rows"], rows, "{chart}");
+        assert_eq!(chart["fits"], true, "{chart}");
+    }
+
+    // A natural guess that is no page: a page says so, with a way back.
+    browser.go(&format!("{}/admin/events", app.base)).await;
+    assert!(browser.text().await.contains("There is no such page."));
+    browser.assert_fits().await;
+    browser.click("main a[href='/admin']").await;
+    assert!(browser.url().await.ends_with("/admin"));
+    let errors = browser.errors().await;
+    // The 404 page's own load is the one failed load.
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("/admin/events") && e.contains("404")),
+        "console errors: {errors:#?}"
+    );
 }

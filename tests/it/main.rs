@@ -35,6 +35,7 @@ mod purge;
 mod receive;
 mod reload;
 mod replay;
+mod rollups;
 mod support;
 mod tls;
 mod traces;

@@ -325,6 +325,9 @@ async fn the_real_answers_of_every_route_match_the_document() {
     let stats = viewer.get("/admin/api/stats?window=7d").await;
     assert_eq!(stats.status, 200);
     check(&doc, "get", "/admin/api/stats", &stats);
+    let series = viewer.get("/admin/api/stats/series").await;
+    assert_eq!(series.status, 200);
+    check(&doc, "get", "/admin/api/stats/series", &series);
     let bad_window = viewer.get("/admin/api/stats?window=soon").await;
     assert_eq!(bad_window.status, 400);
     check(&doc, "get", "/admin/api/stats", &bad_window);
