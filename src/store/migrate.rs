@@ -64,6 +64,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(14, "0014_refunds.sql"),
     migration!(15, "0015_conflict_counts.sql"),
     migration!(16, "0016_job_leases.sql"),
+    migration!(17, "0017_forgotten_customers.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

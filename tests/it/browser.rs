@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::{Value, json};
 
-use crate::support::{OPERATOR, Spawn, TestApp, shipped_settings, spawn, stripe_event};
+use crate::support::{
+    OPERATOR, Spawn, TestApp, VIEWER, shipped_settings, spawn, spawn_app, stripe_event,
+};
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
@@ -95,7 +97,13 @@ impl Browser {
             assert!(Instant::now() < deadline, "chromedriver did not start");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let profile = std::env::temp_dir().join(format!("hookd-chromium-{}", std::process::id()));
+        // One profile per browser: the tests of this file run at once.
+        static BROWSERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let profile = std::env::temp_dir().join(format!(
+            "hookd-chromium-{}-{}",
+            std::process::id(),
+            BROWSERS.fetch_add(1, Ordering::Relaxed)
+        ));
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -389,4 +397,67 @@ async fn slow_support_staff_find_a_payment_and_retry_its_dead_event_in_a_real_br
     drop(browser);
     let left = processes_using(&profile);
     assert!(left.is_empty(), "browser processes left running: {left:?}");
+}
+
+/// Signs in through the page's form, as a person would.
+async fn sign_in(browser: &Browser, app: &TestApp, token: &str) {
+    browser.go(&format!("{}/admin/login", app.base)).await;
+    browser.type_into("input[name=token]", token).await;
+    browser.click("form[action='/admin/login'] button").await;
+    assert!(browser.url().await.ends_with("/admin"), "signed in");
+}
+
+#[tokio::test]
+async fn slow_a_viewer_sees_an_email_masked_and_an_operator_reveals_it_in_a_real_browser() {
+    let app = spawn_app().await;
+    let email = "jenny.rosen@example.com";
+    let paid = stripe_event(
+        "evt_browser_masked",
+        "payment_intent.succeeded",
+        json!({"id": "pi_masked", "object": "payment_intent", "amount": 1500, "currency": "eur",
+               "customer": "cus_masked", "receipt_email": email}),
+    );
+    assert_eq!(app.deliver("stripe", &paid).await.status, 200);
+    let id = app.event_row_id("evt_browser_masked").await;
+    let page = format!("{}/admin/events/{id}", app.base);
+    let browser = Browser::start().await;
+
+    sign_in(&browser, &app, VIEWER).await;
+    browser.go(&page).await;
+    let masked = browser.text().await;
+    assert!(masked.contains("•••@example.com"), "{masked}");
+    assert!(
+        !masked.contains(email),
+        "a viewer sees the address: {masked}"
+    );
+    assert!(
+        !masked.contains("Reveal personal data"),
+        "a viewer has no reveal button"
+    );
+    browser.assert_fits().await;
+    browser.click("form[action='/admin/logout'] button").await;
+
+    sign_in(&browser, &app, OPERATOR).await;
+    browser.go(&page).await;
+    assert!(
+        !browser.text().await.contains(email),
+        "masked until revealed"
+    );
+    browser.click("form[action$='/reveal'] button").await;
+    let revealed = browser.text().await;
+    assert!(revealed.contains(email), "{revealed}");
+    browser.assert_fits().await;
+    assert_eq!(
+        app.strings(
+            "SELECT who FROM admin_audit WHERE action = 'revealed_payload' AND webhook_event_id = $1",
+            &[&id]
+        )
+        .await,
+        ["operator"]
+    );
+    browser.go(&format!("{}/admin/audit", app.base)).await;
+    let audit = browser.text().await;
+    assert!(audit.contains("revealed_payload"), "{audit}");
+    let errors = browser.errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
 }
