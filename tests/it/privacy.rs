@@ -162,6 +162,11 @@ async fn a_sources_own_mask_adds_to_its_providers_defaults_and_forwards_stay_who
     stripe.mask.push("/data/object/metadata/*".into());
     let app = spawn(Spawn {
         settings,
+        parts: hookd::app::Parts {
+            dispatcher: true,
+            purge: false,
+            http_workers: Some(2),
+        },
         ..Spawn::default()
     })
     .await;
