@@ -135,6 +135,10 @@ pub struct Source {
     /// A body already stored under another id is a duplicate of that event
     /// (only for schemes that leave the id or type unsigned; false otherwise).
     pub dedupe_on_body: bool,
+    /// JSON pointers of the personal data viewers see masked and forgetting a
+    /// customer erases: the provider's defaults (unless `mask_defaults = false`)
+    /// and the source's own `mask`.
+    pub mask: Vec<String>,
 }
 
 impl Source {
@@ -500,6 +504,9 @@ struct RawSource {
     event_types: BTreeMap<String, String>,
     fingerprint_ignore: Option<Vec<String>>,
     dedupe_on_body: Option<bool>,
+    #[serde(default)]
+    mask: Vec<String>,
+    mask_defaults: Option<bool>,
     /// Every other key: the scheme's own, or unknown ones.
     #[serde(flatten)]
     scheme_keys: toml::Table,
@@ -516,7 +523,7 @@ struct RawSource {
 const CREDENTIAL_KEYS: [&str; 2] = ["basic_auth", "authorization"];
 
 /// The keys every source takes, whatever its scheme (each provider adds its own).
-const SOURCE_KEYS: [&str; 7] = [
+const SOURCE_KEYS: [&str; 9] = [
     "name",
     "scheme",
     "secrets",
@@ -524,6 +531,8 @@ const SOURCE_KEYS: [&str; 7] = [
     "event_types",
     "fingerprint_ignore",
     "dedupe_on_body",
+    "mask",
+    "mask_defaults",
 ];
 
 #[derive(Debug, Deserialize)]
@@ -1091,6 +1100,14 @@ impl RawSource {
         for (j, pointer) in fingerprint_ignore.iter().enumerate() {
             json_pointer(key(&format!("fingerprint_ignore[{j}]")), pointer)?;
         }
+        for (j, pointer) in self.mask.iter().enumerate() {
+            json_pointer(key(&format!("mask[{j}]")), pointer)?;
+        }
+        let mut mask = match self.mask_defaults {
+            Some(false) => Vec::new(),
+            _ => crate::mask::defaults(scheme.name()),
+        };
+        mask.extend(self.mask);
         let dedupe_on_body = dedupe_on_body(&scheme, self.dedupe_on_body, &key)?;
         let tolerance = or(self.tolerance, providers::of(&scheme).default_tolerance());
         Ok(Source {
@@ -1102,6 +1119,7 @@ impl RawSource {
             event_types,
             fingerprint_ignore: fingerprint_ignore.into(),
             dedupe_on_body,
+            mask,
         })
     }
 }

@@ -1,8 +1,10 @@
 //! The support desk: what the admin API, the page and the terminal show and do —
 //! events, payments, the dashboard, retries one at a time or in bulk, the audit
 //! trail, and proof of an event's origin — in one place, so the three cannot
-//! disagree. Viewing a payload and retrying are recorded in the audit trail
-//! under the name of who did it.
+//! disagree. Viewing a payload, revealing its personal data, retrying and
+//! forgetting a customer are recorded in the audit trail under the name of who
+//! did it. Payloads are shown with their source's `mask` applied unless an
+//! operator reveals them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,8 +18,10 @@ use crate::config::LiveSettings;
 use crate::dispatch::{Dispatcher, RetryBy, RetryOutcome};
 use crate::filter::{self, FilterError};
 use crate::ledger::{self, HandlerState};
+use crate::mask::{self, Cover};
 use crate::rollup::{Rollups, day_of, hour_of};
 use crate::store::audit::{self, AuditEntry, Record};
+use crate::store::forget;
 use crate::store::history::{
     self, Attempt, EventDetail, EventFilter, EventSummary, SignedDelivery, Stats,
 };
@@ -50,6 +54,8 @@ pub enum DeskError {
     TooMany { matched: usize },
     #[error("shutting down")]
     ShuttingDown,
+    #[error("no source named {0:?} is configured")]
+    UnknownSource(String),
 }
 
 /// The support desk of one instance.
@@ -91,6 +97,9 @@ pub struct EventView {
     pub detail: EventDetail,
     pub handlers: Vec<HandlerState>,
     pub origin: Origin,
+    /// Whether the payload (and conflicting items) are shown with the source's
+    /// `mask` applied; false once an operator revealed them.
+    pub masked: bool,
 }
 
 /// An event's columns where `attempts` lists its runs: the counter, which
@@ -133,6 +142,7 @@ struct EventJson<'a> {
     #[serde(flatten)]
     runs: EventRuns<'a>,
     payload: &'a Option<Value>,
+    masked: bool,
     payload_sha256: &'a str,
     handlers: &'a [HandlerState],
     origin: &'a Origin,
@@ -147,6 +157,7 @@ impl Serialize for EventView {
                 attempts: &self.detail.attempts,
             },
             payload: &self.detail.payload,
+            masked: self.masked,
             payload_sha256: &self.detail.payload_sha256,
             handlers: &self.handlers,
             origin: &self.origin,
@@ -207,6 +218,9 @@ pub enum Verdict {
     Verified { secret: i32 },
     /// They do not verify (a secret was rotated away since, or the record changed).
     Unverified { reason: String },
+    /// Its customer was forgotten: the personal data was erased from what is
+    /// kept, which therefore no longer matches its signature.
+    Redacted { reason: String },
     /// The exact body or its signature headers are not kept (purged, or stored
     /// before hookd kept them), or the source is no longer configured.
     Unavailable { reason: String },
@@ -363,6 +377,25 @@ pub struct SecretUse {
     pub used_in_7_days: bool,
 }
 
+/// What forgetting a customer did (or, as a dry run, would do).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Forgotten {
+    pub dry_run: bool,
+    /// Their events, each now marked redacted (purged ones included: they lose
+    /// the customer's id).
+    pub events: usize,
+    /// Stored payloads and exact bodies rewritten without the personal data.
+    pub payloads: usize,
+    pub bodies: usize,
+    /// Exact bodies that are not JSON (a form, XML), which cannot be rewritten
+    /// field by field: dropped.
+    pub bodies_dropped: usize,
+    /// Conflicting items kept beside their events, rewritten.
+    pub conflicts: usize,
+    /// Payments that no longer name the customer (their state stays).
+    pub payments: u64,
+}
+
 /// What a bulk retry did (or, as a preview, would do).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct BulkOutcome {
@@ -443,20 +476,39 @@ impl Desk {
         Ok(Series::of(now, &by_status, &rejected))
     }
 
-    /// One event, its handlers and its origin; viewing it is audited.
-    pub async fn event(&self, id: i64, who: &str) -> Result<Option<EventView>, StoreError> {
+    /// One event, its handlers and its origin, its payload masked unless
+    /// `reveal` (which only operators may ask for); viewing it is audited, as
+    /// `revealed_payload` when revealed.
+    pub async fn event(
+        &self,
+        id: i64,
+        who: &str,
+        reveal: bool,
+    ) -> Result<Option<EventView>, StoreError> {
         let client = self.client().await?;
-        let Some(detail) = history::get_event(&client, id).await? else {
+        let Some(mut detail) = history::get_event(&client, id).await? else {
             return Ok(None);
         };
         let plan = self.dispatcher.plan_names(&detail.summary);
         let handlers = ledger::handler_states(&detail.attempts, &plan);
         let origin = self.origin_with(&client, id).await?;
+        if !reveal {
+            let cover = |payload: &mut Value| {
+                self.cover(&detail.summary.source, payload, Cover::Mask);
+            };
+            detail.payload.iter_mut().for_each(cover);
+            let conflicts = detail.conflicts.iter_mut();
+            conflicts.for_each(|c| cover(&mut c.offered_payload));
+        }
         audit::record(
             &client,
             &Record {
                 who,
-                action: "viewed_event",
+                action: if reveal {
+                    "revealed_payload"
+                } else {
+                    "viewed_event"
+                },
                 webhook_event_id: Some(id),
                 source: Some(&detail.summary.source),
                 payment_id: detail.summary.payment_id.as_deref(),
@@ -468,7 +520,17 @@ impl Desk {
             detail,
             handlers,
             origin,
+            masked: !reveal,
         }))
+    }
+
+    /// Covers a payload's personal data as its source's `mask` says; all of it
+    /// when the source is not configured any more (its fields are unknown).
+    fn cover(&self, source: &str, payload: &mut Value, how: Cover) {
+        match self.settings.now().source(source) {
+            Some(source) => mask::cover(payload, &source.mask, how),
+            None => mask::cover_all(payload, how),
+        }
     }
 
     /// Re-checks a stored event's signature against the source's current
@@ -487,6 +549,18 @@ impl Desk {
         let source = delivery.as_ref().and_then(|d| settings.source(&d.source));
         let covers = source.map(|s| Covered::of(&s.scheme));
         let verdict = match (delivery, source) {
+            (
+                Some(SignedDelivery {
+                    redacted_at: Some(at),
+                    ..
+                }),
+                _,
+            ) => Verdict::Redacted {
+                reason: format!(
+                    "its customer's personal data was erased on {}",
+                    at.format("%Y-%m-%d %H:%M UTC")
+                ),
+            },
             (
                 Some(SignedDelivery {
                     kept: Some((body, headers)),
@@ -721,6 +795,88 @@ impl Desk {
         Ok(outcome)
     }
 
+    /// Erases a customer's personal data (of one source, when given): the
+    /// masked fields, and their id wherever it appears, from their events'
+    /// payloads, exact bodies and conflicting items; their id from their events
+    /// and payments. Every dedupe key, fingerprint and payment state stays, so a
+    /// later delivery of one of those events is still a duplicate. One
+    /// transaction, audited as `forgot_customer` with the counts (not the id,
+    /// which is what was to be forgotten); a dry run counts and changes nothing.
+    pub async fn forget(
+        &self,
+        customer: &str,
+        source: Option<&str>,
+        dry_run: bool,
+        who: &str,
+    ) -> Result<Forgotten, DeskError> {
+        if let Some(name) = source
+            && self.settings.now().source(name).is_none()
+        {
+            return Err(DeskError::UnknownSource(name.into()));
+        }
+        let mut outcome = Forgotten {
+            dry_run,
+            events: 0,
+            payloads: 0,
+            bodies: 0,
+            bodies_dropped: 0,
+            conflicts: 0,
+            payments: 0,
+        };
+        if !storable(customer) {
+            return Ok(outcome);
+        }
+        let redact = |source: &str, value: &mut Value| {
+            self.cover(source, value, Cover::Redact);
+            mask::cover_text(value, customer, Cover::Redact);
+        };
+        let mut client = self.client().await?;
+        let tx = crate::store::begin(&mut client)
+            .await
+            .map_err(StoreError::from)?;
+        let events = forget::events_of_customer(&tx, customer, source).await?;
+        for event in &events {
+            let payload = event.payload.clone().map(|mut payload| {
+                redact(&event.source, &mut payload);
+                payload
+            });
+            let body = event.body.as_deref().and_then(|body| {
+                let mut body = serde_json::from_slice::<Value>(body).ok()?;
+                redact(&event.source, &mut body);
+                serde_json::to_vec(&body).ok()
+            });
+            outcome.payloads += usize::from(payload.is_some());
+            outcome.bodies += usize::from(body.is_some());
+            outcome.bodies_dropped += usize::from(event.body.is_some() && body.is_none());
+            forget::redact_event(&tx, event.id, payload.as_ref(), body.as_deref()).await?;
+        }
+        outcome.events = events.len();
+        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+        for mut conflict in forget::conflicts_of(&tx, &ids).await? {
+            redact(&conflict.source, &mut conflict.payload);
+            forget::redact_conflict(&tx, conflict.id, &conflict.payload).await?;
+            outcome.conflicts += 1;
+        }
+        outcome.payments = forget::forget_payments(&tx, customer, source).await?;
+        if dry_run {
+            tx.rollback().await.map_err(StoreError::from)?;
+            return Ok(outcome);
+        }
+        audit::record(
+            &tx,
+            &Record {
+                who,
+                action: "forgot_customer",
+                source,
+                detail: serde_json::to_value(&outcome).ok(),
+                ..Record::default()
+            },
+        )
+        .await?;
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(outcome)
+    }
+
     /// The audit trail, newest first, and the cursor of the next page.
     pub async fn audit(&self, limit: i64, cursor: Option<&str>) -> Result<AuditPage, DeskError> {
         let after = cursor.map(filter::cursor::decode).transpose()?;
@@ -783,6 +939,17 @@ pub fn log_retry(who: &str, request_id: &str, id: i64, outcome: &RetryOutcome) {
     log::info!(
         token = who, event = id, request_id = request_id;
         "admin retry of event {id} by {who}: {outcome:?} request_id={request_id}"
+    );
+}
+
+/// The log line of a customer forgotten (a dry run is not logged); the
+/// customer's id is left out, as in the audit trail.
+pub fn log_forget(who: &str, request_id: &str, outcome: &Forgotten) {
+    log::info!(
+        token = who, request_id = request_id;
+        "admin forget of a customer by {who}: {} events, {} payments request_id={request_id}",
+        outcome.events,
+        outcome.payments
     );
 }
 

@@ -23,6 +23,7 @@ pub mod instance;
 pub mod keys;
 pub mod ledger;
 pub mod logging;
+pub mod mask;
 pub mod metrics;
 pub mod money;
 pub mod outbound;

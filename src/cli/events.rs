@@ -1,6 +1,7 @@
-//! `hookd events list|show|retry|verify` and `hookd payments show`: the support
-//! desk from a terminal, as tables or as the same JSON the admin API returns.
-//! What is viewed or retried here is audited as `cli:USER`.
+//! `hookd events list|show|retry|verify`, `hookd payments show` and `hookd
+//! forget`: the support desk from a terminal, as tables or as the same JSON the
+//! admin API returns. What is viewed, revealed, retried or forgotten here is
+//! audited as `cli:USER`.
 
 use chrono::Utc;
 
@@ -99,10 +100,10 @@ fn print_table(events: &[EventSummary]) {
     }
 }
 
-pub async fn show(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
+pub async fn show(app: &App, id: i64, reveal: bool, as_json: bool) -> Result<(), CliError> {
     let view = app
         .desk
-        .event(id, &who())
+        .event(id, &who(), reveal)
         .await?
         .ok_or_else(|| CliError::Other(format!("no event with id {id}")))?;
     if as_json {
@@ -120,6 +121,7 @@ fn origin_line(origin: &Origin) -> String {
         }
         Verdict::Unverified { reason } => format!("not verified: {reason}"),
         Verdict::Unavailable { reason } => format!("cannot be checked: {reason}"),
+        Verdict::Redacted { reason } => format!("redacted: {reason}"),
     };
     match origin.covers.and_then(Covered::caveat) {
         Some(caveat) => format!("{verdict}; {caveat}"),
@@ -154,7 +156,14 @@ fn print_detail(view: &EventView) {
     for (name, value) in fields {
         println!("{name:17} {value}");
     }
-    println!("\npayload:");
+    println!(
+        "\npayload{}:",
+        if view.masked {
+            " (personal data masked; --reveal shows it)"
+        } else {
+            " (revealed)"
+        }
+    );
     match &event.payload {
         Some(payload) => println!(
             "{}",
@@ -270,6 +279,37 @@ pub async fn bulk_retry(
             }
         );
     }
+    Ok(())
+}
+
+/// Forgets a customer (or, with `dry_run`, prints what would be erased).
+pub async fn forget(
+    app: &App,
+    customer: &str,
+    source: Option<&str>,
+    dry_run: bool,
+    as_json: bool,
+) -> Result<(), CliError> {
+    let who = who();
+    let outcome = app.desk.forget(customer, source, dry_run, &who).await?;
+    if !dry_run {
+        crate::desk::log_forget(&who, "-", &outcome);
+    }
+    if as_json {
+        println!("{}", json_of(&outcome));
+        return Ok(());
+    }
+    let verb = if dry_run { "would erase" } else { "erased" };
+    println!(
+        "{verb} the customer's personal data from {} events ({} payloads, {} bodies rewritten, \
+         {} bodies that are not JSON dropped, {} conflicting items) and their id from {} payments",
+        outcome.events,
+        outcome.payloads,
+        outcome.bodies,
+        outcome.bodies_dropped,
+        outcome.conflicts,
+        outcome.payments
+    );
     Ok(())
 }
 

@@ -76,6 +76,22 @@ pub enum Command {
         #[command(subcommand)]
         action: PaymentsAction,
     },
+    /// Erase a customer's personal data (the sources' masked fields, and their
+    /// id) from their stored events and payments, keeping dedupe keys and
+    /// payment states; audited.
+    Forget {
+        /// The customer's id, as the events and payments name it.
+        #[arg(long)]
+        customer: String,
+        /// Only this source's events and payments.
+        #[arg(long)]
+        source: Option<String>,
+        /// Print what would be erased; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run one retention pass now (or, with --dry-run, print what it would remove).
     Purge {
         /// Count what would go; change nothing.
@@ -131,10 +147,13 @@ pub enum Command {
 pub enum EventsAction {
     /// Events newest first, filtered.
     List(Box<ListArgs>),
-    /// One event with its payload and attempts.
+    /// One event with its payload (personal data masked) and attempts.
     Show {
         /// webhook_events.id
         id: i64,
+        /// Show the payload's personal data too (recorded in the audit trail).
+        #[arg(long)]
+        reveal: bool,
         #[arg(long)]
         json: bool,
     },
@@ -309,7 +328,9 @@ pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
                             let (params, json) = args.into_params();
                             events::list(&app, &params, json).await
                         }
-                        EventsAction::Show { id, json } => events::show(&app, id, json).await,
+                        EventsAction::Show { id, reveal, json } => {
+                            events::show(&app, id, reveal, json).await
+                        }
                         EventsAction::Retry(args) => {
                             let RetryArgs {
                                 id,
@@ -346,6 +367,17 @@ pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
                             json,
                         } => events::payment(&app, &source, &payment_id, json).await,
                     }
+                })
+                .await
+            }
+            Command::Forget {
+                customer,
+                source,
+                dry_run,
+                json,
+            } => {
+                with_app(settings, hookd, |app| async move {
+                    events::forget(&app, &customer, source.as_deref(), dry_run, json).await
                 })
                 .await
             }

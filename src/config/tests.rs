@@ -600,6 +600,25 @@ fn stripe_sources_leave_volatile_fields_out_of_the_fingerprint_unless_told_other
     assert!(e.contains("sources[0].fingerprint_ignore[0]"), "{e}");
 }
 
+#[test]
+fn a_sources_mask_adds_to_its_providers_defaults_unless_they_are_turned_off() {
+    let mask = |extra: &str| load(&format!("{MINIMAL}{extra}")).map(|s| s.sources[0].mask.clone());
+    let defaults = mask("").expect("valid");
+    assert!(defaults.contains(&"/data/object/client_secret".to_string()));
+    let own = mask("mask = [\"/data/object/metadata/*\"]\n").expect("valid");
+    assert_eq!(own.len(), defaults.len() + 1);
+    assert_eq!(
+        own.last().map(String::as_str),
+        Some("/data/object/metadata/*")
+    );
+    let only = mask("mask = [\"/data/x\"]\nmask_defaults = false\n").expect("valid");
+    assert_eq!(only, ["/data/x"]);
+    let e = error(&format!("{MINIMAL}mask = [\"/a\", \"email\"]\n"));
+    assert!(e.contains("sources[0].mask[1]"), "{e}");
+    let e = error(&format!("{MINIMAL}mask_defaults = \"no\"\n"));
+    assert!(e.contains("mask_defaults"), "{e}");
+}
+
 const FORWARD: &str = r#"
 [[forwards]]
 name = "billing"

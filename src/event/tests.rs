@@ -23,6 +23,7 @@ fn source(scheme: Scheme) -> Source {
         event_types,
         fingerprint_ignore: vec!["/pending_webhooks".into(), "/request".into()].into(),
         dedupe_on_body: scheme_leaves_identity_unsigned,
+        mask: Vec::new(),
     }
 }
 

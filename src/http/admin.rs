@@ -1,6 +1,7 @@
-//! `/admin/api/*`: the support desk as JSON. Viewers read; operators may also
-//! retry (one event, or every event a filter matches) and read the audit trail.
-//! Retries honour `Idempotency-Key`, scoped to the token.
+//! `/admin/api/*`: the support desk as JSON. Viewers read, with personal data
+//! masked; operators may also reveal an event's payload, retry (one event, or
+//! every event a filter matches), forget a customer and read the audit trail.
+//! Retries and forgetting honour `Idempotency-Key`, scoped to the token.
 
 use actix_web::http::header::CONTENT_TYPE;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -38,6 +39,9 @@ impl From<DeskError> for ApiError {
                 ApiError::Unprocessable("too_many_events", error.to_string())
             }
             DeskError::ShuttingDown => ApiError::Unavailable("shutting down".into()),
+            error @ DeskError::UnknownSource(_) => {
+                ApiError::Unprocessable("unknown_source", error.to_string())
+            }
         }
     }
 }
@@ -56,16 +60,38 @@ pub fn event_row_id(path: &str) -> Result<i64, ApiError> {
     path.parse::<i64>().map_err(|_| ApiError::NotFound)
 }
 
+#[derive(Debug, Deserialize)]
+struct ShowParams {
+    reveal: Option<String>,
+}
+
+/// `?reveal=true`: the payload without its mask, for operators only.
+fn reveal_asked(request: &HttpRequest, who: &Principal) -> Result<bool, ApiError> {
+    let params = web::Query::<ShowParams>::from_query(request.query_string())
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let reveal = match params.reveal.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(ApiError::BadRequest("reveal must be true or false".into())),
+    };
+    if reveal {
+        who.check_operator()?;
+    }
+    Ok(reveal)
+}
+
 pub async fn show(
     Viewer { who, .. }: Viewer,
     state: web::Data<AppState>,
+    request: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = event_row_id(&path)?;
+    let reveal = reveal_asked(&request, &who)?;
     let event = state
         .app
         .desk
-        .event(id, &who.name)
+        .event(id, &who.name, reveal)
         .await?
         .ok_or(ApiError::NotFound)?;
     Ok(HttpResponse::Ok().json(event))
@@ -255,6 +281,50 @@ pub async fn bulk_retry(
             let outcome = desk.bulk_retry(filter, bulk.dry_run, &who).await?;
             if !bulk.dry_run {
                 desk::log_bulk_retry(&who, &request_id, &outcome);
+            }
+            Ok(outcome)
+        },
+    )
+    .await
+}
+
+/// What forgetting a customer takes: a source to keep to, and `dry_run`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForgetRequest {
+    source: Option<String>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+pub async fn forget(
+    Operator { who: principal, .. }: Operator,
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let (who, request_id) = (principal.name.clone(), request_id::of(&request));
+    let customer = path.into_inner();
+    let desk = state.app.desk.clone();
+    keyed(
+        &state,
+        &principal,
+        &request,
+        payload,
+        move |body| async move {
+            let asked: ForgetRequest = if body.iter().all(u8::is_ascii_whitespace) {
+                ForgetRequest::default()
+            } else {
+                serde_json::from_slice(&body).map_err(|e| {
+                    ApiError::BadRequest(format!("the body is not {{source, dry_run}}: {e}"))
+                })?
+            };
+            let outcome = desk
+                .forget(&customer, asked.source.as_deref(), asked.dry_run, &who)
+                .await?;
+            if !asked.dry_run {
+                desk::log_forget(&who, &request_id, &outcome);
             }
             Ok(outcome)
         },

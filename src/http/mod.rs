@@ -121,6 +121,11 @@ pub fn admin_api_routes() -> Vec<(Method, &'static str, actix_web::Route)> {
             "/admin/api/payments/{source}/{payment_id}",
             web::to(admin::payment),
         ),
+        (
+            Method::POST,
+            "/admin/api/customers/{customer}/forget",
+            web::to(admin::forget),
+        ),
         (Method::GET, "/admin/api/audit", web::to(admin::audit)),
         (
             Method::GET,
@@ -151,6 +156,11 @@ pub fn admin_routes(config: &mut web::ServiceConfig) {
         config,
         "/admin/events/{id}/retry",
         vec![post().to(ui::retry)],
+    );
+    at(
+        config,
+        "/admin/events/{id}/reveal",
+        vec![post().to(ui::reveal)],
     );
     at(
         config,

@@ -300,6 +300,9 @@ fn origin(origin: &Origin) -> Markup {
         Verdict::Unavailable { reason } => {
             html! { span.status-pending { "cannot be checked" } ": " (reason) }
         }
+        Verdict::Redacted { reason } => {
+            html! { span.status-pending { "redacted" } ": " (reason) }
+        }
     };
     let caveat = origin.covers.and_then(Covered::caveat);
     html! {
@@ -391,8 +394,22 @@ pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup
                 }
             }
             h2 { "Payload" }
+            @if view.masked && pretty.is_some() {
+                p.note {
+                    "Personal data is masked (•••)."
+                    @if who.can_retry() {
+                        form style="display:inline" method="post" action=(format!("/admin/events/{}/reveal", event.id)) {
+                            input type="hidden" name="csrf" value=(who.csrf_token());
+                            " " button { "Reveal personal data" }
+                            " (recorded in the audit trail)"
+                        }
+                    }
+                }
+            } @else if pretty.is_some() {
+                p.note { "Personal data revealed; this view is recorded in the audit trail." }
+            }
             @match &pretty {
-                Some(text) => pre { (text) },
+                Some(text) => pre #payload { (text) },
                 None => p { "Purged by the retention policy; the dedupe key remains." },
             }
             h2 { "Attempts" }

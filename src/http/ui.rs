@@ -1,6 +1,6 @@
 //! `/admin`: the support desk as pages for people. Server-rendered (templates in
 //! `pages.rs`), no script and no build step: the dashboard, the filtered list,
-//! an event's detail, a payment with the timeline of its events, a customer's
+//! an event's detail (personal data masked; operators may reveal it), a payment with the timeline of its events, a customer's
 //! payments, retries one at a time or in bulk, and the audit trail. Sign-in sets
 //! the session cookie; every form carries the session's form token.
 
@@ -337,11 +337,46 @@ pub async fn detail(
     let Ok(id) = path.parse::<i64>() else {
         return error_page(&ApiError::NotFound, Some(&who));
     };
-    match state.app.desk.event(id, &who.name).await {
-        Ok(Some(view)) => ok(pages::event(&who, &view, query.retried.as_deref())),
-        Ok(None) => error_page(&ApiError::NotFound, Some(&who)),
-        Err(error) => error_page(&error.into(), Some(&who)),
+    event_page(&state, &who, id, false, query.retried.as_deref()).await
+}
+
+async fn event_page(
+    state: &AppState,
+    who: &Principal,
+    id: i64,
+    reveal: bool,
+    retried: Option<&str>,
+) -> HttpResponse {
+    match state.app.desk.event(id, &who.name, reveal).await {
+        Ok(Some(view)) => ok(pages::event(who, &view, retried)),
+        Ok(None) => error_page(&ApiError::NotFound, Some(who)),
+        Err(error) => error_page(&error.into(), Some(who)),
     }
+}
+
+/// The event page with its payload unmasked, for operators; audited as
+/// `revealed_payload`. A form POST, so a link elsewhere cannot reveal.
+pub async fn reveal(
+    Viewer { who, .. }: Viewer<Page>,
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+    mut payload: web::Payload,
+) -> HttpResponse {
+    let body = match form_body(&state, &request, &mut payload).await {
+        Ok(body) => body,
+        Err(error) => return error_page(&error, Some(&who)),
+    };
+    // The form is checked before the role, as for any page POST.
+    if let Err(error) =
+        check_form(&state, &who, &request, &body).and_then(|()| who.check_operator())
+    {
+        return error_page(&error, Some(&who));
+    }
+    let Ok(id) = path.parse::<i64>() else {
+        return error_page(&ApiError::NotFound, Some(&who));
+    };
+    event_page(&state, &who, id, true, None).await
 }
 
 pub async fn retry(

@@ -303,6 +303,8 @@ pub struct SignedDelivery {
     pub received_at: DateTime<Utc>,
     /// `None` once purged (or for events stored before hookd kept them).
     pub kept: Option<KeptDelivery>,
+    /// When its customer was forgotten: what is kept is no longer what was signed.
+    pub redacted_at: Option<DateTime<Utc>>,
 }
 
 /// The body exactly as received, and the headers its signature depends on.
@@ -316,7 +318,7 @@ pub async fn signed_delivery(
 ) -> Result<Option<SignedDelivery>, StoreError> {
     let Some(row) = sql::query_opt(
         client,
-        "SELECT source, received_at, body, signature_headers FROM webhook_events
+        "SELECT source, received_at, body, signature_headers, redacted_at FROM webhook_events
              WHERE id = $1",
         params![&id],
     )
@@ -340,6 +342,7 @@ pub async fn signed_delivery(
         source: row.get(0),
         received_at: row.get(1),
         kept: body.zip(headers),
+        redacted_at: row.get(4),
     }))
 }
 

@@ -65,6 +65,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(15, "0015_conflict_counts.sql"),
     migration!(16, "0016_job_leases.sql"),
     migration!(17, "0017_hourly_rollups.sql"),
+    migration!(18, "0018_forgotten_customers.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

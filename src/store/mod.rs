@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod events;
+pub mod forget;
 pub mod history;
 pub mod idempotency;
 mod migrate;

@@ -558,3 +558,66 @@ async fn slow_the_list_reads_at_1280_px_and_the_dashboard_draws_its_charts() {
         "console errors: {errors:#?}"
     );
 }
+
+/// Signs in through the page's form, as a person would.
+async fn sign_in(browser: &Browser, app: &TestApp, token: &str) {
+    browser.go(&format!("{}/admin/login", app.base)).await;
+    browser.type_into("input[name=token]", token).await;
+    browser.click("form[action='/admin/login'] button").await;
+    assert!(browser.url().await.ends_with("/admin"), "signed in");
+}
+
+#[tokio::test]
+async fn slow_a_viewer_sees_an_email_masked_and_an_operator_reveals_it_in_a_real_browser() {
+    let app = spawn_app().await;
+    let email = "jenny.rosen@example.com";
+    let paid = stripe_event(
+        "evt_browser_masked",
+        "payment_intent.succeeded",
+        json!({"id": "pi_masked", "object": "payment_intent", "amount": 1500, "currency": "eur",
+               "customer": "cus_masked", "receipt_email": email}),
+    );
+    assert_eq!(app.deliver("stripe", &paid).await.status, 200);
+    let id = app.event_row_id("evt_browser_masked").await;
+    let page = format!("{}/admin/events/{id}", app.base);
+    let browser = Browser::start().await;
+
+    sign_in(&browser, &app, VIEWER).await;
+    browser.go(&page).await;
+    let masked = browser.text().await;
+    assert!(masked.contains("•••@example.com"), "{masked}");
+    assert!(
+        !masked.contains(email),
+        "a viewer sees the address: {masked}"
+    );
+    assert!(
+        !masked.contains("Reveal personal data"),
+        "a viewer has no reveal button"
+    );
+    browser.assert_fits().await;
+    browser.click("form[action='/admin/logout'] button").await;
+
+    sign_in(&browser, &app, OPERATOR).await;
+    browser.go(&page).await;
+    assert!(
+        !browser.text().await.contains(email),
+        "masked until revealed"
+    );
+    browser.click("form[action$='/reveal'] button").await;
+    let revealed = browser.text().await;
+    assert!(revealed.contains(email), "{revealed}");
+    browser.assert_fits().await;
+    assert_eq!(
+        app.strings(
+            "SELECT who FROM admin_audit WHERE action = 'revealed_payload' AND webhook_event_id = $1",
+            &[&id]
+        )
+        .await,
+        ["operator"]
+    );
+    browser.go(&format!("{}/admin/audit", app.base)).await;
+    let audit = browser.text().await;
+    assert!(audit.contains("revealed_payload"), "{audit}");
+    let errors = browser.errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+}

@@ -20,6 +20,7 @@ mod openapi;
 mod outage;
 mod payments;
 mod pooler;
+mod privacy;
 mod process;
 mod production;
 mod properties;

@@ -286,6 +286,16 @@ async fn the_real_answers_of_every_route_match_the_document() {
     let missing = viewer.get("/admin/api/events/999999").await;
     assert_eq!(missing.status, 404);
     check(&doc, "get", "/admin/api/events/{id}", &missing);
+    let reveal = format!("/admin/api/events/{id}?reveal=true");
+    for (client, path, status) in [
+        (&operator, reveal.clone(), 200),
+        (&viewer, reveal, 403),
+        (&viewer, format!("/admin/api/events/{id}?reveal=maybe"), 400),
+    ] {
+        let answer = client.get(&path).await;
+        assert_eq!(answer.status, status, "{path}");
+        check(&doc, "get", "/admin/api/events/{id}", &answer);
+    }
 
     let retry = format!("/admin/api/events/{id}/retry");
     let retried = operator.post(&retry, &[("Idempotency-Key", "k-1")]).await;
@@ -398,6 +408,24 @@ async fn the_real_answers_of_every_route_match_the_document() {
         check(&doc, "post", "/admin/api/events/retry", &answer);
     }
 
+    let forget = "/admin/api/customers/cus_nobody/forget";
+    for (client, body, status) in [
+        (&operator, br#"{"dry_run":true}"#.to_vec(), 200),
+        (&operator, Vec::new(), 200),
+        (&viewer, Vec::new(), 403),
+        (&operator, br#"{"source":"nope"}"#.to_vec(), 422),
+        (&operator, b"not json".to_vec(), 400),
+    ] {
+        let answer = client.send("POST", forget, &json_body, body).await;
+        assert_eq!(answer.status, status, "{}", answer.text());
+        check(
+            &doc,
+            "post",
+            "/admin/api/customers/{customer}/forget",
+            &answer,
+        );
+    }
+
     let audit = operator.get("/admin/api/audit?limit=2").await;
     assert_eq!(audit.status, 200);
     assert!(audit.json()["next_cursor"].is_string(), "a second page");
@@ -411,9 +439,16 @@ async fn the_real_answers_of_every_route_match_the_document() {
         .collect();
     assert_eq!(
         actions,
-        ["bulk_retried", "retried", "viewed_event", "viewed_payment"]
-            .map(String::from)
-            .into(),
+        [
+            "bulk_retried",
+            "forgot_customer",
+            "retried",
+            "revealed_payload",
+            "viewed_event",
+            "viewed_payment"
+        ]
+        .map(String::from)
+        .into(),
         "every action the document names appears"
     );
     check(&doc, "get", "/admin/api/audit", &everything);
@@ -437,7 +472,8 @@ async fn the_real_answers_of_every_route_match_the_document() {
         let concrete = path
             .replace("{id}", &id.to_string())
             .replace("{source}", "stripe")
-            .replace("{payment_id}", "pi_openapi");
+            .replace("{payment_id}", "pi_openapi")
+            .replace("{customer}", "cus_1");
         let answer = nobody
             .send(method.as_str(), &concrete, &[], Vec::new())
             .await;
