@@ -57,10 +57,10 @@ struct Core {
     room: Semaphore,
     /// Transactions storing deliveries now.
     leaders: AtomicUsize,
-    /// At most this many: two per core (the database gains nothing from more
-    /// transactions at once than it has cores to run them, beyond hiding round
-    /// trips), and half the pool at most, so retries, the desk and purge always
-    /// find a connection.
+    /// At most this many: one per core and one more (more transactions at once
+    /// only make smaller batches, which cost the database more per event: on 2
+    /// cores, 3 leaders beat both 2 and 4, see benches/README.md), and half the
+    /// pool at most, so retries, the desk and purge always find a connection.
     max_leaders: usize,
     /// The runtime hookd was started on: a leader runs there, not on the HTTP
     /// worker whose delivery started it (a worker that stops would take the
@@ -233,7 +233,7 @@ impl Core {
 /// How many transactions store deliveries at once with a pool of `pool_size`.
 pub fn max_leaders(pool_size: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (2 * cores).min(pool_size / 2).max(1)
+    (cores + 1).min(pool_size / 2).max(1)
 }
 
 /// What makes two deliveries of a source one event: the id, or for a source
