@@ -35,7 +35,8 @@ pub struct IncomingEvent {
     /// A NUL character somewhere in the payload's strings or keys.
     pub payload_has_nul: bool,
     /// The body is the payload's JSON text as sent (not a provider's other
-    /// format, nor one event of several): the store can send it as it is.
+    /// format, nor one event of several) and holds only 64-bit integers as
+    /// numbers, which jsonb reads as serde did: the store can send it as it is.
     pub payload_is_body: bool,
     /// Set when the source dedupes on the body (its scheme leaves the id or type
     /// unsigned): the key a copy of this body under any id is a duplicate by.
@@ -140,7 +141,9 @@ impl IncomingEvent {
             body_key: source.dedupe_on_body.then_some(prints.stable),
             fingerprint_ignore: source.fingerprint_ignore.clone(),
             payload_has_nul: prints.has_nul,
-            payload_is_body,
+            // Other numbers go as serde read them: `1e-20000` is 0 to serde,
+            // and PostgreSQL's numeric refuses its text.
+            payload_is_body: payload_is_body && !prints.has_float,
             payment_id: fields.payment_id.filter(|id| storable_id(id)),
             customer_id: fields.customer_id.filter(|id| storable_id(id)),
             payload,

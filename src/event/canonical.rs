@@ -19,6 +19,9 @@ pub struct Fingerprints {
     pub stable: [u8; 32],
     /// A NUL character in a string or key (jsonb cannot hold one).
     pub has_nul: bool,
+    /// A number that is not an integer of 64 bits: its text may be one
+    /// PostgreSQL's numeric refuses (`1e-20000`, which serde reads as 0).
+    pub has_float: bool,
 }
 
 impl Fingerprints {
@@ -43,6 +46,7 @@ impl Fingerprints {
                 full,
                 stable,
                 has_nul: walk.has_nul,
+                has_float: walk.has_float,
             };
         };
         let all: Vec<&[String]> = paths.iter().map(Vec::as_slice).collect();
@@ -54,6 +58,7 @@ impl Fingerprints {
                 full,
                 stable: full,
                 has_nul: walk.has_nul,
+                has_float: walk.has_float,
             };
         };
         // The bytes before the first cut are hashed once, for both.
@@ -73,6 +78,7 @@ impl Fingerprints {
             full,
             stable,
             has_nul: walk.has_nul,
+            has_float: walk.has_float,
         }
     }
 }
@@ -119,6 +125,7 @@ struct Walk {
     /// Byte ranges of `out` the stable fingerprint leaves out.
     cuts: Vec<Range<usize>>,
     has_nul: bool,
+    has_float: bool,
 }
 
 impl Walk {
@@ -127,6 +134,7 @@ impl Walk {
             out: Vec::with_capacity(2048),
             cuts: Vec::with_capacity(paths.len()),
             has_nul: false,
+            has_float: false,
         }
     }
 
@@ -191,6 +199,7 @@ impl Walk {
             Value::Bool(true) => self.out.extend_from_slice(b"true"),
             Value::Bool(false) => self.out.extend_from_slice(b"false"),
             Value::Number(n) => {
+                self.has_float |= n.is_f64();
                 // Writing a number into a Vec cannot fail.
                 let _ = serde_json::to_writer(&mut self.out, n);
             }

@@ -1031,3 +1031,33 @@ async fn scheme_svix_is_another_name_for_standard_webhooks() {
         ["processed"]
     );
 }
+
+/// The payload goes to jsonb as the body's own text only when PostgreSQL reads
+/// it as serde did: a number serde reads as 0 but numeric refuses (`1e-20000`),
+/// or one of 16,400 decimal places, is stored as serde read it, not refused.
+#[tokio::test]
+async fn numbers_jsonb_cannot_read_as_written_are_stored_as_read() {
+    let app = crate::support::spawn_app().await;
+    let tiny = format!("0.{}1", "0".repeat(16_400));
+    for (id, number) in [("evt_underflow", "1e-20000"), ("evt_tiny", tiny.as_str())] {
+        let body = format!(
+            r#"{{"id":"{id}","object":"event","type":"charge.updated","data":{{"object":{{"n":{number}}}}}}}"#
+        );
+        let (headers, signed) = app.sign_body("stripe", body.as_bytes());
+        let answer = app.post("stripe", &headers, signed).await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert_eq!(
+            app.strings(
+                "SELECT (payload #>> '{data,object,n}') FROM webhook_events WHERE event_id = $1",
+                &[&id]
+            )
+            .await,
+            ["0.0"]
+        );
+    }
+}
