@@ -207,7 +207,10 @@ impl Core {
             // A panic in one batch must not take its leader's slot with it: its
             // deliveries get 503 (their replies are dropped) and the leader goes on.
             let committed = std::panic::AssertUnwindSafe(self.commit(batch));
-            if futures_util::FutureExt::catch_unwind(committed).await.is_err() {
+            if futures_util::FutureExt::catch_unwind(committed)
+                .await
+                .is_err()
+            {
                 log::error!("a batch of deliveries panicked; they were answered 503");
             }
         }
