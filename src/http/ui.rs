@@ -354,6 +354,25 @@ async fn event_page(
     }
 }
 
+/// An operator's form POST about one event (`path`): the form checked before
+/// the role, as for any page POST; the event's row id, or the error page.
+async fn operator_form_on_event(
+    state: &AppState,
+    who: &Principal,
+    request: &HttpRequest,
+    path: &str,
+    payload: &mut web::Payload,
+) -> Result<i64, HttpResponse> {
+    let body = form_body(state, request, payload)
+        .await
+        .map_err(|error| error_page(&error, Some(who)))?;
+    check_form(state, who, request, &body)
+        .and_then(|()| who.check_operator())
+        .map_err(|error| error_page(&error, Some(who)))?;
+    path.parse::<i64>()
+        .map_err(|_| error_page(&ApiError::NotFound, Some(who)))
+}
+
 /// The event page with its payload unmasked, for operators; audited as
 /// `revealed_payload`. A form POST, so a link elsewhere cannot reveal.
 pub async fn reveal(
@@ -363,18 +382,9 @@ pub async fn reveal(
     path: web::Path<String>,
     mut payload: web::Payload,
 ) -> HttpResponse {
-    let body = match form_body(&state, &request, &mut payload).await {
-        Ok(body) => body,
-        Err(error) => return error_page(&error, Some(&who)),
-    };
-    // The form is checked before the role, as for any page POST.
-    if let Err(error) =
-        check_form(&state, &who, &request, &body).and_then(|()| who.check_operator())
-    {
-        return error_page(&error, Some(&who));
-    }
-    let Ok(id) = path.parse::<i64>() else {
-        return error_page(&ApiError::NotFound, Some(&who));
+    let id = match operator_form_on_event(&state, &who, &request, &path, &mut payload).await {
+        Ok(id) => id,
+        Err(page) => return page,
     };
     event_page(&state, &who, id, true, None).await
 }
@@ -386,18 +396,9 @@ pub async fn retry(
     path: web::Path<String>,
     mut payload: web::Payload,
 ) -> HttpResponse {
-    let body = match form_body(&state, &request, &mut payload).await {
-        Ok(body) => body,
-        Err(error) => return error_page(&error, Some(&who)),
-    };
-    // The form is checked before the role, as for any page POST.
-    if let Err(error) =
-        check_form(&state, &who, &request, &body).and_then(|()| who.check_operator())
-    {
-        return error_page(&error, Some(&who));
-    }
-    let Ok(id) = path.parse::<i64>() else {
-        return error_page(&ApiError::NotFound, Some(&who));
+    let id = match operator_form_on_event(&state, &who, &request, &path, &mut payload).await {
+        Ok(id) => id,
+        Err(page) => return page,
     };
     let retry = apply_again(
         state.app.desk.clone(),
