@@ -51,7 +51,7 @@ impl App {
         );
         let purger = Purger::new(pool.clone(), settings.clone(), metrics.clone());
         let ingester = Ingester::new(pool.clone(), dispatcher.runner().clone());
-        let rollups = Rollups::new(pool.clone());
+        let rollups = Rollups::new(pool.clone(), metrics.clone());
         let desk = Desk::new(
             pool.clone(),
             dispatcher.clone(),

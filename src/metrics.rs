@@ -7,6 +7,7 @@ mod family;
 pub mod fresh;
 pub mod process;
 
+use std::collections::HashMap;
 use std::fmt::Write;
 use std::time::Duration;
 
@@ -356,6 +357,11 @@ impl Metrics {
     pub fn signature_failure(&self, source: &str, reason: &SignatureError) {
         let reason = reason.label();
         self.signature_failures.with([source, reason], |c| c.add(1));
+    }
+
+    /// Signatures refused so far, by source (the `unknown` label included).
+    pub fn signature_failures_by_source(&self) -> HashMap<Box<str>, u64> {
+        self.signature_failures.totals_by_first()
     }
 
     pub fn duplicate(&self, source: &str) {

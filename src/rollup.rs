@@ -1,15 +1,16 @@
 //! Keeps the per-hour rollups current: folds the changes the database noted with
 //! each event, and adds the signatures this instance refused (which leave no
-//! event behind). A background pass does both every few seconds; every read of
+//! event behind; its metrics count them). A background pass does both every few seconds; every read of
 //! the rollups does it first, so what the desk shows is never behind.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use crate::store::{StoreError, rollups};
 
@@ -34,52 +35,55 @@ fn start_of(at: DateTime<Utc>, width: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(seconds - seconds.rem_euclid(width), 0).unwrap_or(at)
 }
 
-/// Refused signatures counted in memory, by UTC hour and source.
-type Refusals = BTreeMap<(DateTime<Utc>, String), i64>;
-
 #[derive(Clone)]
 pub struct Rollups {
     pool: Pool,
-    /// Refused signatures not yet added, by hour and source: a flood of bad
-    /// signatures costs memory of one counter per source and hour, not writes.
-    rejected: Arc<Mutex<Refusals>>,
+    /// Where refused signatures are counted as they happen (the
+    /// `hookd_signature_failures_total` counters): a flood of bad signatures
+    /// costs an atomic add each, no lock and no write.
+    metrics: Arc<Metrics>,
+    /// Each source's count already added to the rollups; held while adding, so
+    /// two passes at once never add the same refusals twice.
+    added: Arc<tokio::sync::Mutex<HashMap<Box<str>, u64>>>,
 }
 
 impl Rollups {
-    pub fn new(pool: Pool) -> Self {
+    pub fn new(pool: Pool, metrics: Arc<Metrics>) -> Self {
         Rollups {
             pool,
-            rejected: Arc::default(),
+            metrics,
+            added: Arc::default(),
         }
     }
 
-    /// Counts one signature refused just now for `source`.
-    pub fn signature_refused(&self, source: &str) {
-        let mut rejected = self.rejected.lock().unwrap_or_else(PoisonError::into_inner);
-        *rejected
-            .entry((hour_of(Utc::now()), source.to_string()))
-            .or_default() += 1;
-    }
-
-    /// Adds the refused signatures counted so far and folds the noted changes.
-    /// Counts that could not be written are kept for the next try.
+    /// Adds the signatures refused since the last pass (to the hour of this
+    /// one: a pass runs every few seconds) and folds the noted changes. Counts
+    /// that could not be written are added by the next pass.
     pub async fn catch_up(&self) -> Result<(), StoreError> {
         let client = self.pool.get().await?;
-        let pending =
-            std::mem::take(&mut *self.rejected.lock().unwrap_or_else(PoisonError::into_inner));
-        if !pending.is_empty() {
-            let counts: Vec<_> = pending
-                .iter()
-                .map(|((hour, source), n)| (*hour, source.clone(), *n))
-                .collect();
-            if let Err(error) = rollups::add_rejections(&client, &counts).await {
-                let mut rejected = self.rejected.lock().unwrap_or_else(PoisonError::into_inner);
-                for (key, n) in pending {
-                    *rejected.entry(key).or_default() += n;
-                }
-                return Err(error);
-            }
+        let mut added = self.added.lock().await;
+        let now = hour_of(Utc::now());
+        let totals = self.metrics.signature_failures_by_source();
+        let counts: Vec<(DateTime<Utc>, String, i64)> = totals
+            .iter()
+            // Unconfigured names are counted under `unknown`: no source of the charts.
+            .filter(|(source, _)| &***source != "unknown")
+            .filter_map(|(source, &total)| {
+                let new = total.saturating_sub(added.get(source).copied().unwrap_or(0));
+                (new > 0).then(|| {
+                    (
+                        now,
+                        source.to_string(),
+                        i64::try_from(new).unwrap_or(i64::MAX),
+                    )
+                })
+            })
+            .collect();
+        if !counts.is_empty() {
+            rollups::add_rejections(&client, &counts).await?;
+            *added = totals;
         }
+        drop(added);
         rollups::fold(&client).await
     }
 

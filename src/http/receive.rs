@@ -86,16 +86,27 @@ pub async fn receive(
 ) -> HttpResponse {
     // Only configured names become span fields and metric labels: the path is
     // the caller's to choose.
-    let known = state.app.settings.now().source(&source).is_some();
+    // One configuration for the whole delivery, however long its body takes.
+    let settings = state.app.settings.now();
+    let known = settings.source(&source).is_some();
     let span = delivery_span(if known { &source } else { "unknown" }, &request);
-    receive_in(state, source, known, request, payload, span.clone())
-        .instrument(span)
-        .await
+    receive_in(
+        state,
+        settings,
+        source,
+        known,
+        request,
+        payload,
+        span.clone(),
+    )
+    .instrument(span)
+    .await
 }
 
 /// `receive` inside the delivery's span, its last line included.
 async fn receive_in(
     state: web::Data<AppState>,
+    settings: std::sync::Arc<crate::config::Settings>,
     source: web::Path<String>,
     known: bool,
     request: HttpRequest,
@@ -111,7 +122,16 @@ async fn receive_in(
         kind: None,
         outcome: "",
     };
-    let result = handle(&state, &source, &request, payload, arrived, &mut summary).await;
+    let result = handle(
+        &state,
+        &settings,
+        &source,
+        &request,
+        payload,
+        arrived,
+        &mut summary,
+    )
+    .await;
     let label = if known { source.as_str() } else { "unknown" };
     let response = match result {
         Ok(response) => response,
@@ -119,9 +139,6 @@ async fn receive_in(
             summary.outcome = error.code();
             if let ApiError::InvalidSignature(reason, _) = &error {
                 state.app.metrics.signature_failure(label, reason);
-                if known {
-                    state.app.rollups.signature_refused(label);
-                }
             }
             error.error_response()
         }
@@ -163,14 +180,13 @@ async fn receive_in(
 
 async fn handle(
     state: &AppState,
+    settings: &crate::config::Settings,
     source_name: &str,
     request: &HttpRequest,
     mut payload: web::Payload,
     arrived: i64,
     summary: &mut Summary,
 ) -> Result<HttpResponse, ApiError> {
-    // One configuration for the whole delivery, however long its body takes.
-    let settings = state.app.settings.now();
     let Some(source) = settings.source(source_name) else {
         let deadline = tokio::time::Instant::now() + settings.body_timeout;
         body::drain(&mut payload, 0, deadline).await;

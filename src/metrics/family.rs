@@ -159,6 +159,23 @@ impl<S: Series, const N: usize> Family<S, N> {
     }
 }
 
+impl<const N: usize> Family<Counter, N> {
+    /// Each value of the first label with the sum of its series.
+    pub fn totals_by_first(&self) -> HashMap<Box<str>, u64> {
+        let mut totals: HashMap<Box<str>, u64> = HashMap::new();
+        let all = self.values[0].all();
+        let per_first = self.known.len() / self.values[0].names.len().max(1);
+        for (offset, counter) in self.known.iter().enumerate() {
+            let first = &all[offset / per_first.max(1)];
+            *totals.entry(first.clone()).or_default() += counter.value.load(Relaxed);
+        }
+        for (at, counter) in read(&self.later).iter() {
+            *totals.entry(all[at[0]].clone()).or_default() += counter.value.load(Relaxed);
+        }
+        totals
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Counter {
     value: AtomicU64,

@@ -112,6 +112,15 @@ async fn the_series_counts_events_in_their_hours_and_refused_signatures_as_they_
     // Only the last day: not the events of two days or a month ago.
     assert_eq!((sum("processed"), sum("failed"), sum("dead")), (3, 2, 1));
     assert_eq!(sum("rejected_signatures"), 2, "{hours}");
+    // Read again: refusals already added are not added twice.
+    let again = self::series(&app).await;
+    let again: i64 = again["hours"]
+        .as_array()
+        .expect("hours")
+        .iter()
+        .map(|h| h["rejected_signatures"].as_i64().expect("a count"))
+        .sum();
+    assert_eq!(again, 2);
 
     let days = &series["days"];
     assert_eq!(days.as_array().expect("days").len(), 7);
