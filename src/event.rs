@@ -37,7 +37,7 @@ pub struct IncomingEvent {
     /// The body is the payload's JSON text as sent (not a provider's other
     /// format, nor one event of several) and holds only 64-bit integers as
     /// numbers, which jsonb reads as serde did: the store can send it as it is.
-    pub payload_is_body: bool,
+    pub body_as_jsonb: bool,
     /// Set when the source dedupes on the body (its scheme leaves the id or type
     /// unsigned): the key a copy of this body under any id is a duplicate by.
     /// It is the stable fingerprint, so a copy is what the dedupe by id would
@@ -143,7 +143,7 @@ impl IncomingEvent {
             payload_has_nul: prints.has_nul,
             // Other numbers go as serde read them: `1e-20000` is 0 to serde,
             // and PostgreSQL's numeric refuses its text.
-            payload_is_body: payload_is_body && !prints.has_float,
+            body_as_jsonb: payload_is_body && !prints.has_float,
             payment_id: fields.payment_id.filter(|id| storable_id(id)),
             customer_id: fields.customer_id.filter(|id| storable_id(id)),
             payload,
@@ -166,7 +166,7 @@ impl IncomingEvent {
     /// The payload's JSON text, when the body is that text and jsonb can take it
     /// as it is (the server parses it; nothing is serialised again here).
     pub fn payload_text(&self) -> Option<&[u8]> {
-        (self.payload_is_body && !self.payload_has_nul).then_some(self.body.as_slice())
+        (self.body_as_jsonb && !self.payload_has_nul).then_some(self.body.as_slice())
     }
 }
 
