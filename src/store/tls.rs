@@ -146,9 +146,9 @@ impl DbConnector {
             DbConnector::Plain => {
                 // tokio-postgres's default, prefer, would still send an SSLRequest.
                 config.ssl_mode(PgSslMode::Disable);
-                Manager::from_config(config, NoTls, with)
+                Manager::from_connect(config, OnRuntime::new(NoTls), with)
             }
-            DbConnector::Tls(tls) => Manager::from_config(config, tls, with),
+            DbConnector::Tls(tls) => Manager::from_connect(config, OnRuntime::new(tls), with),
         }
     }
 
@@ -160,6 +160,57 @@ impl DbConnector {
             DbConnector::Plain => token.cancel_query(NoTls).await,
             DbConnector::Tls(tls) => token.cancel_query(tls.clone()).await,
         }
+    }
+}
+
+/// Makes the pool's connections, each one's driver running on the runtime the
+/// pool was made on. Spawned where a connection happens to be made (an HTTP
+/// worker answering the first request that needed it), a driver would end with
+/// that worker when hookd stops, closing the connection under whichever
+/// transaction uses it then.
+struct OnRuntime<T> {
+    tls: T,
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl<T> OnRuntime<T> {
+    fn new(tls: T) -> Self {
+        OnRuntime {
+            tls,
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+}
+
+impl<T> deadpool_postgres::Connect for OnRuntime<T>
+where
+    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + Clone + Sync + Send + 'static,
+    T::Stream: Sync + Send,
+    T::TlsConnect: Sync + Send,
+    <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
+{
+    fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> futures_util::future::BoxFuture<
+        '_,
+        Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>,
+    > {
+        let (tls, config) = (self.tls.clone(), config.clone());
+        let runtime = self.runtime.clone();
+        Box::pin(async move {
+            let (client, connection) = config.connect(tls).await?;
+            let drive = async move {
+                if let Err(error) = connection.await {
+                    log::debug!("a database connection ended: {error}");
+                }
+            };
+            let task = match runtime {
+                Some(runtime) => runtime.spawn(drive),
+                None => tokio::spawn(drive),
+            };
+            Ok((client, task))
+        })
     }
 }
 
