@@ -27,14 +27,12 @@ use deadpool_postgres::{Object, Pool};
 use tokio::sync::{Semaphore, oneshot};
 use tracing::{Instrument, Span};
 
-use crate::config::Settings;
 use crate::event::IncomingEvent;
 use crate::handlers::{Event, Handler};
 use crate::ledger::{self, HandlerName, Run, Standing};
 use crate::runner::{Runner, Step};
 use crate::signature::Verified;
 use crate::store::events::{self, AttemptRecord, BatchItem, EventStatus, Expected, Recorded};
-use crate::store::payments::PaymentUpdate;
 use crate::store::{self, StoreError};
 
 /// Deliveries stored in one transaction at most.
@@ -276,30 +274,14 @@ enum Role {
     Apart,
 }
 
-/// A batch sorted out before its statements: each delivery's role, the events
-/// that go into the dedupe statement, each one's plan, and, when every new
-/// event's whole run is a payment merge of hookd's own, those merges.
-struct Prepared<'b> {
-    roles: Vec<Role>,
-    items: Vec<BatchItem<'b>>,
-    plans: Vec<Vec<Step<'b>>>,
-    /// `Some` when the batch folds into one statement: each new event's merge
-    /// and its attempt (for the items with a payment handler, in order).
-    folded: Option<Vec<(usize, PaymentUpdate, AttemptRecord)>>,
-}
-
 impl Core {
     /// Stores a batch and answers every delivery in it.
     async fn commit(&self, batch: Vec<Job>) {
         let metrics = self.runner.metrics();
         metrics.ingest_batch(batch.len());
-        let settings = self.runner.settings();
-        let prepared = self.prepare(&settings, &batch);
         // A lone delivery runs its handler in a savepoint: if the handler
         // fails, its failure is recorded at once, the handler run only once.
-        // One whose whole run folds into one statement needs none.
-        if batch.len() == 1 && prepared.folded.is_none() {
-            drop(prepared);
+        if batch.len() == 1 {
             return self.one_by_one(batch).await;
         }
         // One transaction, one span: under the first delivery's, linked to the others'.
@@ -311,26 +293,17 @@ impl Core {
         }
         let batched = match self.pool.get().await {
             Ok(mut client) => {
-                let decided = match &prepared.folded {
-                    Some(runs) => {
-                        self.commit_folded(&client, &prepared, runs, &settings)
-                            .instrument(span.clone())
-                            .await
-                    }
-                    None => self
-                        .commit_batch(&mut client, &prepared)
-                        .instrument(span.clone())
-                        .await
-                        .map(|decided| decided.into_iter().map(Some).collect()),
-                };
-                if matches!(decided, Err(Fallback::Unavailable(_))) {
+                let batched = self
+                    .commit_batch(&mut client, &batch)
+                    .instrument(span.clone())
+                    .await;
+                if matches!(batched, Err(Fallback::Unavailable(_))) {
                     store::discard(client);
                 }
-                decided.map(|decided| self.answers(&prepared, &decided))
+                batched
             }
             Err(error) => Err(Fallback::store(error)),
         };
-        drop(prepared);
         match batched {
             Ok(results) => {
                 let mut apart = Vec::new();
@@ -348,16 +321,6 @@ impl Core {
                 crate::traces::fail(&span, &error);
                 for job in batch {
                     let _ = job.reply.send(Err(StoreError::Unavailable(error.clone())));
-                }
-            }
-            Err(Fallback::Answer(error)) => {
-                crate::traces::fail(&span, &error);
-                let mut error = Some(error);
-                for job in batch {
-                    let answer = error
-                        .take()
-                        .unwrap_or_else(|| StoreError::Unavailable("hookd is stopping".into()));
-                    let _ = job.reply.send(Err(answer));
                 }
             }
             Err(Fallback::OneByOne(why)) => {
@@ -380,10 +343,16 @@ impl Core {
         futures_util::future::join_all(stores).await;
     }
 
-    /// Sorts out `batch`: copies of one event are carried by the first, and
-    /// whether its statements fold into one.
-    fn prepare<'b>(&'b self, settings: &'b Settings, batch: &'b [Job]) -> Prepared<'b> {
+    /// The batch in one transaction on `client`. `Ok` holds each delivery's outcome
+    /// (`None`: to be stored apart); `Err` says the transaction was undone (one
+    /// that lost to a concurrent one too: its deliveries are then stored one by one).
+    async fn commit_batch(
+        &self,
+        client: &mut Object,
+        batch: &[Job],
+    ) -> Result<Vec<Option<Result<Ingested, StoreError>>>, Fallback> {
         let runner = &self.runner;
+        let settings = runner.settings();
         // Copies of one event in the batch: the first carries them all.
         let mut first_of: HashMap<(&str, Key<'_>), usize> = HashMap::new();
         // The ids of the firsts keyed by body: one statement cannot store an id
@@ -415,7 +384,7 @@ impl Core {
                 continue;
             }
             let plan = runner.plan(
-                settings,
+                &settings,
                 &event.source,
                 &event.event_type,
                 event.kind.as_deref(),
@@ -431,130 +400,9 @@ impl Core {
             });
             plans.push(plan);
         }
-        let folded = self.fold(&items, &plans);
-        Prepared {
-            roles,
-            items,
-            plans,
-            folded,
-        }
-    }
 
-    /// Each item's payment merge and attempt, when every item is decided by id
-    /// and its handler (if any) is hookd's own payment merge with no refund to
-    /// add (`Handler::folded_merge`).
-    fn fold(
-        &self,
-        items: &[BatchItem<'_>],
-        plans: &[Vec<Step<'_>>],
-    ) -> Option<Vec<(usize, PaymentUpdate, AttemptRecord)>> {
-        let received_at = Utc::now();
-        let mut runs = Vec::new();
-        for (at, (item, plan)) in items.iter().zip(plans).enumerate() {
-            if item.event.body_key.is_some() {
-                return None;
-            }
-            let Some(Step::Local { kind, handler }) =
-                plan.iter().find(|s| matches!(s, Step::Local { .. }))
-            else {
-                continue;
-            };
-            // The row's id is the statement's to assign; the merge does not read it.
-            let view = self.runner.view_received(item.event, 0, received_at);
-            let update = handler.folded_merge(&view)?;
-            let run = Run {
-                handler: HandlerName::Kind((*kind).to_string()),
-                started_at: received_at,
-                finished_at: received_at,
-                result: Ok(()),
-                http_status: None,
-                response: None,
-            };
-            let attempt = ledger::attempt_record(0, 1, &run, Some(&Standing::Done));
-            runs.push((at, update, attempt));
-        }
-        Some(runs)
-    }
-
-    /// The folded batch in one statement on `client`, outside a transaction:
-    /// one round trip, committed when it returns. Past `handler_timeout` the
-    /// statement is cancelled, and its answer still awaited: it says whether it
-    /// committed first.
-    async fn commit_folded(
-        &self,
-        client: &Object,
-        prepared: &Prepared<'_>,
-        runs: &[(usize, PaymentUpdate, AttemptRecord)],
-        settings: &Settings,
-    ) -> Result<Vec<Option<Recorded>>, Fallback> {
-        let folded: Vec<events::FoldedRun<'_>> = runs
-            .iter()
-            .map(|(at, update, attempt)| events::FoldedRun {
-                source: &prepared.items[*at].event.source,
-                event_id: &prepared.items[*at].event.event_id,
-                update,
-                attempt,
-            })
-            .collect();
-        let clock = std::time::Instant::now();
-        // A statement that lost to a concurrent one runs again, as a transaction would.
-        let mut runs_so_far = 0;
-        let decided = loop {
-            runs_so_far += 1;
-            let statement = events::record_folded(client, &prepared.items, &folded);
-            tokio::pin!(statement);
-            let mut cut = false;
-            let decided = tokio::select! {
-                decided = &mut statement => decided,
-                () = tokio::time::sleep(settings.handler_timeout) => {
-                    cut = true;
-                    self.runner.cancel(client.cancel_token()).await;
-                    statement.await
-                }
-            };
-            match decided {
-                // Undone by the cancel (it is not the database going away): each
-                // event on its own, its handler under its own time limit.
-                Err(_) if cut => {
-                    return Err(Fallback::OneByOne(
-                        "the batch's payment merges ran out of time".into(),
-                    ));
-                }
-                Err(error) if error.runs_again(runs_so_far) => {
-                    log::debug!("storing a batch of {} again: {error}", prepared.items.len());
-                }
-                // A lone delivery has had its runs: its answer is this one.
-                Err(error @ StoreError::Contention(_)) if prepared.roles.len() == 1 => {
-                    return Err(Fallback::Answer(error));
-                }
-                decided => break decided.map_err(Fallback::store)?,
-            }
-        };
-        let per_event = clock.elapsed() / u32::try_from(runs.len()).unwrap_or(1).max(1);
-        for (at, _, _) in runs {
-            if let Some(Recorded::New { .. }) = decided[*at]
-                && let Some(Step::Local { kind, .. }) = prepared.plans[*at]
-                    .iter()
-                    .find(|s| matches!(s, Step::Local { .. }))
-            {
-                self.runner.metrics().handler_duration(kind, per_event);
-            }
-        }
-        Ok(decided)
-    }
-
-    /// The batch in one transaction on `client`, each handler once for its new
-    /// events; each item's decision. `Err` says the transaction was undone (one
-    /// that lost to a concurrent one too: its deliveries are then stored one by one).
-    async fn commit_batch(
-        &self,
-        client: &mut Object,
-        prepared: &Prepared<'_>,
-    ) -> Result<Vec<Recorded>, Fallback> {
-        let runner = &self.runner;
-        let (items, plans) = (&prepared.items, &prepared.plans);
         let tx = crate::store::begin(client).await.map_err(Fallback::store)?;
-        let decided = events::record_batch(&tx, items)
+        let decided = events::record_batch(&tx, &items)
             .await
             .map_err(Fallback::store)?;
 
@@ -630,22 +478,10 @@ impl Core {
             .instrument(tracing::trace_span!("commit"))
             .await
             .map_err(Fallback::store)?;
-        Ok(decided)
-    }
 
-    /// Each delivery's outcome from the items' decisions (`None`: to be stored
-    /// apart), once they have committed; counts the new events and wakes the
-    /// dispatcher for their forwards.
-    fn answers(
-        &self,
-        prepared: &Prepared<'_>,
-        decided: &[Option<Recorded>],
-    ) -> Vec<Option<Result<Ingested, StoreError>>> {
-        let runner = &self.runner;
-        let items = &prepared.items;
         let mut wake = false;
         for (at, recorded) in decided.iter().enumerate() {
-            if matches!(recorded, Some(Recorded::New { .. })) {
+            if matches!(recorded, Recorded::New { .. }) {
                 let expected = items[at].expected;
                 runner.count_status(items[at].event.kind.as_deref(), expected.status);
                 wake |= expected.due_now;
@@ -654,35 +490,31 @@ impl Core {
         if wake {
             runner.wake();
         }
-        let outcome =
-            |recorded: &Recorded, at: usize, copy: bool| -> Result<Ingested, StoreError> {
-                let recorded = match recorded {
-                    Recorded::New { id } if copy => Recorded::Duplicate {
-                        id: *id,
-                        event_id: items[at].event.event_id.clone(),
-                    },
-                    other => other.clone(),
-                };
-                let status = match recorded {
-                    Recorded::New { .. } => Some(items[at].expected.status),
-                    _ => None,
-                };
-                Ok(Ingested { recorded, status })
+        let outcome = |at: usize, copy: bool| -> Result<Ingested, StoreError> {
+            let recorded = match &decided[at] {
+                Recorded::New { id } if copy => Recorded::Duplicate {
+                    id: *id,
+                    event_id: items[at].event.event_id.clone(),
+                },
+                other => other.clone(),
             };
-        prepared
-            .roles
+            let status = match recorded {
+                Recorded::New { .. } => Some(items[at].expected.status),
+                _ => None,
+            };
+            Ok(Ingested { recorded, status })
+        };
+        Ok(roles
             .iter()
             .map(|role| match *role {
-                Role::First(at) => Some(outcome(decided[at].as_ref()?, at, false)),
+                Role::First(at) => Some(outcome(at, false)),
                 // The first's id conflicts, which says nothing of a copy under
                 // another id: it is decided on its own.
-                Role::CopyOf(at) => match decided[at].as_ref()? {
-                    Recorded::Conflict => None,
-                    recorded => Some(outcome(recorded, at, true)),
-                },
+                Role::CopyOf(at) if matches!(decided[at], Recorded::Conflict) => None,
+                Role::CopyOf(at) => Some(outcome(at, true)),
                 Role::Apart => None,
             })
-            .collect()
+            .collect())
     }
 
     /// Stores a verified delivery once and, when it is new, runs its own handler in
@@ -803,8 +635,6 @@ enum Fallback {
     Unavailable(String),
     /// Something of the batch failed: store each delivery on its own.
     OneByOne(String),
-    /// A lone delivery's final answer.
-    Answer(StoreError),
 }
 
 impl Fallback {
