@@ -373,6 +373,7 @@ async fn run(setup: bench::Setup) {
         .iter()
         .map(|(_, summary, _)| summary.throughput())
         .fold(0.0, f64::max);
+    let open_started_at = chrono::Utc::now();
     let half = open_loop(sender.clone(), peak / 2.0, OPEN_LOOP, None).await;
     let half_summary = half.summary();
     accepted += half_summary.ok;
@@ -381,6 +382,12 @@ async fn run(setup: bench::Setup) {
         peak / 2.0,
         OPEN_LOOP.as_secs(),
         half_summary.line()
+    );
+    // A tail is a stall or a queue: when it happened, and whether a checkpoint ran.
+    println!(
+        "open loop p99 per second, ms: {}; checkpoints (s after its start): {}",
+        half.p99_timeline(Duration::from_secs(1)),
+        cluster.checkpoints_since(open_started_at)
     );
 
     // The real binary alone: its peak memory under the highest concurrency.

@@ -22,7 +22,7 @@ use std::time::Duration;
 use hookd::duration::format as format_duration;
 use hookd::purge::PurgeOutcome;
 use hookd_kit::bench::BenchCluster;
-use hookd_kit::load::{Report, Summary, ms, open_loop};
+use hookd_kit::load::{Summary, ms, open_loop};
 use tokio::time::Instant;
 
 /// Old finished events (`processed`, `ignored`, `dead`).
@@ -230,11 +230,11 @@ async fn run(setup: bench::Setup) {
         "phase 2 p99 per 5 s, ms (pass from {:.0} s to {:.0} s): {}",
         (pass_started - load_started).as_secs_f64(),
         (pass_ended - load_started).as_secs_f64(),
-        p99_timeline(&load, Duration::from_secs(5))
+        load.p99_timeline(Duration::from_secs(5))
     );
     println!(
         "phase 2 checkpoints (s after the load started, reason → s completed): {}",
-        checkpoints_since(&cluster, load_started_at)
+        cluster.checkpoints_since(load_started_at)
     );
     println!(
         "phase 2 rows/s per 5 s, keys deleted | rows updated (payloads dropped + ~{RATE:.0}/s \
@@ -448,76 +448,6 @@ async fn watch_progress(db: tokio_postgres::Client, stop: Arc<AtomicBool>) -> St
         last = now;
     }
     windows.join(" ")
-}
-
-/// The checkpoints the cluster's log says ran after `since`: when each started (in
-/// seconds after `since`) and why (`wal`: max_wal_size reached; `time`:
-/// checkpoint_timeout), when it completed and how long its write and sync phases
-/// took; and how often PostgreSQL complained they came too often.
-fn checkpoints_since(cluster: &BenchCluster, since: chrono::DateTime<chrono::Utc>) -> String {
-    let log = cluster.socket_dir().join("postgres.log");
-    let Ok(text) = std::fs::read_to_string(&log) else {
-        return format!("({} unreadable)", log.display());
-    };
-    let offset = |line: &str| -> Option<f64> {
-        let mut words = line.split_whitespace();
-        let stamp = format!("{} {}", words.next()?, words.next()?);
-        if !matches!(words.next()?, "UTC" | "GMT") {
-            return None;
-        }
-        let at = chrono::NaiveDateTime::parse_from_str(&stamp, "%Y-%m-%d %H:%M:%S%.3f")
-            .ok()?
-            .and_utc();
-        let seconds = (at - since).as_seconds_f64();
-        (seconds >= 0.0).then_some(seconds)
-    };
-    let field = |line: &str, name: &str| -> String {
-        line.split_once(name)
-            .and_then(|(_, rest)| rest.split([',', ';']).next())
-            .unwrap_or("?")
-            .trim()
-            .to_string()
-    };
-    let mut entries: Vec<String> = Vec::new();
-    let mut too_often = 0;
-    for line in text.lines() {
-        let Some(at) = offset(line) else { continue };
-        if let Some((_, reason)) = line.split_once("checkpoint starting: ") {
-            entries.push(format!("{at:.1} {}", reason.trim()));
-        } else if line.contains("checkpoint complete: ") {
-            let done = format!(
-                " → {at:.1} (write {}, sync {})",
-                field(line, "write="),
-                field(line, "sync=")
-            );
-            match entries.last_mut() {
-                Some(last) if !last.contains('→') => last.push_str(&done),
-                _ => entries.push(format!("?{done}")),
-            }
-        } else if line.contains("checkpoints are occurring too frequently") {
-            too_often += 1;
-        }
-    }
-    if entries.is_empty() {
-        return "none".into();
-    }
-    format!(
-        "{}; \"checkpoints are occurring too frequently\" logged {too_often} times",
-        entries.join(", ")
-    )
-}
-
-/// p99 of each `step` of a report, to see when latency rose.
-fn p99_timeline(report: &Report, step: Duration) -> String {
-    let end = report.samples.last().map_or(Duration::ZERO, |s| s.due);
-    let mut parts = Vec::new();
-    let mut from = Duration::ZERO;
-    while from <= end {
-        let window = report.window(from, from + step).summary();
-        parts.push(format!("{:.0}", window.p99.as_secs_f64() * 1000.0));
-        from += step;
-    }
-    parts.join(" ")
 }
 
 /// Old finished events `first..=last` and their attempts, in one statement.

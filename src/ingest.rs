@@ -27,12 +27,14 @@ use deadpool_postgres::{Object, Pool};
 use tokio::sync::{Semaphore, oneshot};
 use tracing::{Instrument, Span};
 
+use crate::config::Settings;
 use crate::event::IncomingEvent;
 use crate::handlers::{Event, Handler};
 use crate::ledger::{self, HandlerName, Run, Standing};
 use crate::runner::{Runner, Step};
 use crate::signature::Verified;
 use crate::store::events::{self, AttemptRecord, BatchItem, EventStatus, Expected, Recorded};
+use crate::store::payments::PaymentUpdate;
 use crate::store::{self, StoreError};
 
 /// Deliveries stored in one transaction at most.
@@ -274,14 +276,30 @@ enum Role {
     Apart,
 }
 
+/// A batch sorted out before its statements: each delivery's role, the events
+/// that go into the dedupe statement, each one's plan, and, when every new
+/// event's whole run is a payment merge of hookd's own, those merges.
+struct Prepared<'b> {
+    roles: Vec<Role>,
+    items: Vec<BatchItem<'b>>,
+    plans: Vec<Vec<Step<'b>>>,
+    /// `Some` when the batch folds into one statement: each new event's merge
+    /// and its attempt (for the items with a payment handler, in order).
+    folded: Option<Vec<(usize, PaymentUpdate, AttemptRecord)>>,
+}
+
 impl Core {
     /// Stores a batch and answers every delivery in it.
     async fn commit(&self, batch: Vec<Job>) {
         let metrics = self.runner.metrics();
         metrics.ingest_batch(batch.len());
+        let settings = self.runner.settings();
+        let prepared = self.prepare(&settings, &batch);
         // A lone delivery runs its handler in a savepoint: if the handler
         // fails, its failure is recorded at once, the handler run only once.
-        if batch.len() == 1 {
+        // One whose whole run folds into one statement needs none.
+        if batch.len() == 1 && prepared.folded.is_none() {
+            drop(prepared);
             return self.one_by_one(batch).await;
         }
         // One transaction, one span: under the first delivery's, linked to the others'.
@@ -293,17 +311,26 @@ impl Core {
         }
         let batched = match self.pool.get().await {
             Ok(mut client) => {
-                let batched = self
-                    .commit_batch(&mut client, &batch)
-                    .instrument(span.clone())
-                    .await;
-                if matches!(batched, Err(Fallback::Unavailable(_))) {
+                let decided = match &prepared.folded {
+                    Some(runs) => {
+                        self.commit_folded(&client, &prepared, runs, &settings)
+                            .instrument(span.clone())
+                            .await
+                    }
+                    None => self
+                        .commit_batch(&mut client, &prepared)
+                        .instrument(span.clone())
+                        .await
+                        .map(|decided| decided.into_iter().map(Some).collect()),
+                };
+                if matches!(decided, Err(Fallback::Unavailable(_))) {
                     store::discard(client);
                 }
-                batched
+                decided.map(|decided| self.answers(&prepared, &decided))
             }
             Err(error) => Err(Fallback::store(error)),
         };
+        drop(prepared);
         match batched {
             Ok(results) => {
                 let mut apart = Vec::new();
@@ -321,6 +348,16 @@ impl Core {
                 crate::traces::fail(&span, &error);
                 for job in batch {
                     let _ = job.reply.send(Err(StoreError::Unavailable(error.clone())));
+                }
+            }
+            Err(Fallback::Answer(error)) => {
+                crate::traces::fail(&span, &error);
+                let mut error = Some(error);
+                for job in batch {
+                    let answer = error
+                        .take()
+                        .unwrap_or_else(|| StoreError::Unavailable("hookd is stopping".into()));
+                    let _ = job.reply.send(Err(answer));
                 }
             }
             Err(Fallback::OneByOne(why)) => {
@@ -343,16 +380,10 @@ impl Core {
         futures_util::future::join_all(stores).await;
     }
 
-    /// The batch in one transaction on `client`. `Ok` holds each delivery's outcome
-    /// (`None`: to be stored apart); `Err` says the transaction was undone (one
-    /// that lost to a concurrent one too: its deliveries are then stored one by one).
-    async fn commit_batch(
-        &self,
-        client: &mut Object,
-        batch: &[Job],
-    ) -> Result<Vec<Option<Result<Ingested, StoreError>>>, Fallback> {
+    /// Sorts out `batch`: copies of one event are carried by the first, and
+    /// whether its statements fold into one.
+    fn prepare<'b>(&'b self, settings: &'b Settings, batch: &'b [Job]) -> Prepared<'b> {
         let runner = &self.runner;
-        let settings = runner.settings();
         // Copies of one event in the batch: the first carries them all.
         let mut first_of: HashMap<(&str, Key<'_>), usize> = HashMap::new();
         // The ids of the firsts keyed by body: one statement cannot store an id
@@ -384,7 +415,7 @@ impl Core {
                 continue;
             }
             let plan = runner.plan(
-                &settings,
+                settings,
                 &event.source,
                 &event.event_type,
                 event.kind.as_deref(),
@@ -400,9 +431,154 @@ impl Core {
             });
             plans.push(plan);
         }
+        let folded = self.fold(&items, &plans);
+        Prepared {
+            roles,
+            items,
+            plans,
+            folded,
+        }
+    }
 
+    /// Each item's payment merge and attempt, when every item is decided by id
+    /// and its handler (if any) is hookd's own payment merge with no refund to
+    /// add (`Handler::folded_merge`).
+    fn fold(
+        &self,
+        items: &[BatchItem<'_>],
+        plans: &[Vec<Step<'_>>],
+    ) -> Option<Vec<(usize, PaymentUpdate, AttemptRecord)>> {
+        let received_at = Utc::now();
+        let mut runs = Vec::new();
+        for (at, (item, plan)) in items.iter().zip(plans).enumerate() {
+            if item.event.body_key.is_some() {
+                return None;
+            }
+            let Some(Step::Local { kind, handler }) =
+                plan.iter().find(|s| matches!(s, Step::Local { .. }))
+            else {
+                continue;
+            };
+            // The row's id is the statement's to assign; the merge does not read it.
+            let view = self.runner.view_received(item.event, 0, received_at);
+            let update = handler.folded_merge(&view)?;
+            let run = Run {
+                handler: HandlerName::Kind((*kind).to_string()),
+                started_at: received_at,
+                finished_at: received_at,
+                result: Ok(()),
+                http_status: None,
+                response: None,
+            };
+            let attempt = ledger::attempt_record(0, 1, &run, Some(&Standing::Done));
+            runs.push((at, update, attempt));
+        }
+        Some(runs)
+    }
+
+    /// The folded batch in one statement on `client`, in a transaction whose
+    /// `BEGIN` travels with it: two round trips, the second the `COMMIT`. Past
+    /// `handler_timeout` the statement is cancelled and the batch stored one by
+    /// one; a statement that lost to a concurrent one runs again.
+    async fn commit_folded(
+        &self,
+        client: &Object,
+        prepared: &Prepared<'_>,
+        runs: &[(usize, PaymentUpdate, AttemptRecord)],
+        settings: &Settings,
+    ) -> Result<Vec<Option<Recorded>>, Fallback> {
+        let folded: Vec<events::FoldedRun<'_>> = runs
+            .iter()
+            .map(|(at, update, attempt)| events::FoldedRun {
+                source: &prepared.items[*at].event.source,
+                event_id: &prepared.items[*at].event.event_id,
+                update,
+                attempt,
+            })
+            .collect();
+        let merged: Vec<(&str, &str)> = runs
+            .iter()
+            .filter_map(|(at, _, _)| {
+                local_kind(&prepared.plans[*at])
+                    .map(|kind| (kind, &*prepared.items[*at].event.event_id))
+            })
+            .collect();
+        // The statement is the handlers' merge too: it is their span.
+        let span = folded_span(&merged);
+        let clock = std::time::Instant::now();
+        let mut runs_so_far = 0;
+        let decided = loop {
+            runs_so_far += 1;
+            let tx = store::Pipelined::on(client);
+            let mut cut = false;
+            let decided = tx
+                .begin_with(async {
+                    let statement = events::record_folded(client, &prepared.items, &folded);
+                    tokio::pin!(statement);
+                    tokio::select! {
+                        decided = &mut statement => decided,
+                        () = tokio::time::sleep(settings.handler_timeout) => {
+                            cut = true;
+                            self.runner.cancel(client.cancel_token()).await;
+                            statement.await
+                        }
+                    }
+                })
+                .instrument(span.clone())
+                .await;
+            let error = match decided {
+                Ok(decided) => {
+                    tx.commit()
+                        .instrument(tracing::trace_span!("commit"))
+                        .await
+                        .map_err(Fallback::store)?;
+                    break decided;
+                }
+                Err(error) => error,
+            };
+            crate::traces::fail(&span, &error);
+            tx.rollback().await.map_err(Fallback::store)?;
+            match error {
+                // Undone by the cancel: each event on its own, its handler under
+                // its own time limit.
+                _ if cut => {
+                    return Err(Fallback::OneByOne(
+                        "the batch's payment merges ran out of time".into(),
+                    ));
+                }
+                error if error.runs_again(runs_so_far) => {
+                    log::debug!("storing a batch of {} again: {error}", prepared.items.len());
+                }
+                // A lone delivery has had its runs: its answer is this one.
+                error @ StoreError::Contention(_) if prepared.roles.len() == 1 => {
+                    return Err(Fallback::Answer(error));
+                }
+                error => return Err(Fallback::store(error)),
+            }
+        };
+        let per_event = clock.elapsed() / u32::try_from(runs.len()).unwrap_or(1).max(1);
+        for (at, _, _) in runs {
+            if let Some(Recorded::New { .. }) = decided[*at]
+                && let Some(kind) = local_kind(&prepared.plans[*at])
+            {
+                self.runner.metrics().handler_duration(kind, per_event);
+            }
+        }
+        Ok(decided)
+    }
+
+    /// The batch in one transaction on `client`, each handler once for its new
+    /// events; each item's decision. `Err` says the transaction was undone (one
+    /// that lost to a concurrent one too: its deliveries are then stored one by one).
+    async fn commit_batch(
+        &self,
+        client: &mut Object,
+        prepared: &Prepared<'_>,
+    ) -> Result<Vec<Recorded>, Fallback> {
+        let runner = &self.runner;
+        let (items, plans) = (&prepared.items, &prepared.plans);
         let tx = crate::store::begin(client).await.map_err(Fallback::store)?;
-        let decided = events::record_batch(&tx, &items)
+        let decided = events::record_batch(&tx, items)
             .await
             .map_err(Fallback::store)?;
 
@@ -478,10 +654,22 @@ impl Core {
             .instrument(tracing::trace_span!("commit"))
             .await
             .map_err(Fallback::store)?;
+        Ok(decided)
+    }
 
+    /// Each delivery's outcome from the items' decisions (`None`: to be stored
+    /// apart), once they have committed; counts the new events and wakes the
+    /// dispatcher for their forwards.
+    fn answers(
+        &self,
+        prepared: &Prepared<'_>,
+        decided: &[Option<Recorded>],
+    ) -> Vec<Option<Result<Ingested, StoreError>>> {
+        let runner = &self.runner;
+        let items = &prepared.items;
         let mut wake = false;
         for (at, recorded) in decided.iter().enumerate() {
-            if matches!(recorded, Recorded::New { .. }) {
+            if matches!(recorded, Some(Recorded::New { .. })) {
                 let expected = items[at].expected;
                 runner.count_status(items[at].event.kind.as_deref(), expected.status);
                 wake |= expected.due_now;
@@ -490,31 +678,35 @@ impl Core {
         if wake {
             runner.wake();
         }
-        let outcome = |at: usize, copy: bool| -> Result<Ingested, StoreError> {
-            let recorded = match &decided[at] {
-                Recorded::New { id } if copy => Recorded::Duplicate {
-                    id: *id,
-                    event_id: items[at].event.event_id.clone(),
-                },
-                other => other.clone(),
+        let outcome =
+            |recorded: &Recorded, at: usize, copy: bool| -> Result<Ingested, StoreError> {
+                let recorded = match recorded {
+                    Recorded::New { id } if copy => Recorded::Duplicate {
+                        id: *id,
+                        event_id: items[at].event.event_id.clone(),
+                    },
+                    other => other.clone(),
+                };
+                let status = match recorded {
+                    Recorded::New { .. } => Some(items[at].expected.status),
+                    _ => None,
+                };
+                Ok(Ingested { recorded, status })
             };
-            let status = match recorded {
-                Recorded::New { .. } => Some(items[at].expected.status),
-                _ => None,
-            };
-            Ok(Ingested { recorded, status })
-        };
-        Ok(roles
+        prepared
+            .roles
             .iter()
             .map(|role| match *role {
-                Role::First(at) => Some(outcome(at, false)),
+                Role::First(at) => Some(outcome(decided[at].as_ref()?, at, false)),
                 // The first's id conflicts, which says nothing of a copy under
                 // another id: it is decided on its own.
-                Role::CopyOf(at) if matches!(decided[at], Recorded::Conflict) => None,
-                Role::CopyOf(at) => Some(outcome(at, true)),
+                Role::CopyOf(at) => match decided[at].as_ref()? {
+                    Recorded::Conflict => None,
+                    recorded => Some(outcome(recorded, at, true)),
+                },
                 Role::Apart => None,
             })
-            .collect())
+            .collect()
     }
 
     /// Stores a verified delivery once and, when it is new, runs its own handler in
@@ -624,6 +816,44 @@ impl Core {
     }
 }
 
+/// The kind whose own handler a plan runs, if any.
+fn local_kind<'p>(plan: &'p [Step<'_>]) -> Option<&'p str> {
+    plan.iter().find_map(|step| match step {
+        Step::Local { kind, .. } => Some(*kind),
+        _ => None,
+    })
+}
+
+/// The `handler` span of a folded statement merging the payments of `runs`
+/// (`(kind, event id)`): the one a handler's run or batch would have had.
+fn folded_span(runs: &[(&str, &str)]) -> Span {
+    match runs {
+        [] => Span::none(),
+        [(kind, event_id)] => tracing::trace_span!(
+            "handler",
+            hookd.handler = kind,
+            hookd.event_id = event_id,
+            hookd.attempt = 1,
+            otel.status_message = tracing::field::Empty,
+        ),
+        [(kind, _), ..] => {
+            let mut kinds: Vec<&str> = runs.iter().map(|(kind, _)| *kind).collect();
+            kinds.sort_unstable();
+            kinds.dedup();
+            tracing::trace_span!(
+                "handler",
+                hookd.handler = if kinds.len() == 1 {
+                    kind.to_string()
+                } else {
+                    kinds.join(",")
+                },
+                hookd.batch.size = runs.len(),
+                otel.status_message = tracing::field::Empty,
+            )
+        }
+    }
+}
+
 /// The span of a transaction storing `size` deliveries, under `delivery`'s.
 fn batch_span(delivery: &Span, size: usize) -> Span {
     tracing::trace_span!(parent: delivery, "batch", hookd.batch.size = size)
@@ -635,6 +865,8 @@ enum Fallback {
     Unavailable(String),
     /// Something of the batch failed: store each delivery on its own.
     OneByOne(String),
+    /// A lone delivery's final answer.
+    Answer(StoreError),
 }
 
 impl Fallback {

@@ -322,7 +322,12 @@ impl Runner {
 
     /// Stops whatever statement an abandoned handler left running in `tx`'s session.
     async fn cancel_statement(&self, tx: &Transaction<'_>) {
-        if let Err(error) = self.connector.cancel_query(tx.cancel_token()).await {
+        self.cancel(tx.cancel_token()).await;
+    }
+
+    /// Asks the server to cancel what a connection is running (if anything).
+    pub async fn cancel(&self, token: tokio_postgres::CancelToken) {
+        if let Err(error) = self.connector.cancel_query(token).await {
             log::warn!(
                 "cannot cancel a handler's statement: {}",
                 store::tls::explain(&error)

@@ -38,6 +38,63 @@ impl BenchCluster {
         self.pg.connection_string(embedded_pg::DATABASE)
     }
 
+    /// The checkpoints the cluster's log says ran after `since`: when each started (in
+    /// seconds after `since`) and why (`wal`: max_wal_size reached; `time`:
+    /// checkpoint_timeout), when it completed and how long its write and sync phases
+    /// took; and how often PostgreSQL complained they came too often.
+    pub fn checkpoints_since(&self, since: chrono::DateTime<chrono::Utc>) -> String {
+        let log = self.socket_dir().join("postgres.log");
+        let Ok(text) = std::fs::read_to_string(&log) else {
+            return format!("({} unreadable)", log.display());
+        };
+        let offset = |line: &str| -> Option<f64> {
+            let mut words = line.split_whitespace();
+            let stamp = format!("{} {}", words.next()?, words.next()?);
+            if !matches!(words.next()?, "UTC" | "GMT") {
+                return None;
+            }
+            let at = chrono::NaiveDateTime::parse_from_str(&stamp, "%Y-%m-%d %H:%M:%S%.3f")
+                .ok()?
+                .and_utc();
+            let seconds = (at - since).as_seconds_f64();
+            (seconds >= 0.0).then_some(seconds)
+        };
+        let field = |line: &str, name: &str| -> String {
+            line.split_once(name)
+                .and_then(|(_, rest)| rest.split([',', ';']).next())
+                .unwrap_or("?")
+                .trim()
+                .to_string()
+        };
+        let mut entries: Vec<String> = Vec::new();
+        let mut too_often = 0;
+        for line in text.lines() {
+            let Some(at) = offset(line) else { continue };
+            if let Some((_, reason)) = line.split_once("checkpoint starting: ") {
+                entries.push(format!("{at:.1} {}", reason.trim()));
+            } else if line.contains("checkpoint complete: ") {
+                let done = format!(
+                    " → {at:.1} (write {}, sync {})",
+                    field(line, "write="),
+                    field(line, "sync=")
+                );
+                match entries.last_mut() {
+                    Some(last) if !last.contains('→') => last.push_str(&done),
+                    _ => entries.push(format!("?{done}")),
+                }
+            } else if line.contains("checkpoints are occurring too frequently") {
+                too_often += 1;
+            }
+        }
+        if entries.is_empty() {
+            return "none".into();
+        }
+        format!(
+            "{}; \"checkpoints are occurring too frequently\" logged {too_often} times",
+            entries.join(", ")
+        )
+    }
+
     /// The folder holding the cluster's Unix socket (`-h` for libpq tools).
     pub fn socket_dir(&self) -> &Path {
         self.pg.dir()

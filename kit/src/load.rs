@@ -312,6 +312,19 @@ impl Report {
         }
     }
 
+    /// p99 of each `step` of a report, to see when latency rose.
+    pub fn p99_timeline(&self, step: Duration) -> String {
+        let end = self.samples.last().map_or(Duration::ZERO, |s| s.due);
+        let mut parts = Vec::new();
+        let mut from = Duration::ZERO;
+        while from <= end {
+            let window = self.window(from, from + step).summary();
+            parts.push(format!("{:.0}", window.p99.as_secs_f64() * 1000.0));
+            from += step;
+        }
+        parts.join(" ")
+    }
+
     pub fn summary(&self) -> Summary {
         let mut summary = Summary {
             requests: self.samples.len(),

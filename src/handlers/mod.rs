@@ -22,6 +22,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::store::StoreError;
+use crate::store::payments::PaymentUpdate;
 
 /// An event as a handler sees it: the provider's payload and where it came from.
 #[derive(Debug, Clone, Copy)]
@@ -150,6 +151,16 @@ pub trait Handler: Send + Sync {
             self.apply(tx, event).await?;
         }
         Ok(())
+    }
+
+    /// The payment facts `apply` would merge, for a handler whose whole effect is
+    /// that merge (hookd's payment kinds, refunds aside): hookd then writes them
+    /// in the statement that stores the events, and calls `apply_batch` or
+    /// `apply` only when that statement cannot be used. `event.id` is 0 (the row
+    /// is not stored yet). `None`, the default: hookd calls them as usual.
+    #[doc(hidden)]
+    fn folded_merge(&self, _event: &Event<'_>) -> Option<PaymentUpdate> {
+        None
     }
 }
 

@@ -7,6 +7,7 @@ use serde_json::Value;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 use super::StoreError;
+use super::payments::{PaymentColumns, PaymentUpdate};
 use crate::event::IncomingEvent;
 
 /// Where an event stands: `processed` (every handler done), `ignored` (none
@@ -280,19 +281,26 @@ macro_rules! record_batch_sql {
                  SET deliveries = e.deliveries + EXCLUDED.deliveries, last_delivery_at = now() ",
             $same,
             "
-             RETURNING id, source, event_id, (xmax = 0), body_sha256"
+             RETURNING id, source, event_id, (xmax = 0) AS inserted, body_sha256"
+        )
+    };
+}
+
+/// The multi-row dedupe statement deciding by id.
+macro_rules! record_by_id_sql {
+    () => {
+        record_batch_sql!(
+            "NULL::bytea",
+            "",
+            "(source, event_id)",
+            "WHERE e.payload_sha256 = EXCLUDED.payload_sha256
+                OR e.stable_sha256 = EXCLUDED.stable_sha256"
         )
     };
 }
 
 /// The batch's events decided by id.
-const RECORD_BATCH: &str = record_batch_sql!(
-    "NULL::bytea",
-    "",
-    "(source, event_id)",
-    "WHERE e.payload_sha256 = EXCLUDED.payload_sha256
-        OR e.stable_sha256 = EXCLUDED.stable_sha256"
-);
+const RECORD_BATCH: &str = record_by_id_sql!();
 
 /// The batch's events decided by body key, as `RECORD_BODY_DELIVERY`.
 const RECORD_BODY_BATCH: &str = record_batch_sql!(
@@ -321,21 +329,12 @@ pub async fn record_batch(
     let mut decided = Vec::with_capacity(items.len());
     for item in items {
         let event = item.event;
-        let row = match &event.body_key {
-            Some(key) => body_rows.iter().find(|r| {
-                r.get::<_, &str>(1) == event.source
-                    && r.get::<_, Option<&[u8]>>(4) == Some(key.as_slice())
-            }),
-            None => id_rows.iter().find(|r| {
-                r.get::<_, &str>(1) == event.source && r.get::<_, &str>(2) == event.event_id
-            }),
+        let rows = match event.body_key {
+            Some(_) => &body_rows,
+            None => &id_rows,
         };
-        decided.push(match row {
-            Some(row) if row.get::<_, bool>(3) => Recorded::New { id: row.get(0) },
-            Some(row) => Recorded::Duplicate {
-                id: row.get(0),
-                event_id: row.get(2),
-            },
+        decided.push(match decision(event, rows) {
+            Some(recorded) => recorded,
             None if event.body_key.is_some() => {
                 recount_by_id(client, event, item.deliveries).await?
             }
@@ -343,6 +342,94 @@ pub async fn record_batch(
         });
     }
     Ok(decided)
+}
+
+/// What a dedupe statement's `rows` (`id, source, event_id, inserted,
+/// body_sha256`) decided for `event`: `None` when it returned none for it (the
+/// stored row's payload differs, or predates stable fingerprints).
+fn decision(event: &IncomingEvent, rows: &[tokio_postgres::Row]) -> Option<Recorded> {
+    let row = match &event.body_key {
+        Some(key) => rows.iter().find(|r| {
+            r.get::<_, &str>(1) == event.source
+                && r.get::<_, Option<&[u8]>>(4) == Some(key.as_slice())
+        }),
+        None => rows
+            .iter()
+            .find(|r| r.get::<_, &str>(1) == event.source && r.get::<_, &str>(2) == event.event_id),
+    }?;
+    Some(match row.get::<_, bool>(3) {
+        true => Recorded::New { id: row.get(0) },
+        false => Recorded::Duplicate {
+            id: row.get(0),
+            event_id: row.get(2),
+        },
+    })
+}
+
+/// A new event's payment merge, run by the built-in handler of its kind, and
+/// the attempt that records the run.
+pub struct FoldedRun<'a> {
+    pub source: &'a str,
+    pub event_id: &'a str,
+    pub update: &'a PaymentUpdate,
+    pub attempt: &'a AttemptRecord,
+}
+
+/// `RECORD_BATCH`, and in the same statement the payment merges of the events
+/// it stores as new (`$17`..`$26`: `FoldedRun`s' source, the payment's columns,
+/// event id) and their attempts (`$27`..`$34`).
+const RECORD_FOLDED: &str = concat!(
+    "WITH recorded AS (",
+    record_by_id_sql!(),
+    "), merged AS (",
+    super::payments::merge_grouped!(
+        "unnest($17::text[], $18::text[], $19::bool[], $20::bool[], $21::bool[],
+                $22::bigint[], $23::bigint[], $24::text[], $25::text[], $26::text[])
+             AS u(source, payment_id, succeeded, failed, disputed, amount,
+                  amount_refunded, currency, customer_id, event_id)
+         JOIN recorded r ON r.source = u.source AND r.event_id = u.event_id AND r.inserted"
+    ),
+    "), attempted AS (
+         INSERT INTO webhook_event_attempts
+             (webhook_event_id, attempt, handler, started_at, finished_at, outcome, error,
+              http_status, response)
+         SELECT r.id, a.attempt, a.handler, a.started_at, a.finished_at, a.outcome, a.error,
+                a.http_status, a.response
+         FROM unnest($17::text[], $26::text[], $27::int[], $28::text[], $29::timestamptz[],
+                     $30::timestamptz[], $31::text[], $32::text[], $33::int[], $34::text[])
+              AS a(source, event_id, attempt, handler, started_at, finished_at, outcome,
+                   error, http_status, response)
+         JOIN recorded r ON r.source = a.source AND r.event_id = a.event_id AND r.inserted
+     )
+     SELECT id, source, event_id, inserted, body_sha256 FROM recorded"
+);
+
+/// `items` (every one decided by id) stored, and the payment merges and attempts
+/// of those that are new, in one statement, all or nothing (the caller's
+/// `store::Pipelined` transaction sends its `BEGIN` along with it).
+/// `None` for an item the statement did not take (`decision`'s): it is to be
+/// decided on its own.
+pub async fn record_folded(
+    client: &impl Session,
+    items: &[BatchItem<'_>],
+    runs: &[FoldedRun<'_>],
+) -> Result<Vec<Option<Recorded>>, StoreError> {
+    let all: Vec<&BatchItem<'_>> = items.iter().collect();
+    let columns = EventColumns::of(&all);
+    let updates: Vec<(&str, &PaymentUpdate)> = runs.iter().map(|r| (r.source, r.update)).collect();
+    let payments = PaymentColumns::of(&updates);
+    let event_ids: Vec<&str> = runs.iter().map(|r| r.event_id).collect();
+    let attempts = AttemptColumns::of(runs.iter().map(|r| r.attempt));
+    let mut params = Vec::with_capacity(34);
+    params.extend(columns.params());
+    params.extend(payments.params());
+    params.push(sql::param(&event_ids));
+    params.extend(attempts.params());
+    let rows = sql::query(client, RECORD_FOLDED, &params).await?;
+    Ok(items
+        .iter()
+        .map(|item| decision(item.event, &rows))
+        .collect())
 }
 
 /// The `payload` parameter of an event: its body's own text when that is the
@@ -363,59 +450,77 @@ async fn insert_batch(
     if items.is_empty() {
         return Ok(Vec::new());
     }
-    // Rows in one order in every transaction: two batches holding copies of the
-    // same events never wait on each other's rows the opposite way (a deadlock).
-    let mut items = items.to_vec();
-    items.sort_unstable_by_key(|i| (&i.event.source, i.event.body_key, &i.event.event_id));
-    let payloads: Vec<sql::Jsonb<'_>> = items.iter().map(|i| stored_payload(i.event)).collect();
-    let sources: Vec<&str> = items.iter().map(|i| i.event.source.as_str()).collect();
-    let ids: Vec<&str> = items.iter().map(|i| i.event.event_id.as_str()).collect();
-    let types: Vec<&str> = items.iter().map(|i| i.event.event_type.as_str()).collect();
-    let kinds: Vec<Option<&str>> = items.iter().map(|i| i.event.kind.as_deref()).collect();
-    let statuses: Vec<&str> = items.iter().map(|i| i.expected.status.as_str()).collect();
-    let fingerprints: Vec<&[u8]> = items.iter().map(|i| &i.event.fingerprint[..]).collect();
-    let signed: Vec<i32> = items.iter().map(|i| i.signed_with).collect();
-    let payments: Vec<Option<&str>> = items
-        .iter()
-        .map(|i| i.event.payment_id.as_deref())
-        .collect();
-    let customers: Vec<Option<&str>> = items
-        .iter()
-        .map(|i| i.event.customer_id.as_deref())
-        .collect();
-    let attempts: Vec<i32> = items.iter().map(|i| i.expected.attempts).collect();
-    let bodies: Vec<&[u8]> = items.iter().map(|i| i.event.body.as_slice()).collect();
-    let headers: Vec<&Value> = items.iter().map(|i| &i.event.signature_headers).collect();
-    let stable: Vec<&[u8]> = items
-        .iter()
-        .map(|i| &i.event.stable_fingerprint[..])
-        .collect();
-    let due: Vec<bool> = items.iter().map(|i| i.expected.due_now).collect();
-    let deliveries: Vec<i32> = items.iter().map(|i| i.deliveries).collect();
-    let rows = sql::query(
-        client,
-        sql,
-        params![
-            &sources,
-            &ids,
-            &types,
-            &kinds,
-            &statuses,
-            &payloads,
-            &fingerprints,
-            &signed,
-            &payments,
-            &customers,
-            &attempts,
-            &bodies,
-            &headers,
-            &stable,
-            &due,
-            &deliveries,
-        ],
-    )
-    .await?;
-    Ok(rows)
+    let columns = EventColumns::of(items);
+    sql::query(client, sql, &columns.params()).await
+}
+
+/// The columns of a multi-row dedupe statement (`$1`..`$16`), its rows in one
+/// order in every transaction: two batches holding copies of the same events
+/// never wait on each other's rows the opposite way (a deadlock).
+struct EventColumns<'a> {
+    sources: Vec<&'a str>,
+    ids: Vec<&'a str>,
+    types: Vec<&'a str>,
+    kinds: Vec<Option<&'a str>>,
+    statuses: Vec<&'static str>,
+    payloads: Vec<sql::Jsonb<'a>>,
+    fingerprints: Vec<&'a [u8]>,
+    signed: Vec<i32>,
+    payments: Vec<Option<&'a str>>,
+    customers: Vec<Option<&'a str>>,
+    attempts: Vec<i32>,
+    bodies: Vec<&'a [u8]>,
+    headers: Vec<&'a Value>,
+    stable: Vec<&'a [u8]>,
+    due: Vec<bool>,
+    deliveries: Vec<i32>,
+}
+
+impl<'a> EventColumns<'a> {
+    fn of(items: &[&BatchItem<'a>]) -> Self {
+        let mut items = items.to_vec();
+        items.sort_unstable_by_key(|i| (&i.event.source, i.event.body_key, &i.event.event_id));
+        let events = || items.iter().map(|i| i.event);
+        EventColumns {
+            sources: events().map(|e| e.source.as_str()).collect(),
+            ids: events().map(|e| e.event_id.as_str()).collect(),
+            types: events().map(|e| e.event_type.as_str()).collect(),
+            kinds: events().map(|e| e.kind.as_deref()).collect(),
+            statuses: items.iter().map(|i| i.expected.status.as_str()).collect(),
+            payloads: events().map(stored_payload).collect(),
+            fingerprints: events().map(|e| &e.fingerprint[..]).collect(),
+            signed: items.iter().map(|i| i.signed_with).collect(),
+            payments: events().map(|e| e.payment_id.as_deref()).collect(),
+            customers: events().map(|e| e.customer_id.as_deref()).collect(),
+            attempts: items.iter().map(|i| i.expected.attempts).collect(),
+            bodies: events().map(|e| e.body.as_slice()).collect(),
+            headers: events().map(|e| &e.signature_headers).collect(),
+            stable: events().map(|e| &e.stable_fingerprint[..]).collect(),
+            due: items.iter().map(|i| i.expected.due_now).collect(),
+            deliveries: items.iter().map(|i| i.deliveries).collect(),
+        }
+    }
+
+    fn params(&self) -> [sql::Param<'_>; 16] {
+        [
+            sql::param(&self.sources),
+            sql::param(&self.ids),
+            sql::param(&self.types),
+            sql::param(&self.kinds),
+            sql::param(&self.statuses),
+            sql::param(&self.payloads),
+            sql::param(&self.fingerprints),
+            sql::param(&self.signed),
+            sql::param(&self.payments),
+            sql::param(&self.customers),
+            sql::param(&self.attempts),
+            sql::param(&self.bodies),
+            sql::param(&self.headers),
+            sql::param(&self.stable),
+            sql::param(&self.due),
+            sql::param(&self.deliveries),
+        ]
+    }
 }
 
 /// A row stored before stable fingerprints has none to compare: its stable
@@ -687,24 +792,51 @@ pub async fn append_attempts(
         return Ok(());
     }
     let events: Vec<i64> = attempts.iter().map(|a| a.event).collect();
-    let numbers: Vec<i32> = attempts.iter().map(|a| a.attempt).collect();
-    let handlers: Vec<&str> = attempts.iter().map(|a| a.handler.as_str()).collect();
-    let started: Vec<DateTime<Utc>> = attempts.iter().map(|a| a.started_at).collect();
-    let finished: Vec<DateTime<Utc>> = attempts.iter().map(|a| a.finished_at).collect();
-    let outcomes: Vec<&str> = attempts.iter().map(|a| a.outcome.as_str()).collect();
-    let errors: Vec<Option<&str>> = attempts.iter().map(|a| a.error.as_deref()).collect();
-    let statuses: Vec<Option<i32>> = attempts.iter().map(|a| a.http_status).collect();
-    let responses: Vec<Option<&str>> = attempts.iter().map(|a| a.response.as_deref()).collect();
-    sql::execute(
-        client,
-        APPEND_ATTEMPTS,
-        params![
-            &events, &numbers, &handlers, &started, &finished, &outcomes, &errors, &statuses,
-            &responses,
-        ],
-    )
-    .await?;
+    let columns = AttemptColumns::of(attempts.iter());
+    let mut params = vec![sql::param(&events)];
+    params.extend(columns.params());
+    sql::execute(client, APPEND_ATTEMPTS, &params).await?;
     Ok(())
+}
+
+/// The columns of attempt rows but their event's id, in `APPEND_ATTEMPTS`' order.
+struct AttemptColumns<'a> {
+    numbers: Vec<i32>,
+    handlers: Vec<&'a str>,
+    started: Vec<DateTime<Utc>>,
+    finished: Vec<DateTime<Utc>>,
+    outcomes: Vec<&'static str>,
+    errors: Vec<Option<&'a str>>,
+    statuses: Vec<Option<i32>>,
+    responses: Vec<Option<&'a str>>,
+}
+
+impl<'a> AttemptColumns<'a> {
+    fn of(attempts: impl Iterator<Item = &'a AttemptRecord> + Clone) -> Self {
+        AttemptColumns {
+            numbers: attempts.clone().map(|a| a.attempt).collect(),
+            handlers: attempts.clone().map(|a| a.handler.as_str()).collect(),
+            started: attempts.clone().map(|a| a.started_at).collect(),
+            finished: attempts.clone().map(|a| a.finished_at).collect(),
+            outcomes: attempts.clone().map(|a| a.outcome.as_str()).collect(),
+            errors: attempts.clone().map(|a| a.error.as_deref()).collect(),
+            statuses: attempts.clone().map(|a| a.http_status).collect(),
+            responses: attempts.map(|a| a.response.as_deref()).collect(),
+        }
+    }
+
+    fn params(&self) -> [sql::Param<'_>; 8] {
+        [
+            sql::param(&self.numbers),
+            sql::param(&self.handlers),
+            sql::param(&self.started),
+            sql::param(&self.finished),
+            sql::param(&self.outcomes),
+            sql::param(&self.errors),
+            sql::param(&self.statuses),
+            sql::param(&self.responses),
+        ]
+    }
 }
 
 /// Failed events waiting for a retry, and dead events waiting for a person.

@@ -265,6 +265,64 @@ pub async fn begin(
     Ok(tx)
 }
 
+/// A transaction for work that is one statement: `BEGIN` (and, behind a
+/// pooler, the limits) travels with that statement, and `COMMIT` is sent only
+/// once it answered. A connection dropped under it (shutdown) keeps nothing,
+/// as with any transaction; one dropped unfinished is rolled back.
+pub struct Pipelined<'c> {
+    client: &'c tokio_postgres::Client,
+    ended: bool,
+}
+
+impl<'c> Pipelined<'c> {
+    pub fn on(client: &'c tokio_postgres::Client) -> Self {
+        Pipelined {
+            client,
+            ended: false,
+        }
+    }
+
+    /// Begins the transaction with `first`, its first statement, in one round
+    /// trip (a connection runs statements in the order they were sent).
+    pub async fn begin_with<T>(
+        &self,
+        first: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let begin = async {
+            if sql::unnamed() {
+                let limits = session_limits(Scope::Transaction);
+                self.client.batch_execute(&format!("BEGIN; {limits}")).await
+            } else {
+                self.client.batch_execute("BEGIN").await
+            }
+        };
+        let (begun, done) = tokio::join!(begin, first);
+        begun?;
+        done
+    }
+
+    pub async fn commit(mut self) -> Result<(), StoreError> {
+        self.ended = true;
+        Ok(self.client.batch_execute("COMMIT").await?)
+    }
+
+    pub async fn rollback(mut self) -> Result<(), StoreError> {
+        self.ended = true;
+        Ok(self.client.batch_execute("ROLLBACK").await?)
+    }
+}
+
+impl Drop for Pipelined<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            // Queued behind whatever still runs (sent on the first poll), as
+            // tokio-postgres does for a dropped `Transaction`.
+            let rollback = self.client.batch_execute("ROLLBACK");
+            let _ = futures_util::FutureExt::now_or_never(rollback);
+        }
+    }
+}
+
 /// How long a setting lasts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
@@ -395,9 +453,15 @@ pub async fn savepoint(client: &impl GenericClient) -> Result<(), StoreError> {
 }
 
 pub async fn rollback_to_savepoint(client: &impl GenericClient) -> Result<(), StoreError> {
-    client
-        .batch_execute("ROLLBACK TO SAVEPOINT handler")
-        .await?;
+    const ROLLBACK: &str = "ROLLBACK TO SAVEPOINT handler";
+    match client.batch_execute(ROLLBACK).await {
+        // The cancel of a handler's statement that had just ended lands on the
+        // rollback right behind it; the savepoint is still there to go back to.
+        Err(error) if error.code() == Some(&SqlState::QUERY_CANCELED) => {
+            client.batch_execute(ROLLBACK).await?;
+        }
+        done => done?,
+    }
     Ok(())
 }
 

@@ -39,6 +39,31 @@ macro_rules! merge_facts {
         updated_at      = now()"
     };
 }
+pub(crate) use merge_facts;
+
+/// Many payments' facts merged into their rows, the facts of one payment combined
+/// first (the same `OR` and `GREATEST`/`max`, under the same collation): `$from`
+/// yields them as `u(source, payment_id, succeeded, failed, disputed, amount,
+/// amount_refunded, currency, customer_id)`.
+macro_rules! merge_grouped {
+    ($from:literal) => {
+        concat!(
+            "INSERT INTO payments AS p
+                 (source, payment_id, succeeded, failed, disputed, amount, amount_refunded,
+                  currency, customer_id)
+             SELECT u.source, u.payment_id, bool_or(u.succeeded), bool_or(u.failed),
+                    bool_or(u.disputed), COALESCE(max(u.amount), 0),
+                    COALESCE(max(u.amount_refunded), 0), max(u.currency), max(u.customer_id)
+             FROM ",
+            $from,
+            "
+             GROUP BY u.source, u.payment_id
+             ",
+            $crate::store::payments::merge_facts!()
+        )
+    };
+}
+pub(crate) use merge_grouped;
 
 /// One payment's facts merged into its row (also the pgbench baseline's).
 pub const MERGE_PAYMENT: &str = concat!(
@@ -147,56 +172,17 @@ pub async fn merge_many(
     client: &impl Session,
     updates: &[(&str, &PaymentUpdate)],
 ) -> Result<(), StoreError> {
-    let sources: Vec<&str> = updates.iter().map(|(s, _)| *s).collect();
-    let ids: Vec<&str> = updates
-        .iter()
-        .map(|(_, u)| u.facts.payment_id.as_str())
-        .collect();
-    let succeeded: Vec<bool> = updates.iter().map(|(_, u)| u.succeeded).collect();
-    let failed: Vec<bool> = updates.iter().map(|(_, u)| u.failed).collect();
-    let disputed: Vec<bool> = updates.iter().map(|(_, u)| u.disputed).collect();
-    let amounts: Vec<Option<i64>> = updates.iter().map(|(_, u)| u.facts.amount).collect();
-    let refunded: Vec<Option<i64>> = updates
-        .iter()
-        .map(|(_, u)| u.facts.amount_refunded)
-        .collect();
-    let currencies: Vec<Option<&str>> = updates
-        .iter()
-        .map(|(_, u)| u.facts.currency.as_deref())
-        .collect();
-    let customers: Vec<Option<&str>> = updates
-        .iter()
-        .map(|(_, u)| u.facts.customer_id.as_deref())
-        .collect();
-    let params = params![
-        &sources,
-        &ids,
-        &succeeded,
-        &failed,
-        &disputed,
-        &amounts,
-        &refunded,
-        &currencies,
-        &customers,
-    ];
+    let columns = PaymentColumns::of(updates);
+    let params = columns.params();
     let merged = sql::ready(
         client,
-        concat!(
-            "INSERT INTO payments AS p
-                 (source, payment_id, succeeded, failed, disputed, amount, amount_refunded,
-                  currency, customer_id)
-             SELECT source, payment_id, bool_or(succeeded), bool_or(failed), bool_or(disputed),
-                    COALESCE(max(amount), 0), COALESCE(max(amount_refunded), 0),
-                    max(currency), max(customer_id)
-             FROM unnest($1::text[], $2::text[], $3::bool[], $4::bool[], $5::bool[],
-                         $6::bigint[], $7::bigint[], $8::text[], $9::text[])
-                  AS u(source, payment_id, succeeded, failed, disputed, amount,
-                       amount_refunded, currency, customer_id)
-             GROUP BY source, payment_id
-             ",
-            merge_facts!()
+        merge_grouped!(
+            "unnest($1::text[], $2::text[], $3::bool[], $4::bool[], $5::bool[],
+                    $6::bigint[], $7::bigint[], $8::text[], $9::text[])
+                 AS u(source, payment_id, succeeded, failed, disputed, amount,
+                      amount_refunded, currency, customer_id)"
         ),
-        params,
+        &params,
     )
     .await?;
     if updates.iter().any(|(_, u)| u.facts.refund.is_some()) {
@@ -205,6 +191,62 @@ pub async fn merge_many(
         merged.execute(client).await?;
     }
     Ok(())
+}
+
+/// The columns of many updates as `merge_grouped!` reads them.
+pub(super) struct PaymentColumns<'a> {
+    sources: Vec<&'a str>,
+    ids: Vec<&'a str>,
+    succeeded: Vec<bool>,
+    failed: Vec<bool>,
+    disputed: Vec<bool>,
+    amounts: Vec<Option<i64>>,
+    refunded: Vec<Option<i64>>,
+    currencies: Vec<Option<&'a str>>,
+    customers: Vec<Option<&'a str>>,
+}
+
+impl<'a> PaymentColumns<'a> {
+    pub(super) fn of(updates: &[(&'a str, &'a PaymentUpdate)]) -> Self {
+        PaymentColumns {
+            sources: updates.iter().map(|(s, _)| *s).collect(),
+            ids: updates
+                .iter()
+                .map(|(_, u)| u.facts.payment_id.as_str())
+                .collect(),
+            succeeded: updates.iter().map(|(_, u)| u.succeeded).collect(),
+            failed: updates.iter().map(|(_, u)| u.failed).collect(),
+            disputed: updates.iter().map(|(_, u)| u.disputed).collect(),
+            amounts: updates.iter().map(|(_, u)| u.facts.amount).collect(),
+            refunded: updates
+                .iter()
+                .map(|(_, u)| u.facts.amount_refunded)
+                .collect(),
+            currencies: updates
+                .iter()
+                .map(|(_, u)| u.facts.currency.as_deref())
+                .collect(),
+            customers: updates
+                .iter()
+                .map(|(_, u)| u.facts.customer_id.as_deref())
+                .collect(),
+        }
+    }
+
+    /// `$1`..`$9` of `merge_grouped!`'s `unnest`, or nine in a row of a larger statement.
+    pub(super) fn params(&self) -> [sql::Param<'_>; 9] {
+        [
+            sql::param(&self.sources),
+            sql::param(&self.ids),
+            sql::param(&self.succeeded),
+            sql::param(&self.failed),
+            sql::param(&self.disputed),
+            sql::param(&self.amounts),
+            sql::param(&self.refunded),
+            sql::param(&self.currencies),
+            sql::param(&self.customers),
+        ]
+    }
 }
 
 /// A `payments` row, with its column names.

@@ -271,3 +271,72 @@ async fn a_delivery_leads_its_own_transaction_while_others_are_busy() {
         assert_eq!(delivery.await.expect("delivery"), 200);
     }
 }
+
+/// Payment events write their merge in the statement that stores them. One whose
+/// payment row another transaction holds is cut at `handler_timeout` like any
+/// handler: it is stored `failed` (retried later), and its batch-mates wait one
+/// `handler_timeout` at most.
+#[tokio::test]
+async fn a_payment_merge_held_by_a_lock_costs_its_batch_mates_one_handler_timeout_at_most() {
+    let mut settings = shipped_settings();
+    settings.handler_timeout = Duration::from_secs(1);
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    let holder = app.db().await;
+    holder
+        .batch_execute(
+            "INSERT INTO payments (source, payment_id) VALUES ('stripe', 'pi_held');
+             BEGIN;
+             SELECT 1 FROM payments WHERE payment_id = 'pi_held' FOR UPDATE;",
+        )
+        .await
+        .expect("hold the payment row");
+    let payment = |id: &str, payment: &str| {
+        stripe_event(
+            id,
+            "payment_intent.succeeded",
+            json!({"id": payment, "object": "payment_intent", "amount": 500, "currency": "eur"}),
+        )
+    };
+    let mut events: Vec<serde_json::Value> = (0..30)
+        .map(|i| payment(&format!("evt_free_{i}"), &format!("pi_free_{i}")))
+        .collect();
+    events.push(payment("evt_held", "pi_held"));
+    let started = Instant::now();
+    let answers = futures_util::future::join_all(events.iter().map(|event| {
+        let app = &app;
+        async move { (app.deliver("stripe", event).await, started.elapsed()) }
+    }))
+    .await;
+    for (answer, took) in &answers {
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        assert!(*took < Duration::from_secs(5), "answered after {took:?}");
+    }
+    for (_, took) in &answers[..30] {
+        assert!(
+            *took < Duration::from_millis(3500),
+            "a batch-mate answered after {took:?}"
+        );
+    }
+    assert_eq!(app.event_status("evt_held").await, "failed");
+    let free_paid = "SELECT count(*) FROM payments WHERE payment_id LIKE 'pi_free_%' AND succeeded";
+    assert_eq!(app.count(free_paid, &[]).await, 30);
+    let free_processed = "SELECT count(*) FROM webhook_events \
+                          WHERE event_id LIKE 'evt_free_%' AND status = 'processed' AND attempts = 1";
+    assert_eq!(app.count(free_processed, &[]).await, 30);
+    let free_attempts = "SELECT count(*) FROM webhook_event_attempts a \
+                         JOIN webhook_events e ON e.id = a.webhook_event_id \
+                         WHERE e.event_id LIKE 'evt_free_%' AND a.outcome = 'processed' \
+                           AND a.handler = 'payment_succeeded'";
+    assert_eq!(app.count(free_attempts, &[]).await, 30);
+
+    // Once the row is free, the retry applies it.
+    holder.batch_execute("ROLLBACK").await.expect("release");
+    app.run_due_retries().await;
+    assert_eq!(app.event_status("evt_held").await, "processed");
+    let held_paid = "SELECT count(*) FROM payments WHERE payment_id = 'pi_held' AND succeeded";
+    assert_eq!(app.count(held_paid, &[]).await, 1);
+}

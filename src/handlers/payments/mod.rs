@@ -66,6 +66,14 @@ impl Handler for PaymentHandler {
         merge_many(tx, &pairs).await?;
         Ok(())
     }
+
+    /// The merge, unless it fails (`apply` records why) or adds a refund (its
+    /// own statement, run after the payment's row is locked).
+    fn folded_merge(&self, event: &Event<'_>) -> Option<PaymentUpdate> {
+        self.update_for(event)
+            .ok()
+            .filter(|update| update.facts.refund.is_none())
+    }
 }
 
 impl PaymentHandler {
