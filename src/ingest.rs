@@ -297,8 +297,9 @@ impl Core {
         let prepared = self.prepare(&settings, &batch);
         // A lone delivery runs its handler in a savepoint: if the handler
         // fails, its failure is recorded at once, the handler run only once.
-        // One whose whole run folds into one statement needs none.
-        if batch.len() == 1 && prepared.folded.is_none() {
+        // One whose whole run is a payment merge folds into one statement; one
+        // with nothing to run is one autocommitted statement on its own.
+        if batch.len() == 1 && prepared.folded.as_ref().is_none_or(Vec::is_empty) {
             drop(prepared);
             return self.one_by_one(batch).await;
         }
@@ -323,7 +324,10 @@ impl Core {
                         .await
                         .map(|decided| decided.into_iter().map(Some).collect()),
                 };
-                if matches!(decided, Err(Fallback::Unavailable(_))) {
+                if matches!(
+                    decided,
+                    Err(Fallback::Unavailable(_) | Fallback::Spoiled(_))
+                ) {
                     store::discard(client);
                 }
                 decided.map(|decided| self.answers(&prepared, &decided))
@@ -360,7 +364,7 @@ impl Core {
                     let _ = job.reply.send(Err(answer));
                 }
             }
-            Err(Fallback::OneByOne(why)) => {
+            Err(Fallback::OneByOne(why) | Fallback::Spoiled(why)) => {
                 log::debug!("batch of {} stored one by one: {why}", batch.len());
                 crate::traces::fail(&span, &why);
                 self.one_by_one(batch).await;
@@ -506,6 +510,8 @@ impl Core {
         // The statement is the handlers' merge too: it is their span.
         let span = folded_span(&merged);
         let clock = std::time::Instant::now();
+        // One time limit for all the runs, as for a handler's batch.
+        let deadline = tokio::time::Instant::now() + settings.handler_timeout;
         let mut runs_so_far = 0;
         let decided = loop {
             runs_so_far += 1;
@@ -517,7 +523,7 @@ impl Core {
                     tokio::pin!(statement);
                     tokio::select! {
                         decided = &mut statement => decided,
-                        () = tokio::time::sleep(settings.handler_timeout) => {
+                        () = tokio::time::sleep_until(deadline) => {
                             cut = true;
                             self.runner.cancel(client.cancel_token()).await;
                             statement.await
@@ -526,43 +532,53 @@ impl Core {
                 })
                 .instrument(span.clone())
                 .await;
-            let error = match decided {
-                Ok(decided) => {
+            let error = match (decided, cut) {
+                (Ok(decided), false) => {
                     tx.commit()
                         .instrument(tracing::trace_span!("commit"))
                         .await
                         .map_err(Fallback::store)?;
                     break decided;
                 }
-                Err(error) => error,
+                // Undone, even had it ended just in time: the cancel may still be
+                // on its way and hit whatever this session runs next, so the
+                // session is closed; each event goes on its own, its handler
+                // under its own time limit.
+                (_, true) => {
+                    let _ = tx.rollback().await;
+                    let why = "the batch's payment merges ran out of time";
+                    crate::traces::fail(&span, &why);
+                    return Err(Fallback::Spoiled(why.into()));
+                }
+                (Err(error), false) => error,
             };
-            crate::traces::fail(&span, &error);
             tx.rollback().await.map_err(Fallback::store)?;
-            match error {
-                // Undone by the cancel: each event on its own, its handler under
-                // its own time limit.
-                _ if cut => {
-                    return Err(Fallback::OneByOne(
-                        "the batch's payment merges ran out of time".into(),
-                    ));
-                }
-                error if error.runs_again(runs_so_far) => {
-                    log::debug!("storing a batch of {} again: {error}", prepared.items.len());
-                }
+            if error.runs_again(runs_so_far) {
+                log::debug!("storing a batch of {} again: {error}", prepared.items.len());
+                continue;
+            }
+            crate::traces::fail(&span, &error);
+            return Err(match error {
                 // A lone delivery has had its runs: its answer is this one.
                 error @ StoreError::Contention(_) if prepared.roles.len() == 1 => {
-                    return Err(Fallback::Answer(error));
+                    Fallback::Answer(error)
                 }
-                error => return Err(Fallback::store(error)),
-            }
+                // The merges are handlers: their failure (a lock or statement
+                // time limit of the database's own, say) is recorded when each
+                // event is stored on its own, as in a transaction of handlers,
+                // on another session when this one may be spoiled.
+                error if error.spoils_connection() => Fallback::Spoiled(error.to_string()),
+                error => Fallback::OneByOne(error.to_string()),
+            });
         };
-        let per_event = clock.elapsed() / u32::try_from(runs.len()).unwrap_or(1).max(1);
-        for (at, _, _) in runs {
-            if let Some(Recorded::New { .. }) = decided[*at]
-                && let Some(kind) = local_kind(&prepared.plans[*at])
-            {
-                self.runner.metrics().handler_duration(kind, per_event);
-            }
+        let merged_new: Vec<&str> = runs
+            .iter()
+            .filter(|(at, _, _)| matches!(decided[*at], Some(Recorded::New { .. })))
+            .filter_map(|(at, _, _)| local_kind(&prepared.plans[*at]))
+            .collect();
+        let per_event = clock.elapsed() / u32::try_from(merged_new.len()).unwrap_or(1).max(1);
+        for kind in merged_new {
+            self.runner.metrics().handler_duration(kind, per_event);
         }
         Ok(decided)
     }
@@ -865,6 +881,9 @@ enum Fallback {
     Unavailable(String),
     /// Something of the batch failed: store each delivery on its own.
     OneByOne(String),
+    /// As `OneByOne`, and the batch's session is closed, not pooled: it may be
+    /// spoiled (a server that can no longer serve hookd, a cancel on its way).
+    Spoiled(String),
     /// A lone delivery's final answer.
     Answer(StoreError),
 }

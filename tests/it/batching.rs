@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::json;
 
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event};
+use crate::support::{Spawn, TestApp, TestDb, connect, shipped_settings, spawn, stripe_event};
 
 /// Marks each event it applies; `evt_stuck` never finishes, `evt_broken` fails for
 /// good, `evt_flaky` fails once.
@@ -339,4 +339,73 @@ async fn a_payment_merge_held_by_a_lock_costs_its_batch_mates_one_handler_timeou
     assert_eq!(app.event_status("evt_held").await, "processed");
     let held_paid = "SELECT count(*) FROM payments WHERE payment_id = 'pi_held' AND succeeded";
     assert_eq!(app.count(held_paid, &[]).await, 1);
+}
+
+/// A payment row held past a `lock_timeout` the database sets for its sessions:
+/// the payment merge fails like a handler, the event is stored `failed` and
+/// retried, and neither it nor its batch-mates are refused with a 503.
+#[tokio::test]
+async fn a_lock_timeout_of_the_databases_own_fails_the_payment_merge_never_the_delivery() {
+    let db = Arc::new(TestDb::create().await);
+    connect(db.config())
+        .await
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET lock_timeout = '200ms'",
+            db.name
+        ))
+        .await
+        .expect("set the database's lock_timeout");
+    let mut settings = shipped_settings();
+    settings.handler_timeout = Duration::from_secs(5);
+    let app = spawn(Spawn {
+        settings,
+        db: Some(db),
+        ..Spawn::default()
+    })
+    .await;
+    let holder = app.db().await;
+    holder
+        .batch_execute(
+            "INSERT INTO payments (source, payment_id) VALUES ('stripe', 'pi_held');
+             BEGIN;
+             SELECT 1 FROM payments WHERE payment_id = 'pi_held' FOR UPDATE;",
+        )
+        .await
+        .expect("hold the payment row");
+    let payment = |id: &str, payment: &str| {
+        stripe_event(
+            id,
+            "payment_intent.succeeded",
+            json!({"id": payment, "object": "payment_intent", "amount": 500, "currency": "eur"}),
+        )
+    };
+
+    // Alone, then among batch-mates.
+    let lone = app
+        .deliver("stripe", &payment("evt_held_alone", "pi_held"))
+        .await;
+    assert_eq!(lone.status, 200, "{}", lone.text());
+    assert_eq!(app.event_status("evt_held_alone").await, "failed");
+    let mut events: Vec<serde_json::Value> = (0..20)
+        .map(|i| payment(&format!("evt_mate_{i}"), &format!("pi_mate_{i}")))
+        .collect();
+    events.push(payment("evt_held_among", "pi_held"));
+    let answers =
+        futures_util::future::join_all(events.iter().map(|event| app.deliver("stripe", event)))
+            .await;
+    for answer in &answers {
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    assert_eq!(app.event_status("evt_held_among").await, "failed");
+    let mates_paid =
+        "SELECT count(*) FROM payments WHERE payment_id LIKE 'pi_mate_%' AND succeeded";
+    assert_eq!(app.count(mates_paid, &[]).await, 20);
+    let held_error = "SELECT count(*) FROM webhook_events \
+                      WHERE event_id LIKE 'evt_held_%' AND last_error LIKE '%lock timeout%'";
+    assert_eq!(app.count(held_error, &[]).await, 2);
+
+    holder.batch_execute("ROLLBACK").await.expect("release");
+    app.run_due_retries().await;
+    assert_eq!(app.event_status("evt_held_alone").await, "processed");
+    assert_eq!(app.event_status("evt_held_among").await, "processed");
 }
