@@ -163,11 +163,11 @@ impl DbConnector {
     }
 }
 
-/// Makes the pool's connections, each one's driver running on the runtime the
-/// pool was made on. Spawned where a connection happens to be made (an HTTP
-/// worker answering the first request that needed it), a driver would end with
-/// that worker when hookd stops, closing the connection under whichever
-/// transaction uses it then.
+/// Makes the pool's connections on the runtime the pool was made on: the
+/// socket, and the driver running it. Opened where a connection happens to be
+/// needed first (an HTTP worker answering a request), either would end with that
+/// worker when hookd stops, closing the connection under whichever transaction
+/// uses it then.
 struct OnRuntime<T> {
     tls: T,
     runtime: Option<tokio::runtime::Handle>,
@@ -198,18 +198,28 @@ where
     > {
         let (tls, config) = (self.tls.clone(), config.clone());
         let runtime = self.runtime.clone();
-        Box::pin(async move {
+        let open = async move {
             let (client, connection) = config.connect(tls).await?;
-            let drive = async move {
+            let task = tokio::spawn(async move {
                 if let Err(error) = connection.await {
                     log::debug!("a database connection ended: {error}");
                 }
-            };
-            let task = match runtime {
-                Some(runtime) => runtime.spawn(drive),
-                None => tokio::spawn(drive),
-            };
+            });
             Ok((client, task))
+        };
+        Box::pin(async move {
+            let Some(runtime) = runtime else {
+                return open.await;
+            };
+            // The socket belongs to the runtime it is opened on, not only its
+            // driver: opened on an HTTP worker, it would die with that worker.
+            match runtime.spawn(open).await {
+                Ok(opened) => opened,
+                Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+                // The pool's runtime is shutting down: hookd is stopping, and the
+                // pool's create_timeout ends the wait.
+                Err(_) => std::future::pending().await,
+            }
         })
     }
 }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::json;
 
-use crate::support::{Spawn, TestApp, TestDb, connect, shipped_settings, spawn, stripe_event};
+use crate::support::{
+    Spawn, TestApp, TestDb, connect, hold_payment_row, shipped_settings, spawn, stripe_event,
+};
 
 /// Marks each event it applies; `evt_stuck` never finishes, `evt_broken` fails for
 /// good, `evt_flaky` fails once.
@@ -285,26 +287,11 @@ async fn a_payment_merge_held_by_a_lock_costs_its_batch_mates_one_handler_timeou
         ..Spawn::default()
     })
     .await;
-    let holder = app.db().await;
-    holder
-        .batch_execute(
-            "INSERT INTO payments (source, payment_id) VALUES ('stripe', 'pi_held');
-             BEGIN;
-             SELECT 1 FROM payments WHERE payment_id = 'pi_held' FOR UPDATE;",
-        )
-        .await
-        .expect("hold the payment row");
-    let payment = |id: &str, payment: &str| {
-        stripe_event(
-            id,
-            "payment_intent.succeeded",
-            json!({"id": payment, "object": "payment_intent", "amount": 500, "currency": "eur"}),
-        )
-    };
+    let holder = hold_payment_row(app.db().await, "pi_held").await;
     let mut events: Vec<serde_json::Value> = (0..30)
-        .map(|i| payment(&format!("evt_free_{i}"), &format!("pi_free_{i}")))
+        .map(|i| payment_event(&format!("evt_free_{i}"), &format!("pi_free_{i}")))
         .collect();
-    events.push(payment("evt_held", "pi_held"));
+    events.push(payment_event("evt_held", "pi_held"));
     let started = Instant::now();
     let answers = futures_util::future::join_all(events.iter().map(|event| {
         let app = &app;
@@ -363,33 +350,18 @@ async fn a_lock_timeout_of_the_databases_own_fails_the_payment_merge_never_the_d
         ..Spawn::default()
     })
     .await;
-    let holder = app.db().await;
-    holder
-        .batch_execute(
-            "INSERT INTO payments (source, payment_id) VALUES ('stripe', 'pi_held');
-             BEGIN;
-             SELECT 1 FROM payments WHERE payment_id = 'pi_held' FOR UPDATE;",
-        )
-        .await
-        .expect("hold the payment row");
-    let payment = |id: &str, payment: &str| {
-        stripe_event(
-            id,
-            "payment_intent.succeeded",
-            json!({"id": payment, "object": "payment_intent", "amount": 500, "currency": "eur"}),
-        )
-    };
+    let holder = hold_payment_row(app.db().await, "pi_held").await;
 
     // Alone, then among batch-mates.
     let lone = app
-        .deliver("stripe", &payment("evt_held_alone", "pi_held"))
+        .deliver("stripe", &payment_event("evt_held_alone", "pi_held"))
         .await;
     assert_eq!(lone.status, 200, "{}", lone.text());
     assert_eq!(app.event_status("evt_held_alone").await, "failed");
     let mut events: Vec<serde_json::Value> = (0..20)
-        .map(|i| payment(&format!("evt_mate_{i}"), &format!("pi_mate_{i}")))
+        .map(|i| payment_event(&format!("evt_mate_{i}"), &format!("pi_mate_{i}")))
         .collect();
-    events.push(payment("evt_held_among", "pi_held"));
+    events.push(payment_event("evt_held_among", "pi_held"));
     let answers =
         futures_util::future::join_all(events.iter().map(|event| app.deliver("stripe", event)))
             .await;
@@ -408,4 +380,13 @@ async fn a_lock_timeout_of_the_databases_own_fails_the_payment_merge_never_the_d
     app.run_due_retries().await;
     assert_eq!(app.event_status("evt_held_alone").await, "processed");
     assert_eq!(app.event_status("evt_held_among").await, "processed");
+}
+
+/// A Stripe `payment_intent.succeeded` event `id` for `payment`.
+fn payment_event(id: &str, payment: &str) -> serde_json::Value {
+    stripe_event(
+        id,
+        "payment_intent.succeeded",
+        json!({"id": payment, "object": "payment_intent", "amount": 500, "currency": "eur"}),
+    )
 }

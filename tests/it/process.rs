@@ -324,22 +324,9 @@ async fn held_in_its_handler(
     tokio_postgres::Client,
     tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
 ) {
-    let holder = crate::support::connect(db.config()).await;
-    holder
-        .execute(
-            "INSERT INTO payments (source, payment_id) VALUES ('stripe', $1)",
-            &[&payment_id],
-        )
-        .await
-        .expect("a payment row");
-    holder.batch_execute("BEGIN").await.expect("begin");
-    holder
-        .execute(
-            "SELECT 1 FROM payments WHERE payment_id = $1 FOR UPDATE",
-            &[&payment_id],
-        )
-        .await
-        .expect("hold the payment row");
+    let holder =
+        crate::support::hold_payment_row(crate::support::connect(db.config()).await, payment_id)
+            .await;
     let event = stripe_event(
         event_id,
         "payment_intent.succeeded",

@@ -14,6 +14,30 @@ pub use hookd_kit::settings::shipped_settings;
 
 pub mod provider;
 
+/// `holder`, made to hold the payment row `payment_id` (inserted for it)
+/// `FOR UPDATE` until it ends its transaction.
+pub async fn hold_payment_row(
+    holder: tokio_postgres::Client,
+    payment_id: &str,
+) -> tokio_postgres::Client {
+    holder
+        .execute(
+            "INSERT INTO payments (source, payment_id) VALUES ('stripe', $1)",
+            &[&payment_id],
+        )
+        .await
+        .expect("a payment row");
+    holder.batch_execute("BEGIN").await.expect("begin");
+    holder
+        .execute(
+            "SELECT 1 FROM payments WHERE payment_id = $1 FOR UPDATE",
+            &[&payment_id],
+        )
+        .await
+        .expect("hold the payment row");
+    holder
+}
+
 /// Runs the real `hookd` binary from the repository folder with the shipped
 /// configuration, against `database` (a `DATABASE_URL`), or none.
 pub async fn run_hookd(args: &[&str], database: Option<String>) -> std::process::Output {
