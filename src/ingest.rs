@@ -283,9 +283,18 @@ struct Prepared<'b> {
     roles: Vec<Role>,
     items: Vec<BatchItem<'b>>,
     plans: Vec<Vec<Step<'b>>>,
-    /// `Some` when the batch folds into one statement: each new event's merge
-    /// and its attempt (for the items with a payment handler, in order).
-    folded: Option<Vec<(usize, PaymentUpdate, AttemptRecord)>>,
+    /// `Some` when the batch folds into one statement: the merges of the items
+    /// with a payment handler, in order.
+    folded: Option<Vec<FoldedMerge<'b>>>,
+}
+
+/// An item's payment merge and attempt, written by the statement that stores it.
+struct FoldedMerge<'b> {
+    /// The item's index in `Prepared::items`.
+    at: usize,
+    kind: &'b str,
+    update: PaymentUpdate,
+    attempt: AttemptRecord,
 }
 
 impl Core {
@@ -447,11 +456,11 @@ impl Core {
     /// Each item's payment merge and attempt, when every item is decided by id
     /// and its handler (if any) is hookd's own payment merge with no refund to
     /// add (`Handler::folded_merge`).
-    fn fold(
+    fn fold<'b>(
         &self,
         items: &[BatchItem<'_>],
-        plans: &[Vec<Step<'_>>],
-    ) -> Option<Vec<(usize, PaymentUpdate, AttemptRecord)>> {
+        plans: &[Vec<Step<'b>>],
+    ) -> Option<Vec<FoldedMerge<'b>>> {
         let received_at = Utc::now();
         let mut runs = Vec::new();
         for (at, (item, plan)) in items.iter().zip(plans).enumerate() {
@@ -475,7 +484,12 @@ impl Core {
                 response: None,
             };
             let attempt = ledger::attempt_record(0, 1, &run, Some(&Standing::Done));
-            runs.push((at, update, attempt));
+            runs.push(FoldedMerge {
+                at,
+                kind,
+                update,
+                attempt,
+            });
         }
         Some(runs)
     }
@@ -488,24 +502,21 @@ impl Core {
         &self,
         client: &Object,
         prepared: &Prepared<'_>,
-        runs: &[(usize, PaymentUpdate, AttemptRecord)],
+        runs: &[FoldedMerge<'_>],
         settings: &Settings,
     ) -> Result<Vec<Option<Recorded>>, Fallback> {
         let folded: Vec<events::FoldedRun<'_>> = runs
             .iter()
-            .map(|(at, update, attempt)| events::FoldedRun {
-                source: &prepared.items[*at].event.source,
-                event_id: &prepared.items[*at].event.event_id,
-                update,
-                attempt,
+            .map(|run| events::FoldedRun {
+                source: &prepared.items[run.at].event.source,
+                event_id: &prepared.items[run.at].event.event_id,
+                update: &run.update,
+                attempt: &run.attempt,
             })
             .collect();
         let merged: Vec<(&str, &str)> = runs
             .iter()
-            .filter_map(|(at, _, _)| {
-                local_kind(&prepared.plans[*at])
-                    .map(|kind| (kind, &*prepared.items[*at].event.event_id))
-            })
+            .map(|run| (run.kind, &*prepared.items[run.at].event.event_id))
             .collect();
         // The statement is the handlers' merge too: it is their span.
         let span = folded_span(&merged);
@@ -571,14 +582,13 @@ impl Core {
                 error => Fallback::OneByOne(error.to_string()),
             });
         };
-        let merged_new: Vec<&str> = runs
+        let merged_new: Vec<&FoldedMerge<'_>> = runs
             .iter()
-            .filter(|(at, _, _)| matches!(decided[*at], Some(Recorded::New { .. })))
-            .filter_map(|(at, _, _)| local_kind(&prepared.plans[*at]))
+            .filter(|run| matches!(decided[run.at], Some(Recorded::New { .. })))
             .collect();
         let per_event = clock.elapsed() / u32::try_from(merged_new.len()).unwrap_or(1).max(1);
-        for kind in merged_new {
-            self.runner.metrics().handler_duration(kind, per_event);
+        for run in merged_new {
+            self.runner.metrics().handler_duration(run.kind, per_event);
         }
         Ok(decided)
     }
@@ -830,14 +840,6 @@ impl Core {
             .await?;
         Ok(Ingested { recorded, status })
     }
-}
-
-/// The kind whose own handler a plan runs, if any.
-fn local_kind<'p>(plan: &'p [Step<'_>]) -> Option<&'p str> {
-    plan.iter().find_map(|step| match step {
-        Step::Local { kind, .. } => Some(*kind),
-        _ => None,
-    })
 }
 
 /// The `handler` span of a folded statement merging the payments of `runs`
