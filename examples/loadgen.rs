@@ -125,6 +125,13 @@ async fn run(args: Args) -> Result<bool, String> {
     };
     let summary = report.summary();
     println!("{}", summary.line());
+    if args.rate.is_some() {
+        // A tail is a stall or a queue: this says when it happened.
+        println!(
+            "p99 per second, ms: {}",
+            report.p99_timeline(Duration::from_secs(1))
+        );
+    }
     if summary.requests > 0 && summary.ok == 0 && !summary.errors.is_empty() {
         eprintln!("loadgen: no delivery succeeded; is hookd running at {base}?");
     }

@@ -229,6 +229,11 @@ pub async fn closed_loop(
 /// Deliveries due at a fixed `rate` per second, sent whether or not earlier ones
 /// were answered, for `duration` or until `stop` is set, whichever comes first.
 /// Latency is counted from the time each delivery was due.
+///
+/// A thread of its own keeps the pace with the operating system's sleep (tens of
+/// µs late at most on an idle core), not with Tokio's timer: that one wakes on
+/// whole milliseconds, so deliveries would leave up to a millisecond after they
+/// were due, several at once, and that wait would count as hookd's latency.
 pub async fn open_loop(
     sender: Arc<Sender>,
     rate: f64,
@@ -240,34 +245,42 @@ pub async fn open_loop(
     let total = ((rate * duration.as_secs_f64()).ceil() as u64).min(MAX_REQUESTS);
     let interval = Duration::from_secs_f64(1.0 / rate);
     let slots = Arc::new(Semaphore::new(OPEN_LOOP_MAX_IN_FLIGHT));
-    let start = Instant::now();
-    let mut tasks = JoinSet::new();
-    let mut samples = Vec::new();
-    for i in 0..total {
-        if stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
-            break;
-        }
-        let due = start + interval.mul_f64(i as f64);
-        tokio::time::sleep_until(due).await;
-        let sender = sender.clone();
-        let slots = slots.clone();
-        tasks.spawn(async move {
-            let _slot = slots.acquire_owned().await.expect("semaphore open");
-            let outcome = sender.send_one().await;
-            Sample {
-                due: due - start,
-                latency: due.elapsed(),
-                outcome,
+    let runtime = tokio::runtime::Handle::current();
+    let (sent, mut deliveries) = tokio::sync::mpsc::unbounded_channel();
+    let start = std::time::Instant::now();
+    let pacer = std::thread::Builder::new()
+        .name("loadgen-pacer".into())
+        .spawn(move || {
+            for i in 0..total {
+                if stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+                    break;
+                }
+                let due = start + interval.mul_f64(i as f64);
+                if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                let sender = sender.clone();
+                let slots = slots.clone();
+                let delivery = runtime.spawn(async move {
+                    let _slot = slots.acquire_owned().await.expect("semaphore open");
+                    let outcome = sender.send_one().await;
+                    Sample {
+                        due: due - start,
+                        latency: due.elapsed(),
+                        outcome,
+                    }
+                });
+                if sent.send(delivery).is_err() {
+                    break;
+                }
             }
-        });
-        // Gather finished deliveries as we go so the set stays small.
-        while let Some(done) = tasks.try_join_next() {
-            samples.push(done.expect("delivery task"));
-        }
+        })
+        .expect("pacer thread");
+    let mut samples = Vec::new();
+    while let Some(delivery) = deliveries.recv().await {
+        samples.push(delivery.await.expect("delivery task"));
     }
-    while let Some(done) = tasks.join_next().await {
-        samples.push(done.expect("delivery task"));
-    }
+    pacer.join().expect("pacer");
     Report::new(samples, start.elapsed())
 }
 
