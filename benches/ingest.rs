@@ -34,7 +34,7 @@ const ROUNDS: usize = 2;
 const SLICE: Duration = Duration::from_secs(5);
 const PGBENCH_WARM_UP: Duration = Duration::from_secs(2);
 /// The open-loop run at half of hookd's peak rate.
-const OPEN_LOOP: Duration = Duration::from_secs(10);
+const OPEN_LOOP: Duration = Duration::from_secs(30);
 
 /// What one or more pgbench runs measured.
 #[derive(Debug, Clone, Default)]

@@ -4,14 +4,16 @@
 //! provider's 200 follows that commit). Forwards run after the commit: the row
 //! says they are due, and the dispatcher is woken.
 //!
-//! **Group commit.** A delivery that finds no batch forming and a connection to
-//! spare leads its own transaction at once: nobody waits for company. Only when
-//! every leader is busy do deliveries queue, and the next leader to finish takes
-//! whatever is queued (up to `MAX_BATCH`) and stores it in one transaction: one multi-row
-//! dedupe statement (two, sent together, when sources that dedupe on the body
-//! are among it), each handler once for its events of the batch
-//! (`Handler::apply_batch`, the payments one set-based merge), the attempts in one
-//! statement, one commit — and only then every answer. Copies of one event inside
+//! **Group commit.** One transaction runs at a time: a delivery that finds none
+//! running leads its own at once; the deliveries that arrive while one runs
+//! queue, and when it ends its leader takes whatever is queued (up to
+//! `MAX_BATCH`) into the next. A transaction that runs past `LONG_RUN` (a slow
+//! handler, a lock wait, a slow disk's flush) lets the next batch start beside
+//! it, up to `max_leaders` at once. A batch is stored in one transaction: one
+//! multi-row dedupe statement (two, sent together, when sources that dedupe on
+//! the body are among it), each handler once for its events of the batch
+//! (`Handler::apply_batch`, the payments one set-based merge), the attempts in
+//! one statement, one commit — and only then every answer. Copies of one event inside
 //! a batch are decided together (one row, one effect, one answer for all). If
 //! anything of the batch fails (a handler's error, its time limit), the whole
 //! transaction is undone and each delivery is stored on its own, concurrently,
@@ -19,7 +21,7 @@
 //! batch-mates, and delays them by at most `handler_timeout`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
@@ -52,22 +54,93 @@ pub struct Ingester {
 struct Core {
     pool: Pool,
     runner: Runner,
-    /// Requests waiting for a leader, in arrival order, each with its events
-    /// (which share a batch).
-    queue: Mutex<VecDeque<Vec<Job>>>,
+    /// The deliveries waiting, and the leaders storing the others.
+    lanes: Mutex<Lanes<Job>>,
     /// Room in the queue, a permit per waiting delivery.
     room: Semaphore,
-    /// Transactions storing deliveries now.
-    leaders: AtomicUsize,
-    /// At most this many: one per core and one more (more transactions at once
-    /// only make smaller batches, which cost the database more per event: on 2
-    /// cores, 3 leaders beat both 2 and 4, see benches/README.md), and half the
-    /// pool at most, so retries, the desk and purge always find a connection.
-    max_leaders: usize,
     /// The runtime hookd was started on: a leader runs there, not on the HTTP
     /// worker whose delivery started it (a worker that stops would take the
     /// transaction of others' deliveries with it).
     runtime: tokio::runtime::Handle,
+}
+
+/// The queue and the leaders at work, changed together under one lock. Generic
+/// over what is queued, so its rules are tested on their own.
+struct Lanes<J> {
+    /// Requests waiting for a leader, in arrival order, each with its events
+    /// (which share a batch).
+    queue: VecDeque<Vec<J>>,
+    /// Transactions storing deliveries now.
+    leaders: usize,
+    /// Of those, the ones holding the turn (`Turn`): one, or none while every
+    /// leader's transaction has run past `LONG_RUN`.
+    running: usize,
+    /// Transactions at once at most (`max_leaders`).
+    max_leaders: usize,
+}
+
+impl<J> Lanes<J> {
+    fn new(max_leaders: usize) -> Self {
+        Lanes {
+            queue: VecDeque::new(),
+            leaders: 0,
+            running: 0,
+            max_leaders,
+        }
+    }
+
+    /// Queues a request's events; whether a new leader is due for them.
+    fn push(&mut self, request: Vec<J>) -> bool {
+        self.queue.push_back(request);
+        self.claim()
+    }
+
+    /// Whether what is queued is due a new leader (counted, holding the turn,
+    /// when it is): only while nobody holds the turn. Two transactions at once
+    /// only make both smaller and slower where the database shares the
+    /// machine's cores: they share those cores, the tables' last pages and the
+    /// WAL flush, and pay for two statements and two commits where one batch
+    /// would pay once.
+    fn claim(&mut self) -> bool {
+        let due = !self.queue.is_empty() && self.running == 0 && self.leaders < self.max_leaders;
+        if due {
+            self.leaders += 1;
+            self.running += 1;
+        }
+        due
+    }
+
+    /// A transaction gave up the turn: whether a new leader is due.
+    fn give_up(&mut self) -> bool {
+        self.running -= 1;
+        self.claim()
+    }
+
+    /// The queued requests of a leader's next batch, whole, up to `MAX_BATCH`
+    /// events (more when the first request alone carries more), and the room
+    /// that frees in the queue, if the leader holds the turn or takes it now;
+    /// else `None`, and it is no longer counted.
+    fn next_batch(&mut self, holding: bool) -> Option<(Vec<J>, usize)> {
+        if self.queue.is_empty() || !(holding || self.running == 0) {
+            self.running -= usize::from(holding);
+            self.leaders -= 1;
+            return None;
+        }
+        self.running += usize::from(!holding);
+        let mut batch = Vec::new();
+        let mut room = 0;
+        while let Some(request) = self.queue.front() {
+            if !batch.is_empty() && batch.len() + request.len() > MAX_BATCH {
+                break;
+            }
+            let Some(request) = self.queue.pop_front() else {
+                break;
+            };
+            room += request.len().min(QUEUE);
+            batch.extend(request);
+        }
+        Some((batch, room))
+    }
 }
 
 /// One event waiting for its transaction, and where its outcome goes. The
@@ -95,10 +168,8 @@ impl Ingester {
         let core = Arc::new(Core {
             pool,
             runner,
-            queue: Mutex::new(VecDeque::new()),
+            lanes: Mutex::new(Lanes::new(max_leaders)),
             room: Semaphore::new(QUEUE),
-            leaders: AtomicUsize::new(0),
-            max_leaders,
             runtime: tokio::runtime::Handle::current(),
         });
         Ingester { core }
@@ -150,8 +221,10 @@ impl Ingester {
                 (job, answer)
             })
             .unzip();
-        self.core.lock_queue().push_back(jobs);
-        self.core.clone().lead_if_free();
+        let due = self.core.lock_lanes().push(jobs);
+        if due {
+            self.core.lead();
+        }
         let mut outcomes = Vec::with_capacity(answers.len());
         for answer in answers {
             outcomes.push(answer.await.unwrap_or_else(|_| Err(stopping()))?);
@@ -161,86 +234,101 @@ impl Ingester {
 }
 
 impl Core {
-    fn lock_queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Vec<Job>>> {
-        // A panic while holding it cannot leave the queue half-changed.
-        self.queue
+    fn lock_lanes(&self) -> std::sync::MutexGuard<'_, Lanes<Job>> {
+        // A panic while holding it cannot leave the lanes half-changed.
+        self.lanes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Starts a leader if fewer than the most are at work.
-    fn lead_if_free(self: Arc<Self>) {
-        let free = self
-            .leaders
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max_leaders).then_some(n + 1)
-            })
-            .is_ok();
-        if free {
-            let runtime = self.runtime.clone();
-            runtime.spawn(self.lead());
-        }
+    /// Starts a leader that `Lanes::claim` counted.
+    fn lead(self: &Arc<Self>) {
+        self.runtime.spawn(self.clone().lead_on());
     }
 
-    /// Takes whatever is queued, up to `MAX_BATCH` events (more when one request
-    /// carries more), and stores it; until nothing is queued. A task of its own:
-    /// a provider hanging up never cuts a transaction that others share.
-    async fn lead(self: Arc<Self>) {
-        loop {
-            let batch = self.take_batch();
-            if batch.is_empty() {
-                self.leaders.fetch_sub(1, Ordering::AcqRel);
-                // A delivery queued after the take, while this still counted as a
-                // leader, started none: lead again for it.
-                if self.lock_queue().is_empty() {
-                    return;
-                }
-                let again = self
-                    .leaders
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                        (n < self.max_leaders).then_some(n + 1)
-                    })
-                    .is_ok();
-                if !again {
-                    return;
-                }
-                continue;
-            }
+    /// Stores batch after batch of what is queued while it holds the turn, or
+    /// finds the turn free; a leader starts holding it. A task of its own: a
+    /// provider hanging up never cuts a transaction that others share.
+    async fn lead_on(self: Arc<Self>) {
+        let mut holding = true;
+        while let Some(batch) = self.next_batch(holding) {
+            let turn = Turn {
+                core: &self,
+                held: AtomicBool::new(true),
+            };
             // A panic in one batch must not take its leader's slot with it: its
             // deliveries get 503 (their replies are dropped) and the leader goes on.
-            let committed = std::panic::AssertUnwindSafe(self.commit(batch));
+            let committed = std::panic::AssertUnwindSafe(turn.hold(self.commit(batch)));
             if futures_util::FutureExt::catch_unwind(committed)
                 .await
                 .is_err()
             {
                 log::error!("a batch of deliveries panicked; they were answered 503");
             }
+            holding = turn.keep();
         }
     }
 
-    /// The queued requests of the next batch, whole, up to `MAX_BATCH`
-    /// deliveries (more when the first request alone carries more).
-    fn take_batch(&self) -> Vec<Job> {
-        let mut queue = self.lock_queue();
-        let mut batch = Vec::new();
-        let mut room = 0;
-        while let Some(request) = queue.front() {
-            if !batch.is_empty() && batch.len() + request.len() > MAX_BATCH {
-                break;
-            }
-            let Some(request) = queue.pop_front() else {
-                break;
-            };
-            room += request.len().min(QUEUE);
-            batch.extend(request);
-        }
-        drop(queue);
+    /// The leader's next batch (see `Lanes::next_batch`).
+    fn next_batch(&self, holding: bool) -> Option<Vec<Job>> {
+        let (batch, room) = self.lock_lanes().next_batch(holding)?;
         self.room.add_permits(room);
-        batch
+        Some(batch)
     }
 }
 
-/// How many transactions store deliveries at once with a pool of `pool_size`.
+/// A batch's turn. While one batch's transaction holds it, the deliveries that
+/// arrive queue for the next batch instead of starting transactions of their
+/// own, and its leader takes them when it ends. A transaction that runs past
+/// `LONG_RUN` gives it up, so a slow handler, a lock wait or a slow flush holds
+/// back nobody for long: the next batch starts beside it (up to `max_leaders`).
+struct Turn<'c> {
+    core: &'c Arc<Core>,
+    held: AtomicBool,
+}
+
+/// How long a batch's transaction holds the turn at most (see `Turn`).
+const LONG_RUN: std::time::Duration = std::time::Duration::from_millis(2);
+
+impl Turn<'_> {
+    /// Gives up the turn (once), and starts a leader for what queued meanwhile.
+    fn give_up(&self) {
+        if !self.held.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let due = self.core.lock_lanes().give_up();
+        if due {
+            self.core.lead();
+        }
+    }
+
+    /// `work`, giving up the turn if it runs past `LONG_RUN`.
+    async fn hold<T>(&self, work: impl Future<Output = T>) -> T {
+        tokio::pin!(work);
+        tokio::select! {
+            biased;
+            done = &mut work => return done,
+            () = tokio::time::sleep(LONG_RUN) => self.give_up(),
+        }
+        work.await
+    }
+
+    /// The batch is done: whether the turn is still held, for the leader's next.
+    fn keep(self) -> bool {
+        self.held.swap(false, Ordering::AcqRel)
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.give_up();
+    }
+}
+
+/// How many transactions may store deliveries at once with a pool of
+/// `pool_size` (when they run past `LONG_RUN`): one per core and one more, and
+/// half the pool at most, so retries, the desk and purge always find a
+/// connection.
 pub fn max_leaders(pool_size: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cores + 1).min(pool_size / 2).max(1)
@@ -917,5 +1005,80 @@ fn expected_for(plan: &[Step<'_>]) -> Expected {
         status,
         attempts: i32::from(local),
         due_now: forwards,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Lanes, MAX_BATCH};
+
+    #[test]
+    fn one_leader_at_a_time_takes_everything_queued_meanwhile() {
+        let mut lanes = Lanes::new(3);
+        assert!(lanes.push(vec![1]), "the first delivery leads at once");
+        let (batch, room) = lanes.next_batch(true).expect("its batch");
+        assert_eq!((batch, room), (vec![1], 1));
+        // While it runs, the others queue: nobody else leads.
+        for n in 2..=5 {
+            assert!(!lanes.push(vec![n]));
+        }
+        assert_eq!(lanes.leaders, 1);
+        // Its leader takes them all into its next batch, in order.
+        let (batch, _) = lanes.next_batch(true).expect("the next batch");
+        assert_eq!(batch, vec![2, 3, 4, 5]);
+        // Nothing left: the leader stops, and the next delivery leads again.
+        assert!(lanes.next_batch(true).is_none());
+        assert_eq!((lanes.leaders, lanes.running), (0, 0));
+        assert!(lanes.push(vec![6]));
+    }
+
+    #[test]
+    fn a_transaction_past_its_time_lets_the_next_start_beside_it_up_to_the_most() {
+        let mut lanes = Lanes::new(2);
+        assert!(lanes.push(vec!["slow"]));
+        lanes.next_batch(true).expect("slow");
+        assert!(!lanes.push(vec!["a"]));
+        // The slow one gives up the turn: the queued delivery gets a leader.
+        assert!(lanes.give_up());
+        assert_eq!(lanes.next_batch(true).expect("a").0, vec!["a"]);
+        // Both past their time, and the most already at work: the next waits.
+        assert!(!lanes.give_up());
+        assert!(!lanes.push(vec!["b"]));
+        assert_eq!((lanes.leaders, lanes.running), (2, 0));
+        // The first to end takes the turn back for it; the other then stops.
+        assert_eq!(lanes.next_batch(false).expect("b").0, vec!["b"]);
+        assert!(lanes.next_batch(false).is_none());
+        assert_eq!((lanes.leaders, lanes.running), (1, 1));
+    }
+
+    #[test]
+    fn a_leader_without_the_turn_stops_while_another_holds_it() {
+        let mut lanes = Lanes::new(3);
+        assert!(lanes.push(vec!["slow"]));
+        lanes.next_batch(true).expect("slow");
+        assert!(!lanes.push(vec!["a"]));
+        assert!(lanes.give_up(), "a new leader for a");
+        lanes.next_batch(true).expect("a");
+        assert!(!lanes.push(vec!["b"]));
+        // The slow one ends while a's leader holds the turn: it leaves b to it.
+        assert!(lanes.next_batch(false).is_none());
+        assert_eq!(lanes.next_batch(true).expect("b").0, vec!["b"]);
+        assert_eq!((lanes.leaders, lanes.running), (1, 1));
+    }
+
+    #[test]
+    fn batches_hold_whole_requests_up_to_the_limit() {
+        let mut lanes = Lanes::new(1);
+        assert!(lanes.push(vec![0; MAX_BATCH - 1]));
+        assert!(!lanes.push(vec![1, 1]));
+        assert!(!lanes.push(vec![2; MAX_BATCH + 5]));
+        let (first, room) = lanes.next_batch(true).expect("first");
+        assert_eq!((first.len(), room), (MAX_BATCH - 1, MAX_BATCH - 1));
+        assert_eq!(lanes.next_batch(true).expect("second").0, vec![1, 1]);
+        // A request larger than the limit is one batch of its own.
+        assert_eq!(
+            lanes.next_batch(true).expect("third").0.len(),
+            MAX_BATCH + 5
+        );
     }
 }
