@@ -4,7 +4,7 @@
 //! provider's 200 follows that commit). Forwards run after the commit: the row
 //! says they are due, and the dispatcher is woken.
 //!
-//! **Group commit.** One transaction runs at a time: a delivery that finds none
+//! **Group commit.** One batch runs at a time: a delivery that finds none
 //! running leads its own at once; the deliveries that arrive while one runs
 //! queue, and when it ends its leader takes whatever is queued (up to
 //! `MAX_BATCH`) into the next. A transaction that runs past `LONG_RUN` (a slow
@@ -198,6 +198,9 @@ impl Ingester {
         verified: Verified,
     ) -> Result<Vec<Ingested>, StoreError> {
         let stopping = || StoreError::Unavailable("hookd is stopping".into());
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
         let span = Span::current();
         let count = u32::try_from(events.len()).map_err(|_| stopping())?;
         // A request larger than the queue waits for all of its room at once.
@@ -280,8 +283,9 @@ impl Core {
 /// A batch's turn. While one batch's transaction holds it, the deliveries that
 /// arrive queue for the next batch instead of starting transactions of their
 /// own, and its leader takes them when it ends. A transaction that runs past
-/// `LONG_RUN` gives it up, so a slow handler, a lock wait or a slow flush holds
-/// back nobody for long: the next batch starts beside it (up to `max_leaders`).
+/// `LONG_RUN` (2–3 ms: Tokio's timer counts whole milliseconds) gives it up, so
+/// a slow handler, a lock wait or a slow flush holds back the next batch only
+/// that long, while fewer than `max_leaders` transactions are at work.
 struct Turn<'c> {
     core: &'c Arc<Core>,
     held: AtomicBool,
@@ -1041,7 +1045,8 @@ mod tests {
         // The slow one gives up the turn: the queued delivery gets a leader.
         assert!(lanes.give_up());
         assert_eq!(lanes.next_batch(true).expect("a").0, vec!["a"]);
-        // Both past their time, and the most already at work: the next waits.
+        // a's transaction runs past its time too, and the most are already at
+        // work: the next delivery waits for either to end.
         assert!(!lanes.give_up());
         assert!(!lanes.push(vec!["b"]));
         assert_eq!((lanes.leaders, lanes.running), (2, 0));
@@ -1069,12 +1074,14 @@ mod tests {
     #[test]
     fn batches_hold_whole_requests_up_to_the_limit() {
         let mut lanes = Lanes::new(1);
-        assert!(lanes.push(vec![0; MAX_BATCH - 1]));
+        assert!(lanes.push(vec![0; MAX_BATCH - 2]));
         assert!(!lanes.push(vec![1, 1]));
-        assert!(!lanes.push(vec![2; MAX_BATCH + 5]));
+        assert!(!lanes.push(vec![2]));
+        assert!(!lanes.push(vec![3; MAX_BATCH + 5]));
+        // Filled to the limit exactly; the next request does not fit.
         let (first, room) = lanes.next_batch(true).expect("first");
-        assert_eq!((first.len(), room), (MAX_BATCH - 1, MAX_BATCH - 1));
-        assert_eq!(lanes.next_batch(true).expect("second").0, vec![1, 1]);
+        assert_eq!((first.len(), room), (MAX_BATCH, MAX_BATCH));
+        assert_eq!(lanes.next_batch(true).expect("second").0, vec![2]);
         // A request larger than the limit is one batch of its own.
         assert_eq!(
             lanes.next_batch(true).expect("third").0.len(),

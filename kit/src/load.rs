@@ -251,13 +251,14 @@ pub async fn open_loop(
     let pacer = std::thread::Builder::new()
         .name("loadgen-pacer".into())
         .spawn(move || {
+            let stopped = || stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
             for i in 0..total {
-                if stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
-                    break;
-                }
                 let due = start + interval.mul_f64(i as f64);
                 if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
                     std::thread::sleep(wait);
+                }
+                if stopped() {
+                    break;
                 }
                 let sender = sender.clone();
                 let slots = slots.clone();

@@ -20,9 +20,14 @@ const EVENTS: usize = 300;
 fn session_errors(log: &str) -> Vec<&str> {
     log.lines()
         .filter(|l| {
+            // The codes as words: a request id's hex may hold "26000".
+            let code = |c: &str| {
+                l.split(|ch: char| !ch.is_ascii_alphanumeric())
+                    .any(|w| w == c)
+            };
             l.contains("prepared statement")
-                || l.contains("26000")
-                || l.contains("42P05")
+                || code("26000")
+                || code("42P05")
                 || l.contains("advisory")
         })
         .collect()
