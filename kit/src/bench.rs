@@ -137,23 +137,23 @@ pub struct Hookd {
 impl Hookd {
     /// Creates and migrates the database, then starts the server.
     pub async fn start(cluster: &BenchCluster) -> Self {
-        store::create_database_if_missing(&cluster.config("postgres"), cluster.database())
-            .await
-            .expect("create the benchmark database");
-        let pool = store::pool(
-            cluster.config(cluster.database()),
-            store::DbConnector::Plain,
-            POOL_SIZE,
-        );
-        store::migrate(&pool).await.expect("migrations");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("hookd-rt")
             .enable_all()
             .build()
             .expect("hookd's runtime");
+        let admin = cluster.config("postgres");
+        let (database, config) = (cluster.database(), cluster.config(cluster.database()));
+        // The pool is made on hookd's runtime, as `hookd serve` makes it: its
+        // connections' tasks run where they are made.
         let (app, running) = runtime
             .spawn(async move {
+                store::create_database_if_missing(&admin, database)
+                    .await
+                    .expect("create the benchmark database");
+                let pool = store::pool(config, store::DbConnector::Plain, POOL_SIZE);
+                store::migrate(&pool).await.expect("migrations");
                 let app = App::new(
                     shipped_settings(),
                     pool,
