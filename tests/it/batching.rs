@@ -390,3 +390,37 @@ fn payment_event(id: &str, payment: &str) -> serde_json::Value {
         json!({"id": payment, "object": "payment_intent", "amount": 500, "currency": "eur"}),
     )
 }
+
+/// The pool hands out the connection returned last, so batch after batch at a
+/// moderate rate runs on one warm backend instead of going round them all.
+#[tokio::test]
+async fn the_pool_hands_out_the_connection_used_last() {
+    let db = TestDb::create().await;
+    let pool = hookd::store::pool(db.config(), hookd::store::DbConnector::Plain, 4);
+    // Three connections open and idle, returned in this order.
+    let (a, b, c) = (
+        pool.get().await.expect("a"),
+        pool.get().await.expect("b"),
+        pool.get().await.expect("c"),
+    );
+    let last = backend_pid(&c).await;
+    drop(a);
+    drop(b);
+    drop(c);
+    for _ in 0..5 {
+        let client = pool.get().await.expect("get");
+        assert_eq!(
+            backend_pid(&client).await,
+            last,
+            "a different backend was handed out"
+        );
+    }
+}
+
+async fn backend_pid(client: &deadpool_postgres::Object) -> i32 {
+    client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .expect("pid")
+        .get(0)
+}
