@@ -31,6 +31,9 @@ pub use tls::{DbConnector, Pooler};
 /// How long a request waits for a connection before the database counts as unavailable.
 const POOL_WAIT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// tokio-postgres's own keepalive idle time, and hookd's when a URL sets none.
+const KEEPALIVES_IDLE_DEFAULT: Duration = Duration::from_secs(2 * 60 * 60);
+const KEEPALIVES_IDLE: Duration = Duration::from_secs(60);
 pub const DEFAULT_POOL_SIZE: usize = 16;
 /// PostgreSQL cancels any statement of hookd's that runs longer than this, and
 /// ends a session left idle inside a transaction, so nothing stuck holds locks or
@@ -204,6 +207,28 @@ pub fn discard(client: Object) {
     drop(Object::take(client));
 }
 
+/// TCP keepalive probes on a connection that sits idle, where `DATABASE_URL`
+/// sets none of its own. The pool hands out the connection used last, so spare
+/// ones can sit unused for hours; a NAT, firewall or balancer that forgets an
+/// idle link after minutes would leave them dead without a word, to fail the
+/// batch that next takes one. A probe each minute keeps such a link alive, and a
+/// link that stopped answering is closed within ~90 s, which the pool sees.
+/// (Unix sockets, as the embedded cluster's, ignore these.)
+fn probe_idle_links(config: &mut tokio_postgres::Config) {
+    if !config.get_keepalives() {
+        return;
+    }
+    if config.get_keepalives_idle() == KEEPALIVES_IDLE_DEFAULT {
+        config.keepalives_idle(KEEPALIVES_IDLE);
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(Duration::from_secs(10));
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(3);
+    }
+}
+
 pub fn pool(config: tokio_postgres::Config, tls: DbConnector, max_size: usize) -> Pool {
     pool_through(config, tls, max_size, Pooler::None)
 }
@@ -220,6 +245,7 @@ pub fn pool_through(
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
+    probe_idle_links(&mut config);
     config.application_name("hookd");
     let manager = tls.manager(
         config,
@@ -474,6 +500,33 @@ pub async fn rollback_to_savepoint(client: &impl GenericClient) -> Result<(), St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idle_links_are_probed_unless_the_url_says_otherwise() {
+        let mut plain: tokio_postgres::Config = "host=db user=hookd".parse().expect("url");
+        probe_idle_links(&mut plain);
+        assert_eq!(plain.get_keepalives_idle(), KEEPALIVES_IDLE);
+        assert_eq!(
+            plain.get_keepalives_interval(),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(plain.get_keepalives_retries(), Some(3));
+
+        let mut own: tokio_postgres::Config =
+            "host=db user=hookd keepalives_idle=30 keepalives_interval=5 keepalives_retries=9"
+                .parse()
+                .expect("url");
+        probe_idle_links(&mut own);
+        assert_eq!(own.get_keepalives_idle(), Duration::from_secs(30));
+        assert_eq!(own.get_keepalives_interval(), Some(Duration::from_secs(5)));
+        assert_eq!(own.get_keepalives_retries(), Some(9));
+
+        let mut off: tokio_postgres::Config =
+            "host=db user=hookd keepalives=0".parse().expect("url");
+        probe_idle_links(&mut off);
+        assert!(!off.get_keepalives());
+        assert_eq!(off.get_keepalives_idle(), KEEPALIVES_IDLE_DEFAULT);
+    }
 
     #[test]
     fn sqlstates_are_classified_by_what_they_mean_for_hookd() {
