@@ -31,9 +31,10 @@ pub use tls::{DbConnector, Pooler};
 /// How long a request waits for a connection before the database counts as unavailable.
 const POOL_WAIT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// tokio-postgres's own keepalive idle time, and hookd's when a URL sets none.
-const KEEPALIVES_IDLE_DEFAULT: Duration = Duration::from_secs(2 * 60 * 60);
+/// Keepalive probes on an idle TCP link to PostgreSQL, where the URL sets none.
 const KEEPALIVES_IDLE: Duration = Duration::from_secs(60);
+const KEEPALIVES_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVES_RETRIES: u32 = 3;
 pub const DEFAULT_POOL_SIZE: usize = 16;
 /// PostgreSQL cancels any statement of hookd's that runs longer than this, and
 /// ends a session left idle inside a transaction, so nothing stuck holds locks or
@@ -213,19 +214,20 @@ pub fn discard(client: Object) {
 /// idle link after minutes would leave them dead without a word, to fail the
 /// batch that next takes one. A probe each minute keeps such a link alive, and a
 /// link that stopped answering is closed within ~90 s, which the pool sees.
-/// (Unix sockets, as the embedded cluster's, ignore these.)
+/// (Unix sockets, as the embedded cluster's, ignore these.) A URL's idle time
+/// equal to tokio-postgres's own default (2 h) cannot be told from none.
 fn probe_idle_links(config: &mut tokio_postgres::Config) {
     if !config.get_keepalives() {
         return;
     }
-    if config.get_keepalives_idle() == KEEPALIVES_IDLE_DEFAULT {
+    if config.get_keepalives_idle() == tokio_postgres::Config::new().get_keepalives_idle() {
         config.keepalives_idle(KEEPALIVES_IDLE);
     }
     if config.get_keepalives_interval().is_none() {
-        config.keepalives_interval(Duration::from_secs(10));
+        config.keepalives_interval(KEEPALIVES_INTERVAL);
     }
     if config.get_keepalives_retries().is_none() {
-        config.keepalives_retries(3);
+        config.keepalives_retries(KEEPALIVES_RETRIES);
     }
 }
 
@@ -505,7 +507,7 @@ mod tests {
     fn idle_links_are_probed_unless_the_url_says_otherwise() {
         let mut plain: tokio_postgres::Config = "host=db user=hookd".parse().expect("url");
         probe_idle_links(&mut plain);
-        assert_eq!(plain.get_keepalives_idle(), KEEPALIVES_IDLE);
+        assert_eq!(plain.get_keepalives_idle(), Duration::from_secs(60));
         assert_eq!(
             plain.get_keepalives_interval(),
             Some(Duration::from_secs(10))
@@ -525,7 +527,10 @@ mod tests {
             "host=db user=hookd keepalives=0".parse().expect("url");
         probe_idle_links(&mut off);
         assert!(!off.get_keepalives());
-        assert_eq!(off.get_keepalives_idle(), KEEPALIVES_IDLE_DEFAULT);
+        assert_eq!(
+            off.get_keepalives_idle(),
+            tokio_postgres::Config::new().get_keepalives_idle()
+        );
     }
 
     #[test]
