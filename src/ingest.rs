@@ -413,7 +413,7 @@ impl Core {
         }
         let batched = match self.pool.get().await {
             Ok(mut client) => {
-                let decided = match &prepared.folded {
+                let kept = match &prepared.folded {
                     Some(runs) => {
                         self.commit_folded(&client, &prepared, runs, &settings)
                             .instrument(span.clone())
@@ -423,15 +423,19 @@ impl Core {
                         .commit_batch(&mut client, &prepared)
                         .instrument(span.clone())
                         .await
-                        .map(|decided| decided.into_iter().map(Some).collect()),
+                        .map(|decided| Kept {
+                            decided: decided.into_iter().map(Some).collect(),
+                            spoiled: false,
+                        }),
                 };
                 if matches!(
-                    decided,
+                    kept,
                     Err(Fallback::Unavailable(_) | Fallback::Spoiled(_))
+                        | Ok(Kept { spoiled: true, .. })
                 ) {
                     store::discard(client);
                 }
-                decided.map(|decided| self.answers(&prepared, &decided))
+                kept.map(|kept| self.answers(&prepared, &kept.decided))
             }
             Err(error) => Err(Fallback::store(error)),
         };
@@ -586,8 +590,8 @@ impl Core {
         Some(runs)
     }
 
-    /// The folded batch in one statement on `client`, in a transaction whose
-    /// `BEGIN` travels with it: two round trips, the second the `COMMIT`. Past
+    /// The folded batch in one statement on `client`, in a transaction sent
+    /// whole, `BEGIN` and `COMMIT` with it: one round trip. Past
     /// `handler_timeout` the statement is cancelled and the batch stored one by
     /// one; a statement that lost to a concurrent one runs again.
     async fn commit_folded(
@@ -596,7 +600,7 @@ impl Core {
         prepared: &Prepared<'_>,
         runs: &[FoldedMerge<'_>],
         settings: &Settings,
-    ) -> Result<Vec<Option<Recorded>>, Fallback> {
+    ) -> Result<Kept, Fallback> {
         let folded: Vec<events::FoldedRun<'_>> = runs
             .iter()
             .map(|run| events::FoldedRun {
@@ -615,47 +619,44 @@ impl Core {
         let clock = std::time::Instant::now();
         // One time limit for all the runs, as for a handler's batch.
         let deadline = tokio::time::Instant::now() + settings.handler_timeout;
+        let columns = events::Folded::of(&prepared.items, &folded);
+        // Prepared before the transaction is sent, so the `COMMIT` follows it.
+        let statement = columns.ready(client).await.map_err(Fallback::store)?;
         let mut runs_so_far = 0;
-        let decided = loop {
+        let (decided, spoiled) = loop {
             runs_so_far += 1;
-            let tx = store::Pipelined::on(client);
             let mut cut = false;
-            let decided = tx
-                .begin_with(async {
-                    let statement = events::record_folded(client, &prepared.items, &folded);
-                    tokio::pin!(statement);
-                    tokio::select! {
-                        decided = &mut statement => decided,
-                        () = tokio::time::sleep_until(deadline) => {
-                            cut = true;
-                            self.runner.cancel(client.cancel_token()).await;
-                            statement.await
-                        }
+            let only = async {
+                let run = statement.run(client);
+                tokio::pin!(run);
+                tokio::select! {
+                    decided = &mut run => decided,
+                    () = tokio::time::sleep_until(deadline) => {
+                        cut = true;
+                        self.runner.cancel(client.cancel_token()).await;
+                        run.await
                     }
-                })
-                .instrument(span.clone())
-                .await;
-            let error = match (decided, cut) {
-                (Ok(decided), false) => {
-                    tx.commit()
-                        .instrument(tracing::trace_span!("commit"))
-                        .await
-                        .map_err(Fallback::store)?;
-                    break decided;
                 }
-                // Undone, even had it ended just in time: the cancel may still be
-                // on its way and hit whatever this session runs next, so the
-                // session is closed; each event goes on its own, its handler
-                // under its own time limit.
-                (_, true) => {
-                    let _ = tx.rollback().await;
+            };
+            let (decided, committed) =
+                store::one_statement_transaction(client, only.instrument(span.clone())).await;
+            let error = match (decided, committed, cut) {
+                (Ok(decided), Ok(()), cut) => break (decided, cut),
+                (Ok(_), Err(error), _) => return Err(Fallback::store(error)),
+                // Undone, even had it ended just in time. The cancel may still
+                // be on its way and hit whatever this session runs next, so the
+                // session is closed (committed or not); each event goes on its
+                // own, its handler under its own time limit.
+                (Err(_), _, true) => {
                     let why = "the batch's payment merges ran out of time";
                     crate::traces::fail(&span, &why);
                     return Err(Fallback::Spoiled(why.into()));
                 }
-                (Err(error), false) => error,
+                // The `COMMIT` that ended the failed statement's transaction
+                // failed too: the session is gone.
+                (Err(_), Err(error), false) => return Err(Fallback::store(error)),
+                (Err(error), Ok(()), false) => error,
             };
-            tx.rollback().await.map_err(Fallback::store)?;
             if error.runs_again(runs_so_far) {
                 log::debug!("storing a batch of {} again: {error}", prepared.items.len());
                 continue;
@@ -682,7 +683,7 @@ impl Core {
         for run in merged_new {
             self.runner.metrics().handler_duration(run.kind, per_event);
         }
-        Ok(decided)
+        Ok(Kept { decided, spoiled })
     }
 
     /// The batch in one transaction on `client`, each handler once for its new
@@ -980,6 +981,14 @@ enum Fallback {
     Spoiled(String),
     /// A lone delivery's final answer.
     Answer(StoreError),
+}
+
+/// A batch's transaction that was kept: each item's decision (`None`: to be
+/// decided on its own), and whether its session is to be closed (a cancel sent
+/// to it may still arrive).
+struct Kept {
+    decided: Vec<Option<Recorded>>,
+    spoiled: bool,
 }
 
 impl Fallback {

@@ -405,31 +405,64 @@ const RECORD_FOLDED: &str = concat!(
 );
 
 /// `items` (every one decided by id) stored, and the payment merges and attempts
-/// of those that are new, in one statement, all or nothing (the caller's
-/// `store::Pipelined` transaction sends its `BEGIN` along with it).
-/// `None` for an item the statement did not take (`decision`'s): it is to be
-/// decided on its own.
-pub async fn record_folded(
-    client: &impl Session,
-    items: &[BatchItem<'_>],
-    runs: &[FoldedRun<'_>],
-) -> Result<Vec<Option<Recorded>>, StoreError> {
-    let all: Vec<&BatchItem<'_>> = items.iter().collect();
-    let columns = EventColumns::of(&all);
-    let updates: Vec<(&str, &PaymentUpdate)> = runs.iter().map(|r| (r.source, r.update)).collect();
-    let payments = PaymentColumns::of(&updates);
-    let event_ids: Vec<&str> = runs.iter().map(|r| r.event_id).collect();
-    let attempts = AttemptColumns::of(runs.iter().map(|r| r.attempt));
-    let mut params = Vec::with_capacity(34);
-    params.extend(columns.params());
-    params.extend(payments.params());
-    params.push(sql::param(&event_ids));
-    params.extend(attempts.params());
-    let rows = sql::query(client, RECORD_FOLDED, &params).await?;
-    Ok(items
-        .iter()
-        .map(|item| decision(item.event, &rows))
-        .collect())
+/// of those that are new, in one statement, all or nothing: its columns,
+/// gathered. The caller (`store::one_statement_transaction`) sends `BEGIN` and
+/// `COMMIT` along with it.
+pub struct Folded<'a> {
+    items: &'a [BatchItem<'a>],
+    columns: EventColumns<'a>,
+    payments: PaymentColumns<'a>,
+    event_ids: Vec<&'a str>,
+    attempts: AttemptColumns<'a>,
+}
+
+/// The folded statement, ready to send (`Folded::ready`).
+pub struct FoldedReady<'p> {
+    items: &'p [BatchItem<'p>],
+    statement: sql::Ready<'p>,
+}
+
+impl<'a> Folded<'a> {
+    pub fn of(items: &'a [BatchItem<'a>], runs: &[FoldedRun<'a>]) -> Self {
+        let all: Vec<&BatchItem<'a>> = items.iter().collect();
+        let updates: Vec<(&str, &PaymentUpdate)> =
+            runs.iter().map(|r| (r.source, r.update)).collect();
+        Folded {
+            items,
+            columns: EventColumns::of(&all),
+            payments: PaymentColumns::of(&updates),
+            event_ids: runs.iter().map(|r| r.event_id).collect(),
+            attempts: AttemptColumns::of(runs.iter().map(|r| r.attempt)),
+        }
+    }
+
+    /// Prepared now (once per connection) when statements are prepared, so that
+    /// `FoldedReady::run` puts it on the wire when first polled: sent along with
+    /// a `COMMIT`, the statement is on the wire before it.
+    pub async fn ready(&self, client: &impl Session) -> Result<FoldedReady<'_>, StoreError> {
+        let mut params = Vec::with_capacity(34);
+        params.extend(self.columns.params());
+        params.extend(self.payments.params());
+        params.push(sql::param(&self.event_ids));
+        params.extend(self.attempts.params());
+        Ok(FoldedReady {
+            items: self.items,
+            statement: sql::ready(client, RECORD_FOLDED, &params).await?,
+        })
+    }
+}
+
+impl FoldedReady<'_> {
+    /// Runs the statement: each item's decision, `None` for one the statement
+    /// did not take (`decision`'s), to be decided on its own.
+    pub async fn run(&self, client: &impl Session) -> Result<Vec<Option<Recorded>>, StoreError> {
+        let rows = self.statement.query(client).await?;
+        Ok(self
+            .items
+            .iter()
+            .map(|item| decision(item.event, &rows))
+            .collect())
+    }
 }
 
 /// The `payload` parameter of an event: its body's own text when that is the

@@ -22,6 +22,7 @@ use deadpool_postgres::{
 };
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
+use tracing::Instrument;
 
 use sql::params;
 
@@ -299,62 +300,35 @@ pub async fn begin(
     Ok(tx)
 }
 
-/// A transaction for work that is one statement: `BEGIN` (and, behind a
-/// pooler, the limits) travels with that statement, and `COMMIT` is sent only
-/// once it answered. A connection dropped under it (shutdown) keeps nothing,
-/// as with any transaction; one dropped unfinished is rolled back.
-pub struct Pipelined<'c> {
-    client: &'c tokio_postgres::Client,
-    ended: bool,
-}
-
-impl<'c> Pipelined<'c> {
-    pub fn on(client: &'c tokio_postgres::Client) -> Self {
-        Pipelined {
-            client,
-            ended: false,
+/// A transaction whose work is one statement, whole in one round trip: `BEGIN`
+/// (and, behind a pooler, the transaction's limits), `only` and `COMMIT` sent
+/// together. `only` must put its statement on the wire when first polled (a
+/// prepared `sql::Ready`), or the `COMMIT` would overtake it. Returns the
+/// statement's outcome and the `COMMIT`'s: the work is kept only when both are
+/// `Ok`. After a failed statement the server takes the `COMMIT` as a
+/// `ROLLBACK`; a `COMMIT` that failed kept nothing, unless the connection was
+/// lost while it ran, as with any commit. Dropped unfinished, it leaves the
+/// server to end what was sent.
+pub async fn one_statement_transaction<T>(
+    client: &tokio_postgres::Client,
+    only: impl Future<Output = Result<T, StoreError>>,
+) -> (Result<T, StoreError>, Result<(), StoreError>) {
+    let begin = async {
+        if sql::unnamed() {
+            let limits = session_limits(Scope::Transaction);
+            client.batch_execute(&format!("BEGIN; {limits}")).await
+        } else {
+            client.batch_execute("BEGIN").await
         }
-    }
-
-    /// Begins the transaction with `first`, its first statement, in one round
-    /// trip (a connection runs statements in the order they were sent).
-    pub async fn begin_with<T>(
-        &self,
-        first: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let begin = async {
-            if sql::unnamed() {
-                let limits = session_limits(Scope::Transaction);
-                self.client.batch_execute(&format!("BEGIN; {limits}")).await
-            } else {
-                self.client.batch_execute("BEGIN").await
-            }
-        };
-        let (begun, done) = tokio::join!(begin, first);
-        begun?;
-        done
-    }
-
-    pub async fn commit(mut self) -> Result<(), StoreError> {
-        self.ended = true;
-        Ok(self.client.batch_execute("COMMIT").await?)
-    }
-
-    pub async fn rollback(mut self) -> Result<(), StoreError> {
-        self.ended = true;
-        Ok(self.client.batch_execute("ROLLBACK").await?)
-    }
-}
-
-impl Drop for Pipelined<'_> {
-    fn drop(&mut self) {
-        if !self.ended {
-            // Queued behind whatever still runs (sent on the first poll), as
-            // tokio-postgres does for a dropped `Transaction`.
-            let rollback = self.client.batch_execute("ROLLBACK");
-            let _ = futures_util::FutureExt::now_or_never(rollback);
-        }
-    }
+    };
+    let commit = client
+        .batch_execute("COMMIT")
+        .instrument(tracing::trace_span!("commit"));
+    let (begun, done, committed) = tokio::join!(begin, only, commit);
+    (
+        begun.map_err(StoreError::from).and(done),
+        committed.map_err(StoreError::from),
+    )
 }
 
 /// How long a setting lasts.

@@ -177,12 +177,13 @@ pub async fn execute(
     ready(client, sql, params).await?.execute(client).await
 }
 
-/// A statement with its values, ready to send: `execute` puts it on the wire on its
-/// first poll, so statements made ready first and then sent together (`join!`)
-/// run in the order they are polled — one round trip, a known order.
+/// A statement with its values, ready to send: `execute` and `query` put it on
+/// the wire on their first poll, so statements made ready first and then sent
+/// together (`join!`) run in the order they are polled — one round trip, a
+/// known order.
 pub struct Ready<'p> {
     sql: &'p str,
-    params: &'p [Param<'p>],
+    params: Vec<Param<'p>>,
     /// Prepared, unless statements go unnamed.
     prepared: Option<(Statement, Vec<&'p (dyn ToSql + Sync)>)>,
 }
@@ -191,7 +192,7 @@ pub struct Ready<'p> {
 pub async fn ready<'p>(
     client: &impl Session,
     sql: &'p str,
-    params: &'p [Param<'p>],
+    params: &[Param<'p>],
 ) -> Result<Ready<'p>, StoreError> {
     let prepared = if unnamed() {
         None
@@ -200,7 +201,7 @@ pub async fn ready<'p>(
     };
     Ok(Ready {
         sql,
-        params,
+        params: params.to_vec(),
         prepared,
     })
 }
@@ -210,7 +211,15 @@ impl Ready<'_> {
     pub async fn execute(&self, client: &impl Session) -> Result<u64, StoreError> {
         Ok(match &self.prepared {
             Some((statement, values)) => client.execute(statement, values).await?,
-            None => client.execute_unnamed(self.sql, self.params).await?,
+            None => client.execute_unnamed(self.sql, &self.params).await?,
+        })
+    }
+
+    /// Runs the statement; returns every row.
+    pub async fn query(&self, client: &impl Session) -> Result<Vec<Row>, StoreError> {
+        Ok(match &self.prepared {
+            Some((statement, values)) => client.query(statement, values).await?,
+            None => client.query_unnamed(self.sql, &self.params).await?,
         })
     }
 }

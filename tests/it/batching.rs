@@ -424,3 +424,117 @@ async fn backend_pid(client: &deadpool_postgres::Object) -> i32 {
         .expect("pid")
         .get(0)
 }
+
+/// A delivery whose whole run is the built-in payment merge costs one round trip
+/// to the database: `BEGIN`, its one statement and `COMMIT` go together, and the
+/// answer waits for the `COMMIT`'s.
+#[tokio::test]
+async fn a_payment_delivery_is_one_round_trip_to_the_database() {
+    let db = TestDb::create().await;
+    let relay = CountingRelay::to(db.config()).await;
+    let app = spawn(Spawn {
+        database: Some(relay.config()),
+        ..Spawn::default()
+    })
+    .await;
+    // The first delivery on a connection prepares its statements there.
+    app.deliver_ok("stripe", &payment_event("evt_rt_0", "pi_rt_0"))
+        .await;
+    for n in 1..=3 {
+        let before = relay.flights();
+        app.deliver_ok(
+            "stripe",
+            &payment_event(&format!("evt_rt_{n}"), &format!("pi_rt_{n}")),
+        )
+        .await;
+        assert_eq!(relay.flights() - before, 1, "round trips for delivery {n}");
+    }
+    let payments = connect(db.config())
+        .await
+        .query_one(
+            "SELECT count(*) FROM payments WHERE status = 'succeeded'",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get::<_, i64>(0);
+    assert_eq!(payments, 4);
+}
+
+/// Relays TCP connections to a test database's socket, counting the client's
+/// flights: each time it sends after the server has answered, a round trip.
+struct CountingRelay {
+    addr: std::net::SocketAddr,
+    upstream: tokio_postgres::Config,
+    flights: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingRelay {
+    async fn to(upstream: tokio_postgres::Config) -> Self {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let socket = match (&upstream.get_hosts()[0], upstream.get_ports()[0]) {
+            (tokio_postgres::config::Host::Unix(dir), port) => dir.join(format!(".s.PGSQL.{port}")),
+            (host, _) => panic!("the test cluster listens on a socket, not {host:?}"),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let flights = Arc::new(AtomicUsize::new(0));
+        let counted = flights.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = tokio::net::UnixStream::connect(&socket)
+                    .await
+                    .expect("the database's socket");
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                // Whether the server spoke last on this connection.
+                let answered = Arc::new(AtomicBool::new(true));
+                let (flights, answered_up) = (counted.clone(), answered.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0; 64 * 1024];
+                    while let Ok(n @ 1..) = client_read.read(&mut buf).await {
+                        if answered_up.swap(false, Ordering::SeqCst) {
+                            flights.fetch_add(1, Ordering::SeqCst);
+                        }
+                        if server_write.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    let mut buf = vec![0; 64 * 1024];
+                    while let Ok(n @ 1..) = server_read.read(&mut buf).await {
+                        // Before the client can read it and send again.
+                        answered.store(true, Ordering::SeqCst);
+                        if client_write.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        CountingRelay {
+            addr,
+            upstream,
+            flights,
+        }
+    }
+
+    /// The upstream database's settings, through the relay.
+    fn config(&self) -> tokio_postgres::Config {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host("127.0.0.1")
+            .port(self.addr.port())
+            .user(self.upstream.get_user().expect("user"))
+            .dbname(self.upstream.get_dbname().expect("dbname"));
+        config
+    }
+
+    fn flights(&self) -> usize {
+        self.flights.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
