@@ -257,9 +257,10 @@ impl Running {
     }
 
     /// Stops accepting and lets in-flight deliveries and attempts finish, for
-    /// `shutdown_grace` at most: what is still running then is cut off (its
-    /// transaction rolls back, so the provider's retry or the next start takes
-    /// it up), and this returns.
+    /// `shutdown_grace` at most: what is still running then is cut off (never
+    /// acknowledged, so the provider's retry or the next start takes it up; its
+    /// transaction is undone, or kept whole when its `COMMIT` was already on its
+    /// way), and this returns.
     pub async fn stop(self) {
         self.announce_stop();
         self.trigger.trigger();
@@ -278,8 +279,9 @@ impl Running {
         };
         if tokio::time::timeout(grace, drain).await.is_err() {
             log::warn!(
-                "shutdown_grace ({}) is over: cutting off the work still in flight (its \
-                 transactions roll back; nothing unanswered was acknowledged)",
+                "shutdown_grace ({}) is over: cutting off the work still in flight \
+                 (nothing unanswered was acknowledged; each transaction is undone or \
+                 kept whole)",
                 crate::duration::format(grace)
             );
             for handle in &handles {

@@ -565,7 +565,9 @@ async fn slow_shutdown_grace_cuts_off_work_still_in_flight_and_nothing_of_it_is_
     let log = std::fs::read_to_string(config.with_extension("log")).expect("log");
     assert!(log.contains("shutdown_grace (2s) is over"), "{log}");
 
-    // Released, the abandoned session finds no client and rolls back.
+    // Released, the abandoned session finds no client and rolls back: over its
+    // Unix socket, sending the statement's result fails, and PostgreSQL ends the
+    // session before the `COMMIT` queued behind it.
     holder.batch_execute("COMMIT").await.expect("release");
     let sessions = format!(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND application_name = 'hookd'",
