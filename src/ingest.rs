@@ -413,7 +413,7 @@ impl Core {
         }
         let batched = match self.pool.get().await {
             Ok(mut client) => {
-                let kept = match &prepared.folded {
+                let decided = match &prepared.folded {
                     Some(runs) => {
                         self.commit_folded(&client, &prepared, runs, &settings)
                             .instrument(span.clone())
@@ -423,19 +423,15 @@ impl Core {
                         .commit_batch(&mut client, &prepared)
                         .instrument(span.clone())
                         .await
-                        .map(|decided| Kept {
-                            decided: decided.into_iter().map(Some).collect(),
-                            spoiled: false,
-                        }),
+                        .map(|decided| decided.into_iter().map(Some).collect()),
                 };
                 if matches!(
-                    kept,
+                    decided,
                     Err(Fallback::Unavailable(_) | Fallback::Spoiled(_))
-                        | Ok(Kept { spoiled: true, .. })
                 ) {
                     store::discard(client);
                 }
-                kept.map(|kept| self.answers(&prepared, &kept.decided))
+                decided.map(|decided| self.answers(&prepared, &decided))
             }
             Err(error) => Err(Fallback::store(error)),
         };
@@ -600,7 +596,7 @@ impl Core {
         prepared: &Prepared<'_>,
         runs: &[FoldedMerge<'_>],
         settings: &Settings,
-    ) -> Result<Kept, Fallback> {
+    ) -> Result<Vec<Option<Recorded>>, Fallback> {
         let folded: Vec<events::FoldedRun<'_>> = runs
             .iter()
             .map(|run| events::FoldedRun {
@@ -619,17 +615,45 @@ impl Core {
         let clock = std::time::Instant::now();
         // One time limit for all the runs, as for a handler's batch.
         let deadline = tokio::time::Instant::now() + settings.handler_timeout;
+        // Cut at the time limit: the cancel may still be on its way and hit
+        // whatever this session runs next, so the session is closed; each event
+        // goes on its own, its handler under its own time limit (and one whose
+        // batch committed after all is found stored, and answered as such).
+        let out_of_time = || {
+            let why = "the batch's payment merges ran out of time";
+            crate::traces::fail(&span, &why);
+            Fallback::Spoiled(why.into())
+        };
         let columns = events::Folded::of(&prepared.items, &folded);
         // Prepared before the transaction is sent, so the `COMMIT` follows it.
-        let statement = columns.ready(client).await.map_err(Fallback::store)?;
+        let ready = async {
+            let ready = columns.ready(client);
+            tokio::pin!(ready);
+            tokio::select! {
+                biased;
+                ready = &mut ready => Some(ready),
+                () = tokio::time::sleep_until(deadline) => None,
+            }
+        };
+        let statement = match ready.instrument(span.clone()).await {
+            Some(Ok(statement)) => statement,
+            Some(Err(error)) => return Err(undone(error, prepared, &span)),
+            None => {
+                self.runner.cancel(client.cancel_token()).await;
+                return Err(out_of_time());
+            }
+        };
         let mut runs_so_far = 0;
-        let (decided, spoiled) = loop {
+        let decided = loop {
             runs_so_far += 1;
             let mut cut = false;
             let only = async {
                 let run = statement.run(client);
                 tokio::pin!(run);
+                // `run` first: its statement must be on the wire before the
+                // `COMMIT`, even when the time is already up.
                 tokio::select! {
+                    biased;
                     decided = &mut run => decided,
                     () = tokio::time::sleep_until(deadline) => {
                         cut = true;
@@ -641,39 +665,21 @@ impl Core {
             let (decided, committed) =
                 store::one_statement_transaction(client, only.instrument(span.clone())).await;
             let error = match (decided, committed, cut) {
-                (Ok(decided), Ok(()), cut) => break (decided, cut),
-                (Ok(_), Err(error), _) => return Err(Fallback::store(error)),
-                // Undone, even had it ended just in time. The cancel may still
-                // be on its way and hit whatever this session runs next, so the
-                // session is closed (committed or not); each event goes on its
-                // own, its handler under its own time limit.
-                (Err(_), _, true) => {
-                    let why = "the batch's payment merges ran out of time";
-                    crate::traces::fail(&span, &why);
-                    return Err(Fallback::Spoiled(why.into()));
-                }
-                // The `COMMIT` that ended the failed statement's transaction
-                // failed too: the session is gone.
-                (Err(_), Err(error), false) => return Err(Fallback::store(error)),
+                // Committed or not: never acknowledged from here (under
+                // synchronous replication a cancelled wait still reports the
+                // `COMMIT` done); the events' own transactions decide.
+                (_, _, true) => return Err(out_of_time()),
+                (Ok(decided), Ok(()), false) => break decided,
+                // The `COMMIT` failed, or the one that ended the failed
+                // statement's transaction: the session may be gone.
+                (_, Err(error), false) => return Err(Fallback::store(error)),
                 (Err(error), Ok(()), false) => error,
             };
             if error.runs_again(runs_so_far) {
                 log::debug!("storing a batch of {} again: {error}", prepared.items.len());
                 continue;
             }
-            crate::traces::fail(&span, &error);
-            return Err(match error {
-                // A lone delivery has had its runs: its answer is this one.
-                error @ StoreError::Contention(_) if prepared.roles.len() == 1 => {
-                    Fallback::Answer(error)
-                }
-                // The merges are handlers: their failure (a lock or statement
-                // time limit of the database's own, say) is recorded when each
-                // event is stored on its own, as in a transaction of handlers,
-                // on another session when this one may be spoiled.
-                error if error.spoils_connection() => Fallback::Spoiled(error.to_string()),
-                error => Fallback::OneByOne(error.to_string()),
-            });
+            return Err(undone(error, prepared, &span));
         };
         let merged_new: Vec<&FoldedMerge<'_>> = runs
             .iter()
@@ -683,7 +689,7 @@ impl Core {
         for run in merged_new {
             self.runner.metrics().handler_duration(run.kind, per_event);
         }
-        Ok(Kept { decided, spoiled })
+        Ok(decided)
     }
 
     /// The batch in one transaction on `client`, each handler once for its new
@@ -983,12 +989,19 @@ enum Fallback {
     Answer(StoreError),
 }
 
-/// A batch's transaction that was kept: each item's decision (`None`: to be
-/// decided on its own), and whether its session is to be closed (a cancel sent
-/// to it may still arrive).
-struct Kept {
-    decided: Vec<Option<Recorded>>,
-    spoiled: bool,
+/// What becomes of a folded batch whose statement failed (and was undone).
+fn undone(error: StoreError, prepared: &Prepared<'_>, span: &Span) -> Fallback {
+    crate::traces::fail(span, &error);
+    match error {
+        // A lone delivery has had its runs: its answer is this one.
+        error @ StoreError::Contention(_) if prepared.roles.len() == 1 => Fallback::Answer(error),
+        // The merges are handlers: their failure (a lock or statement time
+        // limit of the database's own, say) is recorded when each event is
+        // stored on its own, as in a transaction of handlers, on another
+        // session when this one may be spoiled.
+        error if error.spoils_connection() => Fallback::Spoiled(error.to_string()),
+        error => Fallback::OneByOne(error.to_string()),
+    }
 }
 
 impl Fallback {

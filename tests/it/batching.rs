@@ -426,12 +426,13 @@ async fn backend_pid(client: &deadpool_postgres::Object) -> i32 {
 }
 
 /// A delivery whose whole run is the built-in payment merge costs one round trip
-/// to the database: `BEGIN`, its one statement and `COMMIT` go together, and the
-/// answer waits for the `COMMIT`'s.
+/// to the database: `BEGIN`, its one statement and `COMMIT` go together (the
+/// `COMMIT` leaves before the statement's result is back), in that order, and
+/// the delivery is answered only after the `COMMIT`'s own answer.
 #[tokio::test]
 async fn a_payment_delivery_is_one_round_trip_to_the_database() {
     let db = TestDb::create().await;
-    let relay = CountingRelay::to(db.config()).await;
+    let relay = ProtocolRelay::to(db.config()).await;
     let app = spawn(Spawn {
         database: Some(relay.config()),
         ..Spawn::default()
@@ -441,13 +442,41 @@ async fn a_payment_delivery_is_one_round_trip_to_the_database() {
     app.deliver_ok("stripe", &payment_event("evt_rt_0", "pi_rt_0"))
         .await;
     for n in 1..=3 {
-        let before = relay.flights();
+        relay.take();
         app.deliver_ok(
             "stripe",
             &payment_event(&format!("evt_rt_{n}"), &format!("pi_rt_{n}")),
         )
         .await;
-        assert_eq!(relay.flights() - before, 1, "round trips for delivery {n}");
+        let seen = relay.take();
+        let sent: Vec<&str> = seen
+            .iter()
+            .filter_map(|m| m.strip_prefix("hookd "))
+            .collect();
+        assert_eq!(
+            sent,
+            ["Q BEGIN", "B", "E", "S", "Q COMMIT"],
+            "what hookd sent for delivery {n}: {seen:#?}"
+        );
+        let at = |message: &str| {
+            seen.iter()
+                .position(|m| m == message)
+                .unwrap_or_else(|| panic!("no {message:?} for delivery {n}: {seen:#?}"))
+        };
+        // The statement's result: the `CommandComplete` that is neither BEGIN's
+        // nor COMMIT's.
+        let result = seen
+            .iter()
+            .position(|m| {
+                m.starts_with("server C ") && !m.ends_with("BEGIN") && !m.ends_with("COMMIT")
+            })
+            .unwrap_or_else(|| panic!("no statement result for delivery {n}: {seen:#?}"));
+        assert!(
+            at("hookd Q COMMIT") < result,
+            "the COMMIT waited for the statement's result (delivery {n}): {seen:#?}"
+        );
+        // Taken after the answer: the COMMIT's answer had been relayed already.
+        at("server C COMMIT");
     }
     let payments = connect(db.config())
         .await
@@ -461,65 +490,44 @@ async fn a_payment_delivery_is_one_round_trip_to_the_database() {
     assert_eq!(payments, 4);
 }
 
-/// Relays TCP connections to a test database's socket, counting the client's
-/// flights: each time it sends after the server has answered, a round trip.
-struct CountingRelay {
+/// Relays TCP connections to a test database and logs the protocol messages
+/// both ways, in the order it relays them: `hookd T …` for what the client sent,
+/// `server T …` for what the server answered (`T` the message type; a query's
+/// text and a `CommandComplete`'s tag follow).
+struct ProtocolRelay {
     addr: std::net::SocketAddr,
     upstream: tokio_postgres::Config,
-    flights: Arc<std::sync::atomic::AtomicUsize>,
+    log: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
-impl CountingRelay {
+impl ProtocolRelay {
     async fn to(upstream: tokio_postgres::Config) -> Self {
-        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let socket = match (&upstream.get_hosts()[0], upstream.get_ports()[0]) {
-            (tokio_postgres::config::Host::Unix(dir), port) => dir.join(format!(".s.PGSQL.{port}")),
-            (host, _) => panic!("the test cluster listens on a socket, not {host:?}"),
-        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let flights = Arc::new(AtomicUsize::new(0));
-        let counted = flights.clone();
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (config, logged) = (upstream.clone(), log.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let server = tokio::net::UnixStream::connect(&socket)
-                    .await
-                    .expect("the database's socket");
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut server_read, mut server_write) = server.into_split();
-                // Whether the server spoke last on this connection.
-                let answered = Arc::new(AtomicBool::new(true));
-                let (flights, answered_up) = (counted.clone(), answered.clone());
-                tokio::spawn(async move {
-                    let mut buf = vec![0; 64 * 1024];
-                    while let Ok(n @ 1..) = client_read.read(&mut buf).await {
-                        if answered_up.swap(false, Ordering::SeqCst) {
-                            flights.fetch_add(1, Ordering::SeqCst);
-                        }
-                        if server_write.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
+                let port = config.get_ports()[0];
+                match &config.get_hosts()[0] {
+                    tokio_postgres::config::Host::Unix(dir) => {
+                        let socket = dir.join(format!(".s.PGSQL.{port}"));
+                        let server = tokio::net::UnixStream::connect(socket).await;
+                        relay(client, server.expect("the database"), logged.clone());
                     }
-                });
-                tokio::spawn(async move {
-                    let mut buf = vec![0; 64 * 1024];
-                    while let Ok(n @ 1..) = server_read.read(&mut buf).await {
-                        // Before the client can read it and send again.
-                        answered.store(true, Ordering::SeqCst);
-                        if client_write.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
+                    tokio_postgres::config::Host::Tcp(host) => {
+                        let server = tokio::net::TcpStream::connect((host.as_str(), port)).await;
+                        relay(client, server.expect("the database"), logged.clone());
                     }
-                });
+                }
             }
         });
-        CountingRelay {
+        ProtocolRelay {
             addr,
             upstream,
-            flights,
+            log,
         }
     }
 
@@ -534,7 +542,69 @@ impl CountingRelay {
         config
     }
 
-    fn flights(&self) -> usize {
-        self.flights.load(std::sync::atomic::Ordering::SeqCst)
+    /// The messages relayed since the last call.
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.lock().expect("log"))
+    }
+}
+
+/// Relays one connection both ways, logging each whole message before passing
+/// it on (so a message is logged before the other side can react to it).
+fn relay<S>(client: tokio::net::TcpStream, server: S, log: Arc<std::sync::Mutex<Vec<String>>>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let (client_read, client_write) = tokio::io::split(client);
+    let (server_read, server_write) = tokio::io::split(server);
+    // The client's first message (startup) has no type byte.
+    tokio::spawn(pump(client_read, server_write, "hookd", true, log.clone()));
+    tokio::spawn(pump(server_read, client_write, "server", false, log));
+}
+
+async fn pump(
+    mut from: impl tokio::io::AsyncRead + Unpin,
+    mut to: impl tokio::io::AsyncWrite + Unpin,
+    side: &'static str,
+    mut untyped_first: bool,
+    log: Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = vec![0; 64 * 1024];
+    while let Ok(n @ 1..) = from.read(&mut buf).await {
+        pending.extend_from_slice(&buf[..n]);
+        let mut whole = 0;
+        loop {
+            let rest = &pending[whole..];
+            let (head, kind) = if untyped_first {
+                (0, None)
+            } else {
+                (1, rest.first().copied())
+            };
+            let Some(length) = rest
+                .get(head..head + 4)
+                .map(|l| u32::from_be_bytes([l[0], l[1], l[2], l[3]]) as usize)
+            else {
+                break;
+            };
+            let Some(message) = rest.get(..head + length) else {
+                break;
+            };
+            if let Some(kind) = kind {
+                let body = &message[5..];
+                let text = String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(body));
+                let entry = match kind {
+                    b'Q' | b'C' => format!("{side} {} {text}", kind as char),
+                    _ => format!("{side} {}", kind as char),
+                };
+                log.lock().expect("log").push(entry);
+            }
+            untyped_first = false;
+            whole += head + length;
+        }
+        if to.write_all(&pending[..whole]).await.is_err() {
+            break;
+        }
+        pending.drain(..whole);
     }
 }
