@@ -667,7 +667,8 @@ impl Core {
             let error = match (decided, committed, cut) {
                 // Committed or not: never acknowledged from here (under
                 // synchronous replication a cancelled wait still reports the
-                // `COMMIT` done); the events' own transactions decide.
+                // `COMMIT` done); the events' own transactions decide, and
+                // find a kept batch's events stored (a second delivery each).
                 (_, _, true) => return Err(out_of_time()),
                 (Ok(decided), Ok(()), false) => break decided,
                 // The `COMMIT` failed, or the one that ended the failed
@@ -989,7 +990,8 @@ enum Fallback {
     Answer(StoreError),
 }
 
-/// What becomes of a folded batch whose statement failed (and was undone).
+/// What becomes of a folded batch whose statement (or its preparing) failed:
+/// nothing of it was kept.
 fn undone(error: StoreError, prepared: &Prepared<'_>, span: &Span) -> Fallback {
     crate::traces::fail(span, &error);
     match error {

@@ -443,11 +443,15 @@ async fn a_payment_delivery_is_one_round_trip_to_the_database() {
         .await;
     for n in 1..=3 {
         relay.take();
+        // The server's answers wait for hookd's COMMIT (two seconds at most),
+        // and the COMMIT's own answer a little longer.
+        relay.hold_answers_until_commit();
         app.deliver_ok(
             "stripe",
             &payment_event(&format!("evt_rt_{n}"), &format!("pi_rt_{n}")),
         )
         .await;
+        relay.note("answered");
         let seen = relay.take();
         let sent: Vec<&str> = seen
             .iter()
@@ -475,8 +479,10 @@ async fn a_payment_delivery_is_one_round_trip_to_the_database() {
             at("hookd Q COMMIT") < result,
             "the COMMIT waited for the statement's result (delivery {n}): {seen:#?}"
         );
-        // Taken after the answer: the COMMIT's answer had been relayed already.
-        at("server C COMMIT");
+        assert!(
+            at("server C COMMIT") < at("answered"),
+            "answered before the COMMIT's answer (delivery {n}): {seen:#?}"
+        );
     }
     let payments = connect(db.config())
         .await
@@ -497,7 +503,60 @@ async fn a_payment_delivery_is_one_round_trip_to_the_database() {
 struct ProtocolRelay {
     addr: std::net::SocketAddr,
     upstream: tokio_postgres::Config,
-    log: Arc<std::sync::Mutex<Vec<String>>>,
+    log: Log,
+    gate: Gate,
+}
+
+type Log = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// While armed, the server's answers wait until the client has sent a
+/// `COMMIT` (two seconds at most), and the `COMMIT`'s answer 200 ms more: a
+/// client that waits for an answer before its `COMMIT`, or answers its caller
+/// before the `COMMIT`'s, shows in the log whatever the machine's timing.
+#[derive(Clone, Default)]
+struct Gate(Arc<(std::sync::Mutex<GateState>, tokio::sync::Notify)>);
+
+#[derive(Default)]
+struct GateState {
+    armed: bool,
+    commit_sent: bool,
+}
+
+impl Gate {
+    fn arm(&self) {
+        *self.0.0.lock().expect("gate") = GateState {
+            armed: true,
+            commit_sent: false,
+        };
+    }
+
+    fn commit_sent(&self) {
+        self.0.0.lock().expect("gate").commit_sent = true;
+        self.0.1.notify_waiters();
+    }
+
+    /// Before the server's `messages` go on: waits as the gate says.
+    async fn pass(&self, messages: &[String]) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            let notified = self.0.1.notified();
+            let (armed, commit_sent) = {
+                let state = self.0.0.lock().expect("gate");
+                (state.armed, state.commit_sent)
+            };
+            if !armed || commit_sent {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                break;
+            }
+        }
+        let armed = self.0.0.lock().expect("gate").armed;
+        if armed && messages.iter().any(|m| m == "server C COMMIT") {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            self.0.0.lock().expect("gate").armed = false;
+        }
+    }
 }
 
 impl ProtocolRelay {
@@ -506,8 +565,9 @@ impl ProtocolRelay {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (config, logged) = (upstream.clone(), log.clone());
+        let log = Log::default();
+        let gate = Gate::default();
+        let (config, logged, gated) = (upstream.clone(), log.clone(), gate.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let port = config.get_ports()[0];
@@ -515,11 +575,11 @@ impl ProtocolRelay {
                     tokio_postgres::config::Host::Unix(dir) => {
                         let socket = dir.join(format!(".s.PGSQL.{port}"));
                         let server = tokio::net::UnixStream::connect(socket).await;
-                        relay(client, server.expect("the database"), logged.clone());
+                        relay(client, server.expect("the database"), &logged, &gated);
                     }
                     tokio_postgres::config::Host::Tcp(host) => {
                         let server = tokio::net::TcpStream::connect((host.as_str(), port)).await;
-                        relay(client, server.expect("the database"), logged.clone());
+                        relay(client, server.expect("the database"), &logged, &gated);
                     }
                 }
             }
@@ -528,6 +588,7 @@ impl ProtocolRelay {
             addr,
             upstream,
             log,
+            gate,
         }
     }
 
@@ -546,37 +607,84 @@ impl ProtocolRelay {
     fn take(&self) -> Vec<String> {
         std::mem::take(&mut *self.log.lock().expect("log"))
     }
+
+    /// Adds a line of the test's own to the log.
+    fn note(&self, line: &str) {
+        self.log.lock().expect("log").push(line.to_string());
+    }
+
+    fn hold_answers_until_commit(&self) {
+        self.gate.arm();
+    }
 }
 
-/// Relays one connection both ways, logging each whole message before passing
+/// Relays one connection both ways, logging each whole message as it passes
 /// it on (so a message is logged before the other side can react to it).
-fn relay<S>(client: tokio::net::TcpStream, server: S, log: Arc<std::sync::Mutex<Vec<String>>>)
+fn relay<S>(client: tokio::net::TcpStream, server: S, log: &Log, gate: &Gate)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
 {
     let (client_read, client_write) = tokio::io::split(client);
     let (server_read, server_write) = tokio::io::split(server);
     // The client's first message (startup) has no type byte.
-    tokio::spawn(pump(client_read, server_write, "hookd", true, log.clone()));
-    tokio::spawn(pump(server_read, client_write, "server", false, log));
+    let to_server = Pump {
+        side: "hookd",
+        untyped_first: true,
+        log: log.clone(),
+        gate: gate.clone(),
+    };
+    let to_client = Pump {
+        side: "server",
+        untyped_first: false,
+        log: log.clone(),
+        gate: gate.clone(),
+    };
+    tokio::spawn(to_server.run(client_read, server_write));
+    tokio::spawn(to_client.run(server_read, client_write));
 }
 
-async fn pump(
-    mut from: impl tokio::io::AsyncRead + Unpin,
-    mut to: impl tokio::io::AsyncWrite + Unpin,
+/// One direction of a relayed connection.
+struct Pump {
     side: &'static str,
-    mut untyped_first: bool,
-    log: Arc<std::sync::Mutex<Vec<String>>>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut pending: Vec<u8> = Vec::new();
-    let mut buf = vec![0; 64 * 1024];
-    while let Ok(n @ 1..) = from.read(&mut buf).await {
-        pending.extend_from_slice(&buf[..n]);
+    untyped_first: bool,
+    log: Log,
+    gate: Gate,
+}
+
+impl Pump {
+    async fn run(
+        mut self,
+        mut from: impl tokio::io::AsyncRead + Unpin,
+        mut to: impl tokio::io::AsyncWrite + Unpin,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut pending: Vec<u8> = Vec::new();
+        let mut buf = vec![0; 64 * 1024];
+        while let Ok(n @ 1..) = from.read(&mut buf).await {
+            pending.extend_from_slice(&buf[..n]);
+            let (whole, messages) = self.messages(&pending);
+            if self.side == "server" {
+                self.gate.pass(&messages).await;
+            } else if messages.iter().any(|m| m == "hookd Q COMMIT") {
+                self.gate.commit_sent();
+            }
+            self.log.lock().expect("log").extend(messages);
+            if to.write_all(&pending[..whole]).await.is_err() {
+                break;
+            }
+            pending.drain(..whole);
+        }
+        let _ = to.shutdown().await;
+    }
+
+    /// How many bytes of `pending` are whole messages, and those messages.
+    fn messages(&mut self, pending: &[u8]) -> (usize, Vec<String>) {
+        let side = self.side;
+        let mut messages = Vec::new();
         let mut whole = 0;
         loop {
             let rest = &pending[whole..];
-            let (head, kind) = if untyped_first {
+            let (head, kind) = if self.untyped_first {
                 (0, None)
             } else {
                 (1, rest.first().copied())
@@ -593,18 +701,14 @@ async fn pump(
             if let Some(kind) = kind {
                 let body = &message[5..];
                 let text = String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(body));
-                let entry = match kind {
+                messages.push(match kind {
                     b'Q' | b'C' => format!("{side} {} {text}", kind as char),
                     _ => format!("{side} {}", kind as char),
-                };
-                log.lock().expect("log").push(entry);
+                });
             }
-            untyped_first = false;
+            self.untyped_first = false;
             whole += head + length;
         }
-        if to.write_all(&pending[..whole]).await.is_err() {
-            break;
-        }
-        pending.drain(..whole);
+        (whole, messages)
     }
 }
