@@ -447,7 +447,7 @@ impl<'a> Folded<'a> {
         params.extend(self.attempts.params());
         Ok(FoldedReady {
             items: self.items,
-            statement: sql::ready(client, RECORD_FOLDED, &params).await?,
+            statement: sql::ready(client, RECORD_FOLDED, params).await?,
         })
     }
 }

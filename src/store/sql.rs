@@ -183,7 +183,8 @@ pub async fn execute(
 /// known order.
 pub struct Ready<'p> {
     sql: &'p str,
-    params: Vec<Param<'p>>,
+    /// Borrowed from the caller, or owned by a statement that gathers its own.
+    params: std::borrow::Cow<'p, [Param<'p>]>,
     /// Prepared, unless statements go unnamed.
     prepared: Option<(Statement, Vec<&'p (dyn ToSql + Sync)>)>,
 }
@@ -192,16 +193,17 @@ pub struct Ready<'p> {
 pub async fn ready<'p>(
     client: &impl Session,
     sql: &'p str,
-    params: &[Param<'p>],
+    params: impl Into<std::borrow::Cow<'p, [Param<'p>]>>,
 ) -> Result<Ready<'p>, StoreError> {
+    let params = params.into();
     let prepared = if unnamed() {
         None
     } else {
-        Some(prepared(client, sql, params).await?)
+        Some(prepared(client, sql, &params).await?)
     };
     Ok(Ready {
         sql,
-        params: params.to_vec(),
+        params,
         prepared,
     })
 }
