@@ -266,6 +266,10 @@ impl Running {
         self.trigger.trigger();
         let grace = self.state.app.settings.now().shutdown_grace;
         let handles: Vec<ServerHandle> = self.servers.iter().map(|s| s.handle.clone()).collect();
+        // A graceful stop in progress holds the server's command loop, so a second,
+        // forced stop is not heard: dropping the server (aborting its task) is
+        // what makes its workers let go of their connections at once.
+        let server_tasks: Vec<_> = self.servers.iter().map(|s| s.task.abort_handle()).collect();
         let mut loops = self.loops;
         let servers = self.servers;
         let drain = async {
@@ -284,8 +288,8 @@ impl Running {
                  kept whole)",
                 crate::duration::format(grace)
             );
-            for handle in &handles {
-                drop(handle.stop(false));
+            for task in server_tasks {
+                task.abort();
             }
             for task in loops {
                 task.abort();

@@ -67,8 +67,11 @@ where
         .workers(limits.workers)
         .max_concurrent_connections(per_worker)
         .backlog(2048)
-        // Whole seconds here; `Running::stop` holds to the exact grace.
-        .shutdown_timeout(limits.grace.as_secs() + u64::from(limits.grace.subsec_nanos() > 0))
+        // A backstop a second past the grace: `Running::stop` cuts off at the
+        // exact grace and says so in the log; were the workers' own timer (whole
+        // seconds, started a moment later) to fire first, work would be cut off
+        // with no word of it.
+        .shutdown_timeout(limits.grace.as_secs() + 1 + u64::from(limits.grace.subsec_nanos() > 0))
         .disable_signals()
         .listen(format!("hookd-{local}"), listener, move || {
             let app = App::new()
