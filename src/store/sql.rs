@@ -135,11 +135,7 @@ pub async fn query(
     sql: &str,
     params: &[Param<'_>],
 ) -> Result<Vec<Row>, StoreError> {
-    if unnamed() {
-        return Ok(client.query_unnamed(sql, params).await?);
-    }
-    let (statement, values) = prepared(client, sql, params).await?;
-    Ok(client.query(&statement, &values).await?)
+    ready(client, sql, params).await?.query(client).await
 }
 
 /// The one row `sql` returns.
