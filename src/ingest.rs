@@ -626,19 +626,11 @@ impl Core {
         };
         let columns = events::Folded::of(&prepared.items, &folded);
         // Prepared before the transaction is sent, so the `COMMIT` follows it.
-        let ready = async {
-            let ready = columns.ready(client);
-            tokio::pin!(ready);
-            tokio::select! {
-                biased;
-                ready = &mut ready => Some(ready),
-                () = tokio::time::sleep_until(deadline) => None,
-            }
-        };
+        let ready = tokio::time::timeout_at(deadline, columns.ready(client));
         let statement = match ready.instrument(span.clone()).await {
-            Some(Ok(statement)) => statement,
-            Some(Err(error)) => return Err(undone(error, prepared, &span)),
-            None => {
+            Ok(Ok(statement)) => statement,
+            Ok(Err(error)) => return Err(undone(error, prepared, &span)),
+            Err(_) => {
                 self.runner.cancel(client.cancel_token()).await;
                 return Err(out_of_time());
             }
@@ -650,12 +642,13 @@ impl Core {
             let only = async {
                 let run = statement.run(client);
                 tokio::pin!(run);
-                // `run` first: its statement must be on the wire before the
-                // `COMMIT`, even when the time is already up.
-                tokio::select! {
-                    biased;
-                    decided = &mut run => decided,
-                    () = tokio::time::sleep_until(deadline) => {
+                // A timeout polls its future before its timer, even with the
+                // task's budget spent (a `select!` would then poll neither, and
+                // the `COMMIT` would overtake the statement): the statement is on
+                // the wire first, even when the time is already up.
+                match tokio::time::timeout_at(deadline, &mut run).await {
+                    Ok(decided) => decided,
+                    Err(_) => {
                         cut = true;
                         self.runner.cancel(client.cancel_token()).await;
                         run.await
@@ -672,7 +665,9 @@ impl Core {
                 (_, _, true) => return Err(out_of_time()),
                 (Ok(decided), Ok(()), false) => break decided,
                 // The `COMMIT` failed, or the one that ended the failed
-                // statement's transaction: the session may be gone.
+                // statement's transaction: nothing was kept. A lost session is
+                // closed (`Fallback::store` makes it `Unavailable`); any other
+                // is idle again, no transaction open, and goes back to the pool.
                 (_, Err(error), false) => return Err(Fallback::store(error)),
                 (Err(error), Ok(()), false) => error,
             };

@@ -321,10 +321,12 @@ pub async fn one_statement_transaction<T>(
             client.batch_execute("BEGIN").await
         }
     };
+    // Sent with the rest: its span covers the one round trip it rides in.
     let commit = client
         .batch_execute("COMMIT")
         .instrument(tracing::trace_span!("commit"));
-    let (begun, done, committed) = tokio::join!(begin, only, commit);
+    // In this order on the first poll: each puts its message on the wire then.
+    let (begun, done, committed) = tokio::join!(biased; begin, only, commit);
     (
         begun.map_err(StoreError::from).and(done),
         committed.map_err(StoreError::from),
