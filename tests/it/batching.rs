@@ -504,27 +504,28 @@ struct ProtocolRelay {
     addr: std::net::SocketAddr,
     upstream: tokio_postgres::Config,
     log: Log,
-    gate: Gate,
+    gate: AnswerGate,
 }
 
 type Log = Arc<std::sync::Mutex<Vec<String>>>;
 
 /// While armed, the server's answers wait until the client has sent a
-/// `COMMIT` (two seconds at most), and the `COMMIT`'s answer 200 ms more: a
+/// `COMMIT` (two seconds at most), and the `COMMIT`'s answer alone 200 ms more
+/// (what arrived with it before it goes on at once): a
 /// client that waits for an answer before its `COMMIT`, or answers its caller
 /// before the `COMMIT`'s, shows in the log whatever the machine's timing.
 #[derive(Clone, Default)]
-struct Gate(Arc<(std::sync::Mutex<GateState>, tokio::sync::Notify)>);
+struct AnswerGate(Arc<(std::sync::Mutex<AnswerGateState>, tokio::sync::Notify)>);
 
 #[derive(Default)]
-struct GateState {
+struct AnswerGateState {
     armed: bool,
     commit_sent: bool,
 }
 
-impl Gate {
+impl AnswerGate {
     fn arm(&self) {
-        *self.0.0.lock().expect("gate") = GateState {
+        *self.0.0.lock().expect("gate") = AnswerGateState {
             armed: true,
             commit_sent: false,
         };
@@ -535,8 +536,9 @@ impl Gate {
         self.0.1.notify_waiters();
     }
 
-    /// Before the server's `messages` go on: waits as the gate says.
-    async fn pass(&self, messages: &[String]) {
+    /// Before the server's answers go on: while armed, until the client has
+    /// sent its `COMMIT` (two seconds at most).
+    async fn until_commit_sent(&self) {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
         loop {
             let notified = self.0.1.notified();
@@ -545,16 +547,20 @@ impl Gate {
                 (state.armed, state.commit_sent)
             };
             if !armed || commit_sent {
-                break;
+                return;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                break;
+                return;
             }
         }
-        let armed = self.0.0.lock().expect("gate").armed;
-        if armed && messages.iter().any(|m| m == "server C COMMIT") {
+    }
+
+    /// Before the `COMMIT`'s answer goes on, once: 200 ms while armed, then
+    /// disarmed.
+    async fn hold_commit_answer(&self) {
+        let armed = std::mem::take(&mut self.0.0.lock().expect("gate").armed);
+        if armed {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            self.0.0.lock().expect("gate").armed = false;
         }
     }
 }
@@ -566,7 +572,7 @@ impl ProtocolRelay {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let log = Log::default();
-        let gate = Gate::default();
+        let gate = AnswerGate::default();
         let (config, logged, gated) = (upstream.clone(), log.clone(), gate.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -620,7 +626,7 @@ impl ProtocolRelay {
 
 /// Relays one connection both ways, logging each whole message as it passes
 /// it on (so a message is logged before the other side can react to it).
-fn relay<S>(client: tokio::net::TcpStream, server: S, log: &Log, gate: &Gate)
+fn relay<S>(client: tokio::net::TcpStream, server: S, log: &Log, gate: &AnswerGate)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
 {
@@ -648,7 +654,7 @@ struct Pump {
     side: &'static str,
     untyped_first: bool,
     log: Log,
-    gate: Gate,
+    gate: AnswerGate,
 }
 
 impl Pump {
@@ -663,13 +669,30 @@ impl Pump {
         while let Ok(n @ 1..) = from.read(&mut buf).await {
             pending.extend_from_slice(&buf[..n]);
             let (whole, messages) = self.messages(&pending);
-            if self.side == "server" {
-                self.gate.pass(&messages).await;
-            } else if messages.iter().any(|m| m == "hookd Q COMMIT") {
-                self.gate.commit_sent();
+            if self.side == "server" && !messages.is_empty() {
+                self.gate.until_commit_sent().await;
             }
-            self.log.lock().expect("log").extend(messages);
-            if to.write_all(&pending[..whole]).await.is_err() {
+            // Message by message, each logged before it goes on, so that only
+            // the `COMMIT`'s answer is held, not what came with it.
+            let mut sent = 0;
+            for (message, start) in messages {
+                if message == "server C COMMIT" {
+                    // What came before it goes on; the answer itself is logged
+                    // only once held, just before it goes on too.
+                    if to.write_all(&pending[sent..start]).await.is_err() {
+                        return;
+                    }
+                    let _ = to.flush().await;
+                    sent = start;
+                    self.gate.hold_commit_answer().await;
+                }
+                let is_commit = message == "hookd Q COMMIT";
+                self.log.lock().expect("log").push(message);
+                if is_commit {
+                    self.gate.commit_sent();
+                }
+            }
+            if to.write_all(&pending[sent..whole]).await.is_err() {
                 break;
             }
             pending.drain(..whole);
@@ -677,8 +700,9 @@ impl Pump {
         let _ = to.shutdown().await;
     }
 
-    /// How many bytes of `pending` are whole messages, and those messages.
-    fn messages(&mut self, pending: &[u8]) -> (usize, Vec<String>) {
+    /// How many bytes of `pending` are whole messages, and those messages, each
+    /// with where it starts.
+    fn messages(&mut self, pending: &[u8]) -> (usize, Vec<(String, usize)>) {
         let side = self.side;
         let mut messages = Vec::new();
         let mut whole = 0;
@@ -701,10 +725,11 @@ impl Pump {
             if let Some(kind) = kind {
                 let body = &message[5..];
                 let text = String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(body));
-                messages.push(match kind {
+                let line = match kind {
                     b'Q' | b'C' => format!("{side} {} {text}", kind as char),
                     _ => format!("{side} {}", kind as char),
-                });
+                };
+                messages.push((line, whole));
             }
             self.untyped_first = false;
             whole += head + length;
