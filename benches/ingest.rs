@@ -35,6 +35,8 @@ const SLICE: Duration = Duration::from_secs(5);
 const PGBENCH_WARM_UP: Duration = Duration::from_secs(2);
 /// The open-loop run at half of hookd's peak rate.
 const OPEN_LOOP: Duration = Duration::from_secs(30);
+/// The start of the pgbench open loop that is not counted (its connections).
+const FLOOR_SKIP: Duration = Duration::from_secs(1);
 
 /// What one or more pgbench runs measured.
 #[derive(Debug, Clone, Default)]
@@ -43,7 +45,9 @@ struct PgbenchResult {
     failed: u64,
     /// Seconds of measurement (transactions / tps, connection time excluded).
     seconds: f64,
-    latencies: Vec<Duration>,
+    /// Per transaction: when it was due (since the Unix epoch) and its latency
+    /// from then. Closed loop, it was due when it started.
+    transactions_at: Vec<(Duration, Duration)>,
 }
 
 impl PgbenchResult {
@@ -55,12 +59,11 @@ impl PgbenchResult {
         self.transactions += other.transactions;
         self.failed += other.failed;
         self.seconds += other.seconds;
-        self.latencies.extend(other.latencies);
+        self.transactions_at.extend(other.transactions_at);
     }
 
     fn line(&self) -> String {
-        let mut sorted = self.latencies.clone();
-        sorted.sort();
+        let sorted = self.sorted_latencies();
         format!(
             "{} transactions ({} failed) in {:.1} s, {:.0} tps; latency p50 {} p99 {} max {}",
             self.transactions,
@@ -71,6 +74,41 @@ impl PgbenchResult {
             ms(percentile(&sorted, 0.99)),
             ms(sorted.last().copied().unwrap_or_default())
         )
+    }
+
+    fn sorted_latencies(&self) -> Vec<Duration> {
+        let mut sorted: Vec<Duration> = self.transactions_at.iter().map(|&(_, l)| l).collect();
+        sorted.sort();
+        sorted
+    }
+
+    /// The transactions due `skip` or more after the first one (its tps over the
+    /// rest of the run).
+    fn after(&self, skip: Duration) -> PgbenchResult {
+        let first = self.transactions_at.iter().map(|&(due, _)| due).min();
+        let transactions_at: Vec<(Duration, Duration)> = self
+            .transactions_at
+            .iter()
+            .filter(|&&(due, _)| first.is_some_and(|first| due >= first + skip))
+            .copied()
+            .collect();
+        PgbenchResult {
+            transactions: transactions_at.len() as u64,
+            failed: self.failed,
+            seconds: (self.seconds - skip.as_secs_f64()).max(0.0),
+            transactions_at,
+        }
+    }
+
+    /// p99 per `step`, by when each transaction was due.
+    fn p99_timeline(&self, step: Duration) -> String {
+        let first = self.transactions_at.iter().map(|&(due, _)| due).min();
+        let points: Vec<(Duration, Duration)> = self
+            .transactions_at
+            .iter()
+            .map(|&(due, latency)| (due - first.unwrap_or(due), latency))
+            .collect();
+        load::p99_timeline(&points, step)
     }
 }
 
@@ -116,10 +154,22 @@ impl<'a> Pgbench<'a> {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
-    async fn run(&mut self, script: Script, clients: usize, duration: Duration) -> PgbenchResult {
+    /// A closed loop of `clients`, or an open loop at `rate` transactions per
+    /// second spread over them.
+    async fn run(
+        &mut self,
+        script: Script,
+        clients: usize,
+        duration: Duration,
+        rate: Option<f64>,
+    ) -> PgbenchResult {
         self.runs += 1;
         let prefix = format!("log{}", self.runs);
-        let out = tokio::process::Command::new(&self.bin)
+        let mut command = tokio::process::Command::new(&self.bin);
+        if let Some(rate) = rate {
+            command.arg(format!("--rate={rate:.0}"));
+        }
+        let out = command
             .current_dir(&self.work)
             .env_remove("PGSERVICE")
             .args(["-n", "-M", "prepared", "--no-vacuum"])
@@ -175,13 +225,16 @@ impl<'a> Pgbench<'a> {
                 .and_then(first_number)
                 .unwrap_or_default() as u64,
             seconds: transactions as f64 / tps.max(1e-9),
-            latencies: self.logged_latencies(&prefix),
+            transactions_at: self.logged_transactions(&prefix),
         }
     }
 
-    /// Per-transaction latencies from pgbench's `--log` files (third field, µs).
-    fn logged_latencies(&self, prefix: &str) -> Vec<Duration> {
-        let mut latencies = Vec::new();
+    /// Each transaction's due time and latency from pgbench's `--log` files:
+    /// `client transaction time script epoch_s epoch_us [schedule_lag]`, times in
+    /// µs, the epoch when it ended. The latency counts from when it was due: its
+    /// own time plus, in an open loop, how late it started (`schedule_lag`).
+    fn logged_transactions(&self, prefix: &str) -> Vec<(Duration, Duration)> {
+        let mut transactions = Vec::new();
         for entry in std::fs::read_dir(&self.work).expect("pgbench logs") {
             let path = entry.expect("pgbench log").path();
             let is_log = path
@@ -192,13 +245,19 @@ impl<'a> Pgbench<'a> {
                 continue;
             }
             let text = std::fs::read_to_string(&path).expect("read pgbench log");
-            latencies.extend(text.lines().filter_map(|line| {
-                let micros: u64 = line.split_whitespace().nth(2)?.parse().ok()?;
-                Some(Duration::from_micros(micros))
+            transactions.extend(text.lines().filter_map(|line| {
+                let fields: Vec<u64> = line
+                    .split_whitespace()
+                    .map(|f| f.parse().ok())
+                    .collect::<Option<_>>()?;
+                let (time, epoch_s, epoch_us) = (*fields.get(2)?, *fields.get(4)?, *fields.get(5)?);
+                let latency = Duration::from_micros(time + fields.get(6).copied().unwrap_or(0));
+                let ended = Duration::from_secs(epoch_s) + Duration::from_micros(epoch_us);
+                Some((ended.checked_sub(latency)?, latency))
             }));
             std::fs::remove_file(&path).expect("remove pgbench log");
         }
-        latencies
+        transactions
     }
 
     fn remove(self) {
@@ -243,7 +302,9 @@ async fn run(setup: bench::Setup) {
     let warm = closed_loop(sender.clone(), CONCURRENCIES[0], WARM_UP, MAX_REQUESTS).await;
     println!("warm-up         hookd   {}", warm.summary().line());
     for script in [Script::Insert, Script::Full] {
-        let r = pgbench.run(script, CONCURRENCIES[0], PGBENCH_WARM_UP).await;
+        let r = pgbench
+            .run(script, CONCURRENCIES[0], PGBENCH_WARM_UP, None)
+            .await;
         println!("warm-up         pgbench {:<6} {}", script.name(), r.line());
     }
     let mut accepted = warm.summary().ok;
@@ -274,7 +335,7 @@ async fn run(setup: bench::Setup) {
                         } else {
                             Script::Full
                         };
-                        let result = pgbench.run(script, concurrency, SLICE).await;
+                        let result = pgbench.run(script, concurrency, SLICE, None).await;
                         let cpu = cluster.cpu() - before;
                         println!("{label} pgbench {:<6} {}", script.name(), result.line());
                         if script == Script::Insert {
@@ -388,6 +449,40 @@ async fn run(setup: bench::Setup) {
         "open loop p99 per second, ms: {}; checkpoints (s after its start): {}",
         half.p99_timeline(Duration::from_secs(1)),
         cluster.checkpoints_since(open_started_at)
+    );
+    // The same rate for the database alone, doing the least any receiver must: one
+    // durable dedupe INSERT per event, each its own transaction, with pgbench's
+    // light client. How far hookd's tail is from what this machine's PostgreSQL
+    // gives at that rate.
+    let floor_started_at = chrono::Utc::now();
+    // pgbench's first second is left out: its schedule starts while its clients
+    // are still connecting, and the first transactions are due before they can go.
+    let floor = pgbench
+        .run(
+            Script::Insert,
+            CONCURRENCIES[0],
+            OPEN_LOOP + FLOOR_SKIP,
+            Some(peak / 2.0),
+        )
+        .await
+        .after(FLOOR_SKIP);
+    println!(
+        "pgbench insert, open loop at the same rate ({} clients) for {} s: {}",
+        CONCURRENCIES[0],
+        OPEN_LOOP.as_secs(),
+        floor.line()
+    );
+    println!(
+        "pgbench insert p99 per second, ms: {}; checkpoints (s after its start): {}",
+        floor.p99_timeline(Duration::from_secs(1)),
+        cluster.checkpoints_since(floor_started_at)
+    );
+    println!(
+        "open loop p99, hookd / pgbench insert at the same rate: {:.2}",
+        half_summary.p99.as_secs_f64()
+            / percentile(&floor.sorted_latencies(), 0.99)
+                .as_secs_f64()
+                .max(1e-9)
     );
 
     // The real binary alone: its peak memory under the highest concurrency.

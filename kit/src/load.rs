@@ -328,15 +328,9 @@ impl Report {
 
     /// p99 of each `step` of a report, to see when latency rose.
     pub fn p99_timeline(&self, step: Duration) -> String {
-        let end = self.samples.last().map_or(Duration::ZERO, |s| s.due);
-        let mut parts = Vec::new();
-        let mut from = Duration::ZERO;
-        while from <= end {
-            let window = self.window(from, from + step).summary();
-            parts.push(format!("{:.0}", window.p99.as_secs_f64() * 1000.0));
-            from += step;
-        }
-        parts.join(" ")
+        let points: Vec<(Duration, Duration)> =
+            self.samples.iter().map(|s| (s.due, s.latency)).collect();
+        p99_timeline(&points, step)
     }
 
     pub fn summary(&self) -> Summary {
@@ -401,6 +395,29 @@ impl Summary {
         ));
         text
     }
+}
+
+/// The p99 latency (ms) of each `step`, by when each was due: `(due, latency)`
+/// pairs, `due` counted from the run's start. Every `step` up to the last due one
+/// is listed, an empty one as 0.
+pub fn p99_timeline(points: &[(Duration, Duration)], step: Duration) -> String {
+    let end = points.iter().map(|&(due, _)| due).max().unwrap_or_default();
+    let mut parts = Vec::new();
+    let mut from = Duration::ZERO;
+    while from <= end {
+        let mut window: Vec<Duration> = points
+            .iter()
+            .filter(|&&(due, _)| due >= from && due < from + step)
+            .map(|&(_, latency)| latency)
+            .collect();
+        window.sort();
+        parts.push(format!(
+            "{:.0}",
+            percentile(&window, 0.99).as_secs_f64() * 1000.0
+        ));
+        from += step;
+    }
+    parts.join(" ")
 }
 
 /// Nearest-rank percentile of sorted values.
