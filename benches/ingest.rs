@@ -35,7 +35,7 @@ const SLICE: Duration = Duration::from_secs(5);
 const PGBENCH_WARM_UP: Duration = Duration::from_secs(2);
 /// The open-loop run at half of hookd's peak rate.
 const OPEN_LOOP: Duration = Duration::from_secs(30);
-/// The start of the pgbench open loop that is not counted (its connections).
+/// The start of the pgbench open loop that is not counted (fresh backends).
 const FLOOR_SKIP: Duration = Duration::from_secs(1);
 
 /// What one or more pgbench runs measured.
@@ -82,8 +82,8 @@ impl PgbenchResult {
         sorted
     }
 
-    /// The transactions due `skip` or more after the first one (its tps over the
-    /// rest of the run).
+    /// Only the transactions due `skip` or more after the first one, as if the
+    /// run had started then.
     fn after(&self, skip: Duration) -> PgbenchResult {
         let first = self.transactions_at.iter().map(|&(due, _)| due).min();
         let transactions_at: Vec<(Duration, Duration)> = self
@@ -455,8 +455,9 @@ async fn run(setup: bench::Setup) {
     // light client. How far hookd's tail is from what this machine's PostgreSQL
     // gives at that rate.
     let floor_started_at = chrono::Utc::now();
-    // pgbench's first second is left out: its schedule starts while its clients
-    // are still connecting, and the first transactions are due before they can go.
+    // pgbench's first second is left out: its schedule starts as its clients
+    // connect, and fresh backends take tens of ms over their first transactions
+    // (hookd's pooled connections are long warm).
     let floor = pgbench
         .run(
             Script::Insert,
