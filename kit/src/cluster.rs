@@ -131,6 +131,42 @@ pub fn tmp_root() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
 }
 
+/// A folder under the system's temporary folder for a cluster that is copied
+/// into place (a standby): pg_basebackup writes the copy as the cluster's user,
+/// who cannot enter a private clone when root runs the tests as `postgres`, and
+/// hookd keeps a cluster only inside a folder of the user running it, which the
+/// system's temporary folder itself is not for anyone but root. So a fresh folder
+/// of this process's user, open for reading to others; removed when dropped.
+pub struct SharedFolder {
+    path: PathBuf,
+}
+
+impl SharedFolder {
+    pub fn new(name: &str) -> SharedFolder {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.subsec_nanos());
+        let path = std::env::temp_dir().join(format!("{name}-{}-{nanos}", std::process::id()));
+        // create_dir, not create_dir_all: never a folder or link left there before.
+        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        // Set after creating it, so the umask cannot close it to the cluster's user.
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+        SharedFolder { path }
+    }
+
+    /// Where the cluster goes (the folder is its `./.hookd`, in hookd's terms).
+    pub fn cluster_dir(&self) -> PathBuf {
+        self.path.join("pg")
+    }
+}
+
+impl Drop for SharedFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
 /// Stops the PostgreSQL cluster in `dir` (as the cluster's user) and removes the
 /// folder when dropped: a test that starts a cluster and then fails leaves no
 /// postmaster behind.

@@ -142,8 +142,9 @@ async fn slow_a_failover_under_load_answers_only_200_or_503_and_loses_or_repeats
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let primary = primary(root.join(format!("failover-{}", std::process::id())), p1).await;
     let _stop_primary = ClusterGuard::new(primary.dir());
-    // Written as the cluster's user, which must reach it (see outage.rs).
-    let standby_dir = std::env::temp_dir().join(format!("hookd-failover-{}", std::process::id()));
+    // Reachable by the cluster's user whoever runs the tests (see SharedFolder).
+    let shared = hookd_kit::cluster::SharedFolder::new("hookd-failover");
+    let standby_dir = shared.cluster_dir();
     let _stop_standby = ClusterGuard::new(&standby_dir);
     let source = format!("host=127.0.0.1 port={p1} user={USER} dbname=postgres");
     let standby_path = standby_dir.clone();

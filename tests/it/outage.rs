@@ -126,10 +126,9 @@ async fn slow_a_read_only_standby_gives_503_never_500_and_its_sessions_are_close
     let primary = start_cluster(root.join(format!("primary-{}", std::process::id()))).await;
     let _stop_primary = ClusterGuard::new(primary.dir());
     migrate_hookd(&primary).await;
-    // pg_basebackup writes it as the cluster's user, which must reach it: not
-    // under a private clone (CI's, or a newcomer's home), so under the system's
-    // temporary folder.
-    let standby_dir = std::env::temp_dir().join(format!("hookd-standby-{}", std::process::id()));
+    // Reachable by the cluster's user whoever runs the tests (see SharedFolder).
+    let shared = hookd_kit::cluster::SharedFolder::new("hookd-standby");
+    let standby_dir = shared.cluster_dir();
     let _stop_standby = ClusterGuard::new(&standby_dir);
     let standby =
         tokio::task::spawn_blocking(move || hookd_kit::cluster::standby(&primary, &standby_dir))
