@@ -13,7 +13,9 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestApp, shipped_settings, spawn};
+use hookd::config::Settings;
+
+use crate::support::{Spawn, TestApp, spawn};
 
 const STATUSES: [&str; 5] = ["incomplete", "active", "past_due", "unpaid", "canceled"];
 
@@ -88,19 +90,21 @@ fn invoice_event(case: usize, fact: usize, variant: usize, n: usize, amount: i64
     })
 }
 
+/// The example's own `hookd.toml`, as `cargo run --example custom_handler -- serve
+/// --config …` loads it (its type mapping included), on a free port.
 async fn app() -> TestApp {
-    let mut settings = shipped_settings();
-    let stripe = settings
-        .sources
-        .iter_mut()
-        .find(|s| s.name == "stripe")
-        .expect("stripe");
-    for (provider, kind) in [
-        ("customer.subscription.updated", "subscription_updated"),
-        ("invoice.paid", "invoice_paid"),
-    ] {
-        stripe.event_types.insert(provider.into(), kind.into());
-    }
+    const CONFIG: &str = include_str!("../../examples/custom_handler/hookd.toml");
+    let mut settings = Settings::from_toml(
+        "examples/custom_handler/hookd.toml",
+        CONFIG,
+        &Default::default(),
+    )
+    .unwrap_or_else(|e| panic!("the example's hookd.toml: {e}"));
+    // What serve checks before it starts: its development secrets are allowed.
+    settings
+        .check_exposure()
+        .unwrap_or_else(|e| panic!("the example's hookd.toml: {e}"));
+    settings.listen = "127.0.0.1:0".parse().expect("loopback address");
     let mut registry = Registry::builtin();
     registry.register(
         "subscription_updated",
