@@ -137,7 +137,9 @@ async fn apply_pending(
             warn_if_newer(ledger, migrations, &applied);
             return Ok(count);
         };
-        tx.batch_execute(migration.sql).await?;
+        tx.batch_execute(migration.sql)
+            .await
+            .map_err(|e| needs_owner(e, ledger.whose, migration.name))?;
         // The table names are hookd's own constants, never input.
         sql::execute(
             &tx,
@@ -152,6 +154,19 @@ async fn apply_pending(
         log::info!("applied {} migration {}", ledger.whose, migration.name);
         count += 1;
     }
+}
+
+/// A change to the schema refused for want of privileges says who may make it:
+/// serving needs only rows, changing the schema needs the role that owns it.
+fn needs_owner(error: tokio_postgres::Error, whose: &str, what: &str) -> StoreError {
+    if error.code() != Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) {
+        return error.into();
+    }
+    StoreError::Schema(format!(
+        "{whose} migration {what}: {}; changing the schema needs the role that owns it \
+         (run `hookd migrate` with that role's DATABASE_URL, then serve with this one)",
+        super::describe(&error)
+    ))
 }
 
 /// The versions `ledger` records and their SQL's digests; creates its table
@@ -173,7 +188,8 @@ async fn read_ledger(
                 sha256     bytea NOT NULL,
                 applied_at timestamptz NOT NULL DEFAULT now())"
         ))
-        .await?;
+        .await
+        .map_err(|e| needs_owner(e, ledger.whose, &format!("ledger {table}")))?;
     }
     let rows = sql::query(
         tx,

@@ -36,6 +36,7 @@ mod purge;
 mod receive;
 mod reload;
 mod replay;
+mod roles;
 mod rollups;
 mod support;
 mod tls;
