@@ -1,10 +1,13 @@
-//! Database roles: once the schema's owner has applied the migrations, hookd
-//! serves everything with a role that may only read and write rows — no DDL, no
-//! ownership, no superuser — as a platform team gives a service.
+//! Database roles and schemas: once the schema's owner has applied the
+//! migrations, hookd serves everything with a role that may only read and write
+//! rows — no DDL, no ownership, no superuser — as a platform team gives a
+//! service; and it lives in a schema of its own when `search_path` names one.
 
 use serde_json::json;
 
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, spawn_app, stripe_event};
+use crate::support::{
+    Spawn, TestApp, TestDb, connect, shipped_settings, spawn, spawn_app, stripe_event,
+};
 
 /// What the serving role is granted: rows and sequences, nothing else.
 const GRANTS: &str = "GRANT USAGE ON SCHEMA public TO {role};
@@ -171,4 +174,50 @@ async fn applying_a_migration_needs_the_owner_and_says_so() {
         hookd::store::is_ready(&served.app.pool, &[]).await.is_err(),
         "not ready while a migration is pending"
     );
+}
+
+#[tokio::test]
+async fn a_schema_of_its_own_named_by_search_path_holds_everything() {
+    let db = TestDb::empty().await;
+    connect(db.config())
+        .await
+        .batch_execute("CREATE SCHEMA payment_hooks")
+        .await
+        .expect("schema");
+    let mut config = db.config();
+    config.options("-c search_path=payment_hooks");
+    let pool = hookd::store::pool(config.clone(), hookd::store::DbConnector::Plain, 2);
+    assert_eq!(
+        hookd::store::migrate(&pool).await.expect("migrate"),
+        hookd::store::MIGRATIONS.len()
+    );
+    let app = spawn(Spawn {
+        database: Some(config),
+        ..Spawn::default()
+    })
+    .await;
+    app.deliver_ok("stripe", &payment("evt_schema_1", "cus_schema"))
+        .await;
+    app.execute(
+        "UPDATE webhook_events SET received_at = now() - interval '400 days'",
+        &[],
+    )
+    .await;
+    let outcome = app.app.purger.run_once(None).await.expect("purge");
+    assert_eq!(hookd::purge::PurgeOutcome::total(&outcome.keys_deleted), 1);
+    assert_eq!(
+        app.count("SELECT count(*) FROM payment_hooks.payments", &[])
+            .await,
+        1
+    );
+    let outside = app
+        .strings(
+            "SELECT n.nspname || '.' || c.relname FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname NOT IN ('payment_hooks', 'pg_catalog', 'information_schema', 'pg_toast')
+             ORDER BY 1",
+            &[],
+        )
+        .await;
+    assert!(outside.is_empty(), "outside the schema: {outside:?}");
 }
