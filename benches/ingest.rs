@@ -450,9 +450,9 @@ async fn run(setup: bench::Setup) {
         half.p99_timeline(Duration::from_secs(1)),
         cluster.checkpoints_since(open_started_at)
     );
-    // The same rate for the database alone, doing the least any receiver must: one
-    // durable dedupe INSERT per event, each its own transaction, with pgbench's
-    // light client. How far hookd's tail is from what this machine's PostgreSQL
+    // The same rate for the database alone, doing the least a receiver that
+    // commits each event on its own must: one durable dedupe INSERT per event,
+    // each its own transaction, with pgbench's light client. How far hookd's tail is from what this machine's PostgreSQL
     // gives at that rate.
     let floor_started_at = chrono::Utc::now();
     // pgbench's first second is left out: its schedule starts as its clients
