@@ -155,6 +155,12 @@ impl App {
                     self.dispatcher.clone().run_until_stopped(stop.clone()),
                 ));
             }
+            loops.push(tokio::spawn(
+                self.dispatcher
+                    .forwarder()
+                    .clone()
+                    .run_until_stopped(stop.clone()),
+            ));
         }
         if parts.purge {
             loops.push(tokio::spawn(

@@ -179,6 +179,8 @@ pub struct Forward {
     /// Sources it takes events from; empty means every source.
     pub sources: Vec<String>,
     pub timeout: Duration,
+    /// Sends to it under way at once, per instance.
+    pub concurrency: usize,
 }
 
 impl Forward {
@@ -213,6 +215,11 @@ pub(crate) fn shown_url(url: &reqwest::Url) -> String {
     )
 }
 
+/// Sends to one forward under way at once (per instance), unless it says.
+const DEFAULT_FORWARD_CONCURRENCY: i64 = 4;
+/// The most a forward may ask for: each send holds a connection to its receiver.
+const MAX_FORWARD_CONCURRENCY: i64 = 64;
+
 /// The longest `timeout` a forward may have: a send holds its event's lease (and
 /// a dispatcher) that long, and an operator's retry waits for it.
 pub const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -240,6 +247,10 @@ pub struct AdminToken {
 impl Settings {
     pub fn source(&self, name: &str) -> Option<&Source> {
         self.sources.iter().find(|s| s.name == name)
+    }
+
+    pub fn forward(&self, name: &str) -> Option<&Forward> {
+        self.forwards.iter().find(|f| f.name == name)
     }
 
     /// Where `/admin…` and `/metrics` are served.
@@ -548,6 +559,7 @@ struct RawForward {
     #[serde(default)]
     sources: Vec<String>,
     timeout: Option<Positive>,
+    concurrency: Option<i64>,
     /// The environment variable that set `secret`, if one did.
     #[serde(skip)]
     secret_env: Option<String>,
@@ -1259,6 +1271,13 @@ impl RawForward {
                 ),
             ));
         }
+        let concurrency = self.concurrency.unwrap_or(DEFAULT_FORWARD_CONCURRENCY);
+        if !(1..=MAX_FORWARD_CONCURRENCY).contains(&concurrency) {
+            return Err((
+                key("concurrency"),
+                format!("{concurrency} is not between 1 and {MAX_FORWARD_CONCURRENCY}"),
+            ));
+        }
         Ok(Forward {
             name: self.name,
             url,
@@ -1267,6 +1286,7 @@ impl RawForward {
             types: self.types,
             sources: self.sources,
             timeout,
+            concurrency: usize::try_from(concurrency).unwrap_or(1),
         })
     }
 }

@@ -22,6 +22,7 @@ use crate::mask::{self, Cover};
 use crate::rollup::{Rollups, day_of, hour_of};
 use crate::store::audit::{self, AuditEntry, Record};
 use crate::store::forget;
+use crate::store::forwards;
 use crate::store::history::{
     self, Attempt, EventDetail, EventFilter, EventSummary, SignedDelivery, Stats,
 };
@@ -489,7 +490,8 @@ impl Desk {
         let Some(mut detail) = history::get_event(&client, id).await? else {
             return Ok(None);
         };
-        let plan = self.dispatcher.plan_names(&detail.summary);
+        let forwards = forwards::of_event(&client, id).await?;
+        let plan = self.dispatcher.plan_names(&detail.summary, &forwards);
         let handlers = ledger::handler_states(&detail.attempts, &plan);
         let origin = self.origin_with(&client, id).await?;
         if !reveal {

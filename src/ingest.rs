@@ -1,8 +1,8 @@
 //! Receiving an event into the store: one `INSERT … ON CONFLICT` decides new,
 //! duplicate or conflict, and a new event's own handler runs at once, in the same
 //! transaction, so the event, its status and its effects commit together (and the
-//! provider's 200 follows that commit). Forwards run after the commit: the row
-//! says they are due, and the dispatcher is woken.
+//! provider's 200 follows that commit). Forwards run after the commit: the
+//! transaction plans them (a row each, `store::forwards`), and their lanes are woken.
 //!
 //! **Group commit.** One batch runs at a time: a delivery that finds none
 //! running leads its own at once; the deliveries that arrive while one runs
@@ -545,9 +545,9 @@ impl Core {
         }
     }
 
-    /// Each item's payment merge and attempt, when every item is decided by id
-    /// and its handler (if any) is hookd's own payment merge with no refund to
-    /// add (`Handler::folded_merge`).
+    /// Each item's payment merge and attempt, when every item is decided by id,
+    /// has no forward to plan, and its handler (if any) is hookd's own payment
+    /// merge with no refund to add (`Handler::folded_merge`).
     fn fold<'b>(
         &self,
         items: &[BatchItem<'_>],
@@ -556,7 +556,7 @@ impl Core {
         let received_at = Utc::now();
         let mut runs = Vec::new();
         for (at, (item, plan)) in items.iter().zip(plans).enumerate() {
-            if item.event.body_key.is_some() {
+            if item.event.body_key.is_some() || !forward_names(plan).is_empty() {
                 return None;
             }
             let Some(Step::Local { kind, handler }) =
@@ -768,9 +768,24 @@ impl Core {
             }
             Ok::<(), Fallback>(())
         };
-        let (ran, written) = tokio::join!(run_handlers, events::append_attempts(&tx, &attempts));
+        // The new events' forwards, planned in the same transaction.
+        let planned: Vec<(i64, &str)> = decided
+            .iter()
+            .zip(plans)
+            .filter_map(|(recorded, plan)| match recorded {
+                Recorded::New { id } => Some(forward_names(plan).into_iter().map(|f| (*id, f))),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let (ran, written, planned) = tokio::join!(
+            run_handlers,
+            events::append_attempts(&tx, &attempts),
+            store::forwards::plan(&tx, &planned)
+        );
         ran?;
         written.map_err(Fallback::store)?;
+        planned.map_err(Fallback::store)?;
         tx.commit()
             .instrument(tracing::trace_span!("commit"))
             .await
@@ -788,16 +803,11 @@ impl Core {
     ) -> Vec<Option<Result<Ingested, StoreError>>> {
         let runner = &self.runner;
         let items = &prepared.items;
-        let mut wake = false;
         for (at, recorded) in decided.iter().enumerate() {
             if matches!(recorded, Some(Recorded::New { .. })) {
-                let expected = items[at].expected;
-                runner.count_status(items[at].event.kind.as_deref(), expected.status);
-                wake |= expected.due_now;
+                runner.count_status(items[at].event.kind.as_deref(), items[at].expected.status);
+                runner.wake_forwards(&prepared.plans[at]);
             }
-        }
-        if wake {
-            runner.wake();
         }
         let outcome =
             |recorded: &Recorded, at: usize, copy: bool| -> Result<Ingested, StoreError> {
@@ -878,9 +888,7 @@ impl Core {
         let ingested = store::give_back(client, outcome)?;
         if let Some(status) = ingested.status {
             runner.count_status(event.kind.as_deref(), status);
-            if plan.iter().any(|s| matches!(s, Step::Forward(_))) {
-                runner.wake();
-            }
+            runner.wake_forwards(&plan);
         }
         Ok(ingested)
     }
@@ -899,7 +907,6 @@ impl Core {
             let ignored = Expected {
                 status: EventStatus::Ignored,
                 attempts: 0,
-                due_now: false,
             };
             let recorded =
                 events::record_delivery(&*client, event, verified.signed_with, ignored).await?;
@@ -907,27 +914,27 @@ impl Core {
             return Ok(Ingested { recorded, status });
         }
         let local = plan.iter().find(|s| matches!(s, Step::Local { .. }));
-        let forwards: Vec<HandlerName> = plan
-            .iter()
-            .filter(|s| matches!(s, Step::Forward(_)))
-            .map(Step::name)
-            .collect();
+        let forwards = forward_names(plan);
         let expected = expected_for(plan);
         let tx = crate::store::begin(client).await?;
         let recorded = events::record_delivery(&tx, event, verified.signed_with, expected).await?;
         let status = match recorded {
-            Recorded::New { id } => match local {
-                Some(step @ Step::Local { handler, .. }) => {
-                    let view = runner.view_received(event, id, Utc::now());
-                    let run = runner.run_step(&tx, step, handler, &view).await?;
-                    Some(
-                        runner
-                            .record_first(&tx, id, run, &forwards, expected.status)
-                            .await?,
-                    )
+            Recorded::New { id } => {
+                let planned: Vec<(i64, &str)> = forwards.iter().map(|name| (id, *name)).collect();
+                store::forwards::plan(&tx, &planned).await?;
+                match local {
+                    Some(step @ Step::Local { handler, .. }) => {
+                        let view = runner.view_received(event, id, Utc::now());
+                        let run = runner.run_step(&tx, step, handler, &view).await?;
+                        Some(
+                            runner
+                                .record_first(&tx, id, run, &forwards, expected.status)
+                                .await?,
+                        )
+                    }
+                    _ => Some(expected.status),
                 }
-                _ => Some(expected.status),
-            },
+            }
             Recorded::Duplicate { .. } | Recorded::Conflict => None,
         };
         tx.commit()
@@ -1012,12 +1019,11 @@ impl Fallback {
 }
 
 /// A new event's row, written as its run at receipt usually ends: `processed`
-/// after its handler, or `failed` and due at once while forwards are to go, or
-/// `ignored` without handlers.
+/// after its handler, or `failed` while forwards are to go, or `ignored`
+/// without handlers.
 fn expected_for(plan: &[Step<'_>]) -> Expected {
     let local = plan.iter().any(|s| matches!(s, Step::Local { .. }));
-    let forwards = plan.iter().any(|s| matches!(s, Step::Forward(_)));
-    let status = if forwards {
+    let status = if !forward_names(plan).is_empty() {
         EventStatus::Failed
     } else if local {
         EventStatus::Processed
@@ -1027,8 +1033,17 @@ fn expected_for(plan: &[Step<'_>]) -> Expected {
     Expected {
         status,
         attempts: i32::from(local),
-        due_now: forwards,
     }
+}
+
+/// The names of the forwards of `plan`.
+fn forward_names<'p>(plan: &'p [Step<'_>]) -> Vec<&'p str> {
+    plan.iter()
+        .filter_map(|step| match step {
+            Step::Forward(forward) => Some(forward.name.as_str()),
+            Step::Local { .. } => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub use crate::domain::HandlerName;
 use crate::duration;
 use crate::handlers::HandlerError;
 use crate::store::events::{AttemptRecord, EventStatus, Settled};
+use crate::store::forwards::{ForwardRow, ForwardState};
 use crate::store::history::Attempt;
 
 /// Longest `last_error` kept, in characters.
@@ -174,20 +175,31 @@ pub struct RetryPolicy {
     pub retry_cap: Duration,
 }
 
-/// The event's row from where its handlers stand, at `now`.
+/// The event's row from where its kind's handler stands (`standings`, run
+/// here) and its forwards' rows, at `now`. A handler due again makes the event
+/// `failed` and due for the retry loop; a forward still to go keeps it `failed`
+/// but not due (its lane sends it); what failed for good makes it `dead` once
+/// nothing is left to go; else it is `processed`.
 pub fn settle(
     standings: &[HandlerStanding],
+    forwards: &[ForwardRow],
     attempts: i32,
     policy: &RetryPolicy,
     now: DateTime<Utc>,
 ) -> Settled {
-    let named = standings.len() > 1;
+    let named = standings.len() + forwards.len() > 1;
     let error_of = |name: &HandlerName, reason: &str| {
         storable_error(&if named {
             format!("{name}: {reason}")
         } else {
             reason.to_string()
         })
+    };
+    let forward_error = |row: &ForwardRow| {
+        let name = HandlerName::Forward(row.forward.clone());
+        row.last_error
+            .as_deref()
+            .map(|reason| error_of(&name, reason))
     };
     let again: Vec<_> = standings
         .iter()
@@ -196,28 +208,38 @@ pub fn settle(
             _ => None,
         })
         .collect();
-    let dead = standings.iter().find_map(|h| match &h.standing {
-        Standing::Dead(reason) => Some(error_of(&h.name, reason)),
-        _ => None,
-    });
-    if !again.is_empty() {
-        // A handler that has not run yet (a forward) is due at once.
-        let delay = if again.iter().any(|(_, _, reason)| reason.is_none()) {
-            Duration::ZERO
-        } else {
+    let dead = standings
+        .iter()
+        .find_map(|h| match &h.standing {
+            Standing::Dead(reason) => Some(error_of(&h.name, reason)),
+            _ => None,
+        })
+        .or_else(|| {
+            forwards
+                .iter()
+                .filter(|f| f.state == ForwardState::Dead)
+                .find_map(forward_error)
+        });
+    let pending: Vec<&ForwardRow> = forwards
+        .iter()
+        .filter(|f| f.state == ForwardState::Pending)
+        .collect();
+    if !again.is_empty() || !pending.is_empty() {
+        let next_attempt_at = (!again.is_empty()).then(|| {
             let runs = again.iter().map(|(_, runs, _)| *runs).max().unwrap_or(1);
-            retry_delay(policy.retry_base, policy.retry_cap, runs)
-        };
+            let delay = retry_delay(policy.retry_base, policy.retry_cap, runs);
+            duration::after(now, delay).unwrap_or(now)
+        });
         let last_error = again
             .iter()
             .find_map(|(name, _, reason)| reason.as_deref().map(|r| error_of(name, r)))
+            .or_else(|| pending.iter().copied().find_map(forward_error))
             .or(dead);
         return Settled {
             status: EventStatus::Failed,
             attempts,
             last_error,
-            next_attempt_at: Some(duration::after(now, delay).unwrap_or(now)),
-            lease_until: None,
+            next_attempt_at,
         };
     }
     let (status, last_error) = match dead {
@@ -229,7 +251,6 @@ pub fn settle(
         attempts,
         last_error,
         next_attempt_at: None,
-        lease_until: None,
     }
 }
 
@@ -402,16 +423,28 @@ mod tests {
         ));
     }
 
+    fn forward_row(state: ForwardState, last_error: Option<&str>) -> ForwardRow {
+        ForwardRow {
+            forward: "billing".into(),
+            state,
+            attempts: 1,
+            last_error: last_error.map(Into::into),
+            next_attempt_at: Utc::now(),
+            leased: false,
+        }
+    }
+
     #[test]
     fn an_event_settles_from_its_handlers_standings() {
         let now = Utc::now();
-        let done = settle(&[standing(kind(), 1, Standing::Done)], 1, &POLICY, now);
+        let done = settle(&[standing(kind(), 1, Standing::Done)], &[], 1, &POLICY, now);
         assert_eq!(done.status, EventStatus::Processed);
         assert_eq!((done.last_error, done.next_attempt_at), (None, None));
 
         // One handler: its error unnamed; a retry after the backoff.
         let again = settle(
             &[standing(kind(), 2, Standing::Again(Some("down".into())))],
+            &[],
             2,
             &POLICY,
             now,
@@ -421,25 +454,33 @@ mod tests {
         let due = again.next_attempt_at.expect("due") - now;
         assert!(due >= chrono::Duration::seconds(10) && due <= chrono::Duration::seconds(20));
 
-        // A forward yet to run is due at once; errors are named by handler.
+        // A forward still to go keeps the event failed, but not due for the
+        // retry loop (its lane sends it); errors are named by handler.
         let pending = settle(
-            &[
-                standing(kind(), 1, Standing::Dead("bad".into())),
-                standing(forward(), 0, Standing::Again(None)),
-            ],
+            &[standing(kind(), 1, Standing::Dead("bad".into()))],
+            &[forward_row(ForwardState::Pending, None)],
             1,
             &POLICY,
             now,
         );
         assert_eq!(pending.status, EventStatus::Failed);
-        assert_eq!(pending.next_attempt_at, Some(now));
+        assert_eq!(pending.next_attempt_at, None);
         assert_eq!(pending.last_error.as_deref(), Some("invoice_paid: bad"));
 
+        let waiting = settle(
+            &[standing(kind(), 1, Standing::Done)],
+            &[forward_row(ForwardState::Pending, Some("503"))],
+            2,
+            &POLICY,
+            now,
+        );
+        assert_eq!(waiting.status, EventStatus::Failed);
+        assert_eq!(waiting.next_attempt_at, None);
+        assert_eq!(waiting.last_error.as_deref(), Some("forward:billing: 503"));
+
         let dead = settle(
-            &[
-                standing(kind(), 1, Standing::Done),
-                standing(forward(), 3, Standing::Dead("410".into())),
-            ],
+            &[standing(kind(), 1, Standing::Done)],
+            &[forward_row(ForwardState::Dead, Some("410"))],
             3,
             &POLICY,
             now,
@@ -447,6 +488,15 @@ mod tests {
         assert_eq!(dead.status, EventStatus::Dead);
         assert_eq!(dead.last_error.as_deref(), Some("forward:billing: 410"));
         assert_eq!(dead.next_attempt_at, None);
+
+        let delivered = settle(
+            &[],
+            &[forward_row(ForwardState::Delivered, None)],
+            1,
+            &POLICY,
+            now,
+        );
+        assert_eq!(delivered.status, EventStatus::Processed);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! it (in a savepoint, under `handler_timeout`), and records the run with what
 //! the ledger makes of it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
@@ -23,6 +24,7 @@ use crate::handlers::{Event, Handler, HandlerError, Registry};
 use crate::ledger::{self, HandlerName, HandlerStanding, RetryPolicy, Run, Standing};
 use crate::metrics::Metrics;
 use crate::store::events::{self, ClaimedEvent, EventStatus, Settled};
+use crate::store::forwards::ForwardRow;
 use crate::store::{self, DbConnector, StoreError};
 
 /// What runs an event's handlers; cheap to clone.
@@ -33,8 +35,8 @@ pub struct Runner {
     registry: Arc<Registry>,
     settings: LiveSettings,
     metrics: Arc<Metrics>,
-    /// Wakes the retry loop: an event is due now.
-    wake: Arc<Notify>,
+    /// Wakes a forward's lane: an event for it was stored.
+    lanes: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
 }
 
 /// One handler of an event.
@@ -90,7 +92,7 @@ impl Runner {
             registry,
             settings,
             metrics,
-            wake: Arc::new(Notify::new()),
+            lanes: Arc::default(),
         }
     }
 
@@ -125,14 +127,19 @@ impl Runner {
         steps
     }
 
-    /// Wakes a waiting retry loop: an event is due now.
-    pub fn wake(&self) {
-        self.wake.notify_one();
+    /// What wakes the lane of `forward` (one waker a name, made when first asked).
+    pub fn lane_waker(&self, forward: &str) -> Arc<Notify> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        lanes.entry(forward.to_string()).or_default().clone()
     }
 
-    /// Until `wake` is called.
-    pub async fn woken(&self) {
-        self.wake.notified().await;
+    /// Wakes the lanes of the forwards of `plan`: an event for them was stored.
+    pub fn wake_forwards(&self, plan: &[Step<'_>]) {
+        for step in plan {
+            if let Step::Forward(forward) = step {
+                self.lane_waker(&forward.name).notify_one();
+            }
+        }
     }
 
     /// The handlers' view of a delivery just stored as row `id` (its first run).
@@ -340,15 +347,30 @@ impl Runner {
         Standing::after(&run.result, runs, self.settings.now().max_attempts)
     }
 
-    /// The event's row from where its handlers stand.
-    pub fn settle(&self, standings: &[HandlerStanding], attempts: i32) -> Settled {
+    /// The event's row from where its kind's handler stands and its forwards' rows.
+    pub fn settle(
+        &self,
+        standings: &[HandlerStanding],
+        forwards: &[ForwardRow],
+        attempts: i32,
+    ) -> Settled {
+        ledger::settle(
+            standings,
+            forwards,
+            attempts,
+            &self.retry_policy(),
+            Utc::now(),
+        )
+    }
+
+    /// How often and how soon handlers and forwards are tried again, now.
+    pub fn retry_policy(&self) -> RetryPolicy {
         let settings = self.settings.now();
-        let policy = RetryPolicy {
+        RetryPolicy {
             max_attempts: settings.max_attempts,
             retry_base: settings.retry_base,
             retry_cap: settings.retry_cap,
-        };
-        ledger::settle(standings, attempts, &policy, Utc::now())
+        }
     }
 
     /// Writes a run's attempts (each with its number) and the event's new row in `tx`.
@@ -366,30 +388,29 @@ impl Runner {
     }
 
     /// Records in `tx` the first run of a new event's kind's handler, whose row
-    /// was written as `expected` (processed, or due at once for `forwards`);
-    /// returns the event's status.
+    /// was written as `expected` (processed, or failed while `forwards`, just
+    /// planned, are to go); returns the event's status.
     pub async fn record_first(
         &self,
         tx: &Transaction<'_>,
         id: i64,
         run: Run,
-        forwards: &[HandlerName],
+        forwards: &[&str],
         expected: EventStatus,
     ) -> Result<EventStatus, StoreError> {
         let standing = self.standing_after(&run, 1);
         let mut status = expected;
-        let mut standings = vec![HandlerStanding {
+        let standings = vec![HandlerStanding {
             name: run.handler.clone(),
             runs: 1,
             standing,
         }];
         if standings[0].standing != Standing::Done {
-            standings.extend(forwards.iter().map(|name| HandlerStanding {
-                name: name.clone(),
-                runs: 0,
-                standing: Standing::Again(None),
-            }));
-            let settled = self.settle(&standings, 1);
+            let planned: Vec<ForwardRow> = forwards
+                .iter()
+                .map(|name| ForwardRow::planned(name))
+                .collect();
+            let settled = self.settle(&standings, &planned, 1);
             events::settle(tx, id, &settled).await?;
             status = settled.status;
         }

@@ -388,15 +388,14 @@ impl TestApp {
             .get(0)
     }
 
-    /// Makes every failed event due now and runs the dispatcher until nothing is due.
+    /// Makes every failed event and every forward still to go due now, and runs
+    /// the retry loop's and each forward lane's steps until nothing is due;
+    /// returns how many runs and sends that took.
     pub async fn run_due_retries(&self) -> usize {
         let mut attempts = 0;
         loop {
-            self.execute(
-                "UPDATE webhook_events SET next_attempt_at = now() WHERE status = 'failed'",
-                &[],
-            )
-            .await;
+            self.make_retries_due().await;
+            let mut ran = 0;
             match self
                 .app
                 .dispatcher
@@ -404,10 +403,47 @@ impl TestApp {
                 .await
                 .expect("dispatch")
             {
-                DispatchStep::Attempted { .. } => attempts += 1,
-                DispatchStep::Idle => return attempts,
+                DispatchStep::Attempted { .. } => ran += 1,
+                DispatchStep::Idle => {}
             }
+            ran += self.send_due_forwards().await;
+            if ran == 0 {
+                return attempts;
+            }
+            attempts += ran;
         }
+    }
+
+    /// Makes every failed event's handler and every forward still to go (not
+    /// being sent right now) due now.
+    pub async fn make_retries_due(&self) {
+        self.execute(
+            "UPDATE webhook_events SET next_attempt_at = now()
+             WHERE status = 'failed' AND next_attempt_at IS NOT NULL",
+            &[],
+        )
+        .await;
+        self.execute(
+            "UPDATE event_forwards SET next_attempt_at = now()
+             WHERE state = 'pending' AND (lease_until IS NULL OR lease_until <= now())",
+            &[],
+        )
+        .await;
+    }
+
+    /// One step of every configured forward's lane; how many sends it made.
+    pub async fn send_due_forwards(&self) -> usize {
+        let mut sent = 0;
+        for forward in &self.app.settings.now().forwards {
+            sent += self
+                .app
+                .dispatcher
+                .forwarder()
+                .try_send_due(&forward.name)
+                .await
+                .expect("forward lane");
+        }
+        sent
     }
 }
 

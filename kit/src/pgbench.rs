@@ -52,7 +52,6 @@ impl Script {
                 &format!("convert_to({body}, 'UTF8')"),
                 SIGNATURE_HEADERS,
                 "decode(:sha::text, 'hex')",
-                "false",
             ],
         );
         match self {

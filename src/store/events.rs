@@ -90,14 +90,14 @@ pub enum Recorded {
 
 /// How a new event's row is first written: as its run at receipt usually ends,
 /// so that success, the common case, needs no second write of the row (an UPDATE
-/// that would touch every index).
+/// that would touch every index). No new event is due for a retry: a handler
+/// that fails at receipt schedules its own (`events::settle`), and forwards wait
+/// in their own rows (`store::forwards`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expected {
     pub status: EventStatus,
     /// Handler runs at receipt (0 or 1).
     pub attempts: i32,
-    /// Due for the dispatcher at once (forwards still to run).
-    pub due_now: bool,
 }
 
 /// The dedupe decision for one event, in one statement (the ingest benchmark's
@@ -105,10 +105,9 @@ pub struct Expected {
 pub const RECORD_DELIVERY: &str = "INSERT INTO webhook_events AS e
         (source, event_id, event_type, kind, status, payload, payload_sha256,
          signed_with, payment_id, customer_id, attempts, processed_at, body,
-         signature_headers, stable_sha256, next_attempt_at)
+         signature_headers, stable_sha256)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-            CASE WHEN $5 IN ('processed', 'ignored') THEN now() END, $12, $13, $14,
-            CASE WHEN $15 THEN now() END)
+            CASE WHEN $5 IN ('processed', 'ignored') THEN now() END, $12, $13, $14)
     ON CONFLICT (source, event_id) DO UPDATE
         SET deliveries = e.deliveries + 1, last_delivery_at = now()
         WHERE e.payload_sha256 = EXCLUDED.payload_sha256
@@ -123,11 +122,11 @@ pub const RECORD_DELIVERY: &str = "INSERT INTO webhook_events AS e
 pub const RECORD_BODY_DELIVERY: &str = "INSERT INTO webhook_events AS e
         (source, event_id, event_type, kind, status, payload, payload_sha256,
          signed_with, payment_id, customer_id, attempts, processed_at, body,
-         signature_headers, stable_sha256, next_attempt_at, body_sha256)
+         signature_headers, stable_sha256, body_sha256)
     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::jsonb, $7::bytea,
            $8::int, $9::text, $10::text, $11::int,
            CASE WHEN $5::text IN ('processed', 'ignored') THEN now() END, $12::bytea,
-           $13::jsonb, $14::bytea, CASE WHEN $15::bool THEN now() END, $14::bytea
+           $13::jsonb, $14::bytea, $14::bytea
     WHERE NOT EXISTS (SELECT 1 FROM webhook_events x
                       WHERE x.source = $1::text AND x.event_id = $2::text
                         AND x.body_sha256 IS DISTINCT FROM $14::bytea)
@@ -167,7 +166,6 @@ pub async fn record_delivery(
             &event.body,
             &event.signature_headers,
             &event.stable_fingerprint.as_slice(),
-            &expected.due_now,
         ],
     )
     .await?;
@@ -258,21 +256,19 @@ macro_rules! record_batch_sql {
             "INSERT INTO webhook_events AS e
                  (source, event_id, event_type, kind, status, payload, payload_sha256,
                   signed_with, payment_id, customer_id, attempts, processed_at, body,
-                  signature_headers, stable_sha256, next_attempt_at, deliveries, body_sha256)
+                  signature_headers, stable_sha256, deliveries, body_sha256)
              SELECT source, event_id, event_type, kind, status, payload, payload_sha256,
                     signed_with, payment_id, customer_id, attempts,
                     CASE WHEN status IN ('processed', 'ignored') THEN now() END, body,
-                    signature_headers, stable_sha256,
-                    CASE WHEN due_now THEN now() END, deliveries, ",
+                    signature_headers, stable_sha256, deliveries, ",
             $key,
             "
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                          $6::jsonb[], $7::bytea[], $8::int[], $9::text[], $10::text[],
-                         $11::int[], $12::bytea[], $13::jsonb[], $14::bytea[], $15::bool[],
-                         $16::int[])
+                         $11::int[], $12::bytea[], $13::jsonb[], $14::bytea[], $15::int[])
                   AS u(source, event_id, event_type, kind, status, payload, payload_sha256,
                        signed_with, payment_id, customer_id, attempts, body,
-                       signature_headers, stable_sha256, due_now, deliveries) ",
+                       signature_headers, stable_sha256, deliveries) ",
             $only,
             "
              ON CONFLICT ",
@@ -376,15 +372,15 @@ pub struct FoldedRun<'a> {
 }
 
 /// `RECORD_BATCH`, and in the same statement the payment merges of the events
-/// it stores as new (`$17`..`$26`: `FoldedRun`s' source, the payment's columns,
-/// event id) and their attempts (`$27`..`$34`).
+/// it stores as new (`$16`..`$25`: `FoldedRun`s' source, the payment's columns,
+/// event id) and their attempts (`$26`..`$33`).
 const RECORD_FOLDED: &str = concat!(
     "WITH recorded AS (",
     record_by_id_sql!(),
     "), merged AS (",
     super::payments::merge_grouped!(
-        "unnest($17::text[], $18::text[], $19::bool[], $20::bool[], $21::bool[],
-                $22::bigint[], $23::bigint[], $24::text[], $25::text[], $26::text[])
+        "unnest($16::text[], $17::text[], $18::bool[], $19::bool[], $20::bool[],
+                $21::bigint[], $22::bigint[], $23::text[], $24::text[], $25::text[])
              AS u(source, payment_id, succeeded, failed, disputed, amount,
                   amount_refunded, currency, customer_id, event_id)
          JOIN recorded r ON r.source = u.source AND r.event_id = u.event_id AND r.inserted"
@@ -395,8 +391,8 @@ const RECORD_FOLDED: &str = concat!(
               http_status, response)
          SELECT r.id, a.attempt, a.handler, a.started_at, a.finished_at, a.outcome, a.error,
                 a.http_status, a.response
-         FROM unnest($17::text[], $26::text[], $27::int[], $28::text[], $29::timestamptz[],
-                     $30::timestamptz[], $31::text[], $32::text[], $33::int[], $34::text[])
+         FROM unnest($16::text[], $25::text[], $26::int[], $27::text[], $28::timestamptz[],
+                     $29::timestamptz[], $30::text[], $31::text[], $32::int[], $33::text[])
               AS a(source, event_id, attempt, handler, started_at, finished_at, outcome,
                    error, http_status, response)
          JOIN recorded r ON r.source = a.source AND r.event_id = a.event_id AND r.inserted
@@ -440,7 +436,7 @@ impl<'a> Folded<'a> {
     /// `FoldedReady::run` puts it on the wire when first polled: sent along with
     /// a `COMMIT`, the statement is on the wire before it.
     pub async fn ready(&self, client: &impl Session) -> Result<FoldedReady<'_>, StoreError> {
-        let mut params = Vec::with_capacity(34);
+        let mut params = Vec::with_capacity(33);
         params.extend(self.columns.params());
         params.extend(self.payments.params());
         params.push(sql::param(&self.event_ids));
@@ -487,7 +483,7 @@ async fn insert_batch(
     sql::query(client, sql, &columns.params()).await
 }
 
-/// The columns of a multi-row dedupe statement (`$1`..`$16`), its rows in one
+/// The columns of a multi-row dedupe statement (`$1`..`$15`), its rows in one
 /// order in every transaction: two batches holding copies of the same events
 /// never wait on each other's rows the opposite way (a deadlock).
 struct EventColumns<'a> {
@@ -505,7 +501,6 @@ struct EventColumns<'a> {
     bodies: Vec<&'a [u8]>,
     headers: Vec<&'a Value>,
     stable: Vec<&'a [u8]>,
-    due: Vec<bool>,
     deliveries: Vec<i32>,
 }
 
@@ -529,12 +524,11 @@ impl<'a> EventColumns<'a> {
             bodies: events().map(|e| e.body.as_slice()).collect(),
             headers: events().map(|e| &e.signature_headers).collect(),
             stable: events().map(|e| &e.stable_fingerprint[..]).collect(),
-            due: items.iter().map(|i| i.expected.due_now).collect(),
             deliveries: items.iter().map(|i| i.deliveries).collect(),
         }
     }
 
-    fn params(&self) -> [sql::Param<'_>; 16] {
+    fn params(&self) -> [sql::Param<'_>; 15] {
         [
             sql::param(&self.sources),
             sql::param(&self.ids),
@@ -550,7 +544,6 @@ impl<'a> EventColumns<'a> {
             sql::param(&self.bodies),
             sql::param(&self.headers),
             sql::param(&self.stable),
-            sql::param(&self.due),
             sql::param(&self.deliveries),
         ]
     }
@@ -626,8 +619,10 @@ pub struct ClaimedEvent {
     pub leased: bool,
 }
 
+/// Its last column says whether a lane is sending one of its forwards now.
 const CLAIMED_COLUMNS: &str = "id, source, event_id, event_type, kind, payload, attempts, body, \
-                               received_at, COALESCE(lease_until > now(), false)";
+                               received_at, EXISTS (SELECT 1 FROM event_forwards f \
+                               WHERE f.webhook_event_id = webhook_events.id AND f.lease_until > now())";
 
 /// Locks the most overdue `failed` event for this transaction, skipping rows other
 /// instances hold, so any number of dispatchers can run side by side. An event
@@ -651,7 +646,7 @@ pub async fn claim_due(client: &impl Session) -> Result<Option<ClaimedEvent>, St
     Ok(row.as_ref().map(claimed))
 }
 
-fn claimed(row: &tokio_postgres::Row) -> ClaimedEvent {
+pub(super) fn claimed(row: &tokio_postgres::Row) -> ClaimedEvent {
     // A NULL payload means purged. Otherwise the exact body is the truth: the
     // jsonb copy cannot hold every string.
     let stored: Option<Value> = row.get(5);
@@ -702,6 +697,8 @@ pub struct HandlerRuns {
     /// Each run's outcome, oldest first (what they make of the handler is the
     /// ledger's to say).
     pub outcomes: Vec<String>,
+    /// Its latest run's error.
+    pub last_error: Option<String>,
 }
 
 /// Each handler's runs of an event (attempts written before handlers were named
@@ -710,7 +707,8 @@ pub async fn handler_runs(client: &impl Session, id: i64) -> Result<Vec<HandlerR
     let rows = sql::query(
         client,
         "SELECT COALESCE(a.handler, e.kind, ''), count(*)::int,
-                    array_agg(a.outcome ORDER BY a.attempt, a.id)
+                    array_agg(a.outcome ORDER BY a.attempt, a.id),
+                    (array_agg(a.error ORDER BY a.attempt DESC, a.id DESC))[1]
              FROM webhook_event_attempts a
              JOIN webhook_events e ON e.id = a.webhook_event_id
              WHERE a.webhook_event_id = $1
@@ -724,6 +722,7 @@ pub async fn handler_runs(client: &impl Session, id: i64) -> Result<Vec<HandlerR
             handler: row.get(0),
             runs: row.get(1),
             outcomes: row.get(2),
+            last_error: row.get(3),
         })
         .collect())
 }
@@ -752,13 +751,12 @@ pub struct Settled {
     pub status: EventStatus,
     pub attempts: i32,
     pub last_error: Option<String>,
+    /// When its kind's handler runs again (forwards keep their own times).
     pub next_attempt_at: Option<DateTime<Utc>>,
-    /// Set while the run's forwards are being sent (with `next_attempt_at` the
-    /// same time); `None` ends a lease.
-    pub lease_until: Option<DateTime<Utc>>,
 }
 
-/// Writes the event's new status and counters.
+/// Writes the event's new status and counters (and ends a lease on the event
+/// that a run of an earlier version took).
 pub async fn settle(client: &impl Session, id: i64, settled: &Settled) -> Result<(), StoreError> {
     sql::execute(
         client,
@@ -767,7 +765,7 @@ pub async fn settle(client: &impl Session, id: i64, settled: &Settled) -> Result
                  attempts = $3,
                  last_error = $4,
                  next_attempt_at = $5,
-                 lease_until = $6,
+                 lease_until = NULL,
                  processed_at = CASE WHEN $2 = 'processed' THEN now() END
              WHERE id = $1",
         params![
@@ -776,36 +774,36 @@ pub async fn settle(client: &impl Session, id: i64, settled: &Settled) -> Result
             &settled.attempts,
             &settled.last_error,
             &settled.next_attempt_at,
-            &settled.lease_until,
         ],
     )
     .await?;
     Ok(())
 }
 
-/// The database's time (its transaction's start), which leases are measured by.
-pub async fn database_now(client: &impl Session) -> Result<DateTime<Utc>, StoreError> {
-    Ok(sql::query_one(client, "SELECT now()", params![])
-        .await?
-        .get(0))
+/// The status of event `id`, if it exists.
+pub async fn status_of(client: &impl Session, id: i64) -> Result<Option<EventStatus>, StoreError> {
+    let row = sql::query_opt(
+        client,
+        "SELECT status FROM webhook_events WHERE id = $1",
+        params![&id],
+    )
+    .await?;
+    Ok(row.and_then(|row| EventStatus::parse(row.get(0))))
 }
 
-/// Locks an event whose forwards a run sent under the lease `until`, if that
-/// lease is still the event's (it is not when it ran out and another run took
-/// the event).
-pub async fn lock_leased(
+/// Locks event `id` for recording a forward's run in `client`'s transaction;
+/// its attempts so far and when its kind's handler is due again, if it is.
+pub async fn lock_for_forward(
     client: &impl Session,
     id: i64,
-    until: DateTime<Utc>,
-) -> Result<bool, StoreError> {
-    Ok(sql::query_opt(
+) -> Result<Option<(i32, Option<DateTime<Utc>>)>, StoreError> {
+    let row = sql::query_opt(
         client,
-        "SELECT 1 FROM webhook_events WHERE id = $1 AND lease_until = $2
-             FOR NO KEY UPDATE",
-        params![&id, &until],
+        "SELECT attempts, next_attempt_at FROM webhook_events WHERE id = $1 FOR NO KEY UPDATE",
+        params![&id],
     )
-    .await?
-    .is_some())
+    .await?;
+    Ok(row.map(|row| (row.get(0), row.get(1))))
 }
 
 /// Attempt rows, any number at once (also the pgbench baseline's, with one).

@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod events;
 pub mod forget;
+pub mod forwards;
 pub mod history;
 pub mod idempotency;
 mod migrate;

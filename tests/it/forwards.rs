@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hookd::app::Parts;
-use hookd::dispatch::DispatchStep;
 use hookd::handlers::Registry;
 use hookd::store::events::EventStatus;
 use serde_json::{Value, json};
@@ -316,16 +315,7 @@ async fn slow_each_handlers_state_shows_in_the_api_the_page_and_the_terminal() {
             .status,
         200
     );
-    app.execute(
-        "UPDATE webhook_events SET next_attempt_at = now() WHERE status = 'failed'",
-        &[],
-    )
-    .await;
-    app.app
-        .dispatcher
-        .try_dispatch_due()
-        .await
-        .expect("one run");
+    assert_eq!(app.send_due_forwards().await, 1, "one send");
     let id = app
         .count(
             "SELECT id FROM webhook_events WHERE event_id = 'evt_states'",
@@ -415,30 +405,25 @@ async fn a_consumer_slower_than_the_idle_timeout_is_recorded_retried_with_backof
         .enumerate()
     {
         if run > 0 {
-            app.execute(
-                "UPDATE webhook_events SET next_attempt_at = now() WHERE event_id = 'evt_slow'",
-                &[],
-            )
-            .await;
+            app.make_retries_due().await;
         }
-        let step = app
-            .app
-            .dispatcher
-            .try_dispatch_due()
-            .await
-            .expect("the slow answer is recorded");
-        assert!(
-            matches!(step, DispatchStep::Attempted { status, .. } if status == expected),
-            "run {run}: {step:?}"
+        let sent = forwarder_step(&app).await;
+        assert_eq!(sent, 1, "run {run}: the slow answer is recorded");
+        assert_eq!(
+            app.event_status("evt_slow").await,
+            expected.as_str(),
+            "run {run}"
         );
         assert_eq!(receiver.received().len(), run + 1, "sent once per run");
         if expected == EventStatus::Failed {
             // Equal jitter on a 10 s base: the next try comes 5 s to 10 s later.
             let backoff = app
                 .count(
-                    "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_slow'
-                     AND next_attempt_at >= now() + interval '4 seconds'
-                     AND lease_until IS NULL",
+                    "SELECT count(*) FROM event_forwards f
+                     JOIN webhook_events e ON e.id = f.webhook_event_id
+                     WHERE e.event_id = 'evt_slow' AND f.state = 'pending'
+                       AND f.next_attempt_at >= now() + interval '4 seconds'
+                       AND f.lease_until IS NULL",
                     &[],
                 )
                 .await;
@@ -475,17 +460,8 @@ async fn a_consumer_flooding_its_answer_costs_hookd_only_the_256_bytes_it_keeps(
     let app = app_forwarding_to(&receiver, &["payment_succeeded"], &[], false).await;
     app.deliver_ok("stripe", &paid("evt_flood", "pi_flood"))
         .await;
-    let step = app.app.dispatcher.try_dispatch_due().await.expect("step");
-    assert!(
-        matches!(
-            step,
-            DispatchStep::Attempted {
-                status: EventStatus::Failed,
-                ..
-            }
-        ),
-        "{step:?}"
-    );
+    assert_eq!(forwarder_step(&app).await, 1);
+    assert_eq!(app.event_status("evt_flood").await, "failed");
     let kept = app
         .strings(
             "SELECT a.response FROM webhook_event_attempts a WHERE a.handler = 'forward:billing'",
@@ -527,30 +503,18 @@ async fn a_forward_under_way_is_leased_and_a_send_cut_off_is_sent_again_once_the
             &[],
         )
         .await;
-    let dispatcher = app.app.dispatcher.clone();
-    let first = tokio::spawn(async move { dispatcher.try_dispatch_due().await });
+    let forwarder = app.app.dispatcher.forwarder().clone();
+    let first = tokio::spawn(async move { forwarder.try_send_due("billing").await });
     receiver.wait_for(1).await;
     // While the consumer takes its time, no other run sends it.
-    assert_eq!(
-        app.app.dispatcher.try_dispatch_due().await.expect("step"),
-        DispatchStep::Idle
-    );
+    assert_eq!(forwarder_step(&app).await, 0);
     let during = app.operator().retry(id, Some("key-lease")).await;
     assert_eq!(
         (during.status, during.json()["error"].clone()),
         (409, json!("in_flight"))
     );
-    let done = first.await.expect("join").expect("step");
-    assert!(
-        matches!(
-            done,
-            DispatchStep::Attempted {
-                status: EventStatus::Processed,
-                ..
-            }
-        ),
-        "{done:?}"
-    );
+    assert_eq!(first.await.expect("join").expect("step"), 1);
+    assert_eq!(app.event_status("evt_lease").await, "processed");
     assert_eq!(receiver.received().len(), 1);
     // The 409 passed: the same Idempotency-Key runs the retry now.
     let after = app.operator().retry(id, Some("key-lease")).await;
@@ -560,23 +524,19 @@ async fn a_forward_under_way_is_leased_and_a_send_cut_off_is_sent_again_once_the
     );
     assert_eq!(receiver.received().len(), 2);
 
-    // A run that dies mid-send leaves its lease; once it runs out, the event is
-    // claimed and sent again, with the same webhook-id.
+    // A run that dies mid-send leaves its lease; once it runs out, the forward
+    // is claimed and sent again, with the same webhook-id.
     app.deliver_ok("stripe", &paid("evt_cut", "pi_cut")).await;
-    let dispatcher = app.app.dispatcher.clone();
-    let cut = tokio::spawn(async move { dispatcher.try_dispatch_due().await });
+    let forwarder = app.app.dispatcher.forwarder().clone();
+    let cut = tokio::spawn(async move { forwarder.try_send_due("billing").await });
     receiver.wait_for(3).await;
     cut.abort();
     assert!(cut.await.is_err(), "cut off mid-send");
-    assert_eq!(
-        app.app.dispatcher.try_dispatch_due().await.expect("step"),
-        DispatchStep::Idle,
-        "the lease holds"
-    );
+    assert_eq!(forwarder_step(&app).await, 0, "the lease holds");
     assert_eq!(app.event_status("evt_cut").await, "failed");
     app.execute(
-        "UPDATE webhook_events SET lease_until = now(), next_attempt_at = now()
-         WHERE event_id = 'evt_cut' AND lease_until > now()",
+        "UPDATE event_forwards SET lease_until = now(), next_attempt_at = now()
+         WHERE lease_until > now()",
         &[],
     )
     .await;
@@ -588,6 +548,16 @@ async fn a_forward_under_way_is_leased_and_a_send_cut_off_is_sent_again_once_the
         got[2].webhook_id, got[3].webhook_id,
         "at least once, one id"
     );
+}
+
+/// One step of the `billing` forward's lane; how many it sent.
+async fn forwarder_step(app: &TestApp) -> usize {
+    app.app
+        .dispatcher
+        .forwarder()
+        .try_send_due("billing")
+        .await
+        .expect("lane step")
 }
 
 #[tokio::test]

@@ -284,6 +284,7 @@ impl Receiver {
             types: types.iter().map(|t| t.to_string()).collect(),
             sources: Vec::new(),
             timeout: std::time::Duration::from_secs(5),
+            concurrency: 4,
         }
     }
 }

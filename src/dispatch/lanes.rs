@@ -1,0 +1,389 @@
+//! Forward lanes: each configured forward is sent from a lane of its own, so a
+//! receiver that is slow, failing or silent delays only its own events — never
+//! another forward's, nor the retries of handlers.
+//!
+//! A lane claims its due rows (`store::forwards`, `SKIP LOCKED`: any number of
+//! instances run lanes side by side) up to the forward's `concurrency`, leases
+//! them, and sends each with no transaction open; the answer is recorded in a
+//! short transaction under the event's row lock, which settles the event with
+//! its other handlers. A send whose instance dies leaves its lease to run out,
+//! and the row is claimed and sent again: forwards are delivered at least once,
+//! with the same `webhook-id`.
+//!
+//! Lanes follow the configuration: a forward added by a reload gets a lane, a
+//! removed one's lane stops (its rows wait for an instance that has it).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use deadpool_postgres::Pool;
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
+
+use super::own_item;
+use crate::config::{Forward, MAX_FORWARD_TIMEOUT, Settings};
+use crate::duration;
+use crate::handlers::HandlerError;
+use crate::handlers::forward::{self, Outgoing, Sent};
+use crate::ledger::{self, HandlerName, HandlerStanding, HandlerStatus, Run, Standing};
+use crate::metrics::ForwardOutcome as SentOutcome;
+use crate::runner::{Logged, Runner};
+use crate::shutdown::Shutdown;
+use crate::store::events::{self, ClaimedEvent, EventStatus};
+use crate::store::forwards::{self, ClaimedForward, ForwardOutcome, ForwardState};
+use crate::store::{self, StoreError};
+
+/// How often an idle lane looks for due rows (it is woken sooner when an event
+/// for it is stored here), and how often lanes are matched to the configuration.
+const POLL: Duration = Duration::from_millis(500);
+/// How long a lane waits after a database error before trying again.
+const BACKOFF_ON_ERROR: Duration = Duration::from_secs(2);
+/// How much longer than its forward's timeout a lease lasts: time enough to
+/// record the answer once it came.
+const LEASE_MARGIN: Duration = Duration::from_secs(30);
+
+/// Sends forwards, a lane per forward; cheap to clone.
+#[derive(Clone)]
+pub struct Forwarder {
+    pool: Pool,
+    runner: Runner,
+    http: reqwest::Client,
+}
+
+/// How long a lease on a send to `forward` lasts, in seconds.
+fn lease_of(forward: &Forward) -> f64 {
+    (forward.timeout + LEASE_MARGIN).as_secs_f64()
+}
+
+/// How long an operator's retry leases an event's forwards, in seconds: the
+/// longest timeout a forward of `settings` has, and the margin.
+pub fn lease_secs(settings: &Settings) -> f64 {
+    let longest = settings.forwards.iter().map(|f| f.timeout).max();
+    (longest.unwrap_or(MAX_FORWARD_TIMEOUT) + LEASE_MARGIN).as_secs_f64()
+}
+
+impl Forwarder {
+    pub fn new(pool: Pool, runner: Runner) -> Self {
+        // Each send sets its forward's own timeout; the client's is only the
+        // ceiling, the longest any forward (a reloaded one too) may have.
+        let http = crate::outbound::client(MAX_FORWARD_TIMEOUT).unwrap_or_else(|problem| {
+            log::error!("{problem}; forwards will fail until restart");
+            reqwest::Client::new()
+        });
+        Forwarder { pool, runner, http }
+    }
+
+    /// One step of `forward`'s lane: claims up to its `concurrency` due rows,
+    /// sends them at once and records the answers; how many were sent. Public
+    /// so tests and tools drive a lane without sleeping.
+    pub async fn try_send_due(&self, forward: &str) -> Result<usize, StoreError> {
+        let settings = self.runner.settings();
+        let Some(forward) = settings.forward(forward) else {
+            return Ok(0);
+        };
+        let claimed = self.claim(forward, forward.concurrency).await?;
+        let count = claimed.len();
+        let sends = claimed
+            .into_iter()
+            .map(|claimed| self.send_leased(&settings, claimed));
+        for sent in futures_util::future::join_all(sends).await {
+            sent?;
+        }
+        Ok(count)
+    }
+
+    /// Runs a lane for every forward of the configuration in force until
+    /// shutdown; sends under way are finished first.
+    pub async fn run_until_stopped(self, mut shutdown: Shutdown) {
+        let mut lanes: HashMap<String, JoinHandle<()>> = HashMap::new();
+        loop {
+            lanes.retain(|_, lane| !lane.is_finished());
+            for forward in &self.runner.settings().forwards {
+                if !lanes.contains_key(&forward.name) {
+                    let lane = self
+                        .clone()
+                        .run_lane(forward.name.clone(), shutdown.clone());
+                    lanes.insert(forward.name.clone(), tokio::spawn(lane));
+                }
+            }
+            if !shutdown.sleep(POLL).await {
+                break;
+            }
+        }
+        for (_, lane) in lanes {
+            let _ = lane.await;
+        }
+    }
+
+    /// The lane of forward `name`: up to its `concurrency` sends at once, a new
+    /// claim as soon as one ends; it stops when a reload removed the forward.
+    async fn run_lane(self, name: String, mut shutdown: Shutdown) {
+        let wake = self.runner.lane_waker(&name);
+        let mut sending = JoinSet::new();
+        loop {
+            let settings = self.runner.settings();
+            let Some(forward) = settings.forward(&name) else {
+                break;
+            };
+            let free = forward.concurrency.saturating_sub(sending.len());
+            let mut pause = POLL;
+            if free > 0 {
+                match self.claim(forward, free).await {
+                    Ok(claimed) => {
+                        let full = claimed.len() == free;
+                        for claimed in claimed {
+                            let (this, settings, name) =
+                                (self.clone(), settings.clone(), name.clone());
+                            sending.spawn(async move {
+                                if let Err(error) = this.send_leased(&settings, claimed).await {
+                                    log::warn!("forward {name}: recording a send: {error}");
+                                }
+                            });
+                        }
+                        // More may be due: claim again as soon as a send ends.
+                        if full {
+                            pause = Duration::ZERO;
+                        }
+                    }
+                    Err(error) => {
+                        log::warn!(
+                            "forward lane {name}: {error}; retrying in {BACKOFF_ON_ERROR:?}"
+                        );
+                        pause = BACKOFF_ON_ERROR;
+                    }
+                }
+            }
+            if shutdown.is_requested() {
+                break;
+            }
+            if pause.is_zero() && sending.len() < forward.concurrency {
+                continue;
+            }
+            tokio::select! {
+                Some(_) = sending.join_next(), if !sending.is_empty() => {}
+                () = wake.notified() => {}
+                awake = shutdown.sleep(pause.max(POLL)) => if !awake { break },
+            }
+        }
+        // Sends under way finish (each within its forward's timeout).
+        while sending.join_next().await.is_some() {}
+    }
+
+    /// Leases up to `limit` of `forward`'s due rows.
+    async fn claim(
+        &self,
+        forward: &Forward,
+        limit: usize,
+    ) -> Result<Vec<ClaimedForward>, StoreError> {
+        let client = self.pool.get().await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let claimed = forwards::claim_due(&client, &forward.name, limit, lease_of(forward)).await;
+        store::give_back(client, claimed)
+    }
+
+    /// Sends a leased row and records the answer; the event's status after
+    /// it (`None` when the lease ran out first: another run sends it again).
+    pub(super) async fn send_leased(
+        &self,
+        settings: &Settings,
+        claimed: ClaimedForward,
+    ) -> Result<Option<EventStatus>, StoreError> {
+        let span = tracing::trace_span!(
+            "dispatch",
+            hookd.row_id = claimed.event.id,
+            hookd.source = claimed.event.source.as_str(),
+            hookd.event_id = claimed.event.event_id.as_str(),
+        );
+        self.send_and_record(settings, claimed)
+            .instrument(span)
+            .await
+    }
+
+    async fn send_and_record(
+        &self,
+        settings: &Settings,
+        claimed: ClaimedForward,
+    ) -> Result<Option<EventStatus>, StoreError> {
+        let event = own_item(settings, claimed.event.clone());
+        let attempt = claimed.attempts + 1;
+        let run = match settings.forward(&claimed.forward) {
+            Some(forward) => self.send(forward, &event, attempt).await,
+            // Only an operator's retry leases a forward this instance does not
+            // have: it gives up on it (a removed forward's backlog is let go so).
+            None => self.runner.ran(
+                HandlerName::Forward(claimed.forward.clone()),
+                logged(&event, attempt),
+                Utc::now(),
+                Instant::now(),
+                Sent {
+                    result: Err(HandlerError::Permanent(format!(
+                        "forward {} is not in this instance's configuration",
+                        claimed.forward
+                    ))),
+                    http_status: None,
+                    response: None,
+                },
+            ),
+        };
+        self.record(&claimed, run).await
+    }
+
+    /// Records a run of a leased row in a transaction that settles its event.
+    async fn record(
+        &self,
+        claimed: &ClaimedForward,
+        run: Run,
+    ) -> Result<Option<EventStatus>, StoreError> {
+        let id = claimed.event.id;
+        let runs = claimed.attempts + 1;
+        let policy = self.runner.retry_policy();
+        let standing = Standing::after(&run.result, runs, policy.max_attempts);
+        let (state, next_attempt_at) = match &standing {
+            Standing::Done => (ForwardState::Delivered, None),
+            Standing::Dead(_) => (ForwardState::Dead, None),
+            Standing::Again(_) => {
+                let delay = ledger::retry_delay(policy.retry_base, policy.retry_cap, runs);
+                (ForwardState::Pending, duration::after(Utc::now(), delay))
+            }
+        };
+        let attempt_row = |number| ledger::attempt_record(id, number, &run, Some(&standing));
+        let mut client = self.pool.get().await?;
+        let recorded = async {
+            let tx = store::begin(&mut client).await?;
+            let Some((attempts, kind_due)) = events::lock_for_forward(&tx, id).await? else {
+                return Ok(None);
+            };
+            let number = attempts + 1;
+            let row = attempt_row(number);
+            let outcome = ForwardOutcome {
+                state,
+                next_attempt_at,
+                last_error: row.error.as_deref(),
+            };
+            if !forwards::record(&tx, id, &claimed.forward, claimed.lease_until, &outcome).await? {
+                // Only if the answer outlived the lease: the run that took the
+                // row over sends again (at least once), and records what it gets.
+                log::warn!(
+                    "event {id}: the lease on its forward {} ran out before the answer came; \
+                     another run sends it again",
+                    claimed.forward
+                );
+                return Ok(None);
+            }
+            events::append_attempts(&tx, std::slice::from_ref(&row)).await?;
+            let rows = forwards::of_event(&tx, id).await?;
+            let kind = kind_standing(&tx, &claimed.event).await?;
+            let mut settled = self.runner.settle(kind.as_slice(), &rows, number);
+            if kind_due.is_some() {
+                // The kind's handler keeps its own retry time.
+                settled.next_attempt_at = kind_due;
+            }
+            events::settle(&tx, id, &settled).await?;
+            tx.commit().await?;
+            Ok::<_, StoreError>(Some(settled.status))
+        }
+        .await;
+        let status = store::give_back(client, recorded)?;
+        if let Some(status) = status {
+            self.runner
+                .count_status(claimed.event.kind.as_deref(), status);
+        }
+        Ok(status)
+    }
+
+    /// POSTs `claimed` to `forward`, as its run number `attempt` (no transaction
+    /// is open: a slow receiver holds nothing in the database).
+    async fn send(&self, forward: &Forward, claimed: &ClaimedEvent, attempt: i32) -> Run {
+        let started_at = Utc::now();
+        let clock = Instant::now();
+        // A forward carries JSON: a body kept in another format (Braintree's
+        // form) goes as the JSON hookd read from it.
+        let as_json;
+        let kept = claimed.body.as_deref().unwrap_or_default();
+        let body = match &claimed.payload {
+            Some(payload) if serde_json::from_slice::<serde::de::IgnoredAny>(kept).is_err() => {
+                as_json = serde_json::to_vec(payload).unwrap_or_default();
+                as_json.as_slice()
+            }
+            _ => kept,
+        };
+        let outgoing = Outgoing {
+            source: &claimed.source,
+            event_id: &claimed.event_id,
+            event_type: &claimed.event_type,
+            kind: claimed.kind.as_deref(),
+            body,
+        };
+        let span = forward_span(forward, attempt);
+        let sent = forward::send(&self.http, forward, &outgoing)
+            .instrument(span.clone())
+            .await;
+        if let Some(code) = sent.http_status {
+            span.record("http.response.status_code", code);
+        }
+        if let Err(error) = &sent.result {
+            crate::traces::fail(&span, error);
+        }
+        let outcome = if sent.result.is_ok() {
+            SentOutcome::Delivered
+        } else {
+            SentOutcome::Failed
+        };
+        self.runner.metrics().forward(&forward.name, outcome);
+        let name = forward.handler_name();
+        self.runner
+            .ran(name, logged(claimed, attempt), started_at, clock, sent)
+    }
+}
+
+/// Which run of which event a log line is about.
+fn logged(event: &ClaimedEvent, attempt: i32) -> Logged<'_> {
+    Logged {
+        id: event.id,
+        source: &event.source,
+        event_id: &event.event_id,
+        attempt,
+    }
+}
+
+/// Where the kind's handler of `event` stands from its runs (none when it had
+/// no handler when it was received), for settling the event after a forward.
+async fn kind_standing(
+    tx: &impl store::sql::Session,
+    event: &ClaimedEvent,
+) -> Result<Option<HandlerStanding>, StoreError> {
+    let Some(kind) = event.kind.as_deref() else {
+        return Ok(None);
+    };
+    let history = events::handler_runs(tx, event.id).await?;
+    let Some(runs) = history.iter().find(|h| h.handler == kind) else {
+        return Ok(None);
+    };
+    let status = HandlerStatus::from_outcomes(runs.outcomes.iter().map(String::as_str));
+    let reason = || runs.last_error.clone().unwrap_or_else(|| "failed".into());
+    let standing = match status {
+        HandlerStatus::Processed => Standing::Done,
+        HandlerStatus::Dead => Standing::Dead(reason()),
+        HandlerStatus::Failed | HandlerStatus::Pending => Standing::Again(runs.last_error.clone()),
+    };
+    Ok(Some(HandlerStanding {
+        name: HandlerName::Kind(kind.to_string()),
+        runs: runs.runs,
+        standing,
+    }))
+}
+
+/// A forward's span (kind client): its `traceparent` goes to the receiver.
+fn forward_span(forward: &Forward, attempt: i32) -> Span {
+    tracing::trace_span!(
+        "forward",
+        otel.kind = "client",
+        hookd.forward = forward.name.as_str(),
+        hookd.attempt = attempt,
+        url.full = %forward.endpoint(),
+        http.response.status_code = Empty,
+        otel.status_message = Empty,
+    )
+}
