@@ -139,7 +139,7 @@ pub async fn walk_payloads_batch(
 }
 
 /// Drops the payloads of the listed events that are finished (the status is
-/// checked again under the row lock), with their attempts. Rows another
+/// checked again under the row lock), with their attempts and forwards' rows. Rows another
 /// transaction holds are skipped (the walk lists them as pending, for a later
 /// pass): a pass never waits on a delivery or a retry.
 async fn drop_payloads(
@@ -165,6 +165,13 @@ async fn drop_payloads(
     sql::execute(
         client,
         "DELETE FROM webhook_event_attempts WHERE webhook_event_id = ANY($1)",
+        params![&dropped],
+    )
+    .await?;
+    // A finished event's forwards are all delivered or dead: their rows go too.
+    sql::execute(
+        client,
+        "DELETE FROM event_forwards WHERE webhook_event_id = ANY($1)",
         params![&dropped],
     )
     .await?;
