@@ -136,15 +136,33 @@ impl App {
             state.clone(),
             move |config| http::public_routes(config, with_admin),
             parts.http_workers,
+            Listener::Hookd,
         )?;
         let mut servers = vec![public];
         let mut admin_addr = None;
         if let Some(listen) = settings.admin_listen {
             // Operators and staff only: one worker is plenty.
-            let (bound, admin) =
-                serve_http(listen, state.clone(), http::admin_listener_routes, Some(1))?;
+            let (bound, admin) = serve_http(
+                listen,
+                state.clone(),
+                http::admin_listener_routes,
+                Some(1),
+                Listener::Hookd,
+            )?;
             admin_addr = Some(bound);
             servers.push(admin);
+        }
+        let mut gateway_addr = None;
+        if let Some(listen) = settings.gateway.listen {
+            let (bound, gateway) = serve_http(
+                listen,
+                state.clone(),
+                crate::gateway::routes,
+                parts.http_workers,
+                Listener::Gateway,
+            )?;
+            gateway_addr = Some(bound);
+            servers.push(gateway);
         }
 
         let (trigger, stop) = shutdown::channel();
@@ -173,6 +191,7 @@ impl App {
         Ok(Running {
             addr,
             admin_addr,
+            gateway_addr,
             state,
             servers,
             trigger,
@@ -187,12 +206,22 @@ struct HttpServer {
     task: JoinHandle<()>,
 }
 
+/// Whose answers a listener gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listener {
+    /// hookd's own (webhooks, admin).
+    Hookd,
+    /// The gateway's: mostly upstream's answers, passed on as they came.
+    Gateway,
+}
+
 /// Binds `listen` and starts a server with `routes` and the shared limits.
 fn serve_http<F>(
     listen: SocketAddr,
     state: actix_web::web::Data<AppState>,
     routes: F,
     workers: Option<usize>,
+    listener_kind: Listener,
 ) -> Result<(SocketAddr, HttpServer), StartError>
 where
     F: Fn(&mut actix_web::web::ServiceConfig) + Clone + Send + 'static,
@@ -210,8 +239,12 @@ where
     // Long enough for a delivery and a single retry: its head, its body, a handler
     // run (and a retry's wait for its turn), with room to spare. A longer bulk
     // retry is cut off for its client but runs to its end (`admin::to_completion`).
-    let answer_within =
-        HEAD_TIMEOUT + settings.body_timeout + settings.handler_timeout * 2 + ANSWER_SLACK;
+    let work = match listener_kind {
+        Listener::Hookd => settings.handler_timeout * 2,
+        // The longest wait for upstream a route may set (a reload may lengthen one).
+        Listener::Gateway => crate::gateway::LONGEST_WAIT,
+    };
+    let answer_within = HEAD_TIMEOUT + settings.body_timeout + work + ANSWER_SLACK;
     let limits = http::server::Limits {
         head: HEAD_TIMEOUT,
         keep_alive: KEEP_ALIVE,
@@ -220,6 +253,7 @@ where
         max_connections: MAX_CONNECTIONS,
         workers,
         grace: settings.shutdown_grace,
+        own_answers: listener_kind == Listener::Hookd,
     };
     let server = http::server::serve(listener, state, routes, limits).map_err(fail)?;
     let handle = server.handle();
@@ -249,6 +283,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// Where the admin pages and metrics are served, when apart from `addr`.
     pub admin_addr: Option<SocketAddr>,
+    /// Where the Idempotency-Key gateway listens, when it is on.
+    pub gateway_addr: Option<SocketAddr>,
     state: actix_web::web::Data<AppState>,
     servers: Vec<HttpServer>,
     trigger: ShutdownTrigger,

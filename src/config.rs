@@ -19,7 +19,9 @@ pub use live::LiveSettings;
 
 use crate::domain::PaymentKind;
 use crate::duration::{Positive, ZeroOrMore};
-use crate::keys::{Names, Problem, json_pointer, one_line, one_of};
+use crate::keys::{
+    Names, Problem, check_name, json_pointer, one_line, one_of, socket_address, unique_names,
+};
 use crate::providers;
 use crate::providers::{Scheme, Verifier};
 use crate::signature::Secret;
@@ -97,6 +99,8 @@ pub struct Settings {
     pub sources: Vec<Source>,
     /// Where events are POSTed for handlers in other stacks.
     pub forwards: Vec<Forward>,
+    /// The Idempotency-Key gateway (`[gateway]`): off without `listen`.
+    pub gateway: crate::gateway::config::Gateway,
     pub admin_tokens: Vec<AdminToken>,
     /// `Secure` on the session cookie: `None` decides by `development` (off) and
     /// the request (off when a trusted proxy says it came over plain HTTP).
@@ -354,6 +358,7 @@ impl Settings {
         let Some((key, addr)) = [
             ("listen", Some(self.listen)),
             ("admin_listen", self.admin_listen),
+            ("gateway.listen", self.gateway.listen),
         ]
         .into_iter()
         .find_map(|(key, addr)| addr.filter(|a| !a.ip().is_loopback()).map(|a| (key, a))) else {
@@ -490,6 +495,8 @@ struct RawSettings {
     forwards: Vec<RawForward>,
     #[serde(default)]
     admin: RawAdmin,
+    #[serde(default)]
+    gateway: crate::gateway::config::RawGateway,
     #[serde(skip)]
     database_url: Option<String>,
     /// The environment variable that set `metrics_token`, if one did.
@@ -596,6 +603,7 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
     if let Some(listen) = set("HOOKD_ADMIN_LISTEN") {
         raw.admin_listen = Some(listen.clone());
     }
+    raw.gateway.apply_env(env);
     let mut files = Vec::new();
     if let Some(path) = set(TOKENS_FILE) {
         raw.admin.tokens = tokens_file(Path::new(path))?;
@@ -855,6 +863,7 @@ impl RawSettings {
         let admin_tokens = admin_tokens(self.admin.tokens)?;
         let metrics_token = metrics_token(self.metrics_token, self.metrics_token_env)?;
         let trusted_proxies = trusted_proxies(self.trusted_proxies)?;
+        let gateway = self.gateway.validate(&[Some(listen), admin_listen])?;
         Ok(Settings {
             origin: String::new(),
             listen,
@@ -879,6 +888,7 @@ impl RawSettings {
             embedded_database: self.embedded_database,
             sources,
             forwards,
+            gateway,
             admin_tokens,
             cookie_secure: self.admin.cookie_secure,
             database_url: self.database_url.map(Secret::new),
@@ -995,27 +1005,6 @@ fn retention_windows(
         ));
     }
     Ok((events, keys))
-}
-
-/// Reads `section`'s tables in order, refusing a name an earlier one has.
-fn unique_names<R, T>(
-    section: &str,
-    raws: Vec<R>,
-    read: impl Fn(R, usize) -> Result<T, Problem>,
-    name: fn(&T) -> &str,
-) -> Result<Vec<T>, Problem> {
-    let mut read_so_far: Vec<T> = Vec::with_capacity(raws.len());
-    for (i, raw) in raws.into_iter().enumerate() {
-        let item = read(raw, i)?;
-        if read_so_far.iter().any(|t| name(t) == name(&item)) {
-            return Err((
-                format!("{section}[{i}].name"),
-                format!("{:?} is used twice", name(&item)),
-            ));
-        }
-        read_so_far.push(item);
-    }
-    Ok(read_so_far)
 }
 
 fn admin_tokens(raws: Vec<RawToken>) -> Result<Vec<AdminToken>, Problem> {
@@ -1190,21 +1179,6 @@ fn secrets(scheme: &Scheme, values: Vec<String>, key: &str) -> Result<Vec<Secret
     Ok(secrets)
 }
 
-/// A name of letters, digits and `others` (`listed` in the message).
-fn check_name(key: String, name: &str, others: &[char], listed: &str) -> Result<(), Problem> {
-    let ok = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || others.contains(&c));
-    if ok {
-        return Ok(());
-    }
-    Err((
-        key,
-        format!("{name:?} must be non-empty and use only letters, digits, {listed}"),
-    ))
-}
-
 impl RawForward {
     fn validate(self, index: usize, sources: &[Source]) -> Result<Forward, Problem> {
         let key = |field: &str| format!("forwards[{index}].{field}");
@@ -1294,22 +1268,6 @@ impl RawForward {
 /// A URL with a user name or password in it (`user:pass@host`).
 fn has_credentials(url: &reqwest::Url) -> bool {
     !url.username().is_empty() || url.password().is_some()
-}
-
-/// `IP:port`, or `host:port` resolved once, at startup.
-fn socket_address(key: &str, text: &str) -> Result<SocketAddr, Problem> {
-    if let Ok(addr) = text.parse() {
-        return Ok(addr);
-    }
-    std::net::ToSocketAddrs::to_socket_addrs(text)
-        .ok()
-        .and_then(|mut addrs| addrs.next())
-        .ok_or_else(|| {
-            (
-                key.to_string(),
-                format!("{text:?} is not a host:port address"),
-            )
-        })
 }
 
 /// At least one whole body, so any single delivery can always be received.

@@ -1,6 +1,9 @@
 //! Reading configuration keys with hookd's messages: one line naming the key and
 //! what is wrong with it. A leaf, so the configuration and each provider's own
-//! keys (`crate::providers`) read theirs the same way.
+//! keys (`crate::providers`) and the gateway's routes (`crate::gateway`) read
+//! theirs the same way.
+
+use std::net::SocketAddr;
 
 use serde::de::{DeserializeOwned, Error as _, IntoDeserializer};
 use serde::{Deserialize, Deserializer};
@@ -43,6 +46,58 @@ pub fn read<T: DeserializeOwned>(
 ) -> Result<T, Problem> {
     serde_path_to_error::deserialize(toml::Value::Table(table))
         .map_err(|e| (key(&e.path().to_string()), one_line(e.inner().message())))
+}
+
+/// Reads `section`'s tables in order, refusing a name an earlier one has.
+pub fn unique_names<R, T>(
+    section: &str,
+    raws: Vec<R>,
+    read: impl Fn(R, usize) -> Result<T, Problem>,
+    name: fn(&T) -> &str,
+) -> Result<Vec<T>, Problem> {
+    let mut read_so_far: Vec<T> = Vec::with_capacity(raws.len());
+    for (i, raw) in raws.into_iter().enumerate() {
+        let item = read(raw, i)?;
+        if read_so_far.iter().any(|t| name(t) == name(&item)) {
+            return Err((
+                format!("{section}[{i}].name"),
+                format!("{:?} is used twice", name(&item)),
+            ));
+        }
+        read_so_far.push(item);
+    }
+    Ok(read_so_far)
+}
+
+/// A name of letters, digits and `others` (`listed` in the message).
+pub fn check_name(key: String, name: &str, others: &[char], listed: &str) -> Result<(), Problem> {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || others.contains(&c));
+    if ok {
+        return Ok(());
+    }
+    Err((
+        key,
+        format!("{name:?} must be non-empty and use only letters, digits, {listed}"),
+    ))
+}
+
+/// `IP:port`, or `host:port` resolved once, at startup.
+pub fn socket_address(key: &str, text: &str) -> Result<SocketAddr, Problem> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    std::net::ToSocketAddrs::to_socket_addrs(text)
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| {
+            (
+                key.to_string(),
+                format!("{text:?} is not a host:port address"),
+            )
+        })
 }
 
 /// The names a config enum is written as, for the message refusing any other.

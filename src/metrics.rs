@@ -12,6 +12,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::config::Settings;
+use crate::idempotency::rules::Outcome as GatewayOutcome;
 use crate::signature::SignatureError;
 use crate::store::events::EventStatus;
 use family::{Counter, Family, Histogram, Values, render_labels};
@@ -31,6 +32,10 @@ pub struct Metrics {
     ingest_batched_deliveries: Family<Counter, 0>,
     purged_rows: Family<Counter, 1>,
     config_reloads: Family<Counter, 1>,
+    gateway_requests: Family<Counter, 2>,
+    gateway_upstream: Family<Histogram, 1>,
+    /// The gateway's keys whose outcome is unknown, as the last scrape read them.
+    pub gateway_unknown: fresh::Fresh<Option<i64>>,
     /// The failed and dead events counted by the last scrape that read them
     /// (`None`: the database could not be reached).
     pub backlog: fresh::Fresh<Option<(i64, i64)>>,
@@ -62,15 +67,17 @@ pub enum Purged {
     IdempotencyKey,
     RevokedSession,
     AuditEntry,
+    ApiIdempotencyKey,
 }
 
 impl Purged {
-    const ALL: [Purged; 5] = [
+    const ALL: [Purged; 6] = [
         Purged::Payload,
         Purged::Key,
         Purged::IdempotencyKey,
         Purged::RevokedSession,
         Purged::AuditEntry,
+        Purged::ApiIdempotencyKey,
     ];
 
     fn as_str(self) -> &'static str {
@@ -80,6 +87,7 @@ impl Purged {
             Purged::IdempotencyKey => "idempotency_key",
             Purged::RevokedSession => "revoked_session",
             Purged::AuditEntry => "audit_entry",
+            Purged::ApiIdempotencyKey => "api_idempotency_key",
         }
     }
 }
@@ -94,6 +102,7 @@ struct Known<'a> {
     kinds: Vec<&'a str>,
     handlers: Vec<String>,
     forwards: Vec<&'a str>,
+    routes: Vec<&'a str>,
 }
 
 /// Every metric hookd exposes: its name, type and help text in one place.
@@ -111,8 +120,11 @@ pub enum Metric {
     IngestBatchedDeliveries,
     PurgedRows,
     ConfigReloads,
+    GatewayRequests,
+    GatewayUpstreamSeconds,
     RetryBacklog,
     DeadEvents,
+    GatewayUnknownKeys,
     DbPoolSize,
     DbPoolAvailable,
     DbPoolMaxSize,
@@ -128,7 +140,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 26] = [
+    pub const ALL: [Metric; 29] = [
         Metric::Deliveries,
         Metric::DeliveryDuration,
         Metric::SignatureFailures,
@@ -141,8 +153,11 @@ impl Metric {
         Metric::IngestBatchedDeliveries,
         Metric::PurgedRows,
         Metric::ConfigReloads,
+        Metric::GatewayRequests,
+        Metric::GatewayUpstreamSeconds,
         Metric::RetryBacklog,
         Metric::DeadEvents,
+        Metric::GatewayUnknownKeys,
         Metric::DbPoolSize,
         Metric::DbPoolAvailable,
         Metric::DbPoolMaxSize,
@@ -171,6 +186,9 @@ impl Metric {
             Metric::IngestBatchedDeliveries => "hookd_ingest_batched_deliveries_total",
             Metric::PurgedRows => "hookd_purged_rows_total",
             Metric::ConfigReloads => "hookd_config_reloads_total",
+            Metric::GatewayRequests => "hookd_gateway_requests_total",
+            Metric::GatewayUpstreamSeconds => "hookd_gateway_upstream_seconds",
+            Metric::GatewayUnknownKeys => "hookd_gateway_unknown_keys",
             Metric::RetryBacklog => "hookd_retry_backlog",
             Metric::DeadEvents => "hookd_dead_events",
             Metric::DbPoolSize => "hookd_db_pool_size",
@@ -191,7 +209,9 @@ impl Metric {
     /// `counter`, `gauge` or `histogram`.
     pub fn kind(self) -> &'static str {
         match self {
-            Metric::HandlerDuration | Metric::DeliveryDuration => "histogram",
+            Metric::HandlerDuration | Metric::DeliveryDuration | Metric::GatewayUpstreamSeconds => {
+                "histogram"
+            }
             Metric::Deliveries
             | Metric::SignatureFailures
             | Metric::Duplicates
@@ -202,6 +222,7 @@ impl Metric {
             | Metric::IngestBatchedDeliveries
             | Metric::PurgedRows
             | Metric::ConfigReloads
+            | Metric::GatewayRequests
             | Metric::ProcessCpuSeconds => "counter",
             _ => "gauge",
         }
@@ -232,6 +253,15 @@ impl Metric {
             Metric::PurgedRows => "Rows removed by retention purges, by what was removed.",
             Metric::ConfigReloads => {
                 "Configuration reloads (SIGHUP), by result: ok, or error (the running one kept)."
+            }
+            Metric::GatewayRequests => {
+                "Requests through the Idempotency-Key gateway, by route and outcome."
+            }
+            Metric::GatewayUpstreamSeconds => {
+                "Time upstream took to answer the gateway (or to fail), by route."
+            }
+            Metric::GatewayUnknownKeys => {
+                "Gateway keys whose outcome is unknown (unknown, or claimed past their lock), all instances."
             }
             Metric::RetryBacklog => "Failed events waiting for a retry.",
             Metric::DeadEvents => "Dead events waiting for a person (all instances: one database).",
@@ -289,6 +319,7 @@ impl Metrics {
             kinds,
             handlers,
             forwards: settings.forwards.iter().map(|f| f.name.as_str()).collect(),
+            routes: settings.gateway.routes.iter().map(|r| r.name()).collect(),
         })
     }
 
@@ -334,6 +365,15 @@ impl Metrics {
             ingest_batched_deliveries: Family::new([], []),
             purged_rows: Family::new(["what"], [Values::new(Purged::ALL.map(Purged::as_str))]),
             config_reloads: Family::new(["result"], [Values::new(RELOAD_RESULTS)]),
+            gateway_requests: Family::new(
+                ["route", "outcome"],
+                [
+                    Values::new(&known.routes),
+                    Values::new(GatewayOutcome::ALL.map(GatewayOutcome::as_str)),
+                ],
+            ),
+            gateway_upstream: Family::new(["route"], [Values::new(&known.routes)]),
+            gateway_unknown: Default::default(),
             backlog: Default::default(),
         };
         // Shown from the start, so an alert sees the first one as an increase.
@@ -407,6 +447,17 @@ impl Metrics {
         self.config_reloads.with([result], |c| c.add(1));
     }
 
+    /// A request through the gateway's route `route` ended so.
+    pub fn gateway_request(&self, route: &str, outcome: GatewayOutcome) {
+        self.gateway_requests
+            .with([route, outcome.as_str()], |c| c.add(1));
+    }
+
+    /// How long upstream took to answer (or fail) a request of `route`.
+    pub fn gateway_upstream(&self, route: &str, took: Duration) {
+        self.gateway_upstream.with([route], |h| h.observe(took));
+    }
+
     /// The text exposition, with gauges (and the process's counter) read by the
     /// caller at scrape time.
     pub fn render(&self, gauges: &[(Metric, f64)]) -> String {
@@ -429,6 +480,8 @@ impl Metrics {
                 }
                 Metric::PurgedRows => self.purged_rows.render(name, &mut out),
                 Metric::ConfigReloads => self.config_reloads.render(name, &mut out),
+                Metric::GatewayRequests => self.gateway_requests.render(name, &mut out),
+                Metric::GatewayUpstreamSeconds => self.gateway_upstream.render(name, &mut out),
                 _ => {}
             }
             for (_, value) in gauges.iter().filter(|(n, _)| *n == metric) {

@@ -30,6 +30,22 @@ pub fn install_crypto() {
 
 /// A client whose requests give up after `timeout`.
 pub fn client(timeout: Duration) -> Result<reqwest::Client, String> {
+    builder(timeout)?
+        .user_agent(concat!("hookd/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))
+}
+
+/// The same client without a `User-Agent` of its own: a proxy's, which passes
+/// on the client's headers as they came (reqwest still adds `Accept: */*` to a
+/// request without one, which says the same as none).
+pub fn transparent_client(timeout: Duration) -> Result<reqwest::Client, String> {
+    builder(timeout)?
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))
+}
+
+fn builder(timeout: Duration) -> Result<reqwest::ClientBuilder, String> {
     install_crypto();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let roots = system_roots();
@@ -41,13 +57,10 @@ pub fn client(timeout: Duration) -> Result<reqwest::Client, String> {
         .map_err(|e| format!("TLS setup: {e}"))?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    reqwest::Client::builder()
+    Ok(reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("hookd/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| format!("HTTP client: {e}"))
+        .redirect(reqwest::redirect::Policy::none()))
 }
 
 /// The system's root certificates, as rustls-native-certs finds them.

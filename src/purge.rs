@@ -40,6 +40,8 @@ pub struct PurgeOutcome {
     pub audit_entries_deleted: u64,
     /// Conflicting items older than `retention`, gone with the payloads.
     pub conflicts_deleted: u64,
+    /// The gateway's finished keys past their route's `retention`.
+    pub api_idempotency_keys_deleted: u64,
     /// Shutdown arrived mid-pass; the rest waits for the next pass.
     pub interrupted: bool,
 }
@@ -57,6 +59,8 @@ pub struct Cutoffs {
     pub keys: DateTime<Utc>,
     pub idempotency_keys: DateTime<Utc>,
     pub revoked_sessions: DateTime<Utc>,
+    /// The pass's start: rows that carry their own expiry are compared with it.
+    pub now: DateTime<Utc>,
 }
 
 impl Cutoffs {
@@ -68,6 +72,7 @@ impl Cutoffs {
             keys: ago(settings.key_retention),
             idempotency_keys: ago(IDEMPOTENCY_KEY_TTL),
             revoked_sessions: now,
+            now,
         }
     }
 }
@@ -139,6 +144,7 @@ impl Purger {
             Step::RevokedSessions,
             Step::Audit,
             Step::Conflicts,
+            Step::ApiIdempotencyKeys,
         ] {
             loop {
                 // A pass that stalled past its lease may have been taken over.
@@ -180,6 +186,13 @@ impl Purger {
                         outcome.conflicts_deleted += n;
                         n
                     }
+                    Step::ApiIdempotencyKeys => {
+                        // Each key carries its own expiry (its route's retention).
+                        let (what, before) = (Expiring::ApiIdempotencyKeys, cutoffs.now);
+                        let n = purge::delete_expired_batch(client, what, before, limit).await?;
+                        outcome.api_idempotency_keys_deleted += n;
+                        n
+                    }
                     Step::RevokedSessions => {
                         let (what, before) = (Expiring::RevokedSessions, cutoffs.revoked_sessions);
                         let n = purge::delete_expired_batch(client, what, before, limit).await?;
@@ -208,15 +221,23 @@ impl Purger {
             (Purged::IdempotencyKey, outcome.idempotency_keys_deleted),
             (Purged::RevokedSession, outcome.revoked_sessions_deleted),
             (Purged::AuditEntry, outcome.audit_entries_deleted),
+            (
+                Purged::ApiIdempotencyKey,
+                outcome.api_idempotency_keys_deleted,
+            ),
         ] {
             self.metrics.purged(what, n);
         }
         log::info!(
-            "purge: dropped {payloads} payloads ({}), deleted {keys} keys ({}) and {} idempotency keys in {:.1} s{}",
+            "purge: dropped {payloads} payloads ({}), deleted {keys} keys ({}) and {} idempotency keys in {:.1} s{}{}",
             describe(&outcome.payloads_dropped),
             describe(&outcome.keys_deleted),
             outcome.idempotency_keys_deleted,
             took.as_secs_f64(),
+            match outcome.api_idempotency_keys_deleted {
+                0 => String::new(),
+                n => format!("; {n} expired gateway keys"),
+            },
             if outcome.interrupted {
                 "; interrupted by shutdown"
             } else {
@@ -249,6 +270,7 @@ enum Step {
     RevokedSessions,
     Audit,
     Conflicts,
+    ApiIdempotencyKeys,
 }
 
 /// After a batch that took `busy`, the pass rests `PAUSE_PER_BUSY` times as long:

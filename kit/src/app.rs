@@ -130,6 +130,8 @@ pub struct TestApp {
     pub base: String,
     /// The admin listener's base URL, when the settings give it one.
     pub admin_base: Option<String>,
+    /// The Idempotency-Key gateway's base URL, when the settings turn it on.
+    pub gateway_base: Option<String>,
     pub app: App,
     pub http: reqwest::Client,
     pub db: Option<std::sync::Arc<TestDb>>,
@@ -208,6 +210,7 @@ pub async fn spawn(options: Spawn) -> TestApp {
         settings: app.settings.now(),
         base: format!("http://{}", running.addr),
         admin_base: running.admin_addr.map(|addr| format!("http://{addr}")),
+        gateway_base: running.gateway_addr.map(|addr| format!("http://{addr}")),
         app,
         http: reqwest::Client::new(),
         db,

@@ -59,6 +59,10 @@ impl Settings {
             embedded_database as "embedded_database",
             shutdown_grace as "shutdown_grace",
         );
+        if self.gateway.listen != running.gateway.listen {
+            self.gateway.listen = running.gateway.listen;
+            changed.push("gateway.listen");
+        }
         changed
     }
 }

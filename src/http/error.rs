@@ -9,6 +9,7 @@ use actix_web::{HttpResponse, ResponseError, web};
 use serde::Serialize;
 
 use super::AppState;
+use crate::idempotency::rules::{RETRY_AFTER_SECONDS as IN_PROGRESS_RETRY_AFTER, Refusal};
 use crate::providers::SignatureRefusal;
 use crate::signature::SignatureError;
 use crate::store::StoreError;
@@ -58,6 +59,10 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("{1}")]
     Unprocessable(&'static str, String),
+    /// An Idempotency-Key rule answered instead of the work (the gateway's and
+    /// `hookd::idempotency`'s): the body is `{"error": code}` alone.
+    #[error("{}", .0.code())]
+    Idempotency(Refusal),
     #[error("unavailable: {0}")]
     Unavailable(String),
     #[error("internal error: {0}")]
@@ -109,6 +114,7 @@ impl ApiError {
             ApiError::InFlight => "in_flight",
             ApiError::IdempotencyKeyReused => "idempotency_key_reused",
             ApiError::Unprocessable(code, _) => code,
+            ApiError::Idempotency(refusal) => refusal.code(),
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal",
         }
@@ -151,6 +157,7 @@ impl ApiError {
         match self {
             ApiError::Unavailable(_) => Some(RETRY_AFTER_SECONDS.to_string()),
             ApiError::TooManyRequests(wait) => Some(retry_after_seconds(wait).to_string()),
+            ApiError::Idempotency(Refusal::InProgress) => Some(IN_PROGRESS_RETRY_AFTER.to_string()),
             _ => None,
         }
     }
@@ -200,6 +207,17 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Gone(_) => StatusCode::GONE,
             ApiError::Conflict(..) | ApiError::InFlight => StatusCode::CONFLICT,
+            ApiError::Idempotency(refusal) => match refusal {
+                Refusal::NoRoute => StatusCode::NOT_FOUND,
+                Refusal::KeyMissing | Refusal::KeyInvalid | Refusal::ScopeMissing => {
+                    StatusCode::BAD_REQUEST
+                }
+                Refusal::InProgress | Refusal::OutcomeUnknown => StatusCode::CONFLICT,
+                Refusal::Reused => StatusCode::UNPROCESSABLE_ENTITY,
+                Refusal::UpstreamUnavailable | Refusal::UpstreamOutcomeUnknown => {
+                    StatusCode::BAD_GATEWAY
+                }
+            },
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

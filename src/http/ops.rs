@@ -94,6 +94,20 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
         gauges.push((Metric::RetryBacklog, failed as f64));
         gauges.push((Metric::DeadEvents, dead as f64));
     }
+    if !state.app.settings.now().gateway.routes.is_empty() {
+        let unknown = state
+            .app
+            .metrics
+            .gateway_unknown
+            .get(FRESH_FOR, || async {
+                let client = state.app.pool.get().await.ok()?;
+                store::api_idempotency::unknown_count(&client).await.ok()
+            })
+            .await;
+        if let Some(unknown) = unknown {
+            gauges.push((Metric::GatewayUnknownKeys, unknown as f64));
+        }
+    }
     gauges.extend(crate::metrics::process::read());
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")

@@ -47,6 +47,9 @@ pub struct Limits {
     pub workers: usize,
     /// How long in-flight requests get to finish after a stop is requested.
     pub grace: Duration,
+    /// Every answer is hookd's own: it carries `X-Request-Id` and a 500 counts
+    /// as hookd's failure. Not so for the gateway, which passes on upstream's.
+    pub own_answers: bool,
 }
 
 /// Starts a server on `listener` with the routes `routes` configures.
@@ -74,13 +77,16 @@ where
         .shutdown_timeout(limits.grace.as_secs() + 1 + u64::from(limits.grace.subsec_nanos() > 0))
         .disable_signals()
         .listen(format!("hookd-{local}"), listener, move || {
+            let own = limits.own_answers;
             let app = App::new()
                 .app_data(state.clone())
-                .wrap(actix_web::middleware::from_fn(
-                    super::error::count_internal_errors,
+                .wrap(actix_web::middleware::Condition::new(
+                    own,
+                    actix_web::middleware::from_fn(super::error::count_internal_errors),
                 ))
-                .wrap(actix_web::middleware::from_fn(
-                    super::request_id::middleware,
+                .wrap(actix_web::middleware::Condition::new(
+                    own,
+                    actix_web::middleware::from_fn(super::request_id::middleware),
                 ))
                 .configure(routes.clone());
             let draining = draining.clone();

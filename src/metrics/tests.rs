@@ -40,6 +40,10 @@ fn count_the_golden_calls(m: &Metrics) {
     m.config_reload(true);
     m.config_reload(false);
     m.config_reload(true);
+    m.gateway_request("payments", GatewayOutcome::Sent);
+    m.gateway_request("payments", GatewayOutcome::Replayed);
+    m.gateway_request("payments", GatewayOutcome::Sent);
+    m.gateway_upstream("payments", Duration::from_millis(3));
 }
 
 fn configured() -> Metrics {
@@ -48,6 +52,7 @@ fn configured() -> Metrics {
         kinds: vec!["payment_succeeded", "payment_failed"],
         handlers: vec!["payment_succeeded".into(), "forward:billing".into()],
         forwards: vec!["billing"],
+        routes: vec!["payments"],
     })
 }
 

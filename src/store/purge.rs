@@ -225,6 +225,9 @@ pub enum Expiring {
     /// Conflicting items kept beside their event, by when they first came (they
     /// hold a payload, so they go with the payloads).
     Conflicts,
+    /// The gateway's finished keys (completed or released), past their route's
+    /// retention; `unknown` and running keys never expire.
+    ApiIdempotencyKeys,
 }
 
 impl Expiring {
@@ -250,6 +253,12 @@ impl Expiring {
                 "DELETE FROM event_conflicts
                  WHERE id IN (SELECT id FROM event_conflicts WHERE received_at < $1
                               ORDER BY received_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+            }
+            Expiring::ApiIdempotencyKeys => {
+                "DELETE FROM api_idempotency_keys
+                 WHERE id IN (SELECT id FROM api_idempotency_keys
+                              WHERE state IN ('completed', 'released') AND expires_at < $1
+                              LIMIT $2 FOR UPDATE SKIP LOCKED)"
             }
         }
     }

@@ -567,25 +567,7 @@ async fn slow_a_forward_url_with_credentials_is_refused_at_load_without_showing_
          url = \"https://hookd:s3cr3t@billing.example/hooks?token=t0k3n\"\n\
          secret = \"{FORWARD_SECRET}\"\nkinds = [\"payment_succeeded\"]\n"
     );
-    let check = |table: String| async move {
-        let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "forwards-{}-{}.toml",
-            std::process::id(),
-            table.len()
-        ));
-        let text = format!("{}{table}", hookd_kit::settings::shipped_toml_anywhere());
-        std::fs::write(&path, text).expect("write");
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
-        command
-            .arg("check-config")
-            .arg("--config")
-            .arg(&path)
-            .env_remove("DATABASE_URL")
-            .env_remove("HOOKD_CONFIG");
-        tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
-            .await
-            .expect("join")
-    };
+    let check = |table: String| async move { crate::support::check_config(&table, &[]).await };
     let refused = check(table.clone()).await;
     assert_eq!(refused.status.code(), Some(78), "{refused:?}");
     let line = String::from_utf8_lossy(&refused.stderr).trim().to_string();

@@ -13,6 +13,7 @@ pub use hookd_kit::metrics::{Exposition, Sample, parse_exposition};
 pub use hookd_kit::settings::shipped_settings;
 
 pub mod provider;
+pub mod upstream;
 
 /// `holder`, made to hold the payment row `payment_id` (inserted for it)
 /// `FOR UPDATE` until it ends its transaction.
@@ -83,6 +84,30 @@ pub async fn run_hookd_with(args: &[&str], env: &[(&str, String)]) -> std::proce
     })
     .await
     .expect("join")
+}
+
+/// `hookd check-config` on the shipped configuration with `extra` appended,
+/// written where the binary can read it, under `env`.
+pub async fn check_config(extra: &str, env: &[(&str, &str)]) -> std::process::Output {
+    let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "check-{}-{}.toml",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let text = format!("{}\n{extra}", hookd_kit::settings::shipped_toml_anywhere());
+    std::fs::write(&path, text).expect("write");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
+    command
+        .arg("check-config")
+        .arg("--config")
+        .arg(&path)
+        .env_remove("DATABASE_URL")
+        .env_remove("HOOKD_CONFIG")
+        .env_remove("HOOKD_GATEWAY_LISTEN")
+        .envs(env.iter().copied());
+    tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
+        .await
+        .expect("join")
 }
 
 /// One request a `Receiver` got.

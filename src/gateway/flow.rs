@@ -1,0 +1,395 @@
+//! One request through the gateway: its route, its key and scope, its body and
+//! fingerprint, the claim (committed before anything is sent), the upstream
+//! call, and the key settled before the answer goes back. Once claimed, the
+//! request runs to its end even if the client leaves, so its key is always
+//! settled.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
+
+use super::config::Route;
+use super::upstream::{self, Body, Failure};
+use crate::http::AppState;
+use crate::http::body;
+use crate::http::error::ApiError;
+use crate::idempotency::{
+    self, Claim, Claimed, OPERATION_HEADER, Outcome, Refusal, Settle, StoredAnswer,
+};
+use crate::traces;
+
+/// Every request of the gateway's listener.
+pub async fn handle(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
+    // One configuration for the whole request, however long it takes.
+    let settings = state.app.settings.now();
+    let Some(route) = settings
+        .gateway
+        .route_for(request.method().as_str(), request.path())
+        .cloned()
+    else {
+        return ApiError::Idempotency(Refusal::NoRoute).error_response();
+    };
+    let limits = BodyLimits {
+        bytes: settings.max_body_bytes,
+        within: settings.body_timeout,
+    };
+    let span = gateway_span(&route, &request);
+    let (response, outcome) = through(state.clone(), route.clone(), limits, request, payload)
+        .instrument(span.clone())
+        .await;
+    if let Some(outcome) = outcome {
+        state.app.metrics.gateway_request(route.name(), outcome);
+        span.record("hookd.outcome", outcome.as_str());
+    }
+    span.record("http.response.status_code", response.status().as_u16());
+    response
+}
+
+/// How large a request body may be, and how long it may take to arrive.
+#[derive(Debug, Clone, Copy)]
+struct BodyLimits {
+    bytes: usize,
+    within: std::time::Duration,
+}
+
+/// The request's span: its own trace's root (kind server), a caller's
+/// `traceparent` linked, as a delivery's.
+fn gateway_span(route: &Route, request: &HttpRequest) -> Span {
+    let span = tracing::trace_span!(
+        parent: None,
+        "gateway",
+        otel.kind = "server",
+        http.route = route.path.pattern(),
+        http.request.method = route.method.as_str(),
+        hookd.route = route.name(),
+        hookd.operation = Empty,
+        hookd.outcome = Empty,
+        http.response.status_code = Empty,
+        otel.status_message = Empty,
+    );
+    let caller = request.headers().get("traceparent");
+    if let Some(header) = caller.and_then(|h| h.to_str().ok()) {
+        traces::link_traceparent(&span, header);
+    }
+    span
+}
+
+/// The answer, and the outcome counted (none for a failure of hookd's own).
+type Answered = (HttpResponse, Option<Outcome>);
+
+fn refused(refusal: Refusal) -> Answered {
+    (
+        ApiError::Idempotency(refusal).error_response(),
+        Some(refusal.outcome()),
+    )
+}
+
+fn failed(error: ApiError, state: &AppState) -> Answered {
+    if matches!(error, ApiError::Internal(_)) {
+        state.app.metrics.internal_error();
+    }
+    traces::fail(&Span::current(), &error);
+    (error.error_response(), None)
+}
+
+/// The route's rules, in order: a key (or none where it is not required), a
+/// scope, the body, then the claim.
+async fn through(
+    state: web::Data<AppState>,
+    route: Arc<Route>,
+    limits: BodyLimits,
+    request: HttpRequest,
+    mut payload: web::Payload,
+) -> Answered {
+    let rules = &route.rules;
+    let keyed = match idempotency::key_and_scope(rules, request.headers()) {
+        Ok(keyed) => keyed,
+        Err(refusal) => return refused(refusal),
+    };
+    let body = match body::read(&mut payload, &request, limits.bytes, limits.within).await {
+        Ok(body) => body,
+        Err(error) => return failed(error, &state),
+    };
+    let Some((key, scope)) = keyed else {
+        return unkeyed(&state, &route, &request, body).await;
+    };
+    let fingerprint = idempotency::fingerprint(
+        request.method().as_str(),
+        request.path(),
+        request.query_string(),
+        &body,
+        &rules.fingerprint_ignore,
+    );
+    let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    let claim_request = idempotency::Request {
+        rules,
+        scope: &scope,
+        key: &key,
+        fingerprint: &fingerprint,
+        method: request.method().as_str(),
+        target,
+    };
+    let claim = match claim_key(&state, &claim_request)
+        .instrument(tracing::trace_span!("claim"))
+        .await
+    {
+        Ok(claim) => claim,
+        Err(error) => return failed(error.into(), &state),
+    };
+    match claim {
+        Claim::Refused(refusal) => refused(refusal),
+        Claim::Replay(answer, operation) => {
+            Span::current().record("hookd.operation", operation.as_str());
+            (
+                idempotency::replay(answer, &operation),
+                Some(Outcome::Replayed),
+            )
+        }
+        Claim::Run(claimed) => {
+            Span::current().record("hookd.operation", claimed.operation_id.as_str());
+            // To its end even if the client leaves: the key is always settled.
+            let work = run(state.clone(), route.clone(), request, body, claimed)
+                .instrument(Span::current());
+            match actix_web::rt::spawn(work).await {
+                Ok(answered) => answered,
+                Err(error) => failed(
+                    ApiError::Internal(format!("a gateway request stopped: {error}")),
+                    &state,
+                ),
+            }
+        }
+    }
+}
+
+async fn claim_key(
+    state: &AppState,
+    request: &idempotency::Request<'_>,
+) -> Result<Claim, crate::store::StoreError> {
+    let client = state.app.pool.get().await?;
+    let claim = idempotency::claim(&client, request).await;
+    crate::store::give_back(client, claim)
+}
+
+/// A request without a key on a route that does not require one: sent as it
+/// is, nothing stored.
+async fn unkeyed(
+    state: &AppState,
+    route: &Route,
+    request: &HttpRequest,
+    body: Vec<u8>,
+) -> Answered {
+    let started = Instant::now();
+    let sent = upstream::send(route, request, body, None)
+        .instrument(upstream_span())
+        .await;
+    state
+        .app
+        .metrics
+        .gateway_upstream(route.name(), started.elapsed());
+    match sent {
+        Err(Failure::NothingSent(why)) => {
+            log::warn!("gateway {}: {why}", route.name());
+            refused(Refusal::UpstreamUnavailable)
+        }
+        Err(Failure::NoAnswer(why)) => {
+            log::warn!("gateway {}: {why}", route.name());
+            refused(Refusal::UpstreamOutcomeUnknown)
+        }
+        Ok(answer) => {
+            let outcome = match idempotency::settle(answer.status) {
+                Settle::Store => Outcome::Sent,
+                Settle::Release => Outcome::UpstreamError,
+            };
+            let (status, headers) = (answer.status, answer.headers);
+            (pass_on(status, &headers, answer.body, None), Some(outcome))
+        }
+    }
+}
+
+fn upstream_span() -> Span {
+    tracing::trace_span!(
+        "upstream",
+        otel.kind = "client",
+        http.response.status_code = Empty,
+        otel.status_message = Empty,
+    )
+}
+
+/// The claimed request: sent upstream, its key settled by the answer, then the
+/// answer given.
+async fn run(
+    state: web::Data<AppState>,
+    route: Arc<Route>,
+    request: HttpRequest,
+    body: Vec<u8>,
+    claimed: Claimed,
+) -> Answered {
+    let name = route.name();
+    let started = Instant::now();
+    let span = upstream_span();
+    let sent = upstream::send(&route, &request, body, Some(&claimed.operation_id))
+        .instrument(span.clone())
+        .await;
+    state.app.metrics.gateway_upstream(name, started.elapsed());
+    let answer = match sent {
+        Ok(answer) => answer,
+        Err(Failure::NothingSent(why)) => {
+            log::warn!(
+                "gateway {name}: {why}; key released ({})",
+                claimed.operation_id
+            );
+            traces::fail(&span, &why);
+            settle(&state, &claimed, Settle::Release, None).await;
+            return refused(Refusal::UpstreamUnavailable);
+        }
+        Err(Failure::NoAnswer(why)) => {
+            log::warn!(
+                "gateway {name}: {why}; the outcome of {} is unknown",
+                claimed.operation_id
+            );
+            traces::fail(&span, &why);
+            mark_unknown(&state, &claimed).await;
+            return refused(Refusal::UpstreamOutcomeUnknown);
+        }
+    };
+    span.record("http.response.status_code", answer.status);
+    let operation = Some(claimed.operation_id.as_str());
+    match idempotency::settle(answer.status) {
+        Settle::Release => {
+            settle(&state, &claimed, Settle::Release, None).await;
+            let response = pass_on(answer.status, &answer.headers, answer.body, operation);
+            (response, Some(Outcome::UpstreamError))
+        }
+        Settle::Store => {
+            let kept = answer
+                .headers
+                .iter()
+                .filter(|(name, _)| route.rules.keeps_header(name.as_str()))
+                .filter_map(|(name, value)| {
+                    Some((name.as_str().to_string(), value.to_str().ok()?.to_string()))
+                })
+                .collect();
+            let (stored, body) = match answer.body {
+                Body::Whole(bytes) => (
+                    StoredAnswer {
+                        status: answer.status,
+                        headers: kept,
+                        body: bytes,
+                        body_omitted: false,
+                    },
+                    None,
+                ),
+                large @ Body::Large { .. } => (
+                    StoredAnswer {
+                        status: answer.status,
+                        headers: kept,
+                        body: Vec::new(),
+                        body_omitted: true,
+                    },
+                    Some(large),
+                ),
+            };
+            settle(&state, &claimed, Settle::Store, Some(&stored)).await;
+            let body = body.unwrap_or(Body::Whole(stored.body));
+            let response = pass_on(answer.status, &answer.headers, body, operation);
+            (response, Some(Outcome::Sent))
+        }
+    }
+}
+
+/// Stores the answer (`Store`) or frees the key (`Release`). A failure is
+/// logged, not answered: the client gets upstream's answer all the same, and
+/// the key, still claimed, is taken over as `unknown` once its lock is over.
+async fn settle(state: &AppState, claimed: &Claimed, how: Settle, answer: Option<&StoredAnswer>) {
+    let span = tracing::trace_span!("commit");
+    let settled = async {
+        let client = state.app.pool.get().await?;
+        let done = match (how, answer) {
+            (Settle::Store, Some(answer)) => idempotency::complete(&client, claimed, answer).await,
+            _ => idempotency::release(&client, claimed).await,
+        };
+        crate::store::give_back(client, done)
+    }
+    .instrument(span.clone())
+    .await;
+    match settled {
+        Ok(true) => {}
+        Ok(false) => log::warn!(
+            "gateway: the key of {} was taken over before its answer was stored",
+            claimed.operation_id
+        ),
+        Err(error) => {
+            traces::fail(&span, &error);
+            log::error!(
+                "gateway: cannot settle the key of {}: {error}; it is taken over as unknown \
+                 once its lock is over",
+                claimed.operation_id
+            );
+        }
+    }
+}
+
+async fn mark_unknown(state: &AppState, claimed: &Claimed) {
+    let marked = async {
+        let client = state.app.pool.get().await?;
+        let done = idempotency::outcome_unknown(&client, claimed).await;
+        crate::store::give_back(client, done)
+    }
+    .instrument(tracing::trace_span!("commit"))
+    .await;
+    if let Err(error) = marked {
+        log::error!(
+            "gateway: cannot mark {} unknown: {error}; its lock's end does",
+            claimed.operation_id
+        );
+    }
+}
+
+/// Upstream's answer as it came (but the hop-by-hop headers), with the
+/// operation's id when the request was keyed.
+fn pass_on(
+    status: u16,
+    headers: &[(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
+    body: Body,
+    operation: Option<&str>,
+) -> HttpResponse {
+    let mut response = idempotency::answer_with(status);
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            response.append_header((name, value));
+        }
+    }
+    if let Some(value) = operation.and_then(|op| HeaderValue::from_str(op).ok()) {
+        response.insert_header((HeaderName::from_static(OPERATION_HEADER), value));
+    }
+    match body {
+        Body::Whole(bytes) => response.body(bytes),
+        Body::Large { head, rest } => {
+            let first = futures_util::stream::once(async move {
+                Ok::<_, reqwest::Error>(actix_web::web::Bytes::from(head))
+            });
+            // Ends after the first error (the connection is cut: the client
+            // sees a truncated answer, as from upstream itself).
+            let rest = futures_util::stream::unfold(Some(rest), |rest| async move {
+                let mut rest = rest?;
+                match rest.chunk().await {
+                    Ok(Some(chunk)) => Some((Ok(chunk), Some(rest))),
+                    Ok(None) => None,
+                    Err(error) => Some((Err(error), None)),
+                }
+            });
+            response.streaming(futures_util::StreamExt::chain(first, rest))
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The call to upstream: the request as the client sent it (but the hop-by-hop
+//! headers, with `Idempotency-Operation` and `traceparent` set by hookd), and
+//! its answer read into memory up to `MAX_STORED_BODY`, the rest streamed on.
+//! A failure is sorted by what upstream may have seen: nothing (the connection
+//! was never made), or possibly all of it.
+
+use std::sync::LazyLock;
+
+use actix_web::HttpRequest;
+use actix_web::http::header::HeaderMap;
+use reqwest::header::{HeaderName, HeaderValue};
+
+use super::config::{HOP_BY_HOP, MAX_TIMEOUT, Route};
+use crate::idempotency::{MAX_STORED_BODY, OPERATION_HEADER};
+
+/// One client for every route: connections to each upstream are reused.
+static CLIENT: LazyLock<Result<reqwest::Client, String>> =
+    LazyLock::new(|| crate::outbound::transparent_client(MAX_TIMEOUT));
+
+/// Upstream's answer.
+pub struct Answer {
+    pub status: u16,
+    /// Its headers but the hop-by-hop ones and `Content-Length`.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Body,
+}
+
+pub enum Body {
+    Whole(Vec<u8>),
+    /// Over `MAX_STORED_BODY`: the bytes read so far, and the rest to stream.
+    Large {
+        head: Vec<u8>,
+        rest: reqwest::Response,
+    },
+}
+
+/// Why no answer came.
+#[derive(Debug)]
+pub enum Failure {
+    /// The connection could not be made: upstream saw nothing.
+    NothingSent(String),
+    /// The request may have reached upstream (a timeout, a reset, a body cut
+    /// short): upstream may have done the work.
+    NoAnswer(String),
+}
+
+/// Sends `request` (with `body`) to `route`'s upstream; `operation` goes as
+/// `Idempotency-Operation`. Waits `route`'s timeout at most, for the answer and
+/// its first `MAX_STORED_BODY` bytes.
+pub async fn send(
+    route: &Route,
+    request: &HttpRequest,
+    body: Vec<u8>,
+    operation: Option<&str>,
+) -> Result<Answer, Failure> {
+    let client = CLIENT
+        .as_ref()
+        .map_err(|e| Failure::NothingSent(e.clone()))?;
+    let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    let url = route.upstream_url(target);
+    let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes())
+        .map_err(|e| Failure::NothingSent(e.to_string()))?;
+    let traceparent = crate::traces::traceparent();
+    let mut headers = passed_on(request.headers(), traceparent.is_some());
+    if let Some(operation) = operation.and_then(|o| HeaderValue::from_str(o).ok()) {
+        headers.insert(HeaderName::from_static(OPERATION_HEADER), operation);
+    }
+    if let Some(value) = traceparent.and_then(|t| HeaderValue::from_str(&t).ok()) {
+        headers.insert(HeaderName::from_static("traceparent"), value);
+    }
+    let sent = client
+        .request(method, url)
+        .timeout(route.rules.timeout)
+        .headers(headers)
+        .body(body)
+        .send()
+        .await;
+    let mut response = match sent {
+        Ok(response) => response,
+        Err(error) if error.is_connect() => {
+            return Err(Failure::NothingSent(format!(
+                "cannot connect to {}: {}",
+                route.upstream,
+                error.without_url()
+            )));
+        }
+        Err(error) => return Err(Failure::NoAnswer(describe(route, &error))),
+    };
+    let status = response.status().as_u16();
+    let headers = answered(response.headers());
+    let mut head = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                head.extend_from_slice(&chunk);
+                if head.len() > MAX_STORED_BODY {
+                    let body = Body::Large {
+                        head,
+                        rest: response,
+                    };
+                    return Ok(Answer {
+                        status,
+                        headers,
+                        body,
+                    });
+                }
+            }
+            Ok(None) => {
+                let body = Body::Whole(head);
+                return Ok(Answer {
+                    status,
+                    headers,
+                    body,
+                });
+            }
+            Err(error) => return Err(Failure::NoAnswer(describe(route, &error))),
+        }
+    }
+}
+
+fn describe(route: &Route, error: &reqwest::Error) -> String {
+    if error.is_timeout() {
+        format!(
+            "no answer from {} within {}",
+            route.upstream,
+            crate::duration::format(route.rules.timeout)
+        )
+    } else {
+        format!(
+            "{}: {}",
+            route.upstream,
+            std::error::Error::source(error)
+                .map_or_else(|| error.to_string(), |source| source.to_string(),)
+        )
+    }
+}
+
+/// The names a `Connection` header lists: hop-by-hop for this message only.
+fn connection_names<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
+    values
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .flat_map(|v| v.split(','))
+        .map(|name| name.trim().to_ascii_lowercase())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// Whether a header belongs to one connection (or to a proxy) and stays here.
+fn hop_by_hop(name: &str, named: &[String]) -> bool {
+    HOP_BY_HOP.contains(&name) || name.starts_with("proxy-") || named.iter().any(|n| n == name)
+}
+
+/// The client's headers upstream gets: all but the hop-by-hop ones, `Expect`,
+/// any `Idempotency-Operation` of the client's (hookd sets it), and the
+/// client's `traceparent` when hookd's span continues the trace instead.
+fn passed_on(headers: &HeaderMap, own_traceparent: bool) -> reqwest::header::HeaderMap {
+    let named = connection_names(headers.get_all("connection").map(|v| v.as_bytes()));
+    let mut out = reqwest::header::HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let name = name.as_str();
+        if hop_by_hop(name, &named)
+            || name == "expect"
+            || name == OPERATION_HEADER
+            || (own_traceparent && name == "traceparent")
+        {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            out.append(name, value);
+        }
+    }
+    out
+}
+
+/// Upstream's headers the client gets: all but the hop-by-hop ones (the
+/// length is the client connection's to state).
+fn answered(headers: &reqwest::header::HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
+    let named = connection_names(headers.get_all("connection").iter().map(|v| v.as_bytes()));
+    headers
+        .iter()
+        .filter(|(name, _)| !hop_by_hop(name.as_str(), &named))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_stay_behind() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "keep-alive, X-Secret-Hop"),
+            ("x-secret-hop", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-authorization", "Basic x"),
+            ("te", "trailers"),
+            ("upgrade", "h2c"),
+            ("host", "gateway.local"),
+            ("content-length", "12"),
+            ("expect", "100-continue"),
+            ("idempotency-operation", "op_forged"),
+            (
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+            ("authorization", "Bearer sk"),
+            ("idempotency-key", "k1"),
+            ("content-type", "application/json"),
+        ] {
+            headers.append(
+                actix_web::http::header::HeaderName::from_static(name),
+                actix_web::http::header::HeaderValue::from_static(value),
+            );
+        }
+        let names = |map: &reqwest::header::HeaderMap| {
+            let mut names: Vec<String> = map.keys().map(|k| k.to_string()).collect();
+            names.sort();
+            names
+        };
+        let passed = passed_on(&headers, false);
+        assert_eq!(
+            names(&passed),
+            [
+                "authorization",
+                "content-type",
+                "idempotency-key",
+                "traceparent"
+            ]
+        );
+        assert!(!names(&passed_on(&headers, true)).contains(&"traceparent".to_string()));
+    }
+}

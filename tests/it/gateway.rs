@@ -1,0 +1,747 @@
+//! The Idempotency-Key gateway through real HTTP, a real PostgreSQL and a real
+//! upstream that counts what it gets: every case of the rules' table (a new
+//! key, a copy, one in flight, another request under the key, no key, a bad
+//! key, 5xx/408/429, a refused connection, no answer), and what surrounds them
+//! (scopes, hop-by-hop headers, answers over 1 MiB, expiry, routes).
+
+use std::time::Duration;
+
+use hookd::config::Settings;
+use hookd_kit::settings::SHIPPED_TOML;
+use serde_json::{Value, json};
+
+use crate::support::upstream::{Reply, Upstream, refusing_url};
+use crate::support::{Answer, Spawn, TestApp, check_config, spawn};
+
+const AUTH: &str = "Bearer sk_test_alice";
+
+/// A `[[gateway.routes]]` table.
+pub fn route(name: &str, path: &str, upstream: &str, extra: &str) -> String {
+    format!(
+        "[[gateway.routes]]\nname = \"{name}\"\npath = \"{path}\"\nupstream = \"{upstream}\"\n{extra}\n"
+    )
+}
+
+/// The shipped settings with the gateway on (a free port) and these routes.
+pub fn settings_with(routes: &str) -> Settings {
+    let text = format!("{SHIPPED_TOML}\n[gateway]\nlisten = \"127.0.0.1:0\"\n{routes}");
+    let mut settings = Settings::from_toml("hookd.toml", &text, &Default::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    settings.listen = "127.0.0.1:0".parse().expect("addr");
+    settings
+}
+
+/// An app whose gateway has these routes.
+pub async fn gateway(routes: &str) -> TestApp {
+    spawn(Spawn {
+        settings: settings_with(routes),
+        ..Spawn::default()
+    })
+    .await
+}
+
+/// A request through the gateway.
+pub struct Call<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub key: Option<&'a str>,
+    pub auth: Option<&'a str>,
+    pub body: &'a str,
+    pub headers: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Call<'a> {
+    pub fn post(path: &'a str, key: &'a str, body: &'a str) -> Self {
+        Call {
+            method: "POST",
+            path,
+            key: Some(key),
+            auth: Some(AUTH),
+            body,
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn header(mut self, name: &'a str, value: &'a str) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    pub async fn send(&self, app: &TestApp) -> Answer {
+        let base = app.gateway_base.as_ref().expect("the gateway listens");
+        let method = reqwest::Method::from_bytes(self.method.as_bytes()).expect("method");
+        let mut request = app
+            .http
+            .request(method, format!("{base}{}", self.path))
+            .body(self.body.to_string());
+        if let Some(key) = self.key {
+            request = request.header("Idempotency-Key", key);
+        }
+        if let Some(auth) = self.auth {
+            request = request.header("Authorization", auth);
+        }
+        for (name, value) in &self.headers {
+            request = request.header(*name, *value);
+        }
+        Answer::read(request.send().await.expect("request")).await
+    }
+}
+
+/// The state of the row of `key`.
+pub async fn state_of(app: &TestApp, key: &str) -> String {
+    app.strings(
+        "SELECT state FROM api_idempotency_keys WHERE idempotency_key = $1",
+        &[&key],
+    )
+    .await
+    .pop()
+    .unwrap_or_else(|| "none".into())
+}
+
+fn error_of(answer: &Answer) -> Value {
+    answer.json()
+}
+
+const ORDER: &str = r#"{"amount": 1000, "currency": "EUR", "order": "ord_1"}"#;
+
+#[tokio::test]
+async fn a_new_key_reaches_upstream_once_and_a_copy_gets_its_answer_byte_for_byte() {
+    let upstream = Upstream::start(
+        vec![],
+        Reply::json(201, r#"{"id":"pay_1","status":"succeeded"}"#)
+            .with_header("Location", "/payments/pay_1")
+            .with_header("X-Request-Cost", "3")
+            .with_header("X-Not-Kept", "1"),
+    )
+    .await;
+    let app = gateway(&route(
+        "payments",
+        "/payments",
+        &upstream.url,
+        "replay_headers = [\"X-Request-Cost\"]",
+    ))
+    .await;
+    let first = Call::post("/payments", "key-1", ORDER).send(&app).await;
+    assert_eq!(first.status, 201);
+    assert_eq!(first.body, br#"{"id":"pay_1","status":"succeeded"}"#);
+    assert_eq!(first.header("location"), Some("/payments/pay_1"));
+    assert_eq!(first.header("x-not-kept"), Some("1"));
+    assert_eq!(first.header("idempotent-replayed"), None);
+    let operation = first
+        .header("idempotency-operation")
+        .expect("an operation")
+        .to_string();
+    assert!(operation.starts_with("op_"), "{operation}");
+    assert_eq!(upstream.calls(), 1);
+    // Upstream got the client's key and hookd's operation, the body unchanged.
+    let seen = &upstream.seen()[0];
+    assert_eq!(
+        (seen.method.as_str(), seen.target.as_str()),
+        ("POST", "/payments")
+    );
+    assert_eq!(seen.header("idempotency-key"), Some("key-1"));
+    assert_eq!(
+        seen.header("idempotency-operation"),
+        Some(operation.as_str())
+    );
+    assert_eq!(seen.header("authorization"), Some(AUTH));
+    assert_eq!(seen.body, ORDER.as_bytes());
+    assert_eq!(state_of(&app, "key-1").await, "completed");
+
+    // The same request again, keys reordered and spaced otherwise: the same answer.
+    let copy = Call::post(
+        "/payments",
+        "key-1",
+        r#"{"order":"ord_1","currency":"EUR","amount":1000}"#,
+    )
+    .send(&app)
+    .await;
+    assert_eq!(copy.status, 201);
+    assert_eq!(copy.body, first.body);
+    assert_eq!(copy.header("content-type"), Some("application/json"));
+    assert_eq!(copy.header("location"), Some("/payments/pay_1"));
+    assert_eq!(copy.header("x-request-cost"), Some("3"));
+    assert_eq!(copy.header("x-not-kept"), None);
+    assert_eq!(copy.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        copy.header("idempotency-operation"),
+        Some(operation.as_str())
+    );
+    assert_eq!(upstream.calls(), 1, "a copy never reaches upstream");
+}
+
+#[tokio::test]
+async fn without_a_key_a_route_that_requires_one_answers_400_and_one_that_does_not_passes_it_on() {
+    let upstream = Upstream::created().await;
+    let routes = route("payments", "/payments", &upstream.url, "")
+        + &route("quotes", "/quotes", &upstream.url, "required = false");
+    let app = gateway(&routes).await;
+    let mut call = Call::post("/payments", "unused", ORDER);
+    call.key = None;
+    let refused = call.send(&app).await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(
+        error_of(&refused),
+        json!({"error": "idempotency_key_missing"})
+    );
+    assert_eq!(upstream.calls(), 0);
+
+    call.path = "/quotes";
+    for _ in 0..2 {
+        let passed = call.send(&app).await;
+        assert_eq!(passed.status, 201);
+        assert_eq!(passed.header("idempotency-operation"), None);
+    }
+    assert_eq!(upstream.calls(), 2, "unkeyed requests are not deduplicated");
+    assert_eq!(
+        app.count("SELECT count(*) FROM api_idempotency_keys", &[])
+            .await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_key_that_is_not_1_to_255_visible_characters_is_400_and_a_quoted_one_is_its_content() {
+    let upstream = Upstream::created().await;
+    let app = gateway(&route("payments", "/payments", &upstream.url, "")).await;
+    let long = "k".repeat(256);
+    for bad in [
+        "",
+        "two words",
+        long.as_str(),
+        "\"unclosed",
+        "\"bad\\escape\"",
+    ] {
+        let answer = Call::post("/payments", bad, ORDER).send(&app).await;
+        assert_eq!(answer.status, 400, "{bad:?}");
+        assert_eq!(
+            error_of(&answer),
+            json!({"error": "idempotency_key_invalid"})
+        );
+    }
+    // Bytes beyond ASCII, and two keys at once.
+    let base = app.gateway_base.as_ref().expect("gateway");
+    for request in [
+        app.http.post(format!("{base}/payments")).header(
+            "Idempotency-Key",
+            reqwest::header::HeaderValue::from_bytes(b"caf\xe9").expect("obs-text"),
+        ),
+        app.http
+            .post(format!("{base}/payments"))
+            .header("Idempotency-Key", "a")
+            .header("Idempotency-Key", "b"),
+    ] {
+        let answer = Answer::read(
+            request
+                .header("Authorization", AUTH)
+                .body(ORDER)
+                .send()
+                .await
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(answer.status, 400);
+        assert_eq!(
+            error_of(&answer),
+            json!({"error": "idempotency_key_invalid"})
+        );
+    }
+    assert_eq!(upstream.calls(), 0);
+    let at_most = "k".repeat(255);
+    assert_eq!(
+        Call::post("/payments", &at_most, ORDER)
+            .send(&app)
+            .await
+            .status,
+        201
+    );
+    // "abc" as the draft writes it is the key abc.
+    assert_eq!(
+        Call::post("/payments", "\"abc\"", ORDER)
+            .send(&app)
+            .await
+            .status,
+        201
+    );
+    let copy = Call::post("/payments", "abc", ORDER).send(&app).await;
+    assert_eq!(copy.header("idempotent-replayed"), Some("true"));
+    assert_eq!(upstream.calls(), 2);
+}
+
+#[tokio::test]
+async fn the_same_key_for_another_request_is_422_whatever_its_state() {
+    let upstream = Upstream::start(
+        vec![Reply::json(503, r#"{"error":"busy"}"#)],
+        Reply::json(201, r#"{"id":"pay_1"}"#),
+    )
+    .await;
+    let app = gateway(&route(
+        "orders",
+        "/orders/*",
+        &upstream.url,
+        "fingerprint_ignore = [\"/client_time\"]",
+    ))
+    .await;
+    let order = r#"{"amount": 1000, "client_time": 1}"#;
+    // Released (upstream said 503): another request under the key is refused.
+    assert_eq!(
+        Call::post("/orders/1", "k", order).send(&app).await.status,
+        503
+    );
+    assert_eq!(state_of(&app, "k").await, "released");
+    for (path, body) in [
+        ("/orders/1", r#"{"amount": 1001, "client_time": 1}"#),
+        ("/orders/2", order),
+        ("/orders/1?dry_run=1", order),
+    ] {
+        let reused = Call::post(path, "k", body).send(&app).await;
+        assert_eq!(reused.status, 422, "{path} {body}");
+        assert_eq!(
+            error_of(&reused),
+            json!({"error": "idempotency_key_reused"})
+        );
+    }
+    // A field the route leaves out of the fingerprint may change.
+    let retried = Call::post("/orders/1", "k", r#"{"amount": 1000, "client_time": 2}"#)
+        .send(&app)
+        .await;
+    assert_eq!(retried.status, 201);
+    // Completed: the same.
+    let reused = Call::post("/orders/1", "k", r#"{"amount": 5}"#)
+        .send(&app)
+        .await;
+    assert_eq!(reused.status, 422);
+    assert_eq!(upstream.calls(), 2);
+}
+
+#[tokio::test]
+async fn a_copy_while_the_first_is_in_flight_gets_409_with_retry_after_then_the_answer() {
+    let upstream = Upstream::start(
+        vec![],
+        Reply::json(201, r#"{"id":"pay_slow"}"#).after(Duration::from_secs(2)),
+    )
+    .await;
+    let app =
+        std::sync::Arc::new(gateway(&route("payments", "/payments", &upstream.url, "")).await);
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move { Call::post("/payments", "slow", ORDER).send(&app).await })
+    };
+    upstream.wait_for_calls(1).await;
+    let copy = Call::post("/payments", "slow", ORDER).send(&app).await;
+    assert_eq!(copy.status, 409);
+    assert_eq!(error_of(&copy), json!({"error": "request_in_progress"}));
+    assert_eq!(copy.header("retry-after"), Some("1"));
+    let first = first.await.expect("first");
+    assert_eq!(first.status, 201);
+    let later = Call::post("/payments", "slow", ORDER).send(&app).await;
+    assert_eq!((later.status, later.body), (201, first.body));
+    assert_eq!(upstream.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_failing_side_effect_is_passed_on_and_released_so_a_retry_succeeds_once() {
+    let upstream = Upstream::start(
+        vec![
+            Reply::json(500, r#"{"error":"bank down"}"#),
+            Reply::json(408, "{}"),
+            Reply::json(429, "{}").with_header("Retry-After", "7"),
+        ],
+        Reply::json(201, r#"{"id":"pay_1"}"#),
+    )
+    .await;
+    let app = gateway(&route("payments", "/payments", &upstream.url, "")).await;
+    let failed = Call::post("/payments", "k", ORDER).send(&app).await;
+    assert_eq!(failed.status, 500);
+    assert_eq!(
+        failed.body, br#"{"error":"bank down"}"#,
+        "passed on as it came"
+    );
+    assert_eq!(state_of(&app, "k").await, "released");
+    let operation = failed
+        .header("idempotency-operation")
+        .expect("op")
+        .to_string();
+    assert_eq!(
+        Call::post("/payments", "k", ORDER).send(&app).await.status,
+        408
+    );
+    let limited = Call::post("/payments", "k", ORDER).send(&app).await;
+    assert_eq!(
+        (limited.status, limited.header("retry-after")),
+        (429, Some("7"))
+    );
+    let done = Call::post("/payments", "k", ORDER).send(&app).await;
+    assert_eq!(done.status, 201);
+    assert_eq!(
+        done.header("idempotency-operation"),
+        Some(operation.as_str())
+    );
+    let again = Call::post("/payments", "k", ORDER).send(&app).await;
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(upstream.calls(), 4, "three failures, one success, no more");
+    let operations: Vec<String> = upstream
+        .seen()
+        .iter()
+        .map(|s| {
+            s.header("idempotency-operation")
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert!(operations.iter().all(|o| *o == operation), "{operations:?}");
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_502_upstream_unavailable_and_the_key_is_released() {
+    let app = gateway(&route("payments", "/payments", &refusing_url(), "")).await;
+    for _ in 0..2 {
+        let answer = Call::post("/payments", "k", ORDER).send(&app).await;
+        assert_eq!(answer.status, 502);
+        assert_eq!(error_of(&answer), json!({"error": "upstream_unavailable"}));
+        assert_eq!(state_of(&app, "k").await, "released");
+    }
+}
+
+#[tokio::test]
+async fn sent_without_an_answer_is_502_unknown_and_a_copy_is_sent_again_with_the_same_operation() {
+    let upstream = Upstream::start(
+        vec![
+            Reply::Cut,
+            Reply::json(201, "{}").after(Duration::from_secs(3)),
+        ],
+        Reply::json(201, r#"{"id":"pay_1"}"#),
+    )
+    .await;
+    let app = gateway(&route(
+        "payments",
+        "/payments",
+        &upstream.url,
+        "timeout = \"1s\"",
+    ))
+    .await;
+    // Upstream read the request (and did its work), then the connection went.
+    let cut = Call::post("/payments", "k", ORDER).send(&app).await;
+    assert_eq!(cut.status, 502);
+    assert_eq!(error_of(&cut), json!({"error": "upstream_outcome_unknown"}));
+    assert_eq!(state_of(&app, "k").await, "unknown");
+    // Resent with the same operation; this time no answer within the timeout.
+    let late = Call::post("/payments", "k", ORDER).send(&app).await;
+    assert_eq!(
+        error_of(&late),
+        json!({"error": "upstream_outcome_unknown"})
+    );
+    assert_eq!(state_of(&app, "k").await, "unknown");
+    let done = Call::post("/payments", "k", ORDER).send(&app).await;
+    assert_eq!(done.status, 201);
+    assert_eq!(state_of(&app, "k").await, "completed");
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 3);
+    let first = seen[0].header("idempotency-operation").expect("op");
+    assert!(
+        seen.iter()
+            .all(|s| s.header("idempotency-operation") == Some(first))
+    );
+    assert_eq!(done.header("idempotency-operation"), Some(first));
+}
+
+#[tokio::test]
+async fn a_copy_of_an_unknown_key_is_409_outcome_unknown_where_the_route_does_not_resend() {
+    let upstream = Upstream::start(vec![Reply::Cut], Reply::json(201, "{}")).await;
+    let app = gateway(&route(
+        "payments",
+        "/payments",
+        &upstream.url,
+        "resend_unknown = false",
+    ))
+    .await;
+    assert_eq!(
+        Call::post("/payments", "k", ORDER).send(&app).await.status,
+        502
+    );
+    for _ in 0..2 {
+        let copy = Call::post("/payments", "k", ORDER).send(&app).await;
+        assert_eq!(copy.status, 409);
+        assert_eq!(error_of(&copy), json!({"error": "outcome_unknown"}));
+    }
+    assert_eq!(upstream.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_claim_abandoned_past_its_lock_is_taken_over_as_unknown_never_as_new() {
+    let upstream = Upstream::created().await;
+    let routes = route("resending", "/a", &upstream.url, "")
+        + &route("careful", "/b", &upstream.url, "resend_unknown = false");
+    let app = gateway(&routes).await;
+    // Claims whose instance died: in progress, their lock over.
+    let print_of = |path: &str| {
+        hookd::idempotency::fingerprint("POST", path, "", ORDER.as_bytes(), &[]).to_vec()
+    };
+    let scope = {
+        use sha2::Digest;
+        sha2::Sha256::digest(AUTH.as_bytes()).to_vec()
+    };
+    for (route, path) in [("resending", "/a"), ("careful", "/b")] {
+        app.execute(
+            "INSERT INTO api_idempotency_keys (route, scope, idempotency_key, fingerprint, state,
+                 operation_id, claim_id, request_method, request_target, locked_until, retention)
+             VALUES ($1, $2, 'dead', $3, 'in_progress', 'op_dead', '\\x00', 'POST', $4,
+                     now() - interval '1 second', interval '1 day')",
+            &[&route, &scope, &print_of(path), &path],
+        )
+        .await;
+    }
+    let resent = Call::post("/a", "dead", ORDER).send(&app).await;
+    assert_eq!(resent.status, 201);
+    assert_eq!(resent.header("idempotency-operation"), Some("op_dead"));
+    assert_eq!(
+        upstream.seen()[0].header("idempotency-operation"),
+        Some("op_dead")
+    );
+    let refused = Call::post("/b", "dead", ORDER).send(&app).await;
+    assert_eq!(error_of(&refused), json!({"error": "outcome_unknown"}));
+    assert_eq!(
+        app.strings(
+            "SELECT state FROM api_idempotency_keys WHERE route = 'careful'",
+            &[]
+        )
+        .await,
+        ["unknown"]
+    );
+    assert_eq!(upstream.calls(), 1);
+}
+
+#[tokio::test]
+async fn the_same_key_in_two_scopes_is_two_keys_and_a_route_without_scope_shares_them() {
+    let upstream = Upstream::created().await;
+    let routes = route("payments", "/payments", &upstream.url, "")
+        + &route("public", "/public", &upstream.url, "scope = \"none\"");
+    let app = gateway(&routes).await;
+    let mut alice = Call::post("/payments", "same", ORDER);
+    let mut bob = Call::post("/payments", "same", ORDER);
+    bob.auth = Some("Bearer sk_test_bob");
+    for call in [&alice, &bob] {
+        let answer = call.send(&app).await;
+        assert_eq!(answer.status, 201);
+        assert_eq!(answer.header("idempotent-replayed"), None);
+    }
+    assert_eq!(upstream.calls(), 2);
+    // The scope header's value is never stored, only its hash.
+    let stored = app
+        .count(
+            "SELECT count(*) FROM api_idempotency_keys WHERE position($1::bytea IN scope) > 0",
+            &[&AUTH.as_bytes()],
+        )
+        .await;
+    assert_eq!(stored, 0);
+    alice.auth = None;
+    let missing = alice.send(&app).await;
+    assert_eq!(missing.status, 400);
+    assert_eq!(error_of(&missing), json!({"error": "scope_missing"}));
+    alice.path = "/public";
+    bob.path = "/public";
+    assert_eq!(alice.send(&app).await.status, 201);
+    let shared = bob.send(&app).await;
+    assert_eq!(shared.header("idempotent-replayed"), Some("true"));
+    assert_eq!(upstream.calls(), 3);
+}
+
+#[tokio::test]
+async fn requests_no_route_takes_are_404_no_route() {
+    let upstream = Upstream::created().await;
+    let app = gateway(&route(
+        "orders",
+        "/orders/*",
+        &upstream.url,
+        "method = \"PUT\"",
+    ))
+    .await;
+    for (method, path) in [
+        ("POST", "/orders/1"),
+        ("GET", "/orders/1"),
+        ("PUT", "/orders"),
+        ("PUT", "/refunds/1"),
+    ] {
+        let mut call = Call::post(path, "k", ORDER);
+        call.method = method;
+        let answer = call.send(&app).await;
+        assert_eq!(answer.status, 404, "{method} {path}");
+        assert_eq!(error_of(&answer), json!({"error": "no_route"}));
+    }
+    let mut call = Call::post("/orders/7?expand=lines", "k", ORDER);
+    call.method = "PUT";
+    assert_eq!(call.send(&app).await.status, 201);
+    let seen = &upstream.seen()[0];
+    assert_eq!(
+        (seen.method.as_str(), seen.target.as_str()),
+        ("PUT", "/orders/7?expand=lines")
+    );
+}
+
+#[tokio::test]
+async fn hop_by_hop_headers_pass_neither_way_and_the_rest_pass_unchanged() {
+    let upstream = Upstream::start(
+        vec![],
+        Reply::json(201, "{}")
+            .with_header("Connection", "X-Upstream-Hop")
+            .with_header("X-Upstream-Hop", "1")
+            .with_header("Keep-Alive", "timeout=5")
+            .with_header("Set-Cookie", "a=1")
+            .with_header("X-Upstream-End", "2"),
+    )
+    .await;
+    let app = gateway(&route("payments", "/payments", &upstream.url, "")).await;
+    let answer = Call::post("/payments", "k", ORDER)
+        .header("Connection", "X-Client-Hop")
+        .header("X-Client-Hop", "1")
+        .header("Proxy-Authorization", "Basic eDp5")
+        .header("X-Client-End", "2")
+        .header("Idempotency-Operation", "op_forged")
+        .send(&app)
+        .await;
+    assert_eq!(answer.status, 201);
+    let seen = &upstream.seen()[0];
+    for gone in ["x-client-hop", "proxy-authorization"] {
+        assert_eq!(seen.header(gone), None, "{gone}");
+    }
+    assert_eq!(seen.header("x-client-end"), Some("2"));
+    assert_ne!(seen.header("idempotency-operation"), Some("op_forged"));
+    assert_eq!(
+        seen.header("host"),
+        Some(upstream.url.trim_start_matches("http://"))
+    );
+    for gone in ["x-upstream-hop", "keep-alive"] {
+        assert_eq!(answer.header(gone), None, "{gone}");
+    }
+    assert_eq!(answer.header("x-upstream-end"), Some("2"));
+    assert_eq!(answer.header("set-cookie"), Some("a=1"));
+    // The gateway's answer is upstream's: no request id of hookd's is added.
+    assert_eq!(answer.header("x-request-id"), None);
+}
+
+#[tokio::test]
+async fn an_answer_over_1_mib_goes_whole_to_the_first_caller_and_copies_get_its_status_and_headers()
+{
+    let large: String = "x".repeat(1024 * 1024 + 512 * 1024);
+    let upstream = Upstream::start(
+        vec![],
+        Reply::Answer {
+            status: 200,
+            headers: vec![("Content-Type".into(), "text/csv".into())],
+            body: large.as_bytes().to_vec(),
+            delay: Duration::ZERO,
+        },
+    )
+    .await;
+    let app = gateway(&route("exports", "/exports", &upstream.url, "")).await;
+    let first = Call::post("/exports", "big", "{}").send(&app).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body.len(), large.len());
+    assert_eq!(first.header("idempotent-body-omitted"), None);
+    let copy = Call::post("/exports", "big", "{}").send(&app).await;
+    assert_eq!(copy.status, 200);
+    assert_eq!(copy.header("content-type"), Some("text/csv"));
+    assert!(copy.body.is_empty());
+    assert_eq!(copy.header("idempotent-replayed"), Some("true"));
+    assert_eq!(copy.header("idempotent-body-omitted"), Some("true"));
+    assert_eq!(upstream.calls(), 1);
+    // Exactly 1 MiB is kept whole.
+    let just = Upstream::start(vec![], Reply::json(200, &"y".repeat(1024 * 1024))).await;
+    let app = gateway(&route("exports", "/exports", &just.url, "")).await;
+    Call::post("/exports", "mib", "{}").send(&app).await;
+    let copy = Call::post("/exports", "mib", "{}").send(&app).await;
+    assert_eq!(copy.body.len(), 1024 * 1024);
+    assert_eq!(copy.header("idempotent-body-omitted"), None);
+}
+
+#[tokio::test]
+async fn a_finished_key_expires_through_the_purge_and_a_copy_after_is_a_new_request() {
+    let upstream = Upstream::created().await;
+    let app = gateway(&route(
+        "payments",
+        "/payments",
+        &upstream.url,
+        "retention = \"1h\"",
+    ))
+    .await;
+    let first = Call::post("/payments", "k", ORDER).send(&app).await;
+    Call::post("/payments", "k2", ORDER).send(&app).await;
+    // An hour passes for both; the purge removes finished keys past it only.
+    let expires = app
+        .strings(
+            "SELECT (expires_at - finished_at)::text FROM api_idempotency_keys WHERE idempotency_key = 'k'",
+            &[],
+        )
+        .await;
+    assert_eq!(expires, ["01:00:00"]);
+    app.execute(
+        "UPDATE api_idempotency_keys SET expires_at = now() - interval '1 second'
+         WHERE idempotency_key = 'k'",
+        &[],
+    )
+    .await;
+    app.execute(
+        "UPDATE api_idempotency_keys SET state = 'unknown', expires_at = NULL
+         WHERE idempotency_key = 'k2'",
+        &[],
+    )
+    .await;
+    let outcome = app.app.purger.run_once(None).await.expect("purge");
+    assert_eq!(outcome.api_idempotency_keys_deleted, 1);
+    assert_eq!(state_of(&app, "k").await, "none");
+    assert_eq!(
+        state_of(&app, "k2").await,
+        "unknown",
+        "an unknown key never expires"
+    );
+    let after = Call::post("/payments", "k", ORDER).send(&app).await;
+    assert_eq!(after.status, 201);
+    assert_eq!(after.header("idempotent-replayed"), None);
+    assert_ne!(
+        after.header("idempotency-operation"),
+        first.header("idempotency-operation")
+    );
+    assert_eq!(upstream.calls(), 3);
+}
+
+#[tokio::test]
+async fn slow_check_config_refuses_a_bad_gateway_key_in_one_line_naming_it_with_exit_78() {
+    let good = format!(
+        "[gateway]\nlisten = \"127.0.0.1:8090\"\n{}",
+        route("payments", "/payments", "http://127.0.0.1:9000", "")
+    );
+    assert_eq!(check_config(&good, &[]).await.status.code(), Some(0));
+    for (gateway, key, says) in [
+        (
+            good.replace("/payments\"", "payments\""),
+            "gateway.routes[0].path",
+            "must start with /",
+        ),
+        (
+            good.clone() + "timeout = \"10m\"\n",
+            "gateway.routes[0].timeout",
+            "between 1s and 5m",
+        ),
+        (
+            good.clone() + "retention = \"10m\"\n",
+            "gateway.routes[0].retention",
+            "1h minimum",
+        ),
+        (
+            good.clone() + "colour = \"blue\"\n",
+            "gateway.routes[0]",
+            "unknown field `colour`",
+        ),
+        (good.replace("8090", "8080"), "gateway.listen", "its own"),
+    ] {
+        let refused = check_config(&gateway, &[]).await;
+        assert_eq!(refused.status.code(), Some(78), "{gateway}");
+        let line = String::from_utf8_lossy(&refused.stderr).trim().to_string();
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(line.contains(key) && line.contains(says), "{line}");
+    }
+    // HOOKD_GATEWAY_LISTEN stands for `listen`, checked the same way.
+    let refused = check_config(&good, &[("HOOKD_GATEWAY_LISTEN", "nowhere")]).await;
+    assert_eq!(refused.status.code(), Some(78));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("gateway.listen"));
+}
