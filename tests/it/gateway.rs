@@ -745,3 +745,180 @@ async fn slow_check_config_refuses_a_bad_gateway_key_in_one_line_naming_it_with_
     assert_eq!(refused.status.code(), Some(78));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("gateway.listen"));
 }
+
+#[tokio::test]
+async fn of_100_concurrent_copies_through_two_instances_upstream_runs_once() {
+    let upstream = Upstream::start(
+        vec![],
+        Reply::json(201, r#"{"id":"pay_once"}"#).after(Duration::from_millis(300)),
+    )
+    .await;
+    let routes = route("payments", "/payments", &upstream.url, "");
+    let first = gateway(&routes).await;
+    let second = spawn(Spawn {
+        settings: settings_with(&routes),
+        db: first.db.clone(),
+        ..Spawn::default()
+    })
+    .await;
+    let apps = std::sync::Arc::new([first, second]);
+    let copies: Vec<_> = (0..100)
+        .map(|i| {
+            let apps = apps.clone();
+            tokio::spawn(async move {
+                Call::post("/payments", "one-charge", ORDER)
+                    .send(&apps[i % 2])
+                    .await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for copy in copies {
+        answers.push(copy.await.expect("copy"));
+    }
+    assert_eq!(upstream.calls(), 1, "exactly one copy reaches upstream");
+    let operation = upstream.seen()[0]
+        .header("idempotency-operation")
+        .expect("op")
+        .to_string();
+    let (mut stored, mut in_progress) = (0, 0);
+    for answer in &answers {
+        match answer.status {
+            201 => {
+                assert_eq!(answer.body, br#"{"id":"pay_once"}"#);
+                assert_eq!(
+                    answer.header("idempotency-operation"),
+                    Some(operation.as_str())
+                );
+                stored += 1;
+            }
+            409 => {
+                assert_eq!(error_of(answer), json!({"error": "request_in_progress"}));
+                in_progress += 1;
+            }
+            other => panic!("answered {other}: {}", answer.text()),
+        }
+    }
+    assert_eq!(stored + in_progress, 100);
+    assert!(stored >= 1, "the first caller gets the answer");
+    // Afterwards, through either instance: the stored answer.
+    for app in apps.iter() {
+        let copy = Call::post("/payments", "one-charge", ORDER).send(app).await;
+        assert_eq!(
+            (copy.status, copy.header("idempotent-replayed")),
+            (201, Some("true"))
+        );
+    }
+    assert_eq!(upstream.calls(), 1);
+}
+
+#[tokio::test]
+async fn slow_a_claim_of_a_killed_hookd_is_taken_over_after_its_timeout_and_30_s_as_unknown() {
+    use nix::sys::signal::Signal;
+
+    use crate::process::{Hookd, free_port};
+
+    // The first request is held by upstream until hookd is gone; copies are
+    // answered at once.
+    let upstream = Upstream::start(
+        vec![Reply::json(201, "{}").after(Duration::from_secs(120))],
+        Reply::json(201, r#"{"id":"pay_after"}"#),
+    )
+    .await;
+    let db = crate::support::TestDb::create().await;
+    let database_url = crate::support::cluster().connection_string(&db.name);
+    let serve = |name: &str| {
+        let (port, gateway_port) = (free_port(), free_port());
+        let text = format!(
+            "{}\n[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\n{}",
+            hookd_kit::settings::shipped_toml_on_port(port),
+            route("payments", "/payments", &upstream.url, "timeout = \"1s\"")
+        );
+        let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{name}-{}.toml", std::process::id()));
+        std::fs::write(&path, text).expect("config");
+        (path, port, format!("http://127.0.0.1:{gateway_port}"))
+    };
+    let http = reqwest::Client::new();
+    let send = |base: String| {
+        let http = http.clone();
+        async move {
+            let request = http
+                .post(format!("{base}/payments"))
+                .header("Idempotency-Key", "killed")
+                .header("Authorization", AUTH)
+                .body(ORDER);
+            Answer::read(request.send().await.expect("request")).await
+        }
+    };
+
+    let (config, port, gateway_base) = serve("gateway-killed");
+    let doomed = Hookd::start_against(&config, port, &database_url, "warn").await;
+    let in_flight = tokio::spawn(
+        http.post(format!("{gateway_base}/payments"))
+            .header("Idempotency-Key", "killed")
+            .header("Authorization", AUTH)
+            .body(ORDER)
+            .send(),
+    );
+    upstream.wait_for_calls(1).await;
+    let claimed_at = std::time::Instant::now();
+    doomed.signal(Signal::SIGKILL);
+    let _ = doomed.wait().await;
+    assert!(
+        in_flight.await.expect("join").is_err(),
+        "the client saw no answer"
+    );
+
+    let (config, port, gateway_base) = serve("gateway-after");
+    let _survivor = Hookd::start_against(&config, port, &database_url, "warn").await;
+    // The claim's lock (1 s + 30 s) is not over: the instance may still be working.
+    let early = send(gateway_base.clone()).await;
+    assert!(claimed_at.elapsed() < Duration::from_secs(30));
+    assert_eq!(
+        (early.status, early.json()),
+        (409, json!({"error": "request_in_progress"}))
+    );
+    assert_eq!(upstream.calls(), 1);
+    // Once it is over, the next copy takes the claim over as unknown: sent again
+    // with the same operation.
+    let taken = crate::support::wait_for(
+        "the claim to be taken over",
+        Duration::from_secs(60),
+        || {
+            let send = send(gateway_base.clone());
+            async move {
+                let answer = send.await;
+                (answer.status != 409).then_some(answer)
+            }
+        },
+    )
+    .await;
+    // (The claim came a moment before upstream saw the request: 30 s, not 31.)
+    assert!(
+        claimed_at.elapsed() >= Duration::from_secs(30),
+        "{:?}",
+        claimed_at.elapsed()
+    );
+    assert_eq!(
+        (taken.status, taken.body.as_slice()),
+        (201, &br#"{"id":"pay_after"}"#[..])
+    );
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    let operation = seen[0].header("idempotency-operation").expect("op");
+    assert_eq!(seen[1].header("idempotency-operation"), Some(operation));
+    assert_eq!(taken.header("idempotency-operation"), Some(operation));
+    let client = crate::support::connect(db.config()).await;
+    let row = client
+        .query_one(
+            "SELECT state, runs FROM api_idempotency_keys WHERE idempotency_key = 'killed'",
+            &[],
+        )
+        .await
+        .expect("row");
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, i32>(1)),
+        ("completed".into(), 2)
+    );
+}
