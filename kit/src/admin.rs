@@ -139,6 +139,23 @@ impl AdminClient<'_> {
         self.get(&with_query("/admin/api/audit", query)).await
     }
 
+    /// `GET /admin/api/idempotency?query`
+    pub async fn idempotency_keys(&self, query: &str) -> Answer {
+        self.get(&with_query("/admin/api/idempotency", query)).await
+    }
+
+    /// `GET /admin/api/idempotency/{id}?query`
+    pub async fn idempotency_key(&self, id: i64, query: &str) -> Answer {
+        self.get(&with_query(&format!("/admin/api/idempotency/{id}"), query))
+            .await
+    }
+
+    /// `POST /admin/api/idempotency/{id}/release`
+    pub async fn release_idempotency_key(&self, id: i64) -> Answer {
+        self.post(&format!("/admin/api/idempotency/{id}/release"), &[])
+            .await
+    }
+
     /// `GET /admin/api/openapi.json`
     pub async fn openapi(&self) -> Answer {
         self.get("/admin/api/openapi.json").await

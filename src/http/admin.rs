@@ -444,7 +444,7 @@ struct PageParams {
 }
 
 /// `limit` as given: 1 to `MAX_PAGE`, default `DEFAULT_PAGE`.
-fn page_limit(limit: Option<&str>) -> Result<i64, ApiError> {
+pub(super) fn page_limit(limit: Option<&str>) -> Result<i64, ApiError> {
     match limit.filter(|l| !l.is_empty()) {
         None => Ok(DEFAULT_PAGE),
         Some(text) => text

@@ -6,6 +6,8 @@ pub mod body;
 mod charts;
 mod client;
 pub mod error;
+mod idempotency;
+mod idempotency_pages;
 mod limiter;
 mod ops;
 mod pages;
@@ -129,6 +131,21 @@ pub fn admin_api_routes() -> Vec<(Method, &'static str, actix_web::Route)> {
         (Method::GET, "/admin/api/audit", web::to(admin::audit)),
         (
             Method::GET,
+            "/admin/api/idempotency",
+            web::to(idempotency::list),
+        ),
+        (
+            Method::GET,
+            "/admin/api/idempotency/{id}",
+            web::to(idempotency::show),
+        ),
+        (
+            Method::POST,
+            "/admin/api/idempotency/{id}/release",
+            web::to(idempotency::release),
+        ),
+        (
+            Method::GET,
             "/admin/api/openapi.json",
             web::to(admin::openapi),
         ),
@@ -178,6 +195,21 @@ pub fn admin_routes(config: &mut web::ServiceConfig) {
         vec![get().to(ui::bulk_form), post().to(ui::bulk_post)],
     );
     at(config, "/admin/audit", vec![get().to(ui::audit)]);
+    at(
+        config,
+        "/admin/idempotency",
+        vec![get().to(idempotency::list_page)],
+    );
+    at(
+        config,
+        "/admin/idempotency/{id}",
+        vec![get().to(idempotency::detail_page)],
+    );
+    at(
+        config,
+        "/admin/idempotency/{id}/release",
+        vec![post().to(idempotency::release_page)],
+    );
 }
 
 /// The admin listener: its routes, and health for its own probes.

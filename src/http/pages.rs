@@ -94,6 +94,7 @@ pub fn layout(title: &str, who: Option<&Principal>, body: Markup) -> Markup {
                     @if let Some(who) = who {
                         nav {
                             a href="/admin" { "Events" }
+                            a href="/admin/idempotency" { "Keys" }
                             @if who.can_retry() { a href="/admin/audit" { "Audit" } }
                         }
                         form method="post" action="/admin/logout" {

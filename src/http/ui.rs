@@ -35,18 +35,18 @@ fn html(status: StatusCode, markup: Markup) -> HttpResponse {
         .body(markup.into_string())
 }
 
-fn ok(markup: Markup) -> HttpResponse {
+pub(super) fn ok(markup: Markup) -> HttpResponse {
     html(StatusCode::OK, markup)
 }
 
-fn redirect(to: &str) -> HttpResponse {
+pub(super) fn redirect(to: &str) -> HttpResponse {
     HttpResponse::SeeOther()
         .insert_header((LOCATION, to))
         .finish()
 }
 
 /// The failure as a page: only what the API would also say (no database details).
-fn error_page(error: &ApiError, who: Option<&Principal>) -> HttpResponse {
+pub(super) fn error_page(error: &ApiError, who: Option<&Principal>) -> HttpResponse {
     error.log_failure();
     let status = actix_web::ResponseError::status_code(error);
     let mut page = html(status, pages::error(&error.public_message(), who));
@@ -103,7 +103,7 @@ fn instead(response: HttpResponse) -> actix_web::Error {
 }
 
 /// A page form's body (small, and within the body deadline).
-async fn form_body(
+pub(super) async fn form_body(
     state: &AppState,
     request: &HttpRequest,
     payload: &mut web::Payload,
@@ -130,7 +130,7 @@ fn csrf_field(body: &[u8]) -> String {
 }
 
 /// A page POST: same origin (when the browser says) and the session's form token.
-fn check_form(
+pub(super) fn check_form(
     state: &AppState,
     who: &Principal,
     request: &HttpRequest,

@@ -922,3 +922,287 @@ async fn slow_a_claim_of_a_killed_hookd_is_taken_over_after_its_timeout_and_30_s
         ("completed".into(), 2)
     );
 }
+
+/// The row id of `key`'s row.
+async fn row_of(app: &TestApp, key: &str) -> i64 {
+    app.count(
+        "SELECT id FROM api_idempotency_keys WHERE idempotency_key = $1",
+        &[&key],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_operator_releases_an_unknown_key_from_the_desk_audited_and_the_next_copy_reaches_upstream()
+ {
+    let upstream = Upstream::start(vec![Reply::Cut], Reply::json(201, r#"{"id":"pay_1"}"#)).await;
+    let app = gateway(&route(
+        "payments",
+        "/payments",
+        &upstream.url,
+        "resend_unknown = false",
+    ))
+    .await;
+    assert_eq!(
+        Call::post("/payments", "lost", ORDER)
+            .send(&app)
+            .await
+            .status,
+        502
+    );
+    assert_eq!(
+        Call::post("/payments", "fine", "{}")
+            .send(&app)
+            .await
+            .status,
+        201
+    );
+    let id = row_of(&app, "lost").await;
+
+    // The list, newest first, by state, by route, by key or operation.
+    let all = app.viewer().idempotency_keys("").await.json();
+    let keys: Vec<&str> = all["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .map(|k| k["key"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(keys, ["fine", "lost"]);
+    let unknown = app.viewer().idempotency_keys("state=unknown").await.json();
+    assert_eq!(unknown["keys"].as_array().map(Vec::len), Some(1));
+    let key = &unknown["keys"][0];
+    assert_eq!(
+        (key["id"].as_i64(), key["route"].as_str()),
+        (Some(id), Some("payments"))
+    );
+    assert_eq!(key["scope"].as_str().map(str::len), Some(8));
+    let operation = key["operation"].as_str().expect("op").to_string();
+    let by_operation = app
+        .viewer()
+        .idempotency_keys(&format!("q={operation}"))
+        .await
+        .json();
+    assert_eq!(by_operation["keys"][0]["id"].as_i64(), Some(id));
+    assert_eq!(
+        app.viewer().idempotency_keys("route=other").await.json()["keys"],
+        json!([])
+    );
+    let paged = app.viewer().idempotency_keys("limit=1").await.json();
+    let cursor = paged["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_string();
+    let rest = app
+        .viewer()
+        .idempotency_keys(&format!("limit=1&cursor={cursor}"))
+        .await
+        .json();
+    assert_eq!(rest["keys"][0]["key"], "lost");
+    assert_eq!(
+        app.viewer().idempotency_keys("state=gone").await.status,
+        400
+    );
+
+    // Viewers may not release; an operator may, once.
+    assert_eq!(app.viewer().release_idempotency_key(id).await.status, 403);
+    let released = app.operator().release_idempotency_key(id).await;
+    assert_eq!(released.status, 200, "{}", released.text());
+    assert_eq!(released.json()["state"], "released");
+    let again = app.operator().release_idempotency_key(id).await;
+    assert_eq!(
+        (again.status, again.json()["error"].as_str()),
+        (409, Some("not_unknown"))
+    );
+    assert_eq!(
+        app.operator().release_idempotency_key(987_654).await.status,
+        404
+    );
+    let audit = app.operator().audit("").await.json();
+    let entry = audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .find(|e| e["action"] == "released_idempotency_key")
+        .expect("the release is audited")
+        .clone();
+    assert_eq!(entry["who"], "operator");
+    assert_eq!(entry["detail"]["operation"], operation.as_str());
+
+    let copy = Call::post("/payments", "lost", ORDER).send(&app).await;
+    assert_eq!(copy.status, 201);
+    assert_eq!(
+        copy.header("idempotency-operation"),
+        Some(operation.as_str())
+    );
+    assert_eq!(upstream.calls(), 3);
+}
+
+#[tokio::test]
+async fn stored_bodies_are_masked_for_viewers_and_revealed_to_operators_audited() {
+    let answer =
+        r#"{"id":"pay_1","card":{"last4":"4242","brand":"visa"},"email":"ann@example.com"}"#;
+    let upstream = Upstream::start(vec![], Reply::json(201, answer)).await;
+    let routes = route(
+        "payments",
+        "/payments",
+        &upstream.url,
+        "mask = [\"/card/last4\", \"/email\"]",
+    ) + &route("refunds", "/refunds", &upstream.url, "");
+    let app = gateway(&routes).await;
+    Call::post("/payments", "masked", ORDER).send(&app).await;
+    Call::post("/refunds", "all-masked", ORDER).send(&app).await;
+    let id = row_of(&app, "masked").await;
+    let viewed = app.viewer().idempotency_key(id, "").await.json();
+    assert_eq!(viewed["masked"], true);
+    assert_eq!(viewed["upstream_status"], 201);
+    assert_eq!(
+        viewed["body"],
+        json!({"id": "pay_1", "card": {"last4": "•••", "brand": "visa"}, "email": "•••@example.com"})
+    );
+    assert_eq!(
+        viewed["headers"],
+        json!([["content-type", "application/json"]])
+    );
+    // A route that names no mask: all of it.
+    let other = app
+        .viewer()
+        .idempotency_key(row_of(&app, "all-masked").await, "")
+        .await
+        .json();
+    assert_eq!(other["body"]["id"], "•••");
+    assert_eq!(
+        app.viewer().idempotency_key(id, "reveal=true").await.status,
+        403
+    );
+    let revealed = app
+        .operator()
+        .idempotency_key(id, "reveal=true")
+        .await
+        .json();
+    assert_eq!(revealed["masked"], false);
+    assert_eq!(
+        revealed["body"],
+        serde_json::from_str::<Value>(answer).expect("json")
+    );
+    let audit = app.operator().audit("").await.json();
+    let actions: Vec<&str> = audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert!(actions.contains(&"viewed_idempotency_key"), "{actions:?}");
+    assert!(actions.contains(&"revealed_idempotency_key"), "{actions:?}");
+}
+
+#[tokio::test]
+async fn the_keys_page_shows_unknown_and_long_running_keys_first_and_releases_by_form() {
+    let upstream = Upstream::start(vec![Reply::Cut], Reply::json(201, "{}")).await;
+    let app = gateway(&route(
+        "payments",
+        "/payments",
+        &upstream.url,
+        "resend_unknown = false",
+    ))
+    .await;
+    Call::post("/payments", "lost-key", ORDER).send(&app).await;
+    Call::post("/payments", "done-key", "{}").send(&app).await;
+    let id = row_of(&app, "lost-key").await;
+    let cookie = app.sign_in(crate::support::OPERATOR).await;
+    let operator = app.admin(crate::support::Credential::Cookie(cookie));
+    let page = operator.get("/admin/idempotency").await.text();
+    let (attention, all) = page.split_once("All keys").expect("two sections");
+    assert!(
+        attention.contains("lost-key") && !attention.contains("done-key"),
+        "{attention}"
+    );
+    assert!(all.contains("done-key") && all.contains("lost-key"));
+    let detail = operator
+        .get(&format!("/admin/idempotency/{id}"))
+        .await
+        .text();
+    assert!(detail.contains("Release the key"), "{detail}");
+    let csrf = crate::support::csrf_of(&detail);
+    // Without the form token: refused, nothing released.
+    let forged = operator
+        .post_form(
+            &format!("/admin/idempotency/{id}/release"),
+            &[],
+            &[("csrf", "forged")],
+        )
+        .await;
+    assert_eq!(forged.status, 403);
+    assert_eq!(state_of(&app, "lost-key").await, "unknown");
+    let released = operator
+        .post_form(
+            &format!("/admin/idempotency/{id}/release"),
+            &[],
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(released.status, 303);
+    assert_eq!(state_of(&app, "lost-key").await, "released");
+    let viewer_page = app
+        .admin(crate::support::Credential::Cookie(
+            app.sign_in(crate::support::VIEWER).await,
+        ))
+        .get(&format!("/admin/idempotency/{id}"))
+        .await
+        .text();
+    assert!(!viewer_page.contains("Release the key"));
+}
+
+#[tokio::test]
+async fn gateway_requests_are_counted_by_route_and_outcome_and_unknown_keys_are_a_gauge() {
+    let upstream = Upstream::start(
+        vec![Reply::Cut, Reply::json(503, "{}")],
+        Reply::json(201, "{}").after(Duration::from_millis(20)),
+    )
+    .await;
+    let app = gateway(&route(
+        "payments",
+        "/payments",
+        &upstream.url,
+        "resend_unknown = false",
+    ))
+    .await;
+    Call::post("/payments", "cut", ORDER).send(&app).await; // unknown
+    Call::post("/payments", "cut", ORDER).send(&app).await; // unknown (outcome_unknown)
+    Call::post("/payments", "busy", ORDER).send(&app).await; // upstream_error
+    Call::post("/payments", "busy", ORDER).send(&app).await; // sent
+    Call::post("/payments", "busy", ORDER).send(&app).await; // replayed
+    Call::post("/payments", "busy", "{}").send(&app).await; // reused
+    Call::post("/payments", "bad key", ORDER).send(&app).await; // invalid_key
+    let mut missing = Call::post("/payments", "x", ORDER);
+    missing.key = None;
+    missing.send(&app).await; // missing_key
+    let metrics = app.metrics().await;
+    for (outcome, n) in [
+        ("unknown", 2.0),
+        ("upstream_error", 1.0),
+        ("sent", 1.0),
+        ("replayed", 1.0),
+        ("reused", 1.0),
+        ("invalid_key", 1.0),
+        ("missing_key", 1.0),
+    ] {
+        assert_eq!(
+            metrics.value(
+                "hookd_gateway_requests_total",
+                &[("route", "payments"), ("outcome", outcome)]
+            ),
+            n,
+            "{outcome}"
+        );
+    }
+    assert_eq!(
+        metrics.value(
+            "hookd_gateway_upstream_seconds_count",
+            &[("route", "payments")]
+        ),
+        3.0
+    );
+    assert_eq!(metrics.value("hookd_gateway_unknown_keys", &[]), 1.0);
+    // An upstream 500 is upstream's, not hookd's.
+    assert_eq!(metrics.value("hookd_internal_errors_total", &[]), 0.0);
+}

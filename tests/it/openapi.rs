@@ -481,3 +481,57 @@ async fn the_real_answers_of_every_route_match_the_document() {
         check(&doc, &method.as_str().to_ascii_lowercase(), path, &answer);
     }
 }
+
+#[tokio::test]
+async fn the_idempotency_routes_answer_as_the_document_says() {
+    use crate::gateway::{Call, gateway, route};
+    use crate::support::upstream::{Reply, Upstream};
+
+    let doc = document();
+    let upstream = Upstream::start(vec![Reply::Cut], Reply::json(201, r#"{"id":"p"}"#)).await;
+    let app = gateway(&route(
+        "payments",
+        "/payments",
+        &upstream.url,
+        "resend_unknown = false",
+    ))
+    .await;
+    Call::post("/payments", "lost", "{}").send(&app).await;
+    Call::post("/payments", "done", "{}").send(&app).await;
+    let ids = app
+        .query(
+            "SELECT id FROM api_idempotency_keys ORDER BY idempotency_key",
+            &[],
+        )
+        .await;
+    let (done, lost): (i64, i64) = (ids[0].get(0), ids[1].get(0));
+    let (viewer, operator) = (app.viewer(), app.operator());
+    for query in [
+        "",
+        "limit=1",
+        "state=unknown&route=payments&q=lost",
+        "state=nope",
+    ] {
+        let answer = viewer.idempotency_keys(query).await;
+        check(&doc, "get", "/admin/api/idempotency", &answer);
+    }
+    for (who, id, query) in [
+        (&viewer, done, ""),
+        (&operator, done, "reveal=true"),
+        (&viewer, lost, ""),
+        (&viewer, 999_999, ""),
+        (&viewer, done, "reveal=true"),
+    ] {
+        let answer = who.idempotency_key(id, query).await;
+        check(&doc, "get", "/admin/api/idempotency/{id}", &answer);
+    }
+    for (who, id) in [
+        (&viewer, lost),
+        (&operator, lost),
+        (&operator, lost),
+        (&operator, 999_999),
+    ] {
+        let answer = who.release_idempotency_key(id).await;
+        check(&doc, "post", "/admin/api/idempotency/{id}/release", &answer);
+    }
+}

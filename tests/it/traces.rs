@@ -622,3 +622,94 @@ async fn slow_a_shared_transaction_is_one_batch_span_linked_to_each_of_its_deliv
         .sum();
     assert!(in_batches >= ids.len(), "{in_batches} of {}", ids.len());
 }
+
+#[tokio::test]
+async fn slow_a_gateway_request_is_one_trace_of_its_claim_its_upstream_call_and_its_commit() {
+    use crate::support::upstream::{Reply, Upstream};
+
+    let collector = Collector::start();
+    let upstream = Upstream::start(vec![], Reply::json(201, r#"{"id":"pay_1"}"#)).await;
+    let config = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("traces-gateway-{}.toml", std::process::id()));
+    let text = format!(
+        "{}\n{}",
+        hookd_kit::settings::shipped_toml_anywhere(),
+        crate::gateway::route("payments", "/payments", &upstream.url, "")
+    );
+    std::fs::write(&config, text).expect("write config");
+    let gateway_port = crate::process::free_port();
+    let listen = format!("127.0.0.1:{gateway_port}");
+    let served = Served::start_configured(
+        config.to_str().expect("path"),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint.as_str()),
+            // The gateway's listener from the environment alone.
+            ("HOOKD_GATEWAY_LISTEN", listen.as_str()),
+        ],
+    )
+    .await;
+    let answer = reqwest::Client::new()
+        .post(format!("http://{listen}/payments"))
+        .header("Idempotency-Key", "traced")
+        .header("Authorization", "Bearer sk_test")
+        .header(
+            "traceparent",
+            format!("00-{PROVIDER_TRACE}-{PROVIDER_SPAN}-01"),
+        )
+        .body("{}")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(answer.status(), 201);
+    wait_for("the gateway's span", Duration::from_secs(20), || {
+        let done = collector
+            .got
+            .lock()
+            .expect("lock")
+            .spans
+            .iter()
+            .any(|s| s.name == "gateway");
+        std::future::ready(done.then_some(()))
+    })
+    .await;
+    served.stop().await;
+    let _ = std::fs::remove_file(&config);
+    let spans = std::mem::take(&mut collector.got.lock().expect("lock").spans);
+    let root = spans
+        .iter()
+        .find(|s| s.name == "gateway")
+        .expect("gateway span");
+    assert!(root.parent.is_empty(), "the request's trace is hookd's own");
+    assert_eq!(root.kind, 2, "server");
+    assert_eq!(
+        root.links,
+        [(PROVIDER_TRACE.to_string(), PROVIDER_SPAN.to_string())]
+    );
+    for (key, value) in [
+        ("hookd.route", "payments"),
+        ("hookd.outcome", "sent"),
+        ("http.route", "/payments"),
+        ("http.response.status_code", "201"),
+    ] {
+        assert_eq!(
+            root.attributes.get(key).map(String::as_str),
+            Some(value),
+            "{key}"
+        );
+    }
+    let operation = root.attributes.get("hookd.operation").expect("operation");
+    child(&spans, root, "claim");
+    let call = child(&spans, root, "upstream");
+    assert_eq!(call.kind, 3, "client");
+    child(&spans, root, "commit");
+    // Upstream continues the trace from the upstream call's span.
+    let seen = &upstream.seen()[0];
+    assert_eq!(
+        seen.header("traceparent"),
+        Some(format!("00-{}-{}-01", root.trace, call.span).as_str())
+    );
+    assert_eq!(
+        seen.header("idempotency-operation"),
+        Some(operation.as_str())
+    );
+}
