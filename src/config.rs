@@ -181,6 +181,13 @@ pub struct Forward {
     pub timeout: Duration,
     /// Sends to it under way at once, per instance.
     pub concurrency: usize,
+    /// An event goes dead for it only once its sends are `max_attempts` and
+    /// its first send is this long ago.
+    pub retry_for: Duration,
+    /// Consecutive failed sends that open its circuit breaker.
+    pub open_after: i32,
+    /// Its events wait, unsent, until it is resumed.
+    pub paused: bool,
 }
 
 impl Forward {
@@ -217,6 +224,11 @@ pub(crate) fn shown_url(url: &reqwest::Url) -> String {
 
 /// Sends to one forward under way at once (per instance), unless it says.
 const DEFAULT_FORWARD_CONCURRENCY: i64 = 4;
+/// How long a forward's failing sends go on at least, unless it says: Stripe's
+/// own horizon for redelivering a webhook.
+const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(72 * 3600);
+/// Consecutive failed sends that open a forward's breaker, unless it says.
+const DEFAULT_OPEN_AFTER: i64 = 10;
 /// The most a forward may ask for: each send holds a connection to its receiver.
 const MAX_FORWARD_CONCURRENCY: i64 = 64;
 
@@ -560,6 +572,10 @@ struct RawForward {
     sources: Vec<String>,
     timeout: Option<Positive>,
     concurrency: Option<i64>,
+    retry_for: Option<Positive>,
+    open_after: Option<i64>,
+    #[serde(default)]
+    paused: bool,
     /// The environment variable that set `secret`, if one did.
     #[serde(skip)]
     secret_env: Option<String>,
@@ -1278,6 +1294,11 @@ impl RawForward {
                 format!("{concurrency} is not between 1 and {MAX_FORWARD_CONCURRENCY}"),
             ));
         }
+        let open_after = self.open_after.unwrap_or(DEFAULT_OPEN_AFTER);
+        let open_after = i32::try_from(open_after)
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| (key("open_after"), format!("{open_after} is not at least 1")))?;
         Ok(Forward {
             name: self.name,
             url,
@@ -1287,6 +1308,9 @@ impl RawForward {
             sources: self.sources,
             timeout,
             concurrency: usize::try_from(concurrency).unwrap_or(1),
+            retry_for: or(self.retry_for, DEFAULT_RETRY_FOR),
+            open_after,
+            paused: self.paused,
         })
     }
 }

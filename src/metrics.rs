@@ -34,6 +34,8 @@ pub struct Metrics {
     /// The failed and dead events counted by the last scrape that read them
     /// (`None`: the database could not be reached).
     pub backlog: fresh::Fresh<Option<(i64, i64)>>,
+    /// Each forward's state (`hookd_forward_state`) as the last scrape read it.
+    pub forward_states: fresh::Fresh<Option<Vec<(String, f64)>>>,
 }
 
 /// How a forward request ended.
@@ -125,10 +127,11 @@ pub enum Metric {
     ProcessOpenFds,
     ProcessMaxFds,
     ProcessStartTime,
+    ForwardState,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 26] = [
+    pub const ALL: [Metric; 27] = [
         Metric::Deliveries,
         Metric::DeliveryDuration,
         Metric::SignatureFailures,
@@ -143,6 +146,7 @@ impl Metric {
         Metric::ConfigReloads,
         Metric::RetryBacklog,
         Metric::DeadEvents,
+        Metric::ForwardState,
         Metric::DbPoolSize,
         Metric::DbPoolAvailable,
         Metric::DbPoolMaxSize,
@@ -173,6 +177,7 @@ impl Metric {
             Metric::ConfigReloads => "hookd_config_reloads_total",
             Metric::RetryBacklog => "hookd_retry_backlog",
             Metric::DeadEvents => "hookd_dead_events",
+            Metric::ForwardState => "hookd_forward_state",
             Metric::DbPoolSize => "hookd_db_pool_size",
             Metric::DbPoolAvailable => "hookd_db_pool_available",
             Metric::DbPoolMaxSize => "hookd_db_pool_max_size",
@@ -235,6 +240,9 @@ impl Metric {
             }
             Metric::RetryBacklog => "Failed events waiting for a retry.",
             Metric::DeadEvents => "Dead events waiting for a person (all instances: one database).",
+            Metric::ForwardState => {
+                "Each forward's state: 0 closed (sending), 1 open (its breaker: a probe a minute), 2 paused."
+            }
             Metric::DbPoolSize => "Open connections of this instance's PostgreSQL pool.",
             Metric::DbPoolAvailable => "Open pool connections not in use.",
             Metric::DbPoolMaxSize => "The pool's limit (pool_size).",
@@ -335,6 +343,7 @@ impl Metrics {
             purged_rows: Family::new(["what"], [Values::new(Purged::ALL.map(Purged::as_str))]),
             config_reloads: Family::new(["result"], [Values::new(RELOAD_RESULTS)]),
             backlog: Default::default(),
+            forward_states: Default::default(),
         };
         // Shown from the start, so an alert sees the first one as an increase.
         metrics.internal_errors.with([], |c| c.add(0));
@@ -410,6 +419,16 @@ impl Metrics {
     /// The text exposition, with gauges (and the process's counter) read by the
     /// caller at scrape time.
     pub fn render(&self, gauges: &[(Metric, f64)]) -> String {
+        self.render_with(gauges, &[])
+    }
+
+    /// `render`, with gauges that carry one label each: (metric, label, its
+    /// value, the gauge's value).
+    pub fn render_with(
+        &self,
+        gauges: &[(Metric, f64)],
+        labeled: &[(Metric, &str, &str, f64)],
+    ) -> String {
         let mut out = String::new();
         for metric in Metric::ALL {
             let (name, kind, help) = (metric.name(), metric.kind(), metric.help());
@@ -433,6 +452,13 @@ impl Metrics {
             }
             for (_, value) in gauges.iter().filter(|(n, _)| *n == metric) {
                 let _ = writeln!(out, "{name} {value}");
+            }
+            for (_, label, text, value) in labeled.iter().filter(|(n, ..)| *n == metric) {
+                let _ = writeln!(
+                    out,
+                    "{name}{} {value}",
+                    render_labels(&[(*label, *text)], None)
+                );
             }
             if metric == Metric::BuildInfo {
                 let build = [

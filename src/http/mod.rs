@@ -6,6 +6,7 @@ pub mod body;
 mod charts;
 mod client;
 pub mod error;
+mod forwards;
 mod limiter;
 mod ops;
 mod pages;
@@ -127,6 +128,17 @@ pub fn admin_api_routes() -> Vec<(Method, &'static str, actix_web::Route)> {
             web::to(admin::forget),
         ),
         (Method::GET, "/admin/api/audit", web::to(admin::audit)),
+        (Method::GET, "/admin/api/forwards", web::to(forwards::list)),
+        (
+            Method::POST,
+            "/admin/api/forwards/{name}/pause",
+            web::to(forwards::pause),
+        ),
+        (
+            Method::POST,
+            "/admin/api/forwards/{name}/resume",
+            web::to(forwards::resume),
+        ),
         (
             Method::GET,
             "/admin/api/openapi.json",
@@ -178,6 +190,16 @@ pub fn admin_routes(config: &mut web::ServiceConfig) {
         vec![get().to(ui::bulk_form), post().to(ui::bulk_post)],
     );
     at(config, "/admin/audit", vec![get().to(ui::audit)]);
+    at(
+        config,
+        "/admin/forwards/{name}/pause",
+        vec![post().to(ui::pause_forward)],
+    );
+    at(
+        config,
+        "/admin/forwards/{name}/resume",
+        vec![post().to(ui::resume_forward)],
+    );
 }
 
 /// The admin listener: its routes, and health for its own probes.

@@ -2,6 +2,7 @@
 //! says otherwise (none does), so markup is escaped by construction. Pure: each
 //! function turns what the support desk returned into HTML.
 
+use crate::dispatch::lanes::ForwardView;
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
@@ -172,6 +173,8 @@ fn id_links(event: &EventSummary) -> (Markup, Markup) {
 pub struct ListPage<'a> {
     pub who: &'a Principal,
     pub dashboard: &'a Dashboard,
+    /// Each forward's state, backlog and last error.
+    pub forwards: &'a [ForwardView],
     pub params: &'a ListParams,
     pub sources: Vec<&'a str>,
     pub events: &'a [EventSummary],
@@ -187,6 +190,7 @@ pub fn list(page: &ListPage<'_>) -> Markup {
         Some(page.who),
         html! {
             (dashboard(page.dashboard))
+            (forwards(page.who, page.forwards))
             h2 { "Events" }
             form.filters method="get" action="/admin" {
                 input name="q" value=(params.q.as_deref().unwrap_or_default()) placeholder="event, payment or customer id";
@@ -279,6 +283,45 @@ fn dashboard(board: &Dashboard) -> Markup {
                             td {
                                 @if position.used_in_7_days { "yes" }
                                 @else { span.status-pending { "no — can be retired" } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The forwards: where each stands, what waits for it, and (for operators) a
+/// button that pauses or resumes it.
+fn forwards(who: &Principal, forwards: &[ForwardView]) -> Markup {
+    html! {
+        @if !forwards.is_empty() {
+            h3 { "Forwards" }
+            table {
+                tr { th { "Forward" } th { "State" } th { "Waiting" } th { "Oldest waiting since" }
+                     th { "Last error" } @if who.can_retry() { th {} } }
+                @for forward in forwards {
+                    tr {
+                        td { (forward.name) }
+                        td { (status(forward.state)) }
+                        td { (forward.backlog) }
+                        td {
+                            @if let Some(oldest) = &forward.oldest_waiting {
+                                a href=(format!("/admin/events/{}", oldest.id)) { (time(Some(oldest.since))) }
+                            }
+                        }
+                        td { (forward.last_error.as_deref().unwrap_or_default()) }
+                        @if who.can_retry() {
+                            td {
+                                @let action = if forward.state == "paused" { "resume" } else { "pause" };
+                                @if forward.state != "not_configured" && !forward.paused_in_configuration {
+                                    form style="display:inline" method="post"
+                                        action=(format!("/admin/forwards/{}/{action}", url_encode(&forward.name))) {
+                                        input type="hidden" name="csrf" value=(who.csrf_token());
+                                        button { (action) }
+                                    }
+                                }
                             }
                         }
                     }

@@ -67,6 +67,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(17, "0017_hourly_rollups.sql"),
     migration!(18, "0018_forgotten_customers.sql"),
     migration!(19, "0019_forward_lanes.sql"),
+    migration!(26, "0026_forward_states.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

@@ -285,6 +285,9 @@ impl Receiver {
             sources: Vec::new(),
             timeout: std::time::Duration::from_secs(5),
             concurrency: 4,
+            retry_for: std::time::Duration::ZERO,
+            open_after: 10,
+            paused: false,
         }
     }
 }
