@@ -151,6 +151,15 @@ pub struct Spawn {
     pub connector: store::DbConnector,
 }
 
+impl Spawn {
+    /// The retry loop and the forward lanes running as `serve` runs them (no purge).
+    pub const LOOPS: Parts = Parts {
+        dispatcher: true,
+        purge: false,
+        http_workers: Some(2),
+    };
+}
+
 impl Default for Spawn {
     fn default() -> Self {
         Spawn {

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hookd::app::Parts;
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
@@ -250,11 +249,7 @@ async fn slow_a_receiver_that_never_answers_delays_no_other_forward_nor_retries(
     let app = spawn(Spawn {
         settings,
         registry,
-        parts: Parts {
-            dispatcher: true,
-            purge: false,
-            http_workers: Some(2),
-        },
+        parts: Spawn::LOOPS,
         ..Spawn::default()
     })
     .await;
@@ -347,11 +342,7 @@ async fn slow_a_receiver_down_longer_than_max_attempts_loses_nothing_and_gets_th
     settings.retry_base = Duration::from_secs(1);
     let app = spawn(Spawn {
         settings,
-        parts: Parts {
-            dispatcher: true,
-            purge: false,
-            http_workers: Some(2),
-        },
+        parts: Spawn::LOOPS,
         ..Spawn::default()
     })
     .await;
@@ -424,11 +415,7 @@ async fn a_paused_forward_holds_its_events_until_an_operator_resumes_it() {
     settings.forwards = vec![receiver.forward("billing", &["payment_succeeded"], &[])];
     let app = spawn(Spawn {
         settings,
-        parts: Parts {
-            dispatcher: true,
-            purge: false,
-            http_workers: Some(2),
-        },
+        parts: Spawn::LOOPS,
         ..Spawn::default()
     })
     .await;
