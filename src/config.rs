@@ -139,6 +139,9 @@ pub struct Source {
     /// customer erases: the provider's defaults (unless `mask_defaults = false`)
     /// and the source's own `mask`.
     pub mask: Vec<String>,
+    /// A delivery is expected at least this often: longer without one makes
+    /// `hookd_source_silent` 1 (none: not watched).
+    pub expect_events_within: Option<Duration>,
 }
 
 impl Source {
@@ -221,6 +224,9 @@ pub(crate) fn shown_url(url: &reqwest::Url) -> String {
         url.path()
     )
 }
+
+/// The shortest `expect_events_within` a source may have.
+const MIN_SILENCE: Duration = Duration::from_secs(60);
 
 /// Sends to one forward under way at once (per instance), unless it says.
 const DEFAULT_FORWARD_CONCURRENCY: i64 = 4;
@@ -530,6 +536,7 @@ struct RawSource {
     #[serde(default)]
     mask: Vec<String>,
     mask_defaults: Option<bool>,
+    expect_events_within: Option<Positive>,
     /// Every other key: the scheme's own, or unknown ones.
     #[serde(flatten)]
     scheme_keys: toml::Table,
@@ -546,7 +553,7 @@ struct RawSource {
 const CREDENTIAL_KEYS: [&str; 2] = ["basic_auth", "authorization"];
 
 /// The keys every source takes, whatever its scheme (each provider adds its own).
-const SOURCE_KEYS: [&str; 9] = [
+const SOURCE_KEYS: [&str; 10] = [
     "name",
     "scheme",
     "secrets",
@@ -556,6 +563,7 @@ const SOURCE_KEYS: [&str; 9] = [
     "dedupe_on_body",
     "mask",
     "mask_defaults",
+    "expect_events_within",
 ];
 
 #[derive(Debug, Deserialize)]
@@ -1138,6 +1146,13 @@ impl RawSource {
         mask.extend(self.mask);
         let dedupe_on_body = dedupe_on_body(&scheme, self.dedupe_on_body, &key)?;
         let tolerance = or(self.tolerance, providers::of(&scheme).default_tolerance());
+        let expect_events_within = self.expect_events_within.map(Duration::from);
+        if expect_events_within.is_some_and(|d| d < MIN_SILENCE) {
+            return Err((
+                key("expect_events_within"),
+                "is shorter than 1m: a provider's pause between two events is not silence".into(),
+            ));
+        }
         Ok(Source {
             name: self.name,
             scheme,
@@ -1148,6 +1163,7 @@ impl RawSource {
             fingerprint_ignore: fingerprint_ignore.into(),
             dedupe_on_body,
             mask,
+            expect_events_within,
         })
     }
 }

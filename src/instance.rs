@@ -13,6 +13,7 @@ use crate::ingest::Ingester;
 use crate::metrics::Metrics;
 use crate::purge::Purger;
 use crate::rollup::Rollups;
+use crate::silence::SourceActivity;
 use crate::store;
 
 /// Everything one instance shares between its parts.
@@ -28,6 +29,8 @@ pub struct App {
     pub desk: Desk,
     /// The per-hour counts the desk reads.
     pub rollups: Rollups,
+    /// The sources this instance accepted deliveries for, noted for silence.
+    pub activity: SourceActivity,
     /// The application's own migrations (readiness checks them too).
     pub migrations: &'static [crate::store::Migration],
 }
@@ -67,6 +70,7 @@ impl App {
             purger,
             desk,
             rollups,
+            activity: SourceActivity::default(),
             migrations: &[],
         }
     }

@@ -36,6 +36,8 @@ pub struct Metrics {
     pub backlog: fresh::Fresh<Option<(i64, i64)>>,
     /// Each forward's state (`hookd_forward_state`) as the last scrape read it.
     pub forward_states: fresh::Fresh<Option<Vec<(String, f64)>>>,
+    /// How long ago each source last had a delivery accepted, in seconds.
+    pub silences: fresh::Fresh<Option<Vec<(String, f64)>>>,
 }
 
 /// How a forward request ended.
@@ -128,10 +130,11 @@ pub enum Metric {
     ProcessMaxFds,
     ProcessStartTime,
     ForwardState,
+    SourceSilent,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 27] = [
+    pub const ALL: [Metric; 28] = [
         Metric::Deliveries,
         Metric::DeliveryDuration,
         Metric::SignatureFailures,
@@ -147,6 +150,7 @@ impl Metric {
         Metric::RetryBacklog,
         Metric::DeadEvents,
         Metric::ForwardState,
+        Metric::SourceSilent,
         Metric::DbPoolSize,
         Metric::DbPoolAvailable,
         Metric::DbPoolMaxSize,
@@ -178,6 +182,7 @@ impl Metric {
             Metric::RetryBacklog => "hookd_retry_backlog",
             Metric::DeadEvents => "hookd_dead_events",
             Metric::ForwardState => "hookd_forward_state",
+            Metric::SourceSilent => "hookd_source_silent",
             Metric::DbPoolSize => "hookd_db_pool_size",
             Metric::DbPoolAvailable => "hookd_db_pool_available",
             Metric::DbPoolMaxSize => "hookd_db_pool_max_size",
@@ -242,6 +247,9 @@ impl Metric {
             Metric::DeadEvents => "Dead events waiting for a person (all instances: one database).",
             Metric::ForwardState => {
                 "Each forward's state: 0 closed (sending), 1 open (its breaker: a probe a minute), 2 paused."
+            }
+            Metric::SourceSilent => {
+                "1 when a source with expect_events_within had no delivery accepted for that long, else 0."
             }
             Metric::DbPoolSize => "Open connections of this instance's PostgreSQL pool.",
             Metric::DbPoolAvailable => "Open pool connections not in use.",
@@ -344,6 +352,7 @@ impl Metrics {
             config_reloads: Family::new(["result"], [Values::new(RELOAD_RESULTS)]),
             backlog: Default::default(),
             forward_states: Default::default(),
+            silences: Default::default(),
         };
         // Shown from the start, so an alert sees the first one as an increase.
         metrics.internal_errors.with([], |c| c.add(0));

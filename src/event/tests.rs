@@ -24,6 +24,7 @@ fn source(scheme: Scheme) -> Source {
         fingerprint_ignore: vec!["/pending_webhooks".into(), "/request".into()].into(),
         dedupe_on_body: scheme_leaves_identity_unsigned,
         mask: Vec::new(),
+        expect_events_within: None,
     }
 }
 

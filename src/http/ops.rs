@@ -111,9 +111,26 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
         })
         .await
         .unwrap_or_default();
+    let silences = state
+        .app
+        .metrics
+        .silences
+        .get(FRESH_FOR, || async {
+            let client = state.app.pool.get().await.ok()?;
+            store::activity::silences(&client).await.ok()
+        })
+        .await;
+    let silent = silences
+        .map(|since| crate::silence::silent_sources(&state.app.settings.now(), &since))
+        .unwrap_or_default();
     let labeled: Vec<(Metric, &str, &str, f64)> = forwards
         .iter()
         .map(|(name, value)| (Metric::ForwardState, "forward", name.as_str(), *value))
+        .chain(
+            silent
+                .iter()
+                .map(|(name, value)| (Metric::SourceSilent, "source", name.as_str(), *value)),
+        )
         .collect();
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")

@@ -143,6 +143,9 @@ async fn receive_in(
             error.error_response()
         }
     };
+    if known && response.status().is_success() {
+        state.app.activity.accepted(label);
+    }
     let elapsed = started.elapsed();
     state.app.metrics.delivery(label, summary.outcome);
     state.app.metrics.delivery_duration(label, elapsed);

@@ -68,6 +68,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(18, "0018_forgotten_customers.sql"),
     migration!(19, "0019_forward_lanes.sql"),
     migration!(26, "0026_forward_states.sql"),
+    migration!(27, "0027_source_activity.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

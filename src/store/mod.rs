@@ -2,6 +2,7 @@
 //! `sql` (prepared once per connection, or unnamed behind a transaction-mode
 //! pooler); the schema lives in `sql/` migrations.
 
+pub mod activity;
 pub mod audit;
 pub mod events;
 pub mod forget;

@@ -39,6 +39,7 @@ mod reload;
 mod replay;
 mod roles;
 mod rollups;
+mod silence;
 mod support;
 mod tls;
 mod traces;
