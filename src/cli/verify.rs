@@ -49,7 +49,9 @@ pub async fn run(
     // A PayPal certificate neither pinned nor cached is fetched, as on receipt.
     let fetched = match source.verifier().verify(&headers, &body, now) {
         Err(SignatureError::Mismatch) => Some(
-            crate::outbound::verify_after_fetching(&source.verifier(), &headers, &body, now).await,
+            crate::outbound::Certificates::new()
+                .verify_after_fetching(&source.name, &source.verifier(), &headers, &body, now)
+                .await,
         ),
         _ => None,
     };
@@ -113,9 +115,10 @@ pub fn verdict(
                      given a final newline), and the headers those that came with it",
                     source.name
                 ),
-                SignatureError::Unavailable(_) => "the certificate could not be fetched from \
-                    the URL the request names, or is not trusted"
-                    .to_string(),
+                SignatureError::Unavailable(detail) => format!(
+                    "{detail}: the certificate could not be fetched from the URL the request \
+                     names, or is not PayPal's"
+                ),
                 SignatureError::TooOld { seconds } => format!(
                     "signed {} ago, beyond the tolerance of {} (the signature itself matches; \
                      a provider signs each retry anew)",

@@ -14,7 +14,6 @@ use super::{AppState, body, client, request_id};
 use crate::config::DEVELOPMENT_CREDENTIALS;
 use crate::event::IncomingEvent;
 use crate::ingest::Ingested;
-use crate::outbound;
 use crate::providers::{self, Answer, Provider};
 use crate::signature::{Headers, SignatureError, Verified};
 use crate::store::StoreError;
@@ -192,7 +191,9 @@ async fn handle(
         body::drain(&mut payload, 0, deadline).await;
         return Err(ApiError::UnknownSource);
     };
-    let body = body::read_budgeted(
+    // The body's share of the memory budget is held until it is verified,
+    // however long a certificate fetch makes it wait.
+    let (body, held) = body::read_budgeted(
         &mut payload,
         request,
         settings.max_body_bytes,
@@ -213,13 +214,18 @@ async fn handle(
         match verifier.verify_request(&headers, &body, arrived) {
             // PayPal's certificate may need fetching first.
             Err(SignatureError::Mismatch) => {
-                outbound::verify_after_fetching(&verifier, &headers, &body, arrived).await
+                state
+                    .app
+                    .certificates
+                    .verify_after_fetching(source_name, &verifier, &headers, &body, arrived)
+                    .await
             }
             verified => verified,
         }
     }
     .instrument(span.clone())
     .await;
+    drop(held);
     if let Err(error) = &verified {
         traces::fail(&span, error);
     }

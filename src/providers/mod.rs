@@ -229,7 +229,7 @@ pub trait Provider: KeyFormat + Sync {
     /// before verifying again (PayPal's certificate URL, when the source fetches
     /// and has not cached it); the error is a URL that may not be fetched.
     /// `verify` stays synchronous and offline: the caller fetches (see
-    /// `outbound::verify_after_fetching`) and hands the bytes to [`Provider::fetched`].
+    /// `outbound::Certificates`) and hands the bytes to [`Provider::fetched`].
     fn to_fetch(&self, _headers: &dyn Headers) -> Result<Option<reqwest::Url>, SignatureError> {
         Ok(None)
     }

@@ -91,8 +91,9 @@ pub enum SignatureError {
     #[error("signature mismatch")]
     Mismatch,
     /// The key the request names could not be fetched or is not trusted
-    /// (PayPal's certificate).
-    #[error("signing certificate unavailable: {0}")]
+    /// (PayPal's certificate). Why is for the log: the answer says no more
+    /// (it would tell the sender about hookd's network).
+    #[error("signing certificate unavailable")]
     Unavailable(String),
     /// Signed this many seconds before now, beyond the tolerance.
     #[error("timestamp too old")]
