@@ -119,6 +119,9 @@ pub fn verdict(
                     "{detail}: the certificate could not be fetched from the URL the request \
                      names, or is not PayPal's"
                 ),
+                SignatureError::Replayed => "this signature was already accepted with another \
+                    body"
+                    .to_string(),
                 SignatureError::TooOld { seconds } => format!(
                     "signed {} ago, beyond the tolerance of {} (the signature itself matches; \
                      a provider signs each retry anew)",

@@ -245,6 +245,13 @@ pub trait Provider: KeyFormat + Sync {
         Ok(())
     }
 
+    /// The signature of a request whose signed text covers only a checksum of
+    /// the body (PayPal's CRC32), which another body with the same checksum
+    /// could carry: receiving binds it to the first body it was accepted with.
+    fn checksum_signature(&self, _headers: &dyn Headers) -> Option<Vec<u8>> {
+        None
+    }
+
     /// What the provider would send with `body`, signed with `key`.
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String>;
 

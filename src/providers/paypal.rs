@@ -579,6 +579,12 @@ impl Provider for PayPal {
         Ok(())
     }
 
+    /// The signed text holds the body's CRC32 only, which another body can
+    /// match: the signature is bound to the body it is first accepted with.
+    fn checksum_signature(&self, headers: &dyn Headers) -> Option<Vec<u8>> {
+        BASE64.decode(headers.header(TRANSMISSION_SIG)?.trim()).ok()
+    }
+
     /// With the source's `signing_key` (development only); the certificate URL
     /// names the first of `certificate_hosts`.
     fn sign(&self, _: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {

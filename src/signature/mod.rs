@@ -95,6 +95,10 @@ pub enum SignatureError {
     /// (it would tell the sender about hookd's network).
     #[error("signing certificate unavailable")]
     Unavailable(String),
+    /// A signature covering only a checksum of the body (PayPal's CRC32) came
+    /// again with another body than the one it was first accepted with.
+    #[error("signature already accepted with another body")]
+    Replayed,
     /// Signed this many seconds before now, beyond the tolerance.
     #[error("timestamp too old")]
     TooOld { seconds: u64 },
@@ -118,6 +122,7 @@ impl SignatureError {
             SignatureError::Malformed { .. } | SignatureError::InBody { .. } => "malformed",
             SignatureError::Mismatch => "mismatch",
             SignatureError::Unavailable(_) => "unavailable",
+            SignatureError::Replayed => "replayed",
             SignatureError::TooOld { .. } => "too_old",
             SignatureError::TooNew { .. } => "too_new",
         }

@@ -3,6 +3,7 @@
 //! pooler); the schema lives in `sql/` migrations.
 
 pub mod audit;
+pub mod bound_signatures;
 pub mod events;
 pub mod forget;
 pub mod history;

@@ -1,7 +1,8 @@
 //! Scheme `paypal` through real HTTP: RSA signatures checked with a pinned
 //! certificate (rotation reports which), every kind and an ignored type,
 //! payment rows in minor units, refunds named by their `up` link in any order,
-//! duplicates, tampering refused with nothing stored; and the certificates a delivery
+//! duplicates, tampering refused with nothing stored, a signature reused with
+//! another body of the same CRC32 refused; and the certificates a delivery
 //! names, fetched over https from a stand-in for PayPal's hosts (its requests
 //! counted): only PayPal's URL shape ever requested, one fetch per URL at a
 //! time, a failure remembered, ten fetches a minute per source, the body's
@@ -831,6 +832,92 @@ async fn a_sandbox_source_fetches_from_the_sandbox_hosts_and_takes_its_subject()
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Flips bits of `body` at `positions` (each a 'p' that may become a 'q') so
+/// that its CRC32 is `wanted`: the CRC is linear over GF(2), so the flips
+/// needed solve a 32-bit linear system.
+fn with_crc32(mut body: Vec<u8>, positions: &[usize], wanted: u32) -> Vec<u8> {
+    let base = crc32fast::hash(&body);
+    // A basis of what single flips do, each with the flips making it.
+    let mut basis: Vec<(u32, u64)> = Vec::new();
+    for (i, &at) in positions.iter().enumerate() {
+        let mut flipped = body.clone();
+        flipped[at] ^= 1;
+        let (mut effect, mut flips) = (crc32fast::hash(&flipped) ^ base, 1u64 << i);
+        for &(b, f) in &basis {
+            if effect ^ b < effect {
+                effect ^= b;
+                flips ^= f;
+            }
+        }
+        if effect != 0 {
+            basis.push((effect, flips));
+            basis.sort_by_key(|b| std::cmp::Reverse(b.0));
+        }
+    }
+    let (mut need, mut flips) = (wanted ^ base, 0u64);
+    for &(b, f) in &basis {
+        if need ^ b < need {
+            need ^= b;
+            flips ^= f;
+        }
+    }
+    assert_eq!(need, 0, "the positions reach every CRC");
+    for (i, &at) in positions.iter().enumerate() {
+        if flips & (1 << i) != 0 {
+            body[at] ^= 1;
+        }
+    }
+    assert_eq!(crc32fast::hash(&body), wanted);
+    body
+}
+
+#[tokio::test]
+async fn a_signature_reused_with_another_body_of_the_same_crc32_is_refused() {
+    let app = spawn_app().await;
+    let genuine = serde_json::to_vec(&capture(
+        "WH-GENUINE",
+        "PAYMENT.CAPTURE.COMPLETED",
+        "CAP-GENUINE",
+        "10.00",
+    ))
+    .expect("json");
+    let headers = app.sign(SOURCE, &genuine, Hints::default());
+    assert_eq!(
+        app.post(SOURCE, &headers, genuine.clone()).await.status,
+        200
+    );
+    // Another event, another amount, the same CRC32: PayPal's signature holds.
+    let id = format!("WH-FORGED-{}", "p".repeat(48));
+    let forged = serde_json::to_vec(&capture(
+        &id,
+        "PAYMENT.CAPTURE.COMPLETED",
+        "CAP-GENUINE",
+        "9999.00",
+    ))
+    .expect("json");
+    let start = forged
+        .windows(48)
+        .position(|w| w.iter().all(|&b| b == b'p'))
+        .expect("the id's letters");
+    let positions: Vec<usize> = (start..start + 48).collect();
+    let forged = with_crc32(forged, &positions, crc32fast::hash(&genuine));
+    let answer = app.post(SOURCE, &headers, forged).await;
+    let (status, error, why) = provider::refusal(&answer);
+    assert_eq!((status, error.as_str()), (401, "invalid_signature"));
+    assert_eq!(why, "signature already accepted with another body");
+    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 1);
+    assert_eq!(
+        provider::payment_row(&app, SOURCE, "CAP-GENUINE").await.1,
+        1000
+    );
+    // The genuine body again is a duplicate, as ever.
+    let again = app.post(SOURCE, &headers, genuine).await;
+    assert_eq!(
+        (again.status, again.header("Idempotent-Replayed")),
+        (200, Some("true"))
+    );
 }
 
 /// `hookd verify` of a delivery with these headers, under `config`.
