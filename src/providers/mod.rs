@@ -229,7 +229,7 @@ pub trait Provider: KeyFormat + Sync {
     /// before verifying again (PayPal's certificate URL, when the source fetches
     /// and has not cached it); the error is a URL that may not be fetched.
     /// `verify` stays synchronous and offline: the caller fetches (see
-    /// `outbound::verify_after_fetching`) and hands the bytes to [`Provider::fetched`].
+    /// `outbound::Certificates`) and hands the bytes to [`Provider::fetched`].
     fn to_fetch(&self, _headers: &dyn Headers) -> Result<Option<reqwest::Url>, SignatureError> {
         Ok(None)
     }
@@ -243,6 +243,13 @@ pub trait Provider: KeyFormat + Sync {
         _roots: &[rustls::pki_types::TrustAnchor<'static>],
     ) -> Result<(), SignatureError> {
         Ok(())
+    }
+
+    /// The signature of a request whose signed text covers only a checksum of
+    /// the body (PayPal's CRC32), which another body with the same checksum
+    /// could carry: receiving binds it to the first body it was accepted with.
+    fn checksum_signature(&self, _headers: &dyn Headers) -> Option<Vec<u8>> {
+        None
     }
 
     /// What the provider would send with `body`, signed with `key`.

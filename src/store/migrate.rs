@@ -67,8 +67,9 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(17, "0017_hourly_rollups.sql"),
     migration!(18, "0018_forgotten_customers.sql"),
     migration!(19, "0019_forward_lanes.sql"),
-    migration!(26, "0026_forward_states.sql"),
-    migration!(27, "0027_source_activity.sql"),
+    migration!(20, "0020_bound_signatures.sql"),
+    migration!(21, "0021_forward_states.sql"),
+    migration!(22, "0022_source_activity.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

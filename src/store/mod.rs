@@ -4,6 +4,7 @@
 
 pub mod activity;
 pub mod audit;
+pub mod bound_signatures;
 pub mod events;
 pub mod forget;
 pub mod forwards;
