@@ -437,7 +437,10 @@ impl Desk {
 
     /// A page of the history and the cursor of the next one.
     pub async fn list(&self, filter: EventFilter) -> Result<EventPage, StoreError> {
-        let (events, next_cursor) = filter::history_page(&self.client().await?, filter).await?;
+        let client = self.client().await?;
+        let (mut events, next_cursor) = filter::history_page(&client, filter).await?;
+        let texts = events.iter_mut().map(|e| (e, &mut [][..])).collect();
+        self.mask_texts_of(&client, texts).await?;
         Ok(EventPage {
             events,
             next_cursor,
@@ -446,9 +449,11 @@ impl Desk {
 
     /// An event's row as the list shows it (viewing it so is not audited).
     pub async fn summary(&self, id: i64) -> Result<Option<EventSummary>, StoreError> {
-        Ok(history::load_event(&self.pool, id)
-            .await?
-            .map(|event| event.summary))
+        Ok(history::load_event(&self.pool, id).await?.map(|mut event| {
+            let values = self.quoted_values(&event.summary.source, event.payload.as_ref());
+            mask_free_texts(&values, &mut event.summary.last_error, &mut []);
+            event.summary
+        }))
     }
 
     /// Events received from the start of `since`'s hour on, by status, kind and
@@ -489,10 +494,14 @@ impl Desk {
         let Some(mut detail) = history::get_event(&client, id).await? else {
             return Ok(None);
         };
-        let plan = self.dispatcher.plan_names(&detail.summary);
-        let handlers = ledger::handler_states(&detail.attempts, &plan);
         let origin = self.origin_with(&client, id).await?;
         if !reveal {
+            let values = self.quoted_values(&detail.summary.source, detail.payload.as_ref());
+            mask_free_texts(
+                &values,
+                &mut detail.summary.last_error,
+                &mut detail.attempts,
+            );
             let cover = |payload: &mut Value| {
                 self.cover(&detail.summary.source, payload, Cover::Mask);
             };
@@ -500,6 +509,9 @@ impl Desk {
             let conflicts = detail.conflicts.iter_mut();
             conflicts.for_each(|c| cover(&mut c.offered_payload));
         }
+        // From the runs as shown: a handler's last error masked like its run's.
+        let plan = self.dispatcher.plan_names(&detail.summary);
+        let handlers = ledger::handler_states(&detail.attempts, &plan);
         audit::record(
             &client,
             &Record {
@@ -522,6 +534,48 @@ impl Desk {
             origin,
             masked: !reveal,
         }))
+    }
+
+    /// The values a free text beside `payload` (of an event of `source`) may
+    /// quote: those its source's `mask` names; every one when the source is not
+    /// configured any more; none once the payload is purged.
+    fn quoted_values(&self, source: &str, payload: Option<&Value>) -> Vec<String> {
+        let Some(payload) = payload else {
+            return Vec::new();
+        };
+        match self.settings.now().source(source) {
+            Some(source) => mask::values(payload, &source.mask),
+            None => mask::values(payload, &[String::new()]),
+        }
+    }
+
+    /// Masks, for viewers, the free texts of `events` (each with its runs, if
+    /// shown) as their payloads are masked.
+    async fn mask_texts_of(
+        &self,
+        client: &deadpool_postgres::Object,
+        events: Vec<(&mut EventSummary, &mut [Attempt])>,
+    ) -> Result<(), StoreError> {
+        let quoting = |(summary, runs): &(&mut EventSummary, &mut [Attempt])| {
+            summary.last_error.is_some()
+                || runs
+                    .iter()
+                    .any(|a| a.error.is_some() || a.response.is_some())
+        };
+        let ids: Vec<i64> = events
+            .iter()
+            .filter(|e| quoting(e))
+            .map(|(s, _)| s.id)
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let payloads = history::payloads_of(client, &ids).await?;
+        for (summary, runs) in events {
+            let values = self.quoted_values(&summary.source, payloads.get(&summary.id));
+            mask_free_texts(&values, &mut summary.last_error, runs);
+        }
+        Ok(())
     }
 
     /// Covers a payload's personal data as its source's `mask` says; all of it
@@ -620,13 +674,15 @@ impl Desk {
             history::events_of_payment(&client, source, payment_id, PAYMENT_EVENTS).await?;
         let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
         let mut attempts = history::attempts_of(&client, &ids).await?;
-        let events = events
+        let mut events: Vec<(EventSummary, Vec<Attempt>)> = events
             .into_iter()
             .map(|event| {
                 let runs = attempts.remove(&event.id).unwrap_or_default();
                 (event, runs)
             })
             .collect();
+        let texts = events.iter_mut().map(|(e, runs)| (e, &mut runs[..]));
+        self.mask_texts_of(&client, texts.collect()).await?;
         audit::record(
             &client,
             &Record {
@@ -969,6 +1025,32 @@ fn filter_json(filter: &EventFilter) -> Value {
         "source": filter.source, "kind": filter.kind, "type": filter.event_type,
         "status": filter.status, "since": filter.since, "until": filter.until, "q": filter.q,
     })
+}
+
+/// Masks an event's free texts — its last error, its runs' errors and
+/// receivers' answers — where they quote `values` or an e-mail address.
+fn mask_free_texts(values: &[String], last_error: &mut Option<String>, runs: &mut [Attempt]) {
+    let cover = |text: &mut Option<String>, cut: fn(&str) -> bool| {
+        if let Some(text) = text {
+            *text = mask::cover_quoted(text, values, Cover::Mask, cut(text));
+        }
+    };
+    cover(last_error, error_cut);
+    for run in runs {
+        cover(&mut run.error, error_cut);
+        cover(&mut run.response, answer_cut);
+    }
+}
+
+/// A stored error cut short ends in `…`.
+fn error_cut(error: &str) -> bool {
+    error.ends_with('…')
+}
+
+/// A receiver's answer is kept up to `RESPONSE_EXCERPT` bytes (a character cut
+/// in two may leave it up to three short).
+fn answer_cut(answer: &str) -> bool {
+    answer.len() + 3 >= crate::handlers::forward::RESPONSE_EXCERPT
 }
 
 /// PostgreSQL text cannot hold NUL, so no stored source, payment or customer
