@@ -21,7 +21,6 @@ use crate::ledger::{self, HandlerState};
 use crate::mask::{self, Cover};
 use crate::rollup::{Rollups, day_of, hour_of};
 use crate::store::audit::{self, AuditEntry, Record};
-use crate::store::forget;
 use crate::store::history::{
     self, Attempt, EventDetail, EventFilter, EventSummary, SignedDelivery, Stats,
 };
@@ -29,6 +28,8 @@ use crate::store::idempotency;
 pub use crate::store::idempotency::{Claim, RENEW_EVERY};
 use crate::store::payments::{self, Payment};
 use crate::store::{StoreError, events::EventStatus, rollups};
+
+mod forgetting;
 
 /// Events one bulk retry may touch; more matching is refused (narrow the filter).
 pub const BULK_RETRY_LIMIT: usize = 1000;
@@ -848,88 +849,6 @@ impl Desk {
             &json!({"retried": outcome.retried, "outcomes": outcome.outcomes}),
         )
         .await?;
-        Ok(outcome)
-    }
-
-    /// Erases a customer's personal data (of one source, when given): the
-    /// masked fields, and their id wherever it appears, from their events'
-    /// payloads, exact bodies and conflicting items; their id from their events
-    /// and payments. Every dedupe key, fingerprint and payment state stays, so a
-    /// later delivery of one of those events is still a duplicate. One
-    /// transaction, audited as `forgot_customer` with the counts (not the id,
-    /// which is what was to be forgotten); a dry run counts and changes nothing.
-    pub async fn forget(
-        &self,
-        customer: &str,
-        source: Option<&str>,
-        dry_run: bool,
-        who: &str,
-    ) -> Result<Forgotten, DeskError> {
-        if let Some(name) = source
-            && self.settings.now().source(name).is_none()
-        {
-            return Err(DeskError::UnknownSource(name.into()));
-        }
-        let mut outcome = Forgotten {
-            dry_run,
-            events: 0,
-            payloads: 0,
-            bodies: 0,
-            bodies_dropped: 0,
-            conflicts: 0,
-            payments: 0,
-        };
-        if !storable(customer) {
-            return Ok(outcome);
-        }
-        let redact = |source: &str, value: &mut Value| {
-            self.cover(source, value, Cover::Redact);
-            mask::cover_text(value, customer, Cover::Redact);
-        };
-        let mut client = self.client().await?;
-        let tx = crate::store::begin(&mut client)
-            .await
-            .map_err(StoreError::from)?;
-        let events = forget::events_of_customer(&tx, customer, source).await?;
-        for event in &events {
-            let payload = event.payload.clone().map(|mut payload| {
-                redact(&event.source, &mut payload);
-                payload
-            });
-            let body = event.body.as_deref().and_then(|body| {
-                let mut body = serde_json::from_slice::<Value>(body).ok()?;
-                redact(&event.source, &mut body);
-                serde_json::to_vec(&body).ok()
-            });
-            outcome.payloads += usize::from(payload.is_some());
-            outcome.bodies += usize::from(body.is_some());
-            outcome.bodies_dropped += usize::from(event.body.is_some() && body.is_none());
-            forget::redact_event(&tx, event.id, payload.as_ref(), body.as_deref()).await?;
-        }
-        outcome.events = events.len();
-        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-        for mut conflict in forget::conflicts_of(&tx, &ids).await? {
-            redact(&conflict.source, &mut conflict.payload);
-            forget::redact_conflict(&tx, conflict.id, &conflict.payload).await?;
-            outcome.conflicts += 1;
-        }
-        outcome.payments = forget::forget_payments(&tx, customer, source).await?;
-        if dry_run {
-            tx.rollback().await.map_err(StoreError::from)?;
-            return Ok(outcome);
-        }
-        audit::record(
-            &tx,
-            &Record {
-                who,
-                action: "forgot_customer",
-                source,
-                detail: serde_json::to_value(&outcome).ok(),
-                ..Record::default()
-            },
-        )
-        .await?;
-        tx.commit().await.map_err(StoreError::from)?;
         Ok(outcome)
     }
 

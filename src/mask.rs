@@ -127,6 +127,21 @@ pub fn cover_quoted(text: &str, values: &[String], how: Cover, cut: bool) -> Str
     covered
 }
 
+/// Covers every string of `value` as a free text (see [`cover_quoted`]): JSON
+/// whose strings may quote values anywhere.
+pub fn cover_quoted_in(value: &mut Value, values: &[String], how: Cover) {
+    match value {
+        Value::Object(members) => members
+            .values_mut()
+            .for_each(|v| cover_quoted_in(v, values, how)),
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|v| cover_quoted_in(v, values, how)),
+        Value::String(text) => *text = cover_quoted(text, values, how, false),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
 /// Where a text ends with the beginning of one of `values` (at least
 /// `QUOTED_MIN_CHARS` of it), and that value: the longest such beginning.
 fn cut_value<'v>(text: &str, values: &[&'v str]) -> Option<(usize, &'v str)> {
@@ -181,13 +196,33 @@ pub fn cover_all(payload: &mut Value, how: Cover) {
     how.hide(payload);
 }
 
-/// Covers every string equal to `text`, wherever it is (a customer's own id).
+/// Covers every value that reads as `text`, wherever it is (a customer's own
+/// id: see [`reads_as`]).
 pub fn cover_text(payload: &mut Value, text: &str, how: Cover) {
     match payload {
         Value::Object(members) => members.values_mut().for_each(|v| cover_text(v, text, how)),
         Value::Array(items) => items.iter_mut().for_each(|v| cover_text(v, text, how)),
-        Value::String(found) if found == text => how.hide(payload),
+        found if reads_as(found, text) => how.hide(found),
         _ => {}
+    }
+}
+
+/// Whether a value of `value`, wherever it is, reads as `text`.
+pub fn holds(value: &Value, text: &str) -> bool {
+    match value {
+        Value::Object(members) => members.values().any(|v| holds(v, text)),
+        Value::Array(items) => items.iter().any(|v| holds(v, text)),
+        found => reads_as(found, text),
+    }
+}
+
+/// Whether a string or number is read as the id `text`, as providers' ids are:
+/// a string without the spaces around it, or a number as written.
+fn reads_as(value: &Value, text: &str) -> bool {
+    match value {
+        Value::String(found) => found.trim() == text,
+        Value::Number(number) => number.to_string() == text,
+        _ => false,
     }
 }
 
@@ -406,13 +441,22 @@ mod tests {
 
     #[test]
     fn redacting_keeps_nothing_of_an_address() {
-        let mut payload =
-            json!({"email": "jenny@example.com", "customer": "cus_1", "other": "cus_12"});
+        let mut payload = json!({"email": "jenny@example.com", "customer": "cus_1",
+                                 "padded": " cus_1 ", "other": "cus_12"});
         cover(&mut payload, &["/email".into()], Cover::Redact);
         cover_text(&mut payload, "cus_1", Cover::Redact);
         assert_eq!(
             payload,
-            json!({"email": "[redacted]", "customer": "[redacted]", "other": "cus_12"})
+            json!({"email": "[redacted]", "customer": "[redacted]", "padded": "[redacted]",
+                   "other": "cus_12"})
+        );
+        // A numeric id is read as written.
+        let mut payload = json!({"customer_id": 4711, "amount": 47110});
+        assert!(holds(&payload, "4711"));
+        cover_text(&mut payload, "4711", Cover::Redact);
+        assert_eq!(
+            payload,
+            json!({"customer_id": "[redacted]", "amount": 47110})
         );
     }
 
