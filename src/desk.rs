@@ -21,7 +21,6 @@ use crate::ledger::{self, HandlerState};
 use crate::mask::{self, Cover};
 use crate::rollup::{Rollups, day_of, hour_of};
 use crate::store::audit::{self, AuditEntry, Record};
-use crate::store::forget;
 use crate::store::forwards;
 use crate::store::history::{
     self, Attempt, EventDetail, EventFilter, EventSummary, SignedDelivery, Stats,
@@ -30,6 +29,8 @@ use crate::store::idempotency;
 pub use crate::store::idempotency::{Claim, RENEW_EVERY};
 use crate::store::payments::{self, Payment};
 use crate::store::{StoreError, events::EventStatus, rollups};
+
+mod forgetting;
 
 /// Events one bulk retry may touch; more matching is refused (narrow the filter).
 pub const BULK_RETRY_LIMIT: usize = 1000;
@@ -438,7 +439,10 @@ impl Desk {
 
     /// A page of the history and the cursor of the next one.
     pub async fn list(&self, filter: EventFilter) -> Result<EventPage, StoreError> {
-        let (events, next_cursor) = filter::history_page(&self.client().await?, filter).await?;
+        let client = self.client().await?;
+        let (mut events, next_cursor) = filter::history_page(&client, filter).await?;
+        let texts = events.iter_mut().map(|e| (e, &mut [][..])).collect();
+        self.mask_texts_of(&client, texts).await?;
         Ok(EventPage {
             events,
             next_cursor,
@@ -447,9 +451,11 @@ impl Desk {
 
     /// An event's row as the list shows it (viewing it so is not audited).
     pub async fn summary(&self, id: i64) -> Result<Option<EventSummary>, StoreError> {
-        Ok(history::load_event(&self.pool, id)
-            .await?
-            .map(|event| event.summary))
+        Ok(history::load_event(&self.pool, id).await?.map(|mut event| {
+            let values = self.quoted_values(&event.summary.source, event.payload.as_ref());
+            mask_free_texts(&values, &mut event.summary.last_error, &mut []);
+            event.summary
+        }))
     }
 
     /// Events received from the start of `since`'s hour on, by status, kind and
@@ -491,10 +497,14 @@ impl Desk {
             return Ok(None);
         };
         let forwards = forwards::of_event(&client, id).await?;
-        let plan = self.dispatcher.plan_names(&detail.summary, &forwards);
-        let handlers = ledger::handler_states(&detail.attempts, &plan);
         let origin = self.origin_with(&client, id).await?;
         if !reveal {
+            let values = self.quoted_values(&detail.summary.source, detail.payload.as_ref());
+            mask_free_texts(
+                &values,
+                &mut detail.summary.last_error,
+                &mut detail.attempts,
+            );
             let cover = |payload: &mut Value| {
                 self.cover(&detail.summary.source, payload, Cover::Mask);
             };
@@ -502,6 +512,9 @@ impl Desk {
             let conflicts = detail.conflicts.iter_mut();
             conflicts.for_each(|c| cover(&mut c.offered_payload));
         }
+        // From the runs as shown: a handler's last error masked like its run's.
+        let plan = self.dispatcher.plan_names(&detail.summary, &forwards);
+        let handlers = ledger::handler_states(&detail.attempts, &plan);
         audit::record(
             &client,
             &Record {
@@ -524,6 +537,48 @@ impl Desk {
             origin,
             masked: !reveal,
         }))
+    }
+
+    /// The values a free text beside `payload` (of an event of `source`) may
+    /// quote: those its source's `mask` names; every one when the source is not
+    /// configured any more; none once the payload is purged.
+    fn quoted_values(&self, source: &str, payload: Option<&Value>) -> Vec<String> {
+        let Some(payload) = payload else {
+            return Vec::new();
+        };
+        match self.settings.now().source(source) {
+            Some(source) => mask::values(payload, &source.mask),
+            None => mask::values(payload, &[String::new()]),
+        }
+    }
+
+    /// Masks, for viewers, the free texts of `events` (each with its runs, if
+    /// shown) as their payloads are masked.
+    async fn mask_texts_of(
+        &self,
+        client: &deadpool_postgres::Object,
+        events: Vec<(&mut EventSummary, &mut [Attempt])>,
+    ) -> Result<(), StoreError> {
+        let quoting = |(summary, runs): &(&mut EventSummary, &mut [Attempt])| {
+            summary.last_error.is_some()
+                || runs
+                    .iter()
+                    .any(|a| a.error.is_some() || a.response.is_some())
+        };
+        let ids: Vec<i64> = events
+            .iter()
+            .filter(|e| quoting(e))
+            .map(|(s, _)| s.id)
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let payloads = history::payloads_of(client, &ids).await?;
+        for (summary, runs) in events {
+            let values = self.quoted_values(&summary.source, payloads.get(&summary.id));
+            mask_free_texts(&values, &mut summary.last_error, runs);
+        }
+        Ok(())
     }
 
     /// Covers a payload's personal data as its source's `mask` says; all of it
@@ -622,13 +677,15 @@ impl Desk {
             history::events_of_payment(&client, source, payment_id, PAYMENT_EVENTS).await?;
         let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
         let mut attempts = history::attempts_of(&client, &ids).await?;
-        let events = events
+        let mut events: Vec<(EventSummary, Vec<Attempt>)> = events
             .into_iter()
             .map(|event| {
                 let runs = attempts.remove(&event.id).unwrap_or_default();
                 (event, runs)
             })
             .collect();
+        let texts = events.iter_mut().map(|(e, runs)| (e, &mut runs[..]));
+        self.mask_texts_of(&client, texts.collect()).await?;
         audit::record(
             &client,
             &Record {
@@ -797,88 +854,6 @@ impl Desk {
         Ok(outcome)
     }
 
-    /// Erases a customer's personal data (of one source, when given): the
-    /// masked fields, and their id wherever it appears, from their events'
-    /// payloads, exact bodies and conflicting items; their id from their events
-    /// and payments. Every dedupe key, fingerprint and payment state stays, so a
-    /// later delivery of one of those events is still a duplicate. One
-    /// transaction, audited as `forgot_customer` with the counts (not the id,
-    /// which is what was to be forgotten); a dry run counts and changes nothing.
-    pub async fn forget(
-        &self,
-        customer: &str,
-        source: Option<&str>,
-        dry_run: bool,
-        who: &str,
-    ) -> Result<Forgotten, DeskError> {
-        if let Some(name) = source
-            && self.settings.now().source(name).is_none()
-        {
-            return Err(DeskError::UnknownSource(name.into()));
-        }
-        let mut outcome = Forgotten {
-            dry_run,
-            events: 0,
-            payloads: 0,
-            bodies: 0,
-            bodies_dropped: 0,
-            conflicts: 0,
-            payments: 0,
-        };
-        if !storable(customer) {
-            return Ok(outcome);
-        }
-        let redact = |source: &str, value: &mut Value| {
-            self.cover(source, value, Cover::Redact);
-            mask::cover_text(value, customer, Cover::Redact);
-        };
-        let mut client = self.client().await?;
-        let tx = crate::store::begin(&mut client)
-            .await
-            .map_err(StoreError::from)?;
-        let events = forget::events_of_customer(&tx, customer, source).await?;
-        for event in &events {
-            let payload = event.payload.clone().map(|mut payload| {
-                redact(&event.source, &mut payload);
-                payload
-            });
-            let body = event.body.as_deref().and_then(|body| {
-                let mut body = serde_json::from_slice::<Value>(body).ok()?;
-                redact(&event.source, &mut body);
-                serde_json::to_vec(&body).ok()
-            });
-            outcome.payloads += usize::from(payload.is_some());
-            outcome.bodies += usize::from(body.is_some());
-            outcome.bodies_dropped += usize::from(event.body.is_some() && body.is_none());
-            forget::redact_event(&tx, event.id, payload.as_ref(), body.as_deref()).await?;
-        }
-        outcome.events = events.len();
-        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-        for mut conflict in forget::conflicts_of(&tx, &ids).await? {
-            redact(&conflict.source, &mut conflict.payload);
-            forget::redact_conflict(&tx, conflict.id, &conflict.payload).await?;
-            outcome.conflicts += 1;
-        }
-        outcome.payments = forget::forget_payments(&tx, customer, source).await?;
-        if dry_run {
-            tx.rollback().await.map_err(StoreError::from)?;
-            return Ok(outcome);
-        }
-        audit::record(
-            &tx,
-            &Record {
-                who,
-                action: "forgot_customer",
-                source,
-                detail: serde_json::to_value(&outcome).ok(),
-                ..Record::default()
-            },
-        )
-        .await?;
-        tx.commit().await.map_err(StoreError::from)?;
-        Ok(outcome)
-    }
-
     /// The audit trail, newest first, and the cursor of the next page.
     pub async fn audit(&self, limit: i64, cursor: Option<&str>) -> Result<AuditPage, DeskError> {
         let after = cursor.map(filter::cursor::decode).transpose()?;
@@ -971,6 +946,32 @@ fn filter_json(filter: &EventFilter) -> Value {
         "source": filter.source, "kind": filter.kind, "type": filter.event_type,
         "status": filter.status, "since": filter.since, "until": filter.until, "q": filter.q,
     })
+}
+
+/// Masks an event's free texts — its last error, its runs' errors and
+/// receivers' answers — where they quote `values` or an e-mail address.
+fn mask_free_texts(values: &[String], last_error: &mut Option<String>, runs: &mut [Attempt]) {
+    let cover = |text: &mut Option<String>, cut: fn(&str) -> bool| {
+        if let Some(text) = text {
+            *text = mask::cover_quoted(text, values, Cover::Mask, cut(text));
+        }
+    };
+    cover(last_error, error_cut);
+    for run in runs {
+        cover(&mut run.error, error_cut);
+        cover(&mut run.response, answer_cut);
+    }
+}
+
+/// A stored error cut short ends in `…`.
+fn error_cut(error: &str) -> bool {
+    error.ends_with('…')
+}
+
+/// A receiver's answer is kept up to `RESPONSE_EXCERPT` bytes (a character cut
+/// in two may leave it up to three short).
+fn answer_cut(answer: &str) -> bool {
+    answer.len() + 3 >= crate::handlers::forward::RESPONSE_EXCERPT
 }
 
 /// PostgreSQL text cannot hold NUL, so no stored source, payment or customer

@@ -120,6 +120,10 @@ impl Provider for GoCardless {
         true
     }
 
+    fn request_events(&self) -> &'static str {
+        "/events"
+    }
+
     fn identity(&self, _: &dyn Headers, event: &Value) -> Result<(String, String), Missing> {
         let id = non_empty(event.get("id")).ok_or_else(|| Missing::Id("events[].id".into()))?;
         let part = |name: &str| {

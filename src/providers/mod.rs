@@ -307,6 +307,13 @@ pub trait Provider: KeyFormat + Sync {
         false
     }
 
+    /// Where a kept request's events are, for a provider that `keeps_request`:
+    /// a JSON pointer to their array, so forgetting a customer rewrites their
+    /// items in it and leaves their batch-mates' as they came.
+    fn request_events(&self) -> &'static str {
+        ""
+    }
+
     /// Checks what was kept of a delivery (its body, or its item's bytes for a
     /// provider that sends several events per request) against every secret:
     /// the proof of origin on the desk.

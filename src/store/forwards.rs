@@ -342,18 +342,17 @@ pub async fn count_send(
     let Some(error) = failure else {
         let closed = sql::query_opt(
             client,
-            "WITH before AS (
-                 SELECT opened_at FROM forward_states WHERE forward = $1 FOR UPDATE
-             )
-             UPDATE forward_states
+            "UPDATE forward_states s
                  SET consecutive_failures = 0, opened_at = NULL, probe_at = NULL,
                      updated_at = now()
-                 WHERE forward = $1 AND (consecutive_failures > 0 OR opened_at IS NOT NULL)
-                 RETURNING (SELECT opened_at IS NOT NULL FROM before)",
+                 FROM (SELECT opened_at IS NOT NULL AS was_open
+                       FROM forward_states WHERE forward = $1) before
+                 WHERE s.forward = $1 AND (s.consecutive_failures > 0 OR s.opened_at IS NOT NULL)
+                 RETURNING before.was_open",
             params![&forward],
         )
         .await?
-        .is_some_and(|row| row.get(0));
+        .is_some_and(|row| row.get::<_, Option<bool>>(0).unwrap_or(false));
         if !closed {
             return Ok(Breaker::Unchanged);
         }

@@ -261,6 +261,20 @@ pub async fn attempts_of(
     Ok(by_event)
 }
 
+/// The payloads of events `ids` that still have one (purged ones have none).
+pub async fn payloads_of(
+    client: &impl Session,
+    ids: &[i64],
+) -> Result<std::collections::HashMap<i64, Value>, StoreError> {
+    let rows = sql::query(
+        client,
+        "SELECT id, payload FROM webhook_events WHERE id = ANY($1) AND payload IS NOT NULL",
+        params![&ids],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
 /// The events about one payment, oldest first (at most `limit`).
 pub async fn events_of_payment(
     client: &impl Session,

@@ -64,10 +64,7 @@ async fn slow_a_source_without_accepted_deliveries_for_its_window_is_silent_unti
         serde_json::json!({"id": "pi_1"}),
     ))
     .expect("json");
-    let forged = vec![(
-        "Stripe-Signature".to_string(),
-        "t=1,v1=00".to_string(),
-    )];
+    let forged = vec![("Stripe-Signature".to_string(), "t=1,v1=00".to_string())];
     assert_eq!(app.post("stripe", &forged, body).await.status, 401);
     tokio::time::sleep(hookd::silence::FLUSH_EVERY * 2).await;
     assert_eq!(silent(&app).await.as_deref(), Some("1"));

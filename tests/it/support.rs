@@ -122,6 +122,8 @@ struct Manner {
     delay: std::time::Duration,
     /// The first answer's body is this many bytes, streamed (later ones are short).
     flood: Option<usize>,
+    /// Each answer's body made from the request's, as a receiver quoting what it got.
+    echo: Option<fn(&[u8]) -> String>,
 }
 
 /// What a flooding receiver streams, a chunk at a time.
@@ -149,6 +151,15 @@ impl Receiver {
     pub async fn flooding(answers: &[u16], bytes: usize) -> Receiver {
         let manner = Manner {
             flood: Some(bytes),
+            ..Manner::default()
+        };
+        Receiver::start_with(answers, manner).await
+    }
+
+    /// A consumer whose answers quote the request: `echo` makes each body.
+    pub async fn echoing(answers: &[u16], echo: fn(&[u8]) -> String) -> Receiver {
+        let manner = Manner {
+            echo: Some(echo),
             ..Manner::default()
         };
         Receiver::start_with(answers, manner).await
@@ -219,6 +230,9 @@ impl Receiver {
                         let mut answer = HttpResponse::build(
                             actix_web::http::StatusCode::from_u16(status).expect("status"),
                         );
+                        if let Some(echo) = manner.echo {
+                            return answer.body(echo(&body));
+                        }
                         let Some(total) = flood.lock().expect("lock").take() else {
                             return answer.body(format!("answer {status}"));
                         };
