@@ -147,6 +147,7 @@ struct EventJson<'a> {
     handlers: &'a [HandlerState],
     origin: &'a Origin,
     conflicts: &'a [crate::store::history::Conflict],
+    conflicts_not_kept: i32,
 }
 
 impl Serialize for EventView {
@@ -162,6 +163,7 @@ impl Serialize for EventView {
             handlers: &self.handlers,
             origin: &self.origin,
             conflicts: &self.detail.conflicts,
+            conflicts_not_kept: self.detail.conflicts_not_kept,
         }
         .serialize(serializer)
     }

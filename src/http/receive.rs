@@ -326,9 +326,9 @@ async fn receive_several(
         }
     }
     if !conflicts.is_empty() {
-        let client = state.app.pool.get().await.map_err(StoreError::from)?;
+        let mut client = state.app.pool.get().await.map_err(StoreError::from)?;
         for event in &conflicts {
-            events::record_conflict(&client, event).await?;
+            events::record_conflict(&mut client, event).await?;
         }
     }
     summary.outcome = match (duplicates, conflicts.len()) {

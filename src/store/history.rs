@@ -72,8 +72,10 @@ pub struct EventDetail {
     pub payload_sha256: String,
     pub attempts: Vec<Attempt>,
     /// Items of several-event requests that reused this event's id with another
-    /// payload, oldest first.
+    /// payload, oldest first (`events::CONFLICTS_KEPT` at most).
     pub conflicts: Vec<Conflict>,
+    /// Deliveries of conflicting items that came past those kept: counted, not kept.
+    pub conflicts_not_kept: i32,
 }
 
 /// An item refused as a conflict but acknowledged with its batch.
@@ -192,8 +194,8 @@ pub async fn load_event(
 
 pub async fn get_event(client: &impl Session, id: i64) -> Result<Option<EventDetail>, StoreError> {
     let sql = format!(
-        "SELECT {SUMMARY_COLUMNS}, payload, encode(payload_sha256, 'hex') FROM webhook_events \
-         WHERE id = $1"
+        "SELECT {SUMMARY_COLUMNS}, payload, encode(payload_sha256, 'hex'), conflicts_not_kept \
+         FROM webhook_events WHERE id = $1"
     );
     let Some(row) = sql::query_opt(client, &sql, params![&id]).await? else {
         return Ok(None);
@@ -226,6 +228,7 @@ pub async fn get_event(client: &impl Session, id: i64) -> Result<Option<EventDet
         payload_sha256: row.get(18),
         attempts,
         conflicts,
+        conflicts_not_kept: row.get(19),
     }))
 }
 

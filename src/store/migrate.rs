@@ -66,6 +66,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(16, "0016_job_leases.sql"),
     migration!(17, "0017_hourly_rollups.sql"),
     migration!(18, "0018_forgotten_customers.sql"),
+    migration!(21, "0021_conflicts_kept.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.
