@@ -220,8 +220,9 @@ pub enum Verdict {
     Verified { secret: i32 },
     /// They do not verify (a secret was rotated away since, or the record changed).
     Unverified { reason: String },
-    /// Its customer was forgotten: the personal data was erased from what is
-    /// kept, which therefore no longer matches its signature.
+    /// Its customer (or a customer of its kept request) was forgotten: the
+    /// personal data was erased from what is kept, which therefore no longer
+    /// matches its signature.
     Redacted { reason: String },
     /// The exact body or its signature headers are not kept (purged, or stored
     /// before hookd kept them), or the source is no longer configured.
@@ -386,7 +387,8 @@ pub struct Forgotten {
     /// Their events, each now marked redacted (purged ones included: they lose
     /// the customer's id).
     pub events: usize,
-    /// Stored payloads and exact bodies rewritten without the personal data.
+    /// Stored payloads and exact bodies rewritten without the personal data
+    /// (bodies: the events' own, and the requests kept once beside them).
     pub payloads: usize,
     pub bodies: usize,
     /// Exact bodies that are not JSON (a form, XML), which cannot be rewritten
@@ -396,6 +398,22 @@ pub struct Forgotten {
     pub conflicts: usize,
     /// Payments that no longer name the customer (their state stays).
     pub payments: u64,
+}
+
+impl Forgotten {
+    /// Counts a kept body (if any) as rewritten, or dropped when `redacted` is none.
+    fn count_body(&mut self, kept: Option<&[u8]>, redacted: Option<&[u8]>) {
+        self.bodies += usize::from(redacted.is_some());
+        self.bodies_dropped += usize::from(kept.is_some() && redacted.is_none());
+    }
+}
+
+/// A kept body rewritten by `redact` as JSON; `None` when there is none, or it
+/// is not JSON (a form, XML: it cannot be rewritten field by field).
+fn redacted_json(kept: Option<&[u8]>, redact: impl FnOnce(&mut Value)) -> Option<Vec<u8>> {
+    let mut body = serde_json::from_slice::<Value>(kept?).ok()?;
+    redact(&mut body);
+    serde_json::to_vec(&body).ok()
 }
 
 /// What a bulk retry did (or, as a preview, would do).
@@ -535,6 +553,23 @@ impl Desk {
         }
     }
 
+    /// `cover` for a request kept once beside its events: the source's `mask`
+    /// applied to each of its events.
+    fn cover_request(&self, source: &str, request: &mut Value, how: Cover) {
+        match self.settings.now().source(source) {
+            Some(source) => {
+                let events = crate::providers::of(&source.scheme).events_in_request();
+                let pointers: Vec<String> = source
+                    .mask
+                    .iter()
+                    .map(|pointer| format!("{events}{pointer}"))
+                    .collect();
+                mask::cover(request, &pointers, how);
+            }
+            None => mask::cover_all(request, how),
+        }
+    }
+
     /// Re-checks a stored event's signature against the source's current
     /// secrets, as of the time it was received.
     pub async fn verify_origin(&self, id: i64) -> Result<Origin, StoreError> {
@@ -559,7 +594,7 @@ impl Desk {
                 _,
             ) => Verdict::Redacted {
                 reason: format!(
-                    "its customer's personal data was erased on {}",
+                    "a customer's personal data was erased from it on {}",
                     at.format("%Y-%m-%d %H:%M UTC")
                 ),
             },
@@ -842,18 +877,23 @@ impl Desk {
                 redact(&event.source, &mut payload);
                 payload
             });
-            let body = event.body.as_deref().and_then(|body| {
-                let mut body = serde_json::from_slice::<Value>(body).ok()?;
-                redact(&event.source, &mut body);
-                serde_json::to_vec(&body).ok()
-            });
+            let body = redacted_json(event.body.as_deref(), |body| redact(&event.source, body));
             outcome.payloads += usize::from(payload.is_some());
-            outcome.bodies += usize::from(body.is_some());
-            outcome.bodies_dropped += usize::from(event.body.is_some() && body.is_none());
+            outcome.count_body(event.body.as_deref(), body.as_deref());
             forget::redact_event(&tx, event.id, payload.as_ref(), body.as_deref()).await?;
         }
         outcome.events = events.len();
         let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+        // A request kept once beside its events (GoCardless's) holds the
+        // customer's events and their batch-mates': the mask goes over each.
+        for request in forget::requests_of(&tx, &ids).await? {
+            let body = redacted_json(request.body.as_deref(), |body| {
+                self.cover_request(&request.source, body, Cover::Redact);
+                mask::cover_text(body, customer, Cover::Redact);
+            });
+            outcome.count_body(request.body.as_deref(), body.as_deref());
+            forget::redact_request(&tx, request.id, body.as_deref()).await?;
+        }
         for mut conflict in forget::conflicts_of(&tx, &ids).await? {
             redact(&conflict.source, &mut conflict.payload);
             forget::redact_conflict(&tx, conflict.id, &conflict.payload).await?;

@@ -237,8 +237,7 @@ async fn handle(
         );
         return Err(refused(SignatureError::Mismatch));
     }
-    let mut events = IncomingEvent::parse_all(source, &headers, &body)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let mut events = IncomingEvent::parse_all(source, &headers, &body)?;
     if events.len() != 1 {
         return receive_several(state, source_name, provider, events, verified, summary).await;
     }

@@ -8,7 +8,7 @@ use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 use super::StoreError;
 use super::payments::{PaymentColumns, PaymentUpdate};
-use crate::event::IncomingEvent;
+use crate::event::{IncomingEvent, KeptRequest};
 
 /// Where an event stands: `processed` (every handler done), `ignored` (none
 /// applies), `failed` (a handler will run again at `next_attempt_at`, or a forward
@@ -171,7 +171,7 @@ pub async fn record_delivery(
         ],
     )
     .await?;
-    Ok(match row {
+    let recorded = match row {
         // The id is stored under another body key, or none.
         None if by_body => recount_by_id(client, event, 1).await?,
         // The conflict's WHERE refused the update: the stored payload differs,
@@ -187,7 +187,59 @@ pub async fn record_delivery(
             id: row.get(0),
             event_id: event.event_id.clone(),
         },
-    })
+    };
+    keep_requests(client, &[(event, &recorded)]).await?;
+    Ok(recorded)
+}
+
+/// Keeps the requests of the new events among `decided` once each (a request
+/// already kept, by a resend or by a batch-mate stored apart, is that one) and
+/// points those events at them: a statement for the requests and one for the
+/// events, in the caller's transaction, only when there are such events.
+async fn keep_requests(
+    client: &impl Session,
+    decided: &[(&IncomingEvent, &Recorded)],
+) -> Result<(), StoreError> {
+    let mut stored: Vec<(i64, &str, &KeptRequest)> = decided
+        .iter()
+        .filter_map(|(event, recorded)| match (recorded, &event.request) {
+            (Recorded::New { id }, Some(request)) => Some((*id, event.source.as_str(), &**request)),
+            _ => None,
+        })
+        .collect();
+    if stored.is_empty() {
+        return Ok(());
+    }
+    // In one order in every transaction, so two never wait on each other.
+    let mut requests: Vec<(&str, &KeptRequest)> = stored.iter().map(|s| (s.1, s.2)).collect();
+    requests.sort_unstable_by_key(|(source, request)| (*source, request.sha256));
+    requests.dedup_by_key(|(source, request)| (*source, request.sha256));
+    let sources: Vec<&str> = requests.iter().map(|r| r.0).collect();
+    let keys: Vec<&[u8]> = requests.iter().map(|r| &r.1.sha256[..]).collect();
+    let bodies: Vec<&[u8]> = requests.iter().map(|r| r.1.body.as_slice()).collect();
+    // One kept by a transaction still open is waited for, then found.
+    sql::execute(
+        client,
+        "INSERT INTO event_requests (source, body_sha256, body)
+             SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[])
+             ON CONFLICT (source, body_sha256) DO NOTHING",
+        params![&sources, &keys, &bodies],
+    )
+    .await?;
+    stored.sort_unstable_by_key(|s| s.0);
+    let ids: Vec<i64> = stored.iter().map(|s| s.0).collect();
+    let sources: Vec<&str> = stored.iter().map(|s| s.1).collect();
+    let keys: Vec<&[u8]> = stored.iter().map(|s| &s.2.sha256[..]).collect();
+    sql::execute(
+        client,
+        "UPDATE webhook_events e SET request_id = r.id
+             FROM unnest($1::bigint[], $2::text[], $3::bytea[]) AS s(id, source, key)
+             JOIN event_requests r ON r.source = s.source AND r.body_sha256 = s.key
+             WHERE e.id = s.id",
+        params![&ids, &sources, &keys],
+    )
+    .await?;
+    Ok(())
 }
 
 /// The constraint a second row of one `(source, event_id)` violates.
@@ -341,6 +393,9 @@ pub async fn record_batch(
             None => recount_legacy_duplicate(client, event, item.deliveries).await?,
         });
     }
+    let pairs: Vec<(&IncomingEvent, &Recorded)> =
+        items.iter().map(|i| i.event).zip(&decided).collect();
+    keep_requests(client, &pairs).await?;
     Ok(decided)
 }
 

@@ -1,5 +1,5 @@
-//! Forgetting a customer: their events' stored payloads, bodies and conflicting
-//! items rewritten without their personal data, and their id taken off their
+//! Forgetting a customer: their events' stored payloads, bodies, kept requests
+//! and conflicting items rewritten without their personal data, and their id taken off their
 //! events and payments. Dedupe keys, fingerprints and payment states stay.
 
 use serde_json::Value;
@@ -14,6 +14,15 @@ pub struct StoredEvent {
     pub source: String,
     /// `None` once purged.
     pub payload: Option<Value>,
+    pub body: Option<Vec<u8>>,
+}
+
+/// A request kept once beside its events, as stored.
+#[derive(Debug, Clone)]
+pub struct StoredRequest {
+    pub id: i64,
+    pub source: String,
+    /// `None` once purged.
     pub body: Option<Vec<u8>>,
 }
 
@@ -78,6 +87,46 @@ pub async fn conflicts_of(
             payload: r.get(2),
         })
         .collect())
+}
+
+/// The requests kept once beside events `ids` (their batch-mates' too), locked.
+pub async fn requests_of(
+    client: &impl Session,
+    ids: &[i64],
+) -> Result<Vec<StoredRequest>, StoreError> {
+    let rows = sql::query(
+        client,
+        "SELECT r.id, r.source, r.body FROM event_requests r
+             WHERE r.id IN (SELECT request_id FROM webhook_events WHERE id = ANY($1))
+             ORDER BY r.id
+             FOR UPDATE OF r",
+        params![&ids],
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| StoredRequest {
+            id: r.get(0),
+            source: r.get(1),
+            body: r.get(2),
+        })
+        .collect())
+}
+
+/// Stores a kept request's redacted body and marks it redacted: none of its
+/// events' signatures can be checked with it any more.
+pub async fn redact_request(
+    client: &impl Session,
+    id: i64,
+    body: Option<&[u8]>,
+) -> Result<(), StoreError> {
+    sql::execute(
+        client,
+        "UPDATE event_requests SET body = $2, redacted_at = now() WHERE id = $1",
+        params![&id, &body],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Stores an event's redacted payload and body, takes the customer's id off it,

@@ -306,7 +306,8 @@ pub struct SignedDelivery {
     pub received_at: DateTime<Utc>,
     /// `None` once purged (or for events stored before hookd kept them).
     pub kept: Option<KeptDelivery>,
-    /// When its customer was forgotten: what is kept is no longer what was signed.
+    /// When its customer (or, in a kept request, a batch-mate's) was
+    /// forgotten: what is kept is no longer what was signed.
     pub redacted_at: Option<DateTime<Utc>>,
 }
 
@@ -314,15 +315,19 @@ pub struct SignedDelivery {
 pub type KeptDelivery = (Vec<u8>, Vec<(String, String)>);
 
 /// An event's source, time, and exact body and signature headers when they are
-/// kept; `None` if there is no such event.
+/// kept (the whole request, for an event whose request is kept once beside
+/// it); `None` if there is no such event.
 pub async fn signed_delivery(
     client: &impl Session,
     id: i64,
 ) -> Result<Option<SignedDelivery>, StoreError> {
     let Some(row) = sql::query_opt(
         client,
-        "SELECT source, received_at, body, signature_headers, redacted_at FROM webhook_events
-             WHERE id = $1",
+        "SELECT e.source, e.received_at,
+                CASE WHEN e.request_id IS NULL THEN e.body ELSE r.body END,
+                e.signature_headers, COALESCE(e.redacted_at, r.redacted_at)
+             FROM webhook_events e LEFT JOIN event_requests r ON r.id = e.request_id
+             WHERE e.id = $1",
         params![&id],
     )
     .await?

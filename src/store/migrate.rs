@@ -67,6 +67,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(17, "0017_hourly_rollups.sql"),
     migration!(18, "0018_forgotten_customers.sql"),
     migration!(21, "0021_conflicts_kept.sql"),
+    migration!(22, "0022_event_requests.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.
