@@ -149,6 +149,7 @@ struct EventJson<'a> {
     handlers: &'a [HandlerState],
     origin: &'a Origin,
     conflicts: &'a [crate::store::history::Conflict],
+    conflicts_not_kept: i32,
 }
 
 impl Serialize for EventView {
@@ -164,6 +165,7 @@ impl Serialize for EventView {
             handlers: &self.handlers,
             origin: &self.origin,
             conflicts: &self.detail.conflicts,
+            conflicts_not_kept: self.detail.conflicts_not_kept,
         }
         .serialize(serializer)
     }
@@ -220,8 +222,9 @@ pub enum Verdict {
     Verified { secret: i32 },
     /// They do not verify (a secret was rotated away since, or the record changed).
     Unverified { reason: String },
-    /// Its customer was forgotten: the personal data was erased from what is
-    /// kept, which therefore no longer matches its signature.
+    /// Its customer (or a customer of its kept request) was forgotten: the
+    /// personal data was erased from what is kept, which therefore no longer
+    /// matches its signature.
     Redacted { reason: String },
     /// The exact body or its signature headers are not kept (purged, or stored
     /// before hookd kept them), or the source is no longer configured.
@@ -386,7 +389,8 @@ pub struct Forgotten {
     /// Their events, each now marked redacted (purged ones included: they lose
     /// the customer's id).
     pub events: usize,
-    /// Stored payloads and exact bodies rewritten without the personal data.
+    /// Stored payloads and exact bodies rewritten without the personal data
+    /// (bodies: the events' own, and the requests kept once beside them).
     pub payloads: usize,
     pub bodies: usize,
     /// Exact bodies that are not JSON (a form, XML), which cannot be rewritten
@@ -396,6 +400,14 @@ pub struct Forgotten {
     pub conflicts: usize,
     /// Payments that no longer name the customer (their state stays).
     pub payments: u64,
+}
+
+impl Forgotten {
+    /// Counts a kept body (if any) as rewritten, or dropped when `redacted` is none.
+    pub(super) fn count_body(&mut self, kept: Option<&[u8]>, redacted: Option<&[u8]>) {
+        self.bodies += usize::from(redacted.is_some());
+        self.bodies_dropped += usize::from(kept.is_some() && redacted.is_none());
+    }
 }
 
 /// What a bulk retry did (or, as a preview, would do).
@@ -614,7 +626,7 @@ impl Desk {
                 _,
             ) => Verdict::Redacted {
                 reason: format!(
-                    "its customer's personal data was erased on {}",
+                    "a customer's personal data was erased from it on {}",
                     at.format("%Y-%m-%d %H:%M UTC")
                 ),
             },

@@ -556,7 +556,12 @@ impl Core {
         let received_at = Utc::now();
         let mut runs = Vec::new();
         for (at, (item, plan)) in items.iter().zip(plans).enumerate() {
-            if item.event.body_key.is_some() || !forward_names(plan).is_empty() {
+            // A kept request is a statement of its own (`events::record_batch`);
+            // planned forwards are rows of their own.
+            if item.event.body_key.is_some()
+                || item.event.request.is_some()
+                || !forward_names(plan).is_empty()
+            {
                 return None;
             }
             let Some(Step::Local { kind, handler }) =
@@ -902,7 +907,7 @@ impl Core {
         plan: &[Step<'_>],
     ) -> Result<Ingested, StoreError> {
         let runner = &self.runner;
-        if plan.is_empty() {
+        if plan.is_empty() && event.request.is_none() {
             // Nothing to apply: the one statement is the whole transaction.
             let ignored = Expected {
                 status: EventStatus::Ignored,

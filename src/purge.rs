@@ -40,6 +40,9 @@ pub struct PurgeOutcome {
     pub audit_entries_deleted: u64,
     /// Conflicting items older than `retention`, gone with the payloads.
     pub conflicts_deleted: u64,
+    /// Requests kept once beside their events (GoCardless's) whose body went
+    /// with their events' payloads (their rows go with the events' keys).
+    pub requests_dropped: u64,
     /// Shutdown arrived mid-pass; the rest waits for the next pass.
     pub interrupted: bool,
 }
@@ -139,6 +142,7 @@ impl Purger {
             Step::RevokedSessions,
             Step::Audit,
             Step::Conflicts,
+            Step::Requests,
         ] {
             loop {
                 // A pass that stalled past its lease may have been taken over.
@@ -179,6 +183,13 @@ impl Purger {
                         let n = purge::delete_expired_batch(client, what, before, limit).await?;
                         outcome.conflicts_deleted += n;
                         n
+                    }
+                    Step::Requests => {
+                        let before = cutoffs.payloads;
+                        let (dropped, deleted) =
+                            purge::drop_requests_batch(client, before, limit).await?;
+                        outcome.requests_dropped += dropped;
+                        dropped.max(deleted)
                     }
                     Step::RevokedSessions => {
                         let (what, before) = (Expiring::RevokedSessions, cutoffs.revoked_sessions);
@@ -249,6 +260,7 @@ enum Step {
     RevokedSessions,
     Audit,
     Conflicts,
+    Requests,
 }
 
 /// After a batch that took `busy`, the pass rests `PAUSE_PER_BUSY` times as long:

@@ -457,7 +457,7 @@ pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup
             }
             h2 { "Attempts" }
             (attempts(&view.detail.attempts))
-            @if !view.detail.conflicts.is_empty() {
+            @if !view.detail.conflicts.is_empty() || view.detail.conflicts_not_kept > 0 {
                 h2 { "Conflicting deliveries" }
                 p {
                     "Items of batched requests that reused this event's id with another payload. "
@@ -465,14 +465,23 @@ pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup
                     "is unchanged."
                 }
                 table {
-                    tr { th { "Received" } th { "Stored fingerprint" } th { "Offered fingerprint" } th { "Offered payload" } }
+                    tr { th { "Received" } th { "Deliveries" } th { "Stored fingerprint" } th { "Offered fingerprint" } th { "Offered payload" } }
                     @for c in &view.detail.conflicts {
                         tr {
                             td { (time(Some(c.received_at))) }
+                            td { (c.deliveries) }
                             td { code { (c.stored_fingerprint) } }
                             td { code { (c.offered_fingerprint) } }
                             td { pre { (serde_json::to_string_pretty(&c.offered_payload).unwrap_or_default()) } }
                         }
+                    }
+                }
+                @if view.detail.conflicts_not_kept > 0 {
+                    p.note #conflicts-not-kept {
+                        (view.detail.conflicts_not_kept)
+                        " more conflicting deliveries came past the "
+                        (crate::store::events::CONFLICTS_KEPT)
+                        " items kept per event: counted, not kept."
                     }
                 }
             }

@@ -247,8 +247,7 @@ async fn handle(
         );
         return Err(refused(SignatureError::Mismatch));
     }
-    let mut events = IncomingEvent::parse_all(source, &headers, &body)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let mut events = IncomingEvent::parse_all(source, &headers, &body)?;
     if let (Some(signature), Some(event)) = (
         provider.checksum_signature(&providers::AnyHeaders(&headers)),
         events.first(),
@@ -369,9 +368,9 @@ async fn receive_several(
         }
     }
     if !conflicts.is_empty() {
-        let client = state.app.pool.get().await.map_err(StoreError::from)?;
+        let mut client = state.app.pool.get().await.map_err(StoreError::from)?;
         for event in &conflicts {
-            events::record_conflict(&client, event).await?;
+            events::record_conflict(&mut client, event).await?;
         }
     }
     summary.outcome = match (duplicates, conflicts.len()) {

@@ -300,9 +300,11 @@ pub trait Provider: KeyFormat + Sync {
         &[]
     }
 
-    /// Whether each event of a several-event request keeps the whole request
-    /// (the signature covers only the whole): a retry or a forward then reads
-    /// the event's own item of it ([`own_item`]).
+    /// Whether a several-event request is kept whole, once, beside its events
+    /// (the signature covers only the whole): each event keeps its own item's
+    /// bytes, and the request proves their origin. Events stored before kept
+    /// the whole request each: a retry or a forward of one reads its own item
+    /// of it ([`own_item`]).
     fn keeps_request(&self) -> bool {
         false
     }
@@ -616,8 +618,10 @@ pub fn sign(
     Ok(signed)
 }
 
-/// The item of a kept request that is the event `event_id` (for providers that
-/// keep the whole request with each event), and the bytes a forward sends for it.
+/// The item of a kept request that is the event `event_id`, and the bytes a
+/// forward sends for it, when an event of a provider that keeps the request
+/// kept the whole of it as its body (as events stored before requests were
+/// kept once did); `None` when the body is the event's own item already.
 pub fn own_item(
     scheme: &Scheme,
     headers: &dyn Headers,

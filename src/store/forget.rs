@@ -1,8 +1,8 @@
-//! Forgetting a customer: their events' stored payloads, bodies, conflicting
-//! items and free texts rewritten without their personal data, their id taken
-//! off their events and payments, and what else quotes them found and
-//! rewritten: batch-mates' kept requests, audit details, stored answers to
-//! Idempotency-Keys. Dedupe keys, fingerprints and payment states stay.
+//! Forgetting a customer: their events' stored payloads, bodies, kept requests,
+//! conflicting items and free texts rewritten without their personal data,
+//! their id taken off their events and payments, and what else quotes them
+//! found and rewritten: batch-mates' kept bodies, audit details, stored answers
+//! to Idempotency-Keys. Dedupe keys, fingerprints and payment states stay.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -20,6 +20,15 @@ pub struct StoredEvent {
     pub received_at: DateTime<Utc>,
     /// `None` once purged.
     pub payload: Option<Value>,
+    pub body: Option<Vec<u8>>,
+}
+
+/// A request kept once beside its events, as stored.
+#[derive(Debug, Clone)]
+pub struct StoredRequest {
+    pub id: i64,
+    pub source: String,
+    /// `None` once purged.
     pub body: Option<Vec<u8>>,
 }
 
@@ -87,6 +96,46 @@ pub async fn conflicts_of(
             payload: r.get(2),
         })
         .collect())
+}
+
+/// The requests kept once beside events `ids` (their batch-mates' too), locked.
+pub async fn requests_of(
+    client: &impl Session,
+    ids: &[i64],
+) -> Result<Vec<StoredRequest>, StoreError> {
+    let rows = sql::query(
+        client,
+        "SELECT r.id, r.source, r.body FROM event_requests r
+             WHERE r.id IN (SELECT request_id FROM webhook_events WHERE id = ANY($1))
+             ORDER BY r.id
+             FOR UPDATE OF r",
+        params![&ids],
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| StoredRequest {
+            id: r.get(0),
+            source: r.get(1),
+            body: r.get(2),
+        })
+        .collect())
+}
+
+/// Stores a kept request's redacted body and marks it redacted: none of its
+/// events' signatures can be checked with it any more.
+pub async fn redact_request(
+    client: &impl Session,
+    id: i64,
+    body: Option<&[u8]>,
+) -> Result<(), StoreError> {
+    sql::execute(
+        client,
+        "UPDATE event_requests SET body = $2, redacted_at = now() WHERE id = $1",
+        params![&id, &body],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Stores an event's redacted payload and body, takes the customer's id off it,

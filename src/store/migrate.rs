@@ -70,6 +70,8 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(20, "0020_bound_signatures.sql"),
     migration!(21, "0021_forward_states.sql"),
     migration!(22, "0022_source_activity.sql"),
+    migration!(23, "0023_conflicts_kept.sql"),
+    migration!(24, "0024_event_requests.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

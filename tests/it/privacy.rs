@@ -740,18 +740,30 @@ async fn forgetting_reaches_the_request_a_gocardless_batch_mate_keeps() {
         assert!(kept.contains(&column.to_string()), "{kept:?}");
     }
     let mate = app.event_row_id("EV_FORGET_B").await;
-    let body = app
-        .strings(
-            "SELECT convert_from(body, 'UTF8') FROM webhook_events WHERE id = $1",
-            &[&mate],
-        )
-        .await;
-    let body: Value = serde_json::from_str(&body[0]).expect("json");
+    let read = |sql: &'static str| {
+        let app = &app;
+        async move {
+            let text = app.strings(sql, &[&mate]).await;
+            serde_json::from_str::<Value>(&text[0]).expect("json")
+        }
+    };
+    let own = read("SELECT convert_from(body, 'UTF8') FROM webhook_events WHERE id = $1").await;
     assert_eq!(
-        body["events"][1],
+        own,
         gocardless_event("EV_FORGET_B", "PM_FORGET_B", "CU_KEPT")
     );
-    assert_eq!(body["events"][0]["links"]["customer"], "[redacted]");
+    // The request both came in, kept once: the customer's item rewritten, the
+    // batch-mate's as it came.
+    let request = read(
+        "SELECT convert_from(r.body, 'UTF8') FROM event_requests r
+           JOIN webhook_events e ON e.request_id = r.id WHERE e.id = $1",
+    )
+    .await;
+    assert_eq!(
+        request["events"][1],
+        gocardless_event("EV_FORGET_B", "PM_FORGET_B", "CU_KEPT")
+    );
+    assert_eq!(request["events"][0]["links"]["customer"], "[redacted]");
     let origin = &app.viewer().event(mate).await.json()["origin"];
     assert_eq!(origin["status"], "redacted", "{origin}");
 }
