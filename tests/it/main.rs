@@ -12,6 +12,7 @@ mod drift;
 mod embedded;
 mod failover;
 mod forwards;
+mod handler_timeout;
 mod hardening;
 mod hostile;
 mod migrate;
