@@ -454,12 +454,18 @@ fn attempts(runs: &[crate::store::history::Attempt]) -> Markup {
     }
 }
 
+/// An amount the payments table keeps in minor units, as people read money
+/// (the API keeps the minor units).
+fn money(amount: i64, currency: Option<&str>) -> String {
+    match currency {
+        Some(currency) => crate::money::readable(amount, currency),
+        None => format!("{amount} (minor units, no currency)"),
+    }
+}
+
 pub fn payment(who: &Principal, view: &PaymentView) -> Markup {
     let p = &view.payment;
-    let money = |amount: i64| match &p.currency {
-        Some(currency) => format!("{amount} {currency}"),
-        None => amount.to_string(),
-    };
+    let money = |amount: i64| money(amount, p.currency.as_deref());
     layout(
         &format!("Payment {}", p.payment_id),
         Some(who),
@@ -520,8 +526,8 @@ pub fn customer(
                     tr {
                         td { a href=(payment_href(&p.source, &p.payment_id)) { (p.payment_id) } }
                         td { (p.source) } td { (status(&p.status)) }
-                        td { (p.amount) " " (p.currency.as_deref().unwrap_or_default()) }
-                        td { (p.amount_refunded) }
+                        td { (money(p.amount, p.currency.as_deref())) }
+                        td { (money(p.amount_refunded, p.currency.as_deref())) }
                         td { (time(Some(p.created_at))) } td { (time(Some(p.updated_at))) }
                     }
                 }

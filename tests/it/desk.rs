@@ -156,6 +156,48 @@ async fn a_customers_payments_page_newest_first_without_gaps() {
     );
 }
 
+/// The pages show amounts as people read money, by each currency's decimals;
+/// the API keeps the minor units the payments table holds.
+#[tokio::test]
+async fn the_pages_show_amounts_as_money_by_their_currency() {
+    let app = spawn_app().await;
+    a_refunded_payment(&app).await;
+    for (id, amount, currency) in [("pi_jpy", 5000, "jpy"), ("pi_kwd", 1005, "kwd")] {
+        let paid = stripe_event(
+            &format!("evt_{id}"),
+            "payment_intent.succeeded",
+            json!({"id": id, "object": "payment_intent", "amount": amount,
+                   "currency": currency, "customer": "cus_desk"}),
+        );
+        assert_eq!(app.deliver("stripe", &paid).await.status, 200);
+    }
+    let page = app.viewer().get("/admin/payments/stripe/pi_desk").await;
+    assert_eq!(page.status, 200);
+    let page = page.text();
+    assert!(page.contains("20.00 USD"), "{page}");
+    assert!(page.contains("refunded: 5.00 USD"), "{page}");
+    assert!(!page.contains("2000 "), "{page}");
+    let customer = app.viewer().get("/admin/customers/cus_desk").await.text();
+    for shown in ["20.00 USD", "5.00 USD", "5000 JPY", "1.005 KWD"] {
+        assert!(customer.contains(shown), "{shown}: {customer}");
+    }
+    for minor in ["2000 ", "500<", "1005"] {
+        assert!(!customer.contains(minor), "{minor}: {customer}");
+    }
+    let api = app
+        .viewer()
+        .get("/admin/api/payments/stripe/pi_desk")
+        .await
+        .json();
+    assert_eq!(
+        (
+            &api["payment"]["amount"],
+            &api["payment"]["amount_refunded"]
+        ),
+        (&json!(2000), &json!(500))
+    );
+}
+
 async fn dead_events(app: &TestApp, n: usize) -> Vec<i64> {
     let mut ids = Vec::new();
     for i in 0..n {
