@@ -12,6 +12,7 @@ use std::time::Duration;
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::{Value, json};
 
+use crate::support::provider::{adyen_authorisation, send_adyen};
 use crate::support::relay::CancelRelay;
 use crate::support::{
     Spawn, TestApp, TestDb, connect, shipped_settings, spawn, stripe_event, wait_for,
@@ -205,23 +206,9 @@ async fn a_lone_delivery_cut_at_handler_timeout_leaves_no_cancel_for_the_next() 
     assert_eq!(app.event_status("evt_next").await, "processed");
 }
 
-/// An Adyen authorisation of `reference`, signed by `sign_body`.
+/// An Adyen authorisation of `reference`.
 fn adyen_item(psp: &str, reference: &str) -> Value {
-    json!({"NotificationRequestItem": {
-        "amount": {"currency": "EUR", "value": 1000},
-        "eventCode": "AUTHORISATION",
-        "eventDate": "2026-11-30T14:00:00+01:00",
-        "merchantAccountCode": "HookdShopECOM",
-        "merchantReference": reference,
-        "pspReference": psp,
-        "success": "true",
-    }})
-}
-
-async fn adyen(app: &TestApp, items: Vec<Value>) -> crate::support::Answer {
-    let body = json!({"live": "false", "notificationItems": items});
-    let (headers, signed) = app.sign_body("adyen", &serde_json::to_vec(&body).expect("json"));
-    app.post("adyen", &headers, signed).await
+    adyen_authorisation(psp, reference, "2026-11-30T14:00:00+01:00")
 }
 
 #[tokio::test]
@@ -231,7 +218,7 @@ async fn a_batch_cut_at_handler_timeout_leaves_no_cancel_for_its_deliveries_stor
     // Two events of one request share a batch; its handler is cut, and each is
     // then stored on its own, its handler waiting on a lock — one of them, had
     // the batch's session gone back to the pool, on that session.
-    let request = adyen(
+    let request = send_adyen(
         app,
         vec![
             adyen_item("psp_a", "order-a"),
@@ -264,7 +251,7 @@ async fn a_batch_stored_one_by_one_holds_half_the_pool_at_most() {
     let items = (0..20)
         .map(|i| adyen_item(&format!("psp_{i}"), &format!("one-by-one-{i}")))
         .collect();
-    let request = adyen(app, items);
+    let request = send_adyen(app, items);
     let observed = async {
         s.until_waiting(
             "the deliveries stored one by one",
