@@ -19,6 +19,7 @@ use crate::dispatch::{Dispatcher, RetryBy, RetryOutcome};
 use crate::filter::{self, FilterError};
 use crate::ledger::{self, HandlerState};
 use crate::mask::{self, Cover};
+use crate::providers;
 use crate::rollup::{Rollups, day_of, hour_of};
 use crate::store::audit::{self, AuditEntry, Record};
 use crate::store::forwards;
@@ -102,6 +103,21 @@ pub struct EventView {
     /// Whether the payload (and conflicting items) are shown with the source's
     /// `mask` applied; false once an operator revealed them.
     pub masked: bool,
+    /// The page's only (the API's JSON leaves it out).
+    pub provider_time: Option<ProviderTime>,
+}
+
+/// When the provider dated an event, for a scheme whose signature covers no
+/// time: a genuine body can be sent again at any time, and once its dedupe key
+/// is purged (`key_retention` after it was received) it is taken as a new
+/// event. One dated more than `key_retention` before it arrived may be such a
+/// body, its first delivery forgotten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderTime {
+    pub at: DateTime<Utc>,
+    pub key_retention: std::time::Duration,
+    /// `at` is more than `key_retention` before the event was received.
+    pub beyond_key_retention: bool,
 }
 
 /// An event's columns where `attempts` lists its runs: the counter, which
@@ -510,6 +526,7 @@ impl Desk {
         };
         let forwards = forwards::of_event(&client, id).await?;
         let origin = self.origin_with(&client, id).await?;
+        let provider_time = self.provider_time(&detail);
         if !reveal {
             let values = self.quoted_values(&detail.summary.source, detail.payload.as_ref());
             mask_free_texts(
@@ -548,6 +565,7 @@ impl Desk {
             handlers,
             origin,
             masked: !reveal,
+            provider_time,
         }))
     }
 
@@ -591,6 +609,23 @@ impl Desk {
             mask_free_texts(&values, &mut summary.last_error, runs);
         }
         Ok(())
+    }
+
+    /// When the provider dated the event, for a scheme that signs no time (see
+    /// `ProviderTime`); `None` once the payload is purged.
+    fn provider_time(&self, detail: &EventDetail) -> Option<ProviderTime> {
+        let settings = self.settings.now();
+        let source = settings.source(&detail.summary.source)?;
+        let at = providers::of(&source.scheme).unsigned_time(detail.payload.as_ref()?)?;
+        let key_retention = settings.key_retention;
+        let age = (detail.summary.received_at - at)
+            .to_std()
+            .unwrap_or_default();
+        Some(ProviderTime {
+            at,
+            key_retention,
+            beyond_key_retention: age > key_retention,
+        })
     }
 
     /// Covers a payload's personal data as its source's `mask` says; all of it

@@ -7,7 +7,9 @@ use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::auth::Principal;
-use crate::desk::{BulkOutcome, Covered, Dashboard, EventView, Origin, PaymentView, Verdict};
+use crate::desk::{
+    BulkOutcome, Covered, Dashboard, EventView, Origin, PaymentView, ProviderTime, Verdict,
+};
 use crate::filter::ListParams;
 use crate::store::audit::AuditEntry;
 use crate::store::history::EventSummary;
@@ -377,10 +379,27 @@ pub fn retry_note(outcome: &str) -> Option<&'static str> {
     })
 }
 
+/// When the provider dated an event its scheme does not sign the time of, and
+/// a mark when that is older than `key_retention` at its arrival.
+fn provider_time(dated: &ProviderTime) -> Markup {
+    html! {
+        (time(Some(dated.at)))
+        @if dated.beyond_key_retention {
+            br;
+            span.status-failed {
+                "Dated more than key_retention (" (crate::duration::format(dated.key_retention))
+                ") before it arrived. Its provider signs no time, so a genuine body can be "
+                "sent again at any time: this may be an old event delivered again and taken "
+                "as new, its first delivery's key purged."
+            }
+        }
+    }
+}
+
 pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup {
     let event = &view.detail.summary;
     let (payment, customer) = id_links(event);
-    let rows: Vec<(&str, Markup)> = vec![
+    let mut rows: Vec<(&str, Markup)> = vec![
         ("Source", html! { (event.source) }),
         ("Event id", id(&event.event_id)),
         ("Type", html! { (event.event_type) }),
@@ -405,6 +424,9 @@ pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup
         ("Next attempt", html! { (time(event.next_attempt_at)) }),
         ("Purged", html! { (time(event.purged_at)) }),
     ];
+    if let Some(dated) = &view.provider_time {
+        rows.push(("Provider's time", provider_time(dated)));
+    }
     let pretty = view
         .detail
         .payload
@@ -506,12 +528,18 @@ fn attempts(runs: &[crate::store::history::Attempt]) -> Markup {
     }
 }
 
+/// An amount the payments table keeps in minor units, as people read money
+/// (the API keeps the minor units).
+fn money(amount: i64, currency: Option<&str>) -> String {
+    match currency {
+        Some(currency) => crate::money::readable(amount, currency),
+        None => format!("{amount} (minor units, no currency)"),
+    }
+}
+
 pub fn payment(who: &Principal, view: &PaymentView) -> Markup {
     let p = &view.payment;
-    let money = |amount: i64| match &p.currency {
-        Some(currency) => format!("{amount} {currency}"),
-        None => amount.to_string(),
-    };
+    let money = |amount: i64| money(amount, p.currency.as_deref());
     layout(
         &format!("Payment {}", p.payment_id),
         Some(who),
@@ -572,8 +600,8 @@ pub fn customer(
                     tr {
                         td { a href=(payment_href(&p.source, &p.payment_id)) { (p.payment_id) } }
                         td { (p.source) } td { (status(&p.status)) }
-                        td { (p.amount) " " (p.currency.as_deref().unwrap_or_default()) }
-                        td { (p.amount_refunded) }
+                        td { (money(p.amount, p.currency.as_deref())) }
+                        td { (money(p.amount_refunded, p.currency.as_deref())) }
                         td { (time(Some(p.created_at))) } td { (time(Some(p.updated_at))) }
                     }
                 }

@@ -174,9 +174,7 @@ pub async fn login(
     request: HttpRequest,
     mut payload: web::Payload,
 ) -> HttpResponse {
-    let checked = auth::check_same_origin(&state, &request)
-        .and_then(|()| state.guard.check_client(&request, None));
-    if let Err(error) = checked {
+    if let Err(error) = auth::check_same_origin(&state, &request) {
         return error_page(&error, None);
     }
     let body = match form_body(&state, &request, &mut payload).await {
@@ -187,7 +185,10 @@ pub async fn login(
     let settings = state.app.settings.now();
     let found = auth::find_token(&settings, &token).filter(|t| auth::usable_here(t, &request));
     let Some(token) = found else {
-        state.guard.record_failure(&request, None);
+        // The right token is never refused; a wrong one past the limit is 429.
+        if let Err(error) = state.guard.refuse_guess(&request, None) {
+            return error_page(&error, None);
+        }
         let request_id = request_id::of(&request);
         log::warn!(
             request_id = request_id.as_str();

@@ -154,6 +154,11 @@ impl Provider for GoCardless {
         Ok((id, format!("{resource}.{action}")))
     }
 
+    /// The event's `created_at`.
+    fn unsigned_time(&self, payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+        super::time_at(payload, "/created_at")
+    }
+
     fn default_event_types(&self) -> HashMap<String, String> {
         kind_table(&EVENT_TYPES)
     }

@@ -272,6 +272,15 @@ pub trait Provider: KeyFormat + Sync {
         Duration::from_secs(5 * 60)
     }
 
+    /// When the provider says an event happened, from its payload, for a
+    /// scheme whose signature covers no time: a genuine body can be sent again
+    /// at any time, and is taken as new once its key was purged
+    /// (`key_retention`), so the desk's event page shows this time. `None`
+    /// where the signature covers a time, or the payload carries none.
+    fn unsigned_time(&self, _payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+        None
+    }
+
     /// The JSON a verified body stands for: the body itself, unless the
     /// provider sends another format (Braintree's form of base64 XML). The
     /// error says why it cannot be read.
@@ -426,6 +435,17 @@ pub trait Provider: KeyFormat + Sync {
             .map(|slot| *slot = Value::String(id.clone()))
             .is_some();
         (id, placed)
+    }
+}
+
+/// The time at `pointer` in a payload: RFC 3339 text, or Unix seconds.
+fn time_at(payload: &Value, pointer: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    match payload.pointer(pointer)? {
+        Value::String(text) => chrono::DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|t| t.with_timezone(&chrono::Utc)),
+        Value::Number(seconds) => chrono::DateTime::from_timestamp(seconds.as_i64()?, 0),
+        _ => None,
     }
 }
 

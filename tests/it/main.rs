@@ -13,6 +13,7 @@ mod embedded;
 mod failover;
 mod forward_lanes;
 mod forwards;
+mod handler_timeout;
 mod hardening;
 mod hostile;
 mod migrate;

@@ -13,6 +13,7 @@ pub use hookd_kit::metrics::{Exposition, Sample, parse_exposition};
 pub use hookd_kit::settings::shipped_settings;
 
 pub mod provider;
+pub mod relay;
 
 /// `holder`, made to hold the payment row `payment_id` (inserted for it)
 /// `FOR UPDATE` until it ends its transaction.
