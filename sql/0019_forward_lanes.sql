@@ -17,8 +17,9 @@ CREATE TABLE event_forwards (
     PRIMARY KEY (webhook_event_id, forward)
 );
 
--- A lane's queue: its pending rows, oldest due first.
-CREATE INDEX event_forwards_due ON event_forwards (forward, next_attempt_at, webhook_event_id)
+-- A lane's queue: its pending rows in the order their events came (a lane
+-- takes the due ones; a backlog drains in order).
+CREATE INDEX event_forwards_due ON event_forwards (forward, webhook_event_id)
     WHERE state = 'pending';
 
 -- Events stored before this migration whose forwards were still to go: their

@@ -180,6 +180,11 @@ impl App {
                     .run_until_stopped(stop.clone()),
             ));
         }
+        loops.push(tokio::spawn(self.activity.clone().run_until_stopped(
+            self.pool.clone(),
+            self.settings.clone(),
+            stop.clone(),
+        )));
         if parts.purge {
             loops.push(tokio::spawn(
                 self.purger.clone().run_until_stopped(stop.clone()),

@@ -143,6 +143,9 @@ pub struct Source {
     /// customer erases: the provider's defaults (unless `mask_defaults = false`)
     /// and the source's own `mask`.
     pub mask: Vec<String>,
+    /// A delivery is expected at least this often: longer without one makes
+    /// `hookd_source_silent` 1 (none: not watched).
+    pub expect_events_within: Option<Duration>,
 }
 
 impl Source {
@@ -185,6 +188,13 @@ pub struct Forward {
     pub timeout: Duration,
     /// Sends to it under way at once, per instance.
     pub concurrency: usize,
+    /// An event goes dead for it only once its sends are `max_attempts` and
+    /// its first send is this long ago.
+    pub retry_for: Duration,
+    /// Consecutive failed sends that open its circuit breaker.
+    pub open_after: i32,
+    /// Its events wait, unsent, until it is resumed.
+    pub paused: bool,
 }
 
 impl Forward {
@@ -219,8 +229,16 @@ pub(crate) fn shown_url(url: &reqwest::Url) -> String {
     )
 }
 
+/// The shortest `expect_events_within` a source may have.
+const MIN_SILENCE: Duration = Duration::from_secs(60);
+
 /// Sends to one forward under way at once (per instance), unless it says.
 const DEFAULT_FORWARD_CONCURRENCY: i64 = 4;
+/// How long a forward's failing sends go on at least, unless it says: Stripe's
+/// own horizon for redelivering a webhook.
+const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(72 * 3600);
+/// Consecutive failed sends that open a forward's breaker, unless it says.
+const DEFAULT_OPEN_AFTER: i64 = 10;
 /// The most a forward may ask for: each send holds a connection to its receiver.
 const MAX_FORWARD_CONCURRENCY: i64 = 64;
 
@@ -525,6 +543,7 @@ struct RawSource {
     #[serde(default)]
     mask: Vec<String>,
     mask_defaults: Option<bool>,
+    expect_events_within: Option<Positive>,
     /// Every other key: the scheme's own, or unknown ones.
     #[serde(flatten)]
     scheme_keys: toml::Table,
@@ -541,7 +560,7 @@ struct RawSource {
 const CREDENTIAL_KEYS: [&str; 2] = ["basic_auth", "authorization"];
 
 /// The keys every source takes, whatever its scheme (each provider adds its own).
-const SOURCE_KEYS: [&str; 9] = [
+const SOURCE_KEYS: [&str; 10] = [
     "name",
     "scheme",
     "secrets",
@@ -551,6 +570,7 @@ const SOURCE_KEYS: [&str; 9] = [
     "dedupe_on_body",
     "mask",
     "mask_defaults",
+    "expect_events_within",
 ];
 
 #[derive(Debug, Deserialize)]
@@ -567,6 +587,10 @@ struct RawForward {
     sources: Vec<String>,
     timeout: Option<Positive>,
     concurrency: Option<i64>,
+    retry_for: Option<Positive>,
+    open_after: Option<i64>,
+    #[serde(default)]
+    paused: bool,
     /// The environment variable that set `secret`, if one did.
     #[serde(skip)]
     secret_env: Option<String>,
@@ -1111,6 +1135,13 @@ impl RawSource {
         mask.extend(self.mask);
         let dedupe_on_body = dedupe_on_body(&scheme, self.dedupe_on_body, &key)?;
         let tolerance = or(self.tolerance, providers::of(&scheme).default_tolerance());
+        let expect_events_within = self.expect_events_within.map(Duration::from);
+        if expect_events_within.is_some_and(|d| d < MIN_SILENCE) {
+            return Err((
+                key("expect_events_within"),
+                "is shorter than 1m: a provider's pause between two events is not silence".into(),
+            ));
+        }
         Ok(Source {
             name: self.name,
             scheme,
@@ -1121,6 +1152,7 @@ impl RawSource {
             fingerprint_ignore: fingerprint_ignore.into(),
             dedupe_on_body,
             mask,
+            expect_events_within,
         })
     }
 }
@@ -1252,6 +1284,11 @@ impl RawForward {
                 format!("{concurrency} is not between 1 and {MAX_FORWARD_CONCURRENCY}"),
             ));
         }
+        let open_after = self.open_after.unwrap_or(DEFAULT_OPEN_AFTER);
+        let open_after = i32::try_from(open_after)
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| (key("open_after"), format!("{open_after} is not at least 1")))?;
         Ok(Forward {
             name: self.name,
             url,
@@ -1261,6 +1298,9 @@ impl RawForward {
             sources: self.sources,
             timeout,
             concurrency: usize::try_from(concurrency).unwrap_or(1),
+            retry_for: or(self.retry_for, DEFAULT_RETRY_FOR),
+            open_after,
+            paused: self.paused,
         })
     }
 }

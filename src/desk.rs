@@ -19,9 +19,9 @@ use crate::dispatch::{Dispatcher, RetryBy, RetryOutcome};
 use crate::filter::{self, FilterError};
 use crate::ledger::{self, HandlerState};
 use crate::mask::{self, Cover};
+use crate::providers;
 use crate::rollup::{Rollups, day_of, hour_of};
 use crate::store::audit::{self, AuditEntry, Record};
-use crate::store::forget;
 use crate::store::forwards;
 use crate::store::history::{
     self, Attempt, EventDetail, EventFilter, EventSummary, SignedDelivery, Stats,
@@ -30,6 +30,8 @@ use crate::store::idempotency;
 pub use crate::store::idempotency::{Claim, RENEW_EVERY};
 use crate::store::payments::{self, Payment};
 use crate::store::{StoreError, events::EventStatus, rollups};
+
+mod forgetting;
 
 /// Events one bulk retry may touch; more matching is refused (narrow the filter).
 pub const BULK_RETRY_LIMIT: usize = 1000;
@@ -101,6 +103,21 @@ pub struct EventView {
     /// Whether the payload (and conflicting items) are shown with the source's
     /// `mask` applied; false once an operator revealed them.
     pub masked: bool,
+    /// The page's only (the API's JSON leaves it out).
+    pub provider_time: Option<ProviderTime>,
+}
+
+/// When the provider dated an event, for a scheme whose signature covers no
+/// time: a genuine body can be sent again at any time, and once its dedupe key
+/// is purged (`key_retention` after it was received) it is taken as a new
+/// event. One dated more than `key_retention` before it arrived may be such a
+/// body, its first delivery forgotten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderTime {
+    pub at: DateTime<Utc>,
+    pub key_retention: std::time::Duration,
+    /// `at` is more than `key_retention` before the event was received.
+    pub beyond_key_retention: bool,
 }
 
 /// An event's columns where `attempts` lists its runs: the counter, which
@@ -148,6 +165,7 @@ struct EventJson<'a> {
     handlers: &'a [HandlerState],
     origin: &'a Origin,
     conflicts: &'a [crate::store::history::Conflict],
+    conflicts_not_kept: i32,
 }
 
 impl Serialize for EventView {
@@ -163,6 +181,7 @@ impl Serialize for EventView {
             handlers: &self.handlers,
             origin: &self.origin,
             conflicts: &self.detail.conflicts,
+            conflicts_not_kept: self.detail.conflicts_not_kept,
         }
         .serialize(serializer)
     }
@@ -219,8 +238,9 @@ pub enum Verdict {
     Verified { secret: i32 },
     /// They do not verify (a secret was rotated away since, or the record changed).
     Unverified { reason: String },
-    /// Its customer was forgotten: the personal data was erased from what is
-    /// kept, which therefore no longer matches its signature.
+    /// Its customer (or a customer of its kept request) was forgotten: the
+    /// personal data was erased from what is kept, which therefore no longer
+    /// matches its signature.
     Redacted { reason: String },
     /// The exact body or its signature headers are not kept (purged, or stored
     /// before hookd kept them), or the source is no longer configured.
@@ -385,7 +405,8 @@ pub struct Forgotten {
     /// Their events, each now marked redacted (purged ones included: they lose
     /// the customer's id).
     pub events: usize,
-    /// Stored payloads and exact bodies rewritten without the personal data.
+    /// Stored payloads and exact bodies rewritten without the personal data
+    /// (bodies: the events' own, and the requests kept once beside them).
     pub payloads: usize,
     pub bodies: usize,
     /// Exact bodies that are not JSON (a form, XML), which cannot be rewritten
@@ -395,6 +416,14 @@ pub struct Forgotten {
     pub conflicts: usize,
     /// Payments that no longer name the customer (their state stays).
     pub payments: u64,
+}
+
+impl Forgotten {
+    /// Counts a kept body (if any) as rewritten, or dropped when `redacted` is none.
+    pub(super) fn count_body(&mut self, kept: Option<&[u8]>, redacted: Option<&[u8]>) {
+        self.bodies += usize::from(redacted.is_some());
+        self.bodies_dropped += usize::from(kept.is_some() && redacted.is_none());
+    }
 }
 
 /// What a bulk retry did (or, as a preview, would do).
@@ -438,7 +467,10 @@ impl Desk {
 
     /// A page of the history and the cursor of the next one.
     pub async fn list(&self, filter: EventFilter) -> Result<EventPage, StoreError> {
-        let (events, next_cursor) = filter::history_page(&self.client().await?, filter).await?;
+        let client = self.client().await?;
+        let (mut events, next_cursor) = filter::history_page(&client, filter).await?;
+        let texts = events.iter_mut().map(|e| (e, &mut [][..])).collect();
+        self.mask_texts_of(&client, texts).await?;
         Ok(EventPage {
             events,
             next_cursor,
@@ -447,9 +479,11 @@ impl Desk {
 
     /// An event's row as the list shows it (viewing it so is not audited).
     pub async fn summary(&self, id: i64) -> Result<Option<EventSummary>, StoreError> {
-        Ok(history::load_event(&self.pool, id)
-            .await?
-            .map(|event| event.summary))
+        Ok(history::load_event(&self.pool, id).await?.map(|mut event| {
+            let values = self.quoted_values(&event.summary.source, event.payload.as_ref());
+            mask_free_texts(&values, &mut event.summary.last_error, &mut []);
+            event.summary
+        }))
     }
 
     /// Events received from the start of `since`'s hour on, by status, kind and
@@ -491,10 +525,15 @@ impl Desk {
             return Ok(None);
         };
         let forwards = forwards::of_event(&client, id).await?;
-        let plan = self.dispatcher.plan_names(&detail.summary, &forwards);
-        let handlers = ledger::handler_states(&detail.attempts, &plan);
         let origin = self.origin_with(&client, id).await?;
+        let provider_time = self.provider_time(&detail);
         if !reveal {
+            let values = self.quoted_values(&detail.summary.source, detail.payload.as_ref());
+            mask_free_texts(
+                &values,
+                &mut detail.summary.last_error,
+                &mut detail.attempts,
+            );
             let cover = |payload: &mut Value| {
                 self.cover(&detail.summary.source, payload, Cover::Mask);
             };
@@ -502,6 +541,9 @@ impl Desk {
             let conflicts = detail.conflicts.iter_mut();
             conflicts.for_each(|c| cover(&mut c.offered_payload));
         }
+        // From the runs as shown: a handler's last error masked like its run's.
+        let plan = self.dispatcher.plan_names(&detail.summary, &forwards);
+        let handlers = ledger::handler_states(&detail.attempts, &plan);
         audit::record(
             &client,
             &Record {
@@ -523,7 +565,67 @@ impl Desk {
             handlers,
             origin,
             masked: !reveal,
+            provider_time,
         }))
+    }
+
+    /// The values a free text beside `payload` (of an event of `source`) may
+    /// quote: those its source's `mask` names; every one when the source is not
+    /// configured any more; none once the payload is purged.
+    fn quoted_values(&self, source: &str, payload: Option<&Value>) -> Vec<String> {
+        let Some(payload) = payload else {
+            return Vec::new();
+        };
+        match self.settings.now().source(source) {
+            Some(source) => mask::values(payload, &source.mask),
+            None => mask::values(payload, &[String::new()]),
+        }
+    }
+
+    /// Masks, for viewers, the free texts of `events` (each with its runs, if
+    /// shown) as their payloads are masked.
+    async fn mask_texts_of(
+        &self,
+        client: &deadpool_postgres::Object,
+        events: Vec<(&mut EventSummary, &mut [Attempt])>,
+    ) -> Result<(), StoreError> {
+        let quoting = |(summary, runs): &(&mut EventSummary, &mut [Attempt])| {
+            summary.last_error.is_some()
+                || runs
+                    .iter()
+                    .any(|a| a.error.is_some() || a.response.is_some())
+        };
+        let ids: Vec<i64> = events
+            .iter()
+            .filter(|e| quoting(e))
+            .map(|(s, _)| s.id)
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let payloads = history::payloads_of(client, &ids).await?;
+        for (summary, runs) in events {
+            let values = self.quoted_values(&summary.source, payloads.get(&summary.id));
+            mask_free_texts(&values, &mut summary.last_error, runs);
+        }
+        Ok(())
+    }
+
+    /// When the provider dated the event, for a scheme that signs no time (see
+    /// `ProviderTime`); `None` once the payload is purged.
+    fn provider_time(&self, detail: &EventDetail) -> Option<ProviderTime> {
+        let settings = self.settings.now();
+        let source = settings.source(&detail.summary.source)?;
+        let at = providers::of(&source.scheme).unsigned_time(detail.payload.as_ref()?)?;
+        let key_retention = settings.key_retention;
+        let age = (detail.summary.received_at - at)
+            .to_std()
+            .unwrap_or_default();
+        Some(ProviderTime {
+            at,
+            key_retention,
+            beyond_key_retention: age > key_retention,
+        })
     }
 
     /// Covers a payload's personal data as its source's `mask` says; all of it
@@ -559,7 +661,7 @@ impl Desk {
                 _,
             ) => Verdict::Redacted {
                 reason: format!(
-                    "its customer's personal data was erased on {}",
+                    "a customer's personal data was erased from it on {}",
                     at.format("%Y-%m-%d %H:%M UTC")
                 ),
             },
@@ -622,13 +724,15 @@ impl Desk {
             history::events_of_payment(&client, source, payment_id, PAYMENT_EVENTS).await?;
         let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
         let mut attempts = history::attempts_of(&client, &ids).await?;
-        let events = events
+        let mut events: Vec<(EventSummary, Vec<Attempt>)> = events
             .into_iter()
             .map(|event| {
                 let runs = attempts.remove(&event.id).unwrap_or_default();
                 (event, runs)
             })
             .collect();
+        let texts = events.iter_mut().map(|(e, runs)| (e, &mut runs[..]));
+        self.mask_texts_of(&client, texts.collect()).await?;
         audit::record(
             &client,
             &Record {
@@ -797,88 +901,6 @@ impl Desk {
         Ok(outcome)
     }
 
-    /// Erases a customer's personal data (of one source, when given): the
-    /// masked fields, and their id wherever it appears, from their events'
-    /// payloads, exact bodies and conflicting items; their id from their events
-    /// and payments. Every dedupe key, fingerprint and payment state stays, so a
-    /// later delivery of one of those events is still a duplicate. One
-    /// transaction, audited as `forgot_customer` with the counts (not the id,
-    /// which is what was to be forgotten); a dry run counts and changes nothing.
-    pub async fn forget(
-        &self,
-        customer: &str,
-        source: Option<&str>,
-        dry_run: bool,
-        who: &str,
-    ) -> Result<Forgotten, DeskError> {
-        if let Some(name) = source
-            && self.settings.now().source(name).is_none()
-        {
-            return Err(DeskError::UnknownSource(name.into()));
-        }
-        let mut outcome = Forgotten {
-            dry_run,
-            events: 0,
-            payloads: 0,
-            bodies: 0,
-            bodies_dropped: 0,
-            conflicts: 0,
-            payments: 0,
-        };
-        if !storable(customer) {
-            return Ok(outcome);
-        }
-        let redact = |source: &str, value: &mut Value| {
-            self.cover(source, value, Cover::Redact);
-            mask::cover_text(value, customer, Cover::Redact);
-        };
-        let mut client = self.client().await?;
-        let tx = crate::store::begin(&mut client)
-            .await
-            .map_err(StoreError::from)?;
-        let events = forget::events_of_customer(&tx, customer, source).await?;
-        for event in &events {
-            let payload = event.payload.clone().map(|mut payload| {
-                redact(&event.source, &mut payload);
-                payload
-            });
-            let body = event.body.as_deref().and_then(|body| {
-                let mut body = serde_json::from_slice::<Value>(body).ok()?;
-                redact(&event.source, &mut body);
-                serde_json::to_vec(&body).ok()
-            });
-            outcome.payloads += usize::from(payload.is_some());
-            outcome.bodies += usize::from(body.is_some());
-            outcome.bodies_dropped += usize::from(event.body.is_some() && body.is_none());
-            forget::redact_event(&tx, event.id, payload.as_ref(), body.as_deref()).await?;
-        }
-        outcome.events = events.len();
-        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-        for mut conflict in forget::conflicts_of(&tx, &ids).await? {
-            redact(&conflict.source, &mut conflict.payload);
-            forget::redact_conflict(&tx, conflict.id, &conflict.payload).await?;
-            outcome.conflicts += 1;
-        }
-        outcome.payments = forget::forget_payments(&tx, customer, source).await?;
-        if dry_run {
-            tx.rollback().await.map_err(StoreError::from)?;
-            return Ok(outcome);
-        }
-        audit::record(
-            &tx,
-            &Record {
-                who,
-                action: "forgot_customer",
-                source,
-                detail: serde_json::to_value(&outcome).ok(),
-                ..Record::default()
-            },
-        )
-        .await?;
-        tx.commit().await.map_err(StoreError::from)?;
-        Ok(outcome)
-    }
-
     /// The audit trail, newest first, and the cursor of the next page.
     pub async fn audit(&self, limit: i64, cursor: Option<&str>) -> Result<AuditPage, DeskError> {
         let after = cursor.map(filter::cursor::decode).transpose()?;
@@ -971,6 +993,32 @@ fn filter_json(filter: &EventFilter) -> Value {
         "source": filter.source, "kind": filter.kind, "type": filter.event_type,
         "status": filter.status, "since": filter.since, "until": filter.until, "q": filter.q,
     })
+}
+
+/// Masks an event's free texts — its last error, its runs' errors and
+/// receivers' answers — where they quote `values` or an e-mail address.
+fn mask_free_texts(values: &[String], last_error: &mut Option<String>, runs: &mut [Attempt]) {
+    let cover = |text: &mut Option<String>, cut: fn(&str) -> bool| {
+        if let Some(text) = text {
+            *text = mask::cover_quoted(text, values, Cover::Mask, cut(text));
+        }
+    };
+    cover(last_error, error_cut);
+    for run in runs {
+        cover(&mut run.error, error_cut);
+        cover(&mut run.response, answer_cut);
+    }
+}
+
+/// A stored error cut short ends in `…`.
+fn error_cut(error: &str) -> bool {
+    error.ends_with('…')
+}
+
+/// A receiver's answer is kept up to `RESPONSE_EXCERPT` bytes (a character cut
+/// in two may leave it up to three short).
+fn answer_cut(answer: &str) -> bool {
+    answer.len() + 3 >= crate::handlers::forward::RESPONSE_EXCERPT
 }
 
 /// PostgreSQL text cannot hold NUL, so no stored source, payment or customer

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 pub use canonical::Fingerprints;
 
@@ -45,7 +46,26 @@ pub struct IncomingEvent {
     pub body_key: Option<[u8; 32]>,
     pub payment_id: Option<String>,
     pub customer_id: Option<String>,
+    /// The whole request, when its provider signs only the whole while it
+    /// carries several events (GoCardless): shared by its events, kept once
+    /// beside them, and what proves each one's origin. `body` is then the
+    /// event's own item of it.
+    pub request: Option<Arc<KeptRequest>>,
 }
+
+/// A request kept once for all its events.
+#[derive(Debug, PartialEq, Eq)]
+pub struct KeptRequest {
+    /// SHA-256 of the body: the request's key among its source's.
+    pub sha256: [u8; 32],
+    pub body: Vec<u8>,
+}
+
+/// Events one request may carry at most: past it the request is refused whole
+/// (413), before anything of it is stored. GoCardless sends at most 250 a
+/// request; ten times that leaves room without letting one request's events
+/// grow without end.
+pub const MAX_EVENTS_PER_REQUEST: usize = 2_500;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EventError {
@@ -62,6 +82,10 @@ pub enum EventError {
     Nul(&'static str),
     #[error("{0}")]
     NoEvents(String),
+    #[error(
+        "the request carries {0} events; at most {MAX_EVENTS_PER_REQUEST} are taken in one request"
+    )]
+    TooManyEvents(usize),
 }
 
 impl IncomingEvent {
@@ -88,16 +112,30 @@ impl IncomingEvent {
         let provider = providers::of(&source.scheme);
         let payload = provider.payload(body).map_err(EventError::NotJson)?;
         let verbatim = provider.payload_is_body();
-        provider
+        let items = provider
             .events(body, payload)
-            .map_err(EventError::NoEvents)?
+            .map_err(EventError::NoEvents)?;
+        if items.len() > MAX_EVENTS_PER_REQUEST {
+            return Err(EventError::TooManyEvents(items.len()));
+        }
+        // One copy of the request for all its events, however many.
+        let request = provider.keeps_request().then(|| {
+            Arc::new(KeptRequest {
+                sha256: Sha256::digest(body).into(),
+                body: body.to_vec(),
+            })
+        });
+        items
             .into_iter()
             .map(|item| {
                 let (kept, verbatim) = match &item.body {
                     Some(own) => (own.as_slice(), false),
                     None => (body, verbatim),
                 };
-                Self::of(source, &AnyHeaders(headers), kept, item.payload, verbatim)
+                let mut event =
+                    Self::of(source, &AnyHeaders(headers), kept, item.payload, verbatim)?;
+                event.request = request.clone();
+                Ok(event)
             })
             .collect()
     }
@@ -149,6 +187,7 @@ impl IncomingEvent {
             payload,
             body: body.to_vec(),
             signature_headers: Value::Object(signature_headers),
+            request: None,
         })
     }
 

@@ -18,7 +18,10 @@
 //! anything of the batch fails (a handler's error, its time limit), the whole
 //! transaction is undone and each delivery is stored on its own, concurrently,
 //! with its handler in a savepoint: one event's failure never fails its
-//! batch-mates, and delays them by at most `handler_timeout`.
+//! batch-mates, and delays them by at most `handler_timeout`. Batches and those
+//! transactions together hold half the pool at most (`max_sessions`). A session
+//! whose handler was cut at `handler_timeout` is closed, never pooled: the
+//! cancel sent for its statement may arrive late, on whatever it runs next.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +36,7 @@ use crate::config::Settings;
 use crate::event::IncomingEvent;
 use crate::handlers::{Event, Handler};
 use crate::ledger::{self, HandlerName, Run, Standing};
-use crate::runner::{Runner, Step};
+use crate::runner::{Ran, Runner, Step};
 use crate::signature::Verified;
 use crate::store::events::{self, AttemptRecord, BatchItem, EventStatus, Expected, Recorded};
 use crate::store::payments::PaymentUpdate;
@@ -58,6 +61,9 @@ struct Core {
     lanes: Mutex<Lanes<Job>>,
     /// Room in the queue, a permit per waiting delivery.
     room: Semaphore,
+    /// A permit per session the deliveries' transactions hold (`max_sessions`),
+    /// batches and deliveries stored one by one alike.
+    sessions: Semaphore,
     /// The runtime hookd was started on: a leader runs there, not on the HTTP
     /// worker whose delivery started it (a worker that stops would take the
     /// transaction of others' deliveries with it).
@@ -164,12 +170,13 @@ pub struct Ingested {
 impl Ingester {
     /// Ready to store deliveries; leaders run on the current Tokio runtime.
     pub fn new(pool: Pool, runner: Runner) -> Self {
-        let max_leaders = max_leaders(pool.status().max_size);
+        let pool_size = pool.status().max_size;
         let core = Arc::new(Core {
             pool,
             runner,
-            lanes: Mutex::new(Lanes::new(max_leaders)),
+            lanes: Mutex::new(Lanes::new(max_leaders(pool_size))),
             room: Semaphore::new(QUEUE),
+            sessions: Semaphore::new(max_sessions(pool_size)),
             runtime: tokio::runtime::Handle::current(),
         });
         Ingester { core }
@@ -338,6 +345,13 @@ pub fn max_leaders(pool_size: usize) -> usize {
     (cores + 1).min(pool_size / 2).max(1)
 }
 
+/// How many sessions the deliveries' transactions hold at once at most with a
+/// pool of `pool_size`: half of it, so retries, the desk and purge always find
+/// a connection, however many deliveries of a batch fall back to one by one.
+fn max_sessions(pool_size: usize) -> usize {
+    (pool_size / 2).max(1)
+}
+
 /// What makes two deliveries of a source one event: the id, or for a source
 /// that dedupes on the body, the body's key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -411,6 +425,7 @@ impl Core {
                 span.follows_from(&job.span);
             }
         }
+        let session = self.sessions.acquire().await;
         let batched = match self.pool.get().await {
             Ok(mut client) => {
                 let decided = match &prepared.folded {
@@ -435,6 +450,7 @@ impl Core {
             }
             Err(error) => Err(Fallback::store(error)),
         };
+        drop(session);
         drop(prepared);
         match batched {
             Ok(results) => {
@@ -473,9 +489,11 @@ impl Core {
         }
     }
 
-    /// Each delivery in a transaction of its own, all at once.
+    /// Each delivery in a transaction of its own, at once as far as
+    /// `max_sessions` allows.
     async fn one_by_one(&self, jobs: Vec<Job>) {
         let stores = jobs.into_iter().map(|job| async move {
+            let _session = self.sessions.acquire().await;
             let result = self
                 .ingest_one(&job.event, job.verified)
                 .instrument(batch_span(&job.span, 1))
@@ -556,7 +574,12 @@ impl Core {
         let received_at = Utc::now();
         let mut runs = Vec::new();
         for (at, (item, plan)) in items.iter().zip(plans).enumerate() {
-            if item.event.body_key.is_some() || !forward_names(plan).is_empty() {
+            // A kept request is a statement of its own (`events::record_batch`);
+            // planned forwards are rows of their own.
+            if item.event.body_key.is_some()
+                || item.event.request.is_some()
+                || !forward_names(plan).is_empty()
+            {
                 return None;
             }
             let Some(Step::Local { kind, handler }) =
@@ -760,7 +783,11 @@ impl Core {
                 runner
                     .apply_batch(&tx, kind, handler, views)
                     .await
-                    .map_err(Fallback::OneByOne)?;
+                    .map_err(|failed| match failed.cut {
+                        // A cancel may be on its way: the session is closed.
+                        true => Fallback::Spoiled(failed.why),
+                        false => Fallback::OneByOne(failed.why),
+                    })?;
                 let per_event = clock.elapsed() / u32::try_from(views.len()).unwrap_or(1).max(1);
                 for _ in views {
                     runner.metrics().handler_duration(kind, per_event);
@@ -875,14 +902,28 @@ impl Core {
         );
         let mut client = self.pool.get().await?;
         let mut runs = 0;
+        let mut cut = None;
         let outcome = loop {
             runs += 1;
-            let outcome = self.store_one(&mut client, event, verified, &plan).await;
+            let outcome = self
+                .store_one(&mut client, event, verified, &plan, cut.as_ref())
+                .await;
             match outcome {
+                // Cut at `handler_timeout`: the cancel sent for its statement
+                // may land late on whatever the session runs next, so the
+                // session is closed (its transaction with it) and the delivery
+                // stored on another, with the run as it ended.
+                Ok(Stored::Cut(run)) => {
+                    store::discard(client);
+                    client = self.pool.get().await?;
+                    cut = Some(run);
+                    runs -= 1;
+                }
+                Ok(Stored::Done(ingested)) => break Ok(ingested),
                 Err(error) if error.runs_again(runs) => {
                     log::debug!("storing {:?} again: {error}", event.event_id);
                 }
-                outcome => break outcome,
+                Err(error) => break Err(error),
             }
         };
         let ingested = store::give_back(client, outcome)?;
@@ -893,16 +934,18 @@ impl Core {
         Ok(ingested)
     }
 
-    /// One run of `ingest_one`'s transaction on `client`.
+    /// One run of `ingest_one`'s transaction on `client`; a new event's handler
+    /// runs in it, unless its run was `cut` already (then that run is recorded).
     async fn store_one(
         &self,
         client: &mut Object,
         event: &IncomingEvent,
         verified: Verified,
         plan: &[Step<'_>],
-    ) -> Result<Ingested, StoreError> {
+        cut: Option<&Run>,
+    ) -> Result<Stored, StoreError> {
         let runner = &self.runner;
-        if plan.is_empty() {
+        if plan.is_empty() && event.request.is_none() {
             // Nothing to apply: the one statement is the whole transaction.
             let ignored = Expected {
                 status: EventStatus::Ignored,
@@ -911,7 +954,7 @@ impl Core {
             let recorded =
                 events::record_delivery(&*client, event, verified.signed_with, ignored).await?;
             let status = matches!(recorded, Recorded::New { .. }).then_some(EventStatus::Ignored);
-            return Ok(Ingested { recorded, status });
+            return Ok(Stored::Done(Ingested { recorded, status }));
         }
         let local = plan.iter().find(|s| matches!(s, Step::Local { .. }));
         let forwards = forward_names(plan);
@@ -924,8 +967,16 @@ impl Core {
                 store::forwards::plan(&tx, &planned).await?;
                 match local {
                     Some(step @ Step::Local { handler, .. }) => {
-                        let view = runner.view_received(event, id, Utc::now());
-                        let run = runner.run_step(&tx, step, handler, &view).await?;
+                        let run = match cut {
+                            Some(run) => run.clone(),
+                            None => {
+                                let view = runner.view_received(event, id, Utc::now());
+                                match runner.run_step_or_cut(&tx, step, handler, &view).await? {
+                                    Ran::Ended(run) => run,
+                                    Ran::Cut(run) => return Ok(Stored::Cut(run)),
+                                }
+                            }
+                        };
                         Some(
                             runner
                                 .record_first(&tx, id, run, &forwards, expected.status)
@@ -940,7 +991,7 @@ impl Core {
         tx.commit()
             .instrument(tracing::trace_span!("commit"))
             .await?;
-        Ok(Ingested { recorded, status })
+        Ok(Stored::Done(Ingested { recorded, status }))
     }
 }
 
@@ -977,6 +1028,14 @@ fn folded_span(runs: &[(&str, &str)]) -> Span {
 /// The span of a transaction storing `size` deliveries, under `delivery`'s.
 fn batch_span(delivery: &Span, size: usize) -> Span {
     tracing::trace_span!(parent: delivery, "batch", hookd.batch.size = size)
+}
+
+/// How a transaction of `store_one` ended.
+enum Stored {
+    Done(Ingested),
+    /// Its handler was cut at `handler_timeout`: nothing of it is to be kept,
+    /// and its session is to be closed (see `Ran::Cut`).
+    Cut(Run),
 }
 
 /// Why a batch's transaction was undone.

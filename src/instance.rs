@@ -11,8 +11,10 @@ use crate::dispatch::Dispatcher;
 use crate::handlers::Registry;
 use crate::ingest::Ingester;
 use crate::metrics::Metrics;
+use crate::outbound::Certificates;
 use crate::purge::Purger;
 use crate::rollup::Rollups;
+use crate::silence::SourceActivity;
 use crate::store;
 
 /// Everything one instance shares between its parts.
@@ -28,8 +30,12 @@ pub struct App {
     pub desk: Desk,
     /// The per-hour counts the desk reads.
     pub rollups: Rollups,
+    /// The sources this instance accepted deliveries for, noted for silence.
+    pub activity: SourceActivity,
     /// The application's own migrations (readiness checks them too).
     pub migrations: &'static [crate::store::Migration],
+    /// The signing certificates deliveries name, fetched for them (PayPal's).
+    pub certificates: Arc<Certificates>,
 }
 
 impl App {
@@ -67,13 +73,21 @@ impl App {
             purger,
             desk,
             rollups,
+            activity: SourceActivity::default(),
             migrations: &[],
+            certificates: Arc::new(Certificates::new()),
         }
     }
 
     /// Readiness also waits for these migrations of the application's.
     pub fn with_migrations(mut self, migrations: &'static [crate::store::Migration]) -> Self {
         self.migrations = migrations;
+        self
+    }
+
+    /// Fetches signing certificates with these (a stand-in for PayPal, in tests).
+    pub fn with_certificates(mut self, certificates: Certificates) -> Self {
+        self.certificates = Arc::new(certificates);
         self
     }
 }

@@ -36,6 +36,7 @@ pub mod rollup;
 pub mod runner;
 pub mod shutdown;
 pub mod signature;
+pub mod silence;
 pub mod store;
 pub mod traces;
 pub mod version;

@@ -3,6 +3,10 @@
 //! which a `*` segment stands for every element of an array (and every member
 //! of an object). A pointer that names an object or an array covers every
 //! string and number inside it; `null`, `true` and `false` stay as they are.
+//!
+//! Free texts beside a payload (an error, a receiver's answer) have no fields:
+//! in them every e-mail address and every value the payload's mask names (of
+//! at least `QUOTED_MIN_CHARS` characters) is covered wherever it is quoted.
 
 use serde_json::Value;
 
@@ -52,13 +56,138 @@ fn email_domain(text: &str) -> Option<&str> {
     plain.then_some(domain)
 }
 
+/// The shortest value searched for in a free text: a shorter one (a country or
+/// state code) would hide unrelated words and names no one.
+pub const QUOTED_MIN_CHARS: usize = 3;
+
 /// Covers what each of `pointers` names in `payload`; a pointer that names
 /// nothing there is skipped.
 pub fn cover(payload: &mut Value, pointers: &[String], how: Cover) {
     for pointer in pointers {
-        let segments: Vec<String> = pointer.split('/').skip(1).map(unescape).collect();
-        cover_at(payload, &segments, how);
+        visit_at(payload, &segments(pointer), &mut |v| how.hide(v));
     }
+}
+
+/// The strings, and numbers as written, that `pointers` name in `payload`: the
+/// personal values a free text beside it may quote.
+pub fn values(payload: &Value, pointers: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut copy = payload.clone();
+    for pointer in pointers {
+        visit_at(&mut copy, &segments(pointer), &mut |v| {
+            leaves(v, &mut found)
+        });
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+fn leaves(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(members) => members.values().for_each(|v| leaves(v, found)),
+        Value::Array(items) => items.iter().for_each(|v| leaves(v, found)),
+        Value::String(text) => found.push(text.clone()),
+        Value::Number(number) => found.push(number.to_string()),
+        Value::Null | Value::Bool(_) => {}
+    }
+}
+
+/// Covers, in a free text, every e-mail address and every one of `values`
+/// quoted in it (those of at least `QUOTED_MIN_CHARS` characters). A text
+/// `cut` short (ending in `…`, or at the length kept of a receiver's answer)
+/// also has a value's beginning at its very end covered.
+pub fn cover_quoted(text: &str, values: &[String], how: Cover, cut: bool) -> String {
+    let mut values: Vec<&str> = values
+        .iter()
+        .map(String::as_str)
+        .filter(|v| v.chars().count() >= QUOTED_MIN_CHARS)
+        .collect();
+    // The longest first, so a name is covered whole before a part of it.
+    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    values.dedup();
+    let (body, ellipsis) = match text.strip_suffix('…') {
+        Some(body) if cut => (body, "…"),
+        _ => (text, ""),
+    };
+    // The beginning of a value cut off at the end, before any value inside it.
+    let (body, tail) = match cut_value(body, &values).filter(|_| cut) {
+        Some((start, value)) => (&body[..start], how.text(value)),
+        None => (body, String::new()),
+    };
+    let mut covered = body.to_string();
+    for value in &values {
+        if covered.contains(value) {
+            covered = covered.replace(value, &how.text(value));
+        }
+    }
+    let mut covered = cover_emails(&covered, how);
+    covered.push_str(&tail);
+    covered.push_str(ellipsis);
+    covered
+}
+
+/// Covers every string of `value` as a free text (see [`cover_quoted`]): JSON
+/// whose strings may quote values anywhere.
+pub fn cover_quoted_in(value: &mut Value, values: &[String], how: Cover) {
+    match value {
+        Value::Object(members) => members
+            .values_mut()
+            .for_each(|v| cover_quoted_in(v, values, how)),
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|v| cover_quoted_in(v, values, how)),
+        Value::String(text) => *text = cover_quoted(text, values, how, false),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+/// Where a text ends with the beginning of one of `values` (at least
+/// `QUOTED_MIN_CHARS` of it), and that value: the longest such beginning.
+fn cut_value<'v>(text: &str, values: &[&'v str]) -> Option<(usize, &'v str)> {
+    values
+        .iter()
+        .filter_map(|value| {
+            let longest = value
+                .char_indices()
+                .map(|(i, _)| i)
+                .skip(QUOTED_MIN_CHARS)
+                .filter(|&end| text.ends_with(&value[..end]))
+                .max()?;
+            Some((text.len() - longest, *value))
+        })
+        .min_by_key(|(start, _)| *start)
+}
+
+/// Covers every e-mail address in a free text: a run of address characters,
+/// `@`, and a domain.
+fn cover_emails(text: &str, how: Cover) -> String {
+    let local = |c: char| c.is_alphanumeric() || "._%+-".contains(c);
+    let domain = |c: char| c.is_alphanumeric() || ".-".contains(c);
+    let mut covered = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('@') {
+        let start = rest[..at]
+            .char_indices()
+            .rev()
+            .take_while(|&(_, c)| local(c))
+            .last()
+            .map_or(at, |(i, _)| i);
+        let after = &rest[at + 1..];
+        let length = after.find(|c: char| !domain(c)).unwrap_or(after.len());
+        // A sentence's full stop is not the domain's.
+        let end = at + 1 + after[..length].trim_end_matches('.').len();
+        if start < at && end > at + 1 {
+            covered.push_str(&rest[..start]);
+            covered.push_str(&how.text(&rest[start..end]));
+            rest = &rest[end..];
+        } else {
+            covered.push_str(&rest[..=at]);
+            rest = &rest[at + 1..];
+        }
+    }
+    covered.push_str(rest);
+    covered
 }
 
 /// Covers every string and number of `payload` (a source no longer configured,
@@ -67,36 +196,61 @@ pub fn cover_all(payload: &mut Value, how: Cover) {
     how.hide(payload);
 }
 
-/// Covers every string equal to `text`, wherever it is (a customer's own id).
+/// Covers every value that reads as `text`, wherever it is (a customer's own
+/// id: see [`reads_as`]).
 pub fn cover_text(payload: &mut Value, text: &str, how: Cover) {
     match payload {
         Value::Object(members) => members.values_mut().for_each(|v| cover_text(v, text, how)),
         Value::Array(items) => items.iter_mut().for_each(|v| cover_text(v, text, how)),
-        Value::String(found) if found == text => how.hide(payload),
+        found if reads_as(found, text) => how.hide(found),
         _ => {}
     }
 }
 
-fn cover_at(value: &mut Value, segments: &[String], how: Cover) {
+/// Whether a value of `value`, wherever it is, reads as `text`.
+pub fn holds(value: &Value, text: &str) -> bool {
+    match value {
+        Value::Object(members) => members.values().any(|v| holds(v, text)),
+        Value::Array(items) => items.iter().any(|v| holds(v, text)),
+        found => reads_as(found, text),
+    }
+}
+
+/// Whether a string or number is read as the id `text`, as providers' ids are:
+/// a string without the spaces around it, or a number as written.
+fn reads_as(value: &Value, text: &str) -> bool {
+    match value {
+        Value::String(found) => found.trim() == text,
+        Value::Number(number) => number.to_string() == text,
+        _ => false,
+    }
+}
+
+fn segments(pointer: &str) -> Vec<String> {
+    pointer.split('/').skip(1).map(unescape).collect()
+}
+
+/// Calls `found` on what `segments` name in `value`.
+fn visit_at(value: &mut Value, segments: &[String], found: &mut dyn FnMut(&mut Value)) {
     let Some((first, rest)) = segments.split_first() else {
-        how.hide(value);
+        found(value);
         return;
     };
     match value {
         Value::Object(members) if first == "*" => {
-            members.values_mut().for_each(|v| cover_at(v, rest, how));
+            members.values_mut().for_each(|v| visit_at(v, rest, found));
         }
         Value::Object(members) => {
             if let Some(member) = members.get_mut(first) {
-                cover_at(member, rest, how);
+                visit_at(member, rest, found);
             }
         }
         Value::Array(items) if first == "*" => {
-            items.iter_mut().for_each(|v| cover_at(v, rest, how))
+            items.iter_mut().for_each(|v| visit_at(v, rest, found))
         }
         Value::Array(items) => {
             if let Some(item) = first.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
-                cover_at(item, rest, how);
+                visit_at(item, rest, found);
             }
         }
         _ => {}
@@ -109,36 +263,7 @@ fn cover_at(value: &mut Value, segments: &[String], how: Cover) {
 /// sender's own shape: their sources list their fields themselves.
 pub fn defaults(scheme: &str) -> Vec<String> {
     let pointers: &[&str] = match scheme {
-        "stripe" => &[
-            "/data/object/client_secret",
-            "/data/object/email",
-            "/data/object/name",
-            "/data/object/phone",
-            "/data/object/address",
-            "/data/object/shipping",
-            "/data/object/receipt_email",
-            "/data/object/billing_details",
-            "/data/object/customer_email",
-            "/data/object/customer_name",
-            "/data/object/customer_phone",
-            "/data/object/customer_address",
-            "/data/object/customer_shipping",
-            "/data/object/customer_details",
-            "/data/object/payment_method_details/card/fingerprint",
-            "/data/object/charges/data/*/billing_details",
-            "/data/object/charges/data/*/payment_method_details/card/fingerprint",
-            "/data/object/last_payment_error/payment_method/billing_details",
-            "/data/object/last_payment_error/payment_method/card/fingerprint",
-            "/data/object/evidence/customer_email_address",
-            "/data/object/evidence/customer_name",
-            "/data/object/evidence/customer_purchase_ip",
-            "/data/object/evidence/billing_address",
-            "/data/object/evidence/shipping_address",
-            "/data/previous_attributes/email",
-            "/data/previous_attributes/name",
-            "/data/previous_attributes/phone",
-            "/data/previous_attributes/address",
-        ],
+        "stripe" => return stripe(),
         // Into one notification item: each is stored as an event of its own.
         "adyen" => &[
             "/additionalData/shopperEmail",
@@ -213,6 +338,61 @@ pub fn defaults(scheme: &str) -> Vec<String> {
     pointers.iter().map(|p| (*p).to_string()).collect()
 }
 
+/// Where Stripe's objects hold an address, an e-mail, a phone, a name, an IP
+/// address, a card fingerprint or a client-side secret: charges and
+/// PaymentIntents (billing and shipping details, a failed payment's method),
+/// customers, invoices (`customer_*`), Checkout Sessions (`customer_details`,
+/// `shipping_details`, `collected_information`), PaymentMethods, SetupIntents,
+/// mandates (`customer_acceptance`), disputes (`evidence`), Issuing cardholders
+/// and Connect persons. Each is covered in `data.object` and, for an update, in
+/// `data.previous_attributes` (the same shape).
+fn stripe() -> Vec<String> {
+    const OBJECT: &[&str] = &[
+        "/client_secret",
+        "/email",
+        "/name",
+        "/phone",
+        "/phone_number",
+        "/first_name",
+        "/last_name",
+        "/dob",
+        "/address",
+        "/shipping",
+        "/billing",
+        "/individual",
+        "/receipt_email",
+        "/billing_details",
+        "/customer_email",
+        "/customer_name",
+        "/customer_phone",
+        "/customer_address",
+        "/customer_shipping",
+        "/customer_tax_ids",
+        "/customer_details",
+        "/shipping_details",
+        "/collected_information",
+        "/customer_acceptance/online",
+        "/card/fingerprint",
+        "/payment_method_details/card/fingerprint",
+        "/charges/data/*/billing_details",
+        "/charges/data/*/shipping",
+        "/charges/data/*/payment_method_details/card/fingerprint",
+        "/last_payment_error/payment_method/billing_details",
+        "/last_payment_error/payment_method/card/fingerprint",
+        "/last_setup_error/payment_method/billing_details",
+        "/last_setup_error/payment_method/card/fingerprint",
+        "/evidence/customer_email_address",
+        "/evidence/customer_name",
+        "/evidence/customer_purchase_ip",
+        "/evidence/billing_address",
+        "/evidence/shipping_address",
+    ];
+    ["/data/object", "/data/previous_attributes"]
+        .iter()
+        .flat_map(|at| OBJECT.iter().map(move |p| format!("{at}{p}")))
+        .collect()
+}
+
 /// RFC 6901: `~1` is `/`, `~0` is `~`.
 fn unescape(segment: &str) -> String {
     segment.replace("~1", "/").replace("~0", "~")
@@ -261,13 +441,158 @@ mod tests {
 
     #[test]
     fn redacting_keeps_nothing_of_an_address() {
-        let mut payload =
-            json!({"email": "jenny@example.com", "customer": "cus_1", "other": "cus_12"});
+        let mut payload = json!({"email": "jenny@example.com", "customer": "cus_1",
+                                 "padded": " cus_1 ", "other": "cus_12"});
         cover(&mut payload, &["/email".into()], Cover::Redact);
         cover_text(&mut payload, "cus_1", Cover::Redact);
         assert_eq!(
             payload,
-            json!({"email": "[redacted]", "customer": "[redacted]", "other": "cus_12"})
+            json!({"email": "[redacted]", "customer": "[redacted]", "padded": "[redacted]",
+                   "other": "cus_12"})
+        );
+        // A numeric id is read as written.
+        let mut payload = json!({"customer_id": 4711, "amount": 47110});
+        assert!(holds(&payload, "4711"));
+        cover_text(&mut payload, "4711", Cover::Redact);
+        assert_eq!(
+            payload,
+            json!({"customer_id": "[redacted]", "amount": 47110})
+        );
+    }
+
+    /// Keys that hold an address, an e-mail, a phone or a name, or an object of
+    /// them (a string or number anywhere under one is personal).
+    const PERSONAL_KEYS: &[&str] = &[
+        "address",
+        "billing",
+        "billing_details",
+        "business_name",
+        "collected_information",
+        "customer_address",
+        "customer_details",
+        "customer_email",
+        "customer_name",
+        "customer_phone",
+        "customer_shipping",
+        "customer_tax_ids",
+        "dob",
+        "email",
+        "first_name",
+        "individual",
+        "individual_name",
+        "ip_address",
+        "last_name",
+        "name",
+        "online",
+        "phone",
+        "phone_number",
+        "receipt_email",
+        "shipping",
+        "shipping_details",
+        "user_agent",
+    ];
+
+    /// The personal strings and numbers of `value` still shown (`path` names each).
+    fn unmasked(value: &Value, path: &str, personal: bool, shown: &mut Vec<String>) {
+        let under = |key: &str| personal || PERSONAL_KEYS.contains(&key);
+        match value {
+            Value::Object(members) => members
+                .iter()
+                .for_each(|(k, v)| unmasked(v, &format!("{path}/{k}"), under(k), shown)),
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .for_each(|(i, v)| unmasked(v, &format!("{path}/{i}"), personal, shown)),
+            Value::String(text) if personal && !text.starts_with(MASKED) => {
+                shown.push(format!("{path}: {text}"));
+            }
+            Value::Number(n) if personal => shown.push(format!("{path}: {n}")),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn stripes_defaults_cover_every_address_email_phone_and_name_of_the_fixtures() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/stripe");
+        let mut files = Vec::new();
+        for folder in [root.to_string(), format!("{root}/objects")] {
+            for entry in std::fs::read_dir(&folder).expect("fixtures") {
+                let path = entry.expect("entry").path();
+                if path.extension().is_some_and(|x| x == "json") {
+                    files.push(path);
+                }
+            }
+        }
+        assert!(files.len() >= 18, "{files:?}");
+        files.sort();
+        let pointers = defaults("stripe");
+        let mut shown = Vec::new();
+        for file in files {
+            let mut event: Value =
+                serde_json::from_slice(&std::fs::read(&file).expect("read")).expect("json");
+            let mut personal = Vec::new();
+            unmasked(&event, "", false, &mut personal);
+            cover(&mut event, &pointers, Cover::Mask);
+            let name = file
+                .strip_prefix(root)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            unmasked(&event, &name, false, &mut shown);
+            if file.parent().is_some_and(|p| p.ends_with("objects")) {
+                assert!(
+                    !personal.is_empty(),
+                    "{} holds no personal data",
+                    file.display()
+                );
+            }
+        }
+        assert!(shown.is_empty(), "{shown:#?}");
+    }
+
+    #[test]
+    fn free_text_is_covered_where_it_quotes_a_value_or_an_email() {
+        let values = ["Jenny Rosen", "Jenny", "+4915112345678", "DE", "12345"].map(String::from);
+        let error = "the CRM refused jenny.rosen@example.com (Jenny Rosen, +4915112345678): \
+                     DENIED at 12345, see admin@crm.example.org.";
+        assert_eq!(
+            cover_quoted(error, &values, Cover::Mask, false),
+            "the CRM refused •••@example.com (•••, •••): DENIED at •••, see •••@crm.example.org."
+        );
+        assert_eq!(
+            cover_quoted(error, &values, Cover::Redact, false),
+            "the CRM refused [redacted] ([redacted], [redacted]): DENIED at [redacted], see \
+             [redacted]."
+        );
+        // Not addresses: a bare @, a handle, a domain alone.
+        let plain = "@ a@ @b.io answered 422";
+        assert_eq!(cover_quoted(plain, &values, Cover::Mask, false), plain);
+        // A text cut short hides the beginning of a value at its end, not elsewhere.
+        let cut = "{\"name\":\"Jenny Ro";
+        assert_eq!(
+            cover_quoted(cut, &values, Cover::Mask, true),
+            "{\"name\":\"•••"
+        );
+        assert_eq!(
+            cover_quoted(cut, &values, Cover::Mask, false),
+            "{\"name\":\"••• Ro"
+        );
+        assert_eq!(
+            cover_quoted("sent to jenny.rosen@exa…", &values, Cover::Mask, true),
+            "sent to •••…"
+        );
+    }
+
+    #[test]
+    fn values_are_the_strings_and_numbers_the_pointers_name() {
+        let payload = json!({"a": {"email": "j@x.io", "zip": 12345, "vip": true}, "b": "kept"});
+        assert_eq!(
+            values(&payload, &["/a".into(), "/nope".into()]),
+            ["12345", "j@x.io"]
+        );
+        assert_eq!(
+            values(&payload, &[String::new()]),
+            ["12345", "j@x.io", "kept"]
         );
     }
 

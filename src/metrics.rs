@@ -39,6 +39,10 @@ pub struct Metrics {
     /// The failed and dead events counted by the last scrape that read them
     /// (`None`: the database could not be reached).
     pub backlog: fresh::Fresh<Option<(i64, i64)>>,
+    /// Each forward's state (`hookd_forward_state`) as the last scrape read it.
+    pub forward_states: fresh::Fresh<Option<Vec<(String, f64)>>>,
+    /// How long ago each source last had a delivery accepted, in seconds.
+    pub silences: fresh::Fresh<Option<Vec<(String, f64)>>>,
 }
 
 /// How a forward request ended.
@@ -137,10 +141,12 @@ pub enum Metric {
     ProcessOpenFds,
     ProcessMaxFds,
     ProcessStartTime,
+    ForwardState,
+    SourceSilent,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 29] = [
+    pub const ALL: [Metric; 31] = [
         Metric::Deliveries,
         Metric::DeliveryDuration,
         Metric::SignatureFailures,
@@ -157,6 +163,8 @@ impl Metric {
         Metric::GatewayUpstreamSeconds,
         Metric::RetryBacklog,
         Metric::DeadEvents,
+        Metric::ForwardState,
+        Metric::SourceSilent,
         Metric::GatewayUnknownKeys,
         Metric::DbPoolSize,
         Metric::DbPoolAvailable,
@@ -191,6 +199,8 @@ impl Metric {
             Metric::GatewayUnknownKeys => "hookd_gateway_unknown_keys",
             Metric::RetryBacklog => "hookd_retry_backlog",
             Metric::DeadEvents => "hookd_dead_events",
+            Metric::ForwardState => "hookd_forward_state",
+            Metric::SourceSilent => "hookd_source_silent",
             Metric::DbPoolSize => "hookd_db_pool_size",
             Metric::DbPoolAvailable => "hookd_db_pool_available",
             Metric::DbPoolMaxSize => "hookd_db_pool_max_size",
@@ -265,6 +275,12 @@ impl Metric {
             }
             Metric::RetryBacklog => "Failed events waiting for a retry.",
             Metric::DeadEvents => "Dead events waiting for a person (all instances: one database).",
+            Metric::ForwardState => {
+                "Each forward's state: 0 closed (sending), 1 open (its breaker: a probe a minute), 2 paused."
+            }
+            Metric::SourceSilent => {
+                "1 when a source with expect_events_within had no delivery accepted for that long, else 0."
+            }
             Metric::DbPoolSize => "Open connections of this instance's PostgreSQL pool.",
             Metric::DbPoolAvailable => "Open pool connections not in use.",
             Metric::DbPoolMaxSize => "The pool's limit (pool_size).",
@@ -375,6 +391,8 @@ impl Metrics {
             gateway_upstream: Family::new(["route"], [Values::new(&known.routes)]),
             gateway_unknown: Default::default(),
             backlog: Default::default(),
+            forward_states: Default::default(),
+            silences: Default::default(),
         };
         // Shown from the start, so an alert sees the first one as an increase.
         metrics.internal_errors.with([], |c| c.add(0));
@@ -461,6 +479,16 @@ impl Metrics {
     /// The text exposition, with gauges (and the process's counter) read by the
     /// caller at scrape time.
     pub fn render(&self, gauges: &[(Metric, f64)]) -> String {
+        self.render_with(gauges, &[])
+    }
+
+    /// `render`, with gauges that carry one label each: (metric, label, its
+    /// value, the gauge's value).
+    pub fn render_with(
+        &self,
+        gauges: &[(Metric, f64)],
+        labeled: &[(Metric, &str, &str, f64)],
+    ) -> String {
         let mut out = String::new();
         for metric in Metric::ALL {
             let (name, kind, help) = (metric.name(), metric.kind(), metric.help());
@@ -486,6 +514,13 @@ impl Metrics {
             }
             for (_, value) in gauges.iter().filter(|(n, _)| *n == metric) {
                 let _ = writeln!(out, "{name} {value}");
+            }
+            for (_, label, text, value) in labeled.iter().filter(|(n, ..)| *n == metric) {
+                let _ = writeln!(
+                    out,
+                    "{name}{} {value}",
+                    render_labels(&[(*label, *text)], None)
+                );
             }
             if metric == Metric::BuildInfo {
                 let build = [

@@ -1,6 +1,6 @@
 //! Amounts in minor units (cents, yen, fils), as `payments` stores them, from the
-//! decimal text some providers send ("10.00"). Pure: the exponent of a currency
-//! is ISO 4217's.
+//! decimal text some providers send ("10.00"), and back as people read them
+//! (the desk's pages). Pure: the exponent of a currency is ISO 4217's.
 
 /// ISO 4217 currencies with no minor unit.
 const NO_MINOR_UNIT: [&str; 16] = [
@@ -52,9 +52,44 @@ pub fn minor_units(decimal: &str, currency: &str) -> Result<i64, String> {
         .map_err(|_| format!("the amount {decimal:?} is too large to store"))
 }
 
+/// An amount in `currency`'s minor units as people read it, in the major unit
+/// with the currency's decimals and its code in capitals: 34800 USD is
+/// "348.00 USD", 5000 JPY "5000 JPY", 1005 KWD "1.005 KWD".
+pub fn readable(minor: i64, currency: &str) -> String {
+    let code = currency.trim().to_ascii_uppercase();
+    let sign = if minor < 0 { "-" } else { "" };
+    let digits = minor.unsigned_abs().to_string();
+    let decimals = exponent(&code) as usize;
+    if decimals == 0 {
+        return format!("{sign}{digits} {code}");
+    }
+    let padded = format!("{digits:0>width$}", width = decimals + 1);
+    let (whole, fraction) = padded.split_at(padded.len() - decimals);
+    format!("{sign}{whole}.{fraction} {code}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minor_units_read_as_money_by_the_currencys_exponent() {
+        let cases = [
+            (34800, "USD", "348.00 USD"),
+            (34800, "usd", "348.00 USD"),
+            (5, "eur", "0.05 EUR"),
+            (0, "GBP", "0.00 GBP"),
+            (5000, "JPY", "5000 JPY"),
+            (1005, "kwd", "1.005 KWD"),
+            (7, "BHD", "0.007 BHD"),
+            (-250, "USD", "-2.50 USD"),
+        ];
+        for (minor, currency, expected) in cases {
+            assert_eq!(readable(minor, currency), expected, "{minor} {currency}");
+        }
+        // Read back, they are the same minor units.
+        assert_eq!(minor_units("1.005", "KWD"), Ok(1005));
+    }
 
     #[test]
     fn exponents_follow_iso_4217() {

@@ -40,6 +40,9 @@ pub struct PurgeOutcome {
     pub audit_entries_deleted: u64,
     /// Conflicting items older than `retention`, gone with the payloads.
     pub conflicts_deleted: u64,
+    /// Requests kept once beside their events (GoCardless's) whose body went
+    /// with their events' payloads (their rows go with the events' keys).
+    pub requests_dropped: u64,
     /// The gateway's finished keys past their route's `retention`.
     pub api_idempotency_keys_deleted: u64,
     /// Shutdown arrived mid-pass; the rest waits for the next pass.
@@ -144,6 +147,7 @@ impl Purger {
             Step::RevokedSessions,
             Step::Audit,
             Step::Conflicts,
+            Step::Requests,
             Step::ApiIdempotencyKeys,
         ] {
             loop {
@@ -186,6 +190,12 @@ impl Purger {
                         outcome.conflicts_deleted += n;
                         n
                     }
+                    Step::Requests => {
+                        let before = cutoffs.payloads;
+                        let (dropped, deleted) =
+                            purge::drop_requests_batch(client, before, limit).await?;
+                        outcome.requests_dropped += dropped;
+                        dropped.max(deleted)
                     Step::ApiIdempotencyKeys => {
                         // Each key carries its own expiry (its route's retention).
                         let (what, before) = (Expiring::ApiIdempotencyKeys, cutoffs.now);
@@ -270,6 +280,7 @@ enum Step {
     RevokedSessions,
     Audit,
     Conflicts,
+    Requests,
     ApiIdempotencyKeys,
 }
 

@@ -61,6 +61,24 @@ impl Step<'_> {
     }
 }
 
+/// How a run of the kind's handler ended.
+pub enum Ran {
+    /// Within `handler_timeout`, well or not: its transaction goes on.
+    Ended(Run),
+    /// Cut at `handler_timeout` (the run is that failure), its savepoint not
+    /// rolled back: the cancel sent for the statement it left running may
+    /// reach the session late, on whatever it runs next, so the transaction is
+    /// to be given up and the session closed, not pooled.
+    Cut(Run),
+}
+
+/// Why a handler's batch failed, and whether it was cut at `handler_timeout`
+/// (its session then to be closed, as after `Ran::Cut`).
+pub struct BatchFailed {
+    pub why: String,
+    pub cut: bool,
+}
+
 /// Which run of which event a log line is about.
 pub struct Logged<'a> {
     pub id: i64,
@@ -193,7 +211,8 @@ impl Runner {
     }
 
     /// Runs the kind's handler `step` of `event` in a savepoint of `tx`. Only
-    /// database errors outside the handler escape (they abort `tx`).
+    /// database errors outside the handler escape (they abort `tx`). A run cut
+    /// at `handler_timeout` is rolled back to its savepoint and `tx` goes on.
     pub async fn run_step(
         &self,
         tx: &Transaction<'_>,
@@ -201,6 +220,24 @@ impl Runner {
         handler: &Arc<dyn Handler>,
         event: &Event<'_>,
     ) -> Result<Run, StoreError> {
+        match self.run_step_or_cut(tx, step, handler, event).await? {
+            Ran::Ended(run) => Ok(run),
+            Ran::Cut(run) => {
+                store::rollback_to_savepoint(tx).await?;
+                Ok(run)
+            }
+        }
+    }
+
+    /// `run_step`, but a run cut at `handler_timeout` is left as it is: `tx`
+    /// is to be given up and its session closed (see `Ran::Cut`).
+    pub async fn run_step_or_cut(
+        &self,
+        tx: &Transaction<'_>,
+        step: &Step<'_>,
+        handler: &Arc<dyn Handler>,
+        event: &Event<'_>,
+    ) -> Result<Ran, StoreError> {
         let started_at = Utc::now();
         let clock = Instant::now();
         let span = tracing::trace_span!(
@@ -210,7 +247,7 @@ impl Runner {
             hookd.attempt = event.attempt,
             otel.status_message = Empty,
         );
-        let result = self
+        let (result, cut) = self
             .run_local(tx, handler, event)
             .instrument(span.clone())
             .await?;
@@ -222,18 +259,20 @@ impl Runner {
             http_status: None,
             response: None,
         };
-        Ok(self.ran(step.name(), event, started_at, clock, sent))
+        let run = self.ran(step.name(), event, started_at, clock, sent);
+        Ok(if cut { Ran::Cut(run) } else { Ran::Ended(run) })
     }
 
     /// The handler of `kind`'s batch in `tx` under `handler_timeout`; on failure
-    /// (any event's, or its time limit) why — and `tx` is to be undone.
+    /// (any event's, or its time limit) why — and `tx` is to be undone (and,
+    /// when cut at the time limit, its session closed: see `Ran::Cut`).
     pub async fn apply_batch(
         &self,
         tx: &Transaction<'_>,
         kind: &str,
         handler: &Arc<dyn Handler>,
         events: &[Event<'_>],
-    ) -> Result<(), String> {
+    ) -> Result<(), BatchFailed> {
         let limit = self.settings.now().handler_timeout;
         let span = tracing::trace_span!(
             "handler",
@@ -246,14 +285,19 @@ impl Runner {
             .await;
         let result = match applied {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(HandlerError::Retry(why) | HandlerError::Permanent(why))) => Err(why),
+            Ok(Err(HandlerError::Retry(why) | HandlerError::Permanent(why))) => {
+                Err(BatchFailed { why, cut: false })
+            }
             Err(_) => {
                 self.cancel_statement(tx).await;
-                Err("a handler's batch ran out of time".into())
+                Err(BatchFailed {
+                    why: "a handler's batch ran out of time".into(),
+                    cut: true,
+                })
             }
         };
-        if let Err(why) = &result {
-            crate::traces::fail(&span, why);
+        if let Err(failed) = &result {
+            crate::traces::fail(&span, &failed.why);
         }
         result
     }
@@ -295,13 +339,14 @@ impl Runner {
         }
     }
 
-    /// A handler inside a savepoint of `tx`, under `handler_timeout`.
+    /// A handler inside a savepoint of `tx`, under `handler_timeout`, and
+    /// whether it was cut there (then left as it is, not rolled back).
     async fn run_local(
         &self,
         tx: &Transaction<'_>,
         handler: &Arc<dyn Handler>,
         event: &Event<'_>,
-    ) -> Result<Result<(), HandlerError>, StoreError> {
+    ) -> Result<(Result<(), HandlerError>, bool), StoreError> {
         let timeout = self.settings.now().handler_timeout;
         // SAVEPOINT is sent first and the handler's first statement right behind
         // it, in one round trip (statements on a connection run in the order sent).
@@ -314,17 +359,15 @@ impl Runner {
             Ok(result) => result,
             Err(_) => {
                 self.cancel_statement(tx).await;
-                Err(HandlerError::Retry(format!(
-                    "handler timed out after {}",
-                    duration::format(timeout)
-                )))
+                let why = format!("handler timed out after {}", duration::format(timeout));
+                return Ok((Err(HandlerError::Retry(why)), true));
             }
         };
         // A savepoint kept is released by the COMMIT: no round trip of its own.
         if result.is_err() {
             store::rollback_to_savepoint(tx).await?;
         }
-        Ok(result)
+        Ok((result, false))
     }
 
     /// Stops whatever statement an abandoned handler left running in `tx`'s session.

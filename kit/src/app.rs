@@ -151,6 +151,17 @@ pub struct Spawn {
     pub database: Option<tokio_postgres::Config>,
     /// How the pool connects to `database` (plain, or its TLS).
     pub connector: store::DbConnector,
+    /// Where signing certificates are fetched from (a stand-in for PayPal).
+    pub certificates: Option<hookd::outbound::Certificates>,
+}
+
+impl Spawn {
+    /// The retry loop and the forward lanes running as `serve` runs them (no purge).
+    pub const LOOPS: Parts = Parts {
+        dispatcher: true,
+        purge: false,
+        http_workers: Some(2),
+    };
 }
 
 impl Default for Spawn {
@@ -166,6 +177,7 @@ impl Default for Spawn {
             db: None,
             database: None,
             connector: store::DbConnector::Plain,
+            certificates: None,
         }
     }
 }
@@ -199,12 +211,15 @@ pub async fn spawn(options: Spawn) -> TestApp {
             (Some(db), config)
         }
     };
-    let app = App::new(
+    let mut app = App::new(
         options.settings,
         store::pool(db_config.clone(), options.connector.clone(), 16),
         options.connector,
         options.registry,
     );
+    if let Some(certificates) = options.certificates {
+        app = app.with_certificates(certificates);
+    }
     let running = app.start(options.parts).expect("start app");
     TestApp {
         settings: app.settings.now(),

@@ -49,7 +49,9 @@ pub async fn run(
     // A PayPal certificate neither pinned nor cached is fetched, as on receipt.
     let fetched = match source.verifier().verify(&headers, &body, now) {
         Err(SignatureError::Mismatch) => Some(
-            crate::outbound::verify_after_fetching(&source.verifier(), &headers, &body, now).await,
+            crate::outbound::Certificates::new()
+                .verify_after_fetching(&source.name, &source.verifier(), &headers, &body, now)
+                .await,
         ),
         _ => None,
     };
@@ -113,8 +115,12 @@ pub fn verdict(
                      given a final newline), and the headers those that came with it",
                     source.name
                 ),
-                SignatureError::Unavailable(_) => "the certificate could not be fetched from \
-                    the URL the request names, or is not trusted"
+                SignatureError::Unavailable(detail) => format!(
+                    "{detail}: the certificate could not be fetched from the URL the request \
+                     names, or is not PayPal's"
+                ),
+                SignatureError::Replayed => "this signature was already accepted with another \
+                    body"
                     .to_string(),
                 SignatureError::TooOld { seconds } => format!(
                     "signed {} ago, beyond the tolerance of {} (the signature itself matches; \

@@ -32,7 +32,7 @@ use crate::metrics::ForwardOutcome as SentOutcome;
 use crate::runner::{Logged, Runner};
 use crate::shutdown::Shutdown;
 use crate::store::events::{self, ClaimedEvent, EventStatus};
-use crate::store::forwards::{self, ClaimedForward, ForwardOutcome, ForwardState};
+use crate::store::forwards::{self, Breaker, ClaimedForward, ForwardOutcome, ForwardState};
 use crate::store::{self, StoreError};
 
 /// How often an idle lane looks for due rows (it is woken sooner when an event
@@ -83,7 +83,7 @@ impl Forwarder {
         let Some(forward) = settings.forward(forward) else {
             return Ok(0);
         };
-        let claimed = self.claim(forward, forward.concurrency).await?;
+        let claimed = self.claim_next(forward, forward.concurrency).await?;
         let count = claimed.len();
         let sends = claimed
             .into_iter()
@@ -118,7 +118,8 @@ impl Forwarder {
     }
 
     /// The lane of forward `name`: up to its `concurrency` sends at once, a new
-    /// claim as soon as one ends; it stops when a reload removed the forward.
+    /// claim as soon as one ends; one probe a minute while its breaker is open,
+    /// none while it is paused; it stops when a reload removed the forward.
     async fn run_lane(self, name: String, mut shutdown: Shutdown) {
         let wake = self.runner.lane_waker(&name);
         let mut sending = JoinSet::new();
@@ -130,9 +131,12 @@ impl Forwarder {
             let free = forward.concurrency.saturating_sub(sending.len());
             let mut pause = POLL;
             if free > 0 {
-                match self.claim(forward, free).await {
+                match self.claim_next(forward, free).await {
                     Ok(claimed) => {
-                        let full = claimed.len() == free;
+                        // More may be due: claim again as soon as a send ends.
+                        if claimed.len() == free {
+                            pause = Duration::ZERO;
+                        }
                         for claimed in claimed {
                             let (this, settings, name) =
                                 (self.clone(), settings.clone(), name.clone());
@@ -142,15 +146,9 @@ impl Forwarder {
                                 }
                             });
                         }
-                        // More may be due: claim again as soon as a send ends.
-                        if full {
-                            pause = Duration::ZERO;
-                        }
                     }
                     Err(error) => {
-                        log::warn!(
-                            "forward lane {name}: {error}; retrying in {BACKOFF_ON_ERROR:?}"
-                        );
+                        log::warn!("forward {name}: {error}; retrying in {BACKOFF_ON_ERROR:?}");
                         pause = BACKOFF_ON_ERROR;
                     }
                 }
@@ -169,6 +167,34 @@ impl Forwarder {
         }
         // Sends under way finish (each within its forward's timeout).
         while sending.join_next().await.is_some() {}
+    }
+
+    /// What the lane of `forward` sends next, up to `free` rows: nothing while
+    /// it is paused; while its breaker is open, one probe when one is due.
+    async fn claim_next(
+        &self,
+        forward: &Forward,
+        free: usize,
+    ) -> Result<Vec<ClaimedForward>, StoreError> {
+        let client = self.pool.get().await?;
+        let state = forwards::lane_state(&client, &forward.name).await;
+        let state = store::give_back(client, state)?;
+        if forward.paused || state.paused {
+            return Ok(Vec::new());
+        }
+        if !state.open {
+            return self.claim(forward, free).await;
+        }
+        let client = self.pool.get().await?;
+        let probe = forwards::take_probe(&client, &forward.name).await;
+        if !store::give_back(client, probe)? {
+            return Ok(Vec::new());
+        }
+        log::info!(
+            "forward {}: its breaker is open; sending one event as a probe",
+            forward.name
+        );
+        self.claim(forward, 1).await
     }
 
     /// Leases up to `limit` of `forward`'s due rows.
@@ -208,7 +234,8 @@ impl Forwarder {
     ) -> Result<Option<EventStatus>, StoreError> {
         let event = own_item(settings, claimed.event.clone());
         let attempt = claimed.attempts + 1;
-        let run = match settings.forward(&claimed.forward) {
+        let forward = settings.forward(&claimed.forward);
+        let run = match forward {
             Some(forward) => self.send(forward, &event, attempt).await,
             // Only an operator's retry leases a forward this instance does not
             // have: it gives up on it (a removed forward's backlog is let go so).
@@ -227,19 +254,67 @@ impl Forwarder {
                 },
             ),
         };
-        self.record(&claimed, run).await
+        let failure = match &run.result {
+            Err(HandlerError::Retry(why)) => Some(why.clone()),
+            _ => None,
+        };
+        let status = self.record(&claimed, forward, run).await?;
+        // The receiver's answer (or silence) moves the forward's breaker; a
+        // refusal of one event (a 4xx) shows the receiver is there.
+        if let Some(forward) = forward {
+            self.count_send(forward, failure.as_deref()).await?;
+        }
+        Ok(status)
+    }
+
+    /// Counts a send to `forward` in its breaker, and says so when it opens or
+    /// closes (then the lane drains what waited).
+    async fn count_send(&self, forward: &Forward, failure: Option<&str>) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        let counted =
+            forwards::count_send(&client, &forward.name, failure, forward.open_after).await;
+        match store::give_back(client, counted)? {
+            Breaker::Opened => log::warn!(
+                "forward {}: {} sends in a row failed; its breaker is open: its events wait, one \
+                 is sent each minute as a probe",
+                forward.name,
+                forward.open_after
+            ),
+            Breaker::Closed => {
+                log::info!(
+                    "forward {}: a probe went through; its breaker is closed and what waited \
+                     goes in the order it came",
+                    forward.name
+                );
+                self.runner.lane_waker(&forward.name).notify_one();
+            }
+            Breaker::Unchanged => {}
+        }
+        Ok(())
     }
 
     /// Records a run of a leased row in a transaction that settles its event.
     async fn record(
         &self,
         claimed: &ClaimedForward,
+        forward: Option<&Forward>,
         run: Run,
     ) -> Result<Option<EventStatus>, StoreError> {
         let id = claimed.event.id;
         let runs = claimed.attempts + 1;
         let policy = self.runner.retry_policy();
-        let standing = Standing::after(&run.result, runs, policy.max_attempts);
+        let mut standing = Standing::after(&run.result, runs, policy.max_attempts);
+        // Out of attempts is not out of time: a forward goes on for `retry_for`.
+        if let (Standing::Dead(_), Err(HandlerError::Retry(why)), Some(forward)) =
+            (&standing, &run.result, forward)
+        {
+            let since = (Utc::now() - claimed.planned_at)
+                .to_std()
+                .unwrap_or_default();
+            if since < forward.retry_for {
+                standing = Standing::Again(Some(why.clone()));
+            }
+        }
         let (state, next_attempt_at) = match &standing {
             Standing::Done => (ForwardState::Delivered, None),
             Standing::Dead(_) => (ForwardState::Dead, None),
@@ -386,4 +461,137 @@ fn forward_span(forward: &Forward, attempt: i32) -> Span {
         http.response.status_code = Empty,
         otel.status_message = Empty,
     )
+}
+
+/// One forward as operators see it (`GET /admin/api/forwards`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ForwardView {
+    pub name: String,
+    /// `closed` (sending), `open` (its breaker: a probe a minute), `paused`,
+    /// or `not_configured` (events wait for it, but this instance has no such forward).
+    pub state: &'static str,
+    /// Paused in the configuration (`paused = true`): only a new one resumes it.
+    pub paused_in_configuration: bool,
+    pub paused_by: Option<String>,
+    pub paused_at: Option<chrono::DateTime<Utc>>,
+    pub opened_at: Option<chrono::DateTime<Utc>>,
+    pub consecutive_failures: i32,
+    /// Its events still to go.
+    pub backlog: i64,
+    /// The event waiting longest for it.
+    pub oldest_waiting: Option<Waiting>,
+    pub last_error: Option<String>,
+}
+
+/// An event waiting for a forward: its row id and since when.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Waiting {
+    pub id: i64,
+    pub since: chrono::DateTime<Utc>,
+}
+
+/// The value of `hookd_forward_state` for a state.
+pub fn state_gauge(state: &str) -> f64 {
+    match state {
+        "open" => 1.0,
+        "paused" => 2.0,
+        _ => 0.0,
+    }
+}
+
+impl Forwarder {
+    /// Every configured forward, and any other that events wait for.
+    pub async fn overview(&self) -> Result<Vec<ForwardView>, StoreError> {
+        let settings = self.runner.settings();
+        let client = self.pool.get().await?;
+        let rows = forwards::overview(&client).await;
+        let rows = store::give_back(client, rows)?;
+        let mut views: Vec<ForwardView> = settings
+            .forwards
+            .iter()
+            .map(|forward| {
+                let row = rows.iter().find(|r| r.forward == forward.name);
+                view(Some(forward), &forward.name, row)
+            })
+            .collect();
+        views.extend(
+            rows.iter()
+                .filter(|r| settings.forward(&r.forward).is_none() && r.backlog > 0)
+                .map(|r| view(None, &r.forward, Some(r))),
+        );
+        Ok(views)
+    }
+
+    /// Pauses (`pause`) or resumes a configured forward for every instance,
+    /// audited as `paused_forward` or `resumed_forward` by `who`; its view after.
+    pub async fn set_paused(
+        &self,
+        name: &str,
+        pause: bool,
+        who: &str,
+    ) -> Result<Option<ForwardView>, StoreError> {
+        if self.runner.settings().forward(name).is_none() {
+            return Ok(None);
+        }
+        let mut client = self.pool.get().await?;
+        let changed = async {
+            let tx = store::begin(&mut client).await?;
+            forwards::set_paused(&tx, name, pause.then_some(who)).await?;
+            let record = crate::store::audit::Record {
+                who,
+                action: if pause {
+                    "paused_forward"
+                } else {
+                    "resumed_forward"
+                },
+                webhook_event_id: None,
+                source: None,
+                payment_id: None,
+                detail: Some(serde_json::json!({"forward": name})),
+            };
+            crate::store::audit::record(&tx, &record).await?;
+            tx.commit().await?;
+            Ok::<_, StoreError>(())
+        }
+        .await;
+        store::give_back(client, changed)?;
+        log::info!(
+            "forward {name}: {} by {who}",
+            if pause { "paused" } else { "resumed" }
+        );
+        if !pause {
+            self.runner.lane_waker(name).notify_one();
+        }
+        let views = self.overview().await?;
+        Ok(views.into_iter().find(|v| v.name == name))
+    }
+}
+
+/// A forward's view from its configuration (none: not configured here) and its row.
+fn view(
+    forward: Option<&Forward>,
+    name: &str,
+    row: Option<&forwards::ForwardOverview>,
+) -> ForwardView {
+    let empty = forwards::ForwardOverview::default();
+    let row = row.unwrap_or(&empty);
+    let in_configuration = forward.is_some_and(|f| f.paused);
+    let state = match forward {
+        None => "not_configured",
+        Some(_) if in_configuration || row.paused_at.is_some() => "paused",
+        Some(_) if row.opened_at.is_some() => "open",
+        Some(_) => "closed",
+    };
+    ForwardView {
+        name: name.to_string(),
+        state,
+        paused_in_configuration: in_configuration,
+        paused_by: row.paused_by.clone(),
+        paused_at: row.paused_at,
+        opened_at: row.opened_at,
+        consecutive_failures: row.consecutive_failures,
+        backlog: row.backlog,
+        oldest_waiting: row.oldest_waiting.map(|(id, since)| Waiting { id, since }),
+        last_error: row.last_error.clone(),
+    }
 }

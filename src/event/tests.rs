@@ -24,6 +24,7 @@ fn source(scheme: Scheme) -> Source {
         fingerprint_ignore: vec!["/pending_webhooks".into(), "/request".into()].into(),
         dedupe_on_body: scheme_leaves_identity_unsigned,
         mask: Vec::new(),
+        expect_events_within: None,
     }
 }
 
@@ -332,4 +333,45 @@ fn a_body_that_is_its_payload_goes_to_the_store_as_sent() {
         let e = IncomingEvent::parse(&source(Scheme::Stripe), &no_headers(), odd).expect("valid");
         assert_eq!(e.payload_text(), None);
     }
+}
+
+#[test]
+fn a_request_signed_only_whole_is_shared_by_its_events_once_and_bounded() {
+    let s = source(Scheme::GoCardless);
+    let request = |count: usize| {
+        let events: Vec<Value> = (0..count)
+            .map(|n| json!({"id": format!("EV{n}"), "resource_type": "payments", "action": "paid_out"}))
+            .collect();
+        serde_json::to_vec(&json!({"events": events})).expect("json")
+    };
+    let body = request(3);
+    let events = IncomingEvent::parse_all(&s, &no_headers(), &body).expect("valid");
+    let kept = events[0].request.clone().expect("the request is kept");
+    assert_eq!(kept.body, body);
+    assert_eq!(kept.sha256, <[u8; 32]>::from(Sha256::digest(&body)));
+    for (n, event) in events.iter().enumerate() {
+        // One copy for all, each event with its own item.
+        assert!(Arc::ptr_eq(event.request.as_ref().expect("kept"), &kept));
+        let item: Value = serde_json::from_slice(&event.body).expect("json");
+        assert_eq!(item["id"], format!("EV{n}"));
+    }
+    // A provider that signs each event keeps no request apart.
+    let one = IncomingEvent::parse(
+        &source(Scheme::Stripe),
+        &no_headers(),
+        br#"{"id":"e","type":"t"}"#,
+    )
+    .expect("valid");
+    assert!(one.request.is_none());
+
+    assert_eq!(
+        IncomingEvent::parse_all(&s, &no_headers(), &request(MAX_EVENTS_PER_REQUEST))
+            .map(|e| e.len()),
+        Ok(MAX_EVENTS_PER_REQUEST)
+    );
+    assert_eq!(
+        IncomingEvent::parse_all(&s, &no_headers(), &request(MAX_EVENTS_PER_REQUEST + 1))
+            .map(|e| e.len()),
+        Err(EventError::TooManyEvents(MAX_EVENTS_PER_REQUEST + 1))
+    );
 }

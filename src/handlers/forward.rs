@@ -19,7 +19,7 @@ use crate::providers::{self, Scheme};
 use crate::signature::Envelope;
 
 /// How much of the receiver's answer an attempt keeps.
-const RESPONSE_EXCERPT: usize = 256;
+pub const RESPONSE_EXCERPT: usize = 256;
 
 /// What one run amounted to; a forward's also the receiver's status and answer.
 #[derive(Debug, Clone)]

@@ -5,7 +5,8 @@
 //! token, so a stolen cookie reveals nothing that helps guess the token, and
 //! rotating either ends the token's sessions. Signing out records the nonce as
 //! revoked until the session would have expired. Failed sign-ins and unknown
-//! tokens are limited per client. Cookie-authenticated requests that change state
+//! tokens are limited per client; a right token or a valid session is checked
+//! first and never refused. Cookie-authenticated requests that change state
 //! must name this host in `Origin`/`Referer` or carry the session's form token.
 
 use std::fmt;
@@ -155,15 +156,20 @@ impl Guard {
     }
 
     /// Refuses a client over its failure limit for `token` — the token a session
-    /// cookie names, `None` for a presented one (429).
+    /// cookie names, `None` for a presented one (429). Only for what is not a
+    /// right token or a valid session: those are never refused.
     pub fn check_client(&self, request: &HttpRequest, token: Option<&str>) -> Result<(), ApiError> {
         self.limiter
             .check(self.client(request), token)
             .map_err(ApiError::TooManyRequests)
     }
 
-    pub fn record_failure(&self, request: &HttpRequest, token: Option<&str>) {
+    /// A wrong token or a forged session: 429 while the client is over its
+    /// limit for `token`, else counted (the caller answers it as not signed in).
+    pub fn refuse_guess(&self, request: &HttpRequest, token: Option<&str>) -> Result<(), ApiError> {
+        self.check_client(request, token)?;
         self.limiter.record_failure(self.client(request), token);
+        Ok(())
     }
 
     fn client(&self, request: &HttpRequest) -> std::net::IpAddr {
@@ -248,7 +254,8 @@ pub fn usable_here(token: &AdminToken, request: &HttpRequest) -> bool {
 }
 
 /// The bearer token or a valid session cookie; `Ok(None)` means not signed in.
-/// A client over its failure limit gets 429, whatever it presents.
+/// A right token or a valid session is never refused; a client over its failure
+/// limit gets 429 for anything else.
 pub async fn authenticate(
     state: &AppState,
     request: &HttpRequest,
@@ -257,11 +264,10 @@ pub async fn authenticate(
     // Only a Bearer header is hookd's; any other, e.g. a proxy's Basic auth,
     // leaves the cookie to decide.
     if let Some(presented) = bearer(request) {
-        guard.check_client(request, None)?;
         let settings = state.app.settings.now();
         let found = find_token(&settings, presented).filter(|token| usable_here(token, request));
         if found.is_none() {
-            guard.record_failure(request, None);
+            guard.refuse_guess(request, None)?;
         }
         return Ok(found.map(|t| principal(t, None, None)));
     }
@@ -308,15 +314,14 @@ async fn verify_session(
     // Counted per token the cookie names, so guessing from an address does not
     // hold back the sessions of staff who share it.
     let named = token.map(|t| t.name.as_str());
-    state.guard.check_client(request, named)?;
     let Some(token) = token.filter(|token| usable_here(token, request)) else {
-        state.guard.record_failure(request, named);
+        state.guard.refuse_guess(request, named)?;
         return Ok(None);
     };
     let key = state.guard.session_key(&state.app.pool, token).await?;
     let expected = session_mac(&key, name_b64, expires_at.timestamp(), nonce);
     if !bool::from(expected.as_bytes().ct_eq(mac.as_bytes())) {
-        state.guard.record_failure(request, named);
+        state.guard.refuse_guess(request, named)?;
         return Ok(None);
     }
     let client = state.app.pool.get().await.map_err(StoreError::from)?;

@@ -3,10 +3,11 @@
 //! body must arrive within `body_timeout`, and an oversized one is drained (so the
 //! client reads the 413 instead of a reset) only until that same deadline. Webhook
 //! bodies also share a memory budget: past its first `FREE_BODY_BYTES`, every byte
-//! of a body being read counts against `max_body_memory`, so clients that send large
-//! bodies and stall cannot make hookd hold gigabytes; when the budget is spent, a
-//! body that needs more is answered 503 + `Retry-After` at once (small deliveries,
-//! the usual case, never touch it).
+//! of a body being read counts against `max_body_memory`, and goes on counting
+//! while the delivery waits to be verified (a certificate fetch), so clients that
+//! send large bodies and stall cannot make hookd hold gigabytes; when the budget
+//! is spent, a body that needs more is answered 503 + `Retry-After` at once
+//! (small deliveries, the usual case, never touch it).
 
 use std::time::Duration;
 
@@ -33,28 +34,29 @@ pub async fn read(
     limit: usize,
     within: Duration,
 ) -> Result<Vec<u8>, ApiError> {
-    read_within(payload, request, limit, within, None).await
+    Ok(read_within(payload, request, limit, within, None).await?.0)
 }
 
 /// `read`, with every byte past `FREE_BODY_BYTES` taken from `budget` (one permit
-/// a byte) while the body is being read.
-pub async fn read_budgeted(
+/// a byte): the permits are returned with the body, for as long as the caller
+/// holds on to it.
+pub async fn read_budgeted<'b>(
     payload: &mut web::Payload,
     request: &HttpRequest,
     limit: usize,
     within: Duration,
-    budget: &Semaphore,
-) -> Result<Vec<u8>, ApiError> {
+    budget: &'b Semaphore,
+) -> Result<(Vec<u8>, Option<SemaphorePermit<'b>>), ApiError> {
     read_within(payload, request, limit, within, Some(budget)).await
 }
 
-async fn read_within(
+async fn read_within<'b>(
     payload: &mut web::Payload,
     request: &HttpRequest,
     limit: usize,
     within: Duration,
-    budget: Option<&Semaphore>,
-) -> Result<Vec<u8>, ApiError> {
+    budget: Option<&'b Semaphore>,
+) -> Result<(Vec<u8>, Option<SemaphorePermit<'b>>), ApiError> {
     let deadline = Instant::now() + within;
     let declared = request
         .headers()
@@ -66,11 +68,11 @@ async fn read_within(
         return Err(ApiError::PayloadTooLarge);
     }
     let mut body = Vec::with_capacity(declared.unwrap_or(8 * 1024).min(limit).min(FREE_BODY_BYTES));
-    let mut held: Option<SemaphorePermit<'_>> = None;
+    let mut held: Option<SemaphorePermit<'b>> = None;
     loop {
         let chunk = match timeout_at(deadline, payload.next()).await {
             Err(_) => return Err(ApiError::RequestTimeout),
-            Ok(None) => return Ok(body),
+            Ok(None) => return Ok((body, held)),
             Ok(Some(chunk)) => {
                 chunk.map_err(|e| ApiError::BadRequest(format!("could not read the body: {e}")))?
             }

@@ -9,6 +9,7 @@ use actix_web::{HttpResponse, ResponseError, web};
 use serde::Serialize;
 
 use super::AppState;
+use crate::event::EventError;
 use crate::idempotency::rules::{RETRY_AFTER_SECONDS as IN_PROGRESS_RETRY_AFTER, Refusal};
 use crate::providers::SignatureRefusal;
 use crate::signature::SignatureError;
@@ -29,6 +30,10 @@ pub enum ApiError {
     UnknownSource,
     #[error("payload too large")]
     PayloadTooLarge,
+    /// A request carrying more events than hookd takes in one: 413 as for a
+    /// body too large, with the reason.
+    #[error("{0}")]
+    TooManyEvents(String),
     #[error("the body did not arrive in time")]
     RequestTimeout,
     /// Refused as the source's provider wants a bad signature refused.
@@ -73,6 +78,15 @@ fn retry_after_seconds(wait: &std::time::Duration) -> u64 {
     wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 
+impl From<EventError> for ApiError {
+    fn from(error: EventError) -> Self {
+        match error {
+            EventError::TooManyEvents(_) => ApiError::TooManyEvents(error.to_string()),
+            other => ApiError::BadRequest(other.to_string()),
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
@@ -99,7 +113,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::UnknownSource => "unknown_source",
-            ApiError::PayloadTooLarge => "payload_too_large",
+            ApiError::PayloadTooLarge | ApiError::TooManyEvents(_) => "payload_too_large",
             ApiError::RequestTimeout => "request_timeout",
             ApiError::InvalidSignature(..) => "invalid_signature",
             ApiError::BadRequest(_) => "bad_request",
@@ -134,6 +148,7 @@ impl ApiError {
         match self {
             ApiError::InvalidSignature(e, _) => Some(e.to_string()),
             ApiError::BadRequest(reason)
+            | ApiError::TooManyEvents(reason)
             | ApiError::Forbidden(reason)
             | ApiError::Gone(reason)
             | ApiError::Conflict(_, reason)
@@ -190,7 +205,7 @@ impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
             ApiError::UnknownSource => StatusCode::NOT_FOUND,
-            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::PayloadTooLarge | ApiError::TooManyEvents(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::InvalidSignature(_, SignatureRefusal::Unauthorized) => {
                 StatusCode::UNAUTHORIZED

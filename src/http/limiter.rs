@@ -1,14 +1,17 @@
-//! Failed sign-ins and unknown bearer tokens, counted per client and token name
-//! (the token a session cookie names; none for a guessed token): past a handful a
-//! minute, that client is refused for that token (429 with `Retry-After`) until
-//! its window ends, whether its next attempt is right or wrong, so guessing gains
-//! nothing. When failures from all clients together pass a global rate, each is
-//! allowed fewer, so guessing spread over many addresses stays slow. The entries
-//! are a bounded LRU: past its size the client that failed longest ago is
-//! forgotten once its window has ended; while every remembered client is still
-//! in its window (guessing rotated over more addresses than the table holds), a
-//! new client is not remembered and, at the busy rate, refused. Per instance and
-//! in memory: it slows guessing, it is not an audit.
+//! Failed sign-ins, unknown bearer tokens and forged cookies, counted per client
+//! and token name (the token a session cookie names; none for a presented
+//! token): past a handful a minute, that client's wrong attempts for that token
+//! are answered 429 with `Retry-After` until its window ends. Only what failed
+//! is asked about: a right token or a valid session is never refused, so
+//! guessing, from one address or rotated over many, cannot lock staff out. (Nor
+//! can it slow a guesser, who tells a right token from a wrong one whatever the
+//! wrong one's status: what keeps a token from being guessed is its length.)
+//! When failures from all clients together pass a global rate, each is allowed
+//! fewer. The entries are a bounded LRU: past its size the client that failed
+//! longest ago is forgotten once its window has ended; while every remembered
+//! client is still in its window (guessing rotated over more addresses than the
+//! table holds), a new client is not remembered and, at the busy rate, its
+//! failures are refused. Per instance and in memory; it is not an audit.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;

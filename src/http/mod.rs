@@ -6,6 +6,7 @@ pub mod body;
 mod charts;
 mod client;
 pub mod error;
+mod forwards;
 mod idempotency;
 mod idempotency_pages;
 mod limiter;
@@ -129,6 +130,17 @@ pub fn admin_api_routes() -> Vec<(Method, &'static str, actix_web::Route)> {
             web::to(admin::forget),
         ),
         (Method::GET, "/admin/api/audit", web::to(admin::audit)),
+        (Method::GET, "/admin/api/forwards", web::to(forwards::list)),
+        (
+            Method::POST,
+            "/admin/api/forwards/{name}/pause",
+            web::to(forwards::pause),
+        ),
+        (
+            Method::POST,
+            "/admin/api/forwards/{name}/resume",
+            web::to(forwards::resume),
+        ),
         (
             Method::GET,
             "/admin/api/idempotency",
@@ -197,6 +209,13 @@ pub fn admin_routes(config: &mut web::ServiceConfig) {
     at(config, "/admin/audit", vec![get().to(ui::audit)]);
     at(
         config,
+        "/admin/forwards/{name}/pause",
+        vec![post().to(ui::pause_forward)],
+    );
+    at(
+        config,
+        "/admin/forwards/{name}/resume",
+        vec![post().to(ui::resume_forward)],
         "/admin/idempotency",
         vec![get().to(idempotency::list_page)],
     );

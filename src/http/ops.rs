@@ -8,6 +8,7 @@ use serde_json::json;
 use super::AppState;
 use super::auth;
 use super::error::ApiError;
+use crate::dispatch::lanes;
 use crate::metrics::Metric;
 use crate::store;
 
@@ -109,7 +110,43 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
         }
     }
     gauges.extend(crate::metrics::process::read());
+    let forwards = state
+        .app
+        .metrics
+        .forward_states
+        .get(FRESH_FOR, || async {
+            let views = state.app.dispatcher.forwarder().overview().await.ok()?;
+            let configured = views.into_iter().filter(|v| v.state != "not_configured");
+            Some(
+                configured
+                    .map(|v| (v.name, lanes::state_gauge(v.state)))
+                    .collect(),
+            )
+        })
+        .await
+        .unwrap_or_default();
+    let silences = state
+        .app
+        .metrics
+        .silences
+        .get(FRESH_FOR, || async {
+            let client = state.app.pool.get().await.ok()?;
+            store::activity::silences(&client).await.ok()
+        })
+        .await;
+    let silent = silences
+        .map(|since| crate::silence::silent_sources(&state.app.settings.now(), &since))
+        .unwrap_or_default();
+    let labeled: Vec<(Metric, &str, &str, f64)> = forwards
+        .iter()
+        .map(|(name, value)| (Metric::ForwardState, "forward", name.as_str(), *value))
+        .chain(
+            silent
+                .iter()
+                .map(|(name, value)| (Metric::SourceSilent, "source", name.as_str(), *value)),
+        )
+        .collect();
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(state.app.metrics.render(&gauges))
+        .body(state.app.metrics.render_with(&gauges, &labeled))
 }

@@ -2,11 +2,14 @@
 //! says otherwise (none does), so markup is escaped by construction. Pure: each
 //! function turns what the support desk returned into HTML.
 
+use crate::dispatch::lanes::ForwardView;
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::auth::Principal;
-use crate::desk::{BulkOutcome, Covered, Dashboard, EventView, Origin, PaymentView, Verdict};
+use crate::desk::{
+    BulkOutcome, Covered, Dashboard, EventView, Origin, PaymentView, ProviderTime, Verdict,
+};
 use crate::filter::ListParams;
 use crate::store::audit::AuditEntry;
 use crate::store::history::EventSummary;
@@ -173,6 +176,8 @@ fn id_links(event: &EventSummary) -> (Markup, Markup) {
 pub struct ListPage<'a> {
     pub who: &'a Principal,
     pub dashboard: &'a Dashboard,
+    /// Each forward's state, backlog and last error.
+    pub forwards: &'a [ForwardView],
     pub params: &'a ListParams,
     pub sources: Vec<&'a str>,
     pub events: &'a [EventSummary],
@@ -188,6 +193,7 @@ pub fn list(page: &ListPage<'_>) -> Markup {
         Some(page.who),
         html! {
             (dashboard(page.dashboard))
+            (forwards(page.who, page.forwards))
             h2 { "Events" }
             form.filters method="get" action="/admin" {
                 input name="q" value=(params.q.as_deref().unwrap_or_default()) placeholder="event, payment or customer id";
@@ -289,6 +295,45 @@ fn dashboard(board: &Dashboard) -> Markup {
     }
 }
 
+/// The forwards: where each stands, what waits for it, and (for operators) a
+/// button that pauses or resumes it.
+fn forwards(who: &Principal, forwards: &[ForwardView]) -> Markup {
+    html! {
+        @if !forwards.is_empty() {
+            h3 { "Forwards" }
+            table {
+                tr { th { "Forward" } th { "State" } th { "Waiting" } th { "Oldest waiting since" }
+                     th { "Last error" } @if who.can_retry() { th {} } }
+                @for forward in forwards {
+                    tr {
+                        td { (forward.name) }
+                        td { (status(forward.state)) }
+                        td { (forward.backlog) }
+                        td {
+                            @if let Some(oldest) = &forward.oldest_waiting {
+                                a href=(format!("/admin/events/{}", oldest.id)) { (time(Some(oldest.since))) }
+                            }
+                        }
+                        td { (forward.last_error.as_deref().unwrap_or_default()) }
+                        @if who.can_retry() {
+                            td {
+                                @let action = if forward.state == "paused" { "resume" } else { "pause" };
+                                @if forward.state != "not_configured" && !forward.paused_in_configuration {
+                                    form style="display:inline" method="post"
+                                        action=(format!("/admin/forwards/{}/{action}", url_encode(&forward.name))) {
+                                        input type="hidden" name="csrf" value=(who.csrf_token());
+                                        button { (action) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn origin(origin: &Origin) -> Markup {
     let verdict = match &origin.verdict {
         Verdict::Verified { secret } => html! {
@@ -335,10 +380,27 @@ pub fn retry_note(outcome: &str) -> Option<&'static str> {
     })
 }
 
+/// When the provider dated an event its scheme does not sign the time of, and
+/// a mark when that is older than `key_retention` at its arrival.
+fn provider_time(dated: &ProviderTime) -> Markup {
+    html! {
+        (time(Some(dated.at)))
+        @if dated.beyond_key_retention {
+            br;
+            span.status-failed {
+                "Dated more than key_retention (" (crate::duration::format(dated.key_retention))
+                ") before it arrived. Its provider signs no time, so a genuine body can be "
+                "sent again at any time: this may be an old event delivered again and taken "
+                "as new, its first delivery's key purged."
+            }
+        }
+    }
+}
+
 pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup {
     let event = &view.detail.summary;
     let (payment, customer) = id_links(event);
-    let rows: Vec<(&str, Markup)> = vec![
+    let mut rows: Vec<(&str, Markup)> = vec![
         ("Source", html! { (event.source) }),
         ("Event id", id(&event.event_id)),
         ("Type", html! { (event.event_type) }),
@@ -363,6 +425,9 @@ pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup
         ("Next attempt", html! { (time(event.next_attempt_at)) }),
         ("Purged", html! { (time(event.purged_at)) }),
     ];
+    if let Some(dated) = &view.provider_time {
+        rows.push(("Provider's time", provider_time(dated)));
+    }
     let pretty = view
         .detail
         .payload
@@ -415,7 +480,7 @@ pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup
             }
             h2 { "Attempts" }
             (attempts(&view.detail.attempts))
-            @if !view.detail.conflicts.is_empty() {
+            @if !view.detail.conflicts.is_empty() || view.detail.conflicts_not_kept > 0 {
                 h2 { "Conflicting deliveries" }
                 p {
                     "Items of batched requests that reused this event's id with another payload. "
@@ -423,14 +488,23 @@ pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup
                     "is unchanged."
                 }
                 table {
-                    tr { th { "Received" } th { "Stored fingerprint" } th { "Offered fingerprint" } th { "Offered payload" } }
+                    tr { th { "Received" } th { "Deliveries" } th { "Stored fingerprint" } th { "Offered fingerprint" } th { "Offered payload" } }
                     @for c in &view.detail.conflicts {
                         tr {
                             td { (time(Some(c.received_at))) }
+                            td { (c.deliveries) }
                             td { code { (c.stored_fingerprint) } }
                             td { code { (c.offered_fingerprint) } }
                             td { pre { (serde_json::to_string_pretty(&c.offered_payload).unwrap_or_default()) } }
                         }
+                    }
+                }
+                @if view.detail.conflicts_not_kept > 0 {
+                    p.note #conflicts-not-kept {
+                        (view.detail.conflicts_not_kept)
+                        " more conflicting deliveries came past the "
+                        (crate::store::events::CONFLICTS_KEPT)
+                        " items kept per event: counted, not kept."
                     }
                 }
             }
@@ -455,12 +529,18 @@ fn attempts(runs: &[crate::store::history::Attempt]) -> Markup {
     }
 }
 
+/// An amount the payments table keeps in minor units, as people read money
+/// (the API keeps the minor units).
+fn money(amount: i64, currency: Option<&str>) -> String {
+    match currency {
+        Some(currency) => crate::money::readable(amount, currency),
+        None => format!("{amount} (minor units, no currency)"),
+    }
+}
+
 pub fn payment(who: &Principal, view: &PaymentView) -> Markup {
     let p = &view.payment;
-    let money = |amount: i64| match &p.currency {
-        Some(currency) => format!("{amount} {currency}"),
-        None => amount.to_string(),
-    };
+    let money = |amount: i64| money(amount, p.currency.as_deref());
     layout(
         &format!("Payment {}", p.payment_id),
         Some(who),
@@ -521,8 +601,8 @@ pub fn customer(
                     tr {
                         td { a href=(payment_href(&p.source, &p.payment_id)) { (p.payment_id) } }
                         td { (p.source) } td { (status(&p.status)) }
-                        td { (p.amount) " " (p.currency.as_deref().unwrap_or_default()) }
-                        td { (p.amount_refunded) }
+                        td { (money(p.amount, p.currency.as_deref())) }
+                        td { (money(p.amount_refunded, p.currency.as_deref())) }
                         td { (time(Some(p.created_at))) } td { (time(Some(p.updated_at))) }
                     }
                 }

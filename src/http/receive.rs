@@ -6,6 +6,7 @@ use std::time::Instant;
 use actix_web::http::header::{CONTENT_TYPE, HeaderMap};
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
@@ -14,11 +15,10 @@ use super::{AppState, body, client, request_id};
 use crate::config::DEVELOPMENT_CREDENTIALS;
 use crate::event::IncomingEvent;
 use crate::ingest::Ingested;
-use crate::outbound;
 use crate::providers::{self, Answer, Provider};
 use crate::signature::{Headers, SignatureError, Verified};
-use crate::store::StoreError;
 use crate::store::events::{self, Recorded};
+use crate::store::{StoreError, bound_signatures};
 use crate::traces;
 
 struct RequestHeaders<'a>(&'a HeaderMap);
@@ -143,6 +143,9 @@ async fn receive_in(
             error.error_response()
         }
     };
+    if known && response.status().is_success() {
+        state.app.activity.accepted(label);
+    }
     let elapsed = started.elapsed();
     state.app.metrics.delivery(label, summary.outcome);
     state.app.metrics.delivery_duration(label, elapsed);
@@ -192,7 +195,9 @@ async fn handle(
         body::drain(&mut payload, 0, deadline).await;
         return Err(ApiError::UnknownSource);
     };
-    let body = body::read_budgeted(
+    // The body's share of the memory budget is held until it is verified,
+    // however long a certificate fetch makes it wait.
+    let (body, held) = body::read_budgeted(
         &mut payload,
         request,
         settings.max_body_bytes,
@@ -213,13 +218,18 @@ async fn handle(
         match verifier.verify_request(&headers, &body, arrived) {
             // PayPal's certificate may need fetching first.
             Err(SignatureError::Mismatch) => {
-                outbound::verify_after_fetching(&verifier, &headers, &body, arrived).await
+                state
+                    .app
+                    .certificates
+                    .verify_after_fetching(source_name, &verifier, &headers, &body, arrived)
+                    .await
             }
             verified => verified,
         }
     }
     .instrument(span.clone())
     .await;
+    drop(held);
     if let Err(error) = &verified {
         traces::fail(&span, error);
     }
@@ -237,8 +247,14 @@ async fn handle(
         );
         return Err(refused(SignatureError::Mismatch));
     }
-    let mut events = IncomingEvent::parse_all(source, &headers, &body)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let mut events = IncomingEvent::parse_all(source, &headers, &body)?;
+    if let (Some(signature), Some(event)) = (
+        provider.checksum_signature(&providers::AnyHeaders(&headers)),
+        events.first(),
+    ) && !bind_signature(state, settings, source_name, &signature, &body, event).await?
+    {
+        return Err(refused(SignatureError::Replayed));
+    }
     if events.len() != 1 {
         return receive_several(state, source_name, provider, events, verified, summary).await;
     }
@@ -281,6 +297,32 @@ async fn handle(
         Recorded::Conflict => return Err(ApiError::EventIdConflict),
     }
     Ok(response.body(body))
+}
+
+/// Binds a signature that covers only a checksum of the body (PayPal's) to
+/// this body, unless it is bound already: whether it is bound to this one.
+async fn bind_signature(
+    state: &AppState,
+    settings: &crate::config::Settings,
+    source_name: &str,
+    signature: &[u8],
+    body: &[u8],
+    event: &IncomingEvent,
+) -> Result<bool, ApiError> {
+    let sha256 = |bytes: &[u8]| Sha256::digest(bytes).to_vec();
+    // Kept as long as the payloads: a signature that old is refused for its time anyway.
+    let expired_before = crate::duration::before(chrono::Utc::now(), settings.retention)
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+    let client = state.app.pool.get().await.map_err(StoreError::from)?;
+    Ok(bound_signatures::claim(
+        &client,
+        source_name,
+        &sha256(signature),
+        &sha256(body),
+        &event.event_id,
+        expired_before,
+    )
+    .await?)
 }
 
 /// A request carrying several events (Adyen's batches): each is stored once,
@@ -326,9 +368,9 @@ async fn receive_several(
         }
     }
     if !conflicts.is_empty() {
-        let client = state.app.pool.get().await.map_err(StoreError::from)?;
+        let mut client = state.app.pool.get().await.map_err(StoreError::from)?;
         for event in &conflicts {
-            events::record_conflict(&client, event).await?;
+            events::record_conflict(&mut client, event).await?;
         }
     }
     summary.outcome = match (duplicates, conflicts.len()) {

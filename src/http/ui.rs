@@ -174,9 +174,7 @@ pub async fn login(
     request: HttpRequest,
     mut payload: web::Payload,
 ) -> HttpResponse {
-    let checked = auth::check_same_origin(&state, &request)
-        .and_then(|()| state.guard.check_client(&request, None));
-    if let Err(error) = checked {
+    if let Err(error) = auth::check_same_origin(&state, &request) {
         return error_page(&error, None);
     }
     let body = match form_body(&state, &request, &mut payload).await {
@@ -187,7 +185,10 @@ pub async fn login(
     let settings = state.app.settings.now();
     let found = auth::find_token(&settings, &token).filter(|t| auth::usable_here(t, &request));
     let Some(token) = found else {
-        state.guard.record_failure(&request, None);
+        // The right token is never refused; a wrong one past the limit is 429.
+        if let Err(error) = state.guard.refuse_guess(&request, None) {
+            return error_page(&error, None);
+        }
         let request_id = request_id::of(&request);
         log::warn!(
             request_id = request_id.as_str();
@@ -294,10 +295,11 @@ pub async fn list(
         let filter = params.to_filter(Utc::now())?;
         let page = state.app.desk.list(filter).await?;
         let dashboard = state.app.desk.dashboard(Utc::now()).await?;
-        Ok::<_, ApiError>((params, page, dashboard))
+        let forwards = state.app.dispatcher.forwarder().overview().await?;
+        Ok::<_, ApiError>((params, page, dashboard, forwards))
     }
     .await;
-    let (params, page, dashboard) = match result {
+    let (params, page, dashboard, forwards) = match result {
         Ok(found) => found,
         Err(error) => return error_page(&error, Some(&who)),
     };
@@ -315,6 +317,7 @@ pub async fn list(
     ok(pages::list(&pages::ListPage {
         who: &who,
         dashboard: &dashboard,
+        forwards: &forwards,
         params: &params,
         sources: settings.sources.iter().map(|s| s.name.as_str()).collect(),
         events: &page.events,
@@ -387,6 +390,53 @@ pub async fn reveal(
         Err(page) => return page,
     };
     event_page(&state, &who, id, true, None).await
+}
+
+/// Pauses a forward from the dashboard (operators: a form POST with its token).
+pub async fn pause_forward(
+    Viewer { who, .. }: Viewer<Page>,
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> HttpResponse {
+    forward_form(&state, &who, &request, &path, payload, true).await
+}
+
+/// Resumes a paused forward from the dashboard.
+pub async fn resume_forward(
+    Viewer { who, .. }: Viewer<Page>,
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> HttpResponse {
+    forward_form(&state, &who, &request, &path, payload, false).await
+}
+
+async fn forward_form(
+    state: &AppState,
+    who: &Principal,
+    request: &HttpRequest,
+    name: &str,
+    mut payload: web::Payload,
+    pause: bool,
+) -> HttpResponse {
+    let changed = async {
+        let body = form_body(state, request, &mut payload).await?;
+        check_form(state, who, request, &body)?;
+        who.check_operator()?;
+        let forwarder = state.app.dispatcher.forwarder();
+        match forwarder.set_paused(name, pause, &who.name).await? {
+            Some(_) => Ok(()),
+            None => Err(ApiError::NotFound),
+        }
+    }
+    .await;
+    match changed {
+        Ok(()) => redirect("/admin"),
+        Err(error) => error_page(&error, Some(who)),
+    }
 }
 
 pub async fn retry(

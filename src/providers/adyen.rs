@@ -386,6 +386,11 @@ impl Provider for Adyen {
         Ok((format!("{psp}:{code}:{success}"), code))
     }
 
+    /// Adyen's `eventDate` (RFC 3339, with its offset).
+    fn unsigned_time(&self, payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+        super::time_at(payload, "/eventDate")
+    }
+
     fn kind_of(&self, event_type: &str, item: &Value) -> Option<PaymentKind> {
         let success = succeeded(item);
         match event_type {

@@ -290,6 +290,11 @@ impl Provider for Braintree {
         Ok((format!("{kind}:{subject_id}:{timestamp}"), kind))
     }
 
+    /// The notification's `timestamp`.
+    fn unsigned_time(&self, payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+        super::time_at(payload, "/timestamp")
+    }
+
     fn default_event_types(&self) -> HashMap<String, String> {
         kind_table(&EVENT_TYPES)
     }

@@ -169,6 +169,11 @@ impl Provider for Checkout {
         Ok((id, ty))
     }
 
+    /// The event's `created_on`.
+    fn unsigned_time(&self, payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+        super::time_at(payload, "/created_on")
+    }
+
     fn default_event_types(&self) -> HashMap<String, String> {
         kind_table(&EVENT_TYPES)
     }

@@ -9,7 +9,9 @@
 
 use std::collections::HashMap;
 
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::shape::IndexFields;
 use super::{Body, Item, Missing, Provider, SignatureRefusal, kind_table, non_empty};
@@ -37,6 +39,13 @@ const EVENT_TYPES: [(&str, PaymentKind); 5] = [
 /// A member of an event's `links`.
 fn link(event: &Value, name: &str) -> Option<String> {
     non_empty(event.get("links").and_then(|links| links.get(name)))
+}
+
+/// A request's events as the bytes each came as.
+#[derive(Deserialize)]
+struct RawEvents<'a> {
+    #[serde(borrow)]
+    events: Vec<&'a RawValue>,
 }
 
 /// The events of a request, or why it has none.
@@ -100,24 +109,39 @@ impl Provider for GoCardless {
         false
     }
 
-    fn events(&self, _body: &[u8], mut payload: Value) -> Result<Vec<Item>, String> {
+    /// Each event with its item's bytes exactly as they came, which a retry
+    /// and a forward read.
+    fn events(&self, body: &[u8], mut payload: Value) -> Result<Vec<Item>, String> {
         events_of(&payload).map_err(String::from)?;
-        Ok(payload
+        let raw: RawEvents<'_> = serde_json::from_slice(body)
+            .map_err(|_| "the body's events list cannot be read as it came")?;
+        let parsed = payload
             .get_mut(EVENTS)
             .and_then(Value::as_array_mut)
             .map(std::mem::take)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        // Both read the one `events` member of one body: an item each.
+        if parsed.len() != raw.events.len() {
+            return Err("the body's events list cannot be read as it came".into());
+        }
+        Ok(parsed
             .into_iter()
-            .map(|payload| Item {
+            .zip(raw.events)
+            .map(|(payload, bytes)| Item {
                 payload,
-                body: None,
+                body: Some(bytes.get().as_bytes().to_vec()),
             })
             .collect())
     }
 
-    /// The signature covers only the whole request, so each event keeps it.
+    /// The signature covers only the whole request: it is kept once, beside
+    /// its events.
     fn keeps_request(&self) -> bool {
         true
+    }
+
+    fn request_events(&self) -> &'static str {
+        "/events"
     }
 
     fn identity(&self, _: &dyn Headers, event: &Value) -> Result<(String, String), Missing> {
@@ -128,6 +152,11 @@ impl Provider for GoCardless {
         let resource = part("resource_type")?;
         let action = part("action")?;
         Ok((id, format!("{resource}.{action}")))
+    }
+
+    /// The event's `created_at`.
+    fn unsigned_time(&self, payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+        super::time_at(payload, "/created_at")
     }
 
     fn default_event_types(&self) -> HashMap<String, String> {

@@ -229,7 +229,7 @@ pub trait Provider: KeyFormat + Sync {
     /// before verifying again (PayPal's certificate URL, when the source fetches
     /// and has not cached it); the error is a URL that may not be fetched.
     /// `verify` stays synchronous and offline: the caller fetches (see
-    /// `outbound::verify_after_fetching`) and hands the bytes to [`Provider::fetched`].
+    /// `outbound::Certificates`) and hands the bytes to [`Provider::fetched`].
     fn to_fetch(&self, _headers: &dyn Headers) -> Result<Option<reqwest::Url>, SignatureError> {
         Ok(None)
     }
@@ -243,6 +243,13 @@ pub trait Provider: KeyFormat + Sync {
         _roots: &[rustls::pki_types::TrustAnchor<'static>],
     ) -> Result<(), SignatureError> {
         Ok(())
+    }
+
+    /// The signature of a request whose signed text covers only a checksum of
+    /// the body (PayPal's CRC32), which another body with the same checksum
+    /// could carry: receiving binds it to the first body it was accepted with.
+    fn checksum_signature(&self, _headers: &dyn Headers) -> Option<Vec<u8>> {
+        None
     }
 
     /// What the provider would send with `body`, signed with `key`.
@@ -263,6 +270,15 @@ pub trait Provider: KeyFormat + Sync {
     /// The tolerance of a source that sets none.
     fn default_tolerance(&self) -> Duration {
         Duration::from_secs(5 * 60)
+    }
+
+    /// When the provider says an event happened, from its payload, for a
+    /// scheme whose signature covers no time: a genuine body can be sent again
+    /// at any time, and is taken as new once its key was purged
+    /// (`key_retention`), so the desk's event page shows this time. `None`
+    /// where the signature covers a time, or the payload carries none.
+    fn unsigned_time(&self, _payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+        None
     }
 
     /// The JSON a verified body stands for: the body itself, unless the
@@ -293,11 +309,20 @@ pub trait Provider: KeyFormat + Sync {
         &[]
     }
 
-    /// Whether each event of a several-event request keeps the whole request
-    /// (the signature covers only the whole): a retry or a forward then reads
-    /// the event's own item of it ([`own_item`]).
+    /// Whether a several-event request is kept whole, once, beside its events
+    /// (the signature covers only the whole): each event keeps its own item's
+    /// bytes, and the request proves their origin. Events stored before kept
+    /// the whole request each: a retry or a forward of one reads its own item
+    /// of it ([`own_item`]).
     fn keeps_request(&self) -> bool {
         false
+    }
+
+    /// Where a kept request's events are, for a provider that `keeps_request`:
+    /// a JSON pointer to their array, so forgetting a customer rewrites their
+    /// items in it and leaves their batch-mates' as they came.
+    fn request_events(&self) -> &'static str {
+        ""
     }
 
     /// Checks what was kept of a delivery (its body, or its item's bytes for a
@@ -410,6 +435,17 @@ pub trait Provider: KeyFormat + Sync {
             .map(|slot| *slot = Value::String(id.clone()))
             .is_some();
         (id, placed)
+    }
+}
+
+/// The time at `pointer` in a payload: RFC 3339 text, or Unix seconds.
+fn time_at(payload: &Value, pointer: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    match payload.pointer(pointer)? {
+        Value::String(text) => chrono::DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|t| t.with_timezone(&chrono::Utc)),
+        Value::Number(seconds) => chrono::DateTime::from_timestamp(seconds.as_i64()?, 0),
+        _ => None,
     }
 }
 
@@ -602,8 +638,10 @@ pub fn sign(
     Ok(signed)
 }
 
-/// The item of a kept request that is the event `event_id` (for providers that
-/// keep the whole request with each event), and the bytes a forward sends for it.
+/// The item of a kept request that is the event `event_id`, and the bytes a
+/// forward sends for it, when an event of a provider that keeps the request
+/// kept the whole of it as its body (as events stored before requests were
+/// kept once did); `None` when the body is the event's own item already.
 pub fn own_item(
     scheme: &Scheme,
     headers: &dyn Headers,

@@ -5,10 +5,12 @@
 //! tolerance. The key is a certificate: one pinned in the configuration
 //! (`certificates`, tried in order: `signed_with` is the position), or the one
 //! `PAYPAL-CERT-URL` names, fetched before verifying (see [`Provider::to_fetch`])
-//! from a host on `certificate_hosts` only, its chain checked against the
-//! system's roots, and cached (`signed_with` 0). The id and type are the body's
-//! `id` and `event_type`; a capture, refund or dispute is in `resource`, amounts
-//! as decimal text.
+//! only when the URL has the shape of PayPal's own
+//! (`https://{host}/v1/notifications/certs/CERT-…`, the host on
+//! `certificate_hosts`, port 443, no query), its chain checked against the
+//! system's roots and its subject PayPal's, and cached until its `notAfter`
+//! (`signed_with` 0). The id and type are the body's `id` and `event_type`; a
+//! capture, refund or dispute is in `resource`, amounts as decimal text.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
@@ -36,13 +38,24 @@ const CERT_URL: &str = "PAYPAL-CERT-URL";
 const AUTH_ALGO: &str = "PAYPAL-AUTH-ALGO";
 const ALGORITHM: &str = "SHA256withRSA";
 
-/// PayPal's API hosts, live and sandbox: where its certificates are served.
-pub const PAYPAL_HOSTS: [&str; 4] = [
-    "api.paypal.com",
-    "api.sandbox.paypal.com",
-    "api-m.paypal.com",
-    "api-m.sandbox.paypal.com",
-];
+/// PayPal's live API hosts: where its certificates are served.
+pub const LIVE_HOSTS: [&str; 2] = ["api.paypal.com", "api-m.paypal.com"];
+
+/// Its sandbox's, trusted by default only by a source with `sandbox = true`.
+pub const SANDBOX_HOSTS: [&str; 2] = ["api.sandbox.paypal.com", "api-m.sandbox.paypal.com"];
+
+/// The path of PayPal's certificate URLs, before the certificate's name
+/// (`CERT-360caa42-fca2a594-a5cafa77`).
+const CERT_PATH: &str = "/v1/notifications/certs/CERT-";
+
+/// The longest certificate name after `CERT-` taken (PayPal's are 26 characters).
+const MAX_CERT_NAME: usize = 64;
+
+/// The subject (common name) of PayPal's webhook signing certificate, as
+/// PayPal's own SDK checks it (`SSLUtil.validateCertificateChain`), and the
+/// sandbox's, taken only by a source with `sandbox = true`.
+pub const LIVE_SUBJECT: &str = "messageverificationcerts.paypal.com";
+pub const SANDBOX_SUBJECT: &str = "messageverificationcerts.sandbox.paypal.com";
 
 /// The certificate of the shipped `hookd.toml`, whose private key ships too.
 const DEVELOPMENT_CERTIFICATE: &[u8] = include_bytes!("../../fixtures/paypal/dev-certificate.pem");
@@ -51,8 +64,8 @@ const DEVELOPMENT_CERTIFICATE: &[u8] = include_bytes!("../../fixtures/paypal/dev
 /// configured key signed it.
 pub const FETCHED: i32 = 0;
 
-/// Fetched certificates at most held; the cache starts again when full (only
-/// chain-checked certificates from PayPal's hosts get in).
+/// Fetched certificates at most held; when full, the one used longest ago
+/// makes room (only PayPal's chain-checked certificates get in).
 const CACHE_LIMIT: usize = 64;
 
 /// A source of scheme `paypal`, with its own keys.
@@ -66,6 +79,9 @@ pub struct PayPal {
     pub fetch_certificates: bool,
     /// The hosts a certificate may be fetched from.
     pub certificate_hosts: Vec<String>,
+    /// Whether PayPal's sandbox signs too: its hosts are on the default
+    /// `certificate_hosts`, and its certificate's subject is taken.
+    pub sandbox: bool,
     /// Development only: the private key `hookd sign` signs with (PKCS#8 DER).
     pub signing_key: Option<Secret>,
 }
@@ -76,6 +92,7 @@ pub static ANY: PayPal = PayPal {
     certificates: Vec::new(),
     fetch_certificates: false,
     certificate_hosts: Vec::new(),
+    sandbox: false,
     signing_key: None,
 };
 
@@ -85,6 +102,7 @@ pub const KEYS: &[&str] = &[
     "certificates",
     "fetch_certificates",
     "certificate_hosts",
+    "sandbox",
     "signing_key",
 ];
 
@@ -96,6 +114,7 @@ struct RawPayPal {
     certificates: Vec<String>,
     fetch_certificates: Option<bool>,
     certificate_hosts: Option<Vec<String>>,
+    sandbox: Option<bool>,
     signing_key: Option<String>,
 }
 
@@ -128,9 +147,10 @@ pub fn configure(table: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Sch
                 .into(),
         ));
     }
+    let sandbox = raw.sandbox.unwrap_or(false);
     let certificate_hosts = raw
         .certificate_hosts
-        .unwrap_or_else(|| PAYPAL_HOSTS.map(String::from).to_vec());
+        .unwrap_or_else(|| default_hosts(sandbox));
     for (j, host) in certificate_hosts.iter().enumerate() {
         let valid = !host.is_empty()
             && reqwest::Url::parse(&format!("https://{host}/"))
@@ -151,8 +171,19 @@ pub fn configure(table: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Sch
         certificates,
         fetch_certificates,
         certificate_hosts,
+        sandbox,
         signing_key,
     }))
+}
+
+/// The live hosts, and the sandbox's too for a sandbox source.
+pub fn default_hosts(sandbox: bool) -> Vec<String> {
+    let sandbox_hosts: &[&str] = if sandbox { &SANDBOX_HOSTS } else { &[] };
+    LIVE_HOSTS
+        .iter()
+        .chain(sandbox_hosts)
+        .map(|h| h.to_string())
+        .collect()
 }
 
 /// A PEM RSA private key (PKCS#8 or PKCS#1), checked usable, as PKCS#8 or PKCS#1 DER.
@@ -173,16 +204,109 @@ fn key_pair(key: &PrivateKeyDer<'_>) -> Result<ring::rsa::KeyPair, String> {
     .map_err(|e| format!("not a usable RSA private key ({e})"))
 }
 
-/// Certificates fetched from their URLs and found chained to a trusted root,
-/// shared by every PayPal source of the process.
-static FETCHED_CERTIFICATES: LazyLock<Mutex<HashMap<String, CertificateDer<'static>>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+/// A fetched certificate, as cached.
+struct Fetched {
+    certificate: CertificateDer<'static>,
+    /// Its `notAfter`, Unix seconds: it is dropped then.
+    not_after: i64,
+    /// Whether its subject is the sandbox's.
+    sandbox: bool,
+    /// When it was last used, on the cache's own clock.
+    used: u64,
+}
 
-fn cached(url: &str) -> Option<CertificateDer<'static>> {
+/// Certificates fetched from their URLs and found to be PayPal's, by URL.
+#[derive(Default)]
+struct Cache {
+    entries: HashMap<String, Fetched>,
+    /// Counts uses, to find the one used longest ago.
+    clock: u64,
+}
+
+impl Cache {
+    /// The certificate cached for `url` at `now` (Unix seconds), if it has not
+    /// expired and a source that is `sandbox` or not may use it.
+    fn get(&mut self, url: &str, now: i64, sandbox: bool) -> Option<CertificateDer<'static>> {
+        if self.entries.get(url)?.not_after <= now {
+            self.entries.remove(url);
+            return None;
+        }
+        self.clock += 1;
+        let entry = self.entries.get_mut(url)?;
+        if entry.sandbox && !sandbox {
+            return None;
+        }
+        entry.used = self.clock;
+        Some(entry.certificate.clone())
+    }
+
+    /// Keeps a certificate for `url`: expired ones go first, then, if the cache
+    /// is still full, the one used longest ago (never all at once).
+    fn insert(&mut self, url: &str, mut fetched: Fetched, now: i64) {
+        self.entries.retain(|_, e| e.not_after > now);
+        if self.entries.len() >= CACHE_LIMIT && !self.entries.contains_key(url) {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(u, _)| u.clone());
+            if let Some(oldest) = oldest {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.clock += 1;
+        fetched.used = self.clock;
+        self.entries.insert(url.to_string(), fetched);
+    }
+}
+
+/// Shared by every PayPal source of the process.
+static FETCHED_CERTIFICATES: LazyLock<Mutex<Cache>> = LazyLock::new(Mutex::default);
+
+fn cached(url: &str, sandbox: bool) -> Option<CertificateDer<'static>> {
+    let now = chrono::Utc::now().timestamp();
     FETCHED_CERTIFICATES
         .lock()
         .ok()
-        .and_then(|cache| cache.get(url).cloned())
+        .and_then(|mut cache| cache.get(url, now, sandbox))
+}
+
+/// The common name of a certificate's subject (its only one), and its
+/// `notAfter` in Unix seconds.
+fn subject_and_expiry(certificate: &CertificateDer<'_>) -> Result<(String, i64), String> {
+    use x509_cert::der::Decode;
+    use x509_cert::der::asn1::{PrintableStringRef, Utf8StringRef};
+    const COMMON_NAME: x509_cert::spki::ObjectIdentifier =
+        x509_cert::spki::ObjectIdentifier::new_unwrap("2.5.4.3");
+    let parsed = x509_cert::Certificate::from_der(certificate)
+        .map_err(|e| format!("not an X.509 certificate ({e})"))?;
+    let tbs = &parsed.tbs_certificate;
+    let names: Vec<String> = tbs
+        .subject
+        .0
+        .iter()
+        .flat_map(|rdn| rdn.0.iter())
+        .filter(|atv| atv.oid == COMMON_NAME)
+        .map(|atv| {
+            atv.value
+                .decode_as::<Utf8StringRef<'_>>()
+                .map(|s| s.as_str().to_string())
+                .or_else(|_| {
+                    atv.value
+                        .decode_as::<PrintableStringRef<'_>>()
+                        .map(|s| s.as_str().to_string())
+                })
+                .unwrap_or_default()
+        })
+        .collect();
+    let [name] = names.as_slice() else {
+        return Err(format!(
+            "its subject has {} common names, not one",
+            names.len()
+        ));
+    };
+    let not_after = tbs.validity.not_after.to_unix_duration().as_secs();
+    Ok((name.clone(), i64::try_from(not_after).unwrap_or(i64::MAX)))
 }
 
 /// Whether `signature` over `message` is `certificate`'s key's.
@@ -208,26 +332,46 @@ fn required<'h>(headers: &'h dyn Headers, name: &str) -> Result<&'h str, Signatu
 }
 
 impl PayPal {
-    /// The certificate URL a request names, if hookd may fetch it.
+    /// The certificate URL a request names, if it has the shape of PayPal's:
+    /// anything else is never requested.
     fn certificate_url(&self, headers: &dyn Headers) -> Result<reqwest::Url, SignatureError> {
         let text = required(headers, CERT_URL)?;
         let url = reqwest::Url::parse(text)
             .map_err(|_| SignatureError::malformed(CERT_URL, "not a URL"))?;
-        let allowed = url.scheme() == "https"
+        let name = url.path().strip_prefix(CERT_PATH).unwrap_or_default();
+        let shaped = url.scheme() == "https"
             && url.username().is_empty()
             && url.password().is_none()
+            // The default port, 443: the URL keeps no other.
+            && url.port().is_none()
+            && url.query().is_none()
+            && url.fragment().is_none()
+            && (1..=MAX_CERT_NAME).contains(&name.len())
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
             && url.host_str().is_some_and(|h| {
                 self.certificate_hosts
                     .iter()
                     .any(|a| a.eq_ignore_ascii_case(h))
             });
-        if !allowed {
+        if !shaped {
             return Err(SignatureError::malformed(
                 CERT_URL,
-                "not an https URL on the source's certificate_hosts",
+                "not PayPal's certificate URL (https on port 443, a host on the source's \
+                 certificate_hosts, /v1/notifications/certs/CERT-…, no query)",
             ));
         }
         Ok(url)
+    }
+
+    /// Whether a certificate with this subject common name signs for the source.
+    fn signs_for_us(&self, subject: &str) -> Option<bool> {
+        if subject.eq_ignore_ascii_case(LIVE_SUBJECT) {
+            Some(false)
+        } else if self.sandbox && subject.eq_ignore_ascii_case(SANDBOX_SUBJECT) {
+            Some(true)
+        } else {
+            None
+        }
     }
 }
 
@@ -361,7 +505,7 @@ impl Provider for PayPal {
             Some(position) => position,
             None if self.fetch_certificates => {
                 let url = self.certificate_url(headers)?;
-                match cached(url.as_str()) {
+                match cached(url.as_str(), self.sandbox) {
                     Some(c) if signed_by(&c, message.as_bytes(), &signature) => FETCHED,
                     _ => return Err(SignatureError::Mismatch),
                 }
@@ -378,11 +522,12 @@ impl Provider for PayPal {
             return Ok(None);
         }
         let url = self.certificate_url(headers)?;
-        Ok(cached(url.as_str()).is_none().then_some(url))
+        Ok(cached(url.as_str(), self.sandbox).is_none().then_some(url))
     }
 
-    /// A fetched PEM chain (the signing certificate first) is cached once it
-    /// chains to one of `roots`.
+    /// A fetched PEM chain (the signing certificate first) is cached, until
+    /// its `notAfter`, once it chains to one of `roots` and its subject is
+    /// PayPal's.
     fn fetched(
         &self,
         url: &reqwest::Url,
@@ -411,13 +556,33 @@ impl Provider for PayPal {
             None,
         )
         .map_err(|e| unusable(format!("not trusted ({e})")))?;
+        let (subject, not_after) = subject_and_expiry(leaf).map_err(unusable)?;
+        let sandbox = self.signs_for_us(&subject).ok_or_else(|| {
+            let wanted = if self.sandbox {
+                format!("{LIVE_SUBJECT} or {SANDBOX_SUBJECT}")
+            } else {
+                LIVE_SUBJECT.to_string()
+            };
+            unusable(format!(
+                "not PayPal's signing certificate (its subject is CN={subject}, not CN={wanted})"
+            ))
+        })?;
+        let fetched = Fetched {
+            certificate: leaf.clone(),
+            not_after,
+            sandbox,
+            used: 0,
+        };
         if let Ok(mut cache) = FETCHED_CERTIFICATES.lock() {
-            if cache.len() >= CACHE_LIMIT {
-                cache.clear();
-            }
-            cache.insert(url.to_string(), leaf.clone());
+            cache.insert(url.as_str(), fetched, chrono::Utc::now().timestamp());
         }
         Ok(())
+    }
+
+    /// The signed text holds the body's CRC32 only, which another body can
+    /// match: the signature is bound to the body it is first accepted with.
+    fn checksum_signature(&self, headers: &dyn Headers) -> Option<Vec<u8>> {
+        BASE64.decode(headers.header(TRANSMISSION_SIG)?.trim()).ok()
     }
 
     /// With the source's `signing_key` (development only); the certificate URL
@@ -448,7 +613,7 @@ impl Provider for PayPal {
         let host = self
             .certificate_hosts
             .first()
-            .map_or(PAYPAL_HOSTS[0], String::as_str);
+            .map_or(LIVE_HOSTS[0], String::as_str);
         Ok(Signed::headers(vec![
             (TRANSMISSION_ID.to_string(), transmission_id),
             (TRANSMISSION_TIME.to_string(), time),

@@ -105,6 +105,11 @@ impl Provider for Razorpay {
         Ok((id, ty))
     }
 
+    /// The event's `created_at` (Unix seconds).
+    fn unsigned_time(&self, payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+        super::time_at(payload, "/created_at")
+    }
+
     fn signs_id(&self) -> bool {
         false
     }

@@ -156,6 +156,11 @@ impl Provider for Square {
         Ok((id, ty))
     }
 
+    /// The event's `created_at`.
+    fn unsigned_time(&self, payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+        super::time_at(payload, "/created_at")
+    }
+
     fn default_event_types(&self) -> HashMap<String, String> {
         kind_table(&EVENT_TYPES)
     }

@@ -75,3 +75,63 @@ fn only_stripe_has_defaults_and_its_own_payment_shape() {
         assert_eq!(provider.names_events_by_file(), scheme == Scheme::Github);
     }
 }
+
+#[test]
+fn schemes_that_sign_no_time_read_the_providers_own_from_the_payload() {
+    let at = |rfc3339: &str| {
+        chrono::DateTime::parse_from_rfc3339(rfc3339)
+            .expect("time")
+            .with_timezone(&chrono::Utc)
+    };
+    let cases = [
+        (
+            Scheme::Adyen(Default::default()),
+            serde_json::json!({"eventDate": "2024-06-12T12:32:47+02:00"}),
+        ),
+        (
+            Scheme::GoCardless,
+            serde_json::json!({"created_at": "2024-06-12T10:32:47.000Z"}),
+        ),
+        (
+            Scheme::Square(square::ANY.clone()),
+            serde_json::json!({"created_at": "2024-06-12T10:32:47Z"}),
+        ),
+        (
+            Scheme::Braintree,
+            serde_json::json!({"timestamp": "2024-06-12T10:32:47Z"}),
+        ),
+        (
+            Scheme::Razorpay,
+            serde_json::json!({"created_at": 1_718_188_367}),
+        ),
+        (
+            Scheme::Checkout(checkout::ANY.clone()),
+            serde_json::json!({"created_on": "2024-06-12T10:32:47Z"}),
+        ),
+    ];
+    for (scheme, payload) in cases {
+        assert_eq!(
+            of(&scheme).unsigned_time(&payload),
+            Some(at("2024-06-12T10:32:47Z")),
+            "{}",
+            scheme.name()
+        );
+        assert_eq!(of(&scheme).unsigned_time(&serde_json::json!({})), None);
+    }
+    // A scheme that signs its time has none to show, whatever the payload says.
+    let created =
+        serde_json::json!({"created": 1_718_188_367, "created_at": "2024-06-12T10:32:47Z"});
+    for scheme in [
+        Scheme::Stripe,
+        Scheme::Standard,
+        Scheme::Paddle,
+        Scheme::PayPal(paypal::ANY.clone()),
+    ] {
+        assert_eq!(
+            of(&scheme).unsigned_time(&created),
+            None,
+            "{}",
+            scheme.name()
+        );
+    }
+}

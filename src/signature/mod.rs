@@ -91,9 +91,14 @@ pub enum SignatureError {
     #[error("signature mismatch")]
     Mismatch,
     /// The key the request names could not be fetched or is not trusted
-    /// (PayPal's certificate).
-    #[error("signing certificate unavailable: {0}")]
+    /// (PayPal's certificate). Why is for the log: the answer says no more
+    /// (it would tell the sender about hookd's network).
+    #[error("signing certificate unavailable")]
     Unavailable(String),
+    /// A signature covering only a checksum of the body (PayPal's CRC32) came
+    /// again with another body than the one it was first accepted with.
+    #[error("signature already accepted with another body")]
+    Replayed,
     /// Signed this many seconds before now, beyond the tolerance.
     #[error("timestamp too old")]
     TooOld { seconds: u64 },
@@ -117,6 +122,7 @@ impl SignatureError {
             SignatureError::Malformed { .. } | SignatureError::InBody { .. } => "malformed",
             SignatureError::Mismatch => "mismatch",
             SignatureError::Unavailable(_) => "unavailable",
+            SignatureError::Replayed => "replayed",
             SignatureError::TooOld { .. } => "too_old",
             SignatureError::TooNew { .. } => "too_new",
         }

@@ -8,7 +8,7 @@ use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 use super::StoreError;
 use super::payments::{PaymentColumns, PaymentUpdate};
-use crate::event::IncomingEvent;
+use crate::event::{IncomingEvent, KeptRequest};
 
 /// Where an event stands: `processed` (every handler done), `ignored` (none
 /// applies), `failed` (a handler will run again at `next_attempt_at`, or a forward
@@ -169,7 +169,7 @@ pub async fn record_delivery(
         ],
     )
     .await?;
-    Ok(match row {
+    let recorded = match row {
         // The id is stored under another body key, or none.
         None if by_body => recount_by_id(client, event, 1).await?,
         // The conflict's WHERE refused the update: the stored payload differs,
@@ -185,7 +185,59 @@ pub async fn record_delivery(
             id: row.get(0),
             event_id: event.event_id.clone(),
         },
-    })
+    };
+    keep_requests(client, &[(event, &recorded)]).await?;
+    Ok(recorded)
+}
+
+/// Keeps the requests of the new events among `decided` once each (a request
+/// already kept, by a resend or by a batch-mate stored apart, is that one) and
+/// points those events at them: a statement for the requests and one for the
+/// events, in the caller's transaction, only when there are such events.
+async fn keep_requests(
+    client: &impl Session,
+    decided: &[(&IncomingEvent, &Recorded)],
+) -> Result<(), StoreError> {
+    let mut stored: Vec<(i64, &str, &KeptRequest)> = decided
+        .iter()
+        .filter_map(|(event, recorded)| match (recorded, &event.request) {
+            (Recorded::New { id }, Some(request)) => Some((*id, event.source.as_str(), &**request)),
+            _ => None,
+        })
+        .collect();
+    if stored.is_empty() {
+        return Ok(());
+    }
+    // In one order in every transaction, so two never wait on each other.
+    let mut requests: Vec<(&str, &KeptRequest)> = stored.iter().map(|s| (s.1, s.2)).collect();
+    requests.sort_unstable_by_key(|(source, request)| (*source, request.sha256));
+    requests.dedup_by_key(|(source, request)| (*source, request.sha256));
+    let sources: Vec<&str> = requests.iter().map(|r| r.0).collect();
+    let keys: Vec<&[u8]> = requests.iter().map(|r| &r.1.sha256[..]).collect();
+    let bodies: Vec<&[u8]> = requests.iter().map(|r| r.1.body.as_slice()).collect();
+    // One kept by a transaction still open is waited for, then found.
+    sql::execute(
+        client,
+        "INSERT INTO event_requests (source, body_sha256, body)
+             SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[])
+             ON CONFLICT (source, body_sha256) DO NOTHING",
+        params![&sources, &keys, &bodies],
+    )
+    .await?;
+    stored.sort_unstable_by_key(|s| s.0);
+    let ids: Vec<i64> = stored.iter().map(|s| s.0).collect();
+    let sources: Vec<&str> = stored.iter().map(|s| s.1).collect();
+    let keys: Vec<&[u8]> = stored.iter().map(|s| &s.2.sha256[..]).collect();
+    sql::execute(
+        client,
+        "UPDATE webhook_events e SET request_id = r.id
+             FROM unnest($1::bigint[], $2::text[], $3::bytea[]) AS s(id, source, key)
+             JOIN event_requests r ON r.source = s.source AND r.body_sha256 = s.key
+             WHERE e.id = s.id",
+        params![&ids, &sources, &keys],
+    )
+    .await?;
+    Ok(())
 }
 
 /// The constraint a second row of one `(source, event_id)` violates.
@@ -337,6 +389,9 @@ pub async fn record_batch(
             None => recount_legacy_duplicate(client, event, item.deliveries).await?,
         });
     }
+    let pairs: Vec<(&IncomingEvent, &Recorded)> =
+        items.iter().map(|i| i.event).zip(&decided).collect();
+    keep_requests(client, &pairs).await?;
     Ok(decided)
 }
 
@@ -883,29 +938,64 @@ pub async fn backlog(client: &impl Session) -> Result<(i64, i64), StoreError> {
     Ok((row.get(0), row.get(1)))
 }
 
+/// Conflicting items kept per event at most; past them a conflicting item is
+/// counted on the event (`conflicts_not_kept`), not kept. Adyen signs 8 fields
+/// of an item, so one genuine item resent with another unsigned field each time
+/// would otherwise keep a new record, whole, for every copy.
+pub const CONFLICTS_KEPT: i64 = 10;
+
+/// Given the event's row id (`$1`) and fingerprint (`$2`), the offered item's
+/// fingerprint (`$3`) and payload (`$4`): a known item counts a delivery on its
+/// record; a new one is kept while the event has fewer than `$5` records, else
+/// counted on the event. The caller holds the event's row lock, so concurrent
+/// records of one event are decided one after the other.
+const RECORD_CONFLICT: &str = "WITH known AS (
+         UPDATE event_conflicts SET deliveries = deliveries + 1, last_delivery_at = now()
+          WHERE webhook_event_id = $1 AND offered_sha256 = $3
+         RETURNING 1),
+     kept AS (
+         INSERT INTO event_conflicts
+                 (webhook_event_id, stored_sha256, offered_sha256, offered_payload)
+         SELECT $1, $2, $3, $4
+          WHERE NOT EXISTS (SELECT 1 FROM known)
+            AND (SELECT count(*) FROM event_conflicts WHERE webhook_event_id = $1) < $5
+         RETURNING 1)
+     UPDATE webhook_events SET conflicts_not_kept = conflicts_not_kept + 1
+      WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM known) AND NOT EXISTS (SELECT 1 FROM kept)";
+
 /// Keeps an item of a several-event request that reused a stored event's id
 /// with another payload, beside that event (the request itself is acknowledged);
-/// the same item again counts a delivery on its record.
+/// the same item again counts a delivery on its record. Past `CONFLICTS_KEPT`
+/// records a new item is only counted on the event.
 pub async fn record_conflict(
-    client: &impl Session,
+    client: &mut deadpool_postgres::Object,
     event: &IncomingEvent,
 ) -> Result<(), StoreError> {
-    sql::execute(
-        client,
-        "INSERT INTO event_conflicts
-                 (webhook_event_id, stored_sha256, offered_sha256, offered_payload)
-             SELECT e.id, e.payload_sha256, $3, $4
-               FROM webhook_events e
-              WHERE e.source = $1 AND e.event_id = $2
-             ON CONFLICT (webhook_event_id, offered_sha256) DO UPDATE
-                SET deliveries = event_conflicts.deliveries + 1, last_delivery_at = now()",
-        params![
-            &event.source,
-            &event.event_id,
-            &event.fingerprint.as_slice(),
-            &stored_payload(event),
-        ],
+    let tx = super::begin(client).await?;
+    // Its row lock orders the records of one event (the count must not race).
+    let stored = sql::query_opt(
+        &tx,
+        "SELECT id, payload_sha256 FROM webhook_events
+          WHERE source = $1 AND event_id = $2
+          FOR NO KEY UPDATE",
+        params![&event.source, &event.event_id],
     )
     .await?;
+    if let Some(stored) = stored {
+        let (id, stored_sha256): (i64, Vec<u8>) = (stored.get(0), stored.get(1));
+        sql::execute(
+            &tx,
+            RECORD_CONFLICT,
+            params![
+                &id,
+                &stored_sha256,
+                &event.fingerprint.as_slice(),
+                &stored_payload(event),
+                &CONFLICTS_KEPT,
+            ],
+        )
+        .await?;
+    }
+    tx.commit().await?;
     Ok(())
 }

@@ -95,6 +95,8 @@ pub struct ClaimedForward {
     pub attempts: i32,
     /// Until when this lane holds it; the answer is recorded only while it does.
     pub lease_until: DateTime<Utc>,
+    /// When it was planned (its event received).
+    pub planned_at: DateTime<Utc>,
 }
 
 /// The columns `ClaimedForward` is read from (`l`, the leased rows, joined to
@@ -103,11 +105,11 @@ pub struct ClaimedForward {
 macro_rules! claimed_forward_columns {
     () => {
         "e.id, e.source, e.event_id, e.event_type, e.kind, e.payload, e.attempts, e.body, \
-         e.received_at, false, l.attempts, l.lease_until, l.forward"
+         e.received_at, false, l.attempts, l.lease_until, l.forward, l.created_at"
     };
 }
 
-/// Leases up to `limit` of `forward`'s due rows, most overdue first, for
+/// Leases up to `limit` of `forward`'s due rows, in the order their events came, for
 /// `lease_secs` (by the database's clock; their next attempt moves to the
 /// lease's end, so no other lane claims them meanwhile).
 pub async fn claim_due(
@@ -122,7 +124,7 @@ pub async fn claim_due(
             "WITH due AS (
                  SELECT webhook_event_id FROM event_forwards
                  WHERE forward = $1 AND state = 'pending' AND next_attempt_at <= now()
-                 ORDER BY next_attempt_at, webhook_event_id
+                 ORDER BY webhook_event_id
                  LIMIT $2
                  FOR UPDATE SKIP LOCKED
              ), l AS (
@@ -131,7 +133,7 @@ pub async fn claim_due(
                      next_attempt_at = now() + make_interval(secs => $3)
                  FROM due
                  WHERE f.webhook_event_id = due.webhook_event_id AND f.forward = $1
-                 RETURNING f.webhook_event_id, f.forward, f.attempts, f.lease_until
+                 RETURNING f.webhook_event_id, f.forward, f.attempts, f.lease_until, f.created_at
              )
              SELECT ",
             claimed_forward_columns!(),
@@ -162,7 +164,7 @@ pub async fn lease_for_retry(
                      lease_until = now() + make_interval(secs => $3),
                      next_attempt_at = now() + make_interval(secs => $3)
                  WHERE webhook_event_id = $1 AND forward = ANY($2)
-                 RETURNING webhook_event_id, forward, attempts, lease_until
+                 RETURNING webhook_event_id, forward, attempts, lease_until, created_at
              )
              SELECT ",
             claimed_forward_columns!(),
@@ -181,6 +183,7 @@ fn claimed_forward(row: &tokio_postgres::Row) -> ClaimedForward {
         attempts: row.get(10),
         lease_until: row.get(11),
         forward: row.get(12),
+        planned_at: row.get(13),
     }
 }
 
@@ -270,4 +273,191 @@ pub async fn replace_unplanned(
     )
     .await?;
     Ok(())
+}
+
+/// Where a forward stands for its lanes, shared by every instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneState {
+    /// Its breaker is open: only probes go.
+    pub open: bool,
+    /// Open, and a probe may go now.
+    pub probe_due: bool,
+    /// An operator paused it.
+    pub paused: bool,
+}
+
+/// Where `forward` stands (a forward with no row is closed and running).
+pub async fn lane_state(client: &impl Session, forward: &str) -> Result<LaneState, StoreError> {
+    let row = sql::query_opt(
+        client,
+        "SELECT opened_at IS NOT NULL, COALESCE(probe_at <= now(), false), paused_at IS NOT NULL
+             FROM forward_states WHERE forward = $1",
+        params![&forward],
+    )
+    .await?;
+    Ok(row.map_or_else(LaneState::default, |row| LaneState {
+        open: row.get(0),
+        probe_due: row.get(1),
+        paused: row.get(2),
+    }))
+}
+
+/// How long an open breaker waits between probes.
+const PROBE_EVERY: &str = "1 minute";
+
+/// Takes the next probe of an open `forward` for this lane, if one is due
+/// (one instance's lane takes it; the others find it taken).
+pub async fn take_probe(client: &impl Session, forward: &str) -> Result<bool, StoreError> {
+    Ok(sql::query_opt(
+        client,
+        "UPDATE forward_states SET probe_at = now() + $2::text::interval, updated_at = now()
+             WHERE forward = $1 AND opened_at IS NOT NULL AND probe_at <= now()
+             RETURNING 1",
+        params![&forward, &PROBE_EVERY],
+    )
+    .await?
+    .is_some())
+}
+
+/// What a send did to its forward's breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Breaker {
+    Unchanged,
+    /// Its failures reached `open_after`: its events wait, a probe goes each minute.
+    Opened,
+    /// A send went through while it was open: its waiting events are due now,
+    /// to go in the order they came.
+    Closed,
+}
+
+/// Counts a send to `forward` that its receiver took (`failure` none) or that
+/// failed and will be tried again (its error): consecutive failures open the
+/// breaker at `open_after`, the first send taken closes it.
+pub async fn count_send(
+    client: &impl Session,
+    forward: &str,
+    failure: Option<&str>,
+    open_after: i32,
+) -> Result<Breaker, StoreError> {
+    let Some(error) = failure else {
+        let closed = sql::query_opt(
+            client,
+            "UPDATE forward_states s
+                 SET consecutive_failures = 0, opened_at = NULL, probe_at = NULL,
+                     updated_at = now()
+                 FROM (SELECT opened_at IS NOT NULL AS was_open
+                       FROM forward_states WHERE forward = $1) before
+                 WHERE s.forward = $1 AND (s.consecutive_failures > 0 OR s.opened_at IS NOT NULL)
+                 RETURNING before.was_open",
+            params![&forward],
+        )
+        .await?
+        .is_some_and(|row| row.get::<_, Option<bool>>(0).unwrap_or(false));
+        if !closed {
+            return Ok(Breaker::Unchanged);
+        }
+        sql::execute(
+            client,
+            "UPDATE event_forwards SET next_attempt_at = now()
+                 WHERE forward = $1 AND state = 'pending' AND lease_until IS NULL",
+            params![&forward],
+        )
+        .await?;
+        return Ok(Breaker::Closed);
+    };
+    let opened: bool = sql::query_one(
+        client,
+        "INSERT INTO forward_states AS s (forward, consecutive_failures, last_error, opened_at, probe_at)
+             VALUES ($1, 1, $2, CASE WHEN $3 <= 1 THEN now() END,
+                     CASE WHEN $3 <= 1 THEN now() + $4::text::interval END)
+         ON CONFLICT (forward) DO UPDATE
+             SET consecutive_failures = s.consecutive_failures + 1,
+                 last_error = EXCLUDED.last_error,
+                 updated_at = now(),
+                 opened_at = CASE WHEN s.opened_at IS NULL AND s.consecutive_failures + 1 >= $3
+                                  THEN now() ELSE s.opened_at END,
+                 probe_at = CASE WHEN s.opened_at IS NULL AND s.consecutive_failures + 1 >= $3
+                                 THEN now() + $4::text::interval ELSE s.probe_at END
+         RETURNING opened_at IS NOT NULL AND opened_at = now()",
+        params![&forward, &error, &open_after, &PROBE_EVERY],
+    )
+    .await?
+    .get(0);
+    Ok(if opened {
+        Breaker::Opened
+    } else {
+        Breaker::Unchanged
+    })
+}
+
+/// Pauses `forward` (`by`: who) or resumes it (`None`).
+pub async fn set_paused(
+    client: &impl Session,
+    forward: &str,
+    by: Option<&str>,
+) -> Result<(), StoreError> {
+    sql::execute(
+        client,
+        "INSERT INTO forward_states AS s (forward, paused_at, paused_by)
+             VALUES ($1, CASE WHEN $2::text IS NOT NULL THEN now() END, $2)
+         ON CONFLICT (forward) DO UPDATE
+             SET paused_at = EXCLUDED.paused_at, paused_by = EXCLUDED.paused_by,
+                 updated_at = now()",
+        params![&forward, &by],
+    )
+    .await?;
+    Ok(())
+}
+
+/// One forward as operators see it: its breaker, pause and backlog.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ForwardOverview {
+    pub forward: String,
+    pub consecutive_failures: i32,
+    pub opened_at: Option<DateTime<Utc>>,
+    pub paused_at: Option<DateTime<Utc>>,
+    pub paused_by: Option<String>,
+    pub last_error: Option<String>,
+    /// Its events still to go.
+    pub backlog: i64,
+    /// The one waiting longest: its row id and since when.
+    pub oldest_waiting: Option<(i64, DateTime<Utc>)>,
+}
+
+/// Every forward that has a state or events still to go, by name.
+pub async fn overview(client: &impl Session) -> Result<Vec<ForwardOverview>, StoreError> {
+    let rows = sql::query(
+        client,
+        "WITH waiting AS (
+             SELECT forward, count(*) AS backlog,
+                    (array_agg(webhook_event_id ORDER BY created_at, webhook_event_id))[1] AS oldest,
+                    min(created_at) AS since
+             FROM event_forwards WHERE state = 'pending' AND forward <> $1
+             GROUP BY forward
+         )
+         SELECT COALESCE(s.forward, w.forward), COALESCE(s.consecutive_failures, 0),
+                s.opened_at, s.paused_at, s.paused_by, s.last_error,
+                COALESCE(w.backlog, 0), w.oldest, w.since
+         FROM forward_states s FULL JOIN waiting w ON w.forward = s.forward
+         ORDER BY 1",
+        params![&UNPLANNED],
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let oldest: Option<i64> = row.get(7);
+            let since: Option<DateTime<Utc>> = row.get(8);
+            ForwardOverview {
+                forward: row.get(0),
+                consecutive_failures: row.get(1),
+                opened_at: row.get(2),
+                paused_at: row.get(3),
+                paused_by: row.get(4),
+                last_error: row.get(5),
+                backlog: row.get(6),
+                oldest_waiting: oldest.zip(since),
+            }
+        })
+        .collect())
 }

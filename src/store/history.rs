@@ -72,8 +72,10 @@ pub struct EventDetail {
     pub payload_sha256: String,
     pub attempts: Vec<Attempt>,
     /// Items of several-event requests that reused this event's id with another
-    /// payload, oldest first.
+    /// payload, oldest first (`events::CONFLICTS_KEPT` at most).
     pub conflicts: Vec<Conflict>,
+    /// Deliveries of conflicting items that came past those kept: counted, not kept.
+    pub conflicts_not_kept: i32,
 }
 
 /// An item refused as a conflict but acknowledged with its batch.
@@ -192,8 +194,8 @@ pub async fn load_event(
 
 pub async fn get_event(client: &impl Session, id: i64) -> Result<Option<EventDetail>, StoreError> {
     let sql = format!(
-        "SELECT {SUMMARY_COLUMNS}, payload, encode(payload_sha256, 'hex') FROM webhook_events \
-         WHERE id = $1"
+        "SELECT {SUMMARY_COLUMNS}, payload, encode(payload_sha256, 'hex'), conflicts_not_kept \
+         FROM webhook_events WHERE id = $1"
     );
     let Some(row) = sql::query_opt(client, &sql, params![&id]).await? else {
         return Ok(None);
@@ -226,6 +228,7 @@ pub async fn get_event(client: &impl Session, id: i64) -> Result<Option<EventDet
         payload_sha256: row.get(18),
         attempts,
         conflicts,
+        conflicts_not_kept: row.get(19),
     }))
 }
 
@@ -259,6 +262,20 @@ pub async fn attempts_of(
         });
     }
     Ok(by_event)
+}
+
+/// The payloads of events `ids` that still have one (purged ones have none).
+pub async fn payloads_of(
+    client: &impl Session,
+    ids: &[i64],
+) -> Result<std::collections::HashMap<i64, Value>, StoreError> {
+    let rows = sql::query(
+        client,
+        "SELECT id, payload FROM webhook_events WHERE id = ANY($1) AND payload IS NOT NULL",
+        params![&ids],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// The events about one payment, oldest first (at most `limit`).
@@ -303,7 +320,8 @@ pub struct SignedDelivery {
     pub received_at: DateTime<Utc>,
     /// `None` once purged (or for events stored before hookd kept them).
     pub kept: Option<KeptDelivery>,
-    /// When its customer was forgotten: what is kept is no longer what was signed.
+    /// When its customer (or, in a kept request, a batch-mate's) was
+    /// forgotten: what is kept is no longer what was signed.
     pub redacted_at: Option<DateTime<Utc>>,
 }
 
@@ -311,15 +329,19 @@ pub struct SignedDelivery {
 pub type KeptDelivery = (Vec<u8>, Vec<(String, String)>);
 
 /// An event's source, time, and exact body and signature headers when they are
-/// kept; `None` if there is no such event.
+/// kept (the whole request, for an event whose request is kept once beside
+/// it); `None` if there is no such event.
 pub async fn signed_delivery(
     client: &impl Session,
     id: i64,
 ) -> Result<Option<SignedDelivery>, StoreError> {
     let Some(row) = sql::query_opt(
         client,
-        "SELECT source, received_at, body, signature_headers, redacted_at FROM webhook_events
-             WHERE id = $1",
+        "SELECT e.source, e.received_at,
+                CASE WHEN e.request_id IS NULL THEN e.body ELSE r.body END,
+                e.signature_headers, COALESCE(e.redacted_at, r.redacted_at)
+             FROM webhook_events e LEFT JOIN event_requests r ON r.id = e.request_id
+             WHERE e.id = $1",
         params![&id],
     )
     .await?

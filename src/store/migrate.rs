@@ -67,6 +67,11 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(17, "0017_hourly_rollups.sql"),
     migration!(18, "0018_forgotten_customers.sql"),
     migration!(19, "0019_forward_lanes.sql"),
+    migration!(20, "0020_bound_signatures.sql"),
+    migration!(21, "0021_forward_states.sql"),
+    migration!(22, "0022_source_activity.sql"),
+    migration!(23, "0023_conflicts_kept.sql"),
+    migration!(24, "0024_event_requests.sql"),
     migration!(25, "0025_api_idempotency_keys.sql"),
 ];
 

@@ -2,8 +2,10 @@
 //! `sql` (prepared once per connection, or unnamed behind a transaction-mode
 //! pooler); the schema lives in `sql/` migrations.
 
+pub mod activity;
 pub mod api_idempotency;
 pub mod audit;
+pub mod bound_signatures;
 pub mod events;
 pub mod forget;
 pub mod forwards;

@@ -213,6 +213,42 @@ pub async fn settle_pending_batch(
     Ok(settled)
 }
 
+/// Drops, in one transaction, the bodies of up to `limit` requests kept once
+/// beside their events (GoCardless's) received before `cutoff` none of whose
+/// events holds its payload any more, and deletes up to `limit` such requests
+/// no event points at (their keys are gone). Returns how many of each.
+pub async fn drop_requests_batch(
+    client: &mut deadpool_postgres::Object,
+    cutoff: DateTime<Utc>,
+    limit: i64,
+) -> Result<(u64, u64), StoreError> {
+    let tx = super::begin(client).await?;
+    let dropped = sql::execute(
+        &tx,
+        "UPDATE event_requests SET body = NULL
+             WHERE id IN (SELECT r.id FROM event_requests r
+                          WHERE r.body IS NOT NULL AND r.received_at < $1
+                            AND NOT EXISTS (SELECT 1 FROM webhook_events e
+                                            WHERE e.request_id = r.id AND e.payload IS NOT NULL)
+                          LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        params![&cutoff, &limit],
+    )
+    .await?;
+    let deleted = sql::execute(
+        &tx,
+        "DELETE FROM event_requests
+             WHERE id IN (SELECT r.id FROM event_requests r
+                          WHERE r.body IS NULL
+                            AND NOT EXISTS (SELECT 1 FROM webhook_events e
+                                            WHERE e.request_id = r.id)
+                          LIMIT $1 FOR UPDATE SKIP LOCKED)",
+        params![&limit],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((dropped, deleted))
+}
+
 /// The small tables the purge empties of rows older than a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expiring {

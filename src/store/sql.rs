@@ -6,7 +6,9 @@
 //! - unnamed, parsed and run in one round trip (`query_typed`), when a
 //!   transaction-mode pooler (PgBouncer, RDS Proxy, Supavisor, PgCat) sits in
 //!   front of the database: it hands each transaction to any server connection,
-//!   where a statement prepared on another one does not exist.
+//!   where a statement prepared on another one does not exist. No session
+//!   setting holds there either: a statement outside a transaction goes in one
+//!   of its own that sets hookd's limits (`bounded`).
 //!
 //! The direct path declares the same types, so every test run proves the types
 //! the pooled path sends.
@@ -54,6 +56,10 @@ pub fn unnamed() -> bool {
 /// A session hookd runs statements on: a pooled connection or a transaction.
 /// Its `*_unnamed` methods send a statement without preparing it first.
 pub trait Session: GenericClient {
+    /// The connection, when a statement sent on it is not inside a transaction
+    /// of hookd's (`None` for a transaction).
+    fn outside_transaction(&self) -> Option<&tokio_postgres::Client>;
+
     fn query_unnamed(
         &self,
         sql: &str,
@@ -77,8 +83,11 @@ pub trait Session: GenericClient {
 }
 
 macro_rules! session {
-    ($client:ty, $inner:ty) => {
+    ($client:ty, $inner:ty, $outside:expr) => {
         impl Session for $client {
+            fn outside_transaction(&self) -> Option<&tokio_postgres::Client> {
+                $outside(self)
+            }
             fn query_unnamed(
                 &self,
                 sql: &str,
@@ -111,11 +120,41 @@ macro_rules! session {
     };
 }
 
-session!(deadpool_postgres::Client, tokio_postgres::Client);
+session!(
+    deadpool_postgres::Client,
+    tokio_postgres::Client,
+    connection
+);
 session!(
     deadpool_postgres::Transaction<'_>,
-    tokio_postgres::Transaction<'_>
+    tokio_postgres::Transaction<'_>,
+    |_| None
 );
+
+fn connection(client: &deadpool_postgres::Client) -> Option<&tokio_postgres::Client> {
+    let connection: &tokio_postgres::Client = client;
+    Some(connection)
+}
+
+/// `statement`, sent on `client`. Behind a transaction-mode pooler no session
+/// setting holds, so one outside a transaction goes in a transaction of its own
+/// that sets hookd's limits: `BEGIN` with them, the statement and `COMMIT`, sent
+/// together (one round trip). `statement` puts itself on the wire when first
+/// polled, as unnamed statements do.
+async fn bounded<T>(
+    client: &impl Session,
+    statement: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match client.outside_transaction() {
+        Some(connection) if unnamed() => {
+            let (done, committed) = super::one_statement_transaction(connection, statement).await;
+            let value = done?;
+            committed?;
+            Ok(value)
+        }
+        _ => statement.await,
+    }
+}
 
 /// The statement prepared with the parameters' types (cached per connection),
 /// and the values to bind.
@@ -135,7 +174,10 @@ pub async fn query(
     sql: &str,
     params: &[Param<'_>],
 ) -> Result<Vec<Row>, StoreError> {
-    ready(client, sql, params).await?.query(client).await
+    bounded(client, async {
+        ready(client, sql, params).await?.query(client).await
+    })
+    .await
 }
 
 /// The one row `sql` returns.
@@ -145,7 +187,10 @@ pub async fn query_one(
     params: &[Param<'_>],
 ) -> Result<Row, StoreError> {
     if unnamed() {
-        return Ok(client.query_one_unnamed(sql, params).await?);
+        return bounded(client, async {
+            Ok(client.query_one_unnamed(sql, params).await?)
+        })
+        .await;
     }
     let (statement, values) = prepared(client, sql, params).await?;
     Ok(client.query_one(&statement, &values).await?)
@@ -158,7 +203,10 @@ pub async fn query_opt(
     params: &[Param<'_>],
 ) -> Result<Option<Row>, StoreError> {
     if unnamed() {
-        return Ok(client.query_opt_unnamed(sql, params).await?);
+        return bounded(client, async {
+            Ok(client.query_opt_unnamed(sql, params).await?)
+        })
+        .await;
     }
     let (statement, values) = prepared(client, sql, params).await?;
     Ok(client.query_opt(&statement, &values).await?)
@@ -170,7 +218,10 @@ pub async fn execute(
     sql: &str,
     params: &[Param<'_>],
 ) -> Result<u64, StoreError> {
-    ready(client, sql, params).await?.execute(client).await
+    bounded(client, async {
+        ready(client, sql, params).await?.execute(client).await
+    })
+    .await
 }
 
 /// A statement with its values, ready to send: `execute` and `query` put it on

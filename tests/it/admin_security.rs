@@ -236,9 +236,9 @@ async fn failed_sign_ins_and_bearer_guesses_are_limited_per_client() {
             .await;
         assert_eq!(wrong.status, 401);
     }
-    // Past the limit even the right token is refused, so guessing learns nothing.
+    // Past the limit a wrong token is refused...
     let refused = anonymous
-        .post_form("/admin/login", &[], &[("token", VIEWER)])
+        .post_form("/admin/login", &[], &[("token", "not-a-token-either")])
         .await;
     assert_eq!(refused.status, 429);
     let wait: u64 = refused
@@ -248,11 +248,21 @@ async fn failed_sign_ins_and_bearer_guesses_are_limited_per_client() {
         .expect("seconds");
     assert!((1..=60).contains(&wait), "{wait}");
     let api = app
-        .admin(Credential::Bearer(VIEWER.into()))
+        .admin(Credential::Bearer("guess-guess-guess-guess".into()))
         .get("/admin/api/events")
         .await;
     assert_eq!(api.status, 429);
     assert_eq!(api.json()["error"], "too_many_requests");
+    // ...the right one never: staff behind the same address still get in.
+    let right = anonymous
+        .post_form("/admin/login", &[], &[("token", SUPPORT)])
+        .await;
+    assert_eq!(right.status, 303);
+    let api = app
+        .admin(Credential::Bearer(SUPPORT.into()))
+        .get("/admin/api/events")
+        .await;
+    assert_eq!(api.status, 200);
     // Another client (behind the same local proxy) is not held back.
     let elsewhere = anonymous
         .post_form(
@@ -264,12 +274,93 @@ async fn failed_sign_ins_and_bearer_guesses_are_limited_per_client() {
     assert_eq!(elsewhere.status, 303);
 
     let app = spawn_app().await;
+    let guess = app.admin(Credential::Bearer("guess-guess-guess-guess".into()));
     for _ in 0..10 {
-        let guess = app.admin(Credential::Bearer("guess-guess-guess-guess".into()));
         assert_eq!(guess.get("/admin/api/events").await.status, 401);
     }
+    assert_eq!(guess.get("/admin/api/events").await.status, 429);
     let right = app.admin(Credential::Bearer(OPERATOR.into()));
-    assert_eq!(right.get("/admin/api/events").await.status, 429);
+    assert_eq!(right.get("/admin/api/events").await.status, 200);
+}
+
+/// Guessing rotated over more addresses than the limiter remembers, past the
+/// busy rate: every newcomer's wrong token is refused, yet a right token and a
+/// valid session get in, from a new address and from a guesser's own.
+#[tokio::test]
+async fn a_right_token_or_a_valid_session_is_never_refused_whatever_the_guessing() {
+    use futures_util::StreamExt;
+    let app = app_behind(None).await;
+    let staff = "198.51.100.20";
+    let cookie = session_via(&app, staff, SUPPORT).await;
+
+    // One wrong token from each of 10,050 addresses (the table holds 10,000),
+    // all within the limiter's minute.
+    let http = reqwest::Client::new();
+    let url = format!("{}/admin/api/events", app.base);
+    let guesses = futures_util::stream::iter(0..10_050u32).map(|i| {
+        let [_, _, hi, lo] = i.to_be_bytes();
+        let request = http
+            .get(&url)
+            .bearer_auth("guess-guess-guess-guess")
+            .header("X-Forwarded-For", format!("198.18.{hi}.{lo}"));
+        async move { request.send().await.expect("guess").status().as_u16() }
+    });
+    let statuses: Vec<u16> = guesses.buffer_unordered(16).collect().await;
+    assert!(
+        statuses.iter().all(|s| [401, 429].contains(s)),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.contains(&429),
+        "the full table refuses newcomers' guesses"
+    );
+    // A guesser's own address, far past its limit.
+    let guesser = "198.18.0.7";
+    for _ in 0..10 {
+        let answer = http
+            .get(&url)
+            .bearer_auth("guess-guess-guess-guess")
+            .header("X-Forwarded-For", guesser)
+            .send()
+            .await
+            .expect("guess");
+        assert!([401, 429].contains(&answer.status().as_u16()));
+    }
+
+    let newcomer = "203.0.113.50";
+    let bearer = |token: &str, from: &str| {
+        http.get(&url)
+            .bearer_auth(token)
+            .header("X-Forwarded-For", from)
+            .send()
+    };
+    for from in [newcomer, guesser] {
+        let wrong = bearer("guess-guess-guess-guess", from)
+            .await
+            .expect("guess");
+        assert_eq!(wrong.status(), 429, "a wrong token from {from}");
+        let right = bearer(SUPPORT, from).await.expect("right token");
+        assert_eq!(right.status(), 200, "the right token from {from}");
+        let session = cookie_client(&app, &cookie)
+            .send(
+                "GET",
+                "/admin/api/events",
+                &[("X-Forwarded-For", from)],
+                vec![],
+            )
+            .await;
+        assert_eq!(session.status, 200, "the session from {from}");
+        assert_eq!(
+            sign_in_via(&app, from, SUPPORT).await,
+            303,
+            "signing in from {from}"
+        );
+        assert_eq!(
+            sign_in_via(&app, from, "not-a-token-at-all").await,
+            429,
+            "a wrong sign-in from {from}"
+        );
+    }
 }
 
 /// The shipped settings plus a token of the team's own (the shipped ones are
@@ -290,6 +381,25 @@ async fn app_behind(trusted_proxies: Option<&[&str]>) -> TestApp {
         ..Spawn::default()
     })
     .await
+}
+
+/// The session cookie (`name=value`) of a sign-in with `token` through proxies
+/// that forward `X-Forwarded-For: chain`.
+async fn session_via(app: &TestApp, chain: &str, token: &str) -> String {
+    let signed_in = app
+        .admin(Credential::None)
+        .post_form(
+            "/admin/login",
+            &[("X-Forwarded-For", chain)],
+            &[("token", token)],
+        )
+        .await;
+    assert_eq!(signed_in.status, 303);
+    signed_in
+        .header("set-cookie")
+        .and_then(|c| c.split(';').next())
+        .expect("session cookie")
+        .to_string()
 }
 
 /// A sign-in through proxies that forward `X-Forwarded-For: chain`.
@@ -314,29 +424,17 @@ async fn behind_a_balancer_on_a_private_address_each_client_has_its_own_limit() 
     let guesser = "203.0.113.66, 10.0.0.5";
     let staff = "198.51.100.20, 10.0.0.5";
     // Someone at the guesser's address (one office's NAT) signed in before.
-    let signed_in = app
-        .admin(Credential::None)
-        .post_form(
-            "/admin/login",
-            &[("X-Forwarded-For", guesser)],
-            &[("token", SUPPORT)],
-        )
-        .await;
-    assert_eq!(signed_in.status, 303);
-    let cookie = signed_in
-        .header("set-cookie")
-        .and_then(|c| c.split(';').next())
-        .expect("session cookie")
-        .to_string();
+    let cookie = session_via(&app, guesser, SUPPORT).await;
     for _ in 0..10 {
         assert_eq!(sign_in_via(&app, guesser, "not-a-token-at-all").await, 401);
     }
     assert_eq!(
-        sign_in_via(&app, guesser, SUPPORT).await,
+        sign_in_via(&app, guesser, "not-a-token-at-all").await,
         429,
         "the guesser is held"
     );
-    // The other client behind the same balancer still signs in...
+    // The other client behind the same balancer is not held back...
+    assert_eq!(sign_in_via(&app, staff, "not-a-token-at-all").await, 401);
     assert_eq!(sign_in_via(&app, staff, SUPPORT).await, 303);
     // ...and the session at the guesser's address, counted under its token, goes on.
     let session = cookie_client(&app, &cookie)
@@ -354,7 +452,7 @@ async fn behind_a_balancer_on_a_private_address_each_client_has_its_own_limit() 
     for _ in 0..10 {
         assert_eq!(sign_in_via(&app, guesser, "not-a-token-at-all").await, 401);
     }
-    assert_eq!(sign_in_via(&app, staff, SUPPORT).await, 429);
+    assert_eq!(sign_in_via(&app, staff, "not-a-token-at-all").await, 429);
 }
 
 #[tokio::test]
@@ -375,10 +473,13 @@ async fn a_forged_forwarded_for_cannot_choose_the_limit_it_counts_against() {
     }
     // Every guess counted against the attacker's real address...
     let spoofed = "192.0.2.200, 198.51.100.66";
-    assert_eq!(sign_in_via(&app, spoofed, SUPPORT).await, 429);
+    assert_eq!(sign_in_via(&app, spoofed, "not-a-token-at-all").await, 429);
     // ...and none against the addresses it named.
-    assert_eq!(sign_in_via(&app, victim, SUPPORT).await, 303);
-    assert_eq!(sign_in_via(&app, "192.0.2.100", SUPPORT).await, 303);
+    assert_eq!(sign_in_via(&app, victim, "not-a-token-at-all").await, 401);
+    assert_eq!(
+        sign_in_via(&app, "192.0.2.100", "not-a-token-at-all").await,
+        401
+    );
 }
 
 #[tokio::test]

@@ -576,18 +576,8 @@ impl ProtocolRelay {
         let (config, logged, gated) = (upstream.clone(), log.clone(), gate.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let port = config.get_ports()[0];
-                match &config.get_hosts()[0] {
-                    tokio_postgres::config::Host::Unix(dir) => {
-                        let socket = dir.join(format!(".s.PGSQL.{port}"));
-                        let server = tokio::net::UnixStream::connect(socket).await;
-                        relay(client, server.expect("the database"), &logged, &gated);
-                    }
-                    tokio_postgres::config::Host::Tcp(host) => {
-                        let server = tokio::net::TcpStream::connect((host.as_str(), port)).await;
-                        relay(client, server.expect("the database"), &logged, &gated);
-                    }
-                }
+                let server = crate::support::relay::connect(&config).await;
+                relay(client, server, &logged, &gated);
             }
         });
         ProtocolRelay {
@@ -600,13 +590,7 @@ impl ProtocolRelay {
 
     /// The upstream database's settings, through the relay.
     fn config(&self) -> tokio_postgres::Config {
-        let mut config = tokio_postgres::Config::new();
-        config
-            .host("127.0.0.1")
-            .port(self.addr.port())
-            .user(self.upstream.get_user().expect("user"))
-            .dbname(self.upstream.get_dbname().expect("dbname"));
-        config
+        crate::support::relay::through(self.addr.port(), &self.upstream)
     }
 
     /// The messages relayed since the last call.

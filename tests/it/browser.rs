@@ -349,7 +349,7 @@ async fn slow_support_staff_find_a_payment_and_retry_its_dead_event_in_a_real_br
     );
     let payment = browser.text().await;
     assert!(
-        payment.contains("succeeded") && payment.contains("4200 usd"),
+        payment.contains("succeeded") && payment.contains("42.00 USD"),
         "{payment}"
     );
     assert!(

@@ -240,6 +240,8 @@ fn alert_rules_read_only_what_hookd_exposes_and_cover_what_matters() {
         "HookdRetryBacklog",
         "HookdDeliveryLatencyHigh",
         "HookdDatabasePoolSaturated",
+        "HookdForwardOpen",
+        "HookdSourceSilent",
     ] {
         assert!(alerts.contains(required), "{required} is missing");
     }

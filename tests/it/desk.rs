@@ -9,6 +9,7 @@ use std::time::Duration;
 use hookd::dispatch::RetryOutcome;
 use hookd_kit::gate::{GATED_TYPE, RetryGate};
 
+use crate::support::provider::{adyen_authorisation, send_adyen};
 use crate::support::{
     Credential, OPERATOR, Spawn, TestApp, VIEWER, run_hookd, run_hookd_json, shipped_settings,
     spawn, spawn_app, stripe_event, wait_for,
@@ -154,6 +155,99 @@ async fn a_customers_payments_page_newest_first_without_gaps() {
             .status,
         400
     );
+}
+
+/// The pages show amounts as people read money, by each currency's decimals;
+/// the API keeps the minor units the payments table holds.
+#[tokio::test]
+async fn the_pages_show_amounts_as_money_by_their_currency() {
+    let app = spawn_app().await;
+    a_refunded_payment(&app).await;
+    for (id, amount, currency) in [("pi_jpy", 5000, "jpy"), ("pi_kwd", 1005, "kwd")] {
+        let paid = stripe_event(
+            &format!("evt_{id}"),
+            "payment_intent.succeeded",
+            json!({"id": id, "object": "payment_intent", "amount": amount,
+                   "currency": currency, "customer": "cus_desk"}),
+        );
+        assert_eq!(app.deliver("stripe", &paid).await.status, 200);
+    }
+    let page = app.viewer().get("/admin/payments/stripe/pi_desk").await;
+    assert_eq!(page.status, 200);
+    let page = page.text();
+    assert!(page.contains("20.00 USD"), "{page}");
+    assert!(page.contains("refunded: 5.00 USD"), "{page}");
+    assert!(!page.contains("2000 "), "{page}");
+    let customer = app.viewer().get("/admin/customers/cus_desk").await.text();
+    for shown in ["20.00 USD", "5.00 USD", "5000 JPY", "1.005 KWD"] {
+        assert!(customer.contains(shown), "{shown}: {customer}");
+    }
+    for minor in ["2000 ", "500<", "1005"] {
+        assert!(!customer.contains(minor), "{minor}: {customer}");
+    }
+    let api = app
+        .viewer()
+        .get("/admin/api/payments/stripe/pi_desk")
+        .await
+        .json();
+    assert_eq!(
+        (
+            &api["payment"]["amount"],
+            &api["payment"]["amount_refunded"]
+        ),
+        (&json!(2000), &json!(500))
+    );
+}
+
+/// Adyen and Square sign no time, so a genuine body may come again at any
+/// time: an event they dated more than `key_retention` (365 days here) before
+/// it arrived is marked on its page; one dated lately is not.
+#[tokio::test]
+async fn the_event_page_marks_an_event_its_unsigned_provider_dated_before_key_retention() {
+    let app = spawn_app().await;
+    let days_ago = |days: i64| (chrono::Utc::now() - chrono::Duration::days(days)).to_rfc3339();
+    let (old, recent) = (days_ago(400), days_ago(2));
+    let answer = send_adyen(
+        &app,
+        vec![
+            adyen_authorisation("psp_old", "order-old", &old),
+            adyen_authorisation("psp_recent", "order-recent", &recent),
+        ],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    for (id, created) in [("sq_old", &old), ("sq_recent", &recent)] {
+        let event = json!({"merchant_id": "M1", "type": "payment.updated", "event_id": id,
+                           "created_at": created,
+                           "data": {"type": "payment", "id": "sq_pay",
+                                    "object": {"payment": {"id": "sq_pay", "status": "APPROVED"}}}});
+        assert_eq!(app.deliver("square", &event).await.status, 200);
+    }
+    let mark = "Dated more than key_retention (365d) before it arrived";
+    for (event_id, marked) in [
+        ("psp_old:AUTHORISATION:true", true),
+        ("psp_recent:AUTHORISATION:true", false),
+        ("sq_old", true),
+        ("sq_recent", false),
+    ] {
+        let id = app.event_row_id(event_id).await;
+        let page = app
+            .viewer()
+            .get(&format!("/admin/events/{id}"))
+            .await
+            .text();
+        assert!(page.contains("Provider's time"), "{page}");
+        assert_eq!(page.contains(mark), marked, "{event_id}: {page}");
+    }
+    // A provider that signs its time shows none.
+    a_refunded_payment(&app).await;
+    let id = app.event_row_id("evt_desk_1").await;
+    let page = app
+        .viewer()
+        .get(&format!("/admin/events/{id}"))
+        .await
+        .text();
+    assert!(!page.contains("Provider"), "{page}");
 }
 
 async fn dead_events(app: &TestApp, n: usize) -> Vec<i64> {

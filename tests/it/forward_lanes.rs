@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hookd::app::Parts;
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
@@ -250,11 +249,7 @@ async fn slow_a_receiver_that_never_answers_delays_no_other_forward_nor_retries(
     let app = spawn(Spawn {
         settings,
         registry,
-        parts: Parts {
-            dispatcher: true,
-            purge: false,
-            http_workers: Some(2),
-        },
+        parts: Spawn::LOOPS,
         ..Spawn::default()
     })
     .await;
@@ -306,4 +301,230 @@ async fn slow_a_receiver_that_never_answers_delays_no_other_forward_nor_retries(
     app.wait_for_count(query, retried, Duration::from_secs(10))
         .await;
     assert!(!blackhole.received().is_empty(), "the blackhole was tried");
+}
+
+/// The state `GET /admin/api/forwards` gives `name`.
+async fn forward_view(app: &crate::support::TestApp, name: &str) -> Value {
+    let answer = app.viewer().get("/admin/api/forwards").await;
+    assert_eq!(answer.status, 200);
+    answer.json()["forwards"]
+        .as_array()
+        .expect("forwards")
+        .iter()
+        .find(|f| f["name"] == name)
+        .unwrap_or_else(|| panic!("no forward {name}"))
+        .clone()
+}
+
+/// The ids of the events a receiver took (answered 2xx), in the order it took them.
+fn taken(received: &[crate::support::Received], answers_before: usize) -> Vec<String> {
+    received[answers_before..]
+        .iter()
+        .map(|r| {
+            let body: Value = serde_json::from_slice(&r.body).expect("json");
+            body["id"].as_str().expect("id").to_string()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn slow_a_receiver_down_longer_than_max_attempts_loses_nothing_and_gets_the_backlog_in_order()
+{
+    // Down for five sends; the breaker opens after five failures in a row.
+    let receiver = Receiver::start(&[503; 5]).await;
+    let mut settings = shipped_settings();
+    let mut forward = receiver.forward("billing", &["payment_succeeded"], &[]);
+    forward.concurrency = 1;
+    forward.open_after = 5;
+    forward.retry_for = Duration::from_secs(3600);
+    settings.forwards = vec![forward];
+    settings.max_attempts = 2;
+    settings.retry_base = Duration::from_secs(1);
+    let app = spawn(Spawn {
+        settings,
+        parts: Spawn::LOOPS,
+        ..Spawn::default()
+    })
+    .await;
+    let ids: Vec<String> = (1..=4).map(|i| format!("evt_down_{i}")).collect();
+    for id in &ids {
+        app.deliver_ok("stripe", &payment(id)).await;
+    }
+    app.wait_for_count(
+        "SELECT count(*) FROM forward_states WHERE forward = 'billing' AND opened_at IS NOT NULL",
+        1,
+        Duration::from_secs(20),
+    )
+    .await;
+    // Past max_attempts for one event at least, and none of them dead.
+    assert!(
+        app.count(
+            "SELECT count(*) FROM event_forwards WHERE attempts >= 2",
+            &[]
+        )
+        .await
+            >= 1
+    );
+    let view = forward_view(&app, "billing").await;
+    assert_eq!(view["state"], "open", "{view}");
+    assert_eq!(view["backlog"], 4, "{view}");
+    assert!(view["last_error"].as_str().expect("error").contains("503"));
+    let metrics = app.get("/metrics").await.text();
+    assert!(
+        metrics.contains("hookd_forward_state{forward=\"billing\"} 1"),
+        "{metrics}"
+    );
+    // While it is open, a new event waits, unsent.
+    app.deliver_ok("stripe", &payment("evt_down_5")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(receiver.received().len(), 5, "no send but the failed five");
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_events WHERE status = 'dead'",
+            &[]
+        )
+        .await,
+        0
+    );
+
+    // The receiver is back; the next probe (due now) goes through, and the
+    // backlog drains once, in the order it came.
+    app.execute(
+        "UPDATE forward_states SET probe_at = now() WHERE forward = 'billing'",
+        &[],
+    )
+    .await;
+    app.wait_for_count(
+        "SELECT count(*) FROM webhook_events WHERE status = 'processed'",
+        5,
+        Duration::from_secs(20),
+    )
+    .await;
+    let all: Vec<String> = (1..=5).map(|i| format!("evt_down_{i}")).collect();
+    let got = taken(&receiver.received(), 5);
+    assert_eq!(got.len(), 5, "each taken once: {got:?}");
+    // The probe is the oldest due; the rest follow in the order they came.
+    assert_eq!(got, all, "in order");
+    assert_eq!(forward_view(&app, "billing").await["state"], "closed");
+}
+
+#[tokio::test]
+async fn a_paused_forward_holds_its_events_until_an_operator_resumes_it() {
+    let receiver = Receiver::start(&[]).await;
+    let mut settings = shipped_settings();
+    settings.forwards = vec![receiver.forward("billing", &["payment_succeeded"], &[])];
+    let app = spawn(Spawn {
+        settings,
+        parts: Spawn::LOOPS,
+        ..Spawn::default()
+    })
+    .await;
+    let viewer = app
+        .viewer()
+        .post("/admin/api/forwards/billing/pause", &[])
+        .await;
+    assert_eq!(viewer.status, 403);
+    let unknown = app
+        .operator()
+        .post("/admin/api/forwards/nope/pause", &[])
+        .await;
+    assert_eq!(unknown.status, 404);
+    let paused = app
+        .operator()
+        .post("/admin/api/forwards/billing/pause", &[])
+        .await;
+    assert_eq!(paused.status, 200);
+    assert_eq!(paused.json()["state"], "paused");
+    assert_eq!(paused.json()["paused_by"], "operator");
+
+    app.deliver_ok("stripe", &payment("evt_paused")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(receiver.received().is_empty(), "held while paused");
+    assert_eq!(app.event_status("evt_paused").await, "failed");
+    let view = forward_view(&app, "billing").await;
+    assert_eq!(view["backlog"], 1, "{view}");
+    let metrics = app.get("/metrics").await.text();
+    assert!(
+        metrics.contains("hookd_forward_state{forward=\"billing\"} 2"),
+        "{metrics}"
+    );
+
+    let resumed = app
+        .operator()
+        .post("/admin/api/forwards/billing/resume", &[])
+        .await;
+    assert_eq!(resumed.status, 200);
+    receiver.wait_for(1).await;
+    app.wait_for_count(
+        "SELECT count(*) FROM webhook_events WHERE status = 'processed'",
+        1,
+        Duration::from_secs(5),
+    )
+    .await;
+    let audited = app
+        .strings(
+            "SELECT action FROM admin_audit WHERE action LIKE '%_forward' ORDER BY id",
+            &[],
+        )
+        .await;
+    assert_eq!(audited, ["paused_forward", "resumed_forward"]);
+}
+
+#[tokio::test]
+async fn a_forward_paused_in_the_configuration_waits_and_cannot_be_resumed_from_the_desk() {
+    let receiver = Receiver::start(&[]).await;
+    let mut settings = shipped_settings();
+    let mut forward = receiver.forward("billing", &["payment_succeeded"], &[]);
+    forward.paused = true;
+    settings.forwards = vec![forward];
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    app.deliver_ok("stripe", &payment("evt_held")).await;
+    assert_eq!(app.send_due_forwards().await, 0, "paused: nothing goes");
+    let resumed = app
+        .operator()
+        .post("/admin/api/forwards/billing/resume", &[])
+        .await;
+    assert_eq!(resumed.status, 409);
+    assert_eq!(resumed.json()["error"], "paused_in_configuration");
+    assert_eq!(forward_view(&app, "billing").await["state"], "paused");
+}
+
+#[tokio::test]
+async fn a_forward_goes_dead_only_once_both_its_attempts_and_its_time_are_spent() {
+    let receiver = Receiver::start(&[503; 10]).await;
+    let mut settings = shipped_settings();
+    let mut forward = receiver.forward("billing", &["payment_succeeded"], &[]);
+    forward.retry_for = Duration::from_secs(3);
+    settings.forwards = vec![forward];
+    settings.max_attempts = 2;
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
+    app.deliver_ok("stripe", &payment("evt_for_time")).await;
+    for _ in 0..3 {
+        app.make_retries_due().await;
+        assert_eq!(app.send_due_forwards().await, 1);
+    }
+    assert_eq!(
+        app.event_status("evt_for_time").await,
+        "failed",
+        "three sends, over max_attempts, but not yet retry_for"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    app.make_retries_due().await;
+    assert_eq!(app.send_due_forwards().await, 1);
+    assert_eq!(app.event_status("evt_for_time").await, "dead");
+    let error = app
+        .strings(
+            "SELECT last_error FROM webhook_events WHERE event_id = 'evt_for_time'",
+            &[],
+        )
+        .await;
+    assert!(error[0].contains("gave up after 4 attempts"), "{error:?}");
 }

@@ -292,11 +292,7 @@ async fn forwards_by_type_take_events_without_a_handler_and_survive_a_restart() 
     let restarted = spawn(Spawn {
         settings,
         db: stopped.db.clone(),
-        parts: Parts {
-            dispatcher: true,
-            purge: false,
-            http_workers: Some(2),
-        },
+        parts: Spawn::LOOPS,
         ..Spawn::default()
     })
     .await;

@@ -535,3 +535,39 @@ async fn the_idempotency_routes_answer_as_the_document_says() {
         check(&doc, "post", "/admin/api/idempotency/{id}/release", &answer);
     }
 }
+
+#[tokio::test]
+async fn the_forwards_routes_answer_as_documented() {
+    let doc = document();
+    let receiver = crate::support::Receiver::start(&[]).await;
+    let mut settings = crate::support::shipped_settings();
+    settings.forwards = vec![receiver.forward("billing", &["payment_succeeded"], &[])];
+    let app = crate::support::spawn(crate::support::Spawn {
+        settings,
+        ..crate::support::Spawn::default()
+    })
+    .await;
+    let viewer = app.admin(Credential::Bearer(VIEWER.into()));
+    let operator = app.admin(Credential::Bearer(OPERATOR.into()));
+    let list = viewer.get("/admin/api/forwards").await;
+    assert_eq!(list.status, 200);
+    assert_eq!(list.json()["forwards"][0]["state"], "closed");
+    check(&doc, "get", "/admin/api/forwards", &list);
+    for (client, path, status) in [
+        (&operator, "/admin/api/forwards/billing/pause", 200),
+        (&viewer, "/admin/api/forwards/billing/pause", 403),
+        (&operator, "/admin/api/forwards/nope/pause", 404),
+    ] {
+        let answer = client.post(path, &[]).await;
+        assert_eq!(answer.status, status, "{path}");
+        check(&doc, "post", "/admin/api/forwards/{name}/pause", &answer);
+    }
+    let paused = viewer.get("/admin/api/forwards").await;
+    assert_eq!(paused.json()["forwards"][0]["state"], "paused");
+    check(&doc, "get", "/admin/api/forwards", &paused);
+    let resumed = operator
+        .post("/admin/api/forwards/billing/resume", &[])
+        .await;
+    assert_eq!(resumed.status, 200);
+    check(&doc, "post", "/admin/api/forwards/{name}/resume", &resumed);
+}

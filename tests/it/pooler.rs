@@ -228,6 +228,69 @@ async fn slow_behind_pgbouncer_without_the_flag_one_log_line_says_to_add_it() {
     assert!(hookd.wait().await.success());
 }
 
+/// Behind the pooler no session setting holds: a statement outside a
+/// transaction (a lone delivery of an event nothing handles is one
+/// autocommitted statement) is still cut at hookd's 30 s statement timeout,
+/// answered 503, instead of waiting on a row lock for as long as it is held.
+#[tokio::test]
+async fn slow_behind_pgbouncer_a_statement_outside_a_transaction_is_cut_at_the_statement_timeout() {
+    let db = TestDb::create().await;
+    let bouncer = PgBouncer::start(cluster().postgres(), "bounded");
+    let url = bouncer.url(&db.name, true);
+    let port = free_port();
+    let config = write_config(port, "pooler-bounded");
+    let hookd = Hookd::start_against(&config, port, &url, "warn").await;
+    let sign = stripe_signer();
+    let http = reqwest::Client::new();
+    let body = serde_json::to_vec(&crate::support::stripe_event(
+        "evt_outside",
+        "customer.created",
+        serde_json::json!({"id": "cus_outside"}),
+    ))
+    .expect("json");
+    let deliver = || {
+        let mut request = http
+            .post(format!("{}/webhooks/stripe", hookd.base))
+            .body(body.clone());
+        for (name, value) in sign(&body) {
+            request = request.header(name, value);
+        }
+        request.send()
+    };
+    assert_eq!(deliver().await.expect("first").status(), 200);
+    // A resend counts itself on the stored row, which another transaction holds.
+    let holder = connect(db.config()).await;
+    holder
+        .batch_execute(
+            "BEGIN;
+             SELECT 1 FROM webhook_events WHERE event_id = 'evt_outside' FOR UPDATE;",
+        )
+        .await
+        .expect("hold the row");
+    // Uncut, it would wait until hookd closes the connection unanswered (45 s).
+    let cut = tokio::time::timeout(Duration::from_secs(60), deliver())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|answer| answer.status().as_u16());
+    assert_eq!(cut, Some(503), "the resend cut at the statement timeout");
+    holder.batch_execute("ROLLBACK").await.expect("release");
+    let again = deliver().await.expect("again");
+    assert_eq!(again.status(), 200);
+    let deliveries: i32 = connect(db.config())
+        .await
+        .query_one(
+            "SELECT deliveries FROM webhook_events WHERE event_id = 'evt_outside'",
+            &[],
+        )
+        .await
+        .expect("row")
+        .get(0);
+    assert_eq!(deliveries, 2, "the cut resend counted nothing");
+    hookd.signal(Signal::SIGTERM);
+    assert!(hookd.wait().await.success());
+}
+
 fn hint_lines(log: &Path) -> Option<Vec<String>> {
     let text = std::fs::read_to_string(log).ok()?;
     let lines: Vec<String> = text

@@ -3,6 +3,8 @@
 //! an operator (audited); erased for good when a customer is forgotten, keeping
 //! dedupe keys, fingerprints and payment state.
 
+use hookd::config::Settings;
+use hookd::handlers::Registry;
 use serde_json::{Value, json};
 
 use crate::support::{
@@ -41,6 +43,29 @@ fn jennys_refund(id: &str, payment: &str) -> Value {
             "billing_details": {"email": EMAIL, "name": "Jenny Rosen"}
         }),
     )
+}
+
+fn stripe_of(settings: &mut Settings) -> &mut hookd::config::Source {
+    settings
+        .sources
+        .iter_mut()
+        .find(|s| s.name == "stripe")
+        .expect("stripe")
+}
+
+/// An app with `settings` and `registry` whose dispatcher sends forwards.
+async fn forwarding(settings: Settings, registry: Registry) -> TestApp {
+    spawn(Spawn {
+        settings,
+        registry,
+        parts: hookd::app::Parts {
+            dispatcher: true,
+            purge: false,
+            http_workers: Some(2),
+        },
+        ..Spawn::default()
+    })
+    .await
 }
 
 async fn delivered(app: &TestApp, source: &str, event: &Value) {
@@ -154,22 +179,10 @@ async fn a_sources_own_mask_adds_to_its_providers_defaults_and_forwards_stay_who
     let receiver = Receiver::start(&[]).await;
     let mut settings = shipped_settings();
     settings.forwards = vec![receiver.forward("billing", &["payment_succeeded"], &[])];
-    let stripe = settings
-        .sources
-        .iter_mut()
-        .find(|s| s.name == "stripe")
-        .expect("stripe");
-    stripe.mask.push("/data/object/metadata/*".into());
-    let app = spawn(Spawn {
-        settings,
-        parts: hookd::app::Parts {
-            dispatcher: true,
-            purge: false,
-            http_workers: Some(2),
-        },
-        ..Spawn::default()
-    })
-    .await;
+    stripe_of(&mut settings)
+        .mask
+        .push("/data/object/metadata/*".into());
+    let app = forwarding(settings, Registry::builtin()).await;
     delivered(&app, "stripe", &jennys_payment("evt_mask_own", "pi_own")).await;
     let id = app.event_row_id("evt_mask_own").await;
     let shown = app.viewer().event(id).await.json();
@@ -475,4 +488,336 @@ async fn hookd_forget_previews_erases_and_refuses_an_unknown_source_in_one_line(
     )
     .await;
     assert_eq!(again["events"], 0);
+}
+
+/// Every text, json, jsonb and bytea column of hookd's tables (in its schema)
+/// that holds `needle` somewhere, as `table.column`. Bytea is searched as bytes:
+/// a body reads back decompressed whatever its column's compression.
+async fn columns_holding(app: &TestApp, needle: &str) -> Vec<String> {
+    let columns = app
+        .query(
+            "SELECT c.table_name::text, c.column_name::text, c.data_type::text
+               FROM information_schema.columns c
+               JOIN information_schema.tables t
+                 ON t.table_schema = c.table_schema AND t.table_name = c.table_name
+              WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
+                AND c.data_type IN ('text', 'character varying', 'character', 'json', 'jsonb',
+                                    'bytea', 'ARRAY')
+              ORDER BY 1, 2",
+            &[],
+        )
+        .await;
+    assert!(columns.len() > 20, "the search must see hookd's tables");
+    let mut found = Vec::new();
+    for row in &columns {
+        let (table, column, kind): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+        let test = if kind == "bytea" {
+            format!("position(convert_to($1, 'UTF8') in \"{column}\") > 0")
+        } else {
+            format!("strpos(\"{column}\"::text, $1) > 0")
+        };
+        let sql = format!("SELECT count(*) FROM \"{table}\" WHERE {test}");
+        if app.count(&sql, &[&needle]).await > 0 {
+            found.push(format!("{table}.{column}"));
+        }
+    }
+    found
+}
+
+/// A team's handler syncing customers to a CRM that refuses Jenny, quoting her
+/// address in its error (as serde's and most clients' errors quote values).
+struct Crm;
+
+#[async_trait::async_trait]
+impl hookd::handlers::Handler for Crm {
+    async fn apply(
+        &self,
+        _: &deadpool_postgres::Transaction<'_>,
+        event: &hookd::handlers::Event<'_>,
+    ) -> Result<(), hookd::handlers::HandlerError> {
+        let email = event.text("/data/object/email")?;
+        Err(hookd::handlers::HandlerError::Permanent(format!(
+            "the CRM refused {email}: already taken"
+        )))
+    }
+}
+
+/// A receiver that refuses an event and quotes the e-mail it carried.
+fn quoting_the_email(body: &[u8]) -> String {
+    let event: Value = serde_json::from_slice(body).unwrap_or_default();
+    let email = event["data"]["object"]["receipt_email"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    format!(r#"{{"error":"no account for {email}"}}"#)
+}
+
+#[tokio::test]
+async fn errors_and_answers_are_masked_for_viewers_and_forgetting_leaves_no_column_holding_the_customer()
+ {
+    let receiver = Receiver::echoing(&[422], quoting_the_email).await;
+    let mut settings = shipped_settings();
+    settings.forwards = vec![receiver.forward("echo", &["payment_succeeded"], &[])];
+    stripe_of(&mut settings)
+        .event_types
+        .insert("customer.updated".into(), "test_crm".into());
+    let mut registry = Registry::builtin();
+    registry.register("test_crm", std::sync::Arc::new(Crm));
+    let app = forwarding(settings, registry).await;
+    delivered(&app, "stripe", &jennys_payment("evt_all_pay", "pi_all")).await;
+    app.wait_for_count(
+        "SELECT count(*) FROM webhook_event_attempts WHERE response IS NOT NULL",
+        1,
+        std::time::Duration::from_secs(10),
+    )
+    .await;
+    let customer = stripe_event(
+        "evt_all_crm",
+        "customer.updated",
+        json!({"id": CUSTOMER, "object": "customer", "email": EMAIL, "name": "Jenny Rosen"}),
+    );
+    delivered(&app, "stripe", &customer).await;
+    let (paid, crm) = (
+        app.event_row_id("evt_all_pay").await,
+        app.event_row_id("evt_all_crm").await,
+    );
+
+    // Viewers: the receiver's answer and the errors are masked like the payload.
+    let masked = "•••@example.com";
+    let shown = app.viewer().event(paid).await.json();
+    let forward = shown["attempts"]
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .find(|a| a["handler"] == "forward:echo")
+        .expect("the forward's run");
+    assert_eq!(
+        forward["response"],
+        format!(r#"{{"error":"no account for {masked}"}}"#)
+    );
+    let refused = app.viewer().event(crm).await.json();
+    assert_eq!(refused["status"], "dead");
+    for error in [
+        &refused["last_error"],
+        &refused["attempts"][0]["error"],
+        &refused["handlers"][0]["last_error"],
+    ] {
+        let error = error.as_str().expect("an error");
+        assert!(
+            error.contains(&format!("the CRM refused {masked}")),
+            "{error}"
+        );
+    }
+    let payment = app.viewer().payment("stripe", "pi_all").await;
+    assert_eq!(payment.status, 200);
+    let list = app.viewer().events(&format!("q={CUSTOMER}")).await;
+    let pages = [
+        app.viewer().event_page(paid).await,
+        app.viewer().event_page(crm).await,
+        app.viewer().get("/admin/payments/stripe/pi_all").await,
+    ];
+    let seen = [
+        shown.to_string(),
+        refused.to_string(),
+        payment.text(),
+        list.text(),
+    ];
+    for answer in seen.iter().chain(&pages.map(|p| p.text())) {
+        assert!(!answer.contains(EMAIL), "a viewer sees {EMAIL}: {answer}");
+    }
+    assert!(payment.text().contains(masked), "{}", payment.text());
+    // An operator who reveals sees them as stored (audited).
+    let revealed = app
+        .operator()
+        .get(&format!("/admin/api/events/{crm}?reveal=true"))
+        .await
+        .json();
+    assert_eq!(
+        revealed["last_error"].as_str().map(|e| e.contains(EMAIL)),
+        Some(true)
+    );
+
+    // Operators search by the customer and retry under an Idempotency-Key.
+    let bulk = app
+        .operator()
+        .bulk_retry(&json!({"q": CUSTOMER}), None)
+        .await;
+    assert_eq!(bulk.status, 200, "{}", bulk.text());
+    let retried = app.operator().retry(crm, Some("retry-jenny")).await;
+    assert_eq!(retried.status, 200, "{}", retried.text());
+    assert_eq!(retried.json()["customer_id"], CUSTOMER);
+    let before = columns_holding(&app, EMAIL).await;
+    for column in [
+        "webhook_events.payload",
+        "webhook_events.body",
+        "webhook_events.last_error",
+        "webhook_event_attempts.error",
+        "webhook_event_attempts.response",
+    ] {
+        assert!(before.contains(&column.to_string()), "{before:?}");
+    }
+    let before = columns_holding(&app, CUSTOMER).await;
+    for column in ["admin_audit.detail", "admin_idempotency_keys.response_body"] {
+        assert!(before.contains(&column.to_string()), "{before:?}");
+    }
+
+    let path = format!("/admin/api/customers/{CUSTOMER}/forget");
+    let done = app
+        .operator()
+        .send(
+            "POST",
+            &path,
+            &[("Idempotency-Key", "forget-jenny")],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    for needle in [CUSTOMER, EMAIL, "Jenny Rosen"] {
+        assert_eq!(
+            columns_holding(&app, needle).await,
+            Vec::<String>::new(),
+            "{needle} is still stored"
+        );
+    }
+    // What operators need stays: the status, the receiver's status, the payment.
+    assert_eq!(app.event_status("evt_all_crm").await, "dead");
+    let statuses = app
+        .strings(
+            "SELECT http_status::text FROM webhook_event_attempts WHERE handler = 'forward:echo'",
+            &[],
+        )
+        .await;
+    assert!(statuses.contains(&"422".to_string()), "{statuses:?}");
+    let row = crate::support::provider::payment_row(&app, "stripe", "pi_all").await;
+    assert_eq!((row.0.as_str(), row.1), ("succeeded", 1500));
+}
+
+/// A GoCardless event of `customer` about `payment`.
+fn gocardless_event(id: &str, payment: &str, customer: &str) -> Value {
+    json!({"id": id, "created_at": "2024-06-14T10:02:11.789Z", "resource_type": "payments",
+           "action": "confirmed",
+           "links": {"payment": payment, "mandate": "MD_SHARED", "customer": customer},
+           "details": {"origin": "gocardless", "cause": "payment_confirmed"},
+           "metadata": {}, "resource_metadata": {}})
+}
+
+#[tokio::test]
+async fn forgetting_reaches_the_request_a_gocardless_batch_mate_keeps() {
+    let app = spawn_app().await;
+    let batch = json!({"events": [gocardless_event("EV_FORGET_A", "PM_FORGET_A", "CU_FORGOTTEN"),
+                                  gocardless_event("EV_FORGET_B", "PM_FORGET_B", "CU_KEPT")],
+                       "meta": {"webhook_id": "WB_FORGET"}});
+    let (headers, body) = app.sign_body("gocardless", &serde_json::to_vec(&batch).expect("json"));
+    let answer = app.post("gocardless", &headers, body).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert!(
+        columns_holding(&app, "CU_FORGOTTEN")
+            .await
+            .contains(&"webhook_events.body".to_string())
+    );
+
+    let forgotten = run_hookd_json(
+        &["forget", "--customer", "CU_FORGOTTEN", "--json"],
+        app.database_url(),
+    )
+    .await;
+    assert_eq!(forgotten["events"], 1, "{forgotten}");
+    assert_eq!(
+        columns_holding(&app, "CU_FORGOTTEN").await,
+        Vec::<String>::new(),
+        "CU_FORGOTTEN is still stored"
+    );
+    // The batch-mate keeps its customer, its payload as received and its own
+    // item of the request (a retry or a forward reads that); what it keeps no
+    // longer matches the signature.
+    let kept = columns_holding(&app, "CU_KEPT").await;
+    for column in [
+        "webhook_events.payload",
+        "webhook_events.body",
+        "webhook_events.customer_id",
+        "payments.customer_id",
+    ] {
+        assert!(kept.contains(&column.to_string()), "{kept:?}");
+    }
+    let mate = app.event_row_id("EV_FORGET_B").await;
+    let read = |sql: &'static str| {
+        let app = &app;
+        async move {
+            let text = app.strings(sql, &[&mate]).await;
+            serde_json::from_str::<Value>(&text[0]).expect("json")
+        }
+    };
+    let own = read("SELECT convert_from(body, 'UTF8') FROM webhook_events WHERE id = $1").await;
+    assert_eq!(
+        own,
+        gocardless_event("EV_FORGET_B", "PM_FORGET_B", "CU_KEPT")
+    );
+    // The request both came in, kept once: the customer's item rewritten, the
+    // batch-mate's as it came.
+    let request = read(
+        "SELECT convert_from(r.body, 'UTF8') FROM event_requests r
+           JOIN webhook_events e ON e.request_id = r.id WHERE e.id = $1",
+    )
+    .await;
+    assert_eq!(
+        request["events"][1],
+        gocardless_event("EV_FORGET_B", "PM_FORGET_B", "CU_KEPT")
+    );
+    assert_eq!(request["events"][0]["links"]["customer"], "[redacted]");
+    let origin = &app.viewer().event(mate).await.json()["origin"];
+    assert_eq!(origin["status"], "redacted", "{origin}");
+}
+
+#[tokio::test]
+async fn forgetting_an_adyen_shopper_reference_leaves_it_nowhere() {
+    let app = spawn_app().await;
+    let item = json!({
+        "additionalData": {"shopperReference": "shopper-forgotten", "shopperEmail": EMAIL,
+                           "shopperName": "Jenny Rosen"},
+        "amount": {"currency": "EUR", "value": 1500},
+        "eventCode": "AUTHORISATION",
+        "eventDate": "2026-11-30T14:00:00+01:00",
+        "merchantAccountCode": "HookdShopECOM",
+        "merchantReference": "order-forget",
+        "pspReference": "8535296650150001",
+        "success": "true",
+    });
+    let body = json!({"live": "false", "notificationItems": [{"NotificationRequestItem": item}]});
+    let (headers, body) = app.sign_body("adyen", &serde_json::to_vec(&body).expect("json"));
+    assert_eq!(app.post("adyen", &headers, body).await.status, 200);
+    // Support staff look the shopper up and retry their event.
+    let id = app
+        .event_row_id("8535296650150001:AUTHORISATION:true")
+        .await;
+    let customer = app.viewer().get("/admin/customers/shopper-forgotten").await;
+    assert_eq!(customer.status, 200);
+    let bulk = json!({"q": "shopper-forgotten"});
+    assert_eq!(
+        app.operator()
+            .bulk_retry(&bulk, Some("bulk-shopper"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        app.operator().retry(id, Some("retry-shopper")).await.status,
+        200
+    );
+    assert!(!columns_holding(&app, "shopper-forgotten").await.is_empty());
+
+    let forgotten = run_hookd_json(
+        &["forget", "--customer", "shopper-forgotten", "--json"],
+        app.database_url(),
+    )
+    .await;
+    assert_eq!(forgotten["events"], 1, "{forgotten}");
+    for needle in ["shopper-forgotten", EMAIL, "Jenny Rosen"] {
+        assert_eq!(
+            columns_holding(&app, needle).await,
+            Vec::<String>::new(),
+            "{needle} is still stored"
+        );
+    }
+    let row = crate::support::provider::payment_row(&app, "adyen", "8535296650150001").await;
+    assert_eq!((row.0.as_str(), row.1, row.4), ("succeeded", 1500, None));
 }

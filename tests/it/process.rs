@@ -122,6 +122,18 @@ impl Hookd {
         kill(pid, signal).expect("signal");
     }
 
+    /// Its peak resident memory so far (VmHWM), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let child = self.child.as_ref().expect("running");
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", child.id())).expect("status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM")
+    }
+
     /// Its exit status; fails if it has not exited within 60 s.
     pub async fn wait(mut self) -> std::process::ExitStatus {
         let child = self.child.as_mut().expect("running");

@@ -395,6 +395,63 @@ async fn an_item_reusing_an_id_with_another_payload_is_recorded_and_the_batch_ac
 }
 
 #[tokio::test]
+async fn one_genuine_item_resent_with_other_unsigned_fields_keeps_ten_records_and_counts_the_rest()
+{
+    let app = spawn_app().await;
+    let original = item("5101", "AUTHORISATION", true, 1000, None);
+    let mate = item("5102", "AUTHORISATION", true, 700, None);
+    // The genuine request, as Adyen signed it: whoever holds it (a forward's
+    // receiver gets each item byte for byte) holds a genuine item.
+    let (headers, genuine) = signed(&app, &[original, mate]);
+    accepted(&app.post("adyen", &headers, genuine.clone()).await);
+    let genuine: Value = serde_json::from_slice(&genuine).expect("json");
+    // The item again, an unsigned field changed each time, beside its signed
+    // batch-mate (a duplicate): every copy verifies as it is, re-signed by nobody.
+    let copy = |n: usize| {
+        let mut request = genuine.clone();
+        let item = &mut request["notificationItems"][0]["NotificationRequestItem"];
+        item["eventDate"] = json!(format!("2026-12-01T10:00:{n:02}+01:00"));
+        serde_json::to_vec(&request).expect("json")
+    };
+    for n in 0..15 {
+        accepted(&app.post("adyen", &headers, copy(n)).await);
+    }
+    // A kept copy again counts on its own record.
+    accepted(&app.post("adyen", &headers, copy(0)).await);
+    // A copy alone is refused, as every single-event conflict.
+    let mut alone = genuine.clone();
+    alone["notificationItems"] = json!([genuine["notificationItems"][0].clone()]);
+    alone["notificationItems"][0]["NotificationRequestItem"]["eventDate"] = json!("later");
+    let alone = app
+        .post("adyen", &headers, serde_json::to_vec(&alone).expect("json"))
+        .await;
+    assert_eq!(alone.status, 422, "{}", alone.text());
+    assert_eq!(alone.json()["error"], "event_id_conflict");
+
+    // Ten records are kept, whole; the five copies past them are counted.
+    assert_eq!(
+        app.count("SELECT count(*) FROM event_conflicts", &[]).await,
+        10
+    );
+    let id = app.event_row_id("5101:AUTHORISATION:true").await;
+    let detail = app.viewer().event(id).await.json();
+    let conflicts = detail["conflicts"].as_array().expect("conflicts");
+    assert_eq!(conflicts.len(), 10, "{detail}");
+    assert_eq!(conflicts[0]["deliveries"], 2, "{detail}");
+    assert_eq!(detail["conflicts_not_kept"], 5, "{detail}");
+    let page = app.viewer().event_page(id).await.text();
+    assert!(
+        page.contains("5 more conflicting deliveries came past the 10 items kept"),
+        "{page}"
+    );
+    // The stored event and its batch-mate are unchanged.
+    assert_eq!(payment(&app, "5101").await.1, 1000);
+    let stored = events(&app).await;
+    assert_eq!(stored.len(), 2);
+    assert_eq!(stored[1].4, 17, "the batch-mate's every delivery counted");
+}
+
+#[tokio::test]
 async fn a_rotated_key_is_taken_and_its_position_recorded() {
     let mut settings = shipped_settings();
     let adyen = settings

@@ -7,9 +7,10 @@ use hookd::providers::{Scheme, sign};
 use hookd::signature::{Envelope, Secret};
 use serde_json::{Value, json};
 
+use crate::process::{Hookd, free_port, write_config};
 use crate::support::provider;
 use crate::support::{
-    Answer, Credential, Spawn, TestApp, VIEWER, shipped_settings, spawn, spawn_app,
+    Answer, Credential, Spawn, TestApp, TestDb, VIEWER, cluster, shipped_settings, spawn, spawn_app,
 };
 
 const SOURCE: &str = "gocardless";
@@ -284,19 +285,28 @@ fn signed(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {
     sign(scheme, key, body, &envelope).expect("sign").headers
 }
 
-#[tokio::test]
-async fn a_delivery_signed_with_the_previous_secret_is_taken_and_says_so() {
+/// hookd with the shipped configuration, its `gocardless` source changed.
+async fn spawn_with(change: impl FnOnce(&mut hookd::config::Source)) -> TestApp {
     let mut settings = shipped_settings();
     let source = settings
         .sources
         .iter_mut()
         .find(|s| s.name == SOURCE)
         .expect("gocardless source");
-    let previous = source.secrets[0].clone();
-    source.secrets = vec![Secret::new("the-newer-gocardless-secret"), previous.clone()];
-    let app = spawn(Spawn {
+    change(source);
+    spawn(Spawn {
         settings,
         ..Spawn::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_delivery_signed_with_the_previous_secret_is_taken_and_says_so() {
+    let previous = shipped_settings().source(SOURCE).expect("source").secrets[0].clone();
+    let newer = previous.clone();
+    let app = spawn_with(|source| {
+        source.secrets = vec![Secret::new("the-newer-gocardless-secret"), newer];
     })
     .await;
     let body = request(&[
@@ -361,24 +371,299 @@ async fn tampered_unsigned_or_missigned_deliveries_are_498_and_nothing_is_stored
     assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 2);
 }
 
+/// An operator's retry of `event_id`: processed, and its proof of origin verified.
+async fn retried_and_verified(app: &TestApp, event_id: &str) -> Value {
+    let id = app.event_row_id(event_id).await;
+    let retried = app.operator().retry(id, None).await;
+    assert_eq!(retried.status, 200, "{}", retried.text());
+    assert_eq!(retried.json()["status"], "processed", "{}", retried.text());
+    let detail = app.viewer().event(id).await.json();
+    assert_eq!(detail["origin"]["status"], "verified", "{detail}");
+    detail
+}
+
 #[tokio::test]
 async fn a_retried_event_reads_its_own_event_of_the_kept_request() {
+    let app = spawn_app().await;
+    let events = [
+        payment("EVR1", "confirmed", "PMR1"),
+        payment("EVR2", "failed", "PMR2"),
+    ];
+    send_ok(&app, &events).await;
+    // An operator's retry of the second event applies that event again (its
+    // own item, kept as it came; the request the signature covers is kept
+    // once beside it).
+    let item: Vec<u8> = app
+        .query(
+            "SELECT body FROM webhook_events WHERE event_id = 'EVR2'",
+            &[],
+        )
+        .await[0]
+        .get(0);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&item).expect("json"),
+        events[1]
+    );
+    retried_and_verified(&app, "EVR2").await;
+    assert_eq!(row(&app, "PMR2").await.0, "failed");
+
+    // Events stored before requests were kept once hold the whole request
+    // each: a retry still reads its own item, and the request verifies.
+    app.execute(
+        "UPDATE webhook_events e SET body = r.body, request_id = NULL
+           FROM event_requests r WHERE e.request_id = r.id",
+        &[],
+    )
+    .await;
+    app.execute("DELETE FROM event_requests", &[]).await;
+    let detail = retried_and_verified(&app, "EVR2").await;
+    assert_eq!(detail["payload"]["id"], "EVR2", "{detail}");
+    // Their resend finds both stored: nothing new is kept.
+    let again = send_ok(&app, &events).await;
+    assert_eq!(again.header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(count(&app, "SELECT count(*) FROM event_requests").await, 0);
+}
+
+/// `count` GoCardless events of about `size` bytes each, as GoCardless writes
+/// them (a payment's, with its links and details), ids `{prefix}{n}`.
+fn many_events(prefix: &str, count: usize, size: usize) -> Vec<Value> {
+    (0..count)
+        .map(|n| {
+            let mut e = payment(
+                &format!("{prefix}{n:05}"),
+                "confirmed",
+                &format!("PM{n:05}"),
+            );
+            let so_far = serde_json::to_vec(&e).expect("json").len();
+            e["details"]["description"] = json!("x".repeat(size.saturating_sub(so_far)));
+            e
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_request_of_2000_events_is_kept_once_within_a_measured_memory_bound() {
+    // The real `hookd serve`, alone in its process: its peak resident memory
+    // is what one request costs it.
+    let db = TestDb::create().await;
+    let port = free_port();
+    let config = write_config(port, "gocardless-2000");
+    let hookd = Hookd::start_against(
+        &config,
+        port,
+        &cluster().connection_string(&db.name),
+        "warn",
+    )
+    .await;
+    // 2,000 events of ~500 bytes: a request just under `max_body_bytes` (1 MiB).
+    let body = request(&many_events("EVM", 2_000, 500));
+    assert!((950_000..1_048_576).contains(&body.len()), "{}", body.len());
+    let settings = shipped_settings();
+    let source = settings.source(SOURCE).expect("gocardless source");
+    let headers = signed(&source.scheme, &source.secrets[0], &body);
+    let http = reqwest::Client::new();
+    let post = || async {
+        let mut request = http.post(format!("{}/webhooks/{SOURCE}", hookd.base));
+        for (name, value) in &headers {
+            request = request.header(name, value);
+        }
+        Answer::read(request.body(body.clone()).send().await.expect("sent")).await
+    };
+    let before = hookd.peak_rss_kib();
+    let answer = post().await;
+    let after = hookd.peak_rss_kib();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(
+        answer.json()["event_ids"].as_array().map(Vec::len),
+        Some(2_000)
+    );
+
+    // Measured: the request raises the server's peak by about 30 MiB (debug
+    // build); keeping it with every event took 2,000 copies (~2 GiB) and a
+    // bind message over PostgreSQL's 1 GB limit.
+    let grown = after.saturating_sub(before);
+    eprintln!(
+        "peak RSS {before} KiB -> {after} KiB (+{grown} KiB) for {} bytes",
+        body.len()
+    );
+    assert!(grown < 128 * 1024, "the peak grew by {grown} KiB");
+
+    // Stored once: one request, its exact bytes; each event its own item.
+    let client = crate::support::connect(db.config()).await;
+    let row = client
+        .query_one(
+            "SELECT count(*), sum(octet_length(body))::bigint, bool_and(body = $1)
+               FROM event_requests",
+            &[&body],
+        )
+        .await
+        .expect("requests");
+    assert_eq!(
+        (
+            row.get::<_, i64>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, bool>(2)
+        ),
+        (1, i64::try_from(body.len()).expect("len"), true)
+    );
+    let row = client
+        .query_one(
+            "SELECT count(*), sum(octet_length(e.body))::bigint,
+                    count(*) FILTER (WHERE e.request_id = r.id)
+               FROM webhook_events e CROSS JOIN event_requests r",
+            &[],
+        )
+        .await
+        .expect("events");
+    let (events, item_bytes, pointing): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!((events, pointing), (2_000, 2_000));
+    assert!(
+        item_bytes < i64::try_from(body.len()).expect("len"),
+        "the events' own items: {item_bytes} bytes"
+    );
+    let item: Vec<u8> = client
+        .query_one(
+            "SELECT body FROM webhook_events WHERE event_id = 'EVM01999'",
+            &[],
+        )
+        .await
+        .expect("item")
+        .get(0);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&item).expect("json")["id"],
+        "EVM01999"
+    );
+
+    // The resend is all duplicates, and keeps nothing more.
+    let again = post().await;
+    assert_eq!(
+        (again.status, again.header("Idempotent-Replayed")),
+        (200, Some("true"))
+    );
+    let counts = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM event_requests), (SELECT sum(deliveries)::bigint
+               FROM webhook_events)",
+            &[],
+        )
+        .await
+        .expect("counts");
+    assert_eq!(
+        (counts.get::<_, i64>(0), counts.get::<_, i64>(1)),
+        (1, 4_000)
+    );
+}
+
+#[tokio::test]
+async fn a_request_of_more_than_2500_events_is_refused_whole_with_413() {
+    let app = spawn_app().await;
+    let too_many = send(&app, &many_events("EVX", 2_501, 200)).await;
+    assert_eq!(too_many.status, 413, "{}", too_many.text());
+    assert_eq!(too_many.json()["error"], "payload_too_large");
+    let reason = too_many.json()["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        reason.contains("2501 events") && reason.contains("at most 2500"),
+        "{reason}"
+    );
+    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
+    assert_eq!(count(&app, "SELECT count(*) FROM event_requests").await, 0);
+    // At the limit, every event is stored, in one commit, the request once.
+    let at_limit = send_ok(&app, &many_events("EVL", 2_500, 200)).await;
+    assert_eq!(
+        at_limit.json()["event_ids"].as_array().map(Vec::len),
+        Some(2_500)
+    );
+    assert_eq!(
+        count(&app, "SELECT count(*) FROM webhook_events").await,
+        2_500
+    );
+    assert_eq!(count(&app, "SELECT count(*) FROM event_requests").await, 1);
+}
+
+#[tokio::test]
+async fn a_kept_request_goes_with_its_events_payloads_and_its_row_with_their_keys() {
     let app = spawn_app().await;
     send_ok(
         &app,
         &[
-            payment("EVR1", "confirmed", "PMR1"),
-            payment("EVR2", "failed", "PMR2"),
+            payment("EVP1", "confirmed", "PMP1"),
+            payment("EVP2", "created", "PMP2"),
         ],
     )
     .await;
-    // An operator's retry of the second event applies that event again (not
-    // the whole request, which the signature covers and which is kept).
-    let id = app.event_row_id("EVR2").await;
-    let retried = app.operator().retry(id, None).await;
-    assert_eq!(retried.status, 200, "{}", retried.text());
-    assert_eq!(retried.json()["status"], "processed", "{}", retried.text());
-    assert_eq!(row(&app, "PMR2").await.0, "failed");
+    let age = |days: i32| {
+        let app = &app;
+        async move {
+            for table in ["webhook_events", "event_requests"] {
+                app.execute(
+                    &format!("UPDATE {table} SET received_at = now() - make_interval(days => $1)"),
+                    &[&days],
+                )
+                .await;
+            }
+            app.app.purger.run_once(None).await.expect("purge")
+        }
+    };
+    // Within `retention`: the request stays, whole.
+    assert_eq!(age(10).await.requests_dropped, 0);
+    let kept = "SELECT count(*) FROM event_requests WHERE body IS NOT NULL";
+    assert_eq!(count(&app, kept).await, 1);
+    // Past it, with its events' payloads.
+    assert_eq!(age(40).await.requests_dropped, 1);
+    assert_eq!(count(&app, kept).await, 0);
+    let id = app.event_row_id("EVP1").await;
     let detail = app.viewer().event(id).await.json();
-    assert_eq!(detail["origin"]["status"], "verified", "{detail}");
+    assert_eq!(detail["origin"]["status"], "unavailable", "{detail}");
+    // Past `key_retention`, its row goes with its events' keys.
+    age(400).await;
+    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
+    assert_eq!(count(&app, "SELECT count(*) FROM event_requests").await, 0);
+}
+
+#[tokio::test]
+async fn forgetting_a_customer_erases_them_from_the_request_their_batch_mates_were_signed_in() {
+    let app = spawn_with(|source| source.mask.push("/metadata".into())).await;
+    let mut theirs = payment("EVG1", "confirmed", "PMG1");
+    theirs["metadata"] = json!({"email": "gone@example.org"});
+    let mut mate = payment("EVG2", "confirmed", "PMG2");
+    mate["metadata"] = json!({"email": "stays@example.org"});
+    send_ok(&app, &[theirs, mate]).await;
+    let path = "/admin/api/customers/CU_PMG1/forget";
+    let done = app
+        .operator()
+        .send(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            b"{}".to_vec(),
+        )
+        .await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    // Its own item and the request, which held it: rewritten.
+    assert_eq!(done.json()["bodies"], 2, "{}", done.text());
+    let request = app
+        .strings("SELECT convert_from(body, 'UTF8') FROM event_requests", &[])
+        .await
+        .join("");
+    assert!(
+        !request.contains("gone@example.org") && !request.contains("CU_PMG1"),
+        "{request}"
+    );
+    let everything = app
+        .strings(
+            "SELECT concat_ws(' ', payload::text, convert_from(body, 'UTF8'), customer_id)
+               FROM webhook_events",
+            &[],
+        )
+        .await
+        .join("\n");
+    assert!(!everything.contains("gone@example.org"), "{everything}");
+    // The batch-mate keeps its own item whole; the request no longer proves it.
+    assert!(everything.contains("stays@example.org"), "{everything}");
+    let id = app.event_row_id("EVG2").await;
+    let detail = app.viewer().event(id).await.json();
+    assert_eq!(detail["origin"]["status"], "redacted", "{detail}");
 }

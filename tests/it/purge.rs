@@ -204,6 +204,7 @@ async fn a_pass_drops_old_payloads_and_older_keys_but_never_failed_events() {
             revoked_sessions_deleted: 1,
             audit_entries_deleted: 1,
             conflicts_deleted: 0,
+            requests_dropped: 0,
             api_idempotency_keys_deleted: 0,
             interrupted: false,
         }

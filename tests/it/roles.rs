@@ -176,12 +176,12 @@ async fn applying_a_migration_needs_the_owner_and_says_so() {
         .await
         .expect_err("a row-only role cannot change the schema");
     let text = error.to_string();
-    // PostgreSQL's own refusal (its words depend on what the migration
-    // changes: an owned table, or the schema a new table goes in) with its code.
+    // Altering a table needs its owner; creating one, the schema's.
+    let refused = ["must be owner of table", "permission denied for schema"]
+        .iter()
+        .any(|why| text.contains(&format!("hookd migration {}: {why}", newest.name)));
     assert!(
-        text.contains(&format!("hookd migration {}: ", newest.name))
-            && text.contains("(42501)")
-            && text.contains("run `hookd migrate` with that role's DATABASE_URL"),
+        refused && text.contains("run `hookd migrate` with that role's DATABASE_URL"),
         "{text}"
     );
     assert!(

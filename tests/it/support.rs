@@ -13,6 +13,7 @@ pub use hookd_kit::metrics::{Exposition, Sample, parse_exposition};
 pub use hookd_kit::settings::shipped_settings;
 
 pub mod provider;
+pub mod relay;
 pub mod upstream;
 
 /// `holder`, made to hold the payment row `payment_id` (inserted for it)
@@ -147,6 +148,8 @@ struct Manner {
     delay: std::time::Duration,
     /// The first answer's body is this many bytes, streamed (later ones are short).
     flood: Option<usize>,
+    /// Each answer's body made from the request's, as a receiver quoting what it got.
+    echo: Option<fn(&[u8]) -> String>,
 }
 
 /// What a flooding receiver streams, a chunk at a time.
@@ -174,6 +177,15 @@ impl Receiver {
     pub async fn flooding(answers: &[u16], bytes: usize) -> Receiver {
         let manner = Manner {
             flood: Some(bytes),
+            ..Manner::default()
+        };
+        Receiver::start_with(answers, manner).await
+    }
+
+    /// A consumer whose answers quote the request: `echo` makes each body.
+    pub async fn echoing(answers: &[u16], echo: fn(&[u8]) -> String) -> Receiver {
+        let manner = Manner {
+            echo: Some(echo),
             ..Manner::default()
         };
         Receiver::start_with(answers, manner).await
@@ -244,6 +256,9 @@ impl Receiver {
                         let mut answer = HttpResponse::build(
                             actix_web::http::StatusCode::from_u16(status).expect("status"),
                         );
+                        if let Some(echo) = manner.echo {
+                            return answer.body(echo(&body));
+                        }
                         let Some(total) = flood.lock().expect("lock").take() else {
                             return answer.body(format!("answer {status}"));
                         };
@@ -310,6 +325,9 @@ impl Receiver {
             sources: Vec::new(),
             timeout: std::time::Duration::from_secs(5),
             concurrency: 4,
+            retry_for: std::time::Duration::ZERO,
+            open_after: 10,
+            paused: false,
         }
     }
 }

@@ -267,6 +267,44 @@ fn each_event_of_a_request_is_its_own_with_its_id_and_type() {
 }
 
 #[test]
+fn each_event_keeps_its_item_as_it_came_and_a_whole_request_yields_it() {
+    // Spacing and escapes as a sender may write them: the bytes are kept as sent.
+    let bytes = br#"{ "events" : [ {"id":"EV1","resource_type":"payments","action":"confirmed",
+        "links":{"payment":"PM1"}} ,{"id": "EV2", "resource_type": "refunds",
+        "action": "paid", "links": {"payment": "PM\u0031"}} ], "meta": {}}"#;
+    let payload: Value = serde_json::from_slice(bytes).expect("json");
+    let events = GoCardless.events(bytes, payload).expect("events");
+    let kept: Vec<&[u8]> = events
+        .iter()
+        .map(|e| e.body.as_deref().expect("its own bytes"))
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            &br#"{"id":"EV1","resource_type":"payments","action":"confirmed",
+        "links":{"payment":"PM1"}}"#[..],
+            &br#"{"id": "EV2", "resource_type": "refunds",
+        "action": "paid", "links": {"payment": "PM\u0031"}}"#[..],
+        ]
+    );
+    assert_eq!(events[1].payload["links"]["payment"], "PM1");
+    // A body that is the whole request (as events stored before requests were
+    // kept once have it) yields the event's own item; an item yields nothing:
+    // it is the event's own already.
+    let scheme = Scheme::GoCardless;
+    let (payload, item) = crate::providers::own_item(&scheme, &Vec::new(), bytes, "EV2")
+        .expect("its item of the request");
+    assert_eq!(
+        (payload["id"].as_str(), item.as_slice()),
+        (Some("EV2"), kept[1])
+    );
+    assert_eq!(
+        crate::providers::own_item(&scheme, &Vec::new(), kept[1], "EV2"),
+        None
+    );
+}
+
+#[test]
 fn the_documented_types_have_their_kinds_and_others_none() {
     let table = GoCardless.default_event_types();
     let kind = |ty: &str| table.get(ty).map(String::as_str);

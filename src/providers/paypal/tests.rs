@@ -34,7 +34,8 @@ fn paypal(pinned: &[&str], signer: &str) -> PayPal {
         webhook_id: "1JE4291016473214C".into(),
         certificates: pinned.iter().map(|k| certificate(k)).collect(),
         fetch_certificates: false,
-        certificate_hosts: PAYPAL_HOSTS.map(String::from).to_vec(),
+        certificate_hosts: default_hosts(false),
+        sandbox: false,
         signing_key: Some(signing_key(signer)),
     }
 }
@@ -204,8 +205,9 @@ fn the_transmission_time_is_held_to_the_tolerance_both_ways() {
     assert!(source.verify(&keys(300), &edge, BODY, NOW).is_ok());
 }
 
-/// A CA made here, and a certificate for `key` it issued.
-fn issued(key: &str) -> (TrustAnchor<'static>, String) {
+/// A CA made here, and a certificate for `key` with the common name `subject`
+/// it issued.
+fn issued(key: &str, subject: &str) -> (TrustAnchor<'static>, String) {
     let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params
@@ -218,10 +220,12 @@ fn issued(key: &str) -> (TrustAnchor<'static>, String) {
         .expect("anchor")
         .to_owned();
     let pair = KeyPair::from_pem(key).expect("RSA key");
-    let leaf = CertificateParams::new(Vec::<String>::new())
-        .expect("params")
-        .signed_by(&pair, &ca)
-        .expect("leaf");
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.distinguished_name.push(DnType::CommonName, subject);
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "PayPal, Inc.");
+    let leaf = params.signed_by(&pair, &ca).expect("leaf");
     (anchor, format!("{}{}", leaf.pem(), ca.pem()))
 }
 
@@ -248,8 +252,8 @@ fn a_fetched_certificate_is_used_once_its_chain_is_trusted() {
         .expect("allowed")
         .expect("to fetch");
     assert_eq!(wanted.as_str(), url);
-    let (anchor, chain) = issued(KEY_1);
-    let (other_anchor, _) = issued(KEY_2);
+    let (anchor, chain) = issued(KEY_1, LIVE_SUBJECT);
+    let (other_anchor, _) = issued(KEY_2, LIVE_SUBJECT);
     let refused = source.fetched(
         &wanted,
         chain.as_bytes(),
@@ -283,7 +287,63 @@ fn a_fetched_certificate_is_used_once_its_chain_is_trusted() {
 }
 
 #[test]
-fn only_https_urls_on_the_certificate_hosts_are_fetched() {
+fn a_fetched_certificate_must_name_paypal_as_its_subject() {
+    let live = PayPal {
+        fetch_certificates: true,
+        ..paypal(&[], KEY_1)
+    };
+    let sandbox = PayPal {
+        sandbox: true,
+        certificate_hosts: default_hosts(true),
+        ..live.clone()
+    };
+    let url = |n: &str| {
+        reqwest::Url::parse(&format!(
+            "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-{n}-{}",
+            hex::encode(rand::random::<[u8; 8]>())
+        ))
+        .expect("url")
+    };
+    let refused = |source: &PayPal, subject: &str| {
+        let (anchor, chain) = issued(KEY_1, subject);
+        match source.fetched(&url("s"), chain.as_bytes(), &[anchor]) {
+            Err(SignatureError::Unavailable(why)) => why,
+            other => panic!("{subject}: {other:?}"),
+        }
+    };
+    // A chain a trusted CA issued is not enough: the subject must be PayPal's.
+    let why = refused(&live, "hookd.example");
+    assert!(why.contains("not PayPal's signing certificate"), "{why}");
+    assert!(refused(&live, SANDBOX_SUBJECT).contains(LIVE_SUBJECT));
+    assert!(refused(&sandbox, "api.paypal.com").contains(SANDBOX_SUBJECT));
+    // A sandbox source takes the sandbox's certificate; a live one never uses it.
+    let (anchor, chain) = issued(KEY_1, SANDBOX_SUBJECT);
+    let cert_url = url("ok");
+    sandbox
+        .fetched(&cert_url, chain.as_bytes(), &[anchor])
+        .expect("the sandbox's certificate");
+    let headers = with(&signed(&sandbox, BODY, NOW), CERT_URL, cert_url.as_str());
+    assert_eq!(sandbox.to_fetch(&headers), Ok(None));
+    assert_eq!(
+        sandbox.verify(&keys(300), &headers, BODY, NOW),
+        Ok(Verified {
+            signed_with: FETCHED
+        })
+    );
+    let live_listing_sandbox = PayPal {
+        certificate_hosts: default_hosts(true),
+        ..live.clone()
+    };
+    assert!(
+        live_listing_sandbox
+            .to_fetch(&headers)
+            .expect("allowed")
+            .is_some()
+    );
+}
+
+#[test]
+fn only_paypals_certificate_url_shape_is_fetched() {
     let source = PayPal {
         fetch_certificates: true,
         ..paypal(&[], KEY_1)
@@ -291,13 +351,29 @@ fn only_https_urls_on_the_certificate_hosts_are_fetched() {
     let headers = signed(&source, BODY, NOW);
     let refused = Err(SignatureError::malformed(
         CERT_URL,
-        "not an https URL on the source's certificate_hosts",
+        "not PayPal's certificate URL (https on port 443, a host on the source's \
+         certificate_hosts, /v1/notifications/certs/CERT-…, no query)",
     ));
     for url in [
+        "https://api.paypal.com:9/x?n=1",
+        "https://api.paypal.com:9/v1/notifications/certs/CERT-1",
+        "https://api.paypal.com:8443/v1/notifications/certs/CERT-1",
+        "https://api.paypal.com/v1/notifications/certs/CERT-1?n=1",
+        "https://api.paypal.com/v1/notifications/certs/CERT-1?",
+        "https://api.paypal.com/v1/notifications/certs/CERT-1#x",
+        "https://api.paypal.com/v1/notifications/certs/CERT-",
+        "https://api.paypal.com/v1/notifications/certs/CERT-1/x",
+        "https://api.paypal.com/v1/notifications/certs/CERT-%41",
+        "https://api.paypal.com/v1/notifications/certs/1",
+        "https://api.paypal.com/v1/notifications/certs/CERT-1/../CERT-2/x",
+        "https://api.paypal.com/v2/notifications/certs/CERT-1",
         "http://api.paypal.com/v1/notifications/certs/CERT-1",
-        "https://api.paypal.com.evil.example/cert",
-        "https://evil.example/api.paypal.com/cert",
-        "https://user@api.paypal.com/cert",
+        "https://user@api.paypal.com/v1/notifications/certs/CERT-1",
+        "https://api.paypal.com.evil.example/v1/notifications/certs/CERT-1",
+        "https://evil.example/api.paypal.com/v1/notifications/certs/CERT-1",
+        // A live source does not trust the sandbox.
+        "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-1",
+        "https://api-m.sandbox.paypal.com/v1/notifications/certs/CERT-1",
     ] {
         assert_eq!(
             source.to_fetch(&with(&headers, CERT_URL, url)),
@@ -309,12 +385,62 @@ fn only_https_urls_on_the_certificate_hosts_are_fetched() {
         source.to_fetch(&with(&headers, CERT_URL, "not a url")),
         Err(SignatureError::malformed(CERT_URL, "not a URL"))
     );
-    let live = with(
-        &headers,
-        CERT_URL,
-        "https://API-M.paypal.com/v1/notifications/certs/X",
-    );
-    assert!(source.to_fetch(&live).expect("allowed").is_some());
+    for url in [
+        "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-a5cafa77",
+        "https://API-M.paypal.com:443/v1/notifications/certs/CERT-1",
+    ] {
+        let wanted = source.to_fetch(&with(&headers, CERT_URL, url));
+        assert!(matches!(wanted, Ok(Some(_))), "{url}: {wanted:?}");
+    }
+    let sandbox = PayPal {
+        sandbox: true,
+        certificate_hosts: default_hosts(true),
+        ..source
+    };
+    let url = "https://api-m.sandbox.paypal.com/v1/notifications/certs/CERT-1";
+    assert!(matches!(
+        sandbox.to_fetch(&with(&headers, CERT_URL, url)),
+        Ok(Some(_))
+    ));
+}
+
+fn cached_certificate(not_after: i64) -> Fetched {
+    Fetched {
+        certificate: certificate(KEY_1),
+        not_after,
+        sandbox: false,
+        used: 0,
+    }
+}
+
+#[test]
+fn the_cache_makes_room_one_certificate_at_a_time_and_drops_one_at_its_not_after() {
+    let mut cache = Cache::default();
+    let url = |n: usize| format!("https://api.paypal.com/v1/notifications/certs/CERT-{n}");
+    for n in 0..CACHE_LIMIT {
+        cache.insert(&url(n), cached_certificate(NOW + 3600), NOW);
+    }
+    // The certificate in use stays while others come and go.
+    assert!(cache.get(&url(0), NOW, false).is_some());
+    cache.insert(&url(CACHE_LIMIT), cached_certificate(NOW + 3600), NOW);
+    assert_eq!(cache.entries.len(), CACHE_LIMIT);
+    assert!(cache.get(&url(0), NOW, false).is_some());
+    assert!(cache.get(&url(1), NOW, false).is_none(), "used longest ago");
+    assert!(cache.get(&url(2), NOW, false).is_some());
+    assert!(cache.get(&url(CACHE_LIMIT), NOW, false).is_some());
+    // At its notAfter a certificate is gone.
+    cache.insert(&url(1), cached_certificate(NOW + 10), NOW);
+    assert!(cache.get(&url(1), NOW + 9, false).is_some());
+    assert!(cache.get(&url(1), NOW + 10, false).is_none());
+    assert!(!cache.entries.contains_key(&url(1)));
+    // A sandbox certificate serves sandbox sources only.
+    let sandbox = Fetched {
+        sandbox: true,
+        ..cached_certificate(NOW + 3600)
+    };
+    cache.insert(&url(1), sandbox, NOW);
+    assert!(cache.get(&url(1), NOW, false).is_none());
+    assert!(cache.get(&url(1), NOW, true).is_some());
 }
 
 fn configured(toml: &str) -> Result<Scheme, Problem> {
@@ -328,7 +454,16 @@ fn configuration_needs_a_webhook_id_and_some_certificate() {
         panic!("valid");
     };
     assert!(p.fetch_certificates && p.certificates.is_empty() && p.signing_key.is_none());
-    assert_eq!(p.certificate_hosts, PAYPAL_HOSTS);
+    assert_eq!(p.certificate_hosts, LIVE_HOSTS);
+    assert!(!p.sandbox);
+    let Ok(Scheme::PayPal(sandbox)) = configured("webhook_id = \"WH1\"\nsandbox = true") else {
+        panic!("valid");
+    };
+    assert!(sandbox.sandbox);
+    assert_eq!(
+        sandbox.certificate_hosts,
+        [LIVE_HOSTS, SANDBOX_HOSTS].concat()
+    );
     let problem = |toml: &str| configured(toml).expect_err("refused");
     assert_eq!(problem("").0, "sources[0].webhook_id");
     assert_eq!(

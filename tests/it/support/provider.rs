@@ -1,5 +1,6 @@
 //! What the tests of each provider read back: a stored event's kind and status,
-//! a payment's row, and why a delivery was refused.
+//! a payment's row, and why a delivery was refused; and an Adyen request for
+//! tests that need several events in one request.
 
 use hookd::signature::Secret;
 use hookd_kit::app::{Answer, Spawn, TestApp, spawn};
@@ -79,4 +80,24 @@ pub async fn spawn_rotated(source: &str, newer: &str) -> (TestApp, Secret) {
     })
     .await;
     (app, previous)
+}
+
+/// A successful Adyen authorisation of 10.00 EUR, as an item of a notification.
+pub fn adyen_authorisation(psp: &str, reference: &str, event_date: &str) -> serde_json::Value {
+    serde_json::json!({"NotificationRequestItem": {
+        "amount": {"currency": "EUR", "value": 1000},
+        "eventCode": "AUTHORISATION",
+        "eventDate": event_date,
+        "merchantAccountCode": "HookdShopECOM",
+        "merchantReference": reference,
+        "pspReference": psp,
+        "success": "true",
+    }})
+}
+
+/// Sends `items` in one notification, each signed as Adyen would.
+pub async fn send_adyen(app: &TestApp, items: Vec<serde_json::Value>) -> Answer {
+    let body = serde_json::json!({"live": "false", "notificationItems": items});
+    let (headers, signed) = app.sign_body("adyen", &serde_json::to_vec(&body).expect("json"));
+    app.post("adyen", &headers, signed).await
 }

@@ -1,0 +1,118 @@
+//! TCP relays between hookd and a test database: what they share, and one that
+//! holds cancel requests until the test lets them go.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// A byte stream to the database, over TCP or its socket.
+pub trait Link: AsyncRead + AsyncWrite + Send + Unpin {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Link for T {}
+
+/// A new connection to `upstream`'s server (its first host and port).
+pub async fn connect(upstream: &tokio_postgres::Config) -> Box<dyn Link> {
+    let port = upstream.get_ports()[0];
+    match &upstream.get_hosts()[0] {
+        tokio_postgres::config::Host::Unix(dir) => {
+            let socket = dir.join(format!(".s.PGSQL.{port}"));
+            Box::new(
+                tokio::net::UnixStream::connect(socket)
+                    .await
+                    .expect("the database"),
+            )
+        }
+        tokio_postgres::config::Host::Tcp(host) => Box::new(
+            tokio::net::TcpStream::connect((host.as_str(), port))
+                .await
+                .expect("the database"),
+        ),
+    }
+}
+
+/// `upstream`'s user and database, reached through a relay on 127.0.0.1:`port`.
+pub fn through(port: u16, upstream: &tokio_postgres::Config) -> tokio_postgres::Config {
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(port)
+        .user(upstream.get_user().expect("user"))
+        .dbname(upstream.get_dbname().expect("dbname"));
+    config
+}
+
+/// The protocol's cancel request code (its first eight bytes are the length,
+/// 16, and this).
+const CANCEL_REQUEST: u32 = 80_877_102;
+
+/// Relays connections to a test database as they are, but keeps every cancel
+/// request (a connection of its own, sent by a client whose statement ran too
+/// long) until `release`: a cancel that reaches the server late, as one may
+/// over a slow link, made to happen at the moment the test chooses.
+pub struct CancelRelay {
+    port: u16,
+    upstream: tokio_postgres::Config,
+    held: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl CancelRelay {
+    pub async fn to(upstream: tokio_postgres::Config) -> CancelRelay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let (config, kept) = (upstream.clone(), held.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let (config, kept) = (config.clone(), kept.clone());
+                tokio::spawn(async move {
+                    let mut head = [0u8; 8];
+                    if client.read_exact(&mut head).await.is_err() {
+                        return;
+                    }
+                    let length = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+                    let code = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+                    if length == 16 && code == CANCEL_REQUEST {
+                        let mut key = [0u8; 8];
+                        if client.read_exact(&mut key).await.is_ok() {
+                            let request = [head, key].concat();
+                            kept.lock().expect("held").push(request);
+                        }
+                        return;
+                    }
+                    let mut server = connect(&config).await;
+                    if server.write_all(&head).await.is_ok() {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+        });
+        CancelRelay {
+            port,
+            upstream,
+            held,
+        }
+    }
+
+    /// The upstream database's settings, through the relay.
+    pub fn config(&self) -> tokio_postgres::Config {
+        through(self.port, &self.upstream)
+    }
+
+    /// How many cancel requests it holds.
+    pub fn held(&self) -> usize {
+        self.held.lock().expect("held").len()
+    }
+
+    /// Sends every cancel request held to the server, each once the server has
+    /// acted on it (it closes the connection after signalling the session).
+    pub async fn release(&self) {
+        let requests = std::mem::take(&mut *self.held.lock().expect("held"));
+        for request in requests {
+            let mut server = connect(&self.upstream).await;
+            server.write_all(&request).await.expect("cancel request");
+            let mut rest = Vec::new();
+            let _ = server.read_to_end(&mut rest).await;
+        }
+    }
+}
