@@ -196,6 +196,7 @@ impl Purger {
                             purge::drop_requests_batch(client, before, limit).await?;
                         outcome.requests_dropped += dropped;
                         dropped.max(deleted)
+                    }
                     Step::ApiIdempotencyKeys => {
                         // Each key carries its own expiry (its route's retention).
                         let (what, before) = (Expiring::ApiIdempotencyKeys, cutoffs.now);

@@ -89,9 +89,8 @@ pub fn list(
             }
             @if page.keys.is_empty() { p { "No key matches." } } @else { (rows(&page.keys)) }
             @if let Some(cursor) = &page.next_cursor {
-                @let mut query = next.clone();
-                @let _ = query.push(format!("cursor={}", url_encode(cursor)));
-                p { a href=(format!("/admin/idempotency?{}", query.join("&"))) { "Older →" } }
+                @let query = next.iter().cloned().chain([format!("cursor={}", url_encode(cursor))]);
+                p { a href=(format!("/admin/idempotency?{}", query.collect::<Vec<_>>().join("&"))) { "Older →" } }
             }
         },
     )

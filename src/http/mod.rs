@@ -216,6 +216,9 @@ pub fn admin_routes(config: &mut web::ServiceConfig) {
         config,
         "/admin/forwards/{name}/resume",
         vec![post().to(ui::resume_forward)],
+    );
+    at(
+        config,
         "/admin/idempotency",
         vec![get().to(idempotency::list_page)],
     );
