@@ -92,6 +92,18 @@ fn refused(refusal: Refusal) -> Answered {
     )
 }
 
+/// A refusal of a claimed key's request, with its operation id: what the
+/// client quotes when it asks what became of it.
+fn refused_for(refusal: Refusal, claimed: &Claimed) -> Answered {
+    let (mut response, outcome) = refused(refusal);
+    if let Ok(value) = HeaderValue::from_str(&claimed.operation_id) {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static(OPERATION_HEADER), value);
+    }
+    (response, outcome)
+}
+
 fn failed(error: ApiError, state: &AppState) -> Answered {
     if matches!(error, ApiError::Internal(_)) {
         state.app.metrics.internal_error();
@@ -248,7 +260,7 @@ async fn run(
             );
             traces::fail(&span, &why);
             settle(&state, &claimed, Settle::Release, None).await;
-            return refused(Refusal::UpstreamUnavailable);
+            return refused_for(Refusal::UpstreamUnavailable, &claimed);
         }
         Err(Failure::NoAnswer(why)) => {
             log::warn!(
@@ -257,7 +269,7 @@ async fn run(
             );
             traces::fail(&span, &why);
             mark_unknown(&state, &claimed).await;
-            return refused(Refusal::UpstreamOutcomeUnknown);
+            return refused_for(Refusal::UpstreamOutcomeUnknown, &claimed);
         }
     };
     span.record("http.response.status_code", answer.status);

@@ -188,7 +188,7 @@ impl Idempotent {
             // outside its transaction is unknown.
             drop(transaction);
             self.mark_unknown(&claimed).await;
-            return Ok(refused(Refusal::UpstreamOutcomeUnknown));
+            return Ok(refused_for(Refusal::UpstreamOutcomeUnknown, &claimed));
         };
         let status = head.status().as_u16();
         if rules::settle(status) == Settle::Release {
@@ -211,7 +211,7 @@ impl Idempotent {
             );
             drop(client);
             self.mark_unknown(&claimed).await;
-            return Ok(refused(Refusal::UpstreamOutcomeUnknown));
+            return Ok(refused_for(Refusal::UpstreamOutcomeUnknown, &claimed));
         }
         Ok(with_operation(head, body, &claimed.operation_id))
     }
@@ -309,6 +309,16 @@ fn with_operation(head: HttpResponse<()>, body: web::Bytes, operation: &str) -> 
 
 fn refused(refusal: Refusal) -> HttpResponse {
     ApiError::Idempotency(refusal).error_response()
+}
+
+/// A refusal of a claimed key's run, with its operation id: what the client
+/// quotes when it asks what became of it.
+fn refused_for(refusal: Refusal, claimed: &Claimed) -> HttpResponse {
+    let mut response = refused(refusal);
+    if let Some((name, value)) = header(OPERATION_HEADER, &claimed.operation_id) {
+        response.headers_mut().insert(name, value);
+    }
+    response
 }
 
 fn header(name: &str, value: &str) -> Option<(HeaderName, HeaderValue)> {

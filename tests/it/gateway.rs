@@ -443,6 +443,10 @@ async fn sent_without_an_answer_is_502_unknown_and_a_copy_is_sent_again_with_the
             .all(|s| s.header("idempotency-operation") == Some(first))
     );
     assert_eq!(done.header("idempotency-operation"), Some(first));
+    // The client was told the operation each time: what it quotes to support.
+    for answer in [&cut, &late] {
+        assert_eq!(answer.header("idempotency-operation"), Some(first));
+    }
 }
 
 #[tokio::test]

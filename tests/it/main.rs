@@ -17,6 +17,7 @@ mod gateway;
 mod handler_timeout;
 mod hardening;
 mod hostile;
+mod idempotent_payments;
 mod migrate;
 mod observability;
 mod openapi;
