@@ -58,7 +58,7 @@ pub const LIVE_SUBJECT: &str = "messageverificationcerts.paypal.com";
 pub const SANDBOX_SUBJECT: &str = "messageverificationcerts.sandbox.paypal.com";
 
 /// The certificate of the shipped `hookd.toml`, whose private key ships too.
-const DEVELOPMENT_CERTIFICATE: &[u8] = include_bytes!("../../fixtures/paypal/dev-certificate.pem");
+const DEVELOPMENT_CERTIFICATE: &[u8] = include_bytes!("../../../fixtures/paypal/dev-certificate.pem");
 
 /// `signed_with` of a delivery verified with a fetched certificate: no
 /// configured key signed it.
