@@ -26,24 +26,27 @@ use crate::providers;
 use crate::providers::{Scheme, Verifier};
 use crate::signature::Secret;
 
-/// The secrets and tokens of the shipped `hookd.toml`. They are public, so `serve`
-/// accepts them only with `development = true`, and then only on loopback addresses.
-pub const DEVELOPMENT_CREDENTIALS: [&str; 14] = [
-    "whsec_dev_stripe_current_0123456789",
-    "whsec_dev_stripe_previous_0123456789",
-    "whsec_aG9va2QtZGV2LXN0YW5kYXJkLXNlY3JldC1rZXktMzJi",
-    "dev-github-secret",
-    "dev-shop-secret",
-    "686F6F6B642D6465762D616479656E2D686D61632D6B65792D30313233343536",
-    "pdl_ntfset_dev_paddle_0123456789",
-    "dev-square-signature-key",
-    "dev-razorpay-webhook-secret",
-    "dev-checkout-signature-key",
-    "dev-gocardless-webhook-secret",
-    "dev_braintree_public:dev_braintree_private_0123456789",
+/// The admin tokens of the shipped `hookd.toml`.
+const DEVELOPMENT_TOKENS: [&str; 2] = [
     "dev-viewer-token-0123456789",
     "dev-operator-token-0123456789",
 ];
+
+/// The secrets and tokens of the shipped `hookd.toml`: its sources' (each
+/// provider names its own) and its admin tokens. They are public, so `serve`
+/// accepts them only with `development = true`, and then only on loopback
+/// addresses.
+pub fn development_credentials() -> impl Iterator<Item = &'static str> {
+    providers::REGISTRY
+        .iter()
+        .flat_map(|entry| entry.provider.development_secrets().iter().copied())
+        .chain(DEVELOPMENT_TOKENS)
+}
+
+/// Whether `value` is one of the shipped `hookd.toml`'s public credentials.
+pub fn is_development_credential(value: &str) -> bool {
+    development_credentials().any(|shipped| shipped == value)
+}
 
 /// Admin tokens shorter than this are refused beyond loopback (and warned about on it).
 pub const MIN_TOKEN_LEN: usize = 16;
@@ -286,7 +289,7 @@ impl Settings {
         let tokens = self.admin_tokens.iter().map(|t| &t.token);
         secrets
             .chain(tokens)
-            .any(|secret| DEVELOPMENT_CREDENTIALS.contains(&secret.expose()))
+            .any(|secret| is_development_credential(secret.expose()))
             || self
                 .sources
                 .iter()
@@ -304,7 +307,7 @@ impl Settings {
             key: key.to_string(),
             problem,
         };
-        let is_dev = |secret: &Secret| DEVELOPMENT_CREDENTIALS.contains(&secret.expose());
+        let is_dev = |secret: &Secret| is_development_credential(secret.expose());
         let dev_secret = self.sources.iter().enumerate().find_map(|(i, source)| {
             match source.secrets.iter().position(is_dev) {
                 Some(j) => Some((format!("{}[{j}]", source.secrets_key), source)),
@@ -828,7 +831,7 @@ impl RawSettings {
     /// Whether a secret or token still comes from the configuration text (not
     /// replaced by the environment), other than the public development values.
     fn holds_secrets(&self) -> bool {
-        let secret = |value: &String| !DEVELOPMENT_CREDENTIALS.contains(&value.as_str());
+        let secret = |value: &String| !is_development_credential(value);
         let sources = self
             .sources
             .iter()
@@ -1130,7 +1133,7 @@ impl RawSource {
         }
         let mut mask = match self.mask_defaults {
             Some(false) => Vec::new(),
-            _ => crate::mask::defaults(scheme.name()),
+            _ => providers::of(&scheme).default_mask(),
         };
         mask.extend(self.mask);
         let dedupe_on_body = dedupe_on_body(&scheme, self.dedupe_on_body, &key)?;
@@ -1170,12 +1173,23 @@ fn dedupe_on_body(
     }
     match value {
         None => Ok(false),
-        Some(_) => Err((
-            key("dedupe_on_body"),
-            "only applies to sources whose event id or type is not signed (scheme \"github\" or \
-             \"razorpay\", or \"hmac\" with id_header or type_header)"
-                .into(),
-        )),
+        Some(_) => {
+            // The schemes that never sign them (whatever their keys), then the
+            // one whose keys say.
+            let unsigned: Vec<String> = providers::REGISTRY
+                .iter()
+                .filter(|entry| entry.keys.is_empty() && entry.provider.leaves_identity_unsigned())
+                .map(|entry| format!("\"{}\"", entry.provider.name()))
+                .collect();
+            Err((
+                key("dedupe_on_body"),
+                format!(
+                    "only applies to sources whose event id or type is not signed (scheme {}, \
+                     or \"hmac\" with id_header or type_header)",
+                    unsigned.join(" or ")
+                ),
+            ))
+        }
     }
 }
 

@@ -69,18 +69,20 @@ pub fn verdict(
     fetched: Option<Result<Verified, SignatureError>>,
 ) -> Result<String, CliError> {
     let verifier = source.verifier();
+    let provider = providers::of(&source.scheme);
     let count = source.secrets.len();
     let outcome = fetched.unwrap_or_else(|| verifier.verify(headers, body, now));
     match outcome {
-        Ok(verified) if !providers::of(&source.scheme).takes_secrets() => {
-            Ok(match verified.signed_with {
-                0 => "ok: signed with the certificate its PAYPAL-CERT-URL names, fetched".into(),
-                n => format!(
-                    "ok: signed with pinned certificate {n} (certificates[{}])",
-                    n - 1
-                ),
-            })
-        }
+        Ok(verified) if !provider.takes_secrets() => Ok(match verified.signed_with {
+            0 => format!(
+                "ok: signed with the certificate {} names, fetched",
+                provider.certificate_named_by()
+            ),
+            n => format!(
+                "ok: signed with pinned certificate {n} (certificates[{}])",
+                n - 1
+            ),
+        }),
         Ok(verified) => Ok(format!(
             "ok: signed with secret {} of {count} ({}[{}])",
             verified.signed_with,
@@ -117,7 +119,8 @@ pub fn verdict(
                 ),
                 SignatureError::Unavailable(detail) => format!(
                     "{detail}: the certificate could not be fetched from the URL the request \
-                     names, or is not PayPal's"
+                     names, or is not {}",
+                    provider.certificate_owner()
                 ),
                 SignatureError::Replayed => "this signature was already accepted with another \
                     body"

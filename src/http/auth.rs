@@ -28,7 +28,7 @@ use super::AppState;
 use super::client;
 use super::error::ApiError;
 use super::limiter::FailureLimiter;
-use crate::config::{AdminToken, Cidr, DEVELOPMENT_CREDENTIALS, Role, Settings};
+use crate::config::{AdminToken, Cidr, Role, Settings, is_development_credential};
 use crate::signature::{Secret, hmac_sha256};
 use crate::store::{self, StoreError};
 
@@ -242,7 +242,7 @@ fn principal(token: &AdminToken, session: Option<Session>, key: Option<Key>) -> 
 /// The shipped development tokens are public: a request a proxy forwarded (from
 /// beyond this machine) may not use them, whatever address hookd listens on.
 pub fn usable_here(token: &AdminToken, request: &HttpRequest) -> bool {
-    let public = DEVELOPMENT_CREDENTIALS.contains(&token.token.expose());
+    let public = is_development_credential(token.token.expose());
     if public && client::is_forwarded(request) {
         log::warn!(
             "refused the shipped development token {:?} on a forwarded request",

@@ -12,7 +12,7 @@ use tracing::{Instrument, Span};
 
 use super::error::ApiError;
 use super::{AppState, body, client, request_id};
-use crate::config::DEVELOPMENT_CREDENTIALS;
+use crate::config::is_development_credential;
 use crate::event::IncomingEvent;
 use crate::ingest::Ingested;
 use crate::providers::{self, Answer, Provider};
@@ -239,7 +239,7 @@ async fn handle(
     let signer = usize::try_from(verified.signed_with - 1)
         .ok()
         .and_then(|i| source.secrets.get(i));
-    let shipped_key = signer.is_some_and(|s| DEVELOPMENT_CREDENTIALS.contains(&s.expose()))
+    let shipped_key = signer.is_some_and(|s| is_development_credential(s.expose()))
         || provider.development_credential().is_some();
     if shipped_key && client::is_forwarded(request) {
         log::warn!(

@@ -401,9 +401,35 @@ pub trait Provider: KeyFormat + Sync {
         Vec::new()
     }
 
+    /// The `mask` a source starts from: where the provider puts e-mails,
+    /// names, phones, addresses, card fingerprints and client-side secrets.
+    /// None for a provider whose events carry links, not people (GoCardless),
+    /// or whose shape is the sender's own (`standard`, `hmac`): their sources
+    /// list their fields themselves.
+    fn default_mask(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// For a provider whose requests name the certificate that signed them
+    /// (one that takes no secrets): where the certificate came from, and whose
+    /// it must be, as `hookd verify` says.
+    fn certificate_named_by(&self) -> &'static str {
+        "the URL the request"
+    }
+
+    fn certificate_owner(&self) -> &'static str {
+        "the provider's"
+    }
+
+    /// The secrets the shipped `hookd.toml` gives its sources of this
+    /// provider: public, so accepted only in development, on loopback.
+    fn development_secrets(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Where the provider's bodies carry payment facts.
     fn payment_shape(&self) -> PaymentShape {
-        PaymentShape::Neutral
+        PaymentShape::NEUTRAL
     }
 
     /// Whether events are named by their file name when signing a file
@@ -721,3 +747,8 @@ fn locate(locator: &Locator, headers: &dyn Headers, payload: &Value) -> Option<S
 mod signing_tests;
 #[cfg(test)]
 mod tests;
+
+/// Owned JSON pointers.
+fn pointers(list: &[&str]) -> Vec<String> {
+    list.iter().map(|p| (*p).to_string()).collect()
+}

@@ -1,22 +1,32 @@
-//! Where each scheme's bodies carry payment facts: Stripe's `data.object` (a
-//! PaymentIntent, Charge, Dispute or Refund), or the neutral shape
+//! Where a provider's bodies carry payment facts, as data: the neutral shape
 //! `{"id","type","created","data":{"payment_id","amount","amount_refunded","currency","customer_id"}}`
-//! every other scheme uses, where a refund may also be stated one at a time
-//! (`data.refund_id` with `data.refund_amount`). Pure: the payments handler reads facts with it, and
-//! receiving indexes payment and customer ids with it.
+//! most schemes use, where a refund may also be stated one at a time
+//! (`data.refund_id` with `data.refund_amount`), or a provider's own (Stripe's
+//! `data.object`, declared in its folder). Pure: the payments handler reads
+//! facts with it, and receiving indexes payment and customer ids with it.
 
 use serde_json::Value;
 
 use crate::domain::{MAX_ID_LEN, PaymentFacts, Refund, storable_id};
 
-/// Where a scheme's payment facts live in its bodies.
+/// Where a provider's payment facts live in its bodies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PaymentShape {
-    /// Stripe's `data.object`: a PaymentIntent, Charge or Dispute.
-    Stripe,
-    /// `{"id","type","created","data":{"payment_id","amount","amount_refunded","currency","customer_id"}}`,
-    /// plus `refund_id` and `refund_amount` (both or neither) for one refund.
-    Neutral,
+pub struct PaymentShape {
+    /// The object holding the facts (a JSON pointer), and how messages name it.
+    pub object: &'static str,
+    pub path: &'static str,
+    /// The fields naming the payment, the first present winning (an id, or an
+    /// expanded object with one). `id` is the object's own id.
+    pub payment_id: &'static [&'static str],
+    /// The field naming the customer.
+    pub customer: &'static str,
+    /// Whether one refund may be stated (`refund_id` with `refund_amount`)
+    /// beside the cumulative `amount_refunded`.
+    pub single_refunds: bool,
+    /// For the history index: the `object` types whose own id is a payment's
+    /// (`None`: any), and the one whose own id is a customer's.
+    pub payment_objects: Option<&'static [&'static str]>,
+    pub customer_object: Option<&'static str>,
 }
 
 /// The ids stored on every event for support look-ups, best effort.
@@ -26,30 +36,36 @@ pub struct IndexFields {
     pub customer_id: Option<String>,
 }
 
-const STRIPE_PAYMENT_OBJECTS: [&str; 4] = ["payment_intent", "charge", "dispute", "refund"];
-
 impl PaymentShape {
+    /// `{"data":{"payment_id","amount","amount_refunded","currency","customer_id"}}`,
+    /// plus `refund_id` and `refund_amount` (both or neither) for one refund.
+    pub const NEUTRAL: PaymentShape = PaymentShape {
+        object: "/data",
+        path: "data",
+        payment_id: &["payment_id"],
+        customer: "customer_id",
+        single_refunds: true,
+        payment_objects: None,
+        customer_object: None,
+    };
+
     /// The payment facts a payment event must carry; the error is why it cannot be
     /// applied (the event then goes `dead` with that reason).
     pub fn payment_facts(self, payload: &Value) -> Result<PaymentFacts, String> {
-        let (object, path) = match self {
-            PaymentShape::Stripe => (payload.pointer("/data/object"), "data.object"),
-            PaymentShape::Neutral => (payload.get("data"), "data"),
-        };
-        let object = object
+        let path = self.path;
+        let object = payload
+            .pointer(self.object)
             .filter(|o| o.is_object())
             .ok_or_else(|| format!("{path} is missing or not an object"))?;
-        let (payment_id, customer) = match self {
-            PaymentShape::Stripe => (
-                id_of(object.get("payment_intent")).or_else(|| id_of(object.get("id"))),
-                "customer",
-            ),
-            PaymentShape::Neutral => (id_of(object.get("payment_id")), "customer_id"),
-        };
-        let payment_id = payment_id.ok_or_else(|| match self {
-            PaymentShape::Stripe => format!("{path} has neither payment_intent nor id"),
-            PaymentShape::Neutral => format!("{path}.payment_id is missing"),
-        })?;
+        let payment_id = self
+            .payment_id
+            .iter()
+            .find_map(|field| id_of(object.get(*field)))
+            .ok_or_else(|| match self.payment_id {
+                [field] => format!("{path}.{field} is missing"),
+                fields => format!("{path} has neither {}", fields.join(" nor ")),
+            })?;
+        let customer = self.customer;
         let facts = PaymentFacts {
             payment_id,
             amount: amount(object, "amount", path)?,
@@ -61,10 +77,9 @@ impl PaymentShape {
                     format!("{path}.{customer} is neither an id nor an object with one")
                 })?),
             },
-            // Stripe states the cumulative `amount_refunded` only.
-            refund: match self {
-                PaymentShape::Stripe => None,
-                PaymentShape::Neutral => refund(object, path)?,
+            refund: match self.single_refunds {
+                true => refund(object, path)?,
+                false => None,
             },
         };
         let texts = [
@@ -86,29 +101,21 @@ impl PaymentShape {
     /// Payment and customer ids for the history index. Never fails: an event that
     /// cannot be indexed is still stored.
     pub fn index_fields(self, payload: &Value) -> IndexFields {
-        match self {
-            PaymentShape::Stripe => {
-                let Some(object) = payload.pointer("/data/object") else {
-                    return IndexFields::default();
-                };
-                let object_type = object.get("object").and_then(Value::as_str);
-                let is_customer = object_type == Some("customer");
-                let is_payment = object_type.is_none_or(|t| STRIPE_PAYMENT_OBJECTS.contains(&t));
-                IndexFields {
-                    payment_id: id_of(object.get("payment_intent"))
-                        .or_else(|| is_payment.then(|| id_of(object.get("id"))).flatten()),
-                    customer_id: id_of(object.get("customer"))
-                        .or_else(|| is_customer.then(|| id_of(object.get("id"))).flatten()),
-                }
-            }
-            PaymentShape::Neutral => {
-                let data = payload.get("data");
-                let field = |name| data.and_then(|d| id_of(d.get(name)));
-                IndexFields {
-                    payment_id: field("payment_id"),
-                    customer_id: field("customer_id"),
-                }
-            }
+        let Some(object) = payload.pointer(self.object) else {
+            return IndexFields::default();
+        };
+        let object_type = object.get("object").and_then(Value::as_str);
+        let is_payment = self
+            .payment_objects
+            .is_none_or(|types| object_type.is_none_or(|t| types.contains(&t)));
+        let is_customer = self.customer_object.is_some() && object_type == self.customer_object;
+        let own_id = |yes: bool| yes.then(|| id_of(object.get("id"))).flatten();
+        IndexFields {
+            payment_id: self.payment_id.iter().find_map(|field| match *field {
+                "id" => own_id(is_payment),
+                field => id_of(object.get(field)),
+            }),
+            customer_id: id_of(object.get(self.customer)).or_else(|| own_id(is_customer)),
         }
     }
 }
@@ -169,84 +176,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stripe_payment_facts_prefer_the_payment_intent() {
-        let charge = json!({"data":{"object":{"id":"ch_1","object":"charge","payment_intent":"pi_9",
-            "amount":1000,"amount_refunded":400,"currency":"eur","customer":{"id":"cus_2"}}}});
-        let facts = PaymentShape::Stripe.payment_facts(&charge).expect("valid");
-        assert_eq!(
-            facts,
-            PaymentFacts {
-                payment_id: "pi_9".into(),
-                amount: Some(1000),
-                amount_refunded: Some(400),
-                currency: Some("eur".into()),
-                customer_id: Some("cus_2".into()),
-                refund: None,
-            }
-        );
-        let intent = json!({"data":{"object":{"id":"pi_3","amount":5,"customer":null}}});
-        let facts = PaymentShape::Stripe.payment_facts(&intent).expect("valid");
-        assert_eq!(
-            (facts.payment_id.as_str(), facts.customer_id),
-            ("pi_3", None)
-        );
-    }
-
-    #[test]
     fn malformed_payment_payloads_say_why() {
         let cases = [
             (
-                PaymentShape::Stripe,
-                json!({"data":{}}),
-                "data.object is missing",
-            ),
-            (
-                PaymentShape::Stripe,
-                json!({"data":{"object":{"amount":1}}}),
-                "neither payment_intent nor id",
-            ),
-            (
-                PaymentShape::Stripe,
-                json!({"data":{"object":{"id":"pi","amount":"10"}}}),
-                "data.object.amount",
-            ),
-            (
-                PaymentShape::Stripe,
-                json!({"data":{"object":{"id":"pi","amount":-1}}}),
-                "data.object.amount",
-            ),
-            (
-                PaymentShape::Neutral,
+                PaymentShape::NEUTRAL,
                 json!({"data":{"amount":1}}),
                 "data.payment_id",
             ),
             (
-                PaymentShape::Neutral,
+                PaymentShape::NEUTRAL,
                 json!({"data":{"payment_id":"p","currency":7}}),
                 "data.currency",
             ),
             (
-                PaymentShape::Neutral,
+                PaymentShape::NEUTRAL,
                 json!({"data":{"payment_id":"p","refund_id":"r1"}}),
                 "data.refund_amount is missing (data.refund_id is given)",
             ),
             (
-                PaymentShape::Neutral,
+                PaymentShape::NEUTRAL,
                 json!({"data":{"payment_id":"p","refund_amount":5}}),
                 "data.refund_id is missing (data.refund_amount is given)",
             ),
             (
-                PaymentShape::Neutral,
+                PaymentShape::NEUTRAL,
                 json!({"data":{"payment_id":"p","refund_id":"r1","refund_amount":-5}}),
                 "data.refund_amount is not a non-negative integer",
             ),
             (
-                PaymentShape::Neutral,
+                PaymentShape::NEUTRAL,
                 json!({"data":{"payment_id":"p","refund_id":7,"refund_amount":5}}),
                 "data.refund_id is not a string",
             ),
             (
-                PaymentShape::Neutral,
+                PaymentShape::NEUTRAL,
                 json!({"data":{"payment_id":"p","refund_id":"r".repeat(MAX_ID_LEN + 1),"refund_amount":5}}),
                 "the refund id is longer than",
             ),
@@ -258,9 +221,9 @@ mod tests {
     }
 
     #[test]
-    fn the_neutral_shape_states_one_refund_and_stripe_only_its_total() {
+    fn the_neutral_shape_states_one_refund() {
         let neutral = json!({"data":{"payment_id":"p_1","refund_id":" re_1 ","refund_amount":300}});
-        let facts = PaymentShape::Neutral
+        let facts = PaymentShape::NEUTRAL
             .payment_facts(&neutral)
             .expect("valid");
         assert_eq!(
@@ -272,22 +235,6 @@ mod tests {
                 }),
                 None
             )
-        );
-        let stripe = json!({"data":{"object":{"id":"ch_1","payment_intent":"pi_1",
-            "amount_refunded":300,"refund_id":"re_1","refund_amount":300}}});
-        let facts = PaymentShape::Stripe.payment_facts(&stripe).expect("valid");
-        assert_eq!((facts.refund, facts.amount_refunded), (None, Some(300)));
-    }
-
-    #[test]
-    fn stripe_customers_are_indexed_as_customers_not_payments() {
-        let customer = json!({"data":{"object":{"id":"cus_1","object":"customer"}}});
-        assert_eq!(
-            PaymentShape::Stripe.index_fields(&customer),
-            IndexFields {
-                payment_id: None,
-                customer_id: Some("cus_1".into())
-            }
         );
     }
 }

@@ -82,7 +82,7 @@ impl PaymentHandler {
         let provider = crate::providers::named(event.scheme);
         let facts = match provider {
             Some(provider) => provider.payment_facts(event.payload),
-            None => PaymentShape::Neutral.payment_facts(event.payload),
+            None => PaymentShape::NEUTRAL.payment_facts(event.payload),
         }
         .map_err(HandlerError::Permanent)?;
         // A provider that states no amounts (GoCardless) refunds with none: the

@@ -243,6 +243,29 @@ impl KeyFormat for Adyen {
 }
 
 impl Provider for Adyen {
+    fn development_secrets(&self) -> &'static [&'static str] {
+        &["686F6F6B642D6465762D616479656E2D686D61632D6B65792D30313233343536"]
+    }
+
+    fn default_mask(&self) -> Vec<String> {
+        // Into one notification item: each is stored as an event of its own.
+        super::pointers(&[
+            "/additionalData/shopperEmail",
+            "/additionalData/shopperName",
+            "/additionalData/shopperIP",
+            "/additionalData/shopperTelephone",
+            "/additionalData/cardHolderName",
+            "/additionalData/billingAddress.street",
+            "/additionalData/billingAddress.houseNumberOrName",
+            "/additionalData/billingAddress.postalCode",
+            "/additionalData/billingAddress.city",
+            "/additionalData/deliveryAddress.street",
+            "/additionalData/deliveryAddress.houseNumberOrName",
+            "/additionalData/deliveryAddress.postalCode",
+            "/additionalData/deliveryAddress.city",
+        ])
+    }
+
     fn name(&self) -> &'static str {
         "adyen"
     }

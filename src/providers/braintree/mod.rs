@@ -171,6 +171,22 @@ impl KeyFormat for Braintree {
 }
 
 impl Provider for Braintree {
+    fn development_secrets(&self) -> &'static [&'static str] {
+        &["dev_braintree_public:dev_braintree_private_0123456789"]
+    }
+
+    fn default_mask(&self) -> Vec<String> {
+        super::pointers(&[
+            "/subject/transaction/customer",
+            "/subject/transaction/billing",
+            "/subject/transaction/shipping",
+            "/subject/transaction/customer-ip",
+            "/subject/transaction/credit-card/cardholder-name",
+            "/subject/transaction/credit-card/unique-number-identifier",
+            "/subject/customer",
+        ])
+    }
+
     fn name(&self) -> &'static str {
         "braintree"
     }

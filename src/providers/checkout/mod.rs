@@ -118,6 +118,21 @@ fn amount(payload: &Value) -> Result<Option<i64>, String> {
 impl KeyFormat for Checkout {}
 
 impl Provider for Checkout {
+    fn development_secrets(&self) -> &'static [&'static str] {
+        &["dev-checkout-signature-key"]
+    }
+
+    fn default_mask(&self) -> Vec<String> {
+        super::pointers(&[
+            "/data/customer",
+            "/data/shipping",
+            "/data/source/name",
+            "/data/source/phone",
+            "/data/source/billing_address",
+            "/data/source/fingerprint",
+        ])
+    }
+
     fn name(&self) -> &'static str {
         "checkout"
     }

@@ -20,6 +20,20 @@ pub struct Github;
 impl KeyFormat for Github {}
 
 impl Provider for Github {
+    fn development_secrets(&self) -> &'static [&'static str] {
+        &["dev-github-secret"]
+    }
+
+    fn default_mask(&self) -> Vec<String> {
+        super::pointers(&[
+            "/pusher",
+            "/head_commit/author",
+            "/head_commit/committer",
+            "/commits/*/author",
+            "/commits/*/committer",
+        ])
+    }
+
     fn name(&self) -> &'static str {
         "github"
     }

@@ -75,6 +75,10 @@ fn id_tail(random: &[u8; 16], index: usize) -> String {
 }
 
 impl Provider for GoCardless {
+    fn development_secrets(&self) -> &'static [&'static str] {
+        &["dev-gocardless-webhook-secret"]
+    }
+
     fn name(&self) -> &'static str {
         "gocardless"
     }

@@ -136,6 +136,10 @@ fn describe(locator: &Locator) -> String {
 }
 
 impl Provider for GenericHmac {
+    fn development_secrets(&self) -> &'static [&'static str] {
+        &["dev-shop-secret"]
+    }
+
     fn name(&self) -> &'static str {
         "hmac"
     }

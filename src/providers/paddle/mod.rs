@@ -88,6 +88,18 @@ fn text_at(payload: &Value, pointer: &str) -> Option<String> {
 }
 
 impl Provider for Paddle {
+    fn development_secrets(&self) -> &'static [&'static str] {
+        &["pdl_ntfset_dev_paddle_0123456789"]
+    }
+
+    fn default_mask(&self) -> Vec<String> {
+        super::pointers(&[
+            "/data/email",
+            "/data/name",
+            "/data/payments/*/method_details/card/cardholder_name",
+        ])
+    }
+
     fn name(&self) -> &'static str {
         "paddle"
     }

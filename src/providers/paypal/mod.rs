@@ -58,7 +58,8 @@ pub const LIVE_SUBJECT: &str = "messageverificationcerts.paypal.com";
 pub const SANDBOX_SUBJECT: &str = "messageverificationcerts.sandbox.paypal.com";
 
 /// The certificate of the shipped `hookd.toml`, whose private key ships too.
-const DEVELOPMENT_CERTIFICATE: &[u8] = include_bytes!("../../../fixtures/paypal/dev-certificate.pem");
+const DEVELOPMENT_CERTIFICATE: &[u8] =
+    include_bytes!("../../../fixtures/paypal/dev-certificate.pem");
 
 /// `signed_with` of a delivery verified with a fetched certificate: no
 /// configured key signed it.
@@ -441,6 +442,22 @@ fn amount(resource: &Value) -> Result<Option<(i64, String)>, String> {
 }
 
 impl Provider for PayPal {
+    fn certificate_named_by(&self) -> &'static str {
+        "its PAYPAL-CERT-URL"
+    }
+
+    fn certificate_owner(&self) -> &'static str {
+        "PayPal's"
+    }
+
+    fn default_mask(&self) -> Vec<String> {
+        super::pointers(&[
+            "/resource/payer",
+            "/resource/purchase_units/*/shipping",
+            "/resource/disputed_transactions/*/buyer",
+        ])
+    }
+
     fn name(&self) -> &'static str {
         "paypal"
     }

@@ -66,6 +66,19 @@ fn amount(entity: &Value, path: &str) -> Result<Option<i64>, String> {
 }
 
 impl Provider for Razorpay {
+    fn development_secrets(&self) -> &'static [&'static str] {
+        &["dev-razorpay-webhook-secret"]
+    }
+
+    fn default_mask(&self) -> Vec<String> {
+        super::pointers(&[
+            "/payload/payment/entity/email",
+            "/payload/payment/entity/contact",
+            "/payload/payment/entity/vpa",
+            "/payload/payment/entity/card/name",
+        ])
+    }
+
     fn name(&self) -> &'static str {
         "razorpay"
     }

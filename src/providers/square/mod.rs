@@ -110,6 +110,24 @@ impl KeyFormat for Square {
 }
 
 impl Provider for Square {
+    fn development_secrets(&self) -> &'static [&'static str] {
+        &["dev-square-signature-key"]
+    }
+
+    fn default_mask(&self) -> Vec<String> {
+        super::pointers(&[
+            "/data/object/customer/email_address",
+            "/data/object/customer/given_name",
+            "/data/object/customer/family_name",
+            "/data/object/customer/phone_number",
+            "/data/object/customer/address",
+            "/data/object/payment/buyer_email_address",
+            "/data/object/payment/billing_address",
+            "/data/object/payment/shipping_address",
+            "/data/object/payment/card_details/card/fingerprint",
+        ])
+    }
+
     fn name(&self) -> &'static str {
         "square"
     }

@@ -58,6 +58,10 @@ fn required<'h>(
 }
 
 impl Provider for Standard {
+    fn development_secrets(&self) -> &'static [&'static str] {
+        &["whsec_aG9va2QtZGV2LXN0YW5kYXJkLXNlY3JldC1rZXktMzJi"]
+    }
+
     fn name(&self) -> &'static str {
         "standard"
     }

@@ -34,7 +34,31 @@ const EVENT_TYPES: [(&str, PaymentKind); 4] = [
 /// Parts of a Stripe event that may differ between two deliveries of it.
 const VOLATILE_FIELDS: [&str; 2] = ["/pending_webhooks", "/request"];
 
+/// Stripe's facts are its `data.object`: a PaymentIntent, Charge, Dispute or
+/// Refund (its `payment_intent` first), with the cumulative `amount_refunded`
+/// only; a Customer's own id indexes its customer.
+pub(super) const SHAPE: PaymentShape = PaymentShape {
+    object: "/data/object",
+    path: "data.object",
+    payment_id: &["payment_intent", "id"],
+    customer: "customer",
+    single_refunds: false,
+    payment_objects: Some(&["payment_intent", "charge", "dispute", "refund"]),
+    customer_object: Some("customer"),
+};
+
 impl Provider for Stripe {
+    fn development_secrets(&self) -> &'static [&'static str] {
+        &[
+            "whsec_dev_stripe_current_0123456789",
+            "whsec_dev_stripe_previous_0123456789",
+        ]
+    }
+
+    fn default_mask(&self) -> Vec<String> {
+        default_mask()
+    }
+
     fn name(&self) -> &'static str {
         "stripe"
     }
@@ -117,7 +141,7 @@ impl Provider for Stripe {
     }
 
     fn payment_shape(&self) -> PaymentShape {
-        PaymentShape::Stripe
+        SHAPE
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
@@ -132,3 +156,61 @@ impl Provider for Stripe {
         )
     }
 }
+
+/// Where Stripe's objects hold an address, an e-mail, a phone, a name, an IP
+/// address, a card fingerprint or a client-side secret: charges and
+/// PaymentIntents (billing and shipping details, a failed payment's method),
+/// customers, invoices (`customer_*`), Checkout Sessions (`customer_details`,
+/// `shipping_details`, `collected_information`), PaymentMethods, SetupIntents,
+/// mandates (`customer_acceptance`), disputes (`evidence`), Issuing cardholders
+/// and Connect persons. Each is covered in `data.object` and, for an update, in
+/// `data.previous_attributes` (the same shape).
+fn default_mask() -> Vec<String> {
+    const OBJECT: &[&str] = &[
+        "/client_secret",
+        "/email",
+        "/name",
+        "/phone",
+        "/phone_number",
+        "/first_name",
+        "/last_name",
+        "/dob",
+        "/address",
+        "/shipping",
+        "/billing",
+        "/individual",
+        "/receipt_email",
+        "/billing_details",
+        "/customer_email",
+        "/customer_name",
+        "/customer_phone",
+        "/customer_address",
+        "/customer_shipping",
+        "/customer_tax_ids",
+        "/customer_details",
+        "/shipping_details",
+        "/collected_information",
+        "/customer_acceptance/online",
+        "/card/fingerprint",
+        "/payment_method_details/card/fingerprint",
+        "/charges/data/*/billing_details",
+        "/charges/data/*/shipping",
+        "/charges/data/*/payment_method_details/card/fingerprint",
+        "/last_payment_error/payment_method/billing_details",
+        "/last_payment_error/payment_method/card/fingerprint",
+        "/last_setup_error/payment_method/billing_details",
+        "/last_setup_error/payment_method/card/fingerprint",
+        "/evidence/customer_email_address",
+        "/evidence/customer_name",
+        "/evidence/customer_purchase_ip",
+        "/evidence/billing_address",
+        "/evidence/shipping_address",
+    ];
+    ["/data/object", "/data/previous_attributes"]
+        .iter()
+        .flat_map(|at| OBJECT.iter().map(move |p| format!("{at}{p}")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
