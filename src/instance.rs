@@ -39,6 +39,15 @@ pub struct App {
 }
 
 impl App {
+    /// What takes a delivery in.
+    pub fn intake(&self) -> crate::intake::Intake<'_> {
+        crate::intake::Intake {
+            pool: &self.pool,
+            certificates: &self.certificates,
+            ingester: &self.ingester,
+        }
+    }
+
     /// An instance on `pool`, whose connections `connector` made.
     pub fn new(
         settings: Settings,

@@ -22,6 +22,7 @@ pub mod http;
 pub mod idempotency;
 pub mod ingest;
 pub mod instance;
+pub mod intake;
 pub mod keys;
 pub mod ledger;
 pub mod logging;

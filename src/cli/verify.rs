@@ -46,32 +46,24 @@ pub async fn run(
     let body = std::fs::read(body_file)
         .map_err(|e| CliError::Other(format!("{}: {e}", body_file.display())))?;
     let now = chrono::Utc::now().timestamp();
-    // A PayPal certificate neither pinned nor cached is fetched, as on receipt.
-    let fetched = match source.verifier().verify(&headers, &body, now) {
-        Err(SignatureError::Mismatch) => Some(
-            crate::outbound::Certificates::new()
-                .verify_after_fetching(&source.name, &source.verifier(), &headers, &body, now)
-                .await,
-        ),
-        _ => None,
-    };
-    println!("{}", verdict(source, &headers, &body, now, fetched)?);
+    // A certificate the request names, neither pinned nor cached, is fetched
+    // as on receipt.
+    let certificates = crate::outbound::Certificates::new();
+    let verified =
+        crate::intake::verify::signature(&certificates, source, &headers, &body, now).await;
+    println!("{}", verdict(source, &headers, verified)?);
     Ok(())
 }
 
-/// What a delivery proves at `now`: the line to print, or the failed check
+/// What a delivery's check says: the line to print, or the failed check
 /// explained.
 pub fn verdict(
     source: &Source,
     headers: &[(String, String)],
-    body: &[u8],
-    now: i64,
-    fetched: Option<Result<Verified, SignatureError>>,
+    outcome: Result<Verified, SignatureError>,
 ) -> Result<String, CliError> {
-    let verifier = source.verifier();
     let provider = providers::of(&source.scheme);
     let count = source.secrets.len();
-    let outcome = fetched.unwrap_or_else(|| verifier.verify(headers, body, now));
     match outcome {
         Ok(verified) if !provider.takes_secrets() => Ok(match verified.signed_with {
             0 => format!(

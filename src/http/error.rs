@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::AppState;
 use crate::event::EventError;
 use crate::idempotency::rules::{RETRY_AFTER_SECONDS as IN_PROGRESS_RETRY_AFTER, Refusal};
+use crate::intake::IntakeError;
 use crate::providers::SignatureRefusal;
 use crate::signature::SignatureError;
 use crate::store::StoreError;
@@ -76,6 +77,18 @@ pub enum ApiError {
 
 fn retry_after_seconds(wait: &std::time::Duration) -> u64 {
     wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+}
+
+impl From<IntakeError> for ApiError {
+    fn from(error: IntakeError) -> Self {
+        match error {
+            IntakeError::Signature(reason, answer) => ApiError::InvalidSignature(reason, answer),
+            IntakeError::Event(error) => error.into(),
+            IntakeError::NoEvent => ApiError::BadRequest(error.to_string()),
+            IntakeError::Conflict => ApiError::EventIdConflict,
+            IntakeError::Store(error) => error.into(),
+        }
+    }
 }
 
 impl From<EventError> for ApiError {

@@ -1,0 +1,326 @@
+//! A delivery from bytes to receipt, in one place: it is verified (the
+//! certificate a request names fetched if need be), held to the shipped
+//! credentials' policy, parsed into its events, a checksum-only signature
+//! bound to its body, and each event stored once (conflicting items of a
+//! several-event request kept beside their events). The route extracts and
+//! answers; the receipt or the refusal says what the answer, the log line and
+//! the metrics report.
+
+pub mod verify;
+
+use deadpool_postgres::Pool;
+use sha2::{Digest, Sha256};
+use tokio::sync::SemaphorePermit;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::config::{Settings, Source};
+use crate::event::{EventError, IncomingEvent};
+use crate::ingest::{Ingested, Ingester};
+use crate::outbound::Certificates;
+use crate::providers::{self, SignatureRefusal};
+use crate::signature::{Headers, SignatureError, Verified};
+use crate::store::events::{self, EventStatus, Recorded};
+use crate::store::{StoreError, bound_signatures};
+use crate::traces;
+
+/// What a delivery is taken in with: the store's pool, the certificates
+/// deliveries name, and the ingester.
+pub struct Intake<'a> {
+    pub pool: &'a Pool,
+    pub certificates: &'a Certificates,
+    pub ingester: &'a Ingester,
+}
+
+/// A delivery as the route read it.
+pub struct Delivery<'a, H: Headers + ?Sized> {
+    pub source: &'a Source,
+    pub headers: &'a H,
+    pub body: Vec<u8>,
+    /// When it arrived (Unix seconds): what its signature's age is judged by.
+    pub arrived: i64,
+    /// Whether a proxy forwarded it, from beyond this machine.
+    pub forwarded: bool,
+    /// The body's share of the memory budget, held until it is verified.
+    pub held: Option<SemaphorePermit<'a>>,
+}
+
+/// What was done with a verified delivery.
+#[derive(Debug)]
+pub enum Receipt {
+    /// One event: stored now (with the status its handlers left), or a
+    /// duplicate of one stored before.
+    One {
+        event_id: String,
+        kind: Option<String>,
+        recorded: Recorded,
+        status: Option<EventStatus>,
+    },
+    /// A request of several events (or none): each stored once, all in one
+    /// commit; an item reusing a stored id with another payload kept beside
+    /// that event.
+    Several {
+        event_ids: Vec<String>,
+        duplicates: usize,
+        conflicts: usize,
+    },
+}
+
+impl Receipt {
+    /// The delivery's outcome, as the log line and `hookd_deliveries_total` say it.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Receipt::One {
+                recorded: Recorded::Duplicate { .. },
+                ..
+            } => "duplicate",
+            Receipt::One {
+                status: Some(status),
+                ..
+            } => status.as_str(),
+            Receipt::One { .. } => "accepted",
+            Receipt::Several { conflicts, .. } if *conflicts > 0 => "conflict_recorded",
+            Receipt::Several {
+                event_ids,
+                duplicates,
+                ..
+            } if *duplicates == event_ids.len() => "duplicate",
+            Receipt::Several { .. } => "accepted",
+        }
+    }
+
+    /// Events of this delivery that were already stored.
+    pub fn duplicates(&self) -> usize {
+        match self {
+            Receipt::One { recorded, .. } => {
+                usize::from(matches!(recorded, Recorded::Duplicate { .. }))
+            }
+            Receipt::Several { duplicates, .. } => *duplicates,
+        }
+    }
+
+    /// Whether every event was already stored: the answer is the first one's.
+    pub fn replayed(&self) -> bool {
+        match self {
+            Receipt::One { recorded, .. } => matches!(recorded, Recorded::Duplicate { .. }),
+            Receipt::Several {
+                event_ids,
+                duplicates,
+                ..
+            } => *duplicates == event_ids.len(),
+        }
+    }
+
+    pub fn seen(&self) -> Seen {
+        match self {
+            Receipt::One { event_id, kind, .. } => Seen {
+                event_id: Some(event_id.clone()),
+                kind: kind.clone(),
+            },
+            Receipt::Several { event_ids, .. } => Seen {
+                event_id: Some(event_ids.join(",")),
+                kind: None,
+            },
+        }
+    }
+}
+
+/// What the log line names of a delivery: its event id(s) and kind, once read.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    pub event_id: Option<String>,
+    pub kind: Option<String>,
+}
+
+/// Why a delivery was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    /// Refused as the source's provider wants a bad signature refused.
+    #[error("invalid signature: {0}")]
+    Signature(SignatureError, SignatureRefusal),
+    #[error(transparent)]
+    Event(#[from] EventError),
+    #[error("the request carries no event")]
+    NoEvent,
+    /// Its event id is stored with another payload.
+    #[error("event id conflict")]
+    Conflict,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A refusal, with what was read of the delivery before it.
+#[derive(Debug)]
+pub struct Refused {
+    pub error: IntakeError,
+    pub seen: Seen,
+}
+
+impl<E: Into<IntakeError>> From<E> for Refused {
+    fn from(error: E) -> Self {
+        Refused {
+            error: error.into(),
+            seen: Seen::default(),
+        }
+    }
+}
+
+impl Intake<'_> {
+    /// Takes a delivery in, under `settings` (the configuration in force when
+    /// it arrived, whatever a reload does meanwhile).
+    pub async fn receive<H: Headers + ?Sized>(
+        &self,
+        settings: &Settings,
+        delivery: Delivery<'_, H>,
+    ) -> Result<Receipt, Refused> {
+        let Delivery {
+            source,
+            headers,
+            body,
+            arrived,
+            forwarded,
+            held,
+        } = delivery;
+        let provider = providers::of(&source.scheme);
+        let refused = |reason| IntakeError::Signature(reason, provider.refused_signature());
+        let span = tracing::trace_span!(
+            "verify",
+            hookd.scheme = source.scheme.name(),
+            otel.status_message = Empty,
+        );
+        let verified = verify::request(self.certificates, source, headers, &body, arrived)
+            .instrument(span.clone())
+            .await;
+        drop(held);
+        if let Err(error) = &verified {
+            traces::fail(&span, error);
+        }
+        let verified = verified.map_err(refused)?;
+        // The shipped secrets are public: a delivery a proxy forwarded (from
+        // beyond this machine) may not use them, whatever address hookd
+        // listens on.
+        if forwarded && verify::signed_with_a_shipped_credential(source, &verified) {
+            log::warn!(
+                "refused a forwarded delivery to {:?} signed with a shipped development secret",
+                source.name
+            );
+            return Err(refused(SignatureError::Mismatch).into());
+        }
+        let mut events = IncomingEvent::parse_all(source, headers, &body)?;
+        if let (Some(signature), Some(event)) = (
+            provider.checksum_signature(&providers::AnyHeaders(headers)),
+            events.first(),
+        ) && !self
+            .bind_signature(settings, source, &signature, &body, event)
+            .await?
+        {
+            return Err(refused(SignatureError::Replayed).into());
+        }
+        if events.len() != 1 {
+            return self.receive_several(events, verified).await;
+        }
+        let event = events.pop().ok_or(IntakeError::NoEvent)?;
+        let seen = Seen {
+            event_id: Some(event.event_id.clone()),
+            kind: event.kind.clone(),
+        };
+        let refuse = |error: IntakeError| Refused {
+            error,
+            seen: seen.clone(),
+        };
+        let Ingested { recorded, status } = self
+            .ingester
+            .ingest(event, verified)
+            .await
+            .map_err(|e| refuse(e.into()))?;
+        if matches!(recorded, Recorded::Conflict) {
+            return Err(refuse(IntakeError::Conflict));
+        }
+        Ok(Receipt::One {
+            event_id: seen.event_id.clone().unwrap_or_default(),
+            kind: seen.kind,
+            recorded,
+            status,
+        })
+    }
+
+    /// Binds a signature that covers only a checksum of the body (PayPal's)
+    /// to this body, unless it is bound already: whether it is bound to this one.
+    async fn bind_signature(
+        &self,
+        settings: &Settings,
+        source: &Source,
+        signature: &[u8],
+        body: &[u8],
+        event: &IncomingEvent,
+    ) -> Result<bool, StoreError> {
+        let sha256 = |bytes: &[u8]| Sha256::digest(bytes).to_vec();
+        // Kept as long as the payloads: a signature that old is refused for its time anyway.
+        let expired_before = crate::duration::before(chrono::Utc::now(), settings.retention)
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+        let client = self.pool.get().await?;
+        bound_signatures::claim(
+            &client,
+            &source.name,
+            &sha256(signature),
+            &sha256(body),
+            &event.event_id,
+            expired_before,
+        )
+        .await
+    }
+
+    /// A request carrying several events (Adyen's batches): each is stored
+    /// once, all in one commit. An item reusing a stored id with another
+    /// payload is recorded as a conflict and acknowledged: refusing the
+    /// request would hold back its other items for the provider's whole retry
+    /// window, and the provider cannot fix the item anyway.
+    async fn receive_several(
+        &self,
+        events: Vec<IncomingEvent>,
+        verified: Verified,
+    ) -> Result<Receipt, Refused> {
+        if events.is_empty() {
+            return Err(IntakeError::NoEvent.into());
+        }
+        let event_ids: Vec<String> = events.iter().map(|e| e.event_id.clone()).collect();
+        let seen = Seen {
+            event_id: Some(event_ids.join(",")),
+            kind: None,
+        };
+        let refuse = |error: IntakeError| Refused {
+            error,
+            seen: seen.clone(),
+        };
+        let outcomes = self
+            .ingester
+            .ingest_all(events.clone(), verified)
+            .await
+            .map_err(|e| refuse(e.into()))?;
+        let duplicates = outcomes
+            .iter()
+            .filter(|o| matches!(o.recorded, Recorded::Duplicate { .. }))
+            .count();
+        let conflicts: Vec<&IncomingEvent> = events
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| matches!(o.recorded, Recorded::Conflict))
+            .map(|(event, _)| event)
+            .collect();
+        if !conflicts.is_empty() {
+            let kept = async {
+                let mut client = self.pool.get().await?;
+                for event in &conflicts {
+                    events::record_conflict(&mut client, event).await?;
+                }
+                Ok::<_, StoreError>(())
+            };
+            kept.await.map_err(|e| refuse(e.into()))?;
+        }
+        Ok(Receipt::Several {
+            event_ids,
+            duplicates,
+            conflicts: conflicts.len(),
+        })
+    }
+}
