@@ -18,6 +18,8 @@ use crate::signature::Headers;
 #[derive(Debug, Clone)]
 pub struct IncomingEvent {
     pub source: String,
+    /// Its source's scheme when it arrived (a reload may change the source's).
+    pub scheme: &'static str,
     pub event_id: String,
     pub event_type: String,
     pub kind: Option<String>,
@@ -171,6 +173,7 @@ impl IncomingEvent {
         let prints = Fingerprints::of(&payload, &source.fingerprint_ignore);
         Ok(IncomingEvent {
             source: source.name.clone(),
+            scheme: source.scheme.name(),
             event_id,
             event_type,
             kind,

@@ -14,6 +14,7 @@ use crate::metrics::Metrics;
 use crate::outbound::Certificates;
 use crate::purge::Purger;
 use crate::rollup::Rollups;
+use crate::runner::Runner;
 use crate::silence::SourceActivity;
 use crate::store;
 
@@ -57,15 +58,16 @@ impl App {
     ) -> Self {
         let metrics = Arc::new(Metrics::new(&settings));
         let settings = LiveSettings::new(settings);
-        let dispatcher = Dispatcher::new(
-            pool.clone(),
+        // One runner of handlers for receiving and for retries.
+        let runner = Runner::new(
             connector,
             Arc::new(registry),
             settings.clone(),
             metrics.clone(),
         );
+        let dispatcher = Dispatcher::new(pool.clone(), runner.clone());
         let purger = Purger::new(pool.clone(), settings.clone(), metrics.clone());
-        let ingester = Ingester::new(pool.clone(), dispatcher.runner().clone());
+        let ingester = Ingester::new(pool.clone(), runner);
         let rollups = Rollups::new(pool.clone(), metrics.clone());
         let desk = Desk::new(
             pool.clone(),

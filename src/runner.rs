@@ -170,7 +170,7 @@ impl Runner {
         Event {
             id,
             source: &event.source,
-            scheme: self.scheme(&event.source),
+            scheme: event.scheme,
             event_id: &event.event_id,
             event_type: &event.event_type,
             kind: event.kind.as_deref(),

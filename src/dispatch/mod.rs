@@ -23,25 +23,22 @@
 
 pub mod lanes;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use deadpool_postgres::{Pool, Transaction};
 use tracing::Instrument;
 
-use crate::config::{LiveSettings, Settings};
+use crate::config::Settings;
 use crate::duration;
-use crate::handlers::Registry;
 use crate::ledger::{HandlerName, HandlerStanding, HandlerStatus, Standing};
-use crate::metrics::Metrics;
 use crate::providers;
 use crate::runner::{Runner, Step};
 use crate::shutdown::Shutdown;
 use crate::store::audit::{self, Record};
 use crate::store::events::{self, ClaimedEvent, EventStatus, HandlerRuns, Settled};
 use crate::store::forwards::{self, ClaimedForward, ForwardRow, ForwardState, UNPLANNED};
-use crate::store::{self, DbConnector, StoreError};
+use crate::store::{self, StoreError};
 pub use lanes::Forwarder;
 
 /// How often an idle dispatcher looks for due retries.
@@ -112,24 +109,13 @@ struct RunAgain {
 }
 
 impl Dispatcher {
-    pub fn new(
-        pool: Pool,
-        connector: DbConnector,
-        registry: Arc<Registry>,
-        settings: LiveSettings,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        let runner = Runner::new(connector, registry, settings, metrics);
+    /// A dispatcher applying events with `runner` (the one receiving uses).
+    pub fn new(pool: Pool, runner: Runner) -> Self {
         Self {
             forwarder: Forwarder::new(pool.clone(), runner.clone()),
             pool,
             runner,
         }
-    }
-
-    /// What runs the handlers, shared with receiving.
-    pub fn runner(&self) -> &Runner {
-        &self.runner
     }
 
     /// What sends forwards, lane by lane.
