@@ -189,7 +189,119 @@ pub fn scheme_names() -> Vec<&'static str> {
 }
 
 /// What a provider defines (see the module comment).
-pub trait Provider: KeyFormat + Sync {
+/// What a provider does, as data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Whether sources of the scheme take `secrets` (PayPal signs with its
+    /// certificates instead: its sources may not set any).
+    pub takes_secrets: bool,
+    /// Whether the provider's events state amounts. GoCardless's state none: its
+    /// refunds then count without one, and the payment view says amounts are unknown.
+    pub sends_amounts: bool,
+    /// Whether `payload` is the body's own JSON text, parsed (false for a
+    /// provider that reads another format, or whose events are parts of it).
+    pub payload_is_body: bool,
+    /// Whether a several-event request is kept whole, once, beside its events
+    /// (the signature covers only the whole): each event keeps its own item's
+    /// bytes, and the request proves their origin. Events stored before kept
+    /// the whole request each: a retry or a forward of one reads its own item
+    /// of it ([`own_item`]).
+    pub keeps_request: bool,
+    /// Whether the signature covers the event id (true unless it travels beside
+    /// the signed body).
+    pub signs_id: bool,
+    /// Whether the signature covers the event type.
+    pub signs_type: bool,
+}
+
+impl Capabilities {
+    /// Most providers': secrets, amounts, one event a request that is the
+    /// body's own JSON, its id and type signed.
+    pub const DEFAULT: Capabilities = Capabilities {
+        takes_secrets: true,
+        sends_amounts: true,
+        payload_is_body: true,
+        keeps_request: false,
+        signs_id: true,
+        signs_type: true,
+    };
+}
+
+/// What `hookd sign`, `hookd replay` and the tests need of a provider:
+/// signing as it signs, and the ids and secrets it makes. Serving never calls
+/// these.
+pub trait Simulator {
+    /// What the provider would send with `body`, signed with `key`.
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String>;
+
+    /// A fresh random secret in the format the provider's dashboards use: 64 hex
+    /// digits for providers that prescribe none.
+    fn new_secret(&self) -> Secret {
+        Secret::new(hex::encode(rand::random::<[u8; 32]>()))
+    }
+
+    /// Whether events are named by their file name when signing a file
+    /// (`push.json` → `push`): the provider sends the type beside the body.
+    fn names_events_by_file(&self) -> bool {
+        false
+    }
+
+    /// The id the provider would send with `body` when the caller names none
+    /// (`hookd sign`, `hookd replay`, the tests).
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, String>;
+
+    /// The type the provider would send with `body` when the caller names none.
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
+        body.text("type")
+            .ok_or_else(|| "the body needs a \"type\"".into())
+    }
+
+    /// A fresh event id for `--new-ids` from random bytes, and the JSON pointer of
+    /// the body member that carries it (none when it travels in a header).
+    fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>);
+
+    /// Gives a body a fresh event id for `--new-ids` (every event of it, for a
+    /// provider that sends several): the new id, and whether the body carries it.
+    fn renew_ids(&self, body: &mut Value, random: &[u8; 16]) -> (String, bool) {
+        let (id, field) = self.new_id(random);
+        let placed = field
+            .and_then(|p| body.pointer_mut(&p))
+            .map(|slot| *slot = Value::String(id.clone()))
+            .is_some();
+        (id, placed)
+    }
+}
+
+pub trait Provider: KeyFormat + Simulator + Sync {
+    /// What the provider does, as data; each of the readers below reads one.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::DEFAULT
+    }
+
+    fn takes_secrets(&self) -> bool {
+        self.capabilities().takes_secrets
+    }
+
+    fn sends_amounts(&self) -> bool {
+        self.capabilities().sends_amounts
+    }
+
+    fn payload_is_body(&self) -> bool {
+        self.capabilities().payload_is_body
+    }
+
+    fn keeps_request(&self) -> bool {
+        self.capabilities().keeps_request
+    }
+
+    fn signs_id(&self) -> bool {
+        self.capabilities().signs_id
+    }
+
+    fn signs_type(&self) -> bool {
+        self.capabilities().signs_type
+    }
+
     /// The scheme's name in `[[sources]]` and in stored events.
     fn name(&self) -> &'static str;
 
@@ -201,12 +313,6 @@ pub trait Provider: KeyFormat + Sync {
     /// credentials). Not part of the proof kept with an event.
     fn authenticate(&self, _headers: &dyn Headers) -> Result<(), SignatureError> {
         Ok(())
-    }
-
-    /// Whether sources of the scheme take `secrets` (PayPal signs with its
-    /// certificates instead: its sources may not set any).
-    fn takes_secrets(&self) -> bool {
-        true
     }
 
     /// The key (in the source's table) of a shipped development credential the
@@ -252,19 +358,10 @@ pub trait Provider: KeyFormat + Sync {
         None
     }
 
-    /// What the provider would send with `body`, signed with `key`.
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String>;
-
     /// How a refused signature is answered: 401, unless the provider documents
     /// another status (GoCardless's 498).
     fn refused_signature(&self) -> SignatureRefusal {
         SignatureRefusal::Unauthorized
-    }
-
-    /// Whether the provider's events state amounts. GoCardless's state none: its
-    /// refunds then count without one, and the payment view says amounts are unknown.
-    fn sends_amounts(&self) -> bool {
-        true
     }
 
     /// The tolerance of a source that sets none.
@@ -288,12 +385,6 @@ pub trait Provider: KeyFormat + Sync {
         serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))
     }
 
-    /// Whether `payload` is the body's own JSON text, parsed (false for a
-    /// provider that reads another format, or whose events are parts of it).
-    fn payload_is_body(&self) -> bool {
-        !self.keeps_request()
-    }
-
     /// The events a verified request carries: the body itself, unless the
     /// provider sends several per request.
     fn events(&self, _body: &[u8], payload: Value) -> Result<Vec<Item>, String> {
@@ -307,15 +398,6 @@ pub trait Provider: KeyFormat + Sync {
     /// configuration file's folder.
     fn path_keys(&self) -> &'static [&'static str] {
         &[]
-    }
-
-    /// Whether a several-event request is kept whole, once, beside its events
-    /// (the signature covers only the whole): each event keeps its own item's
-    /// bytes, and the request proves their origin. Events stored before kept
-    /// the whole request each: a retry or a forward of one reads its own item
-    /// of it ([`own_item`]).
-    fn keeps_request(&self) -> bool {
-        false
     }
 
     /// Where a kept request's events are, for a provider that `keeps_request`:
@@ -364,26 +446,9 @@ pub trait Provider: KeyFormat + Sync {
         &[]
     }
 
-    /// A fresh random secret in the format the provider's dashboards use: 64 hex
-    /// digits for providers that prescribe none.
-    fn new_secret(&self) -> Secret {
-        Secret::new(hex::encode(rand::random::<[u8; 32]>()))
-    }
-
     /// The event id and provider type of a delivery, or which of them is missing.
     fn identity(&self, headers: &dyn Headers, payload: &Value)
     -> Result<(String, String), Missing>;
-
-    /// Whether the signature covers the event id (true unless it travels beside
-    /// the signed body).
-    fn signs_id(&self) -> bool {
-        true
-    }
-
-    /// Whether the signature covers the event type.
-    fn signs_type(&self) -> bool {
-        true
-    }
 
     /// Whether the id or the type travels beside the signed body, where anyone
     /// holding one real delivery may change it.
@@ -430,37 +495,6 @@ pub trait Provider: KeyFormat + Sync {
     /// Where the provider's bodies carry payment facts.
     fn payment_shape(&self) -> PaymentShape {
         PaymentShape::NEUTRAL
-    }
-
-    /// Whether events are named by their file name when signing a file
-    /// (`push.json` → `push`): the provider sends the type beside the body.
-    fn names_events_by_file(&self) -> bool {
-        false
-    }
-
-    /// The id the provider would send with `body` when the caller names none
-    /// (`hookd sign`, `hookd replay`, the tests).
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String>;
-
-    /// The type the provider would send with `body` when the caller names none.
-    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
-        body.text("type")
-            .ok_or_else(|| "the body needs a \"type\"".into())
-    }
-
-    /// A fresh event id for `--new-ids` from random bytes, and the JSON pointer of
-    /// the body member that carries it (none when it travels in a header).
-    fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>);
-
-    /// Gives a body a fresh event id for `--new-ids` (every event of it, for a
-    /// provider that sends several): the new id, and whether the body carries it.
-    fn renew_ids(&self, body: &mut Value, random: &[u8; 16]) -> (String, bool) {
-        let (id, field) = self.new_id(random);
-        let placed = field
-            .and_then(|p| body.pointer_mut(&p))
-            .map(|slot| *slot = Value::String(id.clone()))
-            .is_some();
-        (id, placed)
     }
 }
 

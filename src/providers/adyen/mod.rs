@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::{Answer, Body, Item, Missing, Provider, Scheme, non_empty};
+use super::{Answer, Body, Item, Missing, Provider, Scheme, Simulator, non_empty};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::keys::{self, Problem};
 use crate::signature::{
@@ -338,46 +338,6 @@ impl Provider for Adyen {
         }
     }
 
-    /// The body with every item's `hmacSignature` filled in.
-    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
-        let mut payload: Value =
-            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
-        let list = payload
-            .get_mut(ITEMS)
-            .and_then(Value::as_array_mut)
-            .ok_or("an Adyen body needs a notificationItems list")?;
-        for entry in list {
-            let item = entry
-                .get_mut(ITEM)
-                .and_then(Value::as_object_mut)
-                .ok_or("each notificationItems entry needs a NotificationRequestItem")?;
-            let tag = BASE64.encode(hmac_sha256(key, &[signing_string(item).as_bytes()]));
-            let data = item
-                .entry("additionalData")
-                .or_insert_with(|| Value::Object(Map::new()));
-            let Value::Object(data) = data else {
-                return Err("additionalData must be an object".into());
-            };
-            data.insert(SIGNATURE.into(), Value::String(tag));
-        }
-        let mut headers = Vec::new();
-        if let Some(pair) = &self.basic_auth {
-            headers.push((
-                AUTHORIZATION.to_string(),
-                format!("Basic {}", BASE64.encode(pair.expose())),
-            ));
-        }
-        Ok(Signed {
-            headers,
-            body: Some(serde_json::to_vec(&payload).map_err(|e| e.to_string())?),
-        })
-    }
-
-    /// HMAC keys as Adyen shows them: 64 hex digits, upper case.
-    fn new_secret(&self) -> Secret {
-        Secret::new(hex::encode_upper(rand::random::<[u8; 32]>()))
-    }
-
     /// Each item, kept as the bytes it came as (they are what its signature
     /// proves, and what a retry or a forward reads).
     fn events(&self, body: &[u8], _: Value) -> Result<Vec<Item>, String> {
@@ -479,6 +439,48 @@ impl Provider for Adyen {
             payment_id: facts.as_ref().map(|f| f.payment_id.clone()),
             customer_id: non_empty(item.pointer("/additionalData/shopperReference")),
         }
+    }
+}
+
+impl Simulator for Adyen {
+    /// The body with every item's `hmacSignature` filled in.
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+        let mut payload: Value =
+            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        let list = payload
+            .get_mut(ITEMS)
+            .and_then(Value::as_array_mut)
+            .ok_or("an Adyen body needs a notificationItems list")?;
+        for entry in list {
+            let item = entry
+                .get_mut(ITEM)
+                .and_then(Value::as_object_mut)
+                .ok_or("each notificationItems entry needs a NotificationRequestItem")?;
+            let tag = BASE64.encode(hmac_sha256(key, &[signing_string(item).as_bytes()]));
+            let data = item
+                .entry("additionalData")
+                .or_insert_with(|| Value::Object(Map::new()));
+            let Value::Object(data) = data else {
+                return Err("additionalData must be an object".into());
+            };
+            data.insert(SIGNATURE.into(), Value::String(tag));
+        }
+        let mut headers = Vec::new();
+        if let Some(pair) = &self.basic_auth {
+            headers.push((
+                AUTHORIZATION.to_string(),
+                format!("Basic {}", BASE64.encode(pair.expose())),
+            ));
+        }
+        Ok(Signed {
+            headers,
+            body: Some(serde_json::to_vec(&payload).map_err(|e| e.to_string())?),
+        })
+    }
+
+    /// HMAC keys as Adyen shows them: 64 hex digits, upper case.
+    fn new_secret(&self) -> Secret {
+        Secret::new(hex::encode_upper(rand::random::<[u8; 32]>()))
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {

@@ -23,7 +23,7 @@ use sha1::{Digest, Sha1};
 use subtle::ConstantTimeEq;
 
 use super::shape::IndexFields;
-use super::{Body, Missing, Provider, kind_table, non_empty};
+use super::{Body, Capabilities, Missing, Provider, Simulator, kind_table, non_empty};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::money::minor_units;
 use crate::signature::{
@@ -171,6 +171,13 @@ impl KeyFormat for Braintree {
 }
 
 impl Provider for Braintree {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            payload_is_body: false,
+            ..Capabilities::DEFAULT
+        }
+    }
+
     fn development_secrets(&self) -> &'static [&'static str] {
         &["dev_braintree_public:dev_braintree_private_0123456789"]
     }
@@ -250,49 +257,9 @@ impl Provider for Braintree {
         Err(SignatureError::Mismatch)
     }
 
-    /// The body is the notification as JSON (what hookd stores); the form
-    /// Braintree would post for it replaces it.
-    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
-        let (public, private) = key_pair(key).ok_or("the secret is not PUBLIC_KEY:PRIVATE_KEY")?;
-        let notification: Value =
-            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
-        let encoded = BASE64.encode(xml::from_json(&notification)?);
-        let mut payload = String::with_capacity(encoded.len() + encoded.len() / LINE + 1);
-        for line in encoded.as_bytes().chunks(LINE) {
-            payload.push_str(&String::from_utf8_lossy(line));
-            payload.push('\n');
-        }
-        let tag = signature(private, &[payload.as_bytes()]);
-        let form = form_urlencoded::Serializer::new(String::new())
-            .append_pair(SIGNATURE, &format!("{public}|{tag}"))
-            .append_pair(PAYLOAD, &payload)
-            .finish();
-        Ok(Signed {
-            headers: vec![("Content-Type".into(), FORM.into())],
-            body: Some(form.into_bytes()),
-        })
-    }
-
-    /// The body is a form; the payload is the JSON read from its XML.
-    fn payload_is_body(&self) -> bool {
-        false
-    }
-
     fn payload(&self, body: &[u8]) -> Result<Value, String> {
         let (_, payload) = form(body);
         notification(&payload.ok_or_else(|| format!("the form has no {PAYLOAD}"))?)
-    }
-
-    /// An API key pair as Braintree issues them: a 16-character public key and
-    /// a 32-hex-digit private key.
-    fn new_secret(&self) -> Secret {
-        let public: String = rand::rng()
-            .sample_iter(rand::distr::Alphanumeric)
-            .map(|b| char::from(b).to_ascii_lowercase())
-            .take(16)
-            .collect();
-        let private = hex::encode(rand::random::<[u8; 16]>());
-        Secret::new(format!("{public}:{private}"))
     }
 
     /// `{kind}:{subject id}:{timestamp}`; the subject id is empty for a
@@ -397,6 +364,43 @@ impl Provider for Braintree {
             },
             Err(_) => IndexFields::default(),
         }
+    }
+}
+
+impl Simulator for Braintree {
+    /// The body is the notification as JSON (what hookd stores); the form
+    /// Braintree would post for it replaces it.
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+        let (public, private) = key_pair(key).ok_or("the secret is not PUBLIC_KEY:PRIVATE_KEY")?;
+        let notification: Value =
+            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        let encoded = BASE64.encode(xml::from_json(&notification)?);
+        let mut payload = String::with_capacity(encoded.len() + encoded.len() / LINE + 1);
+        for line in encoded.as_bytes().chunks(LINE) {
+            payload.push_str(&String::from_utf8_lossy(line));
+            payload.push('\n');
+        }
+        let tag = signature(private, &[payload.as_bytes()]);
+        let form = form_urlencoded::Serializer::new(String::new())
+            .append_pair(SIGNATURE, &format!("{public}|{tag}"))
+            .append_pair(PAYLOAD, &payload)
+            .finish();
+        Ok(Signed {
+            headers: vec![("Content-Type".into(), FORM.into())],
+            body: Some(form.into_bytes()),
+        })
+    }
+
+    /// An API key pair as Braintree issues them: a 16-character public key and
+    /// a 32-hex-digit private key.
+    fn new_secret(&self) -> Secret {
+        let public: String = rand::rng()
+            .sample_iter(rand::distr::Alphanumeric)
+            .map(|b| char::from(b).to_ascii_lowercase())
+            .take(16)
+            .collect();
+        let private = hex::encode(rand::random::<[u8; 16]>());
+        Secret::new(format!("{public}:{private}"))
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {

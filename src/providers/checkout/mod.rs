@@ -13,7 +13,7 @@ use serde_json::Value;
 use subtle::ConstantTimeEq;
 
 use super::shape::IndexFields;
-use super::{Body, Missing, Provider, Scheme, body_member, kind_table, non_empty};
+use super::{Body, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::keys::{self, Problem};
 use crate::signature::{
@@ -166,18 +166,6 @@ impl Provider for Checkout {
         keys.find_signer(&[body], &[hex_tag(headers, SIGNATURE)?])
     }
 
-    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
-        let tag = hmac_sha256(key, &[body]);
-        let mut headers = vec![(SIGNATURE.to_string(), hex::encode(tag))];
-        if let Some(authorization) = &self.authorization {
-            headers.push((
-                AUTHORIZATION.to_string(),
-                authorization.expose().to_string(),
-            ));
-        }
-        Ok(Signed::headers(headers))
-    }
-
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
         let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
         let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
@@ -234,6 +222,20 @@ impl Provider for Checkout {
                 .flatten(),
             customer_id: non_empty(payload.pointer("/data/customer/id")),
         }
+    }
+}
+
+impl Simulator for Checkout {
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+        let tag = hmac_sha256(key, &[body]);
+        let mut headers = vec![(SIGNATURE.to_string(), hex::encode(tag))];
+        if let Some(authorization) = &self.authorization {
+            headers.push((
+                AUTHORIZATION.to_string(),
+                authorization.expose().to_string(),
+            ));
+        }
+        Ok(Signed::headers(headers))
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {

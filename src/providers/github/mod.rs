@@ -6,7 +6,9 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{Body, Missing, Provider, body_member, non_empty_str, uuid_from};
+use super::{
+    Body, Capabilities, Missing, Provider, Simulator, body_member, non_empty_str, uuid_from,
+};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hmac_sha256,
 };
@@ -20,6 +22,14 @@ pub struct Github;
 impl KeyFormat for Github {}
 
 impl Provider for Github {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            signs_id: false,
+            signs_type: false,
+            ..Capabilities::DEFAULT
+        }
+    }
+
     fn development_secrets(&self) -> &'static [&'static str] {
         &["dev-github-secret"]
     }
@@ -61,24 +71,6 @@ impl Provider for Github {
         keys.find_signer(&[body], &[tag])
     }
 
-    /// GitHub names the event by its header; the body's `action`, if any, is
-    /// appended when the event is parsed.
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
-        let tag = hmac_sha256(key, &[body]);
-        let event_name = envelope
-            .event_type
-            .split_once('.')
-            .map_or(envelope.event_type, |(name, _)| name);
-        Ok(Signed::headers(vec![
-            (
-                SIGNATURE.to_string(),
-                format!("sha256={}", hex::encode(tag)),
-            ),
-            (GITHUB_EVENT.to_string(), event_name.to_string()),
-            (GITHUB_DELIVERY.to_string(), envelope.event_id.to_string()),
-        ]))
-    }
-
     fn identity(
         &self,
         headers: &dyn Headers,
@@ -98,13 +90,25 @@ impl Provider for Github {
         };
         Ok((id, ty))
     }
+}
 
-    fn signs_id(&self) -> bool {
-        false
-    }
-
-    fn signs_type(&self) -> bool {
-        false
+impl Simulator for Github {
+    /// GitHub names the event by its header; the body's `action`, if any, is
+    /// appended when the event is parsed.
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+        let tag = hmac_sha256(key, &[body]);
+        let event_name = envelope
+            .event_type
+            .split_once('.')
+            .map_or(envelope.event_type, |(name, _)| name);
+        Ok(Signed::headers(vec![
+            (
+                SIGNATURE.to_string(),
+                format!("sha256={}", hex::encode(tag)),
+            ),
+            (GITHUB_EVENT.to_string(), event_name.to_string()),
+            (GITHUB_DELIVERY.to_string(), envelope.event_id.to_string()),
+        ]))
     }
 
     fn names_events_by_file(&self) -> bool {

@@ -14,7 +14,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::shape::IndexFields;
-use super::{Body, Item, Missing, Provider, SignatureRefusal, kind_table, non_empty};
+use super::{
+    Body, Capabilities, Item, Missing, Provider, SignatureRefusal, Simulator, kind_table, non_empty,
+};
 use crate::domain::{PaymentFacts, PaymentKind};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hex_tag, hmac_sha256,
@@ -75,6 +77,15 @@ fn id_tail(random: &[u8; 16], index: usize) -> String {
 }
 
 impl Provider for GoCardless {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            sends_amounts: false,
+            keeps_request: true,
+            payload_is_body: false,
+            ..Capabilities::DEFAULT
+        }
+    }
+
     fn development_secrets(&self) -> &'static [&'static str] {
         &["dev-gocardless-webhook-secret"]
     }
@@ -98,19 +109,8 @@ impl Provider for GoCardless {
         keys.find_signer(&[body], &[hex_tag(headers, HEADER)?])
     }
 
-    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
-        Ok(Signed::headers(vec![(
-            HEADER.to_string(),
-            hex::encode(hmac_sha256(key, &[body])),
-        )]))
-    }
-
     fn refused_signature(&self) -> SignatureRefusal {
         SignatureRefusal::TokenInvalid
-    }
-
-    fn sends_amounts(&self) -> bool {
-        false
     }
 
     /// Each event with its item's bytes exactly as they came, which a retry
@@ -136,12 +136,6 @@ impl Provider for GoCardless {
                 body: Some(bytes.get().as_bytes().to_vec()),
             })
             .collect())
-    }
-
-    /// The signature covers only the whole request: it is kept once, beside
-    /// its events.
-    fn keeps_request(&self) -> bool {
-        true
     }
 
     fn request_events(&self) -> &'static str {
@@ -185,6 +179,15 @@ impl Provider for GoCardless {
             payment_id: link(event, "payment"),
             customer_id: link(event, "customer"),
         }
+    }
+}
+
+impl Simulator for GoCardless {
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+        Ok(Signed::headers(vec![(
+            HEADER.to_string(),
+            hex::encode(hmac_sha256(key, &[body])),
+        )]))
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {

@@ -10,7 +10,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Body, Missing, Provider, Scheme, locate};
+use super::{Body, Capabilities, Missing, Provider, Scheme, Simulator, locate};
 use crate::keys::{self, Names, Problem, json_pointer, one_of};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hmac_sha256,
@@ -136,6 +136,14 @@ fn describe(locator: &Locator) -> String {
 }
 
 impl Provider for GenericHmac {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            signs_id: matches!(self.id, Locator::Pointer(_)),
+            signs_type: matches!(self.event_type, Locator::Pointer(_)),
+            ..Capabilities::DEFAULT
+        }
+    }
+
     fn development_secrets(&self) -> &'static [&'static str] {
         &["dev-shop-secret"]
     }
@@ -186,6 +194,20 @@ impl Provider for GenericHmac {
         Ok(verified)
     }
 
+    fn identity(
+        &self,
+        headers: &dyn Headers,
+        payload: &Value,
+    ) -> Result<(String, String), Missing> {
+        let id =
+            locate(&self.id, headers, payload).ok_or_else(|| Missing::Id(describe(&self.id)))?;
+        let ty = locate(&self.event_type, headers, payload)
+            .ok_or_else(|| Missing::Type(describe(&self.event_type)))?;
+        Ok((id, ty))
+    }
+}
+
+impl Simulator for GenericHmac {
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
         let tag = hmac_sha256(key, &[body]);
         let encoded = match self.encoding {
@@ -206,26 +228,6 @@ impl Provider for GenericHmac {
             headers.push((name.clone(), envelope.timestamp.to_string()));
         }
         Ok(Signed::headers(headers))
-    }
-
-    fn identity(
-        &self,
-        headers: &dyn Headers,
-        payload: &Value,
-    ) -> Result<(String, String), Missing> {
-        let id =
-            locate(&self.id, headers, payload).ok_or_else(|| Missing::Id(describe(&self.id)))?;
-        let ty = locate(&self.event_type, headers, payload)
-            .ok_or_else(|| Missing::Type(describe(&self.event_type)))?;
-        Ok((id, ty))
-    }
-
-    fn signs_id(&self) -> bool {
-        matches!(self.id, Locator::Pointer(_))
-    }
-
-    fn signs_type(&self) -> bool {
-        matches!(self.event_type, Locator::Pointer(_))
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {

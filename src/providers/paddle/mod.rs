@@ -14,7 +14,7 @@ use rand::RngExt;
 use serde_json::Value;
 
 use super::shape::IndexFields;
-use super::{Body, Missing, Provider, body_member, non_empty};
+use super::{Body, Missing, Provider, Simulator, body_member, non_empty};
 use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, Refund, storable_id};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
@@ -149,35 +149,9 @@ impl Provider for Paddle {
         Ok(verified)
     }
 
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
-        let ts = envelope.timestamp.to_string();
-        let tag = hmac_sha256(key, &[ts.as_bytes(), b":", body]);
-        Ok(Signed::headers(vec![(
-            HEADER.to_string(),
-            format!("ts={ts};h1={}", hex::encode(tag)),
-        )]))
-    }
-
     /// Paddle's SDKs allow 5 seconds.
     fn default_tolerance(&self) -> Duration {
         Duration::from_secs(5)
-    }
-
-    /// As Paddle shows an endpoint's secret key: `pdl_ntfset_`, 26 lowercase
-    /// letters and digits, `_`, 32 letters and digits (the whole text is the key).
-    fn new_secret(&self) -> Secret {
-        let mut rng = rand::rng();
-        let setting: String = (&mut rng)
-            .sample_iter(rand::distr::Alphanumeric)
-            .map(|b| char::from(b).to_ascii_lowercase())
-            .take(26)
-            .collect();
-        let key: String = rng
-            .sample_iter(rand::distr::Alphanumeric)
-            .take(32)
-            .map(char::from)
-            .collect();
-        Secret::new(format!("pdl_ntfset_{setting}_{key}"))
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
@@ -263,6 +237,34 @@ impl Provider for Paddle {
             payment_id: own_id("transaction.").or_else(|| text_at(payload, "/data/transaction_id")),
             customer_id: own_id("customer.").or_else(|| text_at(payload, "/data/customer_id")),
         }
+    }
+}
+
+impl Simulator for Paddle {
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+        let ts = envelope.timestamp.to_string();
+        let tag = hmac_sha256(key, &[ts.as_bytes(), b":", body]);
+        Ok(Signed::headers(vec![(
+            HEADER.to_string(),
+            format!("ts={ts};h1={}", hex::encode(tag)),
+        )]))
+    }
+
+    /// As Paddle shows an endpoint's secret key: `pdl_ntfset_`, 26 lowercase
+    /// letters and digits, `_`, 32 letters and digits (the whole text is the key).
+    fn new_secret(&self) -> Secret {
+        let mut rng = rand::rng();
+        let setting: String = (&mut rng)
+            .sample_iter(rand::distr::Alphanumeric)
+            .map(|b| char::from(b).to_ascii_lowercase())
+            .take(26)
+            .collect();
+        let key: String = rng
+            .sample_iter(rand::distr::Alphanumeric)
+            .take(32)
+            .map(char::from)
+            .collect();
+        Secret::new(format!("pdl_ntfset_{setting}_{key}"))
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {

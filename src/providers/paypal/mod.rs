@@ -23,7 +23,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::shape::IndexFields;
-use super::{Body, Missing, Provider, Scheme, body_member, kind_table, non_empty, uuid_from};
+use super::{
+    Body, Capabilities, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty,
+    uuid_from,
+};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::keys::{self, Problem};
 use crate::money::minor_units;
@@ -442,6 +445,13 @@ fn amount(resource: &Value) -> Result<Option<(i64, String)>, String> {
 }
 
 impl Provider for PayPal {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            takes_secrets: false,
+            ..Capabilities::DEFAULT
+        }
+    }
+
     fn certificate_named_by(&self) -> &'static str {
         "its PAYPAL-CERT-URL"
     }
@@ -474,10 +484,6 @@ impl Provider for PayPal {
 
     fn path_keys(&self) -> &'static [&'static str] {
         &["certificates", "signing_key"]
-    }
-
-    fn takes_secrets(&self) -> bool {
-        false
     }
 
     /// A signing key is for development only, and the shipped certificate's key
@@ -602,47 +608,6 @@ impl Provider for PayPal {
         BASE64.decode(headers.header(TRANSMISSION_SIG)?.trim()).ok()
     }
 
-    /// With the source's `signing_key` (development only); the certificate URL
-    /// names the first of `certificate_hosts`.
-    fn sign(&self, _: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
-        let key = self.signing_key.as_ref().ok_or(
-            "scheme \"paypal\" signs with the source's signing_key (a PEM RSA private key, for \
-             development), and this source sets none",
-        )?;
-        let der = BASE64
-            .decode(key.expose())
-            .map_err(|_| "the signing key is unreadable".to_string())?;
-        let key = PrivateKeyDer::try_from(der).map_err(|e| e.to_string())?;
-        let pair = key_pair(&key)?;
-        let transmission_id = uuid_from(&rand::random::<[u8; 16]>());
-        let time = chrono::DateTime::from_timestamp(envelope.timestamp, 0)
-            .ok_or("the time is out of range")?
-            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        let message = signed_text(&transmission_id, &time, &self.webhook_id, body);
-        let mut signature = vec![0; pair.public().modulus_len()];
-        pair.sign(
-            &ring::signature::RSA_PKCS1_SHA256,
-            &ring::rand::SystemRandom::new(),
-            message.as_bytes(),
-            &mut signature,
-        )
-        .map_err(|_| "RSA signing failed".to_string())?;
-        let host = self
-            .certificate_hosts
-            .first()
-            .map_or(LIVE_HOSTS[0], String::as_str);
-        Ok(Signed::headers(vec![
-            (TRANSMISSION_ID.to_string(), transmission_id),
-            (TRANSMISSION_TIME.to_string(), time),
-            (TRANSMISSION_SIG.to_string(), BASE64.encode(signature)),
-            (
-                CERT_URL.to_string(),
-                format!("https://{host}/v1/notifications/certs/CERT-hookd-development"),
-            ),
-            (AUTH_ALGO.to_string(), ALGORITHM.to_string()),
-        ]))
-    }
-
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
         let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
         let ty = body_member(payload, "event_type")
@@ -719,6 +684,49 @@ impl Provider for PayPal {
             payment_id: payment_id(resource, kind),
             customer_id: None,
         }
+    }
+}
+
+impl Simulator for PayPal {
+    /// With the source's `signing_key` (development only); the certificate URL
+    /// names the first of `certificate_hosts`.
+    fn sign(&self, _: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+        let key = self.signing_key.as_ref().ok_or(
+            "scheme \"paypal\" signs with the source's signing_key (a PEM RSA private key, for \
+             development), and this source sets none",
+        )?;
+        let der = BASE64
+            .decode(key.expose())
+            .map_err(|_| "the signing key is unreadable".to_string())?;
+        let key = PrivateKeyDer::try_from(der).map_err(|e| e.to_string())?;
+        let pair = key_pair(&key)?;
+        let transmission_id = uuid_from(&rand::random::<[u8; 16]>());
+        let time = chrono::DateTime::from_timestamp(envelope.timestamp, 0)
+            .ok_or("the time is out of range")?
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let message = signed_text(&transmission_id, &time, &self.webhook_id, body);
+        let mut signature = vec![0; pair.public().modulus_len()];
+        pair.sign(
+            &ring::signature::RSA_PKCS1_SHA256,
+            &ring::rand::SystemRandom::new(),
+            message.as_bytes(),
+            &mut signature,
+        )
+        .map_err(|_| "RSA signing failed".to_string())?;
+        let host = self
+            .certificate_hosts
+            .first()
+            .map_or(LIVE_HOSTS[0], String::as_str);
+        Ok(Signed::headers(vec![
+            (TRANSMISSION_ID.to_string(), transmission_id),
+            (TRANSMISSION_TIME.to_string(), time),
+            (TRANSMISSION_SIG.to_string(), BASE64.encode(signature)),
+            (
+                CERT_URL.to_string(),
+                format!("https://{host}/v1/notifications/certs/CERT-hookd-development"),
+            ),
+            (AUTH_ALGO.to_string(), ALGORITHM.to_string()),
+        ]))
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {

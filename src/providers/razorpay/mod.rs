@@ -10,7 +10,10 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::shape::IndexFields;
-use super::{Body, Missing, Provider, body_member, kind_table, non_empty, non_empty_str};
+use super::{
+    Body, Capabilities, Missing, Provider, Simulator, body_member, kind_table, non_empty,
+    non_empty_str,
+};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hex_tag, hmac_sha256,
@@ -66,6 +69,13 @@ fn amount(entity: &Value, path: &str) -> Result<Option<i64>, String> {
 }
 
 impl Provider for Razorpay {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            signs_id: false,
+            ..Capabilities::DEFAULT
+        }
+    }
+
     fn development_secrets(&self) -> &'static [&'static str] {
         &["dev-razorpay-webhook-secret"]
     }
@@ -97,14 +107,6 @@ impl Provider for Razorpay {
         keys.find_signer(&[body], &[hex_tag(headers, SIGNATURE)?])
     }
 
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
-        let tag = hmac_sha256(key, &[body]);
-        Ok(Signed::headers(vec![
-            (SIGNATURE.to_string(), hex::encode(tag)),
-            (EVENT_ID.to_string(), envelope.event_id.to_string()),
-        ]))
-    }
-
     fn identity(
         &self,
         headers: &dyn Headers,
@@ -121,10 +123,6 @@ impl Provider for Razorpay {
     /// The event's `created_at` (Unix seconds).
     fn unsigned_time(&self, payload: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
         super::time_at(payload, "/created_at")
-    }
-
-    fn signs_id(&self) -> bool {
-        false
     }
 
     fn default_event_types(&self) -> HashMap<String, String> {
@@ -174,6 +172,16 @@ impl Provider for Razorpay {
             payment_id: non_empty(entity.and_then(|e| e.get(payment_field))),
             customer_id: non_empty(entity.and_then(|e| e.get("customer_id"))),
         }
+    }
+}
+
+impl Simulator for Razorpay {
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+        let tag = hmac_sha256(key, &[body]);
+        Ok(Signed::headers(vec![
+            (SIGNATURE.to_string(), hex::encode(tag)),
+            (EVENT_ID.to_string(), envelope.event_id.to_string()),
+        ]))
     }
 
     /// An event id derived from the body's content.

@@ -15,7 +15,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::shape::IndexFields;
-use super::{Body, Missing, Provider, Scheme, body_member, kind_table, non_empty, uuid_from};
+use super::{
+    Body, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty, uuid_from,
+};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::keys::{self, Problem};
 use crate::signature::{
@@ -154,19 +156,6 @@ impl Provider for Square {
         keys.find_signer(&[self.notification_url.as_bytes(), body], &[tag])
     }
 
-    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
-        let tag = hmac_sha256(key, &[self.notification_url.as_bytes(), body]);
-        Ok(Signed::headers(vec![(
-            SIGNATURE.to_string(),
-            BASE64.encode(tag),
-        )]))
-    }
-
-    /// 22 base64url characters (16 random bytes), as Square's signature keys look.
-    fn new_secret(&self) -> Secret {
-        Secret::new(URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>()))
-    }
-
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
         let id =
             body_member(payload, "event_id").ok_or_else(|| Missing::Id("body.event_id".into()))?;
@@ -245,6 +234,21 @@ impl Provider for Square {
             payment_id: non_empty(object.and_then(|o| o.pointer(payment_pointer))),
             customer_id: non_empty(object.and_then(|o| o.get("customer_id"))),
         }
+    }
+}
+
+impl Simulator for Square {
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+        let tag = hmac_sha256(key, &[self.notification_url.as_bytes(), body]);
+        Ok(Signed::headers(vec![(
+            SIGNATURE.to_string(),
+            BASE64.encode(tag),
+        )]))
+    }
+
+    /// 22 base64url characters (16 random bytes), as Square's signature keys look.
+    fn new_secret(&self) -> Secret {
+        Secret::new(URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>()))
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {

@@ -10,7 +10,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::Value;
 
-use super::{Body, Missing, Provider, body_member, non_empty_str};
+use super::{Body, Missing, Provider, Simulator, body_member, non_empty_str};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
     parse_unix_seconds,
@@ -119,6 +119,20 @@ impl Provider for Standard {
         Ok(verified)
     }
 
+    fn identity(
+        &self,
+        headers: &dyn Headers,
+        payload: &Value,
+    ) -> Result<(String, String), Missing> {
+        let id = event_id(headers)
+            .and_then(non_empty_str)
+            .ok_or_else(|| Missing::Id("webhook-id header".into()))?;
+        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
+        Ok((id, ty))
+    }
+}
+
+impl Simulator for Standard {
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
         let t = envelope.timestamp.to_string();
         let id = envelope.event_id;
@@ -137,18 +151,6 @@ impl Provider for Standard {
     fn new_secret(&self) -> Secret {
         let bytes: [u8; 32] = rand::random();
         Secret::new(format!("whsec_{}", BASE64.encode(bytes)))
-    }
-
-    fn identity(
-        &self,
-        headers: &dyn Headers,
-        payload: &Value,
-    ) -> Result<(String, String), Missing> {
-        let id = event_id(headers)
-            .and_then(non_empty_str)
-            .ok_or_else(|| Missing::Id("webhook-id header".into()))?;
-        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
-        Ok((id, ty))
     }
 
     /// The body's `id`, or one derived from its content.

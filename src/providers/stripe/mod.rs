@@ -10,7 +10,7 @@ use rand::RngExt;
 use serde_json::Value;
 
 use super::shape::PaymentShape;
-use super::{Body, Missing, Provider, body_member, kind_table};
+use super::{Body, Missing, Provider, Simulator, body_member, kind_table};
 use crate::domain::PaymentKind;
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
@@ -107,6 +107,26 @@ impl Provider for Stripe {
         Ok(verified)
     }
 
+    fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
+        let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
+        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
+        Ok((id, ty))
+    }
+
+    fn default_event_types(&self) -> HashMap<String, String> {
+        kind_table(&EVENT_TYPES)
+    }
+
+    fn default_fingerprint_ignore(&self) -> Vec<String> {
+        VOLATILE_FIELDS.map(String::from).to_vec()
+    }
+
+    fn payment_shape(&self) -> PaymentShape {
+        SHAPE
+    }
+}
+
+impl Simulator for Stripe {
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
         let t = envelope.timestamp.to_string();
         let tag = hmac_sha256(key, &[t.as_bytes(), b".", body]);
@@ -124,24 +144,6 @@ impl Provider for Stripe {
             .map(char::from)
             .collect();
         Secret::new(format!("whsec_{tail}"))
-    }
-
-    fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
-        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
-        Ok((id, ty))
-    }
-
-    fn default_event_types(&self) -> HashMap<String, String> {
-        kind_table(&EVENT_TYPES)
-    }
-
-    fn default_fingerprint_ignore(&self) -> Vec<String> {
-        VOLATILE_FIELDS.map(String::from).to_vec()
-    }
-
-    fn payment_shape(&self) -> PaymentShape {
-        SHAPE
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
