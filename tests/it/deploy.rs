@@ -758,6 +758,42 @@ fn kubernetes_probes_ports_and_grace_period_match_hookd() {
     container_settings("migrate-job.yaml", config, &env, &job_env);
 }
 
+/// The package's documentation is the README and a pointer to the book, whose
+/// sources stay in the repository: the pointer names pages that exist.
+#[test]
+fn the_package_ships_the_readme_and_a_pointer_to_the_book() {
+    let assets = deb_assets();
+    let docs: BTreeMap<&str, &str> = assets
+        .iter()
+        .filter(|(_, (dest, _))| dest.starts_with("/usr/share/doc/hookd/"))
+        .map(|(source, (dest, _))| (source.as_str(), dest.as_str()))
+        .collect();
+    assert_eq!(
+        docs,
+        BTreeMap::from([
+            ("README.md", "/usr/share/doc/hookd/README.md"),
+            ("deploy/debian/BOOK", "/usr/share/doc/hookd/BOOK"),
+        ])
+    );
+    assert!(
+        assets.keys().all(|source| !source.starts_with("docs/")),
+        "the book's sources are not packaged: {assets:?}"
+    );
+    let pointer = read(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/debian/BOOK"));
+    let named: Vec<&str> = pointer
+        .split_whitespace()
+        // `docs/book/` is what `mdbook build` makes, not a file of the repository.
+        .filter(|word| word.starts_with("docs/") && !word.starts_with("docs/book/"))
+        .collect();
+    assert!(named.contains(&"docs/src/SUMMARY.md"), "{pointer}");
+    for path in named {
+        assert!(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(path).exists(),
+            "deploy/debian/BOOK names {path}, which does not exist"
+        );
+    }
+}
+
 #[test]
 fn the_package_ships_the_binary_unit_configuration_and_manual() {
     let assets = deb_assets();

@@ -1,8 +1,10 @@
 //! Drift guards: what must stay in step with something else, checked rather than
 //! trusted — every file in `sql/` is a migration, the ingest benchmark's
-//! pgbench baseline runs the store's own statements, and the modules name one
-//! another in one direction only.
+//! pgbench baseline runs the store's own statements, the modules name one
+//! another in one direction only, and the README and the book (`docs/src`) link
+//! only to what exists and document exactly the configuration the code takes.
 
+pub mod book;
 pub mod imports;
 
 use std::collections::BTreeMap;
