@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! use async_trait::async_trait;
-//! use hookd::handlers::{Event, Handler, HandlerError};
+//! use hookd::{Event, Handler, HandlerError};
 //!
 //! struct InvoicePaid;
 //!

@@ -197,7 +197,7 @@ pub fn cover_all(payload: &mut Value, how: Cover) {
 }
 
 /// Covers every value that reads as `text`, wherever it is (a customer's own
-/// id: see [`reads_as`]).
+/// id: see `reads_as`).
 pub fn cover_text(payload: &mut Value, text: &str, how: Cover) {
     match payload {
         Value::Object(members) => members.values_mut().for_each(|v| cover_text(v, text, how)),

@@ -45,7 +45,7 @@ async fn run() -> Result<(), String> {
         .max_size(16)
         .build()
         .map_err(|e| e.to_string())?;
-    hookd::store::migrate_with(&pool, payments::MIGRATIONS)
+    hookd::migrate_with(&pool, payments::MIGRATIONS)
         .await
         .map_err(|e| format!("migrations: {e}"))?;
     let listen: SocketAddr = std::env::var("LISTEN")

@@ -31,6 +31,7 @@ pub fn param<T: PgType + ToSql + Sync>(value: &T) -> Param<'_> {
 }
 
 /// `params![&a, &b]`: the typed parameters of a statement.
+#[doc(hidden)]
 #[macro_export]
 macro_rules! params {
     ($($value:expr),* $(,)?) => {
