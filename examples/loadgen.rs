@@ -8,7 +8,7 @@
 //!
 //! Every delivery is a new Stripe `payment_intent.succeeded` event (unique event and
 //! payment ids), signed with the source's first secret by hookd's own signing code
-//! (`hookd::provider::sign_delivery`), from the same configuration file hookd reads
+//! (`hookd::simulate::sign_delivery`), from the same configuration file hookd reads
 //! (environment overrides included). `--concurrency N` is a closed loop (N senders,
 //! each waits for its answer); `--rate R` an open loop (R deliveries a second
 //! whatever the answers, latency counted from when each was due). Loopback targets

@@ -122,9 +122,9 @@ impl Parts {
     };
 }
 
-pub use crate::instance::App;
+pub use crate::instance::Instance;
 
-impl App {
+impl Instance {
     /// Binds the listeners and starts the servers and the chosen loops.
     pub fn start(&self, parts: Parts) -> Result<Running, StartError> {
         raise_open_files_limit();

@@ -20,7 +20,7 @@ use crate::store;
 
 /// Everything one instance shares between its parts.
 #[derive(Clone)]
-pub struct App {
+pub struct Instance {
     /// The configuration in force (a reload replaces it).
     pub settings: LiveSettings,
     pub pool: Pool,
@@ -39,7 +39,7 @@ pub struct App {
     pub certificates: Arc<Certificates>,
 }
 
-impl App {
+impl Instance {
     /// What takes a delivery in.
     pub fn intake(&self) -> crate::intake::Intake<'_> {
         crate::intake::Intake {
@@ -75,7 +75,7 @@ impl App {
             settings.clone(),
             rollups.clone(),
         );
-        App {
+        Instance {
             settings,
             pool,
             metrics,

@@ -86,8 +86,6 @@ pub mod money;
 #[doc(hidden)]
 pub mod outbound;
 #[doc(hidden)]
-pub mod provider;
-#[doc(hidden)]
 pub mod providers;
 #[doc(hidden)]
 pub mod purge;
@@ -101,6 +99,8 @@ pub mod shutdown;
 pub mod signature;
 #[doc(hidden)]
 pub mod silence;
+#[doc(hidden)]
+pub mod simulate;
 #[doc(hidden)]
 pub mod store;
 #[doc(hidden)]

@@ -5,12 +5,12 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use hookd::app::{App, Parts, Running};
+use hookd::app::{Instance, Parts, Running};
 use hookd::config::Settings;
 use hookd::dispatch::DispatchStep;
 use hookd::embedded_pg::{ClusterOptions, EmbeddedPostgres};
 use hookd::handlers::Registry;
-use hookd::provider::{Hints, sign_delivery};
+use hookd::simulate::{Hints, sign_delivery};
 use hookd::store;
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
@@ -132,7 +132,7 @@ pub struct TestApp {
     pub admin_base: Option<String>,
     /// The Idempotency-Key gateway's base URL, when the settings turn it on.
     pub gateway_base: Option<String>,
-    pub app: App,
+    pub app: Instance,
     pub http: reqwest::Client,
     pub db: Option<std::sync::Arc<TestDb>>,
     db_config: tokio_postgres::Config,
@@ -211,7 +211,7 @@ pub async fn spawn(options: Spawn) -> TestApp {
             (Some(db), config)
         }
     };
-    let mut app = App::new(
+    let mut app = Instance::new(
         options.settings,
         store::pool(db_config.clone(), options.connector.clone(), 16),
         options.connector,

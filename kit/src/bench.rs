@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hookd::app::{App, Parts, Running};
+use hookd::app::{Instance, Parts, Running};
 use hookd::embedded_pg::{self, ClusterOptions, EmbeddedPostgres};
 use hookd::handlers::Registry;
 use hookd::store;
@@ -125,7 +125,7 @@ impl BenchCluster {
 /// hookd running in this process against the bench cluster: HTTP only (no
 /// dispatcher, no purge loop), one HTTP worker per core as in production.
 pub struct Hookd {
-    pub app: App,
+    pub app: Instance,
     pub addr: SocketAddr,
     running: Option<Running>,
     /// hookd's own Tokio runtime (threads `hookd-rt`), apart from the load
@@ -154,7 +154,7 @@ impl Hookd {
                     .expect("create the benchmark database");
                 let pool = store::pool(config, store::DbConnector::Plain, POOL_SIZE);
                 store::migrate(&pool).await.expect("migrations");
-                let app = App::new(
+                let app = Instance::new(
                     shipped_settings(),
                     pool,
                     store::DbConnector::Plain,

@@ -1,5 +1,5 @@
 //! A load generator that signs every delivery with hookd's own signing code
-//! (`hookd::provider::sign_delivery`) and sends unique Stripe
+//! (`hookd::simulate::sign_delivery`) and sends unique Stripe
 //! `payment_intent.succeeded` events to a loopback address only.
 //!
 //! Two ways to load: a closed loop (N senders, each sends its next delivery when the
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hookd::config::Source;
-use hookd::provider::{Hints, sign_delivery};
+use hookd::simulate::{Hints, sign_delivery};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;

@@ -6,7 +6,7 @@
 use chrono::Utc;
 
 use super::CliError;
-use crate::app::App;
+use crate::app::Instance;
 use crate::desk::{Covered, DeskError, EventView, Origin, PaymentView, Verdict};
 use crate::dispatch::RetryOutcome;
 use crate::filter::ListParams;
@@ -43,7 +43,7 @@ impl From<crate::filter::FilterError> for CliError {
     }
 }
 
-pub async fn list(app: &App, params: &ListParams, as_json: bool) -> Result<(), CliError> {
+pub async fn list(app: &Instance, params: &ListParams, as_json: bool) -> Result<(), CliError> {
     let filter = params.to_filter(Utc::now())?;
     let page = app.desk.list(filter).await?;
     if as_json {
@@ -100,7 +100,7 @@ fn print_table(events: &[EventSummary]) {
     }
 }
 
-pub async fn show(app: &App, id: i64, reveal: bool, as_json: bool) -> Result<(), CliError> {
+pub async fn show(app: &Instance, id: i64, reveal: bool, as_json: bool) -> Result<(), CliError> {
     let view = app
         .desk
         .event(id, &who(), reveal)
@@ -205,7 +205,7 @@ fn print_detail(view: &EventView) {
     }
 }
 
-pub async fn retry(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
+pub async fn retry(app: &Instance, id: i64, as_json: bool) -> Result<(), CliError> {
     let who = who();
     let outcome = app.desk.retry(id, &who).await?;
     crate::desk::log_retry(&who, "-", id, &outcome);
@@ -247,7 +247,7 @@ pub async fn retry(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
 
 /// Retries every event the filters match (or with `dry_run`, counts them).
 pub async fn bulk_retry(
-    app: &App,
+    app: &Instance,
     params: &ListParams,
     dry_run: bool,
     as_json: bool,
@@ -284,7 +284,7 @@ pub async fn bulk_retry(
 
 /// Forgets a customer (or, with `dry_run`, prints what would be erased).
 pub async fn forget(
-    app: &App,
+    app: &Instance,
     customer: &str,
     source: Option<&str>,
     dry_run: bool,
@@ -314,7 +314,7 @@ pub async fn forget(
 }
 
 /// Checks a stored event's signature again; fails unless it verifies.
-pub async fn verify(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
+pub async fn verify(app: &Instance, id: i64, as_json: bool) -> Result<(), CliError> {
     if app.desk.summary(id).await?.is_none() {
         return Err(CliError::Other(format!("no event with id {id}")));
     }
@@ -333,7 +333,7 @@ pub async fn verify(app: &App, id: i64, as_json: bool) -> Result<(), CliError> {
 }
 
 pub async fn payment(
-    app: &App,
+    app: &Instance,
     source: &str,
     payment_id: &str,
     as_json: bool,

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::app::{App, Database, StartError};
+use crate::app::{Database, Instance, StartError};
 use crate::config::Settings;
 use crate::purge::describe;
 use crate::store;
@@ -519,13 +519,13 @@ async fn migrate(settings: Settings, hookd: &Extensions) -> Result<(), CliError>
 /// Runs `work` against the configured database (migrated first), then closes it.
 async fn with_app<F, Fut>(settings: Settings, hookd: Extensions, work: F) -> Result<(), CliError>
 where
-    F: FnOnce(App) -> Fut,
+    F: FnOnce(Instance) -> Fut,
     Fut: std::future::Future<Output = Result<(), CliError>>,
 {
     let database = Database::open(&settings).await?;
     let result = async {
         store::migrate_with(&database.pool, hookd.migrations).await?;
-        let app = App::new(
+        let app = Instance::new(
             settings,
             database.pool.clone(),
             database.connector.clone(),

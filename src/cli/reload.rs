@@ -6,11 +6,11 @@
 use std::path::Path;
 
 use super::Extensions;
-use crate::app::App;
+use crate::app::Instance;
 use crate::config::{ConfigError, Settings};
 
 /// Reloads the configuration at `path` into the running `app`.
-pub async fn reload(path: &Path, app: &App, hookd: &Extensions) {
+pub async fn reload(path: &Path, app: &Instance, hookd: &Extensions) {
     let running = app.settings.now();
     let path = path.to_path_buf();
     // The files are read off the async workers: a secret may sit on a slow mount.
@@ -73,7 +73,7 @@ fn warn_about_credential_copies() {
     }
 }
 
-fn refused(app: &App, problem: &str) {
+fn refused(app: &Instance, problem: &str) {
     log::error!("SIGHUP: reload refused, the running configuration is kept: {problem}");
     app.metrics.config_reload(false);
 }

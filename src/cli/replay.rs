@@ -11,8 +11,8 @@ use serde_json::Value;
 use super::CliError;
 use super::sign::{event_name_from_path, source};
 use crate::config::{Settings, Source};
-use crate::provider::{Hints, sign_delivery, with_new_id};
 use crate::providers;
+use crate::simulate::{Hints, sign_delivery, with_new_id};
 
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {

@@ -1,12 +1,12 @@
 //! `hookd sign`: the headers a provider would send with a body, one per line, for
-//! curl (the signing itself is `provider::sign_delivery`).
+//! curl (the signing itself is `simulate::sign_delivery`).
 
 use std::path::Path;
 
 use super::CliError;
 use crate::config::{Settings, Source};
-use crate::provider::{Hints, sign_delivery};
 use crate::providers;
+use crate::simulate::{Hints, sign_delivery};
 
 /// The GitHub event name for a fixture file: its stem (`push.json` → `push`).
 pub fn event_name_from_path(path: &Path) -> Option<String> {

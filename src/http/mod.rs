@@ -20,11 +20,11 @@ mod ui;
 use actix_web::http::Method;
 use actix_web::web;
 
-use crate::instance::App;
+use crate::instance::Instance;
 
 /// What the routes share: the instance, and what only HTTP needs beside it.
 pub struct AppState {
-    pub app: App,
+    pub app: Instance,
     pub guard: auth::Guard,
     /// Webhook body bytes being read, one permit a byte (see `body::read_budgeted`).
     pub body_memory: tokio::sync::Semaphore,
@@ -35,7 +35,7 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(app: App) -> Self {
+    pub fn new(app: Instance) -> Self {
         // Both fixed at start: a reload keeps their running values.
         let settings = app.settings.now();
         let body_memory = tokio::sync::Semaphore::new(

@@ -192,7 +192,7 @@ pub(crate) fn signed_stripe_payment(
         json!({"id": payment_id, "object": "payment_intent", "amount": amount}),
     ))
     .expect("json");
-    let headers = hookd::provider::sign_delivery(
+    let headers = hookd::simulate::sign_delivery(
         stripe,
         &body,
         Default::default(),
@@ -594,7 +594,7 @@ async fn slow_each_delivery_is_one_log_line_and_no_secret_or_payload_is_ever_log
         serde_json::to_vec(&event).expect("json")
     };
     let signed = |body: &[u8]| {
-        hookd::provider::sign_delivery(stripe, body, Default::default(), now)
+        hookd::simulate::sign_delivery(stripe, body, Default::default(), now)
             .expect("sign")
             .headers
     };

@@ -213,7 +213,7 @@ pub fn stripe_signer() -> impl Fn(&[u8]) -> Vec<(String, String)> + Send + Sync 
     let settings = crate::support::shipped_settings();
     let source = settings.source("stripe").expect("stripe").clone();
     move |body: &[u8]| {
-        hookd::provider::sign_delivery(
+        hookd::simulate::sign_delivery(
             &source,
             body,
             Default::default(),

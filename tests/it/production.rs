@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use hookd::provider::{Hints, sign_delivery};
+use hookd::simulate::{Hints, sign_delivery};
 
 use crate::support::{run_hookd_with, shipped_settings};
 

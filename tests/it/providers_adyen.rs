@@ -484,7 +484,7 @@ async fn a_rotated_key_is_taken_and_its_position_recorded() {
     source.secrets.remove(0);
     let source = old_only.source("adyen").expect("adyen");
     let signed =
-        hookd::provider::sign_delivery(source, &body, Default::default(), 0).expect("sign");
+        hookd::simulate::sign_delivery(source, &body, Default::default(), 0).expect("sign");
     accepted(&app.post("adyen", &signed.headers, signed.body).await);
     let position = app
         .count("SELECT signed_with::bigint FROM webhook_events", &[])

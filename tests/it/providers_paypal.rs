@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use hookd::config::Settings;
 use hookd::outbound::Certificates;
-use hookd::provider::{Hints, sign_delivery};
+use hookd::simulate::{Hints, sign_delivery};
 use rcgen::{CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, KeyPair};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

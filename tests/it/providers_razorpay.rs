@@ -3,9 +3,9 @@
 //! order, duplicates by id and by body (the id travels unsigned), rotation, and
 //! refusals that store nothing.
 
-use hookd::provider::Hints;
 use hookd::providers::{Scheme, sign};
 use hookd::signature::{Envelope, Secret};
+use hookd::simulate::Hints;
 use serde_json::{Value, json};
 
 use crate::support::provider;

@@ -370,7 +370,7 @@ async fn a_body_resent_under_a_new_id_after_the_payload_purge_is_still_the_first
         let headers = app.sign(
             "shop",
             &body,
-            hookd::provider::Hints {
+            hookd::simulate::Hints {
                 event_type: Some(topic),
                 event_id: Some(id),
             },

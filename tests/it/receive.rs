@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use hookd::provider::Hints;
+use hookd::simulate::Hints;
 use serde_json::{Value, json};
 
 use crate::support::{
@@ -267,7 +267,7 @@ async fn bad_signatures_are_401_with_a_reason() {
     // Signed at a time of the test's choosing, so the cases below know it.
     let now = chrono::Utc::now().timestamp();
     let stripe = app.settings().source("stripe").expect("stripe").clone();
-    let good = hookd::provider::sign_delivery(&stripe, &body, Hints::default(), now)
+    let good = hookd::simulate::sign_delivery(&stripe, &body, Hints::default(), now)
         .expect("sign")
         .headers;
     let signature = good
@@ -316,7 +316,7 @@ async fn the_signature_is_checked_before_the_timestamp() {
         let bytes = serde_json::to_vec(&body).expect("json");
         for (offset, genuine_reason) in [(-3600, "too old"), (3600, "too new")] {
             let signed =
-                hookd::provider::sign_delivery(&settings, &bytes, Hints::default(), now + offset)
+                hookd::simulate::sign_delivery(&settings, &bytes, Hints::default(), now + offset)
                     .expect("sign");
             // Genuine but out of time: the timestamp is what is wrong.
             let answer = app.post(source, &signed.headers, bytes.clone()).await;
@@ -406,7 +406,7 @@ async fn timestamps_outside_the_tolerance_are_refused_both_ways() {
     let body = serde_json::to_vec(&succeeded("evt_old", "pi_old")).expect("json");
     let now = chrono::Utc::now().timestamp();
     for (offset, reason) in [(-400, "too old"), (400, "too new")] {
-        let signed = hookd::provider::sign_delivery(&stripe, &body, Hints::default(), now + offset)
+        let signed = hookd::simulate::sign_delivery(&stripe, &body, Hints::default(), now + offset)
             .expect("sign");
         let answer = app.post("stripe", &signed.headers, body.clone()).await;
         assert_eq!(answer.status, 401);
@@ -418,7 +418,7 @@ async fn timestamps_outside_the_tolerance_are_refused_both_ways() {
     }
     let standard = app.settings().source("standard").expect("standard").clone();
     let body = serde_json::to_vec(&neutral("msg_old", "payment.succeeded", "p")).expect("json");
-    let signed = hookd::provider::sign_delivery(&standard, &body, Hints::default(), now - 400)
+    let signed = hookd::simulate::sign_delivery(&standard, &body, Hints::default(), now - 400)
         .expect("sign");
     let answer = app.post("standard", &signed.headers, body).await;
     assert_eq!(
@@ -449,7 +449,7 @@ async fn every_scheme_round_trips_and_records_the_matching_secret() {
     let sign_with_old = |source: &str, body: &[u8], hints: Hints<'_>| {
         let mut s = settings.source(source).expect("source").clone();
         s.secrets.remove(0);
-        hookd::provider::sign_delivery(&s, body, hints, chrono::Utc::now().timestamp())
+        hookd::simulate::sign_delivery(&s, body, hints, chrono::Utc::now().timestamp())
             .expect("sign")
             .headers
     };

@@ -179,7 +179,7 @@ impl Served {
     async fn deliver_signed_at(&self, source: &str, signer: &Source, body: &Value, at: i64) -> u16 {
         let body = serde_json::to_vec(body).expect("json");
         let signed =
-            hookd::provider::sign_delivery(signer, &body, Default::default(), at).expect("sign");
+            hookd::simulate::sign_delivery(signer, &body, Default::default(), at).expect("sign");
         let mut request = self
             .http
             .post(format!("{}/webhooks/{source}", self.base))

@@ -3,7 +3,7 @@
 //! first event again, not a new one — unless the source sets `dedupe_on_body =
 //! false`. Schemes that sign the id keep deciding by id alone.
 
-use hookd::provider::Hints;
+use hookd::simulate::Hints;
 use serde_json::{Value, json};
 
 use crate::support::{
