@@ -3,9 +3,11 @@
 
 use std::collections::BTreeSet;
 
+use serde::Serialize;
 use serde_json::Value;
 
-use super::{Desk, DeskError, Forgotten, error_cut, storable};
+use super::masking::error_cut;
+use super::{Desk, DeskError, storable};
 use crate::mask::{self, Cover};
 use crate::store::StoreError;
 use crate::store::audit::{self, Record};
@@ -269,4 +271,43 @@ async fn redact_quotes(
         forget::redact_answer(tx, &(token, key, body)).await?;
     }
     Ok(())
+}
+
+/// What forgetting a customer did (or, as a dry run, would do).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Forgotten {
+    pub dry_run: bool,
+    /// Their events, each now marked redacted (purged ones included: they lose
+    /// the customer's id).
+    pub events: usize,
+    /// Stored payloads and exact bodies rewritten without the personal data
+    /// (bodies: the events' own, and the requests kept once beside them).
+    pub payloads: usize,
+    pub bodies: usize,
+    /// Exact bodies that are not JSON (a form, XML), which cannot be rewritten
+    /// field by field: dropped.
+    pub bodies_dropped: usize,
+    /// Conflicting items kept beside their events, rewritten.
+    pub conflicts: usize,
+    /// Payments that no longer name the customer (their state stays).
+    pub payments: u64,
+}
+
+impl Forgotten {
+    /// Counts a kept body (if any) as rewritten, or dropped when `redacted` is none.
+    fn count_body(&mut self, kept: Option<&[u8]>, redacted: Option<&[u8]>) {
+        self.bodies += usize::from(redacted.is_some());
+        self.bodies_dropped += usize::from(kept.is_some() && redacted.is_none());
+    }
+}
+
+/// The log line of a customer forgotten (a dry run is not logged); the
+/// customer's id is left out, as in the audit trail.
+pub fn log_forget(who: &str, request_id: &str, outcome: &Forgotten) {
+    log::info!(
+        token = who, request_id = request_id;
+        "admin forget of a customer by {who}: {} events, {} payments request_id={request_id}",
+        outcome.events,
+        outcome.payments
+    );
 }
