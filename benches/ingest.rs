@@ -26,7 +26,7 @@ use hookd_kit::pgbench::Script;
 use hookd_kit::{bench, cluster, load};
 use sha2::{Digest, Sha256};
 
-const CONCURRENCIES: [usize; 3] = [16, 32, 64];
+const CONCURRENCIES: [usize; 4] = [4, 16, 32, 64];
 const WARM_UP: Duration = Duration::from_secs(3);
 /// Each contender runs ROUNDS slices of SLICE per concurrency, alternating order,
 /// so a burst of outside load falls on all of them alike.
@@ -392,6 +392,24 @@ async fn run(setup: bench::Setup) {
             rate / totals.full.tps()
         );
     }
+    println!(
+        "\nthe machine's busy share: CPU seconds of everything measured (hookd, the load \
+         generator, pgbench, PostgreSQL) over the run's seconds × {} cores",
+        cores()
+    );
+    println!(
+        "{:>11} {:>8} {:>15} {:>13}",
+        "concurrency", "hookd", "pgbench insert", "pgbench full"
+    );
+    for (concurrency, _, totals) in &levels {
+        println!(
+            "{:>11} {:>7.0}% {:>14.0}% {:>12.0}%",
+            concurrency,
+            busy(totals.cpu_hookd, totals.hookd.elapsed.as_secs_f64()),
+            busy(totals.cpu_insert, totals.insert.seconds),
+            busy(totals.cpu_full, totals.full.seconds)
+        );
+    }
     println!("\nCPU per event in µs (steadier than rates on a shared machine)");
     println!(
         "{:>11} {:>28} {:>24} {:>24}",
@@ -547,4 +565,15 @@ enum Contender {
     Hookd,
     Insert,
     Full,
+}
+
+/// The cores of this machine.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `cpu` over `seconds` of the whole machine, in percent.
+fn busy(cpu: Cpu, seconds: f64) -> f64 {
+    let spent = cpu.hookd + cpu.rest + cpu.children + cpu.postgres;
+    100.0 * spent / (seconds * cores() as f64).max(1e-9)
 }
