@@ -40,6 +40,87 @@ macro_rules! params {
 }
 pub use crate::params;
 
+/// `numbered!(TEMPLATE)`: a statement written with `$?` for each parameter, as
+/// a `&'static str` whose parameters are numbered `$1`, `$2`, … in the order
+/// they appear — the order they are bound in. A statement assembled from parts
+/// (a CTE's columns, then another's) so never numbers one by hand; a `$`
+/// followed by a digit in the template fails the build.
+macro_rules! numbered {
+    ($template:expr) => {{
+        const TEMPLATE: &str = $template;
+        const BYTES: [u8; $crate::store::sql::numbered_len(TEMPLATE)] =
+            $crate::store::sql::number_markers(TEMPLATE);
+        match std::str::from_utf8(&BYTES) {
+            Ok(sql) => sql,
+            Err(_) => panic!("a numbered statement is UTF-8"),
+        }
+    }};
+}
+pub(crate) use numbered;
+
+/// Whether `bytes[at..]` starts a parameter marker, `$?`, of `numbered!`.
+const fn marker(bytes: &[u8], at: usize) -> bool {
+    bytes[at] == b'$' && at + 1 < bytes.len() && bytes[at + 1] == b'?'
+}
+
+/// How many digits `n` is written with.
+const fn digits(mut n: usize) -> usize {
+    let mut count = 1;
+    while n >= 10 {
+        n /= 10;
+        count += 1;
+    }
+    count
+}
+
+/// The length of `template` once `numbered`.
+pub(crate) const fn numbered_len(template: &str) -> usize {
+    let bytes = template.as_bytes();
+    let (mut at, mut number, mut len) = (0, 0, 0);
+    while at < bytes.len() {
+        if marker(bytes, at) {
+            number += 1;
+            len += 1 + digits(number);
+            at += 2;
+        } else {
+            assert!(
+                !(bytes[at] == b'$' && at + 1 < bytes.len() && bytes[at + 1].is_ascii_digit()),
+                "a numbered statement writes each parameter as `$?`"
+            );
+            len += 1;
+            at += 1;
+        }
+    }
+    len
+}
+
+/// `template` with each `$?` numbered in order from `$1` (`numbered!`).
+pub(crate) const fn number_markers<const N: usize>(template: &str) -> [u8; N] {
+    let bytes = template.as_bytes();
+    let mut out = [0u8; N];
+    let (mut at, mut to, mut number) = (0, 0, 0);
+    while at < bytes.len() {
+        if marker(bytes, at) {
+            number += 1;
+            out[to] = b'$';
+            let width = digits(number);
+            let (mut left, mut rest) = (width, number);
+            while left > 0 {
+                out[to + left] = b'0' + (rest % 10) as u8;
+                rest /= 10;
+                left -= 1;
+            }
+            to += 1 + width;
+            at += 2;
+        } else {
+            out[to] = bytes[at];
+            to += 1;
+            at += 1;
+        }
+    }
+    out
+}
+
 /// Set once any pool of this process goes through a transaction-mode pooler,
 /// never cleared: an unnamed statement is correct on any connection, a prepared
 /// one is only faster.
