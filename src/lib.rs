@@ -32,6 +32,7 @@ pub mod outbound;
 pub mod provider;
 pub mod providers;
 pub mod purge;
+pub mod reconcile;
 pub mod rollup;
 pub mod runner;
 pub mod shutdown;
