@@ -269,6 +269,11 @@ fn dashboard(board: &Dashboard) -> Markup {
                     div { a href="/admin?status=failed" { (board.failed) " failed" } }
                     div { "retry backlog: " strong { (board.retry_backlog) } }
                 }
+                div.card {
+                    h3 { "Recovered from the provider's API (last 7 days)" }
+                    div.big { (board.recovered_7_days) " events" }
+                    div { "never delivered; found by hookd reconcile" }
+                }
                 (counts("By status", &board.last_24h.by_status))
                 (counts("By kind", &board.last_24h.by_kind))
                 (counts("By source", &board.last_24h.by_source))

@@ -335,6 +335,23 @@ async fn what_stripe_never_delivered_is_recovered_once_and_a_later_delivery_is_a
     .await;
     let origin: Value = serde_json::from_slice(&shown.stdout).expect("json");
     assert_eq!(origin["status"], "provider_api", "{origin}");
+    let page = app.viewer().get(&format!("/admin/events/{id}")).await;
+    let page = String::from_utf8_lossy(&page.body).into_owned();
+    assert!(
+        page.contains("recovered from the provider&#39;s API")
+            || page.contains("recovered from the provider's API"),
+        "{page}"
+    );
+    let board = app
+        .app
+        .desk
+        .dashboard(chrono::Utc::now())
+        .await
+        .expect("dashboard");
+    assert_eq!(board.recovered_7_days, 4);
+    let page = String::from_utf8_lossy(&app.viewer().get("/admin").await.body).into_owned();
+    assert!(page.contains("(last 7 days)"), "{page}");
+    assert!(page.contains(">4 events<"), "{page}");
 }
 
 #[tokio::test]
