@@ -541,3 +541,273 @@ async fn metrics_text(base: &str) -> (u16, String) {
     let status = response.status().as_u16();
     (status, response.text().await.expect("text"))
 }
+
+/// `hookd reconcile --source NAME` with `env` on top of the API's trust.
+async fn reconcile_source(
+    api: &ProviderApi,
+    app: &TestApp,
+    source: &str,
+    credentials: &[(&'static str, String)],
+) -> std::process::Output {
+    let mut env = api.trust.clone();
+    env.push(("DATABASE_URL", app.database_url()));
+    env.push((
+        leak(format!(
+            "HOOKD_SOURCE_{}_API_BASE",
+            source.to_ascii_uppercase()
+        )),
+        api.url.clone(),
+    ));
+    env.extend(credentials.iter().cloned());
+    run_hookd_with(&["reconcile", "--source", source], &env).await
+}
+
+fn an_hour_ago() -> String {
+    (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339()
+}
+
+fn bearer(seen: &Seen, token: &str) -> bool {
+    seen.header("authorization") == Some(&format!("Bearer {token}"))
+}
+
+const REFUSED: (u16, &str) = (401, r#"{"error":{"detail":"bad key"}}"#);
+
+fn refused() -> Answer {
+    (REFUSED.0, vec![], REFUSED.1.to_string())
+}
+
+async fn recovered_of(app: &TestApp, source: &str) -> i64 {
+    app.count(
+        "SELECT count(*) FROM webhook_events WHERE source = $1 AND origin = 'api' AND signed_with = -1",
+        &[&source],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn paddle_is_paged_by_its_after_cursor_and_a_later_notification_is_a_duplicate() {
+    let app = spawn_app().await;
+    let event = |i: u32| {
+        json!({"event_id": format!("evt_01rcpaddle{i}"), "event_type": "customer.created",
+               "occurred_at": an_hour_ago(), "data": {"id": format!("ctm_{i}")}})
+    };
+    // Newest first; the last one is older than the window and ends the paging.
+    let mut old = event(0);
+    old["occurred_at"] = json!((chrono::Utc::now() - chrono::Duration::days(10)).to_rfc3339());
+    let listed = vec![event(3), event(2), event(1), old];
+    let served = listed.clone();
+    let api = ProviderApi::start(move |seen: &Seen| {
+        if !bearer(seen, "pdl_apikey_test") {
+            return refused();
+        }
+        assert_eq!(param(seen, "order_by").as_deref(), Some("id[DESC]"));
+        let start = match param(seen, "after") {
+            Some(after) => served.iter().position(|e| e["event_id"] == after.as_str()).expect("id") + 1,
+            None => 0,
+        };
+        let data: Vec<&Value> = served.iter().skip(start).take(2).collect();
+        let last = data.last().map(|e| e["event_id"].clone()).unwrap_or_default();
+        let has_more = start + data.len() < served.len();
+        let next = format!("https://api.paddle.com/events?after={}", last.as_str().unwrap_or(""));
+        let body = json!({"data": data, "meta": {"request_id": "r",
+            "pagination": {"per_page": 2, "next": next, "has_more": has_more, "estimated_total": 4}}});
+        (200, vec![], body.to_string())
+    })
+    .await;
+    let key = [("HOOKD_SOURCE_PADDLE_API_KEY", "pdl_apikey_test".to_string())];
+    let out = reconcile_source(&api, &app, "paddle", &key).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "3 listed, 0 present, 3 recovered, 0 conflicts\n"
+    );
+    assert_eq!(api.seen().len(), 2);
+    assert_eq!(
+        param(&api.seen()[1], "after").as_deref(),
+        Some("evt_01rcpaddle2")
+    );
+    assert_eq!(recovered_of(&app, "paddle").await, 3);
+
+    // Paddle's notification of one of them: the same event, with its own id.
+    let mut notified = listed[0].clone();
+    notified["notification_id"] = json!("ntf_01rcpaddle3");
+    let answer = app.deliver_ok("paddle", &notified).await;
+    assert_eq!(answer.header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(
+        app.count("SELECT count(*) FROM event_conflicts", &[]).await,
+        0
+    );
+    let out = reconcile_source(&api, &app, "paddle", &key).await;
+    assert_eq!(
+        stdout(&out),
+        "3 listed, 3 present, 0 recovered, 0 conflicts\n"
+    );
+}
+
+#[tokio::test]
+async fn gocardless_is_paged_by_its_cursor_with_its_version_header() {
+    let app = spawn_app().await;
+    let event = |i: u32| {
+        json!({"id": format!("EVRC{i}"), "created_at": an_hour_ago(),
+               "resource_type": "payments", "action": "confirmed",
+               "links": {"payment": format!("PMRC{i}")}, "details": {"origin": "gocardless",
+               "cause": "payment_confirmed"}, "metadata": {}})
+    };
+    let listed = [event(3), event(2), event(1)];
+    let api = ProviderApi::start(move |seen: &Seen| {
+        if !bearer(seen, "live_gc_token") || seen.header("gocardless-version") != Some("2015-07-06") {
+            return refused();
+        }
+        assert!(param(seen, "created_at[gte]").is_some(), "{}", seen.target);
+        let start = match param(seen, "after") {
+            Some(after) => listed.iter().position(|e| e["id"] == after.as_str()).expect("id") + 1,
+            None => 0,
+        };
+        let events: Vec<&Value> = listed.iter().skip(start).take(2).collect();
+        let after = if start + events.len() < listed.len() {
+            events.last().map(|e| e["id"].clone()).unwrap_or(Value::Null)
+        } else {
+            Value::Null
+        };
+        let body = json!({"events": events, "meta": {"cursors": {"before": null, "after": after}, "limit": 2}});
+        (200, vec![], body.to_string())
+    })
+    .await;
+    let key = [(
+        "HOOKD_SOURCE_GOCARDLESS_API_KEY",
+        "live_gc_token".to_string(),
+    )];
+    let out = reconcile_source(&api, &app, "gocardless", &key).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "3 listed, 0 present, 3 recovered, 0 conflicts\n"
+    );
+    assert_eq!(api.seen().len(), 2);
+    assert_eq!(recovered_of(&app, "gocardless").await, 3);
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM payments WHERE source = 'gocardless' AND payment_id LIKE 'PMRC%'",
+            &[]
+        )
+        .await,
+        3
+    );
+}
+
+#[tokio::test]
+async fn paypal_exchanges_its_client_credentials_and_follows_the_next_link() {
+    let app = spawn_app().await;
+    let event = |i: u32| {
+        json!({"id": format!("WH-RC-{i}"), "event_version": "1.0", "create_time": an_hour_ago(),
+               "resource_type": "capture", "event_type": "PAYMENT.CAPTURE.COMPLETED",
+               "summary": "Payment completed",
+               "resource": {"id": format!("CAPRC{i}"), "status": "COMPLETED",
+                            "amount": {"currency_code": "USD", "value": "10.00"}},
+               "links": []})
+    };
+    let listed = [event(2), event(1)];
+    let api = ProviderApi::start(move |seen: &Seen| {
+        if seen.target == "/v1/oauth2/token" {
+            use base64::Engine;
+            let basic = base64::engine::general_purpose::STANDARD.encode("pp-client:pp-secret");
+            if seen.method != "POST" || seen.header("authorization") != Some(&format!("Basic {basic}"))
+                || seen.body != b"grant_type=client_credentials"
+            {
+                return (401, vec![], r#"{"error":"invalid_client","error_description":"Client Authentication failed"}"#.into());
+            }
+            return (200, vec![], json!({"access_token": "A21-token", "token_type": "Bearer", "expires_in": 32400}).to_string());
+        }
+        if !bearer(seen, "A21-token") {
+            return refused();
+        }
+        assert!(param(seen, "start_time").is_some() && param(seen, "end_time").is_some());
+        let page: usize = param(seen, "page").map_or(0, |p| p.parse().expect("page"));
+        let mut links = vec![];
+        if page + 1 < listed.len() {
+            let next = format!(
+                "https://api-m.paypal.com/v1/notifications/webhooks-events?page_size=1&start_time={}&end_time={}&page={}",
+                param(seen, "start_time").unwrap_or_default(),
+                param(seen, "end_time").unwrap_or_default(),
+                page + 1
+            );
+            links.push(json!({"href": next, "rel": "next", "method": "GET"}));
+        }
+        let body = json!({"events": [listed[page]], "count": 1, "links": links});
+        (200, vec![], body.to_string())
+    })
+    .await;
+    let credentials = [
+        ("HOOKD_SOURCE_PAYPAL_CLIENT_ID", "pp-client".to_string()),
+        ("HOOKD_SOURCE_PAYPAL_CLIENT_SECRET", "pp-secret".to_string()),
+    ];
+    let out = reconcile_source(&api, &app, "paypal", &credentials).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "2 listed, 0 present, 2 recovered, 0 conflicts\n"
+    );
+    // The token once, then two pages.
+    assert_eq!(api.seen().len(), 3);
+    assert_eq!(recovered_of(&app, "paypal").await, 2);
+
+    // A wrong secret: PayPal's answer, not the secret.
+    let wrong = [
+        ("HOOKD_SOURCE_PAYPAL_CLIENT_ID", "pp-client".to_string()),
+        (
+            "HOOKD_SOURCE_PAYPAL_CLIENT_SECRET",
+            "pp-wrong-secret".to_string(),
+        ),
+    ];
+    let out = reconcile_source(&api, &app, "paypal", &wrong).await;
+    assert_eq!(out.status.code(), Some(1));
+    let said = stderr(&out);
+    assert!(said.contains("Client Authentication failed"), "{said}");
+    assert!(!said.contains("pp-wrong-secret"), "{said}");
+}
+
+#[tokio::test]
+async fn square_searches_with_its_cursor_and_the_same_query() {
+    let app = spawn_app().await;
+    let event = |i: u32| {
+        json!({"merchant_id": "MRC", "location_id": "LRC", "type": "customer.created",
+               "event_id": format!("rc-square-{i}"), "created_at": an_hour_ago(),
+               "data": {"type": "customer", "id": format!("CUST{i}"), "object": {}}})
+    };
+    let listed = [event(1), event(2), event(3)];
+    let api = ProviderApi::start(move |seen: &Seen| {
+        if !bearer(seen, "EAAA-square-token")
+            || seen.method != "POST"
+            || seen.target != "/v2/events"
+        {
+            return refused();
+        }
+        let search: Value = serde_json::from_slice(&seen.body).expect("json");
+        assert!(
+            search["query"]["filter"]["created_at"]["start_at"].is_string(),
+            "{search}"
+        );
+        let start: usize = search["cursor"]
+            .as_str()
+            .map_or(0, |c| c.parse().expect("cursor"));
+        let events: Vec<&Value> = listed.iter().skip(start).take(2).collect();
+        let mut body = json!({"events": events, "metadata": []});
+        if start + events.len() < listed.len() {
+            body["cursor"] = json!((start + events.len()).to_string());
+        }
+        (200, vec![], body.to_string())
+    })
+    .await;
+    let key = [(
+        "HOOKD_SOURCE_SQUARE_API_KEY",
+        "EAAA-square-token".to_string(),
+    )];
+    let out = reconcile_source(&api, &app, "square", &key).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "3 listed, 0 present, 3 recovered, 0 conflicts\n"
+    );
+    assert_eq!(api.seen().len(), 2);
+    assert_eq!(recovered_of(&app, "square").await, 3);
+}
