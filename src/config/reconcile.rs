@@ -300,3 +300,115 @@ pub fn base_url(text: &str) -> Result<reqwest::Url, String> {
         other => Err(format!("{other}: is not an https URL")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::config::Settings;
+
+    fn source(scheme: &str, keys: &str, env: &[(&str, &str)]) -> Result<Reconcile, String> {
+        let secrets = match scheme {
+            "paypal" => "webhook_id = \"WH1\"\ncertificates = []\n".to_string(),
+            _ => "secrets = [\"whsec_a\"]\n".to_string(),
+        };
+        let text = format!("[[sources]]\nname = \"s\"\nscheme = \"{scheme}\"\n{secrets}{keys}\n");
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Settings::from_toml("test.toml", &text, &env)
+            .map(|s| s.sources[0].reconcile.clone())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_are_off_a_quarter_hour_and_three_days() {
+        let r = source("stripe", "", &[]).expect("valid");
+        assert!(!r.enabled && r.credential.is_none());
+        assert_eq!(r.interval, Duration::from_secs(900));
+        assert_eq!(r.window, Duration::from_secs(72 * 3600));
+        assert_eq!(r.base().expect("base").as_str(), "https://api.stripe.com/");
+    }
+
+    #[test]
+    fn every_key_can_come_from_the_environment_and_its_file() {
+        let dir = std::env::temp_dir().join(format!("hookd-reconcile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("key");
+        std::fs::write(&file, "rk_live_from_file\n").expect("key file");
+        let r = source(
+            "stripe",
+            "",
+            &[
+                ("HOOKD_SOURCE_S_API_KEY_FILE", file.to_str().expect("path")),
+                ("HOOKD_SOURCE_S_API_BASE", "http://127.0.0.1:9"),
+                ("HOOKD_SOURCE_S_RECONCILE", "true"),
+                ("HOOKD_SOURCE_S_RECONCILE_INTERVAL", "10s"),
+                ("HOOKD_SOURCE_S_RECONCILE_WINDOW", "30d"),
+            ],
+        )
+        .expect("valid");
+        assert!(r.enabled);
+        assert!(
+            matches!(&r.credential, Some(Credential::Bearer(k)) if k.expose() == "rk_live_from_file")
+        );
+        assert_eq!(r.interval, Duration::from_secs(10));
+        assert_eq!(r.window, Duration::from_secs(30 * DAY));
+        assert_eq!(r.base().expect("base").as_str(), "http://127.0.0.1:9/");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bad_values_name_their_key_and_never_the_key_itself() {
+        let refused = |scheme: &str, keys: &str| source(scheme, keys, &[]).expect_err("refused");
+        let e = refused("stripe", "api_key = \"rk_1\"\nreconcile_interval = \"5s\"");
+        assert!(
+            e.contains("sources[0].reconcile_interval") && e.contains("10s"),
+            "{e}"
+        );
+        let e = refused("stripe", "api_key = \"rk_1\"\nreconcile_window = \"31d\"");
+        assert!(
+            e.contains("reconcile_window") && e.contains("Stripe"),
+            "{e}"
+        );
+        let e = refused("square", "api_key = \"rk_1\"\nreconcile_window = \"29d\"");
+        assert!(e.contains("28d"), "{e}");
+        assert!(source("paddle", "api_key = \"k\"\nreconcile_window = \"90d\"", &[]).is_ok());
+        let e = refused("stripe", "reconcile = true");
+        assert!(e.contains("needs api_key"), "{e}");
+        let e = refused("paypal", "reconcile = true\nclient_id = \"c\"");
+        assert!(e.contains("client_secret"), "{e}");
+        let e = refused(
+            "stripe",
+            "api_key = \"rk_secret_1\"\napi_base = \"http://api.example.com\"",
+        );
+        assert!(
+            e.contains("must be https") && !e.contains("rk_secret_1"),
+            "{e}"
+        );
+        let e = refused("stripe", "api_base = \"https://user:pw@api.example.com\"");
+        assert!(e.contains("user or password") && !e.contains("pw@"), "{e}");
+        let e = refused("stripe", "client_id = \"c\"");
+        assert!(e.contains("only applies to scheme \"paypal\""), "{e}");
+        assert!(source("stripe", "api_base = \"http://localhost:8443\"", &[]).is_ok());
+        assert!(source("stripe", "api_base = \"http://[::1]:8443\"", &[]).is_ok());
+    }
+
+    #[test]
+    fn providers_without_a_list_of_past_events_refuse_reconcile_saying_what_they_offer() {
+        for (scheme, offers) in [
+            ("adyen", "Customer Area"),
+            ("razorpay", "Dashboard"),
+            ("checkout", "by payment"),
+            ("braintree", "transactions"),
+        ] {
+            let e = source(scheme, "reconcile = true\napi_key = \"k\"", &[]).expect_err(scheme);
+            assert!(
+                e.contains("sources[0].reconcile") && e.contains(offers) && !e.contains('\n'),
+                "{e}"
+            );
+        }
+    }
+}

@@ -811,3 +811,34 @@ async fn square_searches_with_its_cursor_and_the_same_query() {
     assert_eq!(api.seen().len(), 2);
     assert_eq!(recovered_of(&app, "square").await, 3);
 }
+
+#[tokio::test]
+async fn reconcile_on_a_provider_without_a_list_of_past_events_stops_check_config() {
+    for (source, offers) in [
+        ("ADYEN", "Customer Area"),
+        ("RAZORPAY", "Dashboard"),
+        ("CHECKOUT", "by payment"),
+        ("BRAINTREE", "transactions"),
+    ] {
+        let var = format!("HOOKD_SOURCE_{source}_RECONCILE");
+        let out = crate::support::check_config("", &[(var.as_str(), "true")]).await;
+        assert_eq!(out.status.code(), Some(78), "{source}");
+        let said = stderr(&out);
+        let lines: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{said}");
+        assert!(
+            lines[0].contains(".reconcile") && lines[0].contains(offers),
+            "{said}"
+        );
+    }
+    // Where the provider lists its events, the same is accepted (with a key).
+    let out = crate::support::check_config(
+        "",
+        &[
+            ("HOOKD_SOURCE_STRIPE_RECONCILE", "true"),
+            ("HOOKD_SOURCE_STRIPE_API_KEY", "rk_test_check"),
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+}
