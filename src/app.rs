@@ -192,6 +192,9 @@ impl Instance {
             loops.push(tokio::spawn(
                 self.rollups.clone().run_until_stopped(stop.clone()),
             ));
+            loops.push(tokio::spawn(
+                crate::reconcile::Reconciler::new(self.clone()).run_until_stopped(stop.clone()),
+            ));
         }
         Ok(Running {
             addr,

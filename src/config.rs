@@ -13,9 +13,11 @@ use serde::de::IntoDeserializer;
 
 mod cidr;
 mod live;
+mod reconcile;
 
 pub use cidr::Cidr;
 pub use live::LiveSettings;
+pub use reconcile::{Credential, Lister, Reconcile};
 
 use crate::domain::PaymentKind;
 use crate::duration::{Positive, ZeroOrMore};
@@ -149,6 +151,8 @@ pub struct Source {
     /// A delivery is expected at least this often: longer without one makes
     /// `hookd_source_silent` 1 (none: not watched).
     pub expect_events_within: Option<Duration>,
+    /// Asking the provider's API for the events it never delivered.
+    pub reconcile: Reconcile,
 }
 
 impl Source {
@@ -676,7 +680,7 @@ fn apply_env(raw: &mut RawSettings, env: &HashMap<String, String>) -> Result<(),
             .map(String::from)
             .collect();
     }
-    for key in CREDENTIAL_KEYS {
+    for key in CREDENTIAL_KEYS.into_iter().chain(reconcile::KEYS) {
         let suffix = format!("_{}", key.to_ascii_uppercase());
         for (var, upper) in named_vars(env, "HOOKD_SOURCE_", &suffix) {
             let Some(source) = raw.sources.iter_mut().find(|s| env_name(&s.name) == upper) else {
@@ -855,6 +859,7 @@ impl RawSettings {
         let credentials = self.sources.iter().flat_map(|s| {
             CREDENTIAL_KEYS
                 .iter()
+                .chain(&reconcile::SECRET_KEYS)
                 .filter(|key| !s.credentials_from_env.contains(key))
                 .filter_map(|key| match s.scheme_keys.get(*key) {
                     Some(toml::Value::String(value)) => Some(value),
@@ -1109,7 +1114,9 @@ impl RawSource {
             &['-', '_', '.', '~'],
             "-, _, . and ~",
         )?;
-        let scheme = providers::configure(&self.scheme, self.scheme_keys, &key, &SOURCE_KEYS)?;
+        let mut scheme_keys = self.scheme_keys;
+        let reconcile = Reconcile::take(&mut scheme_keys, &self.scheme, &key)?;
+        let scheme = providers::configure(&self.scheme, scheme_keys, &key, &SOURCE_KEYS)?;
         let secrets_key = self.secrets_env.unwrap_or_else(|| key("secrets"));
         let secrets = secrets(&scheme, self.secrets, &secrets_key)?;
         let mut event_types = providers::of(&scheme).default_event_types();
@@ -1156,6 +1163,7 @@ impl RawSource {
             dedupe_on_body,
             mask,
             expect_events_within,
+            reconcile,
         })
     }
 }

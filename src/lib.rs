@@ -90,6 +90,8 @@ pub mod providers;
 #[doc(hidden)]
 pub mod purge;
 #[doc(hidden)]
+pub mod reconcile;
+#[doc(hidden)]
 pub mod rollup;
 #[doc(hidden)]
 pub mod runner;

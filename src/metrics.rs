@@ -34,6 +34,8 @@ pub struct Metrics {
     config_reloads: Family<Counter, 1>,
     gateway_requests: Family<Counter, 2>,
     gateway_upstream: Family<Histogram, 1>,
+    reconcile_runs: Family<Counter, 2>,
+    reconcile_recovered: Family<Counter, 1>,
     /// The gateway's keys whose outcome is unknown, as the last scrape read them.
     pub gateway_unknown: fresh::Fresh<Option<i64>>,
     /// The failed and dead events counted by the last scrape that read them
@@ -99,6 +101,9 @@ impl Purged {
 /// The results of a configuration reload.
 const RELOAD_RESULTS: [&str; 2] = ["ok", "error"];
 
+/// The results of a reconciliation pass.
+const RECONCILE_RESULTS: [&str; 2] = ["ok", "error"];
+
 /// The open label values known before the first delivery.
 #[derive(Debug, Default)]
 struct Known<'a> {
@@ -126,6 +131,8 @@ pub enum Metric {
     ConfigReloads,
     GatewayRequests,
     GatewayUpstreamSeconds,
+    ReconcileRuns,
+    ReconcileRecovered,
     RetryBacklog,
     DeadEvents,
     GatewayUnknownKeys,
@@ -146,7 +153,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 31] = [
+    pub const ALL: [Metric; 33] = [
         Metric::Deliveries,
         Metric::DeliveryDuration,
         Metric::SignatureFailures,
@@ -161,6 +168,8 @@ impl Metric {
         Metric::ConfigReloads,
         Metric::GatewayRequests,
         Metric::GatewayUpstreamSeconds,
+        Metric::ReconcileRuns,
+        Metric::ReconcileRecovered,
         Metric::RetryBacklog,
         Metric::DeadEvents,
         Metric::ForwardState,
@@ -197,6 +206,8 @@ impl Metric {
             Metric::GatewayRequests => "hookd_gateway_requests_total",
             Metric::GatewayUpstreamSeconds => "hookd_gateway_upstream_seconds",
             Metric::GatewayUnknownKeys => "hookd_gateway_unknown_keys",
+            Metric::ReconcileRuns => "hookd_reconcile_runs_total",
+            Metric::ReconcileRecovered => "hookd_reconcile_recovered_total",
             Metric::RetryBacklog => "hookd_retry_backlog",
             Metric::DeadEvents => "hookd_dead_events",
             Metric::ForwardState => "hookd_forward_state",
@@ -233,6 +244,8 @@ impl Metric {
             | Metric::PurgedRows
             | Metric::ConfigReloads
             | Metric::GatewayRequests
+            | Metric::ReconcileRuns
+            | Metric::ReconcileRecovered
             | Metric::ProcessCpuSeconds => "counter",
             _ => "gauge",
         }
@@ -269,6 +282,12 @@ impl Metric {
             }
             Metric::GatewayUpstreamSeconds => {
                 "Time upstream took to answer the gateway (or to fail), by route."
+            }
+            Metric::ReconcileRuns => {
+                "Passes asking a provider's API for the events it never delivered, by source and result."
+            }
+            Metric::ReconcileRecovered => {
+                "Events a provider never delivered, recovered from its API, by source."
             }
             Metric::GatewayUnknownKeys => {
                 "Gateway keys whose outcome is unknown (unknown, or claimed past their lock), all instances."
@@ -389,6 +408,17 @@ impl Metrics {
                 ],
             ),
             gateway_upstream: Family::new(["route"], [Values::new(&known.routes)]),
+            reconcile_runs: Family::new(
+                ["source", "result"],
+                [
+                    Values::new(known.sources.iter().copied()),
+                    Values::new(RECONCILE_RESULTS),
+                ],
+            ),
+            reconcile_recovered: Family::new(
+                ["source"],
+                [Values::new(known.sources.iter().copied())],
+            ),
             gateway_unknown: Default::default(),
             backlog: Default::default(),
             forward_states: Default::default(),
@@ -476,6 +506,18 @@ impl Metrics {
         self.gateway_upstream.with([route], |h| h.observe(took));
     }
 
+    /// A reconciliation pass over `source` ended, well (`true`) or not.
+    pub fn reconcile_run(&self, source: &str, ok: bool) {
+        let result = RECONCILE_RESULTS[usize::from(!ok)];
+        self.reconcile_runs.with([source, result], |c| c.add(1));
+    }
+
+    /// Events of `source` a pass recovered (counted from 0, so an alert sees
+    /// the first as an increase).
+    pub fn reconcile_recovered(&self, source: &str, events: u64) {
+        self.reconcile_recovered.with([source], |c| c.add(events));
+    }
+
     /// The text exposition, with gauges (and the process's counter) read by the
     /// caller at scrape time.
     pub fn render(&self, gauges: &[(Metric, f64)]) -> String {
@@ -510,6 +552,8 @@ impl Metrics {
                 Metric::ConfigReloads => self.config_reloads.render(name, &mut out),
                 Metric::GatewayRequests => self.gateway_requests.render(name, &mut out),
                 Metric::GatewayUpstreamSeconds => self.gateway_upstream.render(name, &mut out),
+                Metric::ReconcileRuns => self.reconcile_runs.render(name, &mut out),
+                Metric::ReconcileRecovered => self.reconcile_recovered.render(name, &mut out),
                 _ => {}
             }
             for (_, value) in gauges.iter().filter(|(n, _)| *n == metric) {

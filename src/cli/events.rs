@@ -122,6 +122,7 @@ fn origin_line(origin: &Origin) -> String {
         Verdict::Unverified { reason } => format!("not verified: {reason}"),
         Verdict::Unavailable { reason } => format!("cannot be checked: {reason}"),
         Verdict::Redacted { reason } => format!("redacted: {reason}"),
+        Verdict::ProviderApi { proof } => proof.clone(),
     };
     match origin.covers.and_then(Covered::caveat) {
         Some(caveat) => format!("{verdict}; {caveat}"),
@@ -325,7 +326,7 @@ pub async fn verify(app: &Instance, id: i64, as_json: bool) -> Result<(), CliErr
         println!("event {id}: {}", origin_line(&origin));
     }
     match origin.verdict {
-        Verdict::Verified { .. } => Ok(()),
+        Verdict::Verified { .. } | Verdict::ProviderApi { .. } => Ok(()),
         _ => Err(CliError::Other(format!(
             "event {id}: its origin is not proven"
         ))),

@@ -2,6 +2,7 @@
 //! job, and reports failure as one line on stderr with a non-zero exit.
 
 mod events;
+mod reconcile;
 mod reload;
 pub mod replay;
 mod serve;
@@ -87,6 +88,23 @@ pub enum Command {
         #[arg(long)]
         source: Option<String>,
         /// Print what would be erased; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask a source's provider for its events of a window and store those it
+    /// never delivered, as a delivery would be (deduped, applied, forwarded).
+    Reconcile {
+        /// The source whose provider's API is asked (its api_key, or PayPal's
+        /// client_id and client_secret).
+        #[arg(long)]
+        source: String,
+        /// RFC 3339 time or an age such as 72h (default: the source's
+        /// reconcile_window).
+        #[arg(long)]
+        since: Option<String>,
+        /// Count what would be recovered; store nothing.
         #[arg(long)]
         dry_run: bool,
         #[arg(long)]
@@ -378,6 +396,17 @@ pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
             } => {
                 with_app(settings, hookd, |app| async move {
                     events::forget(&app, &customer, source.as_deref(), dry_run, json).await
+                })
+                .await
+            }
+            Command::Reconcile {
+                source,
+                since,
+                dry_run,
+                json,
+            } => {
+                with_app(settings, hookd, |app| async move {
+                    reconcile::run(&app, &source, since.as_deref(), dry_run, json).await
                 })
                 .await
             }

@@ -29,6 +29,9 @@ pub struct Dashboard {
     pub retry_backlog: i64,
     /// Per source, which secret positions signed events in the last 7 days.
     pub secrets: Vec<SourceSecrets>,
+    /// Events recovered from the providers' APIs in the last 7 days (never
+    /// delivered: `hookd reconcile`).
+    pub recovered_7_days: i64,
     /// The charts' counts.
     pub series: Series,
 }
@@ -186,7 +189,10 @@ impl Desk {
                 positions,
             });
         }
+        let recovered_7_days =
+            crate::store::reconcile::recovered_since(&client, now - SECRETS_WINDOW).await?;
         Ok(Dashboard {
+            recovered_7_days,
             last_24h,
             dead: count(EventStatus::Dead),
             failed: count(EventStatus::Failed),

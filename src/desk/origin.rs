@@ -64,6 +64,9 @@ pub enum Verdict {
     /// The exact body or its signature headers are not kept (purged, or stored
     /// before hookd kept them), or the source is no longer configured.
     Unavailable { reason: String },
+    /// Recovered from the provider's API (`hookd reconcile`): no signature
+    /// came with it; the TLS connection made with the source's key proves it.
+    ProviderApi { proof: String },
 }
 
 impl Desk {
@@ -83,6 +86,21 @@ impl Desk {
         let source = delivery.as_ref().and_then(|d| settings.source(&d.source));
         let covers = source.map(|s| Covered::of(&s.scheme));
         let verdict = match (delivery, source) {
+            (
+                Some(SignedDelivery {
+                    redacted_at: None,
+                    recovered: true,
+                    received_at,
+                    ..
+                }),
+                _,
+            ) => Verdict::ProviderApi {
+                proof: format!(
+                    "recovered from the provider's API on {}: listed over TLS to the \
+                     provider's own API, asked with the source's key (no signature came with it)",
+                    received_at.format("%Y-%m-%d %H:%M UTC")
+                ),
+            },
             (
                 Some(SignedDelivery {
                     redacted_at: Some(at),

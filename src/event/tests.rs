@@ -25,6 +25,7 @@ fn source(scheme: Scheme) -> Source {
         dedupe_on_body: scheme_leaves_identity_unsigned,
         mask: Vec::new(),
         expect_events_within: None,
+        reconcile: Default::default(),
     }
 }
 

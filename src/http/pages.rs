@@ -269,6 +269,11 @@ fn dashboard(board: &Dashboard) -> Markup {
                     div { a href="/admin?status=failed" { (board.failed) " failed" } }
                     div { "retry backlog: " strong { (board.retry_backlog) } }
                 }
+                div.card {
+                    h3 { "Recovered from the provider's API (last 7 days)" }
+                    div.big { (board.recovered_7_days) " events" }
+                    div { "never delivered; found by hookd reconcile" }
+                }
                 (counts("By status", &board.last_24h.by_status))
                 (counts("By kind", &board.last_24h.by_kind))
                 (counts("By source", &board.last_24h.by_source))
@@ -349,6 +354,9 @@ fn origin(origin: &Origin) -> Markup {
         Verdict::Redacted { reason } => {
             html! { span.status-pending { "redacted" } ": " (reason) }
         }
+        Verdict::ProviderApi { proof } => {
+            html! { span.status-verified { "from the provider's API" } ": " (proof) }
+        }
     };
     let caveat = origin.covers.and_then(Covered::caveat);
     html! {
@@ -414,7 +422,14 @@ pub fn event(who: &Principal, view: &EventView, retried: Option<&str>) -> Markup
         ("Customer", customer),
         ("Deliveries", html! { (event.deliveries) }),
         ("Attempts", html! { (event.attempts) }),
-        ("Signed with secret", html! { "#" (event.signed_with) }),
+        (
+            "Signed with secret",
+            if event.signed_with == crate::signature::Verified::FROM_PROVIDER_API.signed_with {
+                html! { "none: recovered from the provider's API" }
+            } else {
+                html! { "#" (event.signed_with) }
+            },
+        ),
         ("Signature", origin(&view.origin)),
         ("Received", html! { (time(Some(event.received_at))) }),
         (

@@ -72,6 +72,13 @@ pub struct Verified {
     pub signed_with: i32,
 }
 
+impl Verified {
+    /// An event listed by the provider's own API (`hookd reconcile`): no secret
+    /// signed it; the TLS connection made with the source's key proves it. Stored
+    /// as its `signed_with`, which marks its row `origin = 'api'`.
+    pub const FROM_PROVIDER_API: Verified = Verified { signed_with: -1 };
+}
+
 /// Why a delivery was refused. The messages name what was wrong, never secret material.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {

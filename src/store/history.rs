@@ -323,6 +323,8 @@ pub struct SignedDelivery {
     /// When its customer (or, in a kept request, a batch-mate's) was
     /// forgotten: what is kept is no longer what was signed.
     pub redacted_at: Option<DateTime<Utc>>,
+    /// Recovered from the provider's API (`origin = 'api'`), not delivered.
+    pub recovered: bool,
 }
 
 /// The body exactly as received, and the headers its signature depends on.
@@ -339,7 +341,8 @@ pub async fn signed_delivery(
         client,
         "SELECT e.source, e.received_at,
                 CASE WHEN e.request_id IS NULL THEN e.body ELSE r.body END,
-                e.signature_headers, COALESCE(e.redacted_at, r.redacted_at)
+                e.signature_headers, COALESCE(e.redacted_at, r.redacted_at),
+                e.origin = 'api'
              FROM webhook_events e LEFT JOIN event_requests r ON r.id = e.request_id
              WHERE e.id = $1",
         params![&id],
@@ -365,6 +368,7 @@ pub async fn signed_delivery(
         received_at: row.get(1),
         kept: body.zip(headers),
         redacted_at: row.get(4),
+        recovered: row.get(5),
     }))
 }
 

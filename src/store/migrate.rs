@@ -73,6 +73,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(23, "0023_conflicts_kept.sql"),
     migration!(24, "0024_event_requests.sql"),
     migration!(25, "0025_api_idempotency_keys.sql"),
+    migration!(26, "0026_event_origin.sql"),
 ];
 
 /// Arbitrary, fixed: "hookd" in ASCII, so it won't collide with an application's lock.

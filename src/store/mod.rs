@@ -14,6 +14,7 @@ pub mod idempotency;
 mod migrate;
 pub mod payments;
 pub mod purge;
+pub mod reconcile;
 pub mod rollups;
 pub mod sessions;
 pub mod sql;

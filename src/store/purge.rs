@@ -28,18 +28,7 @@ pub async fn lease(
     holder: &[u8],
     term: std::time::Duration,
 ) -> Result<bool, StoreError> {
-    let seconds = term.as_secs_f64();
-    let row = sql::query_opt(
-        client,
-        "INSERT INTO hookd_job_leases AS l (job, holder, expires_at)
-         VALUES ($1, $2, now() + make_interval(secs => $3))
-         ON CONFLICT (job) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-             WHERE l.expires_at < now() OR l.holder = EXCLUDED.holder
-         RETURNING 1",
-        params![&PURGE_JOB, &holder, &seconds],
-    )
-    .await?;
-    Ok(row.is_some())
+    lease_job(client, PURGE_JOB, holder, term).await
 }
 
 /// Ends `holder`'s purge lease, so the next pass need not wait for it to run out.
@@ -51,6 +40,28 @@ pub async fn release(client: &impl Session, holder: &[u8]) -> Result<(), StoreEr
     )
     .await?;
     Ok(())
+}
+
+/// Takes (or, for its holder, extends) the lease of `job` for `term`; `false`
+/// if another holder's lease has not run out.
+pub async fn lease_job(
+    client: &impl Session,
+    job: &str,
+    holder: &[u8],
+    term: std::time::Duration,
+) -> Result<bool, StoreError> {
+    let seconds = term.as_secs_f64();
+    let row = sql::query_opt(
+        client,
+        "INSERT INTO hookd_job_leases AS l (job, holder, expires_at)
+         VALUES ($1, $2, now() + make_interval(secs => $3))
+         ON CONFLICT (job) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+             WHERE l.expires_at < now() OR l.holder = EXCLUDED.holder
+         RETURNING 1",
+        params![&job, &holder, &seconds],
+    )
+    .await?;
+    Ok(row.is_some())
 }
 
 fn tally(rows: &[tokio_postgres::Row], into: &mut ByStatus) -> u64 {

@@ -38,6 +38,7 @@ mod providers_razorpay;
 mod providers_square;
 mod purge;
 mod receive;
+mod reconcile;
 mod reload;
 mod replay;
 mod roles;

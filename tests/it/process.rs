@@ -75,6 +75,11 @@ impl Hookd {
         hookd
     }
 
+    /// A `hookd serve` child started elsewhere, once it answers `/readyz`.
+    pub async fn adopt(child: Child, port: u16) -> Hookd {
+        Self::started(child, port, Duration::from_secs(30)).await
+    }
+
     async fn start(config: &Path, port: u16, db: &TestDb) -> Hookd {
         Self::start_logging(config, port, db, "warn").await
     }

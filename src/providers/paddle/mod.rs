@@ -104,6 +104,12 @@ impl Provider for Paddle {
         "paddle"
     }
 
+    /// Each notification of an event has its own `notification_id`, and the
+    /// event as Paddle's API lists it has none: the same event either way.
+    fn default_fingerprint_ignore(&self) -> Vec<String> {
+        vec!["/notification_id".to_string()]
+    }
+
     fn signed_header_names(&self) -> Vec<&str> {
         vec![HEADER]
     }

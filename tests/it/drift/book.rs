@@ -322,7 +322,13 @@ fn the_configuration_reference_names_every_key_and_no_other() {
                   secrets = [\"whsec_a-secret-of-this-test-0123456789\"]\n";
     let code: [(&str, BTreeSet<String>); 7] = [
         ("Top-level keys", accepted_keys("zz_unknown = 1\n")),
-        ("[[sources]]", accepted_keys(source)),
+        (
+            "[[sources]]",
+            accepted_keys(source)
+                .into_iter()
+                .chain(reconcile_keys())
+                .collect(),
+        ),
         (
             "[[forwards]]",
             accepted_keys("[[forwards]]\nzz_unknown = 1\n"),
@@ -426,7 +432,30 @@ fn variables_read() -> BTreeSet<String> {
     for key in credentials.split('"').skip(1).step_by(2) {
         names.insert(format!("HOOKD_SOURCE_<NAME>_{}", key.to_ascii_uppercase()));
     }
+    // And for each key of a source's reconciling.
+    for key in reconcile_keys() {
+        names.insert(format!("HOOKD_SOURCE_<NAME>_{}", key.to_ascii_uppercase()));
+    }
     names
+}
+
+/// The keys a source takes for reconciling with its provider's API
+/// (`KEYS` in `src/config/reconcile.rs`: read by the source's table as a whole,
+/// so serde's message does not list them).
+fn reconcile_keys() -> Vec<String> {
+    let text =
+        std::fs::read_to_string(root().join("src/config/reconcile.rs")).expect("reconcile.rs");
+    let list = text
+        .split_once("pub const KEYS")
+        .and_then(|(_, rest)| rest.split_once('='))
+        .and_then(|(_, rest)| rest.split_once(';'))
+        .expect("KEYS in src/config/reconcile.rs")
+        .0;
+    list.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
 }
 
 /// Whether `written` (maybe `…_FILE`, maybe with a source's name in place of

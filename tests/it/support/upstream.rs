@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// How the upstream answers one request.
@@ -170,7 +170,10 @@ async fn serve(mut socket: TcpStream, seen: Arc<Mutex<Vec<Seen>>>, script: Scrip
 
 /// One request off the connection (head, then a `Content-Length` body); `None`
 /// when the connection ends first.
-async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Seen> {
+pub async fn read_request<S: AsyncRead + Unpin>(
+    socket: &mut S,
+    buffer: &mut Vec<u8>,
+) -> Option<Seen> {
     let end = loop {
         if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
             break at;

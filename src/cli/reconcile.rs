@@ -1,0 +1,54 @@
+//! `hookd reconcile --source NAME`: one pass over the provider's list of
+//! events (see `reconcile`), printed as one line (or a JSON object).
+
+use chrono::{SecondsFormat, Utc};
+
+use super::CliError;
+use crate::instance::Instance;
+
+pub async fn run(
+    app: &Instance,
+    source: &str,
+    since: Option<&str>,
+    dry_run: bool,
+    json: bool,
+) -> Result<(), CliError> {
+    let settings = app.settings.now();
+    let source = settings
+        .source(source)
+        .ok_or_else(|| CliError::Other(format!("no source named {source:?}")))?;
+    let now = Utc::now();
+    let since = match since {
+        Some(text) => crate::filter::parse_moment("--since", text, now)
+            .map_err(|e| CliError::Other(e.to_string()))?,
+        None => crate::duration::before(now, source.reconcile.window).unwrap_or(now),
+    };
+    if let (Some(earliest), Some(lister)) = (
+        crate::reconcile::earliest(source, now),
+        source.reconcile.lister,
+    ) && since < earliest
+    {
+        return Err(CliError::Other(format!(
+            "--since: {} lists the events of the last {} only",
+            lister.title(),
+            crate::duration::format(lister.max_window())
+        )));
+    }
+    let counts = crate::reconcile::pass(app, source, since, dry_run)
+        .await
+        .map_err(|e| CliError::Other(format!("reconcile {}: {e}", source.name)))?;
+    if json {
+        let value = serde_json::json!({
+            "source": source.name,
+            "since": since.to_rfc3339_opts(SecondsFormat::Secs, true),
+            "listed": counts.listed,
+            "present": counts.present,
+            "recovered": counts.recovered,
+            "conflicts": counts.conflicts,
+        });
+        println!("{value}");
+    } else {
+        println!("{counts}");
+    }
+    Ok(())
+}

@@ -1,0 +1,393 @@
+//! Recovering what a provider never delivered: a pass lists the provider's
+//! events of a window through its API (one file per provider's list API),
+//! compares them with what hookd holds, and stores the missing ones through the
+//! ingest a delivery goes through (dedupe, conflicts, handlers, forwards), as
+//! `origin = 'api'`: no secret signed them, the TLS connection made with the
+//! source's key proves them. A later delivery of one is a duplicate of it.
+//!
+//! `hookd reconcile` runs one pass; `serve` runs one per source with
+//! `reconcile = true` every `reconcile_interval` (jittered), one instance at a
+//! time per source (a job lease, as the purge has).
+
+mod api;
+mod gocardless;
+mod paddle;
+mod paypal;
+mod square;
+mod stripe;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
+
+use crate::config::{Lister, Source};
+use crate::event::IncomingEvent;
+use crate::instance::Instance;
+use crate::shutdown::Shutdown;
+use crate::signature::Verified;
+use crate::store::events::{self, Recorded};
+use crate::store::{self, StoreError};
+use api::Api;
+pub use api::ApiError;
+
+/// Recovered events stored in one ingest at most.
+const INGEST_CHUNK: usize = 64;
+/// How long a reload may take to add a source to the schedule, at most.
+const IDLE_CHECK: Duration = Duration::from_secs(60);
+
+/// What a pass found: events listed by the provider, of them those hookd
+/// holds, those it stored now, and those whose id it holds with another
+/// payload.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    pub listed: u64,
+    pub present: u64,
+    pub recovered: u64,
+    pub conflicts: u64,
+}
+
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} listed, {} present, {} recovered, {} conflicts",
+            self.listed, self.present, self.recovered, self.conflicts
+        )
+    }
+}
+
+/// Why a pass failed (messages say the source apart).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The provider's API failed or refused: its answer, never the key.
+    #[error("{error}")]
+    Api { name: String, error: ApiError },
+    #[error("{problem}")]
+    Unusable { name: String, problem: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How a pass holds its source's lease (a scheduled one; `hookd reconcile`
+/// runs without).
+struct Lease<'a> {
+    job: &'a str,
+    holder: &'a [u8],
+    term: Duration,
+}
+
+/// The name a source's pass is leased under.
+fn job_of(source: &str) -> String {
+    format!("reconcile:{source}")
+}
+
+/// The earliest `since` a source's provider lists events from, as of `now`.
+pub fn earliest(source: &Source, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let lister = source.reconcile.lister?;
+    crate::duration::before(now, lister.max_window())
+}
+
+/// One pass over `source`'s events since `since`: stores the missing ones
+/// (unless `dry_run`, which only counts them as recovered).
+pub async fn pass(
+    app: &Instance,
+    source: &Source,
+    since: DateTime<Utc>,
+    dry_run: bool,
+) -> Result<Counts, ReconcileError> {
+    pass_leased(app, source, since, dry_run, None).await
+}
+
+async fn pass_leased(
+    app: &Instance,
+    source: &Source,
+    since: DateTime<Utc>,
+    dry_run: bool,
+    lease: Option<&Lease<'_>>,
+) -> Result<Counts, ReconcileError> {
+    let unusable = |problem: String| ReconcileError::Unusable {
+        name: source.name.clone(),
+        problem,
+    };
+    let lister = source.reconcile.lister.ok_or_else(|| {
+        unusable(format!(
+            "scheme {:?} has no API listing past events",
+            source.scheme.name()
+        ))
+    })?;
+    let credential = source.reconcile.credential.clone().ok_or_else(|| {
+        unusable(match lister {
+            Lister::PayPal => "set client_id and client_secret to ask PayPal's API".into(),
+            _ => format!("set api_key to ask {}'s API", lister.title()),
+        })
+    })?;
+    let base = source
+        .reconcile
+        .base()
+        .ok_or_else(|| unusable("no api_base".into()))?;
+    let api_error = |error| ReconcileError::Api {
+        name: source.name.clone(),
+        error,
+    };
+    let mut api = Api::new(base, credential).map_err(api_error)?;
+    let mut pager = Pager::new(lister, since, Utc::now());
+    let mut counts = Counts::default();
+    let mut missing: Vec<IncomingEvent> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let no_headers: Vec<(String, String)> = Vec::new();
+    while let Some(items) = pager.next(&mut api).await.map_err(api_error)? {
+        let mut events = Vec::with_capacity(items.len());
+        for item in &items {
+            match IncomingEvent::parse(source, &no_headers, item.get().as_bytes()) {
+                Ok(event) if seen.insert(event.event_id.clone()) => events.push(event),
+                // Listed twice (an event created while paging): counted once.
+                Ok(_) => {}
+                Err(error) => log::warn!(
+                    "reconcile {}: an event the provider listed is not one hookd can \
+                     store ({error}); skipped",
+                    source.name
+                ),
+            }
+        }
+        counts.listed += events.len() as u64;
+        let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+        let stored = {
+            let client = app.pool.get().await.map_err(StoreError::from)?;
+            if let Some(lease) = lease
+                && !store::purge::lease_job(&client, lease.job, lease.holder, lease.term).await?
+            {
+                return Err(unusable(
+                    "the lease ran out and another instance took the pass over; stopped".into(),
+                ));
+            }
+            store::reconcile::stored(&client, &source.name, &ids).await?
+        };
+        for event in events {
+            match stored.get(&event.event_id) {
+                None => missing.push(event),
+                Some(row) if same_event(row, &event) => counts.present += 1,
+                Some(_) => {
+                    counts.conflicts += 1;
+                    log::warn!(
+                        "reconcile {}: event {:?} is stored with another payload than the \
+                         provider lists",
+                        source.name,
+                        event.event_id
+                    );
+                }
+            }
+        }
+    }
+    // Applied in the order they happened.
+    if pager.newest_first() {
+        missing.reverse();
+    }
+    if dry_run {
+        counts.recovered = missing.len() as u64;
+        return Ok(counts);
+    }
+    for chunk in missing.chunks(INGEST_CHUNK) {
+        let outcomes = app
+            .ingester
+            .ingest_all(chunk.to_vec(), Verified::FROM_PROVIDER_API)
+            .await?;
+        for (event, outcome) in chunk.iter().zip(outcomes) {
+            match outcome.recorded {
+                Recorded::New { .. } => counts.recovered += 1,
+                // Delivered meanwhile.
+                Recorded::Duplicate { .. } => counts.present += 1,
+                Recorded::Conflict => {
+                    counts.conflicts += 1;
+                    let mut client = app.pool.get().await.map_err(StoreError::from)?;
+                    events::record_conflict(&mut client, event).await?;
+                }
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// Whether a stored event is the one listed: the same payload, or the same
+/// but for the fields its provider changes between copies of an event.
+fn same_event(stored: &store::reconcile::Stored, event: &IncomingEvent) -> bool {
+    stored.payload_sha256 == event.fingerprint
+        || stored.stable_sha256.as_deref() == Some(&event.stable_fingerprint[..])
+}
+
+/// A provider's list, page by page.
+enum Pager {
+    Stripe(stripe::Pager),
+    Paddle(paddle::Pager),
+    GoCardless(gocardless::Pager),
+    PayPal(paypal::Pager),
+    Square(square::Pager),
+}
+
+/// One page's events, each as the API wrote it.
+type Page = Vec<Box<RawValue>>;
+
+impl Pager {
+    fn new(lister: Lister, since: DateTime<Utc>, until: DateTime<Utc>) -> Self {
+        match lister {
+            Lister::Stripe => Pager::Stripe(stripe::Pager::new(since)),
+            Lister::Paddle => Pager::Paddle(paddle::Pager::new(since)),
+            Lister::GoCardless => Pager::GoCardless(gocardless::Pager::new(since)),
+            Lister::PayPal => Pager::PayPal(paypal::Pager::new(since, until)),
+            Lister::Square => Pager::Square(square::Pager::new(since)),
+        }
+    }
+
+    /// The next page, or `None` after the last.
+    async fn next(&mut self, api: &mut Api) -> Result<Option<Page>, ApiError> {
+        match self {
+            Pager::Stripe(p) => p.next(api).await,
+            Pager::Paddle(p) => p.next(api).await,
+            Pager::GoCardless(p) => p.next(api).await,
+            Pager::PayPal(p) => p.next(api).await,
+            Pager::Square(p) => p.next(api).await,
+        }
+    }
+
+    /// Whether the provider lists the newest events first.
+    fn newest_first(&self) -> bool {
+        match self {
+            Pager::Stripe(_) | Pager::Paddle(_) | Pager::GoCardless(_) | Pager::PayPal(_) => true,
+            Pager::Square(_) => false,
+        }
+    }
+}
+
+/// The `id`-like field of each item of a page, to page on from the last.
+fn last_field(items: &[Box<RawValue>], field: &str) -> Option<String> {
+    let last = items.last()?;
+    let value: serde_json::Value = serde_json::from_str(last.get()).ok()?;
+    value.get(field)?.as_str().map(String::from)
+}
+
+/// `serve`'s passes: each source with `reconcile = true` every
+/// `reconcile_interval`, jittered, under its lease.
+#[derive(Clone)]
+pub struct Reconciler {
+    app: Instance,
+    /// This instance's name in the leases: it keeps a lease it holds.
+    holder: [u8; 16],
+}
+
+impl Reconciler {
+    pub fn new(app: Instance) -> Self {
+        Reconciler {
+            app,
+            holder: rand::random(),
+        }
+    }
+
+    /// Runs the passes as they fall due until shutdown; a reload's sources are
+    /// taken up within `IDLE_CHECK`.
+    pub async fn run_until_stopped(self, mut shutdown: Shutdown) {
+        let mut due: HashMap<String, Instant> = HashMap::new();
+        loop {
+            let settings = self.app.settings.now();
+            let now = Instant::now();
+            let sources: Vec<&Source> = settings
+                .sources
+                .iter()
+                .filter(|s| s.reconcile.enabled)
+                .collect();
+            due.retain(|name, _| sources.iter().any(|s| &s.name == name));
+            for source in &sources {
+                // The first pass soon after start, instances spread apart.
+                due.entry(source.name.clone()).or_insert_with(|| {
+                    // Shown from 0, so an alert sees the first recovery as a rise.
+                    self.app.metrics.reconcile_recovered(&source.name, 0);
+                    now + jittered(source.reconcile.interval / 10)
+                });
+            }
+            for source in &sources {
+                if due
+                    .get(&source.name)
+                    .is_some_and(|at| *at <= Instant::now())
+                {
+                    tokio::select! {
+                        () = self.scheduled(source) => {}
+                        () = shutdown.requested() => return,
+                    }
+                    let interval = source.reconcile.interval;
+                    let next = interval.mul_f64(0.9) + jittered(interval / 5);
+                    due.insert(source.name.clone(), Instant::now() + next);
+                }
+            }
+            let wait = due
+                .values()
+                .min()
+                .map_or(IDLE_CHECK, |at| {
+                    at.saturating_duration_since(Instant::now())
+                })
+                .min(IDLE_CHECK);
+            if !shutdown.sleep(wait).await {
+                return;
+            }
+        }
+    }
+
+    /// One scheduled pass over `source`, unless another instance holds its lease.
+    async fn scheduled(&self, source: &Source) {
+        let job = job_of(&source.name);
+        // Held past this pass, for most of the interval: the next pass is
+        // this instance's again, or another's once it ran out.
+        let term = source.reconcile.interval.mul_f64(0.8);
+        let lease = Lease {
+            job: &job,
+            holder: &self.holder,
+            term,
+        };
+        match self.app.pool.get().await {
+            Ok(client) => match store::purge::lease_job(&client, &job, &self.holder, term).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    log::debug!("reconcile {}: another instance holds the pass", source.name);
+                    return;
+                }
+                Err(error) => {
+                    self.failed(source, &error.to_string());
+                    return;
+                }
+            },
+            Err(error) => {
+                self.failed(source, &StoreError::from(error).to_string());
+                return;
+            }
+        }
+        let now = Utc::now();
+        let since = crate::duration::before(now, source.reconcile.window).unwrap_or(now);
+        match pass_leased(&self.app, source, since, false, Some(&lease)).await {
+            Ok(counts) => {
+                self.app.metrics.reconcile_run(&source.name, true);
+                self.app
+                    .metrics
+                    .reconcile_recovered(&source.name, counts.recovered);
+                if counts.recovered > 0 || counts.conflicts > 0 {
+                    log::warn!("reconcile {}: {counts}", source.name);
+                } else {
+                    log::info!("reconcile {}: {counts}", source.name);
+                }
+            }
+            Err(error) => self.failed(source, &error.to_string()),
+        }
+    }
+
+    fn failed(&self, source: &Source, problem: &str) {
+        self.app.metrics.reconcile_run(&source.name, false);
+        log::warn!(
+            "reconcile {}: {problem}; next pass in about {}",
+            source.name,
+            crate::duration::format(source.reconcile.interval)
+        );
+    }
+}
+
+/// A random share of `up_to`.
+fn jittered(up_to: Duration) -> Duration {
+    up_to.mul_f64(rand::random::<f64>())
+}

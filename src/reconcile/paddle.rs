@@ -1,0 +1,92 @@
+//! Paddle's list of events: `GET /events`, newest first (`order_by=id[DESC]`),
+//! 200 a page, paged on with the `after` cursor its `meta.pagination.next`
+//! names while `has_more`; the list has no time filter, so paging stops at the
+//! first event that `occurred_at` before the window. Paddle lists 90 days.
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+use super::Page;
+use super::api::{Api, ApiError, Call};
+
+const PATH: &str = "/events";
+
+pub struct Pager {
+    since: DateTime<Utc>,
+    after: Option<String>,
+    done: bool,
+}
+
+#[derive(Deserialize)]
+struct List {
+    data: Page,
+    meta: Meta,
+}
+
+#[derive(Deserialize)]
+struct Meta {
+    pagination: Pagination,
+}
+
+#[derive(Deserialize)]
+struct Pagination {
+    next: Option<String>,
+    #[serde(default)]
+    has_more: bool,
+}
+
+#[derive(Deserialize)]
+struct Occurred {
+    occurred_at: DateTime<Utc>,
+}
+
+impl Pager {
+    pub fn new(since: DateTime<Utc>) -> Self {
+        Pager {
+            since,
+            after: None,
+            done: false,
+        }
+    }
+
+    pub async fn next(&mut self, api: &mut Api) -> Result<Option<Page>, ApiError> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut query = vec![
+            ("order_by", "id[DESC]".to_string()),
+            ("per_page", "200".to_string()),
+        ];
+        if let Some(after) = &self.after {
+            query.push(("after", after.clone()));
+        }
+        let body = api.send(&Call::get(PATH, query)).await?;
+        let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, e))?;
+        let mut page = Vec::with_capacity(list.data.len());
+        for item in list.data {
+            let at: Occurred =
+                serde_json::from_str(item.get()).map_err(|e| api.malformed(PATH, e))?;
+            if at.occurred_at < self.since {
+                self.done = true;
+                break;
+            }
+            page.push(item);
+        }
+        let pagination = list.meta.pagination;
+        self.after = pagination
+            .next
+            .as_deref()
+            .and_then(|next| cursor(next, "after"));
+        self.done |= !pagination.has_more || self.after.is_none();
+        Ok(Some(page))
+    }
+}
+
+/// The value of `name` in the query of a next-page link (absolute or not): the
+/// link's host is never asked, only the source's `api_base`.
+pub(super) fn cursor(link: &str, name: &str) -> Option<String> {
+    let query = link.split_once('?')?.1;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.into_owned())
+}

@@ -1,0 +1,65 @@
+//! PayPal's list of event notifications: `GET /v1/notifications/webhooks-events`
+//! with `start_time` and `end_time`, newest first, paged on by the `links`
+//! entry whose `rel` is `next` (its query, sent to the source's `api_base`).
+//! The bearer token comes from the client credentials (`POST /v1/oauth2/token`).
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Deserialize;
+
+use super::Page;
+use super::api::{Api, ApiError, Call};
+
+const PATH: &str = "/v1/notifications/webhooks-events";
+
+pub struct Pager {
+    /// The next request's query; `None` once the last page was read.
+    query: Option<Vec<(String, String)>>,
+}
+
+#[derive(Deserialize)]
+struct List {
+    #[serde(default)]
+    events: Page,
+    #[serde(default)]
+    links: Vec<Link>,
+}
+
+#[derive(Deserialize)]
+struct Link {
+    href: String,
+    rel: String,
+}
+
+impl Pager {
+    pub fn new(since: DateTime<Utc>, until: DateTime<Utc>) -> Self {
+        let time = |t: DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
+        Pager {
+            query: Some(vec![
+                ("page_size".into(), "300".into()),
+                ("start_time".into(), time(since)),
+                ("end_time".into(), time(until)),
+            ]),
+        }
+    }
+
+    pub async fn next(&mut self, api: &mut Api) -> Result<Option<Page>, ApiError> {
+        let Some(query) = self.query.take() else {
+            return Ok(None);
+        };
+        let pairs = query.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let body = api.send(&Call::get(PATH, pairs)).await?;
+        let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, e))?;
+        self.query = list
+            .links
+            .iter()
+            .find(|link| link.rel == "next")
+            .and_then(|link| link.href.split_once('?'))
+            .map(|(_, query)| {
+                form_urlencoded::parse(query.as_bytes())
+                    .into_owned()
+                    .collect()
+            })
+            .filter(|next: &Vec<(String, String)>| !list.events.is_empty() && *next != query);
+        Ok(Some(list.events))
+    }
+}

@@ -1,0 +1,844 @@
+//! `hookd reconcile` and `serve`'s own pass, through the real binary, against
+//! a provider's list API served here over HTTPS (a CA made for the test, which
+//! hookd trusts through `SSL_CERT_FILE`): the events a provider never
+//! delivered are stored once and applied once, as `origin = 'api'`; a second
+//! pass recovers nothing; a later signed delivery of a recovered event is a
+//! duplicate of it; paging, 429s and refusals are the provider's documented ones.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use crate::support::upstream::{Seen, read_request};
+use crate::support::{TestApp, run_hookd_with, spawn_app, stripe_event, wait_for};
+
+/// The key the test's provider accepts.
+const KEY: &str = "rk_test_reconcile_0123456789abcdef";
+
+/// An answer of the fake provider: status, extra headers, body.
+pub type Answer = (u16, Vec<(String, String)>, String);
+type Handler = dyn Fn(&Seen) -> Answer + Send + Sync;
+
+/// A provider's API over HTTPS on loopback, answering with `handler`, keeping
+/// each request it got.
+pub struct ProviderApi {
+    pub url: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    task: tokio::task::JoinHandle<()>,
+    /// The CA file hookd is told to trust, and a folder that holds no roots.
+    trust: Vec<(&'static str, String)>,
+}
+
+impl Drop for ProviderApi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ProviderApi {
+    pub async fn start(handler: impl Fn(&Seen) -> Answer + Send + Sync + 'static) -> ProviderApi {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let pki = crate::tls::pki();
+        let certs = vec![CertificateDer::from_pem_slice(pki.server_cert.as_bytes()).expect("cert")];
+        let key = PrivateKeyDer::from_pem_slice(pki.server_key.as_bytes()).expect("key");
+        let config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .expect("server config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let handler: Arc<Handler> = Arc::new(handler);
+        let kept = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, kept, handler) = (acceptor.clone(), kept.clone(), handler.clone());
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        serve(tls, kept, handler).await;
+                    }
+                });
+            }
+        });
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let ca = dir.join(format!("reconcile-ca-{}-{port}.pem", std::process::id()));
+        std::fs::write(&ca, &pki.ca).expect("CA file");
+        let trust = vec![
+            ("SSL_CERT_FILE", ca.display().to_string()),
+            (
+                "SSL_CERT_DIR",
+                dir.join("no-such-dir").display().to_string(),
+            ),
+        ];
+        ProviderApi {
+            url: format!("https://localhost:{port}"),
+            seen,
+            task,
+            trust,
+        }
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().expect("seen").clone()
+    }
+
+    /// The environment making `source` ask this API with `key`, trusting its CA.
+    pub fn env(&self, source: &str, key: &str, database: String) -> Vec<(&'static str, String)> {
+        let upper = source.to_ascii_uppercase();
+        let mut env = self.trust.clone();
+        env.push(("DATABASE_URL", database));
+        env.push((
+            leak(format!("HOOKD_SOURCE_{upper}_API_KEY")),
+            key.to_string(),
+        ));
+        env.push((
+            leak(format!("HOOKD_SOURCE_{upper}_API_BASE")),
+            self.url.clone(),
+        ));
+        env
+    }
+}
+
+fn leak(text: String) -> &'static str {
+    Box::leak(text.into_boxed_str())
+}
+
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    handler: Arc<Handler>,
+) {
+    let mut buffer = Vec::new();
+    while let Some(request) = read_request(&mut stream, &mut buffer).await {
+        let (status, headers, body) = handler(&request);
+        seen.lock().expect("seen").push(request);
+        let mut head = format!(
+            "HTTP/1.1 {status} Whatever\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        );
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str("\r\n");
+        if stream.write_all(head.as_bytes()).await.is_err()
+            || stream.write_all(body.as_bytes()).await.is_err()
+            || stream.flush().await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// The query of a request's target, decoded.
+pub fn query_of(seen: &Seen) -> Vec<(String, String)> {
+    let query = seen.target.split_once('?').map_or("", |(_, q)| q);
+    form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect()
+}
+
+pub fn param(seen: &Seen, name: &str) -> Option<String> {
+    query_of(seen)
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+}
+
+/// A paid Stripe event as the API lists it (`pending_webhooks` as it is now).
+fn paid(id: &str, pending_webhooks: i64) -> Value {
+    let mut event = stripe_event(
+        id,
+        "payment_intent.succeeded",
+        json!({"id": format!("pi_{id}"), "object": "payment_intent", "amount": 1200,
+               "amount_received": 1200, "currency": "eur", "status": "succeeded"}),
+    );
+    // An hour ago, the same for every copy of the event this test makes.
+    static CREATED: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    event["created"] = json!(CREATED.get_or_init(|| chrono::Utc::now().timestamp() - 3600));
+    event["pending_webhooks"] = json!(pending_webhooks);
+    event["request"] = json!({"id": null, "idempotency_key": null});
+    event
+}
+
+/// Stripe's `GET /v1/events`, newest first, `page` events a page, refusing
+/// any key but `KEY`.
+fn stripe_list(events: Vec<Value>, page: usize) -> impl Fn(&Seen) -> Answer + Send + Sync {
+    move |seen: &Seen| {
+        if seen.header("authorization") != Some(&format!("Bearer {KEY}")) {
+            let shown = seen.header("authorization").unwrap_or_default().to_string();
+            let body = json!({"error": {"type": "invalid_request_error",
+                "message": format!("Invalid API Key provided: {}", shown.trim_start_matches("Bearer "))}});
+            return (401, vec![], body.to_string());
+        }
+        assert!(seen.target.starts_with("/v1/events?"), "{}", seen.target);
+        let start = match param(seen, "starting_after") {
+            Some(after) => {
+                events
+                    .iter()
+                    .position(|e| e["id"] == after.as_str())
+                    .expect("a listed id")
+                    + 1
+            }
+            None => 0,
+        };
+        let data: Vec<&Value> = events.iter().skip(start).take(page).collect();
+        let has_more = start + data.len() < events.len();
+        let body =
+            json!({"object": "list", "url": "/v1/events", "has_more": has_more, "data": data});
+        (200, vec![], body.to_string())
+    }
+}
+
+async fn reconcile(
+    api: &ProviderApi,
+    app: &TestApp,
+    key: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let mut args = vec!["reconcile", "--source", "stripe"];
+    args.extend(extra);
+    run_hookd_with(&args, &api.env("stripe", key, app.database_url())).await
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn what_stripe_never_delivered_is_recovered_once_and_a_later_delivery_is_a_duplicate() {
+    let app = spawn_app().await;
+    // Delivered: hookd holds it (the API lists it with another pending_webhooks).
+    let mut delivered = paid("evt_rc_delivered", 2);
+    app.deliver_ok("stripe", &delivered).await;
+    delivered["pending_webhooks"] = json!(0);
+    let mut listed: Vec<Value> = (1..=4)
+        .rev()
+        .map(|i| paid(&format!("evt_rc_{i}"), 0))
+        .collect();
+    listed.push(delivered);
+    let api = ProviderApi::start(stripe_list(listed, 2)).await;
+
+    let out = reconcile(&api, &app, KEY, &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "5 listed, 1 present, 4 recovered, 0 conflicts\n"
+    );
+    // Three pages of two, each after the last id of the one before.
+    let seen = api.seen();
+    assert_eq!(seen.len(), 3, "{seen:#?}");
+    assert!(seen.iter().all(|s| s.method == "GET"));
+    assert_eq!(param(&seen[0], "starting_after"), None);
+    assert_eq!(
+        param(&seen[1], "starting_after").as_deref(),
+        Some("evt_rc_3")
+    );
+    assert_eq!(
+        param(&seen[2], "starting_after").as_deref(),
+        Some("evt_rc_1")
+    );
+    let since: i64 = param(&seen[0], "created[gte]")
+        .expect("created[gte]")
+        .parse()
+        .expect("a timestamp");
+    let window = chrono::Utc::now().timestamp() - since;
+    assert!(
+        (72 * 3600 - 60..=72 * 3600 + 60).contains(&window),
+        "{window}"
+    );
+
+    // Stored once, as recovered, and applied once: a payment each.
+    let recovered = "SELECT count(*) FROM webhook_events WHERE origin = 'api' \
+                     AND status = 'processed' AND event_id LIKE 'evt_rc_%'";
+    assert_eq!(app.count(recovered, &[]).await, 4);
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_events WHERE origin = 'delivery'",
+            &[]
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM payments WHERE source = 'stripe' AND status = 'succeeded' \
+             AND payment_id LIKE 'pi_evt_rc_%'",
+            &[]
+        )
+        .await,
+        5
+    );
+
+    // A second pass finds them all.
+    let out = reconcile(&api, &app, KEY, &["--json"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(answer["source"], "stripe");
+    assert_eq!(
+        (
+            &answer["listed"],
+            &answer["present"],
+            &answer["recovered"],
+            &answer["conflicts"]
+        ),
+        (&json!(5), &json!(5), &json!(0), &json!(0))
+    );
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(answer["since"].as_str().expect("since")).is_ok(),
+        "{answer}"
+    );
+
+    // Stripe's late delivery of a recovered event: a duplicate, not a conflict.
+    let late = paid("evt_rc_2", 1);
+    let answer = app.deliver_ok("stripe", &late).await;
+    assert_eq!(answer.header("Idempotent-Replayed"), Some("true"));
+    let row = &app
+        .query(
+            "SELECT deliveries, origin FROM webhook_events WHERE event_id = 'evt_rc_2'",
+            &[],
+        )
+        .await[0];
+    assert_eq!(
+        (row.get::<_, i32>(0), row.get::<_, String>(1)),
+        (2, "api".into())
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM event_conflicts", &[]).await,
+        0
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_event_attempts a JOIN webhook_events e \
+             ON e.id = a.webhook_event_id WHERE e.event_id = 'evt_rc_2'",
+            &[]
+        )
+        .await,
+        1
+    );
+
+    // The desk says where a recovered event's proof comes from.
+    let id = app.event_row_id("evt_rc_2").await;
+    let shown = crate::support::run_hookd(
+        &["events", "verify", &id.to_string(), "--json"],
+        Some(app.database_url()),
+    )
+    .await;
+    let origin: Value = serde_json::from_slice(&shown.stdout).expect("json");
+    assert_eq!(origin["status"], "provider_api", "{origin}");
+    let page = app.viewer().get(&format!("/admin/events/{id}")).await;
+    let page = String::from_utf8_lossy(&page.body).into_owned();
+    assert!(
+        page.contains("recovered from the provider&#39;s API")
+            || page.contains("recovered from the provider's API"),
+        "{page}"
+    );
+    let board = app
+        .app
+        .desk
+        .dashboard(chrono::Utc::now())
+        .await
+        .expect("dashboard");
+    assert_eq!(board.recovered_7_days, 4);
+    let page = String::from_utf8_lossy(&app.viewer().get("/admin").await.body).into_owned();
+    assert!(page.contains("(last 7 days)"), "{page}");
+    assert!(page.contains(">4 events<"), "{page}");
+}
+
+#[tokio::test]
+async fn a_dry_run_counts_and_stores_nothing() {
+    let app = spawn_app().await;
+    let api = ProviderApi::start(stripe_list(vec![paid("evt_rc_dry", 0)], 100)).await;
+    let out = reconcile(&api, &app, KEY, &["--dry-run", "--since", "1h"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "1 listed, 0 present, 1 recovered, 0 conflicts\n"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        0
+    );
+    let since: i64 = param(&api.seen()[0], "created[gte]")
+        .expect("created[gte]")
+        .parse()
+        .expect("timestamp");
+    let age = chrono::Utc::now().timestamp() - since;
+    assert!((3540..=3660).contains(&age), "{age}");
+
+    // Beyond what Stripe lists: refused before asking.
+    let out = reconcile(&api, &app, KEY, &["--since", "45d"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("30d"), "{}", stderr(&out));
+    assert_eq!(api.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn a_wrong_key_or_an_unreachable_api_fails_in_one_line_without_the_key() {
+    let app = spawn_app().await;
+    let api = ProviderApi::start(stripe_list(vec![paid("evt_rc_never", 0)], 100)).await;
+    let wrong = "rk_test_wrong_key_never_shown_42";
+    let out = reconcile(&api, &app, wrong, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let said = stderr(&out);
+    let lines: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{said}");
+    assert!(lines[0].contains("reconcile stripe"), "{said}");
+    assert!(lines[0].contains("401"), "{said}");
+    assert!(lines[0].contains("Invalid API Key provided"), "{said}");
+    assert!(
+        !said.contains(wrong) && !said.contains("wrong_key"),
+        "{said}"
+    );
+    assert!(stdout(&out).is_empty());
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        0
+    );
+
+    // Nothing listens there.
+    let refusing = crate::support::upstream::refusing_url().replace("http://", "https://");
+    let mut env = api.env("stripe", KEY, app.database_url());
+    env.retain(|(k, _)| *k != "HOOKD_SOURCE_STRIPE_API_BASE");
+    env.push(("HOOKD_SOURCE_STRIPE_API_BASE", refusing));
+    let out = run_hookd_with(&["reconcile", "--source", "stripe"], &env).await;
+    assert_eq!(out.status.code(), Some(1));
+    let said = stderr(&out);
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    assert!(
+        said.contains("reconcile stripe") && said.contains("cannot reach"),
+        "{said}"
+    );
+    assert!(!said.contains(KEY), "{said}");
+
+    // A plain-HTTP API beyond loopback is refused with the configuration.
+    env.retain(|(k, _)| *k != "HOOKD_SOURCE_STRIPE_API_BASE");
+    env.push((
+        "HOOKD_SOURCE_STRIPE_API_BASE",
+        "http://api.example.com".into(),
+    ));
+    let out = run_hookd_with(&["reconcile", "--source", "stripe"], &env).await;
+    assert_eq!(out.status.code(), Some(78));
+    assert!(stderr(&out).contains("must be https"), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn a_429_is_waited_out_as_retry_after_asks() {
+    let app = spawn_app().await;
+    let calls = Arc::new(Mutex::new(0));
+    let list = stripe_list(vec![paid("evt_rc_busy", 0)], 100);
+    let counted = calls.clone();
+    let api = ProviderApi::start(move |seen: &Seen| {
+        let mut calls = counted.lock().expect("calls");
+        *calls += 1;
+        if *calls == 1 {
+            let body = json!({"error": {"message": "Too many requests"}}).to_string();
+            return (429, vec![("Retry-After".into(), "2".into())], body);
+        }
+        list(seen)
+    })
+    .await;
+    let started = Instant::now();
+    let out = reconcile(&api, &app, KEY, &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert_eq!(
+        stdout(&out),
+        "1 listed, 0 present, 1 recovered, 0 conflicts\n"
+    );
+    assert_eq!(api.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn serve_runs_the_pass_itself_under_its_lease() {
+    let db = crate::support::TestDb::create().await;
+    let database = crate::support::cluster().connection_string(&db.name);
+    let api = ProviderApi::start(stripe_list(
+        vec![paid("evt_rc_served_2", 0), paid("evt_rc_served_1", 0)],
+        1,
+    ))
+    .await;
+    let port = crate::process::free_port();
+    let config = crate::process::write_config(port, "reconcile-serve");
+    let mut env = api.env("stripe", KEY, database.clone());
+    env.push(("HOOKD_SOURCE_STRIPE_RECONCILE", "true".into()));
+    env.push(("HOOKD_SOURCE_STRIPE_RECONCILE_INTERVAL", "10s".into()));
+    env.push(("RUST_LOG", "info".into()));
+    let log = std::fs::File::create(config.with_extension("log")).expect("log");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn hookd");
+    let hookd = crate::process::Hookd::adopt(child, port).await;
+    let client = crate::support::connect(db.config()).await;
+    let count = |sql: &'static str| {
+        let client = &client;
+        async move {
+            client
+                .query_one(sql, &[])
+                .await
+                .expect("count")
+                .get::<_, i64>(0)
+        }
+    };
+    wait_for(
+        "serve's pass to recover both",
+        Duration::from_secs(30),
+        || async {
+            (count("SELECT count(*) FROM webhook_events WHERE origin = 'api'").await == 2)
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        count("SELECT count(*) FROM payments WHERE payment_id LIKE 'pi_evt_rc_served_%'").await,
+        2
+    );
+    // Its lease, held for most of the interval.
+    assert_eq!(
+        count("SELECT count(*) FROM hookd_job_leases WHERE job = 'reconcile:stripe' AND expires_at > now()")
+            .await,
+        1
+    );
+    let (status, text) = metrics_text(&hookd.base).await;
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("hookd_reconcile_recovered_total{source=\"stripe\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hookd_reconcile_runs_total{source=\"stripe\",result=\"ok\"} 1"),
+        "{text}"
+    );
+    // Paged one event at a time.
+    assert_eq!(api.seen().len(), 2);
+    drop(hookd);
+    let log = std::fs::read_to_string(config.with_extension("log")).expect("log");
+    assert!(
+        log.contains("2 listed, 0 present, 2 recovered, 0 conflicts"),
+        "{log}"
+    );
+    assert!(!log.contains(KEY));
+}
+
+async fn metrics_text(base: &str) -> (u16, String) {
+    let response = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("metrics");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("text"))
+}
+
+/// `hookd reconcile --source NAME` with `env` on top of the API's trust.
+async fn reconcile_source(
+    api: &ProviderApi,
+    app: &TestApp,
+    source: &str,
+    credentials: &[(&'static str, String)],
+) -> std::process::Output {
+    let mut env = api.trust.clone();
+    env.push(("DATABASE_URL", app.database_url()));
+    env.push((
+        leak(format!(
+            "HOOKD_SOURCE_{}_API_BASE",
+            source.to_ascii_uppercase()
+        )),
+        api.url.clone(),
+    ));
+    env.extend(credentials.iter().cloned());
+    run_hookd_with(&["reconcile", "--source", source], &env).await
+}
+
+fn an_hour_ago() -> String {
+    (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339()
+}
+
+fn bearer(seen: &Seen, token: &str) -> bool {
+    seen.header("authorization") == Some(&format!("Bearer {token}"))
+}
+
+const REFUSED: (u16, &str) = (401, r#"{"error":{"detail":"bad key"}}"#);
+
+fn refused() -> Answer {
+    (REFUSED.0, vec![], REFUSED.1.to_string())
+}
+
+async fn recovered_of(app: &TestApp, source: &str) -> i64 {
+    app.count(
+        "SELECT count(*) FROM webhook_events WHERE source = $1 AND origin = 'api' AND signed_with = -1",
+        &[&source],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn paddle_is_paged_by_its_after_cursor_and_a_later_notification_is_a_duplicate() {
+    let app = spawn_app().await;
+    let event = |i: u32| {
+        json!({"event_id": format!("evt_01rcpaddle{i}"), "event_type": "customer.created",
+               "occurred_at": an_hour_ago(), "data": {"id": format!("ctm_{i}")}})
+    };
+    // Newest first; the last one is older than the window and ends the paging.
+    let mut old = event(0);
+    old["occurred_at"] = json!((chrono::Utc::now() - chrono::Duration::days(10)).to_rfc3339());
+    let listed = vec![event(3), event(2), event(1), old];
+    let served = listed.clone();
+    let api = ProviderApi::start(move |seen: &Seen| {
+        if !bearer(seen, "pdl_apikey_test") {
+            return refused();
+        }
+        assert_eq!(param(seen, "order_by").as_deref(), Some("id[DESC]"));
+        let start = match param(seen, "after") {
+            Some(after) => served.iter().position(|e| e["event_id"] == after.as_str()).expect("id") + 1,
+            None => 0,
+        };
+        let data: Vec<&Value> = served.iter().skip(start).take(2).collect();
+        let last = data.last().map(|e| e["event_id"].clone()).unwrap_or_default();
+        let has_more = start + data.len() < served.len();
+        let next = format!("https://api.paddle.com/events?after={}", last.as_str().unwrap_or(""));
+        let body = json!({"data": data, "meta": {"request_id": "r",
+            "pagination": {"per_page": 2, "next": next, "has_more": has_more, "estimated_total": 4}}});
+        (200, vec![], body.to_string())
+    })
+    .await;
+    let key = [("HOOKD_SOURCE_PADDLE_API_KEY", "pdl_apikey_test".to_string())];
+    let out = reconcile_source(&api, &app, "paddle", &key).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "3 listed, 0 present, 3 recovered, 0 conflicts\n"
+    );
+    assert_eq!(api.seen().len(), 2);
+    assert_eq!(
+        param(&api.seen()[1], "after").as_deref(),
+        Some("evt_01rcpaddle2")
+    );
+    assert_eq!(recovered_of(&app, "paddle").await, 3);
+
+    // Paddle's notification of one of them: the same event, with its own id.
+    let mut notified = listed[0].clone();
+    notified["notification_id"] = json!("ntf_01rcpaddle3");
+    let answer = app.deliver_ok("paddle", &notified).await;
+    assert_eq!(answer.header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(
+        app.count("SELECT count(*) FROM event_conflicts", &[]).await,
+        0
+    );
+    let out = reconcile_source(&api, &app, "paddle", &key).await;
+    assert_eq!(
+        stdout(&out),
+        "3 listed, 3 present, 0 recovered, 0 conflicts\n"
+    );
+}
+
+#[tokio::test]
+async fn gocardless_is_paged_by_its_cursor_with_its_version_header() {
+    let app = spawn_app().await;
+    let event = |i: u32| {
+        json!({"id": format!("EVRC{i}"), "created_at": an_hour_ago(),
+               "resource_type": "payments", "action": "confirmed",
+               "links": {"payment": format!("PMRC{i}")}, "details": {"origin": "gocardless",
+               "cause": "payment_confirmed"}, "metadata": {}})
+    };
+    let listed = [event(3), event(2), event(1)];
+    let api = ProviderApi::start(move |seen: &Seen| {
+        if !bearer(seen, "live_gc_token") || seen.header("gocardless-version") != Some("2015-07-06") {
+            return refused();
+        }
+        assert!(param(seen, "created_at[gte]").is_some(), "{}", seen.target);
+        let start = match param(seen, "after") {
+            Some(after) => listed.iter().position(|e| e["id"] == after.as_str()).expect("id") + 1,
+            None => 0,
+        };
+        let events: Vec<&Value> = listed.iter().skip(start).take(2).collect();
+        let after = if start + events.len() < listed.len() {
+            events.last().map(|e| e["id"].clone()).unwrap_or(Value::Null)
+        } else {
+            Value::Null
+        };
+        let body = json!({"events": events, "meta": {"cursors": {"before": null, "after": after}, "limit": 2}});
+        (200, vec![], body.to_string())
+    })
+    .await;
+    let key = [(
+        "HOOKD_SOURCE_GOCARDLESS_API_KEY",
+        "live_gc_token".to_string(),
+    )];
+    let out = reconcile_source(&api, &app, "gocardless", &key).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "3 listed, 0 present, 3 recovered, 0 conflicts\n"
+    );
+    assert_eq!(api.seen().len(), 2);
+    assert_eq!(recovered_of(&app, "gocardless").await, 3);
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM payments WHERE source = 'gocardless' AND payment_id LIKE 'PMRC%'",
+            &[]
+        )
+        .await,
+        3
+    );
+}
+
+#[tokio::test]
+async fn paypal_exchanges_its_client_credentials_and_follows_the_next_link() {
+    let app = spawn_app().await;
+    let event = |i: u32| {
+        json!({"id": format!("WH-RC-{i}"), "event_version": "1.0", "create_time": an_hour_ago(),
+               "resource_type": "capture", "event_type": "PAYMENT.CAPTURE.COMPLETED",
+               "summary": "Payment completed",
+               "resource": {"id": format!("CAPRC{i}"), "status": "COMPLETED",
+                            "amount": {"currency_code": "USD", "value": "10.00"}},
+               "links": []})
+    };
+    let listed = [event(2), event(1)];
+    let api = ProviderApi::start(move |seen: &Seen| {
+        if seen.target == "/v1/oauth2/token" {
+            use base64::Engine;
+            let basic = base64::engine::general_purpose::STANDARD.encode("pp-client:pp-secret");
+            if seen.method != "POST" || seen.header("authorization") != Some(&format!("Basic {basic}"))
+                || seen.body != b"grant_type=client_credentials"
+            {
+                return (401, vec![], r#"{"error":"invalid_client","error_description":"Client Authentication failed"}"#.into());
+            }
+            return (200, vec![], json!({"access_token": "A21-token", "token_type": "Bearer", "expires_in": 32400}).to_string());
+        }
+        if !bearer(seen, "A21-token") {
+            return refused();
+        }
+        assert!(param(seen, "start_time").is_some() && param(seen, "end_time").is_some());
+        let page: usize = param(seen, "page").map_or(0, |p| p.parse().expect("page"));
+        let mut links = vec![];
+        if page + 1 < listed.len() {
+            let next = format!(
+                "https://api-m.paypal.com/v1/notifications/webhooks-events?page_size=1&start_time={}&end_time={}&page={}",
+                param(seen, "start_time").unwrap_or_default(),
+                param(seen, "end_time").unwrap_or_default(),
+                page + 1
+            );
+            links.push(json!({"href": next, "rel": "next", "method": "GET"}));
+        }
+        let body = json!({"events": [listed[page]], "count": 1, "links": links});
+        (200, vec![], body.to_string())
+    })
+    .await;
+    let credentials = [
+        ("HOOKD_SOURCE_PAYPAL_CLIENT_ID", "pp-client".to_string()),
+        ("HOOKD_SOURCE_PAYPAL_CLIENT_SECRET", "pp-secret".to_string()),
+    ];
+    let out = reconcile_source(&api, &app, "paypal", &credentials).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "2 listed, 0 present, 2 recovered, 0 conflicts\n"
+    );
+    // The token once, then two pages.
+    assert_eq!(api.seen().len(), 3);
+    assert_eq!(recovered_of(&app, "paypal").await, 2);
+
+    // A wrong secret: PayPal's answer, not the secret.
+    let wrong = [
+        ("HOOKD_SOURCE_PAYPAL_CLIENT_ID", "pp-client".to_string()),
+        (
+            "HOOKD_SOURCE_PAYPAL_CLIENT_SECRET",
+            "pp-wrong-secret".to_string(),
+        ),
+    ];
+    let out = reconcile_source(&api, &app, "paypal", &wrong).await;
+    assert_eq!(out.status.code(), Some(1));
+    let said = stderr(&out);
+    assert!(said.contains("Client Authentication failed"), "{said}");
+    assert!(!said.contains("pp-wrong-secret"), "{said}");
+}
+
+#[tokio::test]
+async fn square_searches_with_its_cursor_and_the_same_query() {
+    let app = spawn_app().await;
+    let event = |i: u32| {
+        json!({"merchant_id": "MRC", "location_id": "LRC", "type": "customer.created",
+               "event_id": format!("rc-square-{i}"), "created_at": an_hour_ago(),
+               "data": {"type": "customer", "id": format!("CUST{i}"), "object": {}}})
+    };
+    let listed = [event(1), event(2), event(3)];
+    let api = ProviderApi::start(move |seen: &Seen| {
+        if !bearer(seen, "EAAA-square-token")
+            || seen.method != "POST"
+            || seen.target != "/v2/events"
+        {
+            return refused();
+        }
+        let search: Value = serde_json::from_slice(&seen.body).expect("json");
+        assert!(
+            search["query"]["filter"]["created_at"]["start_at"].is_string(),
+            "{search}"
+        );
+        let start: usize = search["cursor"]
+            .as_str()
+            .map_or(0, |c| c.parse().expect("cursor"));
+        let events: Vec<&Value> = listed.iter().skip(start).take(2).collect();
+        let mut body = json!({"events": events, "metadata": []});
+        if start + events.len() < listed.len() {
+            body["cursor"] = json!((start + events.len()).to_string());
+        }
+        (200, vec![], body.to_string())
+    })
+    .await;
+    let key = [(
+        "HOOKD_SOURCE_SQUARE_API_KEY",
+        "EAAA-square-token".to_string(),
+    )];
+    let out = reconcile_source(&api, &app, "square", &key).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "3 listed, 0 present, 3 recovered, 0 conflicts\n"
+    );
+    assert_eq!(api.seen().len(), 2);
+    assert_eq!(recovered_of(&app, "square").await, 3);
+}
+
+#[tokio::test]
+async fn reconcile_on_a_provider_without_a_list_of_past_events_stops_check_config() {
+    for (source, offers) in [
+        ("ADYEN", "Customer Area"),
+        ("RAZORPAY", "Dashboard"),
+        ("CHECKOUT", "by payment"),
+        ("BRAINTREE", "transactions"),
+    ] {
+        let var = format!("HOOKD_SOURCE_{source}_RECONCILE");
+        let out = crate::support::check_config("", &[(var.as_str(), "true")]).await;
+        assert_eq!(out.status.code(), Some(78), "{source}");
+        let said = stderr(&out);
+        let lines: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{said}");
+        assert!(
+            lines[0].contains(".reconcile") && lines[0].contains(offers),
+            "{said}"
+        );
+    }
+    // Where the provider lists its events, the same is accepted (with a key).
+    let out = crate::support::check_config(
+        "",
+        &[
+            ("HOOKD_SOURCE_STRIPE_RECONCILE", "true"),
+            ("HOOKD_SOURCE_STRIPE_API_KEY", "rk_test_check"),
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+}
