@@ -17,13 +17,12 @@
 //! ratios hookd / pgbench, measured seconds apart in alternating rounds on the
 //! same cluster, and the CPU each spends per event.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use hookd_kit::bench::{BenchCluster, Cpu};
-use hookd_kit::load::{MAX_REQUESTS, Report, closed_loop, ms, open_loop, percentile};
-use hookd_kit::pgbench::Script;
-use hookd_kit::{bench, cluster, load};
+use hookd_kit::bench::{self, Cpu};
+use hookd_kit::load::{self, MAX_REQUESTS, Report, closed_loop, ms, open_loop, percentile};
+use hookd_kit::pgbench::{Pgbench, PgbenchResult, Script};
 use sha2::{Digest, Sha256};
 
 const CONCURRENCIES: [usize; 4] = [4, 16, 32, 64];
@@ -37,233 +36,6 @@ const PGBENCH_WARM_UP: Duration = Duration::from_secs(2);
 const OPEN_LOOP: Duration = Duration::from_secs(30);
 /// The start of the pgbench open loop that is not counted (fresh backends).
 const FLOOR_SKIP: Duration = Duration::from_secs(1);
-
-/// What one or more pgbench runs measured.
-#[derive(Debug, Clone, Default)]
-struct PgbenchResult {
-    transactions: u64,
-    failed: u64,
-    /// Seconds of measurement (transactions / tps, connection time excluded).
-    seconds: f64,
-    /// Per transaction: when it was due (since the Unix epoch) and its latency
-    /// from then. Closed loop, it was due when it started.
-    transactions_at: Vec<(Duration, Duration)>,
-}
-
-impl PgbenchResult {
-    fn tps(&self) -> f64 {
-        self.transactions as f64 / self.seconds.max(1e-9)
-    }
-
-    fn add(&mut self, other: PgbenchResult) {
-        self.transactions += other.transactions;
-        self.failed += other.failed;
-        self.seconds += other.seconds;
-        self.transactions_at.extend(other.transactions_at);
-    }
-
-    fn line(&self) -> String {
-        let sorted = self.sorted_latencies();
-        format!(
-            "{} transactions ({} failed) in {:.1} s, {:.0} tps; latency p50 {} p99 {} max {}",
-            self.transactions,
-            self.failed,
-            self.seconds,
-            self.tps(),
-            ms(percentile(&sorted, 0.50)),
-            ms(percentile(&sorted, 0.99)),
-            ms(sorted.last().copied().unwrap_or_default())
-        )
-    }
-
-    fn sorted_latencies(&self) -> Vec<Duration> {
-        let mut sorted: Vec<Duration> = self.transactions_at.iter().map(|&(_, l)| l).collect();
-        sorted.sort();
-        sorted
-    }
-
-    /// Only the transactions due `skip` or more after the first one, as if the
-    /// run had started then.
-    fn after(&self, skip: Duration) -> PgbenchResult {
-        let first = self.transactions_at.iter().map(|&(due, _)| due).min();
-        let transactions_at: Vec<(Duration, Duration)> = self
-            .transactions_at
-            .iter()
-            .filter(|&&(due, _)| first.is_some_and(|first| due >= first + skip))
-            .copied()
-            .collect();
-        PgbenchResult {
-            transactions: transactions_at.len() as u64,
-            failed: self.failed,
-            seconds: (self.seconds - skip.as_secs_f64()).max(0.0),
-            transactions_at,
-        }
-    }
-
-    /// p99 per `step`, by when each transaction was due.
-    fn p99_timeline(&self, step: Duration) -> String {
-        let first = self.transactions_at.iter().map(|&(due, _)| due).min();
-        let points: Vec<(Duration, Duration)> = self
-            .transactions_at
-            .iter()
-            .map(|&(due, latency)| (due - first.unwrap_or(due), latency))
-            .collect();
-        load::p99_timeline(&points, step)
-    }
-}
-
-struct Pgbench<'a> {
-    bin: PathBuf,
-    cluster: &'a BenchCluster,
-    /// Scripts and per-transaction logs; deleted at the end.
-    work: PathBuf,
-    payload: String,
-    sha: String,
-    runs: usize,
-}
-
-impl<'a> Pgbench<'a> {
-    fn new(cluster: &'a BenchCluster) -> Self {
-        let work = cluster
-            .socket_dir()
-            .with_file_name(format!("bench-ingest-pgbench-{}", std::process::id()));
-        std::fs::create_dir_all(&work).expect("pgbench work folder");
-        for script in [Script::Insert, Script::Full] {
-            std::fs::write(work.join(format!("{}.sql", script.name())), script.text())
-                .expect("write pgbench script");
-        }
-        // The same body hookd receives, with placeholders for the two ids.
-        let payload = load::stripe_payment_succeeded("@EVT@", "@PI@", 1_726_050_000);
-        let sha = hex::encode(Sha256::digest(payload.as_bytes()));
-        Pgbench {
-            bin: cluster::postgres_bin("pgbench"),
-            cluster,
-            work,
-            payload,
-            sha,
-            runs: 0,
-        }
-    }
-
-    async fn version(&self) -> String {
-        let out = tokio::process::Command::new(&self.bin)
-            .arg("--version")
-            .output()
-            .await
-            .expect("pgbench --version");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    /// A closed loop of `clients`, or an open loop at `rate` transactions per
-    /// second spread over them.
-    async fn run(
-        &mut self,
-        script: Script,
-        clients: usize,
-        duration: Duration,
-        rate: Option<f64>,
-    ) -> PgbenchResult {
-        self.runs += 1;
-        let prefix = format!("log{}", self.runs);
-        let mut command = tokio::process::Command::new(&self.bin);
-        if let Some(rate) = rate {
-            command.arg(format!("--rate={rate:.0}"));
-        }
-        let out = command
-            .current_dir(&self.work)
-            .env_remove("PGSERVICE")
-            .args(["-n", "-M", "prepared", "--no-vacuum"])
-            .arg("-h")
-            .arg(self.cluster.socket_dir())
-            .args(["-p", "5432", "-U", self.cluster.user()])
-            .arg(format!("--client={clients}"))
-            .arg(format!("--jobs={}", clients.min(2)))
-            .arg(format!("--time={}", duration.as_secs().max(1)))
-            .arg(format!("--file={}.sql", script.name()))
-            .arg("--log")
-            .arg(format!("--log-prefix={prefix}"))
-            .arg("-D")
-            .arg("n=0")
-            .arg("-D")
-            .arg(format!("run=r{}{}", std::process::id(), self.runs))
-            .arg("-D")
-            .arg(format!("payload={}", self.payload))
-            .arg("-D")
-            .arg(format!("sha={}", self.sha))
-            .arg(self.cluster.database())
-            .output()
-            .await
-            .expect("run pgbench");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "pgbench {} failed ({}):\n{stdout}\n{stderr}",
-            script.name(),
-            out.status
-        );
-        let value = |label: &str| -> Option<String> {
-            stdout
-                .lines()
-                .find_map(|l| l.strip_prefix(label))
-                .map(|rest| rest.trim().to_string())
-        };
-        let first_number = |text: String| -> Option<f64> {
-            text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .find(|s| !s.is_empty())
-                .and_then(|s| s.parse().ok())
-        };
-        let tps = value("tps = ")
-            .and_then(first_number)
-            .unwrap_or_else(|| panic!("no tps in pgbench output:\n{stdout}"));
-        let transactions = value("number of transactions actually processed: ")
-            .and_then(first_number)
-            .unwrap_or_default() as u64;
-        PgbenchResult {
-            transactions,
-            failed: value("number of failed transactions: ")
-                .and_then(first_number)
-                .unwrap_or_default() as u64,
-            seconds: transactions as f64 / tps.max(1e-9),
-            transactions_at: self.logged_transactions(&prefix),
-        }
-    }
-
-    /// Each transaction's due time and latency from pgbench's `--log` files:
-    /// `client transaction time script epoch_s epoch_us [schedule_lag]`, times in
-    /// µs, the epoch when it ended. The latency counts from when it was due: its
-    /// own time plus, in an open loop, how late it started (`schedule_lag`).
-    fn logged_transactions(&self, prefix: &str) -> Vec<(Duration, Duration)> {
-        let mut transactions = Vec::new();
-        for entry in std::fs::read_dir(&self.work).expect("pgbench logs") {
-            let path = entry.expect("pgbench log").path();
-            let is_log = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("{prefix}.")));
-            if !is_log {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).expect("read pgbench log");
-            transactions.extend(text.lines().filter_map(|line| {
-                let fields: Vec<u64> = line
-                    .split_whitespace()
-                    .map(|f| f.parse().ok())
-                    .collect::<Option<_>>()?;
-                let (time, epoch_s, epoch_us) = (*fields.get(2)?, *fields.get(4)?, *fields.get(5)?);
-                let latency = Duration::from_micros(time + fields.get(6).copied().unwrap_or(0));
-                let ended = Duration::from_secs(epoch_s) + Duration::from_micros(epoch_us);
-                Some((ended.checked_sub(latency)?, latency))
-            }));
-            std::fs::remove_file(&path).expect("remove pgbench log");
-        }
-        transactions
-    }
-
-    fn remove(self) {
-        let _ = std::fs::remove_dir_all(&self.work);
-    }
-}
 
 /// One contender's share of a concurrency level, over all rounds.
 #[derive(Default)]
@@ -282,7 +54,15 @@ fn main() {
 
 async fn run(setup: bench::Setup) {
     let (cluster, hookd, sender, db, started) = setup.into_parts();
-    let mut pgbench = Pgbench::new(&cluster);
+    // The same body hookd receives, with placeholders for the two ids.
+    let payload = load::stripe_payment_succeeded("@EVT@", "@PI@", 1_726_050_000);
+    let sha = hex::encode(Sha256::digest(payload.as_bytes()));
+    let mut pgbench = Pgbench::new(
+        &cluster,
+        "ingest",
+        &[Script::Insert, Script::Full].map(|s| (s.name(), s.text())),
+        vec![("payload".into(), payload.clone()), ("sha".into(), sha)],
+    );
     println!("{}", pgbench.version().await);
     println!(
         "hookd: in-process, {} HTTP workers, pool of {} connections, shipped hookd.toml; \
@@ -295,7 +75,7 @@ async fn run(setup: bench::Setup) {
         "unique Stripe payment_intent.succeeded events of {} bytes; per concurrency {ROUNDS} \
          rounds of {} s per contender, order alternating (hookd, insert, full / full, \
          insert, hookd)\n",
-        pgbench.payload.len(),
+        payload.len(),
         SLICE.as_secs(),
     );
 
@@ -303,7 +83,7 @@ async fn run(setup: bench::Setup) {
     println!("warm-up         hookd   {}", warm.summary().line());
     for script in [Script::Insert, Script::Full] {
         let r = pgbench
-            .run(script, CONCURRENCIES[0], PGBENCH_WARM_UP, None)
+            .run(script.name(), CONCURRENCIES[0], PGBENCH_WARM_UP, None)
             .await;
         println!("warm-up         pgbench {:<6} {}", script.name(), r.line());
     }
@@ -335,7 +115,7 @@ async fn run(setup: bench::Setup) {
                         } else {
                             Script::Full
                         };
-                        let result = pgbench.run(script, concurrency, SLICE, None).await;
+                        let result = pgbench.run(script.name(), concurrency, SLICE, None).await;
                         let cpu = cluster.cpu() - before;
                         println!("{label} pgbench {:<6} {}", script.name(), result.line());
                         if script == Script::Insert {
@@ -478,7 +258,7 @@ async fn run(setup: bench::Setup) {
     // (hookd's pooled connections are long warm).
     let floor = pgbench
         .run(
-            Script::Insert,
+            Script::Insert.name(),
             CONCURRENCIES[0],
             OPEN_LOOP + FLOOR_SKIP,
             Some(peak / 2.0),

@@ -236,8 +236,9 @@ impl Drop for Hookd {
     }
 }
 
-/// The real `hookd serve` binary with the shipped `hookd.toml` on a free port,
-/// against `database_url`; killed when dropped.
+/// The real `hookd serve` binary with the shipped `hookd.toml` on a free port
+/// (and, with `start_with`, more TOML after it), against `database_url`; killed
+/// when dropped.
 pub struct Serve {
     pub base: String,
     child: tokio::process::Child,
@@ -251,12 +252,28 @@ impl Serve {
         database_url: &str,
         name: &str,
     ) -> Serve {
+        Serve::start_with(binary, cluster, database_url, name, "").await
+    }
+
+    /// As `start`, with `extra_toml` appended to the configuration (a
+    /// `[gateway]` section, say).
+    pub async fn start_with(
+        binary: &Path,
+        cluster: &BenchCluster,
+        database_url: &str,
+        name: &str,
+        extra_toml: &str,
+    ) -> Serve {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
         let config = cluster.socket_dir().with_extension(format!("{name}.toml"));
-        std::fs::write(&config, crate::settings::shipped_toml_on_port(port)).expect("config");
+        let text = format!(
+            "{}\n{extra_toml}",
+            crate::settings::shipped_toml_on_port(port)
+        );
+        std::fs::write(&config, text).expect("config");
         let child = tokio::process::Command::new(binary)
             .arg("serve")
             .arg("--config")

@@ -11,7 +11,8 @@
 //! - `metrics`: `/metrics` parsed as Prometheus reads it;
 //! - `load`: the signing load generator (closed and open loops, reports);
 //! - `bench`: a durable cluster with hookd in-process, CPU accounting, bulk fills;
-//! - `pgbench`: the ingest benchmark's baseline, made from the store's statements.
+//! - `pgbench`: the ingest and gateway benchmarks' baselines, made from the store's
+//!   statements, and the runner that measures them.
 
 pub mod admin;
 pub mod app;

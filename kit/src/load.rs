@@ -108,18 +108,12 @@ impl Sender {
     pub fn new(base: &str, source: Source) -> Result<Self, String> {
         let base = loopback_base(base)?;
         hookd::outbound::install_crypto();
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(REQUEST_TIMEOUT)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| e.to_string())?;
-        let random: u32 = rand::random();
+        let http = client()?;
         Ok(Sender {
             http,
             url: format!("{base}/webhooks/{}", source.name),
             source,
-            tag: format!("{}{random:08x}", chrono::Utc::now().format("%H%M%S")),
+            tag: run_tag(),
             next: AtomicU64::new(0),
         })
     }
@@ -149,16 +143,37 @@ impl Sender {
         for (name, value) in &signed.headers {
             request = request.header(name, value);
         }
-        match request.send().await {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                match response.bytes().await {
-                    Ok(_) => Outcome::Status(status),
-                    Err(e) => Outcome::Error(describe_error(&e)),
-                }
+        outcome_of(request).await
+    }
+}
+
+/// The load generator's HTTP client: no proxy, no Nagle, a timeout per request.
+fn client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(REQUEST_TIMEOUT)
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// The time and a random number: unique among runs against the same database.
+fn run_tag() -> String {
+    let random: u32 = rand::random();
+    format!("{}{random:08x}", chrono::Utc::now().format("%H%M%S"))
+}
+
+/// Sends the request and reads the whole answer.
+async fn outcome_of(request: reqwest::RequestBuilder) -> Outcome {
+    match request.send().await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            match response.bytes().await {
+                Ok(_) => Outcome::Status(status),
+                Err(e) => Outcome::Error(describe_error(&e)),
             }
-            Err(e) => Outcome::Error(describe_error(&e)),
         }
+        Err(e) => Outcome::Error(describe_error(&e)),
     }
 }
 
@@ -195,26 +210,49 @@ pub async fn closed_loop(
     duration: Duration,
     max_requests: u64,
 ) -> Report {
+    closed_loop_by(concurrency, duration, max_requests, move |_, _| {
+        let sender = sender.clone();
+        async move { sender.send_one().await }
+    })
+    .await
+}
+
+/// A closed loop of `concurrency` clients, each making its next `call(client,
+/// i)` (`i`: its own count, from 0) when the previous one is answered, for
+/// `duration` or `max_requests` calls in all, whichever comes first.
+pub async fn closed_loop_by<F, Fut>(
+    concurrency: usize,
+    duration: Duration,
+    max_requests: u64,
+    call: F,
+) -> Report
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Outcome> + Send + 'static,
+{
     let duration = duration.min(MAX_DURATION);
     let max_requests = max_requests.min(MAX_REQUESTS);
     let start = Instant::now();
     let deadline = start + duration;
     let issued = Arc::new(AtomicU64::new(0));
+    let call = Arc::new(call);
     let mut tasks = JoinSet::new();
-    for _ in 0..concurrency.max(1) {
-        let sender = sender.clone();
+    for client in 0..concurrency.max(1) {
+        let call = call.clone();
         let issued = issued.clone();
         tasks.spawn(async move {
             let mut samples = Vec::new();
+            let mut i = 0;
             while Instant::now() < deadline && issued.fetch_add(1, Ordering::Relaxed) < max_requests
             {
                 let sent = Instant::now();
-                let outcome = sender.send_one().await;
+                let outcome = call(client, i).await;
                 samples.push(Sample {
                     due: sent - start,
                     latency: sent.elapsed(),
                     outcome,
                 });
+                i += 1;
             }
             samples
         });
@@ -224,6 +262,83 @@ pub async fn closed_loop(
         samples.extend(done.expect("sender task"));
     }
     Report::new(samples, start.elapsed())
+}
+
+/// Which Idempotency-Keys a `KeyedCaller`'s loop sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// No key (upstream called straight).
+    None,
+    /// A new key every request.
+    New,
+    /// A new key, then a copy of it (same key, same body) once it is answered,
+    /// and so on: every other request repeats a key already answered.
+    HalfCopies,
+}
+
+/// POSTs of a small JSON order, with an `Authorization` header and an
+/// Idempotency-Key, to one loopback URL (the gateway, or its upstream straight).
+pub struct KeyedCaller {
+    http: reqwest::Client,
+    url: String,
+    authorization: String,
+    /// Makes this caller's keys unique among runs against the same database.
+    tag: String,
+    runs: AtomicU64,
+}
+
+impl KeyedCaller {
+    pub fn new(url: &str, authorization: &str) -> Result<Self, String> {
+        let url = loopback_base(url)?;
+        let http = client()?;
+        Ok(KeyedCaller {
+            http,
+            url,
+            authorization: authorization.to_string(),
+            tag: run_tag(),
+            runs: AtomicU64::new(0),
+        })
+    }
+
+    /// A closed loop of `concurrency` callers (see `closed_loop_by`), with keys
+    /// no earlier loop used.
+    pub async fn closed_loop(
+        self: &Arc<Self>,
+        keys: Keys,
+        concurrency: usize,
+        duration: Duration,
+        max_requests: u64,
+    ) -> Report {
+        let run = self.runs.fetch_add(1, Ordering::Relaxed);
+        let caller = self.clone();
+        closed_loop_by(concurrency, duration, max_requests, move |client, i| {
+            let caller = caller.clone();
+            async move { caller.call(keys, run, client, i).await }
+        })
+        .await
+    }
+
+    /// Request `i` of `client` in loop `run`; a copy (odd `i` with
+    /// `HalfCopies`) repeats the key and body of request `i - 1`.
+    async fn call(&self, keys: Keys, run: u64, client: usize, i: u64) -> Outcome {
+        let n = if keys == Keys::HalfCopies {
+            i - i % 2
+        } else {
+            i
+        };
+        let key = format!("{}_{run}_{client}_{n}", self.tag);
+        let body = format!(r#"{{"amount": 1000, "currency": "EUR", "order": "{key}"}}"#);
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("Authorization", &self.authorization)
+            .header("Content-Type", "application/json")
+            .body(body);
+        if keys != Keys::None {
+            request = request.header("Idempotency-Key", key);
+        }
+        outcome_of(request).await
+    }
 }
 
 /// Deliveries due at a fixed `rate` per second, sent whether or not earlier ones
@@ -296,8 +411,10 @@ pub struct Report {
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
     pub requests: usize,
+    /// Answers with `ok_status` (200 unless said otherwise).
     pub ok: usize,
-    /// Answers other than 200, by status.
+    pub ok_status: u16,
+    /// Answers other than `ok_status`, by status.
     pub other_statuses: BTreeMap<u16, usize>,
     /// Deliveries without an answer, by reason.
     pub errors: BTreeMap<String, usize>,
@@ -334,14 +451,20 @@ impl Report {
     }
 
     pub fn summary(&self) -> Summary {
+        self.summary_ok(200)
+    }
+
+    /// The summary of calls whose success is `ok_status` (201 for a create).
+    pub fn summary_ok(&self, ok_status: u16) -> Summary {
         let mut summary = Summary {
             requests: self.samples.len(),
+            ok_status,
             elapsed: self.elapsed,
             ..Summary::default()
         };
         for sample in &self.samples {
             match &sample.outcome {
-                Outcome::Status(200) => summary.ok += 1,
+                Outcome::Status(status) if *status == ok_status => summary.ok += 1,
                 Outcome::Status(status) => *summary.other_statuses.entry(*status).or_default() += 1,
                 Outcome::Error(reason) => *summary.errors.entry(reason.clone()).or_default() += 1,
             }
@@ -358,7 +481,7 @@ impl Report {
 }
 
 impl Summary {
-    /// 200 answers per second.
+    /// `ok_status` answers per second.
     pub fn throughput(&self) -> f64 {
         let secs = self.elapsed.as_secs_f64();
         if secs > 0.0 {
@@ -375,10 +498,11 @@ impl Summary {
     /// One line: counts, rate, latency.
     pub fn line(&self) -> String {
         let mut text = format!(
-            "{} deliveries in {:.1} s: {} × 200 ({:.0}/s)",
+            "{} deliveries in {:.1} s: {} × {} ({:.0}/s)",
             self.requests,
             self.elapsed.as_secs_f64(),
             self.ok,
+            self.ok_status,
             self.throughput()
         );
         for (status, n) in &self.other_statuses {

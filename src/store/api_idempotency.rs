@@ -77,6 +77,40 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// The claim: one autocommitted statement (`try_claim`). Parameters: route,
+/// scope, key, fingerprint, operation id, claim id, method, target, lock (ms),
+/// retention (ms), whether resends are allowed. Public so that the gateway
+/// benchmark's pgbench baseline runs this very text.
+pub const CLAIM_KEY: &str = "INSERT INTO api_idempotency_keys AS k
+     (route, scope, idempotency_key, fingerprint, state, operation_id, claim_id,
+      request_method, request_target, locked_until, retention)
+ VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, $7, $8,
+         now() + $9 * interval '1 millisecond', $10 * interval '1 millisecond')
+ ON CONFLICT (route, scope, idempotency_key) DO UPDATE
+     SET state = 'in_progress', claim_id = EXCLUDED.claim_id,
+         locked_until = EXCLUDED.locked_until, retention = EXCLUDED.retention,
+         runs = k.runs + 1, claimed_at = now(), finished_at = NULL, expires_at = NULL
+     WHERE k.fingerprint = EXCLUDED.fingerprint
+       AND (k.state = 'released'
+            OR ($11 AND (k.state = 'unknown'
+                         OR (k.state = 'in_progress' AND k.locked_until < now()))))
+ RETURNING id, operation_id, runs";
+
+/// A key's row, read when the claim took nothing (`read_key`). Parameters:
+/// route, scope, key.
+pub const READ_KEY: &str = "SELECT id, fingerprint, state, operation_id,
+        COALESCE(locked_until >= now(), false),
+        response_status, response_headers, response_body, body_omitted
+ FROM api_idempotency_keys WHERE route = $1 AND scope = $2 AND idempotency_key = $3";
+
+/// The answer stored while the claim still owns the key (`complete`).
+/// Parameters: row id, claim id, status, headers, body, whether it was omitted.
+pub const COMPLETE_KEY: &str = "UPDATE api_idempotency_keys
+ SET state = 'completed', response_status = $3, response_headers = $4,
+     response_body = $5, body_omitted = $6, locked_until = NULL,
+     finished_at = now(), expires_at = now() + retention
+ WHERE id = $1 AND claim_id = $2 AND state = 'in_progress'";
+
 /// Claims the key, when it is new, released, or (where resends are allowed)
 /// `unknown` or held by a claim past its lock. Returns the row id, its
 /// operation id and how many times it was claimed to run.
@@ -87,20 +121,7 @@ pub async fn try_claim(
     let (lock, retention) = (millis(claim.lock), millis(claim.retention));
     let row = sql::query_opt(
         client,
-        "INSERT INTO api_idempotency_keys AS k
-             (route, scope, idempotency_key, fingerprint, state, operation_id, claim_id,
-              request_method, request_target, locked_until, retention)
-         VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, $7, $8,
-                 now() + $9 * interval '1 millisecond', $10 * interval '1 millisecond')
-         ON CONFLICT (route, scope, idempotency_key) DO UPDATE
-             SET state = 'in_progress', claim_id = EXCLUDED.claim_id,
-                 locked_until = EXCLUDED.locked_until, retention = EXCLUDED.retention,
-                 runs = k.runs + 1, claimed_at = now(), finished_at = NULL, expires_at = NULL
-             WHERE k.fingerprint = EXCLUDED.fingerprint
-               AND (k.state = 'released'
-                    OR ($11 AND (k.state = 'unknown'
-                                 OR (k.state = 'in_progress' AND k.locked_until < now()))))
-         RETURNING id, operation_id, runs",
+        CLAIM_KEY,
         params![
             &claim.route,
             &claim.scope,
@@ -138,9 +159,7 @@ pub async fn read_key(
 ) -> Result<Option<StoredKey>, StoreError> {
     let row = sql::query_opt(
         client,
-        "SELECT id, fingerprint, state, operation_id, COALESCE(locked_until >= now(), false),
-                response_status, response_headers, response_body, body_omitted
-         FROM api_idempotency_keys WHERE route = $1 AND scope = $2 AND idempotency_key = $3",
+        READ_KEY,
         params![&claim.route, &claim.scope, &claim.key],
     )
     .await?;
@@ -199,11 +218,7 @@ pub async fn complete(
     let headers = serde_json::to_value(&answer.headers).unwrap_or(Value::Null);
     let changed = sql::execute(
         client,
-        "UPDATE api_idempotency_keys
-         SET state = 'completed', response_status = $3, response_headers = $4,
-             response_body = $5, body_omitted = $6, locked_until = NULL,
-             finished_at = now(), expires_at = now() + retention
-         WHERE id = $1 AND claim_id = $2 AND state = 'in_progress'",
+        COMPLETE_KEY,
         params![
             &id,
             &claim_id,

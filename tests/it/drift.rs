@@ -1,8 +1,9 @@
 //! Drift guards: what must stay in step with something else, checked rather than
-//! trusted — every file in `sql/` is a migration, the ingest benchmark's
-//! pgbench baseline runs the store's own statements, the modules name one
-//! another in one direction only, and the README and the book (`docs/src`) link
-//! only to what exists and document exactly the configuration the code takes.
+//! trusted — every file in `sql/` is a migration, the ingest and gateway
+//! benchmarks' pgbench baselines run the store's own statements, the modules
+//! name one another in one direction only, and the README and the book
+//! (`docs/src`) link only to what exists and document exactly the
+//! configuration the code takes.
 
 pub mod book;
 pub mod imports;
@@ -11,9 +12,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use hookd::store::MIGRATIONS;
-use hookd_kit::pgbench::{Script, with_values};
+use hookd_kit::pgbench::{KEY_CALLER, KEY_ROUTE, KeyScript, Script, with_values};
 use sha2::{Digest, Sha256};
 
+use crate::gateway::{Call, gateway, route};
+use crate::support::upstream::{Reply, Upstream};
 use crate::support::{TestApp, spawn_app};
 
 #[test]
@@ -107,36 +110,10 @@ async fn the_pgbench_baseline_runs_the_stores_statements() {
     let app = spawn_app().await;
     let payload = hookd_kit::load::stripe_payment_succeeded("@EVT@", "@PI@", 1_726_050_000);
     let sha = hex::encode(Sha256::digest(payload.as_bytes()));
-    let work = hookd_kit::cluster::tmp_root().join(format!("drift-pgbench-{}", std::process::id()));
-    std::fs::create_dir_all(&work).expect("work folder");
     for (script, transactions) in [(Script::Full, 3), (Script::Insert, 2)] {
-        let text = script.text();
-        assert!(!text.contains('$'), "a parameter left in:\n{text}");
-        let file = work.join(format!("{}.sql", script.name()));
-        std::fs::write(&file, &text).expect("script");
-        let out = tokio::process::Command::new(hookd_kit::cluster::postgres_bin("pgbench"))
-            .args(["-n", "-M", "prepared", "--no-vacuum", "--client=1"])
-            .arg(format!("--transactions={transactions}"))
-            .arg(format!("--file={}", file.display()))
-            .args(["-D", "n=0", "-D"])
-            .arg(format!("run={}", script.name()))
-            .arg("-D")
-            .arg(format!("payload={payload}"))
-            .arg("-D")
-            .arg(format!("sha={sha}"))
-            .arg(app.database_url())
-            .output()
-            .await
-            .expect("run pgbench");
-        assert!(
-            out.status.success(),
-            "pgbench {}:\n{}\n{}",
-            script.name(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let defines = [("payload", payload.as_str()), ("sha", sha.as_str())];
+        run_pgbench(&app, script.name(), &script.text(), transactions, &defines).await;
     }
-    let _ = std::fs::remove_dir_all(&work);
     let count = |sql: &'static str| app.count(sql, &[]);
     assert_eq!(
         count("SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt_pgb_full_%'").await,
@@ -170,8 +147,8 @@ async fn the_pgbench_baseline_runs_the_stores_statements() {
         app.post("stripe", &headers, body.into_bytes()).await.status,
         200
     );
-    let hookd_row = filled_columns(&app, "evt_drift_hookd").await;
-    let pgbench_row = filled_columns(&app, "evt_pgb_full_0_1").await;
+    let hookd_row = app.strings(EVENT_COLUMNS, &[&"evt_drift_hookd"]).await;
+    let pgbench_row = app.strings(EVENT_COLUMNS, &[&"evt_pgb_full_0_1"]).await;
     assert!(
         hookd_row.contains(&"signature_headers".to_string()),
         "{hookd_row:?}"
@@ -179,12 +156,97 @@ async fn the_pgbench_baseline_runs_the_stores_statements() {
     assert_eq!(pgbench_row, hookd_row);
 }
 
-/// The columns of an event's row that are not NULL.
-async fn filled_columns(app: &TestApp, event_id: &str) -> Vec<String> {
-    app.strings(
-        "SELECT key FROM webhook_events e, jsonb_each(to_jsonb(e)) \
-         WHERE e.event_id = $1 AND value <> 'null' ORDER BY key",
-        &[&event_id],
-    )
-    .await
+/// Runs `text` under pgbench (`-M prepared`, one client) against the test's
+/// database, with `n` from 0 and `run` the script's name.
+async fn run_pgbench(
+    app: &TestApp,
+    name: &str,
+    text: &str,
+    transactions: u32,
+    defines: &[(&str, &str)],
+) {
+    assert!(!text.contains('$'), "a parameter left in:\n{text}");
+    let work = hookd_kit::cluster::tmp_root().join(format!("drift-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&work).expect("work folder");
+    let file = work.join(format!("{name}.sql"));
+    std::fs::write(&file, text).expect("script");
+    let mut command = tokio::process::Command::new(hookd_kit::cluster::postgres_bin("pgbench"));
+    command
+        .args(["-n", "-M", "prepared", "--no-vacuum", "--client=1"])
+        .arg(format!("--transactions={transactions}"))
+        .arg(format!("--file={}", file.display()))
+        .args(["-D", "n=0", "-D"])
+        .arg(format!("run={name}"));
+    for (variable, value) in defines {
+        command.arg("-D").arg(format!("{variable}={value}"));
+    }
+    let out = command
+        .arg(app.database_url())
+        .output()
+        .await
+        .expect("run pgbench");
+    let _ = std::fs::remove_dir_all(&work);
+    assert!(
+        out.status.success(),
+        "pgbench {name}:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
+
+/// The gateway benchmark's baseline runs under pgbench and leaves what the
+/// gateway leaves for a new key: a completed key with its answer, the same
+/// columns filled; a copy adds no row and runs nothing again.
+#[tokio::test]
+async fn the_gateway_pgbench_baseline_runs_the_stores_statements() {
+    let upstream = Upstream::start(vec![], Reply::json(201, r#"{"id":"pay"}"#)).await;
+    let app = gateway(&route(
+        KEY_ROUTE,
+        "/payments",
+        &upstream.url,
+        "scope = \"header:Authorization\"",
+    ))
+    .await;
+    let body = r#"{"amount": 1000, "currency": "EUR", "order": "drift"}"#;
+    let mut call = Call::post("/payments", "key_drift_hookd", body);
+    call.auth = Some(KEY_CALLER);
+    assert_eq!(call.send(&app).await.status, 201);
+
+    for (script, transactions) in [(KeyScript::New, 2), (KeyScript::HalfCopies, 4)] {
+        run_pgbench(&app, script.name(), &script.text(), transactions, &[]).await;
+    }
+    for (prefix, keys) in [("key_pgb_keys-new_%", 2), ("key_pgb_keys-half-copies_%", 2)] {
+        let states = app
+            .strings(
+                "SELECT state || ' ' || runs FROM api_idempotency_keys \
+                 WHERE idempotency_key LIKE $1 ORDER BY id",
+                &[&prefix],
+            )
+            .await;
+        assert_eq!(states, vec!["completed 1".to_string(); keys], "{prefix}");
+    }
+    let hookd_row = app.strings(KEY_COLUMNS, &[&"key_drift_hookd"]).await;
+    assert!(
+        hookd_row.contains(&"response_body".to_string()),
+        "{hookd_row:?}"
+    );
+    let pgbench_row = app.strings(KEY_COLUMNS, &[&"key_pgb_keys-new_0_1"]).await;
+    assert_eq!(pgbench_row, hookd_row);
+    // The same scope (the caller's credential), the same stored answer.
+    let same = app
+        .strings(
+            "SELECT count(DISTINCT (scope, response_status, response_headers, response_body))::text \
+             FROM api_idempotency_keys",
+            &[],
+        )
+        .await;
+    assert_eq!(same, vec!["1".to_string()]);
+}
+
+/// The columns of a key's row that are not NULL.
+const KEY_COLUMNS: &str = "SELECT key FROM api_idempotency_keys k, jsonb_each(to_jsonb(k)) \
+     WHERE k.idempotency_key = $1 AND value <> 'null' ORDER BY key";
+
+/// The columns of an event's row that are not NULL.
+const EVENT_COLUMNS: &str = "SELECT key FROM webhook_events e, jsonb_each(to_jsonb(e)) \
+     WHERE e.event_id = $1 AND value <> 'null' ORDER BY key";
