@@ -11,7 +11,7 @@ use deadpool_postgres::Object;
 use tracing::{Instrument, Span};
 
 use super::folded::FoldedMerge;
-use super::{GroupCommit, Ingested, Job, Turn, expected_for, forward_names};
+use super::{GroupCommit, Ingested, Job, expected_for, forward_names};
 use crate::config::Settings;
 use crate::event::IncomingEvent;
 use crate::handlers::{Event, Handler};
@@ -63,10 +63,8 @@ pub(super) struct Prepared<'b> {
 }
 
 impl GroupCommit {
-    /// Stores a batch and answers every delivery in it; the batch gives up
-    /// `turn` once all but its `COMMIT` is sent (the next batch's statements
-    /// then run while this one's flush is waited for).
-    pub(super) async fn commit(&self, batch: Vec<Job>, turn: &Turn<'_>) {
+    /// Stores a batch and answers every delivery in it.
+    pub(super) async fn commit(&self, batch: Vec<Job>) {
         let metrics = self.runner.metrics();
         metrics.ingest_batch(batch.len());
         let settings = self.runner.settings();
@@ -91,12 +89,12 @@ impl GroupCommit {
             Ok(mut client) => {
                 let decided = match &prepared.folded {
                     Some(runs) => {
-                        self.commit_folded(&client, &prepared, runs, &settings, turn)
+                        self.commit_folded(&client, &prepared, runs, &settings)
                             .instrument(span.clone())
                             .await
                     }
                     None => self
-                        .commit_batch(&mut client, &prepared, turn)
+                        .commit_batch(&mut client, &prepared)
                         .instrument(span.clone())
                         .await
                         .map(|decided| decided.into_iter().map(Some).collect()),
@@ -217,7 +215,6 @@ impl GroupCommit {
         &self,
         client: &mut Object,
         prepared: &Prepared<'_>,
-        turn: &Turn<'_>,
     ) -> Result<Vec<Recorded>, Fallback> {
         let runner = &self.runner;
         let (items, plans) = (&prepared.items, &prepared.plans);
@@ -313,7 +310,6 @@ impl GroupCommit {
         ran?;
         written.map_err(Fallback::store)?;
         planned.map_err(Fallback::store)?;
-        turn.give_up();
         tx.commit()
             .instrument(tracing::trace_span!("commit"))
             .await

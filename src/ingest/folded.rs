@@ -7,7 +7,7 @@ use deadpool_postgres::Object;
 use tracing::{Instrument, Span};
 
 use super::batch::{Fallback, Prepared};
-use super::{GroupCommit, Turn, forward_names};
+use super::{GroupCommit, forward_names};
 use crate::config::Settings;
 use crate::ledger::{self, HandlerName, Run, Standing};
 use crate::runner::Step;
@@ -80,7 +80,6 @@ impl GroupCommit {
         prepared: &Prepared<'_>,
         runs: &[FoldedMerge<'_>],
         settings: &Settings,
-        turn: &Turn<'_>,
     ) -> Result<Vec<Option<Recorded>>, Fallback> {
         let folded: Vec<events::FoldedRun<'_>> = runs
             .iter()
@@ -120,9 +119,6 @@ impl GroupCommit {
                 return Err(out_of_time());
             }
         };
-        // The transaction is one round trip, `COMMIT` included: the next batch
-        // may start as it goes.
-        turn.give_up();
         let mut runs_so_far = 0;
         let decided = loop {
             runs_so_far += 1;

@@ -7,10 +7,9 @@
 //! **Group commit.** One batch runs at a time: a delivery that finds none
 //! running leads its own at once; the deliveries that arrive while one runs
 //! queue, and when it ends its leader takes whatever is queued (up to
-//! `MAX_BATCH`) into the next. A batch lets the next one start beside it as
-//! soon as all but its `COMMIT` is sent, so one batch's statements run while
-//! another waits for its flush, and so does a transaction that runs past
-//! `LONG_RUN` (a slow handler, a lock wait), up to `max_leaders` at once. A batch is stored in one transaction: one
+//! `MAX_BATCH`) into the next. A transaction that runs past `LONG_RUN` (a slow
+//! handler, a lock wait, a slow disk's flush) lets the next batch start beside
+//! it, up to `max_leaders` at once. A batch is stored in one transaction: one
 //! multi-row dedupe statement (two, sent together, when sources that dedupe on
 //! the body are among it), each handler once for its events of the batch
 //! (`Handler::apply_batch`, the payments one set-based merge), the attempts in
@@ -271,7 +270,7 @@ impl GroupCommit {
             };
             // A panic in one batch must not take its leader's slot with it: its
             // deliveries get 503 (their replies are dropped) and the leader goes on.
-            let committed = std::panic::AssertUnwindSafe(turn.hold(self.commit(batch, &turn)));
+            let committed = std::panic::AssertUnwindSafe(turn.hold(self.commit(batch)));
             if futures_util::FutureExt::catch_unwind(committed)
                 .await
                 .is_err()
@@ -292,12 +291,10 @@ impl GroupCommit {
 
 /// A batch's turn. While one batch's transaction holds it, the deliveries that
 /// arrive queue for the next batch instead of starting transactions of their
-/// own, and its leader takes them when it ends. A batch gives it up as soon as
-/// all but its `COMMIT` is sent — the flush it then waits for is the disk's,
-/// and PostgreSQL merges the flushes of concurrent commits — and a transaction
-/// that runs past `LONG_RUN` (2–3 ms: Tokio's timer counts whole milliseconds)
-/// gives it up too, so a slow handler or a lock wait holds back the next batch
-/// only that long; while fewer than `max_leaders` transactions are at work.
+/// own, and its leader takes them when it ends. A transaction that runs past
+/// `LONG_RUN` (2–3 ms: Tokio's timer counts whole milliseconds) gives it up, so
+/// a slow handler, a lock wait or a slow flush holds back the next batch only
+/// that long, while fewer than `max_leaders` transactions are at work.
 struct Turn<'c> {
     core: &'c Arc<GroupCommit>,
     held: AtomicBool,
