@@ -1,4 +1,4 @@
-//! Payment and webhook providers: one file each, owning everything its provider
+//! Payment and webhook providers: one folder each, owning everything its provider
 //! defines — its config keys, how a request is verified and signed, the events a
 //! request carries, where each event's id and type live and whether the
 //! signature covers them, the answer the provider expects, the default type →
@@ -6,8 +6,10 @@
 //! `hookd sign` and `--new-ids` write, and the format of a fresh secret. Pure: no
 //! HTTP, no database.
 //!
-//! A new provider is a file implementing [`Provider`], a variant of [`Scheme`]
-//! and a line in [`REGISTRY`]; the compiler checks [`of`] covers every variant.
+//! A new provider is a folder implementing [`Provider`] and [`Simulator`], a
+//! variant of [`Scheme`] and a line in [`REGISTRY`]; the compiler checks [`of`]
+//! covers every variant. This file is the only one outside a provider's folder
+//! that names it (`tools/provider_names.py` counts).
 
 mod adyen;
 mod braintree;
@@ -88,68 +90,43 @@ pub struct Entry {
     pub configure: Configure,
 }
 
+/// The entry of a provider that takes no keys of its own.
+macro_rules! keyless {
+    ($provider:expr, $scheme:expr) => {
+        Entry {
+            provider: &$provider,
+            keys: &[],
+            configure: |_, _| Ok($scheme),
+        }
+    };
+}
+
+/// The entry of a provider whose module reads its own keys (`KEYS`,
+/// `configure`) into its options (`ANY` stands for any of them).
+macro_rules! with_keys {
+    ($module:ident) => {
+        Entry {
+            provider: &$module::ANY,
+            keys: $module::KEYS,
+            configure: $module::configure,
+        }
+    };
+}
+
 /// Every provider: the one list a new one is added to.
 pub static REGISTRY: [Entry; 12] = [
-    Entry {
-        provider: &stripe::Stripe,
-        keys: &[],
-        configure: |_, _| Ok(Scheme::Stripe),
-    },
-    Entry {
-        provider: &standard::Standard,
-        keys: &[],
-        configure: |_, _| Ok(Scheme::Standard),
-    },
-    Entry {
-        provider: &github::Github,
-        keys: &[],
-        configure: |_, _| Ok(Scheme::Github),
-    },
-    Entry {
-        provider: &hmac::ANY,
-        keys: hmac::KEYS,
-        configure: hmac::configure,
-    },
-    Entry {
-        provider: &adyen::ANY,
-        keys: adyen::KEYS,
-        configure: adyen::configure,
-    },
-    Entry {
-        provider: &paddle::Paddle,
-        keys: &[],
-        configure: |_, _| Ok(Scheme::Paddle),
-    },
-    Entry {
-        provider: &square::ANY,
-        keys: square::KEYS,
-        configure: square::configure,
-    },
-    Entry {
-        provider: &razorpay::Razorpay,
-        keys: &[],
-        configure: |_, _| Ok(Scheme::Razorpay),
-    },
-    Entry {
-        provider: &checkout::ANY,
-        keys: checkout::KEYS,
-        configure: checkout::configure,
-    },
-    Entry {
-        provider: &gocardless::GoCardless,
-        keys: &[],
-        configure: |_, _| Ok(Scheme::GoCardless),
-    },
-    Entry {
-        provider: &paypal::ANY,
-        keys: paypal::KEYS,
-        configure: paypal::configure,
-    },
-    Entry {
-        provider: &braintree::Braintree,
-        keys: &[],
-        configure: |_, _| Ok(Scheme::Braintree),
-    },
+    keyless!(stripe::Stripe, Scheme::Stripe),
+    keyless!(standard::Standard, Scheme::Standard),
+    keyless!(github::Github, Scheme::Github),
+    with_keys!(hmac),
+    with_keys!(adyen),
+    keyless!(paddle::Paddle, Scheme::Paddle),
+    with_keys!(square),
+    keyless!(razorpay::Razorpay, Scheme::Razorpay),
+    with_keys!(checkout),
+    keyless!(gocardless::GoCardless, Scheme::GoCardless),
+    with_keys!(paypal),
+    keyless!(braintree::Braintree, Scheme::Braintree),
 ];
 
 /// The scheme a source names, configured from its own keys.
