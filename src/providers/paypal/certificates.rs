@@ -30,7 +30,12 @@ pub(super) struct Cache {
 impl Cache {
     /// The certificate cached for `url` at `now` (Unix seconds), if it has not
     /// expired and a source that is `sandbox` or not may use it.
-    pub(super) fn get(&mut self, url: &str, now: i64, sandbox: bool) -> Option<CertificateDer<'static>> {
+    pub(super) fn get(
+        &mut self,
+        url: &str,
+        now: i64,
+        sandbox: bool,
+    ) -> Option<CertificateDer<'static>> {
         if self.entries.get(url)?.not_after <= now {
             self.entries.remove(url);
             return None;
