@@ -95,13 +95,10 @@ fn refused(refusal: Refusal) -> Answered {
 /// A refusal of a claimed key's request, with its operation id: what the
 /// client quotes when it asks what became of it.
 fn refused_for(refusal: Refusal, claimed: &Claimed) -> Answered {
-    let (mut response, outcome) = refused(refusal);
-    if let Ok(value) = HeaderValue::from_str(&claimed.operation_id) {
-        response
-            .headers_mut()
-            .insert(HeaderName::from_static(OPERATION_HEADER), value);
-    }
-    (response, outcome)
+    (
+        idempotency::refused_for(refusal, &claimed.operation_id),
+        Some(refusal.outcome()),
+    )
 }
 
 fn failed(error: ApiError, state: &AppState) -> Answered {

@@ -225,10 +225,11 @@ fn answer(answer: Answer, receipt: &Receipt) -> HttpResponse {
             },
         ) => {
             response.insert_header((CONTENT_TYPE, "application/json"));
-            match recorded {
-                Recorded::Duplicate { event_id, .. } => accepted_body(event_id),
-                _ => accepted_body(event_id),
-            }
+            let first = match recorded {
+                Recorded::Duplicate { event_id, .. } => event_id,
+                _ => event_id,
+            };
+            accepted_body(first)
         }
         (Answer::Json, Receipt::Several { event_ids, .. }) => {
             response.insert_header((CONTENT_TYPE, "application/json"));

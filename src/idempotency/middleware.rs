@@ -188,7 +188,10 @@ impl Idempotent {
             // outside its transaction is unknown.
             drop(transaction);
             self.mark_unknown(&claimed).await;
-            return Ok(refused_for(Refusal::UpstreamOutcomeUnknown, &claimed));
+            return Ok(refused_for(
+                Refusal::UpstreamOutcomeUnknown,
+                &claimed.operation_id,
+            ));
         };
         let status = head.status().as_u16();
         if rules::settle(status) == Settle::Release {
@@ -211,7 +214,10 @@ impl Idempotent {
             );
             drop(client);
             self.mark_unknown(&claimed).await;
-            return Ok(refused_for(Refusal::UpstreamOutcomeUnknown, &claimed));
+            return Ok(refused_for(
+                Refusal::UpstreamOutcomeUnknown,
+                &claimed.operation_id,
+            ));
         }
         Ok(with_operation(head, body, &claimed.operation_id))
     }
@@ -311,11 +317,11 @@ fn refused(refusal: Refusal) -> HttpResponse {
     ApiError::Idempotency(refusal).error_response()
 }
 
-/// A refusal of a claimed key's run, with its operation id: what the client
-/// quotes when it asks what became of it.
-fn refused_for(refusal: Refusal, claimed: &Claimed) -> HttpResponse {
+/// A refusal of a claimed key's request, with its operation id: what the
+/// client quotes when it asks what became of it (the gateway's answer too).
+pub fn refused_for(refusal: Refusal, operation: &str) -> HttpResponse {
     let mut response = refused(refusal);
-    if let Some((name, value)) = header(OPERATION_HEADER, &claimed.operation_id) {
+    if let Some((name, value)) = header(OPERATION_HEADER, operation) {
         response.headers_mut().insert(name, value);
     }
     response

@@ -23,7 +23,7 @@ use crate::store::StoreError;
 use crate::store::api_idempotency::{self as store, ClaimAttempt, KeyState, StoredKey};
 use crate::store::sql::Session;
 
-pub use middleware::{Handled, Idempotent, Operation, answer_with, replay};
+pub use middleware::{Handled, Idempotent, Operation, answer_with, refused_for, replay};
 pub use rules::*;
 pub use store::StoredAnswer;
 
