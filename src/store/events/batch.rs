@@ -29,11 +29,12 @@ macro_rules! record_batch_sql {
             "INSERT INTO webhook_events AS e
                  (source, event_id, event_type, kind, status, payload, payload_sha256,
                   signed_with, payment_id, customer_id, attempts, processed_at, body,
-                  signature_headers, stable_sha256, deliveries, body_sha256)
+                  signature_headers, stable_sha256, deliveries, origin, body_sha256)
              SELECT source, event_id, event_type, kind, status, payload, payload_sha256,
                     signed_with, payment_id, customer_id, attempts,
                     CASE WHEN status IN ('processed', 'ignored') THEN now() END, body,
-                    signature_headers, stable_sha256, deliveries, ",
+                    signature_headers, stable_sha256, deliveries,
+                    CASE WHEN signed_with = -1 THEN 'api' ELSE 'delivery' END, ",
             $key,
             "
              FROM unnest($?::text[], $?::text[], $?::text[], $?::text[], $?::text[],

@@ -15,9 +15,10 @@ use super::{Expected, Recorded};
 pub const RECORD_DELIVERY: &str = "INSERT INTO webhook_events AS e
         (source, event_id, event_type, kind, status, payload, payload_sha256,
          signed_with, payment_id, customer_id, attempts, processed_at, body,
-         signature_headers, stable_sha256)
+         signature_headers, stable_sha256, origin)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-            CASE WHEN $5 IN ('processed', 'ignored') THEN now() END, $12, $13, $14)
+            CASE WHEN $5 IN ('processed', 'ignored') THEN now() END, $12, $13, $14,
+            CASE WHEN $8 = -1 THEN 'api' ELSE 'delivery' END)
     ON CONFLICT (source, event_id) DO UPDATE
         SET deliveries = e.deliveries + 1, last_delivery_at = now()
         WHERE e.payload_sha256 = EXCLUDED.payload_sha256
@@ -32,11 +33,12 @@ pub const RECORD_DELIVERY: &str = "INSERT INTO webhook_events AS e
 pub const RECORD_BODY_DELIVERY: &str = "INSERT INTO webhook_events AS e
         (source, event_id, event_type, kind, status, payload, payload_sha256,
          signed_with, payment_id, customer_id, attempts, processed_at, body,
-         signature_headers, stable_sha256, body_sha256)
+         signature_headers, stable_sha256, body_sha256, origin)
     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::jsonb, $7::bytea,
            $8::int, $9::text, $10::text, $11::int,
            CASE WHEN $5::text IN ('processed', 'ignored') THEN now() END, $12::bytea,
-           $13::jsonb, $14::bytea, $14::bytea
+           $13::jsonb, $14::bytea, $14::bytea,
+           CASE WHEN $8::int = -1 THEN 'api' ELSE 'delivery' END
     WHERE NOT EXISTS (SELECT 1 FROM webhook_events x
                       WHERE x.source = $1::text AND x.event_id = $2::text
                         AND x.body_sha256 IS DISTINCT FROM $14::bytea)
