@@ -513,8 +513,17 @@ async fn serve_runs_the_pass_itself_under_its_lease() {
             .await,
         1
     );
-    let (status, text) = metrics_text(&hookd.base).await;
-    assert_eq!(status, 200);
+    // The pass counts itself once its last page is stored, after the rows (its
+    // runs appear then; its recoveries are shown from 0 at start).
+    let text = wait_for(
+        "serve's pass to count itself",
+        Duration::from_secs(10),
+        || async {
+            let (status, text) = metrics_text(&hookd.base).await;
+            (status == 200 && text.contains("hookd_reconcile_runs_total{")).then_some(text)
+        },
+    )
+    .await;
     assert!(
         text.contains("hookd_reconcile_recovered_total{source=\"stripe\"} 2"),
         "{text}"
