@@ -51,6 +51,16 @@ pub enum Step<'a> {
     Forward(&'a Forward),
 }
 
+/// The names of the forwards of `plan`.
+pub fn forward_names<'a>(plan: &[Step<'a>]) -> Vec<&'a str> {
+    plan.iter()
+        .filter_map(|step| match step {
+            Step::Forward(forward) => Some(forward.name.as_str()),
+            Step::Local { .. } => None,
+        })
+        .collect()
+}
+
 impl Step<'_> {
     /// Its name in attempts and views: the kind, or `forward:NAME`.
     pub fn name(&self) -> HandlerName {

@@ -33,7 +33,7 @@ use crate::config::Settings;
 use crate::duration;
 use crate::ledger::{HandlerName, HandlerStanding, HandlerStatus, Standing};
 use crate::providers;
-use crate::runner::{Runner, Step};
+use crate::runner::{Runner, Step, forward_names};
 use crate::shutdown::Shutdown;
 use crate::store::audit::{self, Record};
 use crate::store::events::{self, ClaimedEvent, EventStatus, HandlerRuns, Settled};
@@ -321,16 +321,17 @@ impl Dispatcher {
 
     /// The forwards of the configuration in force that match `event`.
     fn configured_forwards<'s>(
-        &self,
+        &'s self,
         settings: &'s Settings,
         event: &ClaimedEvent,
     ) -> Vec<&'s str> {
-        settings
-            .forwards
-            .iter()
-            .filter(|f| f.matches(&event.source, &event.event_type, event.kind.as_deref()))
-            .map(|f| f.name.as_str())
-            .collect()
+        let plan = self.runner.plan(
+            settings,
+            &event.source,
+            &event.event_type,
+            event.kind.as_deref(),
+        );
+        forward_names(&plan)
     }
 
     /// The kind's handler of a locked event, run and recorded in `tx` unless it

@@ -39,7 +39,7 @@ use tokio::sync::{Semaphore, oneshot};
 use tracing::Span;
 
 use crate::event::IncomingEvent;
-use crate::runner::{Runner, Step};
+use crate::runner::{Runner, Step, forward_names};
 use crate::signature::Verified;
 use crate::store::StoreError;
 use crate::store::events::{EventStatus, Expected, Recorded};
@@ -370,16 +370,6 @@ fn expected_for(plan: &[Step<'_>]) -> Expected {
         status,
         attempts: i32::from(local),
     }
-}
-
-/// The names of the forwards of `plan`.
-fn forward_names<'p>(plan: &'p [Step<'_>]) -> Vec<&'p str> {
-    plan.iter()
-        .filter_map(|step| match step {
-            Step::Forward(forward) => Some(forward.name.as_str()),
-            Step::Local { .. } => None,
-        })
-        .collect()
 }
 
 #[cfg(test)]

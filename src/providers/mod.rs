@@ -167,7 +167,6 @@ pub fn scheme_names() -> Vec<&'static str> {
     REGISTRY.iter().map(|e| e.provider.name()).collect()
 }
 
-/// What a provider defines (see the module comment).
 /// What a provider does, as data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
@@ -206,6 +205,7 @@ impl Capabilities {
     };
 }
 
+/// What a provider defines (see the module comment).
 pub trait Provider: KeyFormat + Simulator + Sync {
     /// What the provider does, as data; each of the readers below reads one.
     fn capabilities(&self) -> Capabilities {

@@ -280,8 +280,6 @@ pub async fn replace_unplanned(
 pub struct LaneState {
     /// Its breaker is open: only probes go.
     pub open: bool,
-    /// Open, and a probe may go now.
-    pub probe_due: bool,
     /// An operator paused it.
     pub paused: bool,
 }
@@ -290,15 +288,14 @@ pub struct LaneState {
 pub async fn lane_state(client: &impl Session, forward: &str) -> Result<LaneState, StoreError> {
     let row = sql::query_opt(
         client,
-        "SELECT opened_at IS NOT NULL, COALESCE(probe_at <= now(), false), paused_at IS NOT NULL
+        "SELECT opened_at IS NOT NULL, paused_at IS NOT NULL
              FROM forward_states WHERE forward = $1",
         params![&forward],
     )
     .await?;
     Ok(row.map_or_else(LaneState::default, |row| LaneState {
         open: row.get(0),
-        probe_due: row.get(1),
-        paused: row.get(2),
+        paused: row.get(1),
     }))
 }
 
