@@ -197,6 +197,31 @@ impl Ingester {
             .ok_or_else(|| StoreError::Unavailable("hookd is stopping".into()))
     }
 
+    /// `ingest_all`, and each event that reused a stored id with another
+    /// payload kept beside that event (`event_conflicts`): a request of
+    /// several events is acknowledged whole, and a recovered event is never
+    /// refused either.
+    pub async fn ingest_all_keeping_conflicts(
+        &self,
+        events: Vec<IncomingEvent>,
+        verified: Verified,
+    ) -> Result<Vec<Ingested>, StoreError> {
+        let outcomes = self.ingest_all(events.clone(), verified).await?;
+        let conflicts: Vec<&IncomingEvent> = events
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| matches!(o.recorded, Recorded::Conflict))
+            .map(|(event, _)| event)
+            .collect();
+        if !conflicts.is_empty() {
+            let mut client = self.core.pool.get().await?;
+            for event in conflicts {
+                crate::store::events::record_conflict(&mut client, event).await?;
+            }
+        }
+        Ok(outcomes)
+    }
+
     /// Stores the events of one request, each once, and runs each new one's own
     /// handler; returns each event's outcome, in order, after the commit that
     /// stored them all (one transaction, unless it had to be undone: then each

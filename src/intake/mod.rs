@@ -20,7 +20,7 @@ use crate::ingest::{Ingested, Ingester};
 use crate::outbound::Certificates;
 use crate::providers::{self, SignatureRefusal};
 use crate::signature::{Headers, SignatureError, Verified};
-use crate::store::events::{self, EventStatus, Recorded};
+use crate::store::events::{EventStatus, Recorded};
 use crate::store::{StoreError, bound_signatures};
 use crate::traces;
 
@@ -294,33 +294,18 @@ impl Intake<'_> {
         };
         let outcomes = self
             .ingester
-            .ingest_all(events.clone(), verified)
+            .ingest_all_keeping_conflicts(events, verified)
             .await
             .map_err(|e| refuse(e.into()))?;
-        let duplicates = outcomes
-            .iter()
-            .filter(|o| matches!(o.recorded, Recorded::Duplicate { .. }))
-            .count();
-        let conflicts: Vec<&IncomingEvent> = events
-            .iter()
-            .zip(&outcomes)
-            .filter(|(_, o)| matches!(o.recorded, Recorded::Conflict))
-            .map(|(event, _)| event)
-            .collect();
-        if !conflicts.is_empty() {
-            let kept = async {
-                let mut client = self.pool.get().await?;
-                for event in &conflicts {
-                    events::record_conflict(&mut client, event).await?;
-                }
-                Ok::<_, StoreError>(())
-            };
-            kept.await.map_err(|e| refuse(e.into()))?;
-        }
+        let count = |recorded: fn(&Recorded) -> bool| {
+            outcomes.iter().filter(|o| recorded(&o.recorded)).count()
+        };
+        let duplicates = count(|r| matches!(r, Recorded::Duplicate { .. }));
+        let conflicts = count(|r| matches!(r, Recorded::Conflict));
         Ok(Receipt::Several {
             event_ids,
             duplicates,
-            conflicts: conflicts.len(),
+            conflicts,
         })
     }
 }

@@ -27,7 +27,7 @@ use crate::event::IncomingEvent;
 use crate::instance::Instance;
 use crate::shutdown::Shutdown;
 use crate::signature::Verified;
-use crate::store::events::{self, Recorded};
+use crate::store::events::Recorded;
 use crate::store::{self, StoreError};
 use api::Api;
 pub use api::ApiError;
@@ -191,18 +191,14 @@ async fn pass_leased(
     for chunk in missing.chunks(INGEST_CHUNK) {
         let outcomes = app
             .ingester
-            .ingest_all(chunk.to_vec(), Verified::FROM_PROVIDER_API)
+            .ingest_all_keeping_conflicts(chunk.to_vec(), Verified::FROM_PROVIDER_API)
             .await?;
-        for (event, outcome) in chunk.iter().zip(outcomes) {
+        for outcome in outcomes {
             match outcome.recorded {
                 Recorded::New { .. } => counts.recovered += 1,
                 // Delivered meanwhile.
                 Recorded::Duplicate { .. } => counts.present += 1,
-                Recorded::Conflict => {
-                    counts.conflicts += 1;
-                    let mut client = app.pool.get().await.map_err(StoreError::from)?;
-                    events::record_conflict(&mut client, event).await?;
-                }
+                Recorded::Conflict => counts.conflicts += 1,
             }
         }
     }
