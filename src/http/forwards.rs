@@ -28,11 +28,18 @@ pub async fn resume(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    resumable(&state, &path)?;
+    set_paused(&state, &path, false, &who.name).await
+}
+
+/// A forward the configuration pauses (`paused = true`) is resumed there, by
+/// the API and the page alike.
+pub(super) fn resumable(state: &AppState, name: &str) -> Result<(), ApiError> {
     let paused_in_file = state
         .app
         .settings
         .now()
-        .forward(&path)
+        .forward(name)
         .is_some_and(|f| f.paused);
     if paused_in_file {
         return Err(ApiError::Conflict(
@@ -40,7 +47,7 @@ pub async fn resume(
             "the configuration says paused = true: change it and reload".into(),
         ));
     }
-    set_paused(&state, &path, false, &who.name).await
+    Ok(())
 }
 
 async fn set_paused(

@@ -426,6 +426,9 @@ async fn forward_form(
         let body = form_body(state, request, &mut payload).await?;
         check_form(state, who, request, &body)?;
         who.check_operator()?;
+        if !pause {
+            super::forwards::resumable(state, name)?;
+        }
         let forwarder = state.app.dispatcher.forwarder();
         match forwarder.set_paused(name, pause, &who.name).await? {
             Some(_) => Ok(()),

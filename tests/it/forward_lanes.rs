@@ -490,6 +490,14 @@ async fn a_forward_paused_in_the_configuration_waits_and_cannot_be_resumed_from_
         .await;
     assert_eq!(resumed.status, 409);
     assert_eq!(resumed.json()["error"], "paused_in_configuration");
+    // Nor from the dashboard's form, whatever the page shows.
+    let cookie = app.sign_in(hookd_kit::admin::OPERATOR_TOKEN).await;
+    let operator = app.admin(hookd_kit::admin::Credential::Cookie(cookie));
+    let csrf = hookd_kit::admin::csrf_of(&operator.get("/admin").await.text());
+    let page = operator
+        .post_form("/admin/forwards/billing/resume", &[], &[("csrf", &csrf)])
+        .await;
+    assert_eq!(page.status, 409, "{}", page.text());
     assert_eq!(forward_view(&app, "billing").await["state"], "paused");
 }
 
