@@ -15,8 +15,8 @@ use tracing::{Instrument, Span};
 use super::config::Route;
 use super::upstream::{self, Body, Failure};
 use crate::http::AppState;
-use crate::http::body;
 use crate::http::error::ApiError;
+use crate::http::{body, request_id};
 use crate::idempotency::{
     self, Claim, Claimed, OPERATION_HEADER, Outcome, Refusal, Settle, StoredAnswer,
 };
@@ -28,6 +28,7 @@ pub async fn handle(
     request: HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
+    let request_id = request_id::taken_or_new(request.headers());
     // One configuration for the whole request, however long it takes.
     let settings = state.app.settings.now();
     let Some(route) = settings
@@ -35,7 +36,8 @@ pub async fn handle(
         .route_for(request.method().as_str(), request.path())
         .cloned()
     else {
-        return ApiError::Idempotency(Refusal::NoRoute).error_response();
+        let refusal = ApiError::Idempotency(Refusal::NoRoute).error_response();
+        return own_answer(refusal, &request_id);
     };
     let limits = BodyLimits {
         bytes: settings.max_body_bytes,
@@ -45,11 +47,32 @@ pub async fn handle(
     let (response, outcome) = through(state.clone(), route.clone(), limits, request, payload)
         .instrument(span.clone())
         .await;
+    let response = own_answer(response, &request_id);
     if let Some(outcome) = outcome {
         state.app.metrics.gateway_request(route.name(), outcome);
         span.record("hookd.outcome", outcome.as_str());
     }
     span.record("http.response.status_code", response.status().as_u16());
+    response
+}
+
+/// Marks an answer that is upstream's (passed on, or stored and given again):
+/// it leaves as upstream wrote it.
+struct Upstreams;
+
+/// `X-Request-Id` on an answer of hookd's own (a refusal, a 502), as every
+/// answer of the other listener carries; upstream's answers keep their own.
+fn own_answer(mut response: HttpResponse, request_id: &str) -> HttpResponse {
+    let upstreams = response.extensions().contains::<Upstreams>();
+    if !upstreams && let Ok(value) = HeaderValue::from_str(request_id) {
+        response.headers_mut().insert(request_id::HEADER, value);
+    }
+    response
+}
+
+/// `response`, marked as upstream's.
+fn upstreams(mut response: HttpResponse) -> HttpResponse {
+    response.extensions_mut().insert(Upstreams);
     response
 }
 
@@ -158,7 +181,7 @@ async fn through(
         Claim::Replay(answer, operation) => {
             Span::current().record("hookd.operation", operation.as_str());
             (
-                idempotency::replay(answer, &operation),
+                upstreams(idempotency::replay(answer, &operation)),
                 Some(Outcome::Replayed),
             )
         }
@@ -382,7 +405,7 @@ fn pass_on(
     if let Some(value) = operation.and_then(|op| HeaderValue::from_str(op).ok()) {
         response.insert_header((HeaderName::from_static(OPERATION_HEADER), value));
     }
-    match body {
+    upstreams(match body {
         Body::Whole(bytes) => response.body(bytes),
         Body::Large { head, rest } => {
             let first = futures_util::stream::once(async move {
@@ -400,5 +423,5 @@ fn pass_on(
             });
             response.streaming(futures_util::StreamExt::chain(first, rest))
         }
-    }
+    })
 }

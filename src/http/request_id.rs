@@ -42,15 +42,20 @@ pub fn generate() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
+/// The id a request's answer carries: the caller's when it is sane, else a
+/// fresh one.
+pub fn taken_or_new(headers: &actix_web::http::header::HeaderMap) -> String {
+    headers
+        .get(&HEADER)
+        .and_then(sane)
+        .map_or_else(generate, str::to_string)
+}
+
 pub async fn middleware(
     request: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let id = request
-        .headers()
-        .get(&HEADER)
-        .and_then(sane)
-        .map_or_else(generate, str::to_string);
+    let id = taken_or_new(request.headers());
     request.extensions_mut().insert(RequestId(id.clone()));
     // Handlers and extractors turn their failures into answers, which pass here.
     // (The request cannot be kept for an `Err`: routing needs it unshared.)

@@ -163,6 +163,9 @@ async fn a_new_key_reaches_upstream_once_and_a_copy_gets_its_answer_byte_for_byt
     assert_eq!(copy.header("x-request-cost"), Some("3"));
     assert_eq!(copy.header("x-not-kept"), None);
     assert_eq!(copy.header("idempotent-replayed"), Some("true"));
+    // Upstream's stored answer, as it wrote it: no request id of hookd's.
+    assert_eq!(first.header("x-request-id"), None);
+    assert_eq!(copy.header("x-request-id"), None);
     assert_eq!(
         copy.header("idempotency-operation"),
         Some(operation.as_str())
@@ -185,6 +188,16 @@ async fn without_a_key_a_route_that_requires_one_answers_400_and_one_that_does_n
         json!({"error": "idempotency_key_missing"})
     );
     assert_eq!(upstream.calls(), 0);
+    // A refusal is hookd's own answer: it carries a request id, the caller's
+    // when it sent a sane one.
+    let fresh = refused.header("x-request-id").expect("a request id");
+    assert_eq!(fresh.len(), 32, "{fresh}");
+    let mut traced = Call::post("/payments", "unused", ORDER).header("X-Request-Id", "req-7");
+    traced.key = None;
+    assert_eq!(
+        traced.send(&app).await.header("x-request-id"),
+        Some("req-7")
+    );
 
     call.path = "/quotes";
     for _ in 0..2 {
@@ -571,6 +584,7 @@ async fn requests_no_route_takes_are_404_no_route() {
         let answer = call.send(&app).await;
         assert_eq!(answer.status, 404, "{method} {path}");
         assert_eq!(error_of(&answer), json!({"error": "no_route"}));
+        assert!(answer.header("x-request-id").is_some(), "{method} {path}");
     }
     let mut call = Call::post("/orders/7?expand=lines", "k", ORDER);
     call.method = "PUT";
