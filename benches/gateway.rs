@@ -25,6 +25,7 @@ use std::time::Duration;
 use hookd_kit::bench::{self, Serve};
 use hookd_kit::load::{KeyedCaller, Keys, MAX_REQUESTS, Report, Summary, ms};
 use hookd_kit::pgbench::{KEY_CALLER, KEY_ROUTE, KeyScript, Pgbench, PgbenchResult};
+use hookd_kit::waits::{WaitSampler, Waits};
 
 const CONCURRENCIES: [usize; 2] = [16, 64];
 /// The direct calls to upstream, for hookd's added p50.
@@ -45,7 +46,8 @@ fn main() {
     bench::main("gateway", "gateway", run);
 }
 
-/// The trivial upstream: one actix-web worker on a thread and System of its own.
+/// The trivial upstream: one actix-web worker on a thread and System of its own,
+/// reading each request's body and answering `201 {"id":"pay"}`.
 fn start_upstream() -> (String, actix_web::dev::ServerHandle) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("upstream port");
     let addr = listener.local_addr().expect("upstream address");
@@ -55,11 +57,16 @@ fn start_upstream() -> (String, actix_web::dev::ServerHandle) {
         .spawn(move || {
             actix_web::rt::System::new().block_on(async move {
                 let server = actix_web::HttpServer::new(|| {
-                    actix_web::App::new().default_service(actix_web::web::to(|| async {
-                        actix_web::HttpResponse::Created()
-                            .content_type("application/json")
-                            .body(ANSWER)
-                    }))
+                    // The body is read, as a real endpoint reads it: an answer
+                    // that leaves a request's body unread closes the connection,
+                    // so every caller would pay for a new one each time.
+                    actix_web::App::new().default_service(actix_web::web::to(
+                        |_body: actix_web::web::Bytes| async {
+                            actix_web::HttpResponse::Created()
+                                .content_type("application/json")
+                                .body(ANSWER)
+                        },
+                    ))
                 })
                 .workers(1)
                 .disable_signals()
@@ -110,6 +117,8 @@ async fn wait_for(base: &str) {
 struct Totals {
     hookd: Report,
     pgbench: PgbenchResult,
+    waits_hookd: Waits,
+    waits_pgbench: Waits,
 }
 
 struct Level {
@@ -117,6 +126,8 @@ struct Level {
     keys: Keys,
     hookd: Summary,
     pgbench: PgbenchResult,
+    waits_hookd: Waits,
+    waits_pgbench: Waits,
 }
 
 fn mix(keys: Keys) -> &'static str {
@@ -203,6 +214,7 @@ async fn run(setup: bench::Setup) {
                     order.reverse();
                 }
                 for is_hookd in order {
+                    let sampler = WaitSampler::start(cluster.connect().await, cluster.database());
                     if is_hookd {
                         let report = through
                             .closed_loop(keys, concurrency, SLICE, MAX_REQUESTS)
@@ -214,10 +226,12 @@ async fn run(setup: bench::Setup) {
                         );
                         totals.hookd.samples.extend(report.samples);
                         totals.hookd.elapsed += report.elapsed;
+                        totals.waits_hookd.add(sampler.finish().await);
                     } else {
                         let result = pgbench.run(script.name(), concurrency, SLICE, None).await;
                         println!("{label} pgbench {:<16} {}", script.name(), result.line());
                         totals.pgbench.add(result);
+                        totals.waits_pgbench.add(sampler.finish().await);
                     }
                 }
                 // The direct calls beside the first level's rounds, under the
@@ -251,6 +265,8 @@ async fn run(setup: bench::Setup) {
                 keys,
                 hookd: summary,
                 pgbench: totals.pgbench,
+                waits_hookd: totals.waits_hookd,
+                waits_pgbench: totals.waits_pgbench,
             });
         }
     }
@@ -290,6 +306,15 @@ async fn run(setup: bench::Setup) {
             ms(hookd_kit::load::percentile(&sorted, 0.50)),
             rate / level.pgbench.tps().max(1e-9)
         );
+    }
+    println!(
+        "\nwhat the database's sessions wait for (pg_stat_activity sampled every 5 ms; \
+         `in transaction, waiting for its client`: between a transaction's statements)"
+    );
+    for level in &levels {
+        let at = format!("c={:<3} {:<12}", level.concurrency, mix(level.keys));
+        println!("{at} hookd   {}", level.waits_hookd.line());
+        println!("{at} pgbench {}", level.waits_pgbench.line());
     }
     let new_16 = levels
         .iter()

@@ -23,6 +23,7 @@ use std::time::Duration;
 use hookd_kit::bench::{self, Cpu};
 use hookd_kit::load::{self, MAX_REQUESTS, Report, closed_loop, ms, open_loop, percentile};
 use hookd_kit::pgbench::{Pgbench, PgbenchResult, Script};
+use hookd_kit::waits::{WaitSampler, Waits};
 use sha2::{Digest, Sha256};
 
 const CONCURRENCIES: [usize; 4] = [4, 16, 32, 64];
@@ -46,6 +47,10 @@ struct Totals {
     cpu_hookd: Cpu,
     cpu_insert: Cpu,
     cpu_full: Cpu,
+    /// What the database's sessions waited for, during hookd's rounds and
+    /// pgbench full's.
+    waits_hookd: Waits,
+    waits_full: Waits,
 }
 
 fn main() {
@@ -98,6 +103,7 @@ async fn run(setup: bench::Setup) {
                 order.reverse();
             }
             for contender in order {
+                let sampler = WaitSampler::start(cluster.connect().await, cluster.database());
                 let before = cluster.cpu();
                 let label = format!("c={concurrency:<3} round {}", round + 1);
                 match contender {
@@ -105,6 +111,7 @@ async fn run(setup: bench::Setup) {
                         let report =
                             closed_loop(sender.clone(), concurrency, SLICE, MAX_REQUESTS).await;
                         totals.cpu_hookd = totals.cpu_hookd + (cluster.cpu() - before);
+                        totals.waits_hookd.add(sampler.finish().await);
                         println!("{label} hookd          {}", report.summary().line());
                         totals.hookd.samples.extend(report.samples);
                         totals.hookd.elapsed += report.elapsed;
@@ -117,12 +124,14 @@ async fn run(setup: bench::Setup) {
                         };
                         let result = pgbench.run(script.name(), concurrency, SLICE, None).await;
                         let cpu = cluster.cpu() - before;
+                        let waits = sampler.finish().await;
                         println!("{label} pgbench {:<6} {}", script.name(), result.line());
                         if script == Script::Insert {
                             totals.cpu_insert = totals.cpu_insert + cpu;
                             totals.insert.add(result);
                         } else {
                             totals.cpu_full = totals.cpu_full + cpu;
+                            totals.waits_full.add(waits);
                             totals.full.add(result);
                         }
                     }
@@ -188,6 +197,20 @@ async fn run(setup: bench::Setup) {
             busy(totals.cpu_hookd, totals.hookd.elapsed.as_secs_f64()),
             busy(totals.cpu_insert, totals.insert.seconds),
             busy(totals.cpu_full, totals.full.seconds)
+        );
+    }
+    println!(
+        "\nwhat the database's sessions wait for (pg_stat_activity sampled every 5 ms; \
+         `in transaction, waiting for its client`: between a transaction's statements)"
+    );
+    for (concurrency, _, totals) in &levels {
+        println!(
+            "c={concurrency:<3} hookd        {}",
+            totals.waits_hookd.line()
+        );
+        println!(
+            "c={concurrency:<3} pgbench full {}",
+            totals.waits_full.line()
         );
     }
     println!("\nCPU per event in µs (steadier than rates on a shared machine)");

@@ -37,6 +37,8 @@ pub struct Instance {
     pub migrations: &'static [crate::store::Migration],
     /// The signing certificates deliveries name, fetched for them (PayPal's).
     pub certificates: Arc<Certificates>,
+    /// The gateway's key writes, committed in batches.
+    pub key_writes: crate::gateway::KeyWrites,
 }
 
 impl Instance {
@@ -68,6 +70,7 @@ impl Instance {
         let dispatcher = Dispatcher::new(pool.clone(), runner.clone());
         let purger = Purger::new(pool.clone(), settings.clone(), metrics.clone());
         let ingester = Ingester::new(pool.clone(), runner);
+        let key_writes = crate::gateway::KeyWrites::new(pool.clone());
         let rollups = Rollups::new(pool.clone(), metrics.clone());
         let desk = Desk::new(
             pool.clone(),
@@ -87,6 +90,7 @@ impl Instance {
             activity: SourceActivity::default(),
             migrations: &[],
             certificates: Arc::new(Certificates::new()),
+            key_writes,
         }
     }
 

@@ -12,7 +12,8 @@
 //! - `load`: the signing load generator (closed and open loops, reports);
 //! - `bench`: a durable cluster with hookd in-process, CPU accounting, bulk fills;
 //! - `pgbench`: the ingest and gateway benchmarks' baselines, made from the store's
-//!   statements, and the runner that measures them.
+//!   statements, and the runner that measures them;
+//! - `waits`: what PostgreSQL's sessions wait for during a run.
 
 pub mod admin;
 pub mod app;
@@ -24,3 +25,4 @@ pub mod metrics;
 pub mod pgbench;
 pub mod pooler;
 pub mod settings;
+pub mod waits;

@@ -188,7 +188,8 @@ async fn through(
         Claim::Run(claimed) => {
             Span::current().record("hookd.operation", claimed.operation_id.as_str());
             // To its end even if the client leaves: the key is always settled.
-            let work = run(state.clone(), route.clone(), request, body, claimed)
+            let key = (rules.route.clone(), scope.to_vec(), key.to_string());
+            let work = run(state.clone(), route.clone(), request, body, claimed, key)
                 .instrument(Span::current());
             match actix_web::rt::spawn(work).await {
                 Ok(answered) => answered,
@@ -201,12 +202,20 @@ async fn through(
     }
 }
 
+/// The claim's first statement goes with other requests' in one commit
+/// (`commit::KeyWrites`); only a key it could not take is read and judged, on
+/// a connection of this request's.
 async fn claim_key(
     state: &AppState,
     request: &idempotency::Request<'_>,
 ) -> Result<Claim, crate::store::StoreError> {
+    let attempt = idempotency::attempt(request);
+    let taken = state.app.key_writes.try_claim(attempt.clone()).await?;
+    if let Some(taken) = taken {
+        return Ok(Claim::Run(idempotency::claimed(&attempt, taken)));
+    }
     let client = state.app.pool.get().await?;
-    let claim = idempotency::claim(&client, request).await;
+    let claim = idempotency::claim_after(&client, request, &attempt, None).await;
     crate::store::give_back(client, claim)
 }
 
@@ -263,6 +272,7 @@ async fn run(
     request: HttpRequest,
     body: Vec<u8>,
     claimed: Claimed,
+    key: KeyName,
 ) -> Answered {
     let name = route.name();
     let started = Instant::now();
@@ -279,7 +289,7 @@ async fn run(
                 claimed.operation_id
             );
             traces::fail(&span, &why);
-            settle(&state, &claimed, Settle::Release, None).await;
+            release(&state, &claimed).await;
             return refused_for(Refusal::UpstreamUnavailable, &claimed);
         }
         Err(Failure::NoAnswer(why)) => {
@@ -296,7 +306,7 @@ async fn run(
     let operation = Some(claimed.operation_id.as_str());
     match idempotency::settle(answer.status) {
         Settle::Release => {
-            settle(&state, &claimed, Settle::Release, None).await;
+            release(&state, &claimed).await;
             let response = pass_on(answer.status, &answer.headers, answer.body, operation);
             (response, Some(Outcome::UpstreamError))
         }
@@ -329,37 +339,61 @@ async fn run(
                     Some(large),
                 ),
             };
-            settle(&state, &claimed, Settle::Store, Some(&stored)).await;
-            let body = body.unwrap_or(Body::Whole(stored.body));
+            let stored = store_answer(&state, &claimed, key, stored).await;
+            let body = body.unwrap_or(Body::Whole(stored.map(|s| s.body).unwrap_or_default()));
             let response = pass_on(answer.status, &answer.headers, body, operation);
             (response, Some(Outcome::Sent))
         }
     }
 }
 
-/// Stores the answer (`Store`) or frees the key (`Release`). A failure is
-/// logged, not answered: the client gets upstream's answer all the same, and
-/// the key, still claimed, is taken over as `unknown` once its lock is over.
-async fn settle(state: &AppState, claimed: &Claimed, how: Settle, answer: Option<&StoredAnswer>) {
+/// A key's route, scope and key: where a batch of key writes orders it.
+type KeyName = (String, Vec<u8>, String);
+
+/// Stores the answer, committed with other requests' writes; it comes back
+/// for the client. A failure is logged, not answered (see `settled`).
+async fn store_answer(
+    state: &AppState,
+    claimed: &Claimed,
+    key: KeyName,
+    answer: StoredAnswer,
+) -> Option<StoredAnswer> {
     let span = tracing::trace_span!("commit");
-    let settled = async {
+    let (done, answer) = state
+        .app
+        .key_writes
+        .complete(key, claimed.row_id, claimed.claim_id.clone(), answer)
+        .instrument(span.clone())
+        .await;
+    settled(&span, claimed, done);
+    answer
+}
+
+/// Frees the key: a retry runs again.
+async fn release(state: &AppState, claimed: &Claimed) {
+    let span = tracing::trace_span!("commit");
+    let done = async {
         let client = state.app.pool.get().await?;
-        let done = match (how, answer) {
-            (Settle::Store, Some(answer)) => idempotency::complete(&client, claimed, answer).await,
-            _ => idempotency::release(&client, claimed).await,
-        };
+        let done = idempotency::release(&client, claimed).await;
         crate::store::give_back(client, done)
     }
     .instrument(span.clone())
     .await;
-    match settled {
+    settled(&span, claimed, done);
+}
+
+/// A settling write's outcome, logged: the client gets upstream's answer all
+/// the same, and a key left claimed is taken over as `unknown` once its lock
+/// is over.
+fn settled(span: &Span, claimed: &Claimed, done: Result<bool, crate::store::StoreError>) {
+    match done {
         Ok(true) => {}
         Ok(false) => log::warn!(
             "gateway: the key of {} was taken over before its answer was stored",
             claimed.operation_id
         ),
         Err(error) => {
-            traces::fail(&span, &error);
+            traces::fail(span, &error);
             log::error!(
                 "gateway: cannot settle the key of {}: {error}; it is taken over as unknown \
                  once its lock is over",

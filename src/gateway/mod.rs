@@ -6,6 +6,7 @@
 //! so copies get it back and upstream runs once per key. The rules themselves
 //! (key, scope, fingerprint, states) are `crate::idempotency`'s.
 
+mod commit;
 pub mod config;
 mod flow;
 mod upstream;
@@ -13,6 +14,8 @@ mod upstream;
 use std::time::Duration;
 
 use actix_web::web;
+
+pub use commit::KeyWrites;
 
 /// Every path of the gateway's listener is the gateway's: no probe or page
 /// shares it (a route may well be `/*`).

@@ -92,45 +92,68 @@ pub struct Request<'a> {
 /// autocommitted statement claims a new key (or one a resend may take), and
 /// only when it takes nothing is the row read and judged.
 pub async fn claim(client: &impl Session, request: &Request<'_>) -> Result<Claim, StoreError> {
-    let claim_id: [u8; 16] = rand::random();
-    let operation_id = new_operation_id();
-    let attempt = ClaimAttempt {
-        route: &request.rules.route,
-        scope: request.scope,
-        key: request.key,
-        fingerprint: request.fingerprint,
-        operation_id: &operation_id,
-        claim_id: &claim_id,
+    let attempt = attempt(request);
+    let taken = store::try_claim(client, &attempt).await?;
+    claim_after(client, request, &attempt, taken).await
+}
+
+/// A claim of `request`'s key to try, with a fresh claim id and operation id.
+pub fn attempt(request: &Request<'_>) -> ClaimAttempt {
+    ClaimAttempt {
+        route: request.rules.route.clone(),
+        scope: request.scope.to_vec(),
+        key: request.key.to_string(),
+        fingerprint: request.fingerprint.to_vec(),
+        operation_id: new_operation_id(),
+        claim_id: rand::random::<[u8; 16]>().to_vec(),
         lock: request.rules.lock(),
         retention: request.rules.retention,
         resend_unknown: request.rules.resend_unknown,
-        method: request.method,
-        target: request.target,
-    };
+        method: request.method.to_string(),
+        target: request.target.to_string(),
+    }
+}
+
+/// What `request` gets once `attempt`'s first statement, committed, took
+/// `taken` (the gateway commits many requests' first statements together).
+pub async fn claim_after(
+    client: &impl Session,
+    request: &Request<'_>,
+    attempt: &ClaimAttempt,
+    mut taken: Option<store::Taken>,
+) -> Result<Claim, StoreError> {
     // A few times at most: between the claim and the read, the row may be
     // purged, released or taken over.
-    for _ in 0..3 {
-        if let Some((row_id, operation_id, runs)) = store::try_claim(client, &attempt).await? {
-            return Ok(Claim::Run(Claimed {
-                row_id,
-                claim_id: claim_id.to_vec(),
-                operation_id,
-                runs,
-            }));
+    for round in 0..3 {
+        if let Some(taken) = taken {
+            return Ok(Claim::Run(claimed(attempt, taken)));
         }
-        let Some(row) = store::read_key(client, &attempt).await? else {
-            continue;
-        };
-        match decide(&row, request.fingerprint, request.rules.resend_unknown) {
-            Decision::Answer(claim) => return Ok(claim),
-            Decision::MarkUnknown => {
-                store::mark_abandoned_unknown(client, row.id).await?;
-                return Ok(Claim::Refused(Refusal::OutcomeUnknown));
+        if let Some(row) = store::read_key(client, attempt).await? {
+            match decide(&row, request.fingerprint, request.rules.resend_unknown) {
+                Decision::Answer(claim) => return Ok(claim),
+                Decision::MarkUnknown => {
+                    store::mark_abandoned_unknown(client, row.id).await?;
+                    return Ok(Claim::Refused(Refusal::OutcomeUnknown));
+                }
+                Decision::ClaimAgain => {}
             }
-            Decision::ClaimAgain => {}
         }
+        if round == 2 {
+            break;
+        }
+        taken = store::try_claim(client, attempt).await?;
     }
     Ok(Claim::Refused(Refusal::InProgress))
+}
+
+/// The key `attempt` took.
+pub fn claimed(attempt: &ClaimAttempt, (row_id, operation_id, runs): store::Taken) -> Claimed {
+    Claimed {
+        row_id,
+        claim_id: attempt.claim_id.clone(),
+        operation_id,
+        runs,
+    }
 }
 
 /// What a key's stored row means for a request that could not claim it.

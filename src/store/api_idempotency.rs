@@ -56,22 +56,27 @@ pub struct StoredAnswer {
     pub body_omitted: bool,
 }
 
-/// A claim to try: a new key, or one a resend may take.
-#[derive(Debug, Clone, Copy)]
-pub struct ClaimAttempt<'a> {
-    pub route: &'a str,
-    pub scope: &'a [u8],
-    pub key: &'a str,
-    pub fingerprint: &'a [u8],
+/// A claim to try: a new key, or one a resend may take. It owns its fields, so
+/// that a batch of claims can be stored by another task (`gateway::commit`).
+#[derive(Debug, Clone)]
+pub struct ClaimAttempt {
+    pub route: String,
+    pub scope: Vec<u8>,
+    pub key: String,
+    pub fingerprint: Vec<u8>,
     /// The operation id if the key is new (a resend keeps the key's own).
-    pub operation_id: &'a str,
-    pub claim_id: &'a [u8],
+    pub operation_id: String,
+    pub claim_id: Vec<u8>,
     pub lock: Duration,
     pub retention: Duration,
     pub resend_unknown: bool,
-    pub method: &'a str,
-    pub target: &'a str,
+    pub method: String,
+    pub target: String,
 }
+
+/// A claimed key: its row id, its operation id and how many times it was
+/// claimed to run.
+pub type Taken = (i64, String, i32);
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -116,8 +121,8 @@ pub const COMPLETE_KEY: &str = "UPDATE api_idempotency_keys
 /// operation id and how many times it was claimed to run.
 pub async fn try_claim(
     client: &impl Session,
-    claim: &ClaimAttempt<'_>,
-) -> Result<Option<(i64, String, i32)>, StoreError> {
+    claim: &ClaimAttempt,
+) -> Result<Option<Taken>, StoreError> {
     let (lock, retention) = (millis(claim.lock), millis(claim.retention));
     let row = sql::query_opt(
         client,
@@ -155,7 +160,7 @@ pub struct StoredKey {
 
 pub async fn read_key(
     client: &impl Session,
-    claim: &ClaimAttempt<'_>,
+    claim: &ClaimAttempt,
 ) -> Result<Option<StoredKey>, StoreError> {
     let row = sql::query_opt(
         client,

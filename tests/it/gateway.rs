@@ -831,6 +831,54 @@ async fn of_100_concurrent_copies_through_two_instances_upstream_runs_once() {
 }
 
 #[tokio::test]
+async fn many_keys_with_copies_at_once_through_two_instances_reach_upstream_once_each() {
+    // Claims and stored answers of concurrent requests share commits: copies of
+    // one key may fall in one batch, new keys beside keys being completed.
+    let upstream = Upstream::created().await;
+    let routes = route("payments", "/payments", &upstream.url, "");
+    let first = gateway(&routes).await;
+    let second = spawn(Spawn {
+        settings: settings_with(&routes),
+        db: first.db.clone(),
+        ..Spawn::default()
+    })
+    .await;
+    let apps = std::sync::Arc::new([first, second]);
+    let keys: Vec<String> = (0..40).map(|k| format!("charge-{k}")).collect();
+    let calls: Vec<_> = (0..120)
+        .map(|i| {
+            let (apps, key) = (apps.clone(), keys[i % 40].clone());
+            tokio::spawn(async move {
+                let answer = Call::post("/payments", &key, ORDER)
+                    .send(&apps[i % 2])
+                    .await;
+                (key, answer)
+            })
+        })
+        .collect();
+    for call in calls {
+        let (key, answer) = call.await.expect("call");
+        match answer.status {
+            201 => assert!(answer.header("idempotency-operation").is_some(), "{key}"),
+            409 => assert_eq!(error_of(&answer), json!({"error": "request_in_progress"})),
+            other => panic!("{key} answered {other}: {}", answer.text()),
+        }
+    }
+    let mut seen: Vec<String> = upstream
+        .seen()
+        .iter()
+        .map(|s| s.header("idempotency-key").expect("key").to_string())
+        .collect();
+    seen.sort();
+    let mut expected = keys.clone();
+    expected.sort();
+    assert_eq!(seen, expected, "each key reaches upstream exactly once");
+    for key in &keys {
+        assert_eq!(state_of(&apps[0], key).await, "completed", "{key}");
+    }
+}
+
+#[tokio::test]
 async fn slow_a_claim_of_a_killed_hookd_is_taken_over_after_its_timeout_and_30_s_as_unknown() {
     use nix::sys::signal::Signal;
 

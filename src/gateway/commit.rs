@@ -1,0 +1,254 @@
+//! Group commit of the gateway's key writes. Committed one by one, a gateway's
+//! sessions spend most of their time waiting for the WAL flush of their own
+//! commit (`LWLock:WALWrite`, `IO:WALSync` in `pg_stat_activity`), two per
+//! request. Here the claims and the stored answers of concurrent requests share
+//! a transaction and its one commit: a write that finds fewer than
+//! `MAX_LEADERS` transactions at work starts one at once (so a lone request
+//! waits for nothing); the writes that arrive meanwhile queue, and a finishing
+//! leader takes them all (up to `MAX_BATCH`) into the next.
+//!
+//! Each write is the statement it would be on its own (`CLAIM_KEY`,
+//! `COMPLETE_KEY`), and answers follow the commit, so a claim is committed
+//! before its request goes upstream, as ever. A batch takes its rows in one
+//! order (route, scope, key), so two batches — of this instance or another —
+//! never wait on each other in a circle; if a batch fails anyway (a deadlock
+//! with a purge, a lost connection), each of its writes runs on its own.
+
+use std::sync::{Arc, Mutex};
+
+use deadpool_postgres::Pool;
+use tokio::sync::oneshot;
+
+use crate::store::api_idempotency::{self as keys, ClaimAttempt, StoredAnswer, Taken};
+use crate::store::{self, StoreError};
+
+/// Transactions storing key writes at once, at most.
+const MAX_LEADERS: usize = 8;
+/// Writes in one transaction, at most.
+const MAX_BATCH: usize = 64;
+
+/// The key writes of this instance's gateway requests.
+#[derive(Clone)]
+pub struct KeyWrites {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    pool: Pool,
+    queue: Mutex<Queue>,
+    /// The runtime hookd was started on: a leader runs there, not on the HTTP
+    /// worker whose request started it.
+    runtime: tokio::runtime::Handle,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<Write>,
+    leaders: usize,
+}
+
+/// Where a write takes its row lock: a batch takes them in this order.
+type LockOrder = (String, Vec<u8>, String);
+
+enum Write {
+    Claim {
+        attempt: ClaimAttempt,
+        reply: oneshot::Sender<Result<Option<Taken>, StoreError>>,
+    },
+    Complete {
+        order: LockOrder,
+        row_id: i64,
+        claim_id: Vec<u8>,
+        answer: StoredAnswer,
+        reply: oneshot::Sender<(Result<bool, StoreError>, StoredAnswer)>,
+    },
+}
+
+impl Write {
+    fn order(&self) -> (&str, &[u8], &str) {
+        match self {
+            Write::Claim { attempt: a, .. } => (&a.route, &a.scope, &a.key),
+            Write::Complete { order: o, .. } => (&o.0, &o.1, &o.2),
+        }
+    }
+}
+
+/// What a write did.
+enum Done {
+    Claimed(Option<Taken>),
+    Completed(bool),
+}
+
+impl KeyWrites {
+    /// Ready to store key writes; leaders run on the current Tokio runtime.
+    pub fn new(pool: Pool) -> Self {
+        KeyWrites {
+            shared: Arc::new(Shared {
+                pool,
+                queue: Mutex::new(Queue::default()),
+                runtime: tokio::runtime::Handle::current(),
+            }),
+        }
+    }
+
+    /// `attempt`'s claim statement, committed: the key claimed, or nothing.
+    pub async fn try_claim(&self, attempt: ClaimAttempt) -> Result<Option<Taken>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.submit(Write::Claim { attempt, reply });
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// The answer stored while `claim_id` still owns row `row_id` (the key
+    /// `order` names), committed: whether it did; the answer comes back.
+    pub async fn complete(
+        &self,
+        order: LockOrder,
+        row_id: i64,
+        claim_id: Vec<u8>,
+        answer: StoredAnswer,
+    ) -> (Result<bool, StoreError>, Option<StoredAnswer>) {
+        let (reply, done) = oneshot::channel();
+        self.submit(Write::Complete {
+            order,
+            row_id,
+            claim_id,
+            answer,
+            reply,
+        });
+        match done.await {
+            Ok((result, answer)) => (result, Some(answer)),
+            Err(_) => (Err(stopped()), None),
+        }
+    }
+
+    fn submit(&self, write: Write) {
+        let lead = {
+            let mut queue = self.shared.lock();
+            queue.waiting.push(write);
+            let due = queue.leaders < MAX_LEADERS;
+            queue.leaders += usize::from(due);
+            due
+        };
+        if lead {
+            self.shared.runtime.spawn(self.shared.clone().lead());
+        }
+    }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Unavailable("a batch of key writes stopped".into())
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Stores batch after batch of what is queued, until nothing is.
+    async fn lead(self: Arc<Self>) {
+        loop {
+            let batch = {
+                let mut queue = self.lock();
+                if queue.waiting.is_empty() {
+                    queue.leaders -= 1;
+                    return;
+                }
+                let n = queue.waiting.len().min(MAX_BATCH);
+                queue.waiting.drain(..n).collect::<Vec<_>>()
+            };
+            // A panic must not take the leader's slot with it: its requests get
+            // 503 (their replies are dropped) and the leader goes on.
+            let stored = std::panic::AssertUnwindSafe(self.store(batch));
+            if futures_util::FutureExt::catch_unwind(stored).await.is_err() {
+                log::error!("a batch of gateway key writes panicked; its requests got 503");
+            }
+        }
+    }
+
+    /// One transaction for `batch`, or each write on its own if it fails.
+    async fn store(&self, mut batch: Vec<Write>) {
+        batch.sort_by(|a, b| a.order().cmp(&b.order()));
+        let together = async {
+            let mut client = self.pool.get().await?;
+            let done = in_one_transaction(&mut client, &batch).await;
+            store::give_back(client, done)
+        }
+        .await;
+        match together {
+            Ok(done) => {
+                for (write, done) in batch.into_iter().zip(done) {
+                    reply(write, Ok(done));
+                }
+            }
+            Err(error) => {
+                log::debug!(
+                    "gateway: a batch of {} key writes failed ({error}); each runs on its own",
+                    batch.len()
+                );
+                for write in batch {
+                    let done = self.alone(&write).await;
+                    reply(write, done);
+                }
+            }
+        }
+    }
+
+    async fn alone(&self, write: &Write) -> Result<Done, StoreError> {
+        let client = self.pool.get().await?;
+        let done = run(&client, write).await;
+        store::give_back(client, done)
+    }
+}
+
+async fn in_one_transaction(
+    client: &mut deadpool_postgres::Object,
+    batch: &[Write],
+) -> Result<Vec<Done>, StoreError> {
+    let tx = store::begin(client).await?;
+    // Sent together, in the batch's order; one commit for all.
+    let done = futures_util::future::try_join_all(batch.iter().map(|w| run(&tx, w))).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+async fn run(client: &impl store::sql::Session, write: &Write) -> Result<Done, StoreError> {
+    Ok(match write {
+        Write::Claim { attempt, .. } => Done::Claimed(keys::try_claim(client, attempt).await?),
+        Write::Complete {
+            row_id,
+            claim_id,
+            answer,
+            ..
+        } => Done::Completed(keys::complete(client, *row_id, claim_id, answer).await?),
+    })
+}
+
+fn reply(write: Write, done: Result<Done, StoreError>) {
+    match write {
+        Write::Claim { reply, .. } => {
+            let _ = reply.send(done.and_then(Done::claimed));
+        }
+        Write::Complete { reply, answer, .. } => {
+            let _ = reply.send((done.and_then(Done::completed), answer));
+        }
+    }
+}
+
+impl Done {
+    // A write's outcome is of its own kind (`run`): the other is never seen.
+    fn claimed(self) -> Result<Option<Taken>, StoreError> {
+        match self {
+            Done::Claimed(taken) => Ok(taken),
+            Done::Completed(_) => Err(StoreError::Schema("a claim's write completed".into())),
+        }
+    }
+
+    fn completed(self) -> Result<bool, StoreError> {
+        match self {
+            Done::Completed(stored) => Ok(stored),
+            Done::Claimed(_) => Err(StoreError::Schema("a completion's write claimed".into())),
+        }
+    }
+}
