@@ -1,7 +1,7 @@
 //! `cargo bench --bench ingest`: how fast hookd acknowledges new events, against
 //! what the same PostgreSQL cluster does with hookd's own SQL and nothing else.
 //!
-//! For each concurrency (16, 32 and 64 senders), in one run on one cluster:
+//! For each concurrency (4, 16, 32 and 64 senders), in one run on one cluster:
 //! - hookd: a closed loop of signed, unique Stripe `payment_intent.succeeded`
 //!   deliveries over HTTP (signature check, parse, store, inline handler, commit);
 //! - pgbench "insert": the dedupe statement (`store::events::RECORD_DELIVERY`)
