@@ -536,3 +536,99 @@ async fn a_forward_goes_dead_only_once_both_its_attempts_and_its_time_are_spent(
         .await;
     assert!(error[0].contains("gave up after 4 attempts"), "{error:?}");
 }
+
+#[tokio::test]
+async fn slow_serve_holds_a_forward_paused_in_its_configuration_and_drains_it_once_a_reload_resumes_it()
+ {
+    let db = TestDb::create().await;
+    let receiver = Receiver::start(&[]).await;
+    let port = free_port();
+    let path = config(port, "lanes-paused", "1s", Some(&receiver));
+    let text = std::fs::read_to_string(&path).expect("config");
+    let forward_table = "sources = [\"stripe\"]\n";
+    std::fs::write(
+        &path,
+        text.replace(forward_table, &format!("{forward_table}paused = true\n")),
+    )
+    .expect("config");
+    let hookd =
+        Hookd::start_against(&path, port, &cluster().connection_string(&db.name), "warn").await;
+    deliver(&hookd, &invoice("evt_inv_held")).await;
+    deliver(&hookd, &payment("evt_pi_held")).await;
+    // serve's own lane, retrying every second, sends nothing while paused.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(receiver.received().is_empty(), "held while paused");
+    for event_id in ["evt_inv_held", "evt_pi_held"] {
+        assert_eq!(status(&db, event_id).await, "failed", "{event_id} waits");
+    }
+    let metrics = reqwest::get(format!("{}/metrics", hookd.base))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("hookd_forward_state{forward=\"erp\"} 2"),
+        "{metrics}"
+    );
+
+    // The configuration resumes it; a reload drains the backlog, each once.
+    std::fs::write(&path, text).expect("config");
+    hookd.signal(Signal::SIGHUP);
+    until_processed(&db, "evt_inv_held").await;
+    until_processed(&db, "evt_pi_held").await;
+    let mut got: Vec<String> = receiver
+        .received()
+        .iter()
+        .map(|r| {
+            let body: Value = serde_json::from_slice(&r.body).expect("json");
+            body["id"].as_str().expect("id").to_string()
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, ["evt_inv_held", "evt_pi_held"]);
+    hookd.signal(Signal::SIGTERM);
+    assert!(hookd.wait().await.success());
+}
+
+#[tokio::test]
+async fn slow_serve_gives_a_failing_forward_up_only_once_both_its_attempts_and_its_time_are_spent()
+{
+    let db = TestDb::create().await;
+    let receiver = Receiver::start(&[503; 20]).await;
+    let port = free_port();
+    let path = config(port, "lanes-retry-for", "1s", Some(&receiver));
+    let text = std::fs::read_to_string(&path).expect("config");
+    let forward_table = "sources = [\"stripe\"]\n";
+    let text = text
+        .replace("max_attempts = 10", "max_attempts = 2")
+        .replace(
+            forward_table,
+            &format!("{forward_table}retry_for = \"5s\"\n"),
+        );
+    std::fs::write(&path, text).expect("config");
+    let hookd =
+        Hookd::start_against(&path, port, &cluster().connection_string(&db.name), "warn").await;
+    let started = Instant::now();
+    deliver(&hookd, &invoice("evt_inv_for_time")).await;
+    // Past max_attempts, but within retry_for: still to go.
+    wait_for("a third failed send", Duration::from_secs(20), || async {
+        (attempts(&db, "evt_inv_for_time").await.len() >= 3).then_some(())
+    })
+    .await;
+    if started.elapsed() < Duration::from_secs(5) {
+        assert_eq!(status(&db, "evt_inv_for_time").await, "failed");
+    }
+    wait_for("dead", Duration::from_secs(30), || async {
+        (status(&db, "evt_inv_for_time").await == "dead").then_some(())
+    })
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "dead after {:?}, before retry_for",
+        started.elapsed()
+    );
+    assert!(attempts(&db, "evt_inv_for_time").await.len() > 2);
+    hookd.signal(Signal::SIGTERM);
+    assert!(hookd.wait().await.success());
+}
