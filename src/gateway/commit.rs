@@ -5,7 +5,8 @@
 //! a transaction and its one commit: a write that finds fewer than
 //! `MAX_LEADERS` transactions at work starts one at once (so a lone request
 //! waits for nothing); the writes that arrive meanwhile queue, and a finishing
-//! leader takes them all (up to `MAX_BATCH`) into the next.
+//! leader takes them all (up to `MAX_BATCH`) into the next. A batch of one is
+//! its statement alone, autocommitted.
 //!
 //! Each write is the statement it would be on its own (`CLAIM_KEY`,
 //! `COMPLETE_KEY`), and answers follow the commit, so a claim is committed
@@ -206,6 +207,10 @@ async fn in_one_transaction(
     client: &mut deadpool_postgres::Object,
     batch: &[Write],
 ) -> Result<Vec<Done>, StoreError> {
+    if let [write] = batch {
+        // Alone: autocommitted, without a BEGIN and a COMMIT to wait for.
+        return Ok(vec![run(&*client, write).await?]);
+    }
     let tx = store::begin(client).await?;
     // Sent together, in the batch's order; one commit for all.
     let done = futures_util::future::try_join_all(batch.iter().map(|w| run(&tx, w))).await?;
