@@ -386,7 +386,10 @@ fn variables_read() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for file in files {
         let name = file.file_name().expect("a name").to_string_lossy();
-        if name == "tests.rs" || name.ends_with("_tests.rs") {
+        let in_tests_folder = file
+            .strip_prefix(root().join("src"))
+            .is_ok_and(|path| path.components().any(|c| c.as_os_str() == "tests"));
+        if name == "tests.rs" || name.ends_with("_tests.rs") || in_tests_folder {
             continue;
         }
         let text = std::fs::read_to_string(&file).expect("source");
@@ -422,12 +425,13 @@ fn variables_read() -> BTreeSet<String> {
         }
     }
     // `HOOKD_SOURCE_<NAME>_<KEY>` for each credential key of a scheme.
-    let config = std::fs::read_to_string(root().join("src/config.rs")).expect("config.rs");
+    let config =
+        std::fs::read_to_string(root().join("src/config/load.rs")).expect("config/load.rs");
     let credentials = config
         .split_once("const CREDENTIAL_KEYS")
         .and_then(|(_, rest)| rest.split_once('='))
         .and_then(|(_, rest)| rest.split_once(';'))
-        .expect("CREDENTIAL_KEYS in src/config.rs")
+        .expect("CREDENTIAL_KEYS in src/config/load.rs")
         .0;
     for key in credentials.split('"').skip(1).step_by(2) {
         names.insert(format!("HOOKD_SOURCE_<NAME>_{}", key.to_ascii_uppercase()));
