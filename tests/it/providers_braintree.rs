@@ -247,7 +247,7 @@ async fn a_braintree_resend_is_a_duplicate_with_the_first_answer() {
     let (headers, form) = app.sign_body(SOURCE, &body);
     // Braintree resends the same form, first timestamp included, for hours:
     // no tolerance applies, and the dedupe makes a resend harmless.
-    provider::assert_resend_is_a_duplicate(&app, SOURCE, &headers, form).await;
+    provider::assert_resend_is_a_duplicate(&app, SOURCE, &headers, form, 1).await;
 }
 
 #[tokio::test]

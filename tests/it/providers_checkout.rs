@@ -176,7 +176,7 @@ async fn a_checkout_resend_is_a_duplicate_with_the_first_answer() {
     let body =
         serde_json::to_vec(&payment("evt_dup", "payment_captured", "pay_dup")).expect("json");
     let headers = app.sign(SOURCE, &body, Default::default());
-    provider::assert_resend_is_a_duplicate(&app, SOURCE, &headers, body).await;
+    provider::assert_resend_is_a_duplicate(&app, SOURCE, &headers, body, 1).await;
 }
 
 fn signed(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {

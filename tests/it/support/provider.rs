@@ -41,17 +41,23 @@ pub fn refusal(answer: &Answer) -> (u16, String, String) {
 }
 
 /// Posts one delivery twice: the second is a duplicate with the first answer,
-/// and the source's one event counts two deliveries and one attempt.
+/// and the source's one event counts two deliveries and `attempts` attempts
+/// (one for an event of a kind, none for one ignored).
 pub async fn assert_resend_is_a_duplicate(
     app: &TestApp,
     source: &str,
     headers: &[(String, String)],
     body: Vec<u8>,
+    attempts: i32,
 ) {
     let first = app.post(source, headers, body.clone()).await;
     let second = app.post(source, headers, body).await;
-    assert_eq!(first.status, 200, "{}", first.text());
-    assert_eq!((second.status, &second.body), (200, &first.body));
+    assert_eq!(first.status, 200, "{source}: {}", first.text());
+    assert_eq!(
+        (second.status, &second.body),
+        (200, &first.body),
+        "{source}"
+    );
     assert_eq!(second.header("Idempotent-Replayed"), Some("true"));
     let rows = app
         .query(
@@ -59,8 +65,12 @@ pub async fn assert_resend_is_a_duplicate(
             &[&source],
         )
         .await;
-    assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0].get::<_, i32>(0), rows[0].get::<_, i32>(1)), (2, 1));
+    assert_eq!(rows.len(), 1, "{source}");
+    assert_eq!(
+        (rows[0].get::<_, i32>(0), rows[0].get::<_, i32>(1)),
+        (2, attempts),
+        "{source}"
+    );
 }
 
 /// An instance whose `source` holds `newer` before its shipped secret, which is
