@@ -1,7 +1,8 @@
 //! Scheme `braintree` through real HTTP: form bodies of base64 XML stored as
 //! JSON, kinds by the transaction's type, payment rows in minor units with the
 //! transaction's currency and customer, refunds (settled credits) in any order,
-//! duplicates, rotation, and refusals that store nothing.
+//! and refusals of its form's fields that store nothing.
+//! (Resends, rotation, tampering and replay of its fixtures: the conformance suite.)
 
 use hookd::providers::{Scheme, sign};
 use hookd::signature::{Envelope, Secret};
@@ -238,31 +239,6 @@ async fn braintree_payment_rows_are_minor_units_with_currency_and_customer_whate
             Some("cust_nested".into())
         )
     );
-}
-
-#[tokio::test]
-async fn a_braintree_resend_is_a_duplicate_with_the_first_answer() {
-    let app = spawn_app().await;
-    let body = serde_json::to_vec(&sale("t_dup")).expect("json");
-    let (headers, form) = app.sign_body(SOURCE, &body);
-    // Braintree resends the same form, first timestamp included, for hours:
-    // no tolerance applies, and the dedupe makes a resend harmless.
-    provider::assert_resend_is_a_duplicate(&app, SOURCE, &headers, form, 1).await;
-}
-
-#[tokio::test]
-async fn a_braintree_delivery_signed_with_the_previous_key_pair_is_taken_and_says_so() {
-    let newer = "newerpublickey01:00112233445566778899aabbccddeeff";
-    let (app, previous) = provider::spawn_rotated(SOURCE, newer).await;
-    let (headers, form) = signed(&previous, &sale("t_rot"));
-    let answer = app.post(SOURCE, &headers, form).await;
-    assert_eq!(answer.status, 200, "{}", answer.text());
-    let signed_with = count(
-        &app,
-        "SELECT signed_with::bigint FROM webhook_events WHERE source = 'braintree'",
-    )
-    .await;
-    assert_eq!(signed_with, 2);
 }
 
 #[tokio::test]

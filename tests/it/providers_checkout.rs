@@ -1,18 +1,15 @@
 //! Scheme `checkout` (Checkout.com) through real HTTP: the documented types
 //! mapped to the kinds and the rest ignored, payment rows in minor units with
-//! the currency and customer, refunds (actions of a payment) in any order,
-//! duplicates, rotation, the optional authorization key, and refusals that
-//! store nothing.
+//! the currency and customer, refunds (actions of a payment) in any order, and
+//! the optional authorization key.
+//! (Resends, rotation, tampering and replay of its fixtures: the conformance suite.)
 
-use hookd::providers::{Scheme, sign};
-use hookd::signature::{Envelope, Secret};
 use serde_json::{Value, json};
 
 use crate::support::provider;
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, spawn_app};
+use crate::support::{Spawn, TestApp, spawn, spawn_app};
 
 const SOURCE: &str = "checkout";
-const SIGNATURE: &str = "Cko-Signature";
 
 fn event(id: &str, ty: &str, data: Value) -> Value {
     json!({"id": id, "type": ty, "version": "1.0.33", "created_on": "2024-06-12T10:20:41Z",
@@ -168,89 +165,6 @@ async fn checkout_payment_rows_are_minor_units_with_currency_and_customer_whatev
     )
     .await;
     assert_eq!(refunds, 4);
-}
-
-#[tokio::test]
-async fn a_checkout_resend_is_a_duplicate_with_the_first_answer() {
-    let app = spawn_app().await;
-    let body =
-        serde_json::to_vec(&payment("evt_dup", "payment_captured", "pay_dup")).expect("json");
-    let headers = app.sign(SOURCE, &body, Default::default());
-    provider::assert_resend_is_a_duplicate(&app, SOURCE, &headers, body, 1).await;
-}
-
-fn signed(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {
-    let envelope = Envelope {
-        event_id: "",
-        event_type: "",
-        timestamp: 0,
-    };
-    sign(scheme, key, body, &envelope).expect("sign").headers
-}
-
-#[tokio::test]
-async fn a_checkout_delivery_signed_with_the_previous_key_is_taken_and_says_so() {
-    let mut settings = shipped_settings();
-    let source = settings
-        .sources
-        .iter_mut()
-        .find(|s| s.name == SOURCE)
-        .expect("checkout source");
-    let previous = source.secrets[0].clone();
-    source.secrets = vec![Secret::new("the-newer-checkout-key"), previous.clone()];
-    let scheme = source.scheme.clone();
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
-    let body =
-        serde_json::to_vec(&payment("evt_rot", "payment_captured", "pay_rot")).expect("json");
-    let answer = app
-        .post(SOURCE, &signed(&scheme, &previous, &body), body)
-        .await;
-    assert_eq!(answer.status, 200, "{}", answer.text());
-    let signed_with = count(
-        &app,
-        "SELECT signed_with::bigint FROM webhook_events WHERE event_id = 'evt_rot'",
-    )
-    .await;
-    assert_eq!(signed_with, 2);
-}
-
-#[tokio::test]
-async fn tampered_or_unsigned_checkout_deliveries_are_401_and_nothing_is_stored() {
-    let app = spawn_app().await;
-    let source = app.settings().source(SOURCE).expect("checkout").clone();
-    let body =
-        serde_json::to_vec(&payment("evt_bad", "payment_captured", "pay_bad")).expect("json");
-    let good = app.sign(SOURCE, &body, Default::default());
-    let tampered = String::from_utf8(body.clone())
-        .expect("utf-8")
-        .replace("6540", "1");
-    let other_key = signed(&source.scheme, &Secret::new("not-the-key"), &body);
-    let cases = [
-        (good.clone(), tampered.into_bytes(), "signature mismatch"),
-        (vec![], body.clone(), "missing Cko-Signature header"),
-        (other_key, body.clone(), "signature mismatch"),
-        (
-            vec![(SIGNATURE.to_string(), "v1=00".to_string())],
-            body.clone(),
-            "not hex",
-        ),
-    ];
-    for (headers, bytes, reason) in cases {
-        let (status, error, why) = provider::refusal(&app.post(SOURCE, &headers, bytes).await);
-        assert_eq!(
-            (status, error.as_str()),
-            (401, "invalid_signature"),
-            "{reason}"
-        );
-        assert!(why.contains(reason), "{reason}: {why}");
-    }
-    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
-    assert_eq!(app.post(SOURCE, &good, body).await.status, 200);
-    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 1);
 }
 
 #[tokio::test]

@@ -104,13 +104,16 @@ impl Case {
     }
 }
 
-/// The provider of a shipped source.
+/// The provider of an app's source.
 pub fn provider_of(app: &TestApp, source: &str) -> &'static dyn Provider {
-    let scheme = &app
-        .settings()
-        .source(source)
-        .expect("shipped source")
-        .scheme;
+    let scheme = &app.settings().source(source).expect("a source").scheme;
+    providers::named(scheme.name()).expect("a listed provider")
+}
+
+/// The provider of a shipped source.
+pub fn provider_named(source: &str) -> &'static dyn Provider {
+    let settings = crate::support::shipped_settings();
+    let scheme = &settings.source(source).expect("a shipped source").scheme;
     providers::named(scheme.name()).expect("a listed provider")
 }
 
@@ -206,15 +209,10 @@ conformance!(
 /// Every provider has a shipped source in the suite, filed by whether it takes secrets.
 #[test]
 fn every_provider_goes_through_the_suite() {
-    let settings = crate::support::shipped_settings();
-    let scheme = |source: &str| {
-        let configured = settings.source(source).expect("a shipped source");
-        providers::named(configured.scheme.name()).expect("listed")
-    };
     let mut covered: Vec<&str> = Vec::new();
     for (sources, takes_secrets) in [(SECRETS, true), (CERTIFICATES, false)] {
         for source in sources {
-            let provider = scheme(source);
+            let provider = provider_named(source);
             assert_eq!(provider.takes_secrets(), takes_secrets, "{source}");
             covered.push(provider.name());
         }

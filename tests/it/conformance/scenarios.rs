@@ -3,7 +3,7 @@
 use hookd::domain::PaymentKind;
 use hookd::providers::{Answer as Expected, SignatureRefusal};
 
-use super::{Case, Fixture, Row, provider_of, signed};
+use super::{Case, Fixture, Row, provider_named, provider_of, signed};
 use crate::support::provider::{assert_resend_is_a_duplicate, refusal, spawn_rotated};
 use crate::support::{Answer, TestApp, run_hookd, spawn_app};
 
@@ -45,22 +45,14 @@ fn stored_as(kinds: &[Option<String>]) -> Vec<(Option<String>, String)> {
     stored
 }
 
-/// Signs and sends `fixture`, checks the provider's answer, and that its
-/// events were stored as documented.
-async fn send_documented(app: &TestApp, source: &str, fixture: &Fixture) {
-    let before = events(app, source).await.len();
-    let delivery = signed(app, source, fixture, None);
-    let answer = app.post(source, &delivery.headers, delivery.body).await;
-    assert_eq!(
-        answer.status,
-        200,
-        "{source} {}: {}",
-        fixture.name,
-        answer.text()
-    );
+/// `answer` is the one the provider expects for `fixture`, just taken: its
+/// fixed body, or hookd's naming the event (the last stored).
+async fn assert_answer(app: &TestApp, source: &str, fixture: &Fixture, answer: &Answer) {
+    let name = &fixture.name;
+    assert_eq!(answer.status, 200, "{source} {name}: {}", answer.text());
     match provider_of(app, source).answer() {
         Expected::Fixed { content_type, body } => {
-            assert_eq!(answer.text(), body, "{source} {}", fixture.name);
+            assert_eq!(answer.text(), body, "{source} {name}");
             assert_eq!(answer.header("Content-Type"), Some(content_type));
         }
         Expected::Json if fixture.kinds.len() == 1 => {
@@ -70,15 +62,20 @@ async fn send_documented(app: &TestApp, source: &str, fixture: &Fixture) {
                     &[&source],
                 )
                 .await;
-            assert_eq!(
-                answer.text(),
-                format!(r#"{{"status":"accepted","event_id":"{}"}}"#, ids[0]),
-                "{source} {}",
-                fixture.name
-            );
+            let named = format!(r#"{{"status":"accepted","event_id":"{}"}}"#, ids[0]);
+            assert_eq!(answer.text(), named, "{source} {name}");
         }
-        Expected::Json => assert_eq!(answer.json()["status"], "accepted", "{source}"),
+        Expected::Json => assert_eq!(answer.json()["status"], "accepted", "{source} {name}"),
     }
+}
+
+/// Signs and sends `fixture`, checks the provider's answer, and that its
+/// events were stored as documented.
+async fn send_documented(app: &TestApp, source: &str, fixture: &Fixture) {
+    let before = events(app, source).await.len();
+    let delivery = signed(app, source, fixture, None);
+    let answer = app.post(source, &delivery.headers, delivery.body).await;
+    assert_answer(app, source, fixture, &answer).await;
     let mut added = events(app, source).await.split_off(before);
     added.sort();
     assert_eq!(
@@ -102,7 +99,9 @@ pub async fn documented_kinds_and_rows(source: &'static str) {
         .flat_map(|f| f.kinds.iter().flatten())
         .map(String::as_str)
         .collect();
-    for kind in provider.default_event_types().values() {
+    let configured = app.settings().source(source).expect("source");
+    let mapped = provider.default_event_types().into_values();
+    for kind in mapped.chain(configured.event_types.values().cloned()) {
         assert!(
             documented.contains(&kind.as_str()),
             "{source}: no fixture is {kind}"
@@ -148,7 +147,25 @@ pub async fn resend(source: &'static str) {
         .expect("a fixture of one event");
     let delivery = signed(&app, source, fixture, None);
     let attempts = i32::from(fixture.kinds[0].is_some());
-    assert_resend_is_a_duplicate(&app, source, &delivery.headers, delivery.body, attempts).await;
+    // Sent again as it was, then signed anew (another time, another
+    // transmission): the first answer each time, the event run once.
+    let first =
+        assert_resend_is_a_duplicate(&app, source, &delivery.headers, delivery.body, attempts)
+            .await;
+    let resent = signed(&app, source, fixture, None);
+    let third = app.post(source, &resent.headers, resent.body).await;
+    assert_eq!((third.status, &third.body), (200, &first.body), "{source}");
+    assert_eq!(third.header("Idempotent-Replayed"), Some("true"));
+    let counts: Vec<(i32, i32)> = app
+        .query(
+            "SELECT deliveries, attempts FROM webhook_events WHERE source = $1",
+            &[&source],
+        )
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(counts, [(3, attempts)], "{source}");
 }
 
 /// A source holding a newer secret before its previous one: a delivery signed
@@ -156,23 +173,20 @@ pub async fn resend(source: &'static str) {
 /// (PayPal signs with certificates, not secrets: its own tests rotate those.)
 pub async fn rotation(source: &'static str) {
     let case = Case::of(source);
-    let shipped = spawn_app().await;
-    let provider = provider_of(&shipped, source);
-    let newer = provider.new_secret();
+    let newer = provider_named(source).new_secret();
     let (app, previous) = spawn_rotated(source, newer.expose()).await;
+    // The request of the most events with the previous secret, another with the newer.
+    let most = (case.fixtures.iter())
+        .max_by_key(|f| (f.kinds.len(), std::cmp::Reverse(&f.name)))
+        .expect("fixtures");
+    let other = (case.fixtures.iter())
+        .find(|f| f.name != most.name)
+        .expect("another fixture");
     let mut expected = Vec::new();
-    for (fixture, secret, position) in [
-        (&case.fixtures[0], &previous, 2),
-        (&case.fixtures[1], &newer, 1),
-    ] {
+    for (fixture, secret, position) in [(most, &previous, 2), (other, &newer, 1)] {
         let delivery = signed(&app, source, fixture, Some(secret));
         let answer = app.post(source, &delivery.headers, delivery.body).await;
-        assert_eq!(
-            answer.status,
-            200,
-            "{source} secret {position}: {}",
-            answer.text()
-        );
+        assert_answer(&app, source, fixture, &answer).await;
         expected.extend(fixture.kinds.iter().map(|_| position));
     }
     let signed_with: Vec<i32> = app
@@ -205,7 +219,7 @@ pub async fn tampering(source: &'static str) {
         "another secret",
         foreign.headers.clone(),
         foreign.body.clone(),
-        "signature mismatch",
+        "signature mismatch".to_string(),
     )];
     // Where the signature travels beside the body, the whole body is signed:
     // changing one digit of it, or leaving out or garbling the headers that
@@ -222,7 +236,7 @@ pub async fn tampering(source: &'static str) {
             "an altered body",
             genuine.headers.clone(),
             altered,
-            "signature mismatch",
+            "signature mismatch".to_string(),
         ));
         let signature: Vec<&String> = genuine
             .headers
@@ -240,7 +254,8 @@ pub async fn tampering(source: &'static str) {
             .filter(|(name, _)| !signature.contains(&name))
             .cloned()
             .collect();
-        cases.push(("no signature", unsigned, genuine.body.clone(), "missing "));
+        let missing = format!("missing {} header", signature[0]);
+        cases.push(("no signature", unsigned, genuine.body.clone(), missing));
         let garbled = genuine
             .headers
             .iter()
@@ -249,14 +264,22 @@ pub async fn tampering(source: &'static str) {
                 false => (name.clone(), value.clone()),
             })
             .collect();
+        let malformed = format!("malformed {} header", signature[0]);
         cases.push((
             "a garbled signature",
             garbled,
             genuine.body.clone(),
-            "malformed ",
+            malformed,
         ));
     }
+    let configured = app.settings().source(source).expect("source");
+    let now = chrono::Utc::now().timestamp();
     for (what, headers, body, reason) in cases {
+        // The reason given is the provider's own verdict, word for word.
+        let verdict = configured
+            .verifier()
+            .verify_request(&headers, &body, now)
+            .expect_err("refused");
         let answer: Answer = app.post(source, &headers, body).await;
         let (refused, error, why) = refusal(&answer);
         assert_eq!(
@@ -265,7 +288,10 @@ pub async fn tampering(source: &'static str) {
             "{source}, {what}: {}",
             answer.text()
         );
-        assert!(why.contains(reason), "{source}, {what}: {why}");
+        assert_eq!(why, verdict.to_string(), "{source}, {what}");
+        let json = Some("application/json");
+        assert_eq!(answer.header("content-type"), json, "{source}, {what}");
+        assert!(why.contains(&reason), "{source}, {what}: {why}");
     }
     assert_eq!(events(&app, source).await.len(), 0, "{source}");
     let answer = app.post(source, &genuine.headers, genuine.body).await;

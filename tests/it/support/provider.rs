@@ -42,14 +42,14 @@ pub fn refusal(answer: &Answer) -> (u16, String, String) {
 
 /// Posts one delivery twice: the second is a duplicate with the first answer,
 /// and the source's one event counts two deliveries and `attempts` attempts
-/// (one for an event of a kind, none for one ignored).
+/// (one for an event of a kind, none for one ignored). Returns the first answer.
 pub async fn assert_resend_is_a_duplicate(
     app: &TestApp,
     source: &str,
     headers: &[(String, String)],
     body: Vec<u8>,
     attempts: i32,
-) {
+) -> Answer {
     let first = app.post(source, headers, body.clone()).await;
     let second = app.post(source, headers, body).await;
     assert_eq!(first.status, 200, "{source}: {}", first.text());
@@ -71,6 +71,7 @@ pub async fn assert_resend_is_a_duplicate(
         (2, attempts),
         "{source}"
     );
+    first
 }
 
 /// An instance whose `source` holds `newer` before its shipped secret, which is
