@@ -23,6 +23,8 @@ pub struct Fixture {
     pub name: String,
     pub bytes: Vec<u8>,
     pub kinds: Vec<Option<String>>,
+    /// The provider's type of each event, as documented.
+    pub types: Vec<String>,
 }
 
 /// A payment row: id, status, amount, refunded, currency, customer.
@@ -55,12 +57,19 @@ impl Case {
             };
             let first = text(cells[0]).expect("a first cell");
             if first.ends_with(".json") {
-                let kinds = cells[2]
+                let kinds: Vec<Option<String>> = cells[2]
                     .split(',')
                     .map(str::trim)
                     .map(|k| (k != "ignored").then(|| k.trim_matches('`').to_string()))
                     .collect();
-                documented.push((first, kinds));
+                // The types are what the second cell writes as code.
+                let types: Vec<String> = cells[1]
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(String::from)
+                    .collect();
+                documented.push((first, kinds, types));
             } else {
                 let number = |cell: &str| cell.parse::<i64>().expect("an amount");
                 rows.push((
@@ -82,7 +91,7 @@ impl Case {
             .filter(|n| n.ends_with(".json"))
             .collect();
         names.sort();
-        let listed: Vec<&String> = documented.iter().map(|(n, _)| n).collect();
+        let listed: Vec<&String> = documented.iter().map(|(n, ..)| n).collect();
         assert_eq!(
             names.iter().collect::<Vec<_>>(),
             listed,
@@ -90,10 +99,14 @@ impl Case {
         );
         let fixtures = documented
             .into_iter()
-            .map(|(name, kinds)| Fixture {
-                bytes: std::fs::read(format!("{folder}/{name}")).expect("fixture"),
-                name,
-                kinds,
+            .map(|(name, kinds, types)| {
+                assert_eq!(kinds.len(), types.len(), "{source} {name}");
+                Fixture {
+                    bytes: std::fs::read(format!("{folder}/{name}")).expect("fixture"),
+                    name,
+                    kinds,
+                    types,
+                }
             })
             .collect();
         Case {

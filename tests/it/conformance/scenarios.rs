@@ -1,5 +1,7 @@
 //! The scenarios every provider goes through, each for one shipped source.
 
+use std::collections::BTreeSet;
+
 use hookd::domain::PaymentKind;
 use hookd::providers::{Answer as Expected, SignatureRefusal};
 
@@ -7,15 +9,18 @@ use super::{Case, Fixture, Row, provider_named, provider_of, signed};
 use crate::support::provider::{assert_resend_is_a_duplicate, refusal, spawn_rotated};
 use crate::support::{Answer, TestApp, run_hookd, spawn_app};
 
-/// The kind and status of each event of `source`, in the order stored.
-async fn events(app: &TestApp, source: &str) -> Vec<(Option<String>, String)> {
+/// A stored event's type, kind and status.
+type Stored = (String, Option<String>, String);
+
+/// The type, kind and status of each event of `source`, in the order stored.
+async fn events(app: &TestApp, source: &str) -> Vec<Stored> {
     app.query(
-        "SELECT kind, status FROM webhook_events WHERE source = $1 ORDER BY id",
+        "SELECT event_type, kind, status FROM webhook_events WHERE source = $1 ORDER BY id",
         &[&source],
     )
     .await
     .iter()
-    .map(|r| (r.get(0), r.get(1)))
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
     .collect()
 }
 
@@ -32,13 +37,14 @@ async fn payment_rows(app: &TestApp, source: &str) -> Vec<Row> {
     .collect()
 }
 
-/// What a stored event of a documented kind looks like.
-fn stored_as(kinds: &[Option<String>]) -> Vec<(Option<String>, String)> {
-    let mut stored: Vec<_> = kinds
-        .iter()
-        .map(|kind| match kind {
-            Some(kind) => (Some(kind.clone()), "processed".to_string()),
-            None => (None, "ignored".to_string()),
+/// How the events of `fixtures` are stored, as documented: processed as
+/// their kind, or ignored; sorted.
+fn stored_as<'f>(fixtures: impl IntoIterator<Item = &'f Fixture>) -> Vec<Stored> {
+    let mut stored: Vec<Stored> = (fixtures.into_iter())
+        .flat_map(|f| f.types.iter().zip(&f.kinds))
+        .map(|(event_type, kind)| match kind {
+            Some(kind) => (event_type.clone(), Some(kind.clone()), "processed".into()),
+            None => (event_type.clone(), None, "ignored".into()),
         })
         .collect();
     stored.sort();
@@ -78,12 +84,7 @@ async fn send_documented(app: &TestApp, source: &str, fixture: &Fixture) {
     assert_answer(app, source, fixture, &answer).await;
     let mut added = events(app, source).await.split_off(before);
     added.sort();
-    assert_eq!(
-        added,
-        stored_as(&fixture.kinds),
-        "{source} {}",
-        fixture.name
-    );
+    assert_eq!(added, stored_as([fixture]), "{source} {}", fixture.name);
 }
 
 /// Every fixture, in file order: the documented kind of each event (every
@@ -305,7 +306,8 @@ pub async fn tampering(source: &'static str) {
 
 /// `hookd replay fixtures/<source>` with the real binary: every file
 /// accepted as new, then every file a duplicate (the payment rows as
-/// documented), then with `--new-ids` every file new again, doubling each status.
+/// documented), then twice with `--new-ids` every file new again under fresh
+/// ids, stored and applied as the originals were.
 pub async fn replay(source: &'static str) {
     let case = Case::of(source);
     let app = spawn_app().await;
@@ -324,22 +326,46 @@ pub async fn replay(source: &'static str) {
         again.iter().all(|l| l.contains("replayed")),
         "{source}: {again:#?}"
     );
-    let mut once: Vec<_> = case.fixtures.iter().flat_map(|f| f.kinds.clone()).collect();
-    once.sort();
-    assert_eq!(events(&app, source).await.len(), once.len(), "{source}");
     let mut stored: Vec<_> = events(&app, source).await;
     stored.sort();
-    assert_eq!(stored, stored_as(&once), "{source}");
+    assert_eq!(stored, stored_as(&case.fixtures), "{source}");
     assert_eq!(payment_rows(&app, source).await, case.rows, "{source}");
-    let anew = run_replay(&app, &case, &["--new-ids"]).await;
-    assert!(
-        anew.iter().all(|l| l.contains(fresh)),
-        "{source}: {anew:#?}"
-    );
-    let twice: Vec<_> = once.iter().chain(&once).cloned().collect();
+    for _ in 0..2 {
+        let anew = run_replay(&app, &case, &["--new-ids"]).await;
+        assert!(
+            anew.iter().all(|l| l.contains(fresh)),
+            "{source}: {anew:#?}"
+        );
+    }
+    // Fresh ids each run, every copy stored and applied as the originals were.
     let mut stored = events(&app, source).await;
     stored.sort();
-    assert_eq!(stored, stored_as(&twice), "{source}");
+    let fixtures = &case.fixtures;
+    let thrice = stored_as(fixtures.iter().chain(fixtures).chain(fixtures));
+    assert_eq!(stored, thrice, "{source}");
+    let distinct = app
+        .count(
+            "SELECT count(DISTINCT event_id) FROM webhook_events WHERE source = $1",
+            &[&source],
+        )
+        .await;
+    assert_eq!(distinct as usize, thrice.len(), "{source}");
+    // Handlers merge: copies under new ids naming the same payments change
+    // none of them; where the new ids name new payments (a provider whose
+    // event id is its payment's), the documented ones are still there.
+    let after = payment_rows(&app, source).await;
+    let ids = |rows: &[Row]| rows.iter().map(|r| r.0.clone()).collect::<BTreeSet<_>>();
+    if ids(&after) == ids(&case.rows) {
+        assert_eq!(
+            after, case.rows,
+            "{source}: the new copies changed a payment"
+        );
+    } else {
+        assert!(
+            ids(&after).is_superset(&ids(&case.rows)),
+            "{source}: {after:#?}"
+        );
+    }
 }
 
 /// `hookd replay` of the source's fixtures folder: it succeeds, and says one
@@ -347,7 +373,8 @@ pub async fn replay(source: &'static str) {
 async fn run_replay(app: &TestApp, case: &Case, extra: &[&str]) -> Vec<String> {
     let source = case.source;
     let folder = format!("fixtures/{source}");
-    let mut args = vec!["replay", &folder, "--source", source, "--url", &app.base];
+    // The source is the folder's name when --source is left out.
+    let mut args = vec!["replay", &folder, "--url", &app.base];
     args.extend_from_slice(extra);
     let output = run_hookd(&args, None).await;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
