@@ -202,8 +202,8 @@ pub async fn rotation(source: &'static str) {
     assert_eq!(signed_with, expected, "{source}");
 }
 
-/// The first fixture signed with another secret, with its body altered, its
-/// signature missing or unreadable: each refused with the provider's status
+/// The first fixture signed with another secret, unsigned, with its body
+/// altered, its signature missing or unreadable: each refused with the provider's status
 /// and why, nothing stored; the genuine delivery is then taken.
 pub async fn tampering(source: &'static str) {
     let case = Case::of(source);
@@ -216,12 +216,21 @@ pub async fn tampering(source: &'static str) {
     let fixture = &case.fixtures[0];
     let genuine = signed(&app, source, fixture, None);
     let foreign = signed(&app, source, fixture, Some(&provider.new_secret()));
-    let mut cases = vec![(
-        "another secret",
-        foreign.headers.clone(),
-        foreign.body.clone(),
-        "signature mismatch".to_string(),
-    )];
+    let mut cases = vec![
+        (
+            "another secret",
+            foreign.headers.clone(),
+            foreign.body.clone(),
+            "signature mismatch".to_string(),
+        ),
+        // The fixture as it is, without a header: the first one it lacks is named.
+        (
+            "nothing signed",
+            vec![],
+            fixture.bytes.clone(),
+            String::new(),
+        ),
+    ];
     // Where the signature travels beside the body, the whole body is signed:
     // changing one digit of it, or leaving out or garbling the headers that
     // differ between two secrets' signatures, is refused. (A provider that
