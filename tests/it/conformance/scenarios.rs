@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use hookd::domain::PaymentKind;
 use hookd::providers::{Answer as Expected, SignatureRefusal};
+use serde_json::json;
 
 use super::{Case, Fixture, Row, provider_named, provider_of, signed};
 use crate::support::provider::{assert_resend_is_a_duplicate, refusal, spawn_rotated};
@@ -52,7 +53,7 @@ fn stored_as<'f>(fixtures: impl IntoIterator<Item = &'f Fixture>) -> Vec<Stored>
 }
 
 /// `answer` is the one the provider expects for `fixture`, just taken: its
-/// fixed body, or hookd's naming the event (the last stored).
+/// fixed body, or hookd's naming its events (the last stored).
 async fn assert_answer(app: &TestApp, source: &str, fixture: &Fixture, answer: &Answer) {
     let name = &fixture.name;
     assert_eq!(answer.status, 200, "{source} {name}: {}", answer.text());
@@ -61,17 +62,26 @@ async fn assert_answer(app: &TestApp, source: &str, fixture: &Fixture, answer: &
             assert_eq!(answer.text(), body, "{source} {name}");
             assert_eq!(answer.header("Content-Type"), Some(content_type));
         }
-        Expected::Json if fixture.kinds.len() == 1 => {
-            let ids = app
+        Expected::Json => {
+            let mut ids = app
                 .strings(
-                    "SELECT event_id FROM webhook_events WHERE source = $1 ORDER BY id DESC LIMIT 1",
-                    &[&source],
+                    "SELECT event_id FROM webhook_events WHERE source = $1 ORDER BY id DESC LIMIT $2",
+                    &[&source, &(fixture.kinds.len() as i64)],
                 )
                 .await;
-            let named = format!(r#"{{"status":"accepted","event_id":"{}"}}"#, ids[0]);
-            assert_eq!(answer.text(), named, "{source} {name}");
+            ids.reverse();
+            match ids.as_slice() {
+                [one] => {
+                    let named = format!(r#"{{"status":"accepted","event_id":{}}}"#, json!(one));
+                    assert_eq!(answer.text(), named, "{source} {name}");
+                }
+                several => {
+                    let named = json!({"status": "accepted", "event_ids": several});
+                    assert_eq!(answer.json(), named, "{source} {name}");
+                }
+            }
+            assert_eq!(answer.header("content-type"), Some("application/json"));
         }
-        Expected::Json => assert_eq!(answer.json()["status"], "accepted", "{source} {name}"),
     }
 }
 
