@@ -180,44 +180,32 @@ async fn braintree_kinds_follow_the_transaction_type_and_the_rest_is_ignored() {
 #[tokio::test]
 async fn braintree_payment_rows_are_minor_units_with_currency_and_customer_whatever_the_order() {
     let app = spawn_app().await;
-    for (payment, refunds_first) in [("t_after", false), ("t_before", true)] {
+    let of = |payment: &str| {
         let refunds = [
             credit(&format!("{payment}_r1"), payment, "4.00"),
             credit(&format!("{payment}_r2"), payment, "3.50"),
         ];
-        let mut bodies: Vec<Value> = refunds.to_vec();
-        if refunds_first {
-            bodies.push(sale(payment));
-        } else {
-            bodies.insert(0, sale(payment));
-        }
-        for body in &bodies {
-            app.deliver_ok(SOURCE, body).await;
-        }
         // A refund notified again later (another timestamp, so another id) counts once.
         let mut again = refunds[0].clone();
         again["timestamp"] = json!("2024-06-13T00:00:00Z");
-        app.deliver_ok(SOURCE, &again).await;
-        assert_eq!(
-            row(&app, payment).await,
-            (
-                "partially_refunded".into(),
-                1500,
-                750,
-                Some("USD".into()),
-                Some(format!("cust_{payment}"))
-            ),
-            "{payment}"
-        );
-    }
-    assert_eq!(
-        count(
-            &app,
-            "SELECT count(*) FROM payment_refunds WHERE source = 'braintree'"
+        provider::Refunded {
+            paid: sale(payment),
+            refunds,
+            again: Some(again),
+        }
+    };
+    let expected = |payment: &str| {
+        let customer = Some(format!("cust_{payment}"));
+        (
+            "partially_refunded".into(),
+            1500,
+            750,
+            Some("USD".into()),
+            customer,
         )
-        .await,
-        4
-    );
+    };
+    let payments = ["t_after", "t_before"];
+    provider::assert_refunds_add_up_whatever_the_order(&app, SOURCE, payments, of, expected).await;
     // Minor units by the currency's exponent; the customer as a nested object.
     let mut yen = sale("t_yen");
     let transaction = &mut yen["subject"]["transaction"];

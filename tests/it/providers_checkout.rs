@@ -114,12 +114,7 @@ async fn checkout_types_map_to_the_kinds_and_the_rest_is_ignored() {
 #[tokio::test]
 async fn checkout_payment_rows_are_minor_units_with_currency_and_customer_whatever_the_order() {
     let app = spawn_app().await;
-    for (payment_id, refunds_first) in [("pay_after", false), ("pay_before", true)] {
-        let paid = payment(
-            &format!("{payment_id}_paid"),
-            "payment_captured",
-            payment_id,
-        );
+    let of = |payment_id: &str| {
         let refunds = [
             refund(
                 &format!("{payment_id}_r1"),
@@ -134,37 +129,31 @@ async fn checkout_payment_rows_are_minor_units_with_currency_and_customer_whatev
                 540,
             ),
         ];
-        let mut bodies: Vec<Value> = refunds.to_vec();
-        if refunds_first {
-            bodies.push(paid);
-        } else {
-            bodies.insert(0, paid);
-        }
-        for body in &bodies {
-            app.deliver_ok(SOURCE, body).await;
-        }
         // A refund resent under another event id counts once: the action is the refund.
         let mut again = refunds[0].clone();
         again["id"] = json!(format!("{payment_id}_r1_again"));
-        app.deliver_ok(SOURCE, &again).await;
-        assert_eq!(
-            provider::payment_row(&app, SOURCE, payment_id).await,
-            (
-                "partially_refunded".into(),
-                6540,
-                2540,
-                Some("EUR".into()),
-                Some(format!("cus_{payment_id}"))
+        provider::Refunded {
+            paid: payment(
+                &format!("{payment_id}_paid"),
+                "payment_captured",
+                payment_id,
             ),
-            "{payment_id}"
-        );
-    }
-    let refunds = count(
-        &app,
-        "SELECT count(*) FROM payment_refunds WHERE source = 'checkout'",
-    )
-    .await;
-    assert_eq!(refunds, 4);
+            refunds,
+            again: Some(again),
+        }
+    };
+    let expected = |payment_id: &str| {
+        let customer = Some(format!("cus_{payment_id}"));
+        (
+            "partially_refunded".into(),
+            6540,
+            2540,
+            Some("EUR".into()),
+            customer,
+        )
+    };
+    let payments = ["pay_after", "pay_before"];
+    provider::assert_refunds_add_up_whatever_the_order(&app, SOURCE, payments, of, expected).await;
 }
 
 #[tokio::test]

@@ -128,58 +128,36 @@ async fn razorpay_events_map_to_the_kinds_and_the_rest_is_ignored() {
 #[tokio::test]
 async fn razorpay_payment_rows_are_paise_with_currency_and_customer_whatever_the_order() {
     let app = spawn_app().await;
-    for (payment_id, refunds_first) in [("pay_after", false), ("pay_before", true)] {
-        let paid = (
-            format!("{payment_id}_paid"),
-            payment("payment.captured", payment_id, "captured"),
-        );
-        let refunds = [
-            (
-                format!("{payment_id}_r1"),
-                refund(
-                    "refund.processed",
-                    payment_id,
-                    &format!("{payment_id}_1"),
-                    15000,
-                ),
+    let of = |payment_id: &str| provider::Refunded {
+        paid: payment("payment.captured", payment_id, "captured"),
+        refunds: [
+            refund(
+                "refund.processed",
+                payment_id,
+                &format!("{payment_id}_1"),
+                15000,
             ),
-            (
-                format!("{payment_id}_r2"),
-                refund(
-                    "refund.processed",
-                    payment_id,
-                    &format!("{payment_id}_2"),
-                    5000,
-                ),
+            refund(
+                "refund.processed",
+                payment_id,
+                &format!("{payment_id}_2"),
+                5000,
             ),
-        ];
-        let mut bodies = refunds.to_vec();
-        if refunds_first {
-            bodies.push(paid);
-        } else {
-            bodies.insert(0, paid);
-        }
-        for (id, body) in &bodies {
-            send_ok(&app, id, body).await;
-        }
-        assert_eq!(
-            provider::payment_row(&app, SOURCE, payment_id).await,
-            (
-                "partially_refunded".into(),
-                50000,
-                20000,
-                Some("INR".into()),
-                Some(format!("cust_{payment_id}"))
-            ),
-            "{payment_id}"
-        );
-    }
-    let refunds = count(
-        &app,
-        "SELECT count(*) FROM payment_refunds WHERE source = 'razorpay'",
-    )
-    .await;
-    assert_eq!(refunds, 4);
+        ],
+        again: None,
+    };
+    let expected = |payment_id: &str| {
+        let customer = Some(format!("cust_{payment_id}"));
+        (
+            "partially_refunded".into(),
+            50000,
+            20000,
+            Some("INR".into()),
+            customer,
+        )
+    };
+    let payments = ["pay_after", "pay_before"];
+    provider::assert_refunds_add_up_whatever_the_order(&app, SOURCE, payments, of, expected).await;
 }
 
 #[tokio::test]

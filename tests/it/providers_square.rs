@@ -144,8 +144,7 @@ async fn square_kinds_follow_the_status_and_the_rest_is_ignored() {
 async fn square_payment_rows_are_minor_units_with_currency_and_customer_whatever_the_order() {
     let app = spawn_app().await;
     // Two refunds and the payment itself, in two orders: the same row.
-    for (payment, refunds_first) in [("p_after", false), ("p_before", true)] {
-        let paid = payment_body(payment);
+    let of = |payment: &str| {
         let refunds = [
             refund(
                 &format!("{payment}_r1"),
@@ -162,37 +161,27 @@ async fn square_payment_rows_are_minor_units_with_currency_and_customer_whatever
                 350,
             ),
         ];
-        let mut bodies: Vec<Value> = refunds.to_vec();
-        if refunds_first {
-            bodies.push(paid);
-        } else {
-            bodies.insert(0, paid);
-        }
-        for body in &bodies {
-            app.deliver_ok(SOURCE, body).await;
-        }
         // A refund resent under another event id counts once.
         let mut again = refunds[0].clone();
         again["event_id"] = json!(format!("{payment}_r1_again"));
-        app.deliver_ok(SOURCE, &again).await;
-        assert_eq!(
-            row(&app, payment).await,
-            (
-                "partially_refunded".into(),
-                1500,
-                750,
-                Some("USD".into()),
-                Some(format!("cus_{payment}"))
-            ),
-            "{payment}"
-        );
-    }
-    let refunds = count(
-        &app,
-        "SELECT count(*) FROM payment_refunds WHERE source = 'square'",
-    )
-    .await;
-    assert_eq!(refunds, 4);
+        provider::Refunded {
+            paid: payment_body(payment),
+            refunds,
+            again: Some(again),
+        }
+    };
+    let expected = |payment: &str| {
+        let customer = Some(format!("cus_{payment}"));
+        (
+            "partially_refunded".into(),
+            1500,
+            750,
+            Some("USD".into()),
+            customer,
+        )
+    };
+    let payments = ["p_after", "p_before"];
+    provider::assert_refunds_add_up_whatever_the_order(&app, SOURCE, payments, of, expected).await;
 }
 
 fn payment_body(id: &str) -> Value {

@@ -112,3 +112,52 @@ pub async fn send_adyen(app: &TestApp, items: Vec<serde_json::Value>) -> Answer 
     let (headers, signed) = app.sign_body("adyen", &serde_json::to_vec(&body).expect("json"));
     app.post("adyen", &headers, signed).await
 }
+
+/// A payment and two of its refunds as one provider sends them, and
+/// optionally the first refund again under another event id.
+pub struct Refunded {
+    pub paid: serde_json::Value,
+    pub refunds: [serde_json::Value; 2],
+    pub again: Option<serde_json::Value>,
+}
+
+/// A payment's row as `payment_row` reads it.
+pub type PaymentRow = (String, i64, i64, Option<String>, Option<String>);
+
+/// For each of `payments` (`of` builds its events), the payment and its two
+/// refunds, the first payment before its refunds and the second after them,
+/// then the refund sent again: each row is `expected` of its payment, and the
+/// source holds each refund once.
+pub async fn assert_refunds_add_up_whatever_the_order(
+    app: &TestApp,
+    source: &str,
+    payments: [&str; 2],
+    of: impl Fn(&str) -> Refunded,
+    expected: impl Fn(&str) -> PaymentRow,
+) {
+    for (payment, refunds_first) in [(payments[0], false), (payments[1], true)] {
+        let Refunded {
+            paid,
+            refunds,
+            again,
+        } = of(payment);
+        let mut bodies = refunds.to_vec();
+        match refunds_first {
+            true => bodies.push(paid),
+            false => bodies.insert(0, paid),
+        }
+        bodies.extend(again);
+        for body in &bodies {
+            app.deliver_ok(source, body).await;
+        }
+        let row = payment_row(app, source, payment).await;
+        assert_eq!(row, expected(payment), "{source} {payment}");
+    }
+    let refunds = app
+        .count(
+            "SELECT count(*) FROM payment_refunds WHERE source = $1",
+            &[&source],
+        )
+        .await;
+    assert_eq!(refunds, 4, "{source}");
+}
