@@ -84,16 +84,9 @@ async fn checkout_types_map_to_the_kinds_and_the_rest_is_ignored() {
             ignored.clone(),
         ),
     ];
-    for (body, expected) in &cases {
-        let id = body["id"].as_str().expect("id");
-        let answer = app.deliver(SOURCE, body).await;
-        assert_eq!(answer.status, 200, "{id}: {}", answer.text());
-        assert_eq!(
-            answer.body,
-            format!(r#"{{"status":"accepted","event_id":"{id}"}}"#).as_bytes()
-        );
-        assert_eq!(&provider::stored(&app, SOURCE, id).await, expected, "{id}");
-    }
+    let cases =
+        cases.map(|(body, expected)| (body["id"].as_str().expect("id").into(), body, expected));
+    provider::assert_stored_as(&app, SOURCE, &cases).await;
     let (status, amount, refunded, ..) = provider::payment_row(&app, SOURCE, "pay_a").await;
     assert_eq!(
         (status.as_str(), amount, refunded),

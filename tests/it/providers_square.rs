@@ -52,11 +52,6 @@ fn dispute(id: &str, payment: &str) -> Value {
     )
 }
 
-/// The stored event's kind and status.
-async fn stored(app: &TestApp, event_id: &str) -> (Option<String>, String) {
-    provider::stored(app, SOURCE, event_id).await
-}
-
 async fn row(app: &TestApp, payment: &str) -> (String, i64, i64, Option<String>, Option<String>) {
     provider::payment_row(app, SOURCE, payment).await
 }
@@ -114,16 +109,9 @@ async fn square_kinds_follow_the_status_and_the_rest_is_ignored() {
             ignored.clone(),
         ),
     ];
-    for (body, expected) in &cases {
-        let id = body["event_id"].as_str().expect("id");
-        let answer = app.deliver(SOURCE, body).await;
-        assert_eq!(answer.status, 200, "{id}: {}", answer.text());
-        assert_eq!(
-            answer.body,
-            format!(r#"{{"status":"accepted","event_id":"{id}"}}"#).as_bytes()
-        );
-        assert_eq!(&stored(&app, id).await, expected, "{id}");
-    }
+    let id = |body: &Value| body["event_id"].as_str().expect("id").to_string();
+    let cases = cases.map(|(body, expected)| (id(&body), body, expected));
+    provider::assert_stored_as(&app, SOURCE, &cases).await;
     let rows = [
         ("p_a", "partially_refunded", 500),
         ("p_b", "disputed", 1500),

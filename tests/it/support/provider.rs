@@ -3,8 +3,10 @@
 //! tests that need several events in one request.
 
 use hookd::signature::Secret;
+use hookd::simulate::{Hints, sign_delivery};
 use hookd_kit::app::{Answer, Spawn, TestApp, spawn};
 use hookd_kit::settings::shipped_settings;
+use serde_json::Value;
 
 /// The kind and status of the event `source` stored under `event_id`.
 pub async fn stored(app: &TestApp, source: &str, event_id: &str) -> (Option<String>, String) {
@@ -160,4 +162,28 @@ pub async fn assert_refunds_add_up_whatever_the_order(
         )
         .await;
     assert_eq!(refunds, 4, "{source}");
+}
+
+/// How a delivery's event is stored: its kind (none when ignored) and status.
+pub type StoredAs = (Option<String>, String);
+
+/// Delivers each `(id, body)` signed as the source's provider would (under
+/// `id` where the id travels beside the body): each is answered as accepted
+/// naming `id`, byte for byte, and its event stored as said.
+pub async fn assert_stored_as(app: &TestApp, source: &str, cases: &[(String, Value, StoredAs)]) {
+    for (id, body, expected) in cases {
+        let bytes = serde_json::to_vec(body).expect("json");
+        let hints = Hints {
+            event_id: Some(id),
+            event_type: None,
+        };
+        let configured = app.settings().source(source).expect("source");
+        let now = chrono::Utc::now().timestamp();
+        let signed = sign_delivery(configured, &bytes, hints, now).expect("sign");
+        let answer = app.post(source, &signed.headers, signed.body).await;
+        assert_eq!(answer.status, 200, "{source} {id}: {}", answer.text());
+        let named = format!(r#"{{"status":"accepted","event_id":"{id}"}}"#);
+        assert_eq!(answer.text(), named, "{source}");
+        assert_eq!(&stored(app, source, id).await, expected, "{source} {id}");
+    }
 }
