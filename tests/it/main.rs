@@ -4,6 +4,7 @@ mod admin;
 mod admin_security;
 mod batching;
 mod browser;
+mod conformance;
 mod custom_handler;
 mod deploy;
 mod desk;

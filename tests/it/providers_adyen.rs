@@ -452,47 +452,6 @@ async fn one_genuine_item_resent_with_other_unsigned_fields_keeps_ten_records_an
 }
 
 #[tokio::test]
-async fn a_rotated_key_is_taken_and_its_position_recorded() {
-    let mut settings = shipped_settings();
-    let adyen = settings
-        .sources
-        .iter_mut()
-        .find(|s| s.name == "adyen")
-        .expect("adyen");
-    let old = adyen.secrets[0].clone();
-    adyen.secrets = vec![Secret::new("00112233445566778899AABBCCDDEEFF"), old];
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
-    // Signed with the old key, now second.
-    let body = serde_json::to_vec(&notification(&[item(
-        "6001",
-        "AUTHORISATION",
-        true,
-        1,
-        None,
-    )]))
-    .expect("json");
-    let mut old_only = app.settings().clone();
-    let source = old_only
-        .sources
-        .iter_mut()
-        .find(|s| s.name == "adyen")
-        .expect("adyen");
-    source.secrets.remove(0);
-    let source = old_only.source("adyen").expect("adyen");
-    let signed =
-        hookd::simulate::sign_delivery(source, &body, Default::default(), 0).expect("sign");
-    accepted(&app.post("adyen", &signed.headers, signed.body).await);
-    let position = app
-        .count("SELECT signed_with::bigint FROM webhook_events", &[])
-        .await;
-    assert_eq!(position, 2);
-}
-
-#[tokio::test]
 async fn basic_credentials_when_configured_are_checked_too() {
     let env = [(
         "HOOKD_SOURCE_ADYEN_BASIC_AUTH".to_string(),

@@ -1,7 +1,8 @@
 //! Scheme `braintree` through real HTTP: form bodies of base64 XML stored as
 //! JSON, kinds by the transaction's type, payment rows in minor units with the
 //! transaction's currency and customer, refunds (settled credits) in any order,
-//! duplicates, rotation, and refusals that store nothing.
+//! and refusals of its form's fields that store nothing.
+//! (Resends, rotation, tampering and replay of its fixtures: the conformance suite.)
 
 use hookd::providers::{Scheme, sign};
 use hookd::signature::{Envelope, Secret};
@@ -49,11 +50,6 @@ fn event_id(body: &Value) -> String {
         "{kind}:{subject}:{}",
         body["timestamp"].as_str().expect("ts")
     )
-}
-
-/// The stored event's kind and status.
-async fn stored(app: &TestApp, event_id: &str) -> (Option<String>, String) {
-    provider::stored(app, SOURCE, event_id).await
 }
 
 async fn row(app: &TestApp, payment: &str) -> (String, i64, i64, Option<String>, Option<String>) {
@@ -137,13 +133,8 @@ async fn braintree_kinds_follow_the_transaction_type_and_the_rest_is_ignored() {
             ignored.clone(),
         ),
     ];
-    for (body, expected) in &cases {
-        let id = event_id(body);
-        let answer = app.deliver(SOURCE, body).await;
-        assert_eq!(answer.status, 200, "{id}: {}", answer.text());
-        assert_eq!(answer.json(), json!({"status": "accepted", "event_id": id}));
-        assert_eq!(&stored(&app, &id).await, expected, "{id}");
-    }
+    let cases = cases.map(|(body, expected)| (event_id(&body), body, expected));
+    provider::assert_stored_as(&app, SOURCE, &cases).await;
     assert_eq!(
         app.strings(
             "SELECT event_id FROM webhook_events WHERE event_type = 'check'",
@@ -179,44 +170,32 @@ async fn braintree_kinds_follow_the_transaction_type_and_the_rest_is_ignored() {
 #[tokio::test]
 async fn braintree_payment_rows_are_minor_units_with_currency_and_customer_whatever_the_order() {
     let app = spawn_app().await;
-    for (payment, refunds_first) in [("t_after", false), ("t_before", true)] {
+    let of = |payment: &str| {
         let refunds = [
             credit(&format!("{payment}_r1"), payment, "4.00"),
             credit(&format!("{payment}_r2"), payment, "3.50"),
         ];
-        let mut bodies: Vec<Value> = refunds.to_vec();
-        if refunds_first {
-            bodies.push(sale(payment));
-        } else {
-            bodies.insert(0, sale(payment));
-        }
-        for body in &bodies {
-            app.deliver_ok(SOURCE, body).await;
-        }
         // A refund notified again later (another timestamp, so another id) counts once.
         let mut again = refunds[0].clone();
         again["timestamp"] = json!("2024-06-13T00:00:00Z");
-        app.deliver_ok(SOURCE, &again).await;
-        assert_eq!(
-            row(&app, payment).await,
-            (
-                "partially_refunded".into(),
-                1500,
-                750,
-                Some("USD".into()),
-                Some(format!("cust_{payment}"))
-            ),
-            "{payment}"
-        );
-    }
-    assert_eq!(
-        count(
-            &app,
-            "SELECT count(*) FROM payment_refunds WHERE source = 'braintree'"
+        provider::Refunded {
+            paid: sale(payment),
+            refunds,
+            again: Some(again),
+        }
+    };
+    let expected = |payment: &str| {
+        let customer = Some(format!("cust_{payment}"));
+        (
+            "partially_refunded".into(),
+            1500,
+            750,
+            Some("USD".into()),
+            customer,
         )
-        .await,
-        4
-    );
+    };
+    let payments = ["t_after", "t_before"];
+    provider::assert_refunds_add_up_whatever_the_order(&app, SOURCE, payments, of, expected).await;
     // Minor units by the currency's exponent; the customer as a nested object.
     let mut yen = sale("t_yen");
     let transaction = &mut yen["subject"]["transaction"];
@@ -238,31 +217,6 @@ async fn braintree_payment_rows_are_minor_units_with_currency_and_customer_whate
             Some("cust_nested".into())
         )
     );
-}
-
-#[tokio::test]
-async fn a_braintree_resend_is_a_duplicate_with_the_first_answer() {
-    let app = spawn_app().await;
-    let body = serde_json::to_vec(&sale("t_dup")).expect("json");
-    let (headers, form) = app.sign_body(SOURCE, &body);
-    // Braintree resends the same form, first timestamp included, for hours:
-    // no tolerance applies, and the dedupe makes a resend harmless.
-    provider::assert_resend_is_a_duplicate(&app, SOURCE, &headers, form).await;
-}
-
-#[tokio::test]
-async fn a_braintree_delivery_signed_with_the_previous_key_pair_is_taken_and_says_so() {
-    let newer = "newerpublickey01:00112233445566778899aabbccddeeff";
-    let (app, previous) = provider::spawn_rotated(SOURCE, newer).await;
-    let (headers, form) = signed(&previous, &sale("t_rot"));
-    let answer = app.post(SOURCE, &headers, form).await;
-    assert_eq!(answer.status, 200, "{}", answer.text());
-    let signed_with = count(
-        &app,
-        "SELECT signed_with::bigint FROM webhook_events WHERE source = 'braintree'",
-    )
-    .await;
-    assert_eq!(signed_with, 2);
 }
 
 #[tokio::test]

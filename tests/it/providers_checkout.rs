@@ -1,18 +1,15 @@
 //! Scheme `checkout` (Checkout.com) through real HTTP: the documented types
 //! mapped to the kinds and the rest ignored, payment rows in minor units with
-//! the currency and customer, refunds (actions of a payment) in any order,
-//! duplicates, rotation, the optional authorization key, and refusals that
-//! store nothing.
+//! the currency and customer, refunds (actions of a payment) in any order, and
+//! the optional authorization key.
+//! (Resends, rotation, tampering and replay of its fixtures: the conformance suite.)
 
-use hookd::providers::{Scheme, sign};
-use hookd::signature::{Envelope, Secret};
 use serde_json::{Value, json};
 
 use crate::support::provider;
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, spawn_app};
+use crate::support::{Spawn, TestApp, spawn, spawn_app};
 
 const SOURCE: &str = "checkout";
-const SIGNATURE: &str = "Cko-Signature";
 
 fn event(id: &str, ty: &str, data: Value) -> Value {
     json!({"id": id, "type": ty, "version": "1.0.33", "created_on": "2024-06-12T10:20:41Z",
@@ -87,16 +84,9 @@ async fn checkout_types_map_to_the_kinds_and_the_rest_is_ignored() {
             ignored.clone(),
         ),
     ];
-    for (body, expected) in &cases {
-        let id = body["id"].as_str().expect("id");
-        let answer = app.deliver(SOURCE, body).await;
-        assert_eq!(answer.status, 200, "{id}: {}", answer.text());
-        assert_eq!(
-            answer.body,
-            format!(r#"{{"status":"accepted","event_id":"{id}"}}"#).as_bytes()
-        );
-        assert_eq!(&provider::stored(&app, SOURCE, id).await, expected, "{id}");
-    }
+    let cases =
+        cases.map(|(body, expected)| (body["id"].as_str().expect("id").into(), body, expected));
+    provider::assert_stored_as(&app, SOURCE, &cases).await;
     let (status, amount, refunded, ..) = provider::payment_row(&app, SOURCE, "pay_a").await;
     assert_eq!(
         (status.as_str(), amount, refunded),
@@ -117,12 +107,7 @@ async fn checkout_types_map_to_the_kinds_and_the_rest_is_ignored() {
 #[tokio::test]
 async fn checkout_payment_rows_are_minor_units_with_currency_and_customer_whatever_the_order() {
     let app = spawn_app().await;
-    for (payment_id, refunds_first) in [("pay_after", false), ("pay_before", true)] {
-        let paid = payment(
-            &format!("{payment_id}_paid"),
-            "payment_captured",
-            payment_id,
-        );
+    let of = |payment_id: &str| {
         let refunds = [
             refund(
                 &format!("{payment_id}_r1"),
@@ -137,120 +122,31 @@ async fn checkout_payment_rows_are_minor_units_with_currency_and_customer_whatev
                 540,
             ),
         ];
-        let mut bodies: Vec<Value> = refunds.to_vec();
-        if refunds_first {
-            bodies.push(paid);
-        } else {
-            bodies.insert(0, paid);
-        }
-        for body in &bodies {
-            app.deliver_ok(SOURCE, body).await;
-        }
         // A refund resent under another event id counts once: the action is the refund.
         let mut again = refunds[0].clone();
         again["id"] = json!(format!("{payment_id}_r1_again"));
-        app.deliver_ok(SOURCE, &again).await;
-        assert_eq!(
-            provider::payment_row(&app, SOURCE, payment_id).await,
-            (
-                "partially_refunded".into(),
-                6540,
-                2540,
-                Some("EUR".into()),
-                Some(format!("cus_{payment_id}"))
+        provider::Refunded {
+            paid: payment(
+                &format!("{payment_id}_paid"),
+                "payment_captured",
+                payment_id,
             ),
-            "{payment_id}"
-        );
-    }
-    let refunds = count(
-        &app,
-        "SELECT count(*) FROM payment_refunds WHERE source = 'checkout'",
-    )
-    .await;
-    assert_eq!(refunds, 4);
-}
-
-#[tokio::test]
-async fn a_checkout_resend_is_a_duplicate_with_the_first_answer() {
-    let app = spawn_app().await;
-    let body =
-        serde_json::to_vec(&payment("evt_dup", "payment_captured", "pay_dup")).expect("json");
-    let headers = app.sign(SOURCE, &body, Default::default());
-    provider::assert_resend_is_a_duplicate(&app, SOURCE, &headers, body).await;
-}
-
-fn signed(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {
-    let envelope = Envelope {
-        event_id: "",
-        event_type: "",
-        timestamp: 0,
+            refunds,
+            again: Some(again),
+        }
     };
-    sign(scheme, key, body, &envelope).expect("sign").headers
-}
-
-#[tokio::test]
-async fn a_checkout_delivery_signed_with_the_previous_key_is_taken_and_says_so() {
-    let mut settings = shipped_settings();
-    let source = settings
-        .sources
-        .iter_mut()
-        .find(|s| s.name == SOURCE)
-        .expect("checkout source");
-    let previous = source.secrets[0].clone();
-    source.secrets = vec![Secret::new("the-newer-checkout-key"), previous.clone()];
-    let scheme = source.scheme.clone();
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
-    let body =
-        serde_json::to_vec(&payment("evt_rot", "payment_captured", "pay_rot")).expect("json");
-    let answer = app
-        .post(SOURCE, &signed(&scheme, &previous, &body), body)
-        .await;
-    assert_eq!(answer.status, 200, "{}", answer.text());
-    let signed_with = count(
-        &app,
-        "SELECT signed_with::bigint FROM webhook_events WHERE event_id = 'evt_rot'",
-    )
-    .await;
-    assert_eq!(signed_with, 2);
-}
-
-#[tokio::test]
-async fn tampered_or_unsigned_checkout_deliveries_are_401_and_nothing_is_stored() {
-    let app = spawn_app().await;
-    let source = app.settings().source(SOURCE).expect("checkout").clone();
-    let body =
-        serde_json::to_vec(&payment("evt_bad", "payment_captured", "pay_bad")).expect("json");
-    let good = app.sign(SOURCE, &body, Default::default());
-    let tampered = String::from_utf8(body.clone())
-        .expect("utf-8")
-        .replace("6540", "1");
-    let other_key = signed(&source.scheme, &Secret::new("not-the-key"), &body);
-    let cases = [
-        (good.clone(), tampered.into_bytes(), "signature mismatch"),
-        (vec![], body.clone(), "missing Cko-Signature header"),
-        (other_key, body.clone(), "signature mismatch"),
+    let expected = |payment_id: &str| {
+        let customer = Some(format!("cus_{payment_id}"));
         (
-            vec![(SIGNATURE.to_string(), "v1=00".to_string())],
-            body.clone(),
-            "not hex",
-        ),
-    ];
-    for (headers, bytes, reason) in cases {
-        let (status, error, why) = provider::refusal(&app.post(SOURCE, &headers, bytes).await);
-        assert_eq!(
-            (status, error.as_str()),
-            (401, "invalid_signature"),
-            "{reason}"
-        );
-        assert!(why.contains(reason), "{reason}: {why}");
-    }
-    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
-    assert_eq!(app.post(SOURCE, &good, body).await.status, 200);
-    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 1);
+            "partially_refunded".into(),
+            6540,
+            2540,
+            Some("EUR".into()),
+            customer,
+        )
+    };
+    let payments = ["pay_after", "pay_before"];
+    provider::assert_refunds_add_up_whatever_the_order(&app, SOURCE, payments, of, expected).await;
 }
 
 #[tokio::test]

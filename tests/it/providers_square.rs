@@ -1,16 +1,16 @@
 //! Scheme `square` through real HTTP: kinds by the payment's or refund's status,
 //! payment rows in minor units with Square's currency and customer, refunds in
-//! any order, duplicates, rotation, and refusals that store nothing.
+//! any order, and deliveries signed for another notification URL refused.
+//! (Resends, rotation, tampering and replay of its fixtures: the conformance suite.)
 
 use hookd::providers::{Scheme, sign};
 use hookd::signature::{Envelope, Secret};
 use serde_json::{Value, json};
 
 use crate::support::provider::{self, refusal};
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, spawn_app};
+use crate::support::{TestApp, spawn_app};
 
 const SOURCE: &str = "square";
-const SIGNATURE: &str = "x-square-hmacsha256-signature";
 
 /// A Square event of `event_type` about `object` (`payment`, `refund`, `dispute`).
 fn event(id: &str, event_type: &str, object: Value) -> Value {
@@ -50,11 +50,6 @@ fn dispute(id: &str, payment: &str) -> Value {
                "amount_money": {"amount": 1500, "currency": "USD"},
                "disputed_payment": {"payment_id": payment}}),
     )
-}
-
-/// The stored event's kind and status.
-async fn stored(app: &TestApp, event_id: &str) -> (Option<String>, String) {
-    provider::stored(app, SOURCE, event_id).await
 }
 
 async fn row(app: &TestApp, payment: &str) -> (String, i64, i64, Option<String>, Option<String>) {
@@ -114,16 +109,9 @@ async fn square_kinds_follow_the_status_and_the_rest_is_ignored() {
             ignored.clone(),
         ),
     ];
-    for (body, expected) in &cases {
-        let id = body["event_id"].as_str().expect("id");
-        let answer = app.deliver(SOURCE, body).await;
-        assert_eq!(answer.status, 200, "{id}: {}", answer.text());
-        assert_eq!(
-            answer.body,
-            format!(r#"{{"status":"accepted","event_id":"{id}"}}"#).as_bytes()
-        );
-        assert_eq!(&stored(&app, id).await, expected, "{id}");
-    }
+    let id = |body: &Value| body["event_id"].as_str().expect("id").to_string();
+    let cases = cases.map(|(body, expected)| (id(&body), body, expected));
+    provider::assert_stored_as(&app, SOURCE, &cases).await;
     let rows = [
         ("p_a", "partially_refunded", 500),
         ("p_b", "disputed", 1500),
@@ -144,8 +132,7 @@ async fn square_kinds_follow_the_status_and_the_rest_is_ignored() {
 async fn square_payment_rows_are_minor_units_with_currency_and_customer_whatever_the_order() {
     let app = spawn_app().await;
     // Two refunds and the payment itself, in two orders: the same row.
-    for (payment, refunds_first) in [("p_after", false), ("p_before", true)] {
-        let paid = payment_body(payment);
+    let of = |payment: &str| {
         let refunds = [
             refund(
                 &format!("{payment}_r1"),
@@ -162,92 +149,31 @@ async fn square_payment_rows_are_minor_units_with_currency_and_customer_whatever
                 350,
             ),
         ];
-        let mut bodies: Vec<Value> = refunds.to_vec();
-        if refunds_first {
-            bodies.push(paid);
-        } else {
-            bodies.insert(0, paid);
-        }
-        for body in &bodies {
-            app.deliver_ok(SOURCE, body).await;
-        }
         // A refund resent under another event id counts once.
         let mut again = refunds[0].clone();
         again["event_id"] = json!(format!("{payment}_r1_again"));
-        app.deliver_ok(SOURCE, &again).await;
-        assert_eq!(
-            row(&app, payment).await,
-            (
-                "partially_refunded".into(),
-                1500,
-                750,
-                Some("USD".into()),
-                Some(format!("cus_{payment}"))
-            ),
-            "{payment}"
-        );
-    }
-    let refunds = count(
-        &app,
-        "SELECT count(*) FROM payment_refunds WHERE source = 'square'",
-    )
-    .await;
-    assert_eq!(refunds, 4);
+        provider::Refunded {
+            paid: payment_body(payment),
+            refunds,
+            again: Some(again),
+        }
+    };
+    let expected = |payment: &str| {
+        let customer = Some(format!("cus_{payment}"));
+        (
+            "partially_refunded".into(),
+            1500,
+            750,
+            Some("USD".into()),
+            customer,
+        )
+    };
+    let payments = ["p_after", "p_before"];
+    provider::assert_refunds_add_up_whatever_the_order(&app, SOURCE, payments, of, expected).await;
 }
 
 fn payment_body(id: &str) -> Value {
     payment(&format!("{id}_paid"), "payment.updated", id, "COMPLETED")
-}
-
-#[tokio::test]
-async fn a_square_resend_is_a_duplicate_with_the_first_answer() {
-    let app = spawn_app().await;
-    let body = serde_json::to_vec(&payment_body("p_dup")).expect("json");
-    let headers = app.sign(SOURCE, &body, Default::default());
-    // Square signs no time: the same headers are valid whenever resent, and the
-    // dedupe is what makes a resend harmless.
-    let first = app.post(SOURCE, &headers, body.clone()).await;
-    let second = app.post(SOURCE, &headers, body.clone()).await;
-    assert_eq!(first.status, 200);
-    assert_eq!((second.status, &second.body), (200, &first.body));
-    assert_eq!(second.header("Idempotent-Replayed"), Some("true"));
-    let rows = app
-        .query(
-            "SELECT deliveries, attempts FROM webhook_events WHERE event_id = 'p_dup_paid'",
-            &[],
-        )
-        .await;
-    assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0].get::<_, i32>(0), rows[0].get::<_, i32>(1)), (2, 1));
-}
-
-#[tokio::test]
-async fn a_square_delivery_signed_with_the_previous_key_is_taken_and_says_so() {
-    let mut settings = shipped_settings();
-    let source = settings
-        .sources
-        .iter_mut()
-        .find(|s| s.name == SOURCE)
-        .expect("square source");
-    let previous = source.secrets[0].clone();
-    source.secrets = vec![Secret::new("the-newer-square-key00"), previous.clone()];
-    let scheme = source.scheme.clone();
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
-    let body = serde_json::to_vec(&payment_body("p_rot")).expect("json");
-    let answer = app
-        .post(SOURCE, &signed(&scheme, &previous, &body), body)
-        .await;
-    assert_eq!(answer.status, 200, "{}", answer.text());
-    let signed_with = count(
-        &app,
-        "SELECT signed_with::bigint FROM webhook_events WHERE event_id = 'p_rot_paid'",
-    )
-    .await;
-    assert_eq!(signed_with, 2);
 }
 
 fn signed(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {
@@ -260,14 +186,14 @@ fn signed(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {
 }
 
 #[tokio::test]
-async fn tampered_unsigned_or_misaddressed_square_deliveries_are_401_and_nothing_is_stored() {
+/// Square signs the notification URL too: a delivery signed for another URL
+/// than the source's, even by one `/`, is refused and nothing stored. (The
+/// refusals of a delivery altered or signed otherwise are the conformance suite's.)
+async fn misaddressed_square_deliveries_are_401_and_nothing_is_stored() {
     let app = spawn_app().await;
     let source = app.settings().source(SOURCE).expect("square").clone();
     let body = serde_json::to_vec(&payment_body("p_bad")).expect("json");
     let good = app.sign(SOURCE, &body, Default::default());
-    let tampered = String::from_utf8(body.clone())
-        .expect("utf-8")
-        .replace("1500", "1");
     // Signed for another notification URL than the one set for the source.
     let Scheme::Square(mut elsewhere) = source.scheme.clone() else {
         panic!("a square source");
@@ -281,22 +207,9 @@ async fn tampered_unsigned_or_misaddressed_square_deliveries_are_401_and_nothing
         s.notification_url.push('/');
         signed(&Scheme::Square(s), &source.secrets[0], &body)
     };
-    let other_key = signed(&source.scheme, &Secret::new("not-the-key"), &body);
     let cases = [
-        (good.clone(), tampered.into_bytes(), "signature mismatch"),
-        (
-            vec![],
-            body.clone(),
-            "missing x-square-hmacsha256-signature header",
-        ),
         (misaddressed, body.clone(), "signature mismatch"),
         (with_trailing_slash, body.clone(), "signature mismatch"),
-        (other_key, body.clone(), "signature mismatch"),
-        (
-            vec![(SIGNATURE.to_string(), "%%%".to_string())],
-            body.clone(),
-            "not base64",
-        ),
     ];
     for (headers, bytes, reason) in cases {
         let (status, error, why) = refusal(&app.post(SOURCE, &headers, bytes).await);

@@ -12,16 +12,18 @@ use serde::Deserialize;
 use serde_json::Value;
 use subtle::ConstantTimeEq;
 
+use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{Body, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::keys::{self, Problem};
 use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hex_tag,
-    hmac_sha256,
+    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
 };
 
 const SIGNATURE: &str = "Cko-Signature";
+/// The hex tag of the raw body, as sent.
+const SIGNED: HeaderHmac<'static> = HeaderHmac::hex(SIGNATURE);
 const AUTHORIZATION: &str = "Authorization";
 
 /// A source of scheme `checkout`, with its own keys.
@@ -163,7 +165,7 @@ impl Provider for Checkout {
         body: &[u8],
         _now: i64,
     ) -> Result<Verified, SignatureError> {
-        keys.find_signer(&[body], &[hex_tag(headers, SIGNATURE)?])
+        SIGNED.verify(keys, headers, &[body])
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
@@ -227,8 +229,7 @@ impl Provider for Checkout {
 
 impl Simulator for Checkout {
     fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
-        let tag = hmac_sha256(key, &[body]);
-        let mut headers = vec![(SIGNATURE.to_string(), hex::encode(tag))];
+        let mut headers = vec![SIGNED.sign(key, &[body])];
         if let Some(authorization) = &self.authorization {
             headers.push((
                 AUTHORIZATION.to_string(),

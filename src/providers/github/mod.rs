@@ -6,14 +6,22 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::hmac::HeaderHmac;
 use super::{
-    Body, Capabilities, Missing, Provider, Simulator, body_member, non_empty_str, uuid_from,
+    Body, Capabilities, Encoding, Missing, Provider, Simulator, body_member, non_empty_str,
+    uuid_from,
 };
-use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hmac_sha256,
-};
+use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
 
 const SIGNATURE: &str = "X-Hub-Signature-256";
+/// `sha256=` and the hex tag of the raw body, trimmed.
+const SIGNED: HeaderHmac<'static> = HeaderHmac {
+    header: SIGNATURE,
+    prefix: "sha256=",
+    encoding: Encoding::Hex,
+    trim: true,
+    unprefixed: "expected sha256=<hex>",
+};
 const GITHUB_EVENT: &str = "X-GitHub-Event";
 const GITHUB_DELIVERY: &str = "X-GitHub-Delivery";
 
@@ -59,16 +67,7 @@ impl Provider for Github {
         body: &[u8],
         _now: i64,
     ) -> Result<Verified, SignatureError> {
-        let value = headers
-            .header(SIGNATURE)
-            .ok_or_else(|| SignatureError::Missing(SIGNATURE.to_string()))?;
-        let hex_tag = value
-            .trim()
-            .strip_prefix("sha256=")
-            .ok_or_else(|| SignatureError::malformed(SIGNATURE, "expected sha256=<hex>"))?;
-        let tag =
-            hex::decode(hex_tag).map_err(|_| SignatureError::malformed(SIGNATURE, "not hex"))?;
-        keys.find_signer(&[body], &[tag])
+        SIGNED.verify(keys, headers, &[body])
     }
 
     fn identity(
@@ -96,16 +95,12 @@ impl Simulator for Github {
     /// GitHub names the event by its header; the body's `action`, if any, is
     /// appended when the event is parsed.
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
-        let tag = hmac_sha256(key, &[body]);
         let event_name = envelope
             .event_type
             .split_once('.')
             .map_or(envelope.event_type, |(name, _)| name);
         Ok(Signed::headers(vec![
-            (
-                SIGNATURE.to_string(),
-                format!("sha256={}", hex::encode(tag)),
-            ),
+            SIGNED.sign(key, &[body]),
             (GITHUB_EVENT.to_string(), event_name.to_string()),
             (GITHUB_DELIVERY.to_string(), envelope.event_id.to_string()),
         ]))

@@ -13,16 +13,17 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{
     Body, Capabilities, Item, Missing, Provider, SignatureRefusal, Simulator, kind_table, non_empty,
 };
 use crate::domain::{PaymentFacts, PaymentKind};
-use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hex_tag, hmac_sha256,
-};
+use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
 
 const HEADER: &str = "Webhook-Signature";
+/// The hex tag of the raw body, as sent (either case, not trimmed).
+const SIGNED: HeaderHmac<'static> = HeaderHmac::hex(HEADER);
 const EVENTS: &str = "events";
 
 pub struct GoCardless;
@@ -106,7 +107,7 @@ impl Provider for GoCardless {
         body: &[u8],
         _now: i64,
     ) -> Result<Verified, SignatureError> {
-        keys.find_signer(&[body], &[hex_tag(headers, HEADER)?])
+        SIGNED.verify(keys, headers, &[body])
     }
 
     fn refused_signature(&self) -> SignatureRefusal {
@@ -184,10 +185,7 @@ impl Provider for GoCardless {
 
 impl Simulator for GoCardless {
     fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
-        Ok(Signed::headers(vec![(
-            HEADER.to_string(),
-            hex::encode(hmac_sha256(key, &[body])),
-        )]))
+        Ok(Signed::headers(vec![SIGNED.sign(key, &[body])]))
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {

@@ -5,17 +5,17 @@
 //! `id_header`/`id_pointer` and `type_header`/`type_pointer` say; only pointers
 //! into the body are signed.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Body, Capabilities, Missing, Provider, Scheme, Simulator, locate};
 use crate::keys::{self, Names, Problem, json_pointer, one_of};
 use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hmac_sha256,
-    parse_unix_seconds,
+    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, parse_unix_seconds,
 };
+
+mod header;
+pub(super) use header::HeaderHmac;
 
 /// Settings of the generic `hmac` scheme.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub struct GenericHmac {
     pub timestamp_header: Option<String>,
 }
 
-/// How the generic scheme writes its tag; hex unless a source says otherwise.
+/// How a tag is written; the generic scheme's is hex unless a source says otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
@@ -128,6 +128,19 @@ pub static ANY: GenericHmac = GenericHmac {
     timestamp_header: None,
 };
 
+impl GenericHmac {
+    /// Its header, as the source configures it: trimmed before the prefix.
+    fn signed(&self) -> HeaderHmac<'_> {
+        HeaderHmac {
+            header: &self.signature_header,
+            prefix: &self.prefix,
+            encoding: self.encoding,
+            trim: true,
+            unprefixed: "missing the configured prefix",
+        }
+    }
+}
+
 fn describe(locator: &Locator) -> String {
     match locator {
         Locator::Header(name) => format!("{name} header"),
@@ -170,20 +183,7 @@ impl Provider for GenericHmac {
         body: &[u8],
         now: i64,
     ) -> Result<Verified, SignatureError> {
-        let header = self.signature_header.as_str();
-        let value = headers
-            .header(header)
-            .ok_or_else(|| SignatureError::Missing(header.to_string()))?;
-        let encoded = value
-            .trim()
-            .strip_prefix(self.prefix.as_str())
-            .ok_or_else(|| SignatureError::malformed(header, "missing the configured prefix"))?;
-        let tag = match self.encoding {
-            Encoding::Hex => hex::decode(encoded).map_err(|_| "not hex"),
-            Encoding::Base64 => BASE64.decode(encoded).map_err(|_| "not base64"),
-        }
-        .map_err(|detail| SignatureError::malformed(header, detail))?;
-        let verified = keys.find_signer(&[body], &[tag])?;
+        let verified = self.signed().verify(keys, headers, &[body])?;
         if let Some(timestamp_header) = &self.timestamp_header {
             let text = headers
                 .header(timestamp_header)
@@ -209,15 +209,7 @@ impl Provider for GenericHmac {
 
 impl Simulator for GenericHmac {
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
-        let tag = hmac_sha256(key, &[body]);
-        let encoded = match self.encoding {
-            Encoding::Hex => hex::encode(tag),
-            Encoding::Base64 => BASE64.encode(tag),
-        };
-        let mut headers = vec![(
-            self.signature_header.clone(),
-            format!("{}{encoded}", self.prefix),
-        )];
+        let mut headers = vec![self.signed().sign(key, &[body])];
         if let Locator::Header(name) = &self.id {
             headers.push((name.clone(), envelope.event_id.to_string()));
         }

@@ -9,17 +9,18 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{
     Body, Capabilities, Missing, Provider, Simulator, body_member, kind_table, non_empty,
     non_empty_str,
 };
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
-use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, hex_tag, hmac_sha256,
-};
+use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
 
 const SIGNATURE: &str = "X-Razorpay-Signature";
+/// The hex tag of the raw body, as sent.
+const SIGNED: HeaderHmac<'static> = HeaderHmac::hex(SIGNATURE);
 const EVENT_ID: &str = "x-razorpay-event-id";
 
 pub struct Razorpay;
@@ -104,7 +105,7 @@ impl Provider for Razorpay {
         body: &[u8],
         _now: i64,
     ) -> Result<Verified, SignatureError> {
-        keys.find_signer(&[body], &[hex_tag(headers, SIGNATURE)?])
+        SIGNED.verify(keys, headers, &[body])
     }
 
     fn identity(
@@ -177,9 +178,8 @@ impl Provider for Razorpay {
 
 impl Simulator for Razorpay {
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
-        let tag = hmac_sha256(key, &[body]);
         Ok(Signed::headers(vec![
-            (SIGNATURE.to_string(), hex::encode(tag)),
+            SIGNED.sign(key, &[body]),
             (EVENT_ID.to_string(), envelope.event_id.to_string()),
         ]))
     }

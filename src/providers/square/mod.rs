@@ -10,21 +10,32 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use base64::Engine;
-use base64::engine::general_purpose::{STANDARD as BASE64, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{
-    Body, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty, uuid_from,
+    Body, Encoding, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty,
+    uuid_from,
 };
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::keys::{self, Problem};
 use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
+    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
 };
 
 const SIGNATURE: &str = "x-square-hmacsha256-signature";
+/// The padded base64 tag of the notification URL and raw body, compared as
+/// sent, like Square's SDK (no trimming).
+const SIGNED: HeaderHmac<'static> = HeaderHmac {
+    header: SIGNATURE,
+    prefix: "",
+    encoding: Encoding::Base64,
+    trim: false,
+    unprefixed: "",
+};
 
 /// A source of scheme `square`, with its own keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,13 +158,7 @@ impl Provider for Square {
         body: &[u8],
         _now: i64,
     ) -> Result<Verified, SignatureError> {
-        let value = headers
-            .header(SIGNATURE)
-            .ok_or_else(|| SignatureError::Missing(SIGNATURE.to_string()))?;
-        let tag = BASE64
-            .decode(value)
-            .map_err(|_| SignatureError::malformed(SIGNATURE, "not base64"))?;
-        keys.find_signer(&[self.notification_url.as_bytes(), body], &[tag])
+        SIGNED.verify(keys, headers, &[self.notification_url.as_bytes(), body])
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
@@ -239,11 +244,9 @@ impl Provider for Square {
 
 impl Simulator for Square {
     fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
-        let tag = hmac_sha256(key, &[self.notification_url.as_bytes(), body]);
-        Ok(Signed::headers(vec![(
-            SIGNATURE.to_string(),
-            BASE64.encode(tag),
-        )]))
+        Ok(Signed::headers(vec![
+            SIGNED.sign(key, &[self.notification_url.as_bytes(), body]),
+        ]))
     }
 
     /// 22 base64url characters (16 random bytes), as Square's signature keys look.

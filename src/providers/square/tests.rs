@@ -1,5 +1,6 @@
 use std::time::Duration;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::Deserialize;
 use serde_json::json;
 

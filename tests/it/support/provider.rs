@@ -3,8 +3,10 @@
 //! tests that need several events in one request.
 
 use hookd::signature::Secret;
+use hookd::simulate::{Hints, sign_delivery};
 use hookd_kit::app::{Answer, Spawn, TestApp, spawn};
 use hookd_kit::settings::shipped_settings;
+use serde_json::Value;
 
 /// The kind and status of the event `source` stored under `event_id`.
 pub async fn stored(app: &TestApp, source: &str, event_id: &str) -> (Option<String>, String) {
@@ -41,17 +43,23 @@ pub fn refusal(answer: &Answer) -> (u16, String, String) {
 }
 
 /// Posts one delivery twice: the second is a duplicate with the first answer,
-/// and the source's one event counts two deliveries and one attempt.
+/// and the source's one event counts two deliveries and `attempts` attempts
+/// (one for an event of a kind, none for one ignored). Returns the first answer.
 pub async fn assert_resend_is_a_duplicate(
     app: &TestApp,
     source: &str,
     headers: &[(String, String)],
     body: Vec<u8>,
-) {
+    attempts: i32,
+) -> Answer {
     let first = app.post(source, headers, body.clone()).await;
     let second = app.post(source, headers, body).await;
-    assert_eq!(first.status, 200, "{}", first.text());
-    assert_eq!((second.status, &second.body), (200, &first.body));
+    assert_eq!(first.status, 200, "{source}: {}", first.text());
+    assert_eq!(
+        (second.status, &second.body),
+        (200, &first.body),
+        "{source}"
+    );
     assert_eq!(second.header("Idempotent-Replayed"), Some("true"));
     let rows = app
         .query(
@@ -59,8 +67,13 @@ pub async fn assert_resend_is_a_duplicate(
             &[&source],
         )
         .await;
-    assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0].get::<_, i32>(0), rows[0].get::<_, i32>(1)), (2, 1));
+    assert_eq!(rows.len(), 1, "{source}");
+    assert_eq!(
+        (rows[0].get::<_, i32>(0), rows[0].get::<_, i32>(1)),
+        (2, attempts),
+        "{source}"
+    );
+    first
 }
 
 /// An instance whose `source` holds `newer` before its shipped secret, which is
@@ -100,4 +113,77 @@ pub async fn send_adyen(app: &TestApp, items: Vec<serde_json::Value>) -> Answer 
     let body = serde_json::json!({"live": "false", "notificationItems": items});
     let (headers, signed) = app.sign_body("adyen", &serde_json::to_vec(&body).expect("json"));
     app.post("adyen", &headers, signed).await
+}
+
+/// A payment and two of its refunds as one provider sends them, and
+/// optionally the first refund again under another event id.
+pub struct Refunded {
+    pub paid: serde_json::Value,
+    pub refunds: [serde_json::Value; 2],
+    pub again: Option<serde_json::Value>,
+}
+
+/// A payment's row as `payment_row` reads it.
+pub type PaymentRow = (String, i64, i64, Option<String>, Option<String>);
+
+/// For each of `payments` (`of` builds its events), the payment and its two
+/// refunds, the first payment before its refunds and the second after them,
+/// then the refund sent again: each row is `expected` of its payment, and the
+/// source holds each refund once.
+pub async fn assert_refunds_add_up_whatever_the_order(
+    app: &TestApp,
+    source: &str,
+    payments: [&str; 2],
+    of: impl Fn(&str) -> Refunded,
+    expected: impl Fn(&str) -> PaymentRow,
+) {
+    for (payment, refunds_first) in [(payments[0], false), (payments[1], true)] {
+        let Refunded {
+            paid,
+            refunds,
+            again,
+        } = of(payment);
+        let mut bodies = refunds.to_vec();
+        match refunds_first {
+            true => bodies.push(paid),
+            false => bodies.insert(0, paid),
+        }
+        bodies.extend(again);
+        for body in &bodies {
+            app.deliver_ok(source, body).await;
+        }
+        let row = payment_row(app, source, payment).await;
+        assert_eq!(row, expected(payment), "{source} {payment}");
+    }
+    let refunds = app
+        .count(
+            "SELECT count(*) FROM payment_refunds WHERE source = $1",
+            &[&source],
+        )
+        .await;
+    assert_eq!(refunds, 4, "{source}");
+}
+
+/// How a delivery's event is stored: its kind (none when ignored) and status.
+pub type StoredAs = (Option<String>, String);
+
+/// Delivers each `(id, body)` signed as the source's provider would (under
+/// `id` where the id travels beside the body): each is answered as accepted
+/// naming `id`, byte for byte, and its event stored as said.
+pub async fn assert_stored_as(app: &TestApp, source: &str, cases: &[(String, Value, StoredAs)]) {
+    for (id, body, expected) in cases {
+        let bytes = serde_json::to_vec(body).expect("json");
+        let hints = Hints {
+            event_id: Some(id),
+            event_type: None,
+        };
+        let configured = app.settings().source(source).expect("source");
+        let now = chrono::Utc::now().timestamp();
+        let signed = sign_delivery(configured, &bytes, hints, now).expect("sign");
+        let answer = app.post(source, &signed.headers, signed.body).await;
+        assert_eq!(answer.status, 200, "{source} {id}: {}", answer.text());
+        let named = format!(r#"{{"status":"accepted","event_id":"{id}"}}"#);
+        assert_eq!(answer.text(), named, "{source}");
+        assert_eq!(&stored(app, source, id).await, expected, "{source} {id}");
+    }
 }
