@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::keys::Problem;
+pub use crate::providers::Lister;
 use crate::signature::Secret;
 
 /// The keys of this module, as a source's table and the environment name them.
@@ -28,78 +29,6 @@ const MIN_INTERVAL: Duration = Duration::from_secs(10);
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(15 * 60);
 /// How far back a pass looks unless the source says (or its provider keeps less).
 const DEFAULT_WINDOW: Duration = Duration::from_secs(72 * 3600);
-const DAY: u64 = 24 * 3600;
-
-/// The providers whose API lists past events, each its own way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lister {
-    Stripe,
-    Paddle,
-    GoCardless,
-    PayPal,
-    Square,
-}
-
-impl Lister {
-    /// The lister of a scheme, or what its provider offers instead.
-    pub fn of(scheme: &str) -> Result<Lister, &'static str> {
-        match scheme {
-            "stripe" => Ok(Lister::Stripe),
-            "paddle" => Ok(Lister::Paddle),
-            "gocardless" => Ok(Lister::GoCardless),
-            "paypal" => Ok(Lister::PayPal),
-            "square" => Ok(Lister::Square),
-            "adyen" => Err(
-                "Adyen's API lists no past events: resend them from the Customer Area \
-                 (Developers > Webhooks > Event logs)",
-            ),
-            "razorpay" => Err(
-                "Razorpay's API lists no past webhook events: resend them from the Dashboard's \
-                 webhook logs",
-            ),
-            "checkout" => Err(
-                "Checkout.com's API lists events by payment only (GET /payments/{id}/actions): \
-                 ask for a payment's events there",
-            ),
-            "braintree" => Err(
-                "Braintree's API lists no past webhook notifications: search the transactions \
-                 instead",
-            ),
-            _ => Err("this scheme's provider has no API listing past events"),
-        }
-    }
-
-    /// The provider's own API, where `api_base` is not set.
-    pub fn default_base(self) -> &'static str {
-        match self {
-            Lister::Stripe => "https://api.stripe.com",
-            Lister::Paddle => "https://api.paddle.com",
-            Lister::GoCardless => "https://api.gocardless.com",
-            Lister::PayPal => "https://api-m.paypal.com",
-            Lister::Square => "https://connect.squareup.com",
-        }
-    }
-
-    /// How far back the provider lists events.
-    pub fn max_window(self) -> Duration {
-        Duration::from_secs(match self {
-            Lister::Stripe | Lister::GoCardless | Lister::PayPal => 30 * DAY,
-            Lister::Paddle => 90 * DAY,
-            Lister::Square => 28 * DAY,
-        })
-    }
-
-    /// The provider's name, as messages say it.
-    pub fn title(self) -> &'static str {
-        match self {
-            Lister::Stripe => "Stripe",
-            Lister::Paddle => "Paddle",
-            Lister::GoCardless => "GoCardless",
-            Lister::PayPal => "PayPal",
-            Lister::Square => "Square",
-        }
-    }
-}
 
 /// How hookd authenticates to the provider's API.
 #[derive(Debug, Clone)]
@@ -114,7 +43,7 @@ pub enum Credential {
 #[derive(Debug, Clone, Default)]
 pub struct Reconcile {
     /// Its provider's list API, when it has one.
-    pub lister: Option<Lister>,
+    pub lister: Option<&'static Lister>,
     pub credential: Option<Credential>,
     /// Where the API is: the provider's own unless `api_base` says.
     pub api_base: Option<reqwest::Url>,
@@ -169,7 +98,7 @@ impl Reconcile {
         };
         let credential = credential(lister, api_key, client_id, client_secret, key)?;
         if enabled && credential.is_none() {
-            let needs = if lister == Some(Lister::PayPal) {
+            let needs = if lister.is_some_and(Lister::takes_client) {
                 "client_id and client_secret"
             } else {
                 "api_key"
@@ -183,7 +112,7 @@ impl Reconcile {
         if interval < MIN_INTERVAL {
             return Err((key("reconcile_interval"), "must be at least 10s".into()));
         }
-        let max = lister.map_or(DEFAULT_WINDOW, Lister::max_window);
+        let max = lister.map_or(DEFAULT_WINDOW, |l| l.max_window());
         let window = duration(window, key("reconcile_window"))?;
         if let (Some(window), Some(lister)) = (window, lister)
             && window > max
@@ -220,18 +149,18 @@ impl Reconcile {
 }
 
 fn credential(
-    lister: Option<Lister>,
+    lister: Option<&'static Lister>,
     api_key: Option<String>,
     client_id: Option<String>,
     client_secret: Option<String>,
     key: &dyn Fn(&str) -> String,
 ) -> Result<Option<Credential>, Problem> {
     let empty = |name: &str| (key(name), "must not be empty".to_string());
-    if lister == Some(Lister::PayPal) {
+    if let Some(lister) = lister.filter(|l| l.takes_client()) {
         if api_key.is_some() {
             return Err((
                 key("api_key"),
-                "PayPal's API takes client_id and client_secret".into(),
+                format!("{}'s API takes client_id and client_secret", lister.title()),
             ));
         }
         return match (client_id, client_secret) {
@@ -254,7 +183,10 @@ fn credential(
     }
     for (name, value) in [("client_id", &client_id), ("client_secret", &client_secret)] {
         if value.is_some() {
-            return Err((key(name), "only applies to scheme \"paypal\"".into()));
+            return Err((
+                key(name),
+                format!("only applies to scheme {:?}", Lister::client_scheme()),
+            ));
         }
     }
     match api_key {
@@ -355,7 +287,7 @@ mod tests {
             matches!(&r.credential, Some(Credential::Bearer(k)) if k.expose() == "rk_live_from_file")
         );
         assert_eq!(r.interval, Duration::from_secs(10));
-        assert_eq!(r.window, Duration::from_secs(30 * DAY));
+        assert_eq!(r.window, Duration::from_secs(30 * 24 * 3600));
         assert_eq!(r.base().expect("base").as_str(), "http://127.0.0.1:9/");
         let _ = std::fs::remove_dir_all(&dir);
     }

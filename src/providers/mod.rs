@@ -12,6 +12,7 @@
 //! that names it (`tools/provider_names.py` counts).
 
 mod adyen;
+pub mod api;
 mod braintree;
 mod checkout;
 mod github;
@@ -38,6 +39,7 @@ use crate::keys::{self, Problem};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
 };
+pub use api::Lister;
 pub use hmac::{Encoding, GenericHmac, Locator};
 use shape::{IndexFields, PaymentShape};
 pub use simulator::Simulator;
@@ -207,6 +209,12 @@ impl Capabilities {
 
 /// What a provider defines (see the module comment).
 pub trait Provider: KeyFormat + Simulator + Sync {
+    /// Its API listing past events, or what the provider offers instead (one
+    /// line, after "cannot reconcile: ").
+    fn lister(&self) -> Result<&'static Lister, &'static str> {
+        Err(Lister::NONE)
+    }
+
     /// What the provider does, as data; each of the readers below reads one.
     fn capabilities(&self) -> Capabilities {
         Capabilities::DEFAULT

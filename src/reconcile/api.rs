@@ -8,9 +8,10 @@
 use std::time::Duration;
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, RETRY_AFTER};
-use reqwest::{Method, StatusCode, Url};
+use reqwest::{StatusCode, Url};
 
 use crate::config::Credential;
+use crate::providers::api::Client;
 
 /// The most one answer (a page of events) may weigh.
 const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
@@ -24,48 +25,32 @@ const LONGEST_WAIT: Duration = Duration::from_secs(120);
 /// How much of the provider's answer an error quotes.
 const QUOTED_CHARS: usize = 300;
 
-/// Why a request to the API failed: one line, without the key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ApiError(pub String);
+pub use crate::providers::api::{ApiError, Call};
 
 /// The provider's API with the source's credential.
 pub struct Api {
     client: reqwest::Client,
     base: Url,
     credential: Credential,
-    /// PayPal's access token, once the client credentials were exchanged.
+    /// Where client credentials are exchanged for a token (the provider's
+    /// [`Lister`](crate::providers::api::Lister) says).
+    token_path: &'static str,
+    /// The access token, once the client credentials were exchanged.
     token: Option<crate::signature::Secret>,
 }
 
-/// A request's method, path, query and JSON body (if any).
-pub struct Call<'a> {
-    pub method: Method,
-    pub path: &'a str,
-    pub query: Vec<(&'a str, String)>,
-    pub json: Option<serde_json::Value>,
-    pub headers: &'a [(&'a str, &'a str)],
-}
-
-impl<'a> Call<'a> {
-    pub fn get(path: &'a str, query: Vec<(&'a str, String)>) -> Self {
-        Call {
-            method: Method::GET,
-            path,
-            query,
-            json: None,
-            headers: &[],
-        }
-    }
-}
-
 impl Api {
-    pub fn new(base: Url, credential: Credential) -> Result<Self, ApiError> {
+    pub fn new(
+        base: Url,
+        credential: Credential,
+        token_path: &'static str,
+    ) -> Result<Self, ApiError> {
         let client = crate::outbound::client(TIMEOUT).map_err(ApiError)?;
         Ok(Api {
             client,
             base,
             credential,
+            token_path,
             token: None,
         })
     }
@@ -79,7 +64,7 @@ impl Api {
     }
 
     /// The answer's body to `call`, a 2xx; waits out 429s.
-    pub async fn send(&mut self, call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
+    async fn answer(&mut self, call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
         let mut url = self.url(call.path);
         if !call.query.is_empty() {
             url.query_pairs_mut()
@@ -130,7 +115,7 @@ impl Api {
         }
     }
 
-    /// The bearer token: the key, or PayPal's access token for its client.
+    /// The bearer token: the key, or the access token of client credentials.
     async fn bearer(&mut self) -> Result<crate::signature::Secret, ApiError> {
         match &self.credential {
             Credential::Bearer(key) => Ok(key.clone()),
@@ -138,7 +123,7 @@ impl Api {
                 if let Some(token) = &self.token {
                     return Ok(token.clone());
                 }
-                let url = self.url("/v1/oauth2/token");
+                let url = self.url(self.token_path);
                 let response = self
                     .client
                     .post(url.clone())
@@ -167,14 +152,6 @@ impl Api {
                 Ok(token)
             }
         }
-    }
-
-    /// An answer that is not the page expected.
-    pub fn malformed(&self, path: &str, problem: impl std::fmt::Display) -> ApiError {
-        self.scrub(format!(
-            "{}: the answer is not the list expected: {problem}",
-            shown(&self.url(path))
-        ))
     }
 
     fn unreachable(&self, url: &Url, error: &reqwest::Error) -> ApiError {
@@ -222,6 +199,20 @@ impl Api {
             text = text.replace(secret.as_str(), "[redacted]");
         }
         ApiError(text)
+    }
+}
+
+#[async_trait::async_trait]
+impl Client for Api {
+    async fn send(&mut self, call: &Call<'_>) -> Result<Vec<u8>, ApiError> {
+        self.answer(call).await
+    }
+
+    fn malformed(&self, path: &str, problem: &dyn std::fmt::Display) -> ApiError {
+        self.scrub(format!(
+            "{}: the answer is not the list expected: {problem}",
+            shown(&self.url(path))
+        ))
     }
 }
 

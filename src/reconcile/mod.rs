@@ -1,5 +1,6 @@
 //! Recovering what a provider never delivered: a pass lists the provider's
-//! events of a window through its API (one file per provider's list API),
+//! events of a window through its API (each provider's folder pages its own list API, on the shared client of
+//! [`api`]),
 //! compares them with what hookd holds, and stores the missing ones through the
 //! ingest a delivery goes through (dedupe, conflicts, handlers, forwards), as
 //! `origin = 'api'`: no secret signed them, the TLS connection made with the
@@ -10,19 +11,11 @@
 //! time per source (a job lease, as the purge has).
 
 mod api;
-mod gocardless;
-mod paddle;
-mod paypal;
-mod square;
-mod stripe;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
-use serde_json::value::RawValue;
-
-use crate::config::{Lister, Source};
+use crate::config::Source;
 use crate::event::IncomingEvent;
 use crate::instance::Instance;
 use crate::shutdown::Shutdown;
@@ -31,6 +24,7 @@ use crate::store::events::Recorded;
 use crate::store::{self, StoreError};
 use api::Api;
 pub use api::ApiError;
+use chrono::{DateTime, Utc};
 
 /// Recovered events stored in one ingest at most.
 const INGEST_CHUNK: usize = 64;
@@ -118,10 +112,12 @@ async fn pass_leased(
         ))
     })?;
     let credential = source.reconcile.credential.clone().ok_or_else(|| {
-        unusable(match lister {
-            Lister::PayPal => "set client_id and client_secret to ask PayPal's API".into(),
-            _ => format!("set api_key to ask {}'s API", lister.title()),
-        })
+        let needs = if lister.takes_client() {
+            "client_id and client_secret"
+        } else {
+            "api_key"
+        };
+        unusable(format!("set {needs} to ask {}'s API", lister.title()))
     })?;
     let base = source
         .reconcile
@@ -131,8 +127,9 @@ async fn pass_leased(
         name: source.name.clone(),
         error,
     };
-    let mut api = Api::new(base, credential).map_err(api_error)?;
-    let mut pager = Pager::new(lister, since, Utc::now());
+    let mut api =
+        Api::new(base, credential, lister.token_path.unwrap_or_default()).map_err(api_error)?;
+    let mut pager = (lister.pager)(since, Utc::now());
     let mut counts = Counts::default();
     let mut missing: Vec<IncomingEvent> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
@@ -181,7 +178,7 @@ async fn pass_leased(
         }
     }
     // Applied in the order they happened.
-    if pager.newest_first() {
+    if lister.newest_first {
         missing.reverse();
     }
     if dry_run {
@@ -210,56 +207,6 @@ async fn pass_leased(
 fn same_event(stored: &store::reconcile::Stored, event: &IncomingEvent) -> bool {
     stored.payload_sha256 == event.fingerprint
         || stored.stable_sha256.as_deref() == Some(&event.stable_fingerprint[..])
-}
-
-/// A provider's list, page by page.
-enum Pager {
-    Stripe(stripe::Pager),
-    Paddle(paddle::Pager),
-    GoCardless(gocardless::Pager),
-    PayPal(paypal::Pager),
-    Square(square::Pager),
-}
-
-/// One page's events, each as the API wrote it.
-type Page = Vec<Box<RawValue>>;
-
-impl Pager {
-    fn new(lister: Lister, since: DateTime<Utc>, until: DateTime<Utc>) -> Self {
-        match lister {
-            Lister::Stripe => Pager::Stripe(stripe::Pager::new(since)),
-            Lister::Paddle => Pager::Paddle(paddle::Pager::new(since)),
-            Lister::GoCardless => Pager::GoCardless(gocardless::Pager::new(since)),
-            Lister::PayPal => Pager::PayPal(paypal::Pager::new(since, until)),
-            Lister::Square => Pager::Square(square::Pager::new(since)),
-        }
-    }
-
-    /// The next page, or `None` after the last.
-    async fn next(&mut self, api: &mut Api) -> Result<Option<Page>, ApiError> {
-        match self {
-            Pager::Stripe(p) => p.next(api).await,
-            Pager::Paddle(p) => p.next(api).await,
-            Pager::GoCardless(p) => p.next(api).await,
-            Pager::PayPal(p) => p.next(api).await,
-            Pager::Square(p) => p.next(api).await,
-        }
-    }
-
-    /// Whether the provider lists the newest events first.
-    fn newest_first(&self) -> bool {
-        match self {
-            Pager::Stripe(_) | Pager::Paddle(_) | Pager::GoCardless(_) | Pager::PayPal(_) => true,
-            Pager::Square(_) => false,
-        }
-    }
-}
-
-/// The `id`-like field of each item of a page, to page on from the last.
-fn last_field(items: &[Box<RawValue>], field: &str) -> Option<String> {
-    let last = items.last()?;
-    let value: serde_json::Value = serde_json::from_str(last.get()).ok()?;
-    value.get(field)?.as_str().map(String::from)
 }
 
 /// `serve`'s passes: each source with `reconcile = true` every

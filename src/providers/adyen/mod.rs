@@ -243,6 +243,13 @@ impl KeyFormat for Adyen {
 }
 
 impl Provider for Adyen {
+    fn lister(&self) -> Result<&'static super::Lister, &'static str> {
+        Err(
+            "Adyen's API lists no past events: resend them from the Customer Area \
+         (Developers > Webhooks > Event logs)",
+        )
+    }
+
     fn development_secrets(&self) -> &'static [&'static str] {
         &["686F6F6B642D6465762D616479656E2D686D61632D6B65792D30313233343536"]
     }

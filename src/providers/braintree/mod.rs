@@ -171,6 +171,13 @@ impl KeyFormat for Braintree {
 }
 
 impl Provider for Braintree {
+    fn lister(&self) -> Result<&'static super::Lister, &'static str> {
+        Err(
+            "Braintree's API lists no past webhook notifications: search the transactions \
+         instead",
+        )
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             payload_is_body: false,

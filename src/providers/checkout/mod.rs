@@ -120,6 +120,13 @@ fn amount(payload: &Value) -> Result<Option<i64>, String> {
 impl KeyFormat for Checkout {}
 
 impl Provider for Checkout {
+    fn lister(&self) -> Result<&'static super::Lister, &'static str> {
+        Err(
+            "Checkout.com's API lists events by payment only (GET /payments/{id}/actions): \
+         ask for a payment's events there",
+        )
+    }
+
     fn development_secrets(&self) -> &'static [&'static str] {
         &["dev-checkout-signature-key"]
     }

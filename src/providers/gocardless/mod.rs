@@ -7,6 +7,8 @@
 //! GoCardless states no amounts in its events: a payment's amount and refunds
 //! are only in its API.
 
+mod reconcile;
+
 use std::collections::HashMap;
 
 use serde::Deserialize;
@@ -78,6 +80,10 @@ fn id_tail(random: &[u8; 16], index: usize) -> String {
 }
 
 impl Provider for GoCardless {
+    fn lister(&self) -> Result<&'static super::Lister, &'static str> {
+        Ok(&reconcile::LISTER)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             sends_amounts: false,

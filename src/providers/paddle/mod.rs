@@ -7,6 +7,8 @@
 //! units ("34800" is 348.00 USD); a refund or chargeback is an adjustment of a
 //! transaction, told apart by `data.action`.
 
+mod reconcile;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -88,6 +90,10 @@ fn text_at(payload: &Value, pointer: &str) -> Option<String> {
 }
 
 impl Provider for Paddle {
+    fn lister(&self) -> Result<&'static super::Lister, &'static str> {
+        Ok(&reconcile::LISTER)
+    }
+
     fn development_secrets(&self) -> &'static [&'static str] {
         &["pdl_ntfset_dev_paddle_0123456789"]
     }

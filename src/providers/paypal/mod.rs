@@ -12,6 +12,8 @@
 //! (`signed_with` 0). The id and type are the body's `id` and `event_type`; a
 //! capture, refund or dispute is in `resource`, amounts as decimal text.
 
+mod reconcile;
+
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 
@@ -330,6 +332,10 @@ fn amount(resource: &Value) -> Result<Option<(i64, String)>, String> {
 }
 
 impl Provider for PayPal {
+    fn lister(&self) -> Result<&'static super::Lister, &'static str> {
+        Ok(&reconcile::LISTER)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             takes_secrets: false,

@@ -70,6 +70,13 @@ fn amount(entity: &Value, path: &str) -> Result<Option<i64>, String> {
 }
 
 impl Provider for Razorpay {
+    fn lister(&self) -> Result<&'static super::Lister, &'static str> {
+        Err(
+            "Razorpay's API lists no past webhook events: resend them from the Dashboard's \
+         webhook logs",
+        )
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             signs_id: false,

@@ -6,6 +6,8 @@
 //! disputes are in `data.object.{payment,refund,dispute}`, amounts in minor
 //! units. Whether a payment or refund event is a kind depends on its `status`.
 
+mod reconcile;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -123,6 +125,10 @@ impl KeyFormat for Square {
 }
 
 impl Provider for Square {
+    fn lister(&self) -> Result<&'static super::Lister, &'static str> {
+        Ok(&reconcile::LISTER)
+    }
+
     fn development_secrets(&self) -> &'static [&'static str] {
         &["dev-square-signature-key"]
     }

@@ -4,6 +4,8 @@
 //! signed body, payment facts in `data.object`; secrets are `whsec_` and 32
 //! letters and digits.
 
+mod reconcile;
+
 use std::collections::HashMap;
 
 use rand::RngExt;
@@ -48,6 +50,10 @@ pub(super) const SHAPE: PaymentShape = PaymentShape {
 };
 
 impl Provider for Stripe {
+    fn lister(&self) -> Result<&'static super::Lister, &'static str> {
+        Ok(&reconcile::LISTER)
+    }
+
     fn development_secrets(&self) -> &'static [&'static str] {
         &[
             "whsec_dev_stripe_current_0123456789",

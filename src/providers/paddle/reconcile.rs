@@ -3,13 +3,24 @@
 //! names while `has_more`; the list has no time filter, so paging stops at the
 //! first event that `occurred_at` before the window. Paddle lists 90 days.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::Page;
-use super::api::{Api, ApiError, Call};
+use crate::providers::api::{self, ApiError, Call, Client, Lister, Page};
 
 const PATH: &str = "/events";
+
+/// Paddle's list API, as reconcile asks it.
+pub static LISTER: Lister = Lister {
+    title: "Paddle",
+    default_base: "https://api.paddle.com",
+    max_window: Duration::from_secs(90 * 24 * 3600),
+    newest_first: true,
+    token_path: None,
+    pager: |since, _until| Box::new(Pager::new(since)),
+};
 
 pub struct Pager {
     since: DateTime<Utc>,
@@ -48,8 +59,11 @@ impl Pager {
             done: false,
         }
     }
+}
 
-    pub async fn next(&mut self, api: &mut Api) -> Result<Option<Page>, ApiError> {
+#[async_trait::async_trait]
+impl api::Pager for Pager {
+    async fn next(&mut self, api: &mut dyn Client) -> Result<Option<Page>, ApiError> {
         if self.done {
             return Ok(None);
         }
@@ -61,11 +75,11 @@ impl Pager {
             query.push(("after", after.clone()));
         }
         let body = api.send(&Call::get(PATH, query)).await?;
-        let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, e))?;
+        let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
         let mut page = Vec::with_capacity(list.data.len());
         for item in list.data {
             let at: Occurred =
-                serde_json::from_str(item.get()).map_err(|e| api.malformed(PATH, e))?;
+                serde_json::from_str(item.get()).map_err(|e| api.malformed(PATH, &e))?;
             if at.occurred_at < self.since {
                 self.done = true;
                 break;
@@ -76,17 +90,8 @@ impl Pager {
         self.after = pagination
             .next
             .as_deref()
-            .and_then(|next| cursor(next, "after"));
+            .and_then(|next| api::cursor(next, "after"));
         self.done |= !pagination.has_more || self.after.is_none();
         Ok(Some(page))
     }
-}
-
-/// The value of `name` in the query of a next-page link (absolute or not): the
-/// link's host is never asked, only the source's `api_base`.
-pub(super) fn cursor(link: &str, name: &str) -> Option<String> {
-    let query = link.split_once('?')?.1;
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(key, _)| key == name)
-        .map(|(_, value)| value.into_owned())
 }

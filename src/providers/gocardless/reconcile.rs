@@ -2,13 +2,24 @@
 //! (`GoCardless-Version: 2015-07-06`), newest first, 500 a page, paged on with
 //! the `after` cursor of `meta.cursors.after` until it is null.
 
+use std::time::Duration;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Deserialize;
 
-use super::Page;
-use super::api::{Api, ApiError, Call};
+use crate::providers::api::{self, ApiError, Call, Client, Lister, Page};
 
 const PATH: &str = "/events";
+
+/// GoCardless's list API, as reconcile asks it.
+pub static LISTER: Lister = Lister {
+    title: "GoCardless",
+    default_base: "https://api.gocardless.com",
+    max_window: Duration::from_secs(30 * 24 * 3600),
+    newest_first: true,
+    token_path: None,
+    pager: |since, _until| Box::new(Pager::new(since)),
+};
 const VERSION: (&str, &str) = ("GoCardless-Version", "2015-07-06");
 
 pub struct Pager {
@@ -41,8 +52,11 @@ impl Pager {
             done: false,
         }
     }
+}
 
-    pub async fn next(&mut self, api: &mut Api) -> Result<Option<Page>, ApiError> {
+#[async_trait::async_trait]
+impl api::Pager for Pager {
+    async fn next(&mut self, api: &mut dyn Client) -> Result<Option<Page>, ApiError> {
         if self.done {
             return Ok(None);
         }
@@ -56,7 +70,7 @@ impl Pager {
         let mut call = Call::get(PATH, query);
         call.headers = &[VERSION];
         let body = api.send(&call).await?;
-        let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, e))?;
+        let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
         self.after = list.meta.cursors.after.filter(|a| !a.is_empty());
         self.done = self.after.is_none() || list.events.is_empty();
         Ok(Some(list.events))

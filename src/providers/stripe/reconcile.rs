@@ -2,13 +2,24 @@
 //! first, 100 a page, paged on with `starting_after` (the last id) while
 //! `has_more`. Stripe lists the last 30 days.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::api::{Api, ApiError, Call};
-use super::{Page, last_field};
+use crate::providers::api::{self, ApiError, Call, Client, Lister, Page, last_field};
 
 const PATH: &str = "/v1/events";
+
+/// Stripe's list API, as reconcile asks it.
+pub static LISTER: Lister = Lister {
+    title: "Stripe",
+    default_base: "https://api.stripe.com",
+    max_window: Duration::from_secs(30 * 24 * 3600),
+    newest_first: true,
+    token_path: None,
+    pager: |since, _until| Box::new(Pager::new(since)),
+};
 
 pub struct Pager {
     since: i64,
@@ -30,8 +41,11 @@ impl Pager {
             done: false,
         }
     }
+}
 
-    pub async fn next(&mut self, api: &mut Api) -> Result<Option<Page>, ApiError> {
+#[async_trait::async_trait]
+impl api::Pager for Pager {
+    async fn next(&mut self, api: &mut dyn Client) -> Result<Option<Page>, ApiError> {
         if self.done {
             return Ok(None);
         }
@@ -43,7 +57,7 @@ impl Pager {
             query.push(("starting_after", after.clone()));
         }
         let body = api.send(&Call::get(PATH, query)).await?;
-        let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, e))?;
+        let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
         self.after = last_field(&list.data, "id");
         self.done = !list.has_more || self.after.is_none();
         Ok(Some(list.data))

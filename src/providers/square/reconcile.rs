@@ -3,15 +3,26 @@
 //! until none comes back. The seller's Events API must be enabled first
 //! (`PUT /v2/events/enable`); Square keeps 28 days.
 
+use std::time::Duration;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::Page;
-use super::api::{Api, ApiError, Call};
+use crate::providers::api::{self, ApiError, Call, Client, Lister, Page};
 
 const PATH: &str = "/v2/events";
+
+/// Square's list API, as reconcile asks it.
+pub static LISTER: Lister = Lister {
+    title: "Square",
+    default_base: "https://connect.squareup.com",
+    max_window: Duration::from_secs(28 * 24 * 3600),
+    newest_first: false,
+    token_path: None,
+    pager: |since, _until| Box::new(Pager::new(since)),
+};
 
 pub struct Pager {
     since: String,
@@ -34,8 +45,11 @@ impl Pager {
             done: false,
         }
     }
+}
 
-    pub async fn next(&mut self, api: &mut Api) -> Result<Option<Page>, ApiError> {
+#[async_trait::async_trait]
+impl api::Pager for Pager {
+    async fn next(&mut self, api: &mut dyn Client) -> Result<Option<Page>, ApiError> {
         if self.done {
             return Ok(None);
         }
@@ -57,7 +71,7 @@ impl Pager {
             headers: &[],
         };
         let body = api.send(&call).await?;
-        let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, e))?;
+        let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
         self.cursor = list.cursor.filter(|c| !c.is_empty());
         self.done = self.cursor.is_none() || list.events.is_empty();
         Ok(Some(list.events))

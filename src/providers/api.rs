@@ -1,0 +1,131 @@
+//! A provider's API as its folder speaks it, without HTTP: a request ([`Call`])
+//! sent through a [`Client`] that the shared HTTP client implements (TLS, no
+//! redirect, a bounded answer, 429 waited out; see `reconcile::api`), and a
+//! provider's list of past events as data ([`Lister`], [`Pager`]).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use reqwest::Method;
+use serde_json::value::RawValue;
+
+/// Why a request to the API failed: one line, without the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ApiError(pub String);
+
+/// A request's method, path, query, JSON body (if any) and extra headers.
+pub struct Call<'a> {
+    pub method: Method,
+    pub path: &'a str,
+    pub query: Vec<(&'a str, String)>,
+    pub json: Option<serde_json::Value>,
+    pub headers: &'a [(&'a str, &'a str)],
+}
+
+impl<'a> Call<'a> {
+    pub fn get(path: &'a str, query: Vec<(&'a str, String)>) -> Self {
+        Call {
+            method: Method::GET,
+            path,
+            query,
+            json: None,
+            headers: &[],
+        }
+    }
+}
+
+/// The provider's API with a source's credential.
+#[async_trait::async_trait]
+pub trait Client: Send {
+    /// The answer's body to `call`, a 2xx.
+    async fn send(&mut self, call: &Call<'_>) -> Result<Vec<u8>, ApiError>;
+
+    /// An answer that is not the one expected.
+    fn malformed(&self, path: &str, problem: &dyn std::fmt::Display) -> ApiError;
+}
+
+/// One page's events, each as the API wrote it.
+pub type Page = Vec<Box<RawValue>>;
+
+/// A provider's list of past events, page by page.
+#[async_trait::async_trait]
+pub trait Pager: Send {
+    /// The next page, or `None` after the last.
+    async fn next(&mut self, api: &mut dyn Client) -> Result<Option<Page>, ApiError>;
+}
+
+/// A provider's API listing its past events, as data: reconcile asks it
+/// through [`Lister::pager`] on the shared client, knowing no provider.
+#[derive(Debug)]
+pub struct Lister {
+    /// The provider's name, as messages say it.
+    pub title: &'static str,
+    /// The provider's own API, where `api_base` is not set.
+    pub default_base: &'static str,
+    /// How far back the provider lists events.
+    pub max_window: Duration,
+    /// Whether the list is newest first (the missing events are then applied
+    /// in reverse, in the order they happened).
+    pub newest_first: bool,
+    /// Where OAuth 2 client credentials (`client_id`, `client_secret`) are
+    /// exchanged for a token, for a provider whose API takes them instead of
+    /// an `api_key`.
+    pub token_path: Option<&'static str>,
+    /// The list of the window from `since` to `until`, page by page.
+    pub pager: fn(DateTime<Utc>, DateTime<Utc>) -> Box<dyn Pager>,
+}
+
+impl Lister {
+    /// What a scheme without a list API says when `reconcile = true` asks for one.
+    pub const NONE: &'static str = "this scheme's provider has no API listing past events";
+
+    /// The lister of the scheme named `scheme`, or what its provider offers instead.
+    pub fn of(scheme: &str) -> Result<&'static Lister, &'static str> {
+        super::named(scheme).map_or(Err(Lister::NONE), |p| p.lister())
+    }
+
+    /// The provider's own API, where `api_base` is not set.
+    pub fn default_base(&self) -> &'static str {
+        self.default_base
+    }
+
+    /// How far back the provider lists events.
+    pub fn max_window(&self) -> Duration {
+        self.max_window
+    }
+
+    /// The provider's name, as messages say it.
+    pub fn title(&self) -> &'static str {
+        self.title
+    }
+
+    /// Whether its API takes client credentials instead of an `api_key`.
+    pub fn takes_client(&self) -> bool {
+        self.token_path.is_some()
+    }
+
+    /// The scheme whose API takes client credentials, as messages name it.
+    pub fn client_scheme() -> &'static str {
+        super::REGISTRY
+            .iter()
+            .find(|e| e.provider.lister().is_ok_and(Lister::takes_client))
+            .map_or("", |e| e.provider.name())
+    }
+}
+
+/// The `id`-like field of the last item of a page, to page on from it.
+pub fn last_field(items: &[Box<RawValue>], field: &str) -> Option<String> {
+    let last = items.last()?;
+    let value: serde_json::Value = serde_json::from_str(last.get()).ok()?;
+    value.get(field)?.as_str().map(String::from)
+}
+
+/// The value of `name` in the query of a next-page link (absolute or not): the
+/// link's host is never asked, only the source's `api_base`.
+pub fn cursor(link: &str, name: &str) -> Option<String> {
+    let query = link.split_once('?')?.1;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.into_owned())
+}
