@@ -117,6 +117,38 @@ impl Case {
     }
 }
 
+/// What the book's provider table (`docs/src/providers.md`) says of a
+/// provider: the status a refused signature gets (401 unless it names
+/// another) and the answer to a delivery taken (`JSON`, or the fixed body).
+pub struct Documented {
+    pub refused: u16,
+    pub answer: String,
+}
+
+impl Documented {
+    pub fn of(provider: &str) -> Documented {
+        let table = std::fs::read_to_string(format!("{MANIFEST}/docs/src/providers.md"))
+            .expect("docs/src/providers.md");
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{provider}` ")))
+            .unwrap_or_else(|| panic!("{provider} has a row in the providers table"));
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let refused = row.split_once("(refused: ").map_or(401, |(_, rest)| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().expect("a status")
+        });
+        Documented {
+            refused,
+            answer: cells
+                .last()
+                .expect("an answer")
+                .trim_matches('`')
+                .to_string(),
+        }
+    }
+}
+
 /// The provider of an app's source.
 pub fn provider_of(app: &TestApp, source: &str) -> &'static dyn Provider {
     let scheme = &app.settings().source(source).expect("a source").scheme;

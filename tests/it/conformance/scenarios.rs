@@ -6,7 +6,7 @@ use hookd::domain::PaymentKind;
 use hookd::providers::{Answer as Expected, SignatureRefusal};
 use serde_json::json;
 
-use super::{Case, Fixture, Row, provider_named, provider_of, signed};
+use super::{Case, Documented, Fixture, Row, provider_named, provider_of, signed};
 use crate::support::provider::{assert_resend_is_a_duplicate, refusal, spawn_rotated};
 use crate::support::{Answer, TestApp, run_hookd, spawn_app};
 
@@ -57,12 +57,16 @@ fn stored_as<'f>(fixtures: impl IntoIterator<Item = &'f Fixture>) -> Vec<Stored>
 async fn assert_answer(app: &TestApp, source: &str, fixture: &Fixture, answer: &Answer) {
     let name = &fixture.name;
     assert_eq!(answer.status, 200, "{source} {name}: {}", answer.text());
-    match provider_of(app, source).answer() {
+    let provider = provider_of(app, source);
+    let documented = Documented::of(provider.name()).answer;
+    match provider.answer() {
         Expected::Fixed { content_type, body } => {
+            assert_eq!(documented, body, "{source}: the book's answer");
             assert_eq!(answer.text(), body, "{source} {name}");
             assert_eq!(answer.header("Content-Type"), Some(content_type));
         }
         Expected::Json => {
+            assert_eq!(documented, "JSON", "{source}: the book's answer");
             let mut ids = app
                 .strings(
                     "SELECT event_id FROM webhook_events WHERE source = $1 ORDER BY id DESC LIMIT $2",
@@ -219,10 +223,13 @@ pub async fn tampering(source: &'static str) {
     let case = Case::of(source);
     let app = spawn_app().await;
     let provider = provider_of(&app, source);
-    let status = match provider.refused_signature() {
+    // The status the book documents, which the provider's own says too.
+    let status = Documented::of(provider.name()).refused;
+    let own = match provider.refused_signature() {
         SignatureRefusal::Unauthorized => 401,
         SignatureRefusal::TokenInvalid => 498,
     };
+    assert_eq!(own, status, "{source}");
     let fixture = &case.fixtures[0];
     let genuine = signed(&app, source, fixture, None);
     let foreign = signed(&app, source, fixture, Some(&provider.new_secret()));
