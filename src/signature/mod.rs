@@ -217,15 +217,6 @@ pub fn hmac_sha256(key: &[u8], message: &[&[u8]]) -> Vec<u8> {
     mac.finalize().into_bytes().to_vec()
 }
 
-/// The tag a provider sends as hex in one header (either case, not trimmed),
-/// or why it cannot be read.
-pub fn hex_tag(headers: &(impl Headers + ?Sized), name: &str) -> Result<Vec<u8>, SignatureError> {
-    let value = headers
-        .header(name)
-        .ok_or_else(|| SignatureError::Missing(name.to_string()))?;
-    hex::decode(value).map_err(|_| SignatureError::malformed(name, "not hex"))
-}
-
 pub fn parse_unix_seconds(header: &str, value: &str) -> Result<i64, SignatureError> {
     value
         .trim()
