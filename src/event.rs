@@ -9,20 +9,21 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 pub use canonical::Fingerprints;
+pub use words::{EventId, EventType, Kind, SourceName};
 
 use crate::config::Source;
-use crate::domain::{MAX_ID_LEN, storable_id};
+use crate::domain::storable_id;
 use crate::providers::{self, AnyHeaders, Missing};
 use crate::signature::Headers;
 
 #[derive(Debug, Clone)]
 pub struct IncomingEvent {
-    pub source: String,
+    pub source: SourceName,
     /// Its source's scheme when it arrived (a reload may change the source's).
     pub scheme: &'static str,
-    pub event_id: String,
-    pub event_type: String,
-    pub kind: Option<String>,
+    pub event_id: EventId,
+    pub event_type: EventType,
+    pub kind: Option<Kind>,
     pub payload: Value,
     /// The body exactly as received: kept so the signature can be checked again.
     pub body: Vec<u8>,
@@ -150,16 +151,9 @@ impl IncomingEvent {
         payload_is_body: bool,
     ) -> Result<Self, EventError> {
         let (event_id, event_type) = identity(source, headers, &payload)?;
-        // PostgreSQL text cannot hold these: refused the same way on every resend.
-        for (what, value) in [("event id", &event_id), ("event type", &event_type)] {
-            if value.len() > MAX_ID_LEN {
-                return Err(EventError::TooLong(what));
-            }
-            if value.contains('\0') {
-                return Err(EventError::Nul(what));
-            }
-        }
-        let kind = source.kind_of(&event_type, &payload).map(String::from);
+        // PostgreSQL text cannot hold some: refused the same way on every resend.
+        let (event_id, event_type) = (EventId::parse(event_id)?, EventType::parse(event_type)?);
+        let kind = source.kind_of(&event_type, &payload).map(Kind::configured);
         let fields = providers::of(&source.scheme).index_fields(&payload);
         let signature_headers = source
             .scheme
@@ -172,7 +166,7 @@ impl IncomingEvent {
             .collect::<Map<String, Value>>();
         let prints = Fingerprints::of(&payload, &source.fingerprint_ignore);
         Ok(IncomingEvent {
-            source: source.name.clone(),
+            source: SourceName::configured(&source.name),
             scheme: source.scheme.name(),
             event_id,
             event_type,
@@ -276,3 +270,4 @@ fn remove_pointer(value: &mut Value, pointer: &str) {
 mod canonical;
 #[cfg(test)]
 mod tests;
+mod words;

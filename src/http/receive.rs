@@ -226,8 +226,8 @@ fn answer(answer: Answer, receipt: &Receipt) -> HttpResponse {
         ) => {
             response.insert_header((CONTENT_TYPE, "application/json"));
             let first = match recorded {
-                Recorded::Duplicate { event_id, .. } => event_id,
-                _ => event_id,
+                Recorded::Duplicate { event_id, .. } => event_id.as_str(),
+                _ => event_id.as_str(),
             };
             accepted_body(first)
         }

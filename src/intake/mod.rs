@@ -221,8 +221,8 @@ impl Intake<'_> {
         }
         let event = events.pop().ok_or(IntakeError::NoEvent)?;
         let seen = Seen {
-            event_id: Some(event.event_id.clone()),
-            kind: event.kind.clone(),
+            event_id: Some(event.event_id.to_string()),
+            kind: event.kind.as_ref().map(|k| k.to_string()),
         };
         let refuse = |error: IntakeError| Refused {
             error,
@@ -283,7 +283,7 @@ impl Intake<'_> {
         if events.is_empty() {
             return Err(IntakeError::NoEvent.into());
         }
-        let event_ids: Vec<String> = events.iter().map(|e| e.event_id.clone()).collect();
+        let event_ids: Vec<String> = events.iter().map(|e| e.event_id.to_string()).collect();
         let seen = Seen {
             event_id: Some(event_ids.join(",")),
             kind: None,

@@ -138,7 +138,7 @@ async fn pass_leased(
         let mut events = Vec::with_capacity(items.len());
         for item in &items {
             match IncomingEvent::parse(source, &no_headers, item.get().as_bytes()) {
-                Ok(event) if seen.insert(event.event_id.clone()) => events.push(event),
+                Ok(event) if seen.insert(event.event_id.to_string()) => events.push(event),
                 // Listed twice (an event created while paging): counted once.
                 Ok(_) => {}
                 Err(error) => log::warn!(
@@ -162,7 +162,7 @@ async fn pass_leased(
             store::reconcile::stored(&client, &source.name, &ids).await?
         };
         for event in events {
-            match stored.get(&event.event_id) {
+            match stored.get(event.event_id.as_str()) {
                 None => missing.push(event),
                 Some(row) if same_event(row, &event) => counts.present += 1,
                 Some(_) => {

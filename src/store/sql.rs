@@ -381,6 +381,10 @@ macro_rules! pg_types {
 pg_types! {
     str => TEXT, TEXT_ARRAY;
     String => TEXT, TEXT_ARRAY;
+    crate::event::SourceName => TEXT, TEXT_ARRAY;
+    crate::event::EventId => TEXT, TEXT_ARRAY;
+    crate::event::EventType => TEXT, TEXT_ARRAY;
+    crate::event::Kind => TEXT, TEXT_ARRAY;
     bool => BOOL, BOOL_ARRAY;
     i16 => INT2, INT2_ARRAY;
     i32 => INT4, INT4_ARRAY;

@@ -612,18 +612,18 @@ fn check_parse(
     );
     for event in &events {
         for (what, text) in [
-            ("event id", &event.event_id),
-            ("event type", &event.event_type),
+            ("event id", event.event_id.as_str()),
+            ("event type", event.event_type.as_str()),
         ] {
             prop_assert!(!text.is_empty() && text.len() <= 255, "{what} {text:?}");
-            prop_assert_eq!(text.trim(), text.as_str(), "{} is trimmed", what);
+            prop_assert_eq!(text.trim(), text, "{} is trimmed", what);
         }
         if one_json_event {
             let parsed: Value = serde_json::from_slice(body).expect("accepted bodies are JSON");
             prop_assert_eq!(&event.payload, &parsed);
         }
         prop_assert_eq!(event.fingerprint, fingerprint(&event.payload));
-        prop_assert_eq!(&event.source, &source.name);
+        prop_assert_eq!(event.source.as_str(), source.name.as_str());
         let provider = hookd::providers::of(&source.scheme);
         if let Ok(facts) = provider.payment_facts(&event.payload) {
             prop_assert!(!facts.payment_id.is_empty());

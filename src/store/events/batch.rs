@@ -3,7 +3,7 @@
 use crate::store::sql::{self, Session};
 use serde_json::Value;
 
-use crate::event::IncomingEvent;
+use crate::event::{EventId, IncomingEvent};
 use crate::store::StoreError;
 
 use super::record::{keep_requests, recount_by_id, recount_legacy_duplicate, stored_payload};
@@ -136,7 +136,7 @@ pub(super) fn decision(event: &IncomingEvent, rows: &[tokio_postgres::Row]) -> O
         true => Recorded::New { id: row.get(0) },
         false => Recorded::Duplicate {
             id: row.get(0),
-            event_id: row.get(2),
+            event_id: EventId::stored(row.get(2)),
         },
     })
 }

@@ -15,6 +15,7 @@ mod record;
 mod retries;
 
 use super::sql;
+use crate::event::EventId;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 pub use attempts::{APPEND_ATTEMPTS, AttemptRecord, HandlerRuns, append_attempts, handler_runs};
@@ -100,7 +101,7 @@ pub enum Recorded {
     /// Same event, same payload: `deliveries` was counted on its row. `event_id`
     /// is the id it was first stored under, which the answer names: another
     /// than the delivery's when a source that dedupes on the body found it.
-    Duplicate { id: i64, event_id: String },
+    Duplicate { id: i64, event_id: EventId },
     /// Same event id, different payload: nothing changed.
     Conflict,
 }

@@ -5,7 +5,7 @@
 use crate::store::sql::{self, Session, params};
 use serde_json::Value;
 
-use crate::event::{IncomingEvent, KeptRequest};
+use crate::event::{EventId, IncomingEvent, KeptRequest};
 use crate::store::StoreError;
 
 use super::{Expected, Recorded};
@@ -91,7 +91,7 @@ pub async fn record_delivery(
         Some(row) if row.get::<_, i32>(1) == 1 => Recorded::New { id: row.get(0) },
         Some(row) if by_body => Recorded::Duplicate {
             id: row.get(0),
-            event_id: row.get(2),
+            event_id: EventId::stored(row.get(2)),
         },
         Some(row) => Recorded::Duplicate {
             id: row.get(0),
