@@ -101,7 +101,7 @@ impl IncomingEvent {
         let provider = providers::of(&source.scheme);
         let payload = provider.payload(body).map_err(EventError::NotJson)?;
         let verbatim = provider.payload_is_body();
-        Self::of(source, &AnyHeaders(headers), body, payload, verbatim)
+        Self::from_parts(source, &AnyHeaders(headers), body, payload, verbatim)
     }
 
     /// Parses a verified request into the events it carries (one, unless its
@@ -136,14 +136,14 @@ impl IncomingEvent {
                     None => (body, verbatim),
                 };
                 let mut event =
-                    Self::of(source, &AnyHeaders(headers), kept, item.payload, verbatim)?;
+                    Self::from_parts(source, &AnyHeaders(headers), kept, item.payload, verbatim)?;
                 event.request = request.clone();
                 Ok(event)
             })
             .collect()
     }
 
-    fn of(
+    fn from_parts(
         source: &Source,
         headers: &dyn Headers,
         body: &[u8],
@@ -164,7 +164,7 @@ impl IncomingEvent {
                 Some((name.to_string(), Value::String(value.to_string())))
             })
             .collect::<Map<String, Value>>();
-        let prints = Fingerprints::of(&payload, &source.fingerprint_ignore);
+        let prints = Fingerprints::of_payload(&payload, &source.fingerprint_ignore);
         Ok(IncomingEvent {
             source: SourceName::configured(&source.name),
             scheme: source.scheme.name(),
@@ -237,13 +237,13 @@ fn identity(
 /// SHA-256 of the canonical JSON (keys sorted, no whitespace), so a provider that
 /// re-serialises a resend still matches the first delivery.
 pub fn fingerprint(payload: &Value) -> [u8; 32] {
-    Fingerprints::of(payload, &[]).full
+    Fingerprints::of_payload(payload, &[]).full
 }
 
 /// The fingerprint of `payload` without the fields at `ignore` (JSON pointers;
 /// absent ones are skipped).
 pub fn stable_fingerprint(payload: &Value, ignore: &[String]) -> [u8; 32] {
-    Fingerprints::of(payload, ignore).stable
+    Fingerprints::of_payload(payload, ignore).stable
 }
 
 /// Removes the value a JSON pointer names (an object member or an array item).

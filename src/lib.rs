@@ -45,6 +45,8 @@ pub mod cli;
 #[doc(hidden)]
 pub mod config;
 #[doc(hidden)]
+pub mod config_keys;
+#[doc(hidden)]
 pub mod desk;
 #[doc(hidden)]
 pub mod dispatch;
@@ -71,8 +73,6 @@ pub mod ingest;
 pub mod instance;
 #[doc(hidden)]
 pub mod intake;
-#[doc(hidden)]
-pub mod keys;
 #[doc(hidden)]
 pub mod ledger;
 #[doc(hidden)]
@@ -109,6 +109,9 @@ pub mod store;
 pub mod traces;
 #[doc(hidden)]
 pub mod version;
+/// The old name of [`config_keys`], kept while branches that name it merge.
+#[doc(hidden)]
+pub use config_keys as keys;
 
 pub use builder::Hookd;
 pub use handlers::{Event, Handler, HandlerError, Registry};

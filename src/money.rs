@@ -24,32 +24,50 @@ pub fn exponent(currency: &str) -> u32 {
     }
 }
 
+/// Why a decimal amount has no minor units; each says the amount as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AmountError {
+    #[error("the amount {0:?} is negative")]
+    Negative(String),
+    #[error("the amount {0:?} is not a decimal number (digits, optionally a point and digits)")]
+    NotDecimal(String),
+    #[error("the amount {decimal:?} has {decimals} decimals, more than {currency}'s {exponent}")]
+    TooPrecise {
+        decimal: String,
+        decimals: usize,
+        currency: String,
+        exponent: u32,
+    },
+    #[error("the amount {0:?} is too large to store")]
+    TooLarge(String),
+}
+
 /// `decimal` ("10.5", "10.50", "1050" — digits, at most one point) in `currency`'s
 /// minor units: "10.5" EUR is 1050, "1050" JPY is 1050, "1.005" KWD is 1005. The
 /// error is one line saying why.
-pub fn minor_units(decimal: &str, currency: &str) -> Result<i64, String> {
+pub fn minor_units(decimal: &str, currency: &str) -> Result<i64, AmountError> {
     let text = decimal.trim();
     if text.starts_with('-') {
-        return Err(format!("the amount {decimal:?} is negative"));
+        return Err(AmountError::Negative(decimal.to_string()));
     }
     let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
     let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
     if whole.is_empty() || !digits(whole) || !digits(fraction) || text.ends_with('.') {
-        return Err(format!(
-            "the amount {decimal:?} is not a decimal number (digits, optionally a point and digits)"
-        ));
+        return Err(AmountError::NotDecimal(decimal.to_string()));
     }
     let exponent = exponent(currency);
     if fraction.len() > exponent as usize {
-        return Err(format!(
-            "the amount {decimal:?} has {} decimals, more than {currency}'s {exponent}",
-            fraction.len()
-        ));
+        return Err(AmountError::TooPrecise {
+            decimal: decimal.to_string(),
+            decimals: fraction.len(),
+            currency: currency.to_string(),
+            exponent,
+        });
     }
     let padded = format!("{whole}{fraction:0<width$}", width = exponent as usize);
     padded
         .parse::<i64>()
-        .map_err(|_| format!("the amount {decimal:?} is too large to store"))
+        .map_err(|_| AmountError::TooLarge(decimal.to_string()))
 }
 
 /// An amount in `currency`'s minor units as people read it, in the major unit
@@ -137,7 +155,9 @@ mod tests {
             ("1.0005", "KWD", "has 4 decimals, more than KWD's 3"),
         ];
         for (decimal, currency, reason) in cases {
-            let err = minor_units(decimal, currency).expect_err(decimal);
+            let err = minor_units(decimal, currency)
+                .expect_err(decimal)
+                .to_string();
             assert!(err.contains(reason), "{decimal} {currency}: {err}");
         }
     }
@@ -161,7 +181,7 @@ mod tests {
             ("١٠", "not a decimal number"),
         ];
         for (decimal, reason) in cases {
-            let err = minor_units(decimal, "USD").expect_err(decimal);
+            let err = minor_units(decimal, "USD").expect_err(decimal).to_string();
             assert!(err.contains(reason), "{decimal:?}: {err}");
             assert!(!err.contains('\n'), "{err}");
         }

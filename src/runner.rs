@@ -19,7 +19,7 @@ use tracing::field::Empty;
 use crate::config::{Forward, LiveSettings, Settings};
 use crate::duration;
 use crate::event::IncomingEvent;
-use crate::handlers::forward::Sent;
+use crate::handlers::forward::RunOutcome;
 use crate::handlers::{Event, Handler, HandlerError, Registry};
 use crate::ledger::{self, HandlerName, HandlerStanding, RetryPolicy, Run, Standing};
 use crate::metrics::Metrics;
@@ -264,7 +264,7 @@ impl Runner {
         if let Err(error) = &result {
             crate::traces::fail(&span, error);
         }
-        let sent = Sent {
+        let sent = RunOutcome {
             result,
             http_status: None,
             response: None,
@@ -319,10 +319,10 @@ impl Runner {
         event: impl Into<Logged<'e>>,
         started_at: DateTime<Utc>,
         clock: Instant,
-        sent: Sent,
+        sent: RunOutcome,
     ) -> Run {
         let event = event.into();
-        let Sent {
+        let RunOutcome {
             result,
             http_status,
             response,

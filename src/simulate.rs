@@ -10,6 +10,27 @@ use crate::config::Source;
 use crate::providers::{self, Body};
 use crate::signature::{Envelope, Secret};
 
+/// Why a body could not be signed as its source's provider would send it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SignError {
+    #[error("the body is not JSON: {0}")]
+    NotJson(String),
+    #[error("source {0} has no secret")]
+    NoSecret(String),
+    /// The body with its new id could not be written out again.
+    #[error("{0}")]
+    Encode(String),
+    /// The provider's own reason (an id or type it cannot find, a key it lacks).
+    #[error("{0}")]
+    Provider(String),
+}
+
+impl From<String> for SignError {
+    fn from(problem: String) -> Self {
+        SignError::Provider(problem)
+    }
+}
+
 /// What the caller knows beyond the body (GitHub names events by file name).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Hints<'a> {
@@ -34,9 +55,9 @@ pub fn sign_delivery(
     body: &[u8],
     hints: Hints<'_>,
     now: i64,
-) -> Result<SignedDelivery, String> {
+) -> Result<SignedDelivery, SignError> {
     let value: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        serde_json::from_slice(body).map_err(|e| SignError::NotJson(e.to_string()))?;
     let provider = providers::of(&source.scheme);
     let body_of = Body {
         bytes: body,
@@ -55,7 +76,7 @@ pub fn sign_delivery(
     let secret = match source.secrets.first() {
         Some(secret) => secret,
         None if !provider.takes_secrets() => &keyless,
-        None => return Err(format!("source {} has no secret", source.name)),
+        None => return Err(SignError::NoSecret(source.name.clone())),
     };
     let envelope = Envelope {
         event_id: &event_id,
@@ -77,9 +98,9 @@ pub const REPLAY_ID_FIELD: &str = "hookd_replay_id";
 /// Gives the body a fresh event id where the scheme keeps it in the body (or, for
 /// a source that dedupes on the body and has no such place, in a member of its
 /// own), and returns the new id for the schemes that carry it in a header.
-pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, String), String> {
+pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, String), SignError> {
     let mut value: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        serde_json::from_slice(body).map_err(|e| SignError::NotJson(e.to_string()))?;
     let random: [u8; 16] = rand::random();
     let (id, placed) = providers::of(&source.scheme).renew_ids(&mut value, &random);
     // A source that dedupes on the body would take the same body under a new id
@@ -90,6 +111,6 @@ pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, String), St
     {
         map.insert(REPLAY_ID_FIELD.into(), Value::String(id.clone()));
     }
-    let body = serde_json::to_vec(&value).map_err(|e| e.to_string())?;
+    let body = serde_json::to_vec(&value).map_err(|e| SignError::Encode(e.to_string()))?;
     Ok((body, id))
 }

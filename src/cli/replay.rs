@@ -12,7 +12,7 @@ use super::CliError;
 use super::sign::{event_name_from_path, source};
 use crate::config::{Settings, Source};
 use crate::providers;
-use crate::simulate::{Hints, sign_delivery, with_new_id};
+use crate::simulate::{Hints, SignError, sign_delivery, with_new_id};
 
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
@@ -47,12 +47,37 @@ fn source_of_folder<'s>(settings: &'s Settings, paths: &[PathBuf]) -> Result<&'s
     })
 }
 
+/// Why a file was not sent, or its delivery got no answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReplayError {
+    #[error("{0}")]
+    Unreadable(String),
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    #[error(transparent)]
+    Sign(#[from] SignError),
+    /// `cause`: what TLS said, when the handshake failed.
+    #[error("cannot connect to {url}{}", in_parentheses(.cause))]
+    Connect { url: String, cause: Option<String> },
+    #[error("no answer from {url} within 30 s")]
+    Timeout { url: String },
+    #[error("{0}")]
+    Send(String),
+}
+
+/// ` (cause)`, or nothing.
+fn in_parentheses(cause: &Option<String>) -> String {
+    cause
+        .as_ref()
+        .map_or_else(String::new, |cause| format!(" ({cause})"))
+}
+
 /// What became of one delivery.
 #[derive(Debug, Clone)]
 pub struct Delivery {
     pub file: String,
     pub event_id: String,
-    pub result: Result<Answer, String>,
+    pub result: Result<Answer, ReplayError>,
     pub latency: Duration,
 }
 
@@ -179,9 +204,9 @@ struct Prepared {
     event_id: Option<String>,
 }
 
-fn prepare(source: &Source, file: &Path, new_ids: bool) -> Result<Prepared, String> {
-    let body = std::fs::read(file).map_err(|e| e.to_string())?;
-    serde_json::from_slice::<Value>(&body).map_err(|e| format!("not JSON: {e}"))?;
+fn prepare(source: &Source, file: &Path, new_ids: bool) -> Result<Prepared, ReplayError> {
+    let body = std::fs::read(file).map_err(|e| ReplayError::Unreadable(e.to_string()))?;
+    serde_json::from_slice::<Value>(&body).map_err(|e| ReplayError::NotJson(e.to_string()))?;
     let event_type = if providers::of(&source.scheme).names_events_by_file() {
         event_name_from_path(file)
     } else {
@@ -225,7 +250,7 @@ async fn send(
             return Delivery {
                 file: file.to_string(),
                 event_id: "-".into(),
-                result: Err(error),
+                result: Err(error.into()),
                 latency: started.elapsed(),
             };
         }
@@ -258,12 +283,14 @@ async fn send(
                 replayed,
             })
         }
-        Err(error) if error.is_connect() => Err(format!(
-            "cannot connect to {url}{}",
-            tls_cause(&error).map_or_else(String::new, |cause| format!(" ({cause})"))
-        )),
-        Err(error) if error.is_timeout() => Err(format!("no answer from {url} within 30 s")),
-        Err(error) => Err(error.to_string()),
+        Err(error) if error.is_connect() => Err(ReplayError::Connect {
+            url: url.to_string(),
+            cause: tls_cause(&error),
+        }),
+        Err(error) if error.is_timeout() => Err(ReplayError::Timeout {
+            url: url.to_string(),
+        }),
+        Err(error) => Err(ReplayError::Send(error.to_string())),
     };
     Delivery {
         file: file.to_string(),

@@ -9,7 +9,7 @@ use serde::de::IntoDeserializer;
 
 use super::load::{CREDENTIAL_KEYS, RawSettings, RawToken};
 use super::{Role, reconcile};
-use crate::keys::{Names, Problem};
+use crate::config_keys::{Names, Problem};
 
 pub(super) fn apply_env(
     raw: &mut RawSettings,

@@ -8,8 +8,8 @@ use serde::Deserialize;
 
 use super::env::apply_env;
 use super::{ConfigError, Role, Settings, is_development_credential, reconcile};
+use crate::config_keys::{one_line, one_of};
 use crate::duration::{Positive, ZeroOrMore};
-use crate::keys::{one_line, one_of};
 use crate::providers;
 
 impl Settings {

@@ -27,8 +27,8 @@ pub use env::env_name;
 pub use live::LiveSettings;
 pub use reconcile::{Credential, Lister, Reconcile};
 
+use crate::config_keys::Names;
 use crate::domain::PaymentKind;
-use crate::keys::Names;
 use crate::providers;
 use crate::providers::{Scheme, Verifier};
 use crate::signature::Secret;

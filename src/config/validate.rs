@@ -9,8 +9,8 @@ use super::{
     AdminToken, Cidr, DAY, Forward, HOUR, MAX_FORWARD_TIMEOUT, MIN_RETENTION, MIN_TOKEN_LEN,
     Reconcile, Settings, Source, env_name, shown_url,
 };
+use crate::config_keys::{Problem, check_name, json_pointer, socket_address, unique_names};
 use crate::duration::Positive;
-use crate::keys::{Problem, check_name, json_pointer, socket_address, unique_names};
 use crate::providers;
 use crate::providers::Scheme;
 use crate::signature::Secret;

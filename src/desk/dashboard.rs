@@ -66,7 +66,7 @@ pub struct DayCounts {
 
 impl Series {
     /// The series ending in `now`'s hour and day, from per-hour counts.
-    fn of(
+    fn from_hourly(
         now: DateTime<Utc>,
         by_status: &[(DateTime<Utc>, String, i64)],
         rejected: &[(DateTime<Utc>, i64)],
@@ -159,7 +159,7 @@ impl Desk {
         let since = day_of(now) - chrono::Duration::days(SERIES_DAYS - 1);
         let by_status = rollups::hourly_by_status(client, since).await?;
         let rejected = rollups::hourly_rejections(client, since).await?;
-        Ok(Series::of(now, &by_status, &rejected))
+        Ok(Series::from_hourly(now, &by_status, &rejected))
     }
 
     pub async fn dashboard(&self, now: DateTime<Utc>) -> Result<Dashboard, StoreError> {

@@ -27,7 +27,7 @@ pub struct Covered {
 }
 
 impl Covered {
-    pub fn of(scheme: &crate::providers::Scheme) -> Self {
+    pub fn for_scheme(scheme: &crate::providers::Scheme) -> Self {
         Covered {
             id_signed: crate::providers::of(scheme).signs_id(),
             type_signed: crate::providers::of(scheme).signs_type(),
@@ -84,7 +84,7 @@ impl Desk {
         let delivery = history::signed_delivery(client, id).await?;
         let settings = self.settings.now();
         let source = delivery.as_ref().and_then(|d| settings.source(&d.source));
-        let covers = source.map(|s| Covered::of(&s.scheme));
+        let covers = source.map(|s| Covered::for_scheme(&s.scheme));
         let verdict = match (delivery, source) {
             (
                 Some(SignedDelivery {

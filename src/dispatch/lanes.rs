@@ -26,7 +26,7 @@ use super::own_item;
 use crate::config::{Forward, MAX_FORWARD_TIMEOUT, Settings};
 use crate::duration;
 use crate::handlers::HandlerError;
-use crate::handlers::forward::{self, Outgoing, Sent};
+use crate::handlers::forward::{self, Outgoing, RunOutcome};
 use crate::ledger::{self, HandlerName, HandlerStanding, HandlerStatus, Run, Standing};
 use crate::metrics::ForwardOutcome as SentOutcome;
 use crate::runner::{Logged, Runner};
@@ -244,7 +244,7 @@ impl Forwarder {
                 logged(&event, attempt),
                 Utc::now(),
                 Instant::now(),
-                Sent {
+                RunOutcome {
                     result: Err(HandlerError::Permanent(format!(
                         "forward {} is not in this instance's configuration",
                         claimed.forward

@@ -26,7 +26,7 @@ pub struct Fingerprints {
 
 impl Fingerprints {
     /// Walks `payload` once. `ignore` holds JSON pointers; absent ones are skipped.
-    pub fn of(payload: &Value, ignore: &[String]) -> Self {
+    pub fn of_payload(payload: &Value, ignore: &[String]) -> Self {
         let Some(paths) = member_paths(payload, ignore) else {
             // A pointer through an array: removing an item shifts the ones after
             // it, which the cut-out walk does not follow; rare enough to copy for.
@@ -40,7 +40,7 @@ impl Fingerprints {
                 for pointer in ignore {
                     super::remove_pointer(&mut trimmed, pointer);
                 }
-                Self::of(&trimmed, &[]).full
+                Self::of_payload(&trimmed, &[]).full
             };
             return Self {
                 full,

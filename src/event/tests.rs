@@ -304,7 +304,7 @@ proptest::proptest! {
         ]), 0..4),
     ) {
         let ignore: Vec<String> = ignore.into_iter().map(String::from).collect();
-        let prints = Fingerprints::of(&payload, &ignore);
+        let prints = Fingerprints::of_payload(&payload, &ignore);
         proptest::prop_assert_eq!(prints.full, as_first_written::fingerprint(&payload));
         proptest::prop_assert_eq!(prints.stable, as_first_written::stable(&payload, &ignore));
         let text = serde_json::to_string(&payload).expect("json");

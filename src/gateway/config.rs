@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config_keys::{
+    Names, Problem, check_name, json_pointer, one_of, socket_address, unique_names,
+};
 use crate::duration::{self, Positive};
 use crate::idempotency::rules::{ADDED_HEADERS, Rules, ScopeRule};
-use crate::keys::{Names, Problem, check_name, json_pointer, one_of, socket_address, unique_names};
 
 /// A finished key is kept at least this long (a client's retries must find it).
 pub const MIN_RETENTION: Duration = Duration::from_secs(3600);

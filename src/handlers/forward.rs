@@ -23,7 +23,7 @@ pub const RESPONSE_EXCERPT: usize = 256;
 
 /// What one run amounted to; a forward's also the receiver's status and answer.
 #[derive(Debug, Clone)]
-pub struct Sent {
+pub struct RunOutcome {
     pub result: Result<(), HandlerError>,
     pub http_status: Option<i32>,
     /// The first bytes of the answer, as text.
@@ -57,7 +57,7 @@ pub fn message_id(forward: &str, source: &str, event_id: &str) -> String {
 }
 
 /// POSTs `event` to `forward` and says how it went.
-pub async fn send(http: &reqwest::Client, forward: &Forward, event: &Outgoing<'_>) -> Sent {
+pub async fn send(http: &reqwest::Client, forward: &Forward, event: &Outgoing<'_>) -> RunOutcome {
     let id = message_id(&forward.name, event.source, event.event_id);
     let envelope = Envelope {
         event_id: &id,
@@ -67,7 +67,7 @@ pub async fn send(http: &reqwest::Client, forward: &Forward, event: &Outgoing<'_
     let signed = match providers::sign(&Scheme::Standard, &forward.secret, event.body, &envelope) {
         Ok(signed) => signed.headers,
         Err(problem) => {
-            return Sent {
+            return RunOutcome {
                 result: Err(HandlerError::Permanent(format!("signing: {problem}"))),
                 http_status: None,
                 response: None,
@@ -103,7 +103,7 @@ pub async fn send(http: &reqwest::Client, forward: &Forward, event: &Outgoing<'_
                     "{endpoint} answered {code}"
                 )))
             };
-            Sent {
+            RunOutcome {
                 result,
                 http_status: Some(i32::from(code)),
                 response: Some(excerpt),
@@ -118,7 +118,7 @@ pub async fn send(http: &reqwest::Client, forward: &Forward, event: &Outgoing<'_
                 // reqwest's message would repeat the whole URL.
                 format!("{endpoint}: {}", error.without_url())
             };
-            Sent {
+            RunOutcome {
                 result: Err(HandlerError::Retry(why)),
                 http_status: None,
                 response: None,

@@ -195,7 +195,7 @@ pub async fn retry(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (who, request_id) = (principal.name.clone(), request_id::of(&request));
+    let (who, request_id) = (principal.name.clone(), request_id::of_request(&request));
     let id = path.into_inner();
     let desk = state.app.desk.clone();
     keyed(
@@ -252,7 +252,7 @@ pub async fn bulk_retry(
     request: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (who, request_id) = (principal.name.clone(), request_id::of(&request));
+    let (who, request_id) = (principal.name.clone(), request_id::of_request(&request));
     let desk = state.app.desk.clone();
     keyed(
         &state,
@@ -304,7 +304,7 @@ pub async fn forget(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (who, request_id) = (principal.name.clone(), request_id::of(&request));
+    let (who, request_id) = (principal.name.clone(), request_id::of_request(&request));
     let customer = path.into_inner();
     let desk = state.app.desk.clone();
     keyed(

@@ -129,7 +129,7 @@ async fn receive_in(
     let elapsed = started.elapsed();
     state.app.metrics.delivery(label, outcome);
     state.app.metrics.delivery_duration(label, elapsed);
-    let request_id = request_id::of(&request);
+    let request_id = request_id::of_request(&request);
     let status = response.status().as_u16();
     let latency_ms = (elapsed.as_secs_f64() * 10_000.0).round() / 10.0;
     if !span.is_disabled() {

@@ -18,7 +18,7 @@ const MAX_LEN: usize = 128;
 pub struct RequestId(pub String);
 
 /// The id of `request` (`-` outside the middleware, as in unit tests).
-pub fn of(request: &HttpRequest) -> String {
+pub fn of_request(request: &HttpRequest) -> String {
     request
         .extensions()
         .get::<RequestId>()

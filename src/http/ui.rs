@@ -189,7 +189,7 @@ pub async fn login(
         if let Err(error) = state.guard.refuse_guess(&request, None) {
             return error_page(&error, None);
         }
-        let request_id = request_id::of(&request);
+        let request_id = request_id::of_request(&request);
         log::warn!(
             request_id = request_id.as_str();
             "admin sign-in refused: unknown token request_id={request_id}"
@@ -205,7 +205,7 @@ pub async fn login(
         .await
     {
         Ok(session) => {
-            let request_id = request_id::of(&request);
+            let request_id = request_id::of_request(&request);
             log::info!(
                 token = token.name.as_str(), request_id = request_id.as_str();
                 "admin sign-in: {} request_id={request_id}", token.name
@@ -243,7 +243,7 @@ pub async fn logout(
         if let Err(error) = auth::revoke(&state, session).await {
             return error_page(&error, Some(&who));
         }
-        let request_id = request_id::of(&request);
+        let request_id = request_id::of_request(&request);
         log::info!(
             token = who.name.as_str(), request_id = request_id.as_str();
             "admin sign-out: {} request_id={request_id}", who.name
@@ -456,7 +456,7 @@ pub async fn retry(
     let retry = apply_again(
         state.app.desk.clone(),
         who.name.clone(),
-        request_id::of(&request),
+        request_id::of_request(&request),
         id,
     );
     // A status or an error code, which the page turns into a fixed text.
@@ -564,7 +564,7 @@ pub async fn bulk_post(
         let (desk, name, request_id) = (
             state.app.desk.clone(),
             who.name.clone(),
-            request_id::of(&request),
+            request_id::of_request(&request),
         );
         let outcome = to_completion(async move {
             let outcome = desk.bulk_retry(filter, false, &name).await?;

@@ -11,7 +11,7 @@ use deadpool_postgres::Object;
 use tracing::{Instrument, Span};
 
 use super::folded::FoldedMerge;
-use super::{GroupCommit, Ingested, Job, expected_for, forward_names};
+use super::{GroupCommit, Ingested, Job, first_write_for, forward_names};
 use crate::config::Settings;
 use crate::event::IncomingEvent;
 use crate::handlers::{Event, Handler};
@@ -29,7 +29,7 @@ enum Key<'a> {
 }
 
 impl<'a> Key<'a> {
-    fn of(event: &'a IncomingEvent) -> (&'a str, Self) {
+    fn of_event(event: &'a IncomingEvent) -> (&'a str, Self) {
         let key = match &event.body_key {
             Some(body) => Key::Body(body),
             None => Key::Id(&event.event_id),
@@ -38,9 +38,9 @@ impl<'a> Key<'a> {
     }
 }
 
-/// How a delivery of a batch relates to the others.
+/// A delivery's place in its batch: how it relates to the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Role {
+pub(super) enum BatchPlace {
     /// The first delivery of its event in the batch: it goes into the statement.
     First(usize),
     /// A later copy of item `0`, with a matching fingerprint (or body key).
@@ -50,11 +50,11 @@ pub(super) enum Role {
     Apart,
 }
 
-/// A batch sorted out before its statements: each delivery's role, the events
+/// A batch sorted out before its statements: each delivery's place, the events
 /// that go into the dedupe statement, each one's plan, and, when every new
 /// event's whole run is a payment merge of hookd's own, those merges.
 pub(super) struct Prepared<'b> {
-    pub(super) roles: Vec<Role>,
+    pub(super) places: Vec<BatchPlace>,
     pub(super) items: Vec<BatchItem<'b>>,
     plans: Vec<Vec<Step<'b>>>,
     /// `Some` when the batch folds into one statement: the merges of the items
@@ -157,12 +157,12 @@ impl GroupCommit {
         // The ids of the firsts keyed by body: one statement cannot store an id
         // twice.
         let mut body_keyed_ids: HashSet<(&str, &str)> = HashSet::new();
-        let mut roles = Vec::with_capacity(batch.len());
+        let mut places = Vec::with_capacity(batch.len());
         let mut items: Vec<BatchItem<'_>> = Vec::new();
         let mut plans = Vec::new();
         for job in batch {
             let event = &job.event;
-            let key = Key::of(event);
+            let key = Key::of_event(event);
             if let Some(&at) = first_of.get(&key) {
                 let first: &IncomingEvent = items[at].event;
                 let same = matches!(key.1, Key::Body(_))
@@ -170,16 +170,16 @@ impl GroupCommit {
                     || first.stable_fingerprint == event.stable_fingerprint;
                 if same {
                     items[at].deliveries += 1;
-                    roles.push(Role::CopyOf(at));
+                    places.push(BatchPlace::CopyOf(at));
                 } else {
-                    roles.push(Role::Apart);
+                    places.push(BatchPlace::Apart);
                 }
                 continue;
             }
             if event.body_key.is_some()
                 && !body_keyed_ids.insert((event.source.as_str(), event.event_id.as_str()))
             {
-                roles.push(Role::Apart);
+                places.push(BatchPlace::Apart);
                 continue;
             }
             let plan = runner.plan(
@@ -188,9 +188,9 @@ impl GroupCommit {
                 &event.event_type,
                 event.kind.as_deref(),
             );
-            let expected = expected_for(&plan);
+            let expected = first_write_for(&plan);
             first_of.insert(key, items.len());
-            roles.push(Role::First(items.len()));
+            places.push(BatchPlace::First(items.len()));
             items.push(BatchItem {
                 event,
                 signed_with: job.verified.signed_with,
@@ -201,7 +201,7 @@ impl GroupCommit {
         }
         let folded = self.fold(&items, &plans);
         Prepared {
-            roles,
+            places,
             items,
             plans,
             folded,
@@ -349,17 +349,17 @@ impl GroupCommit {
                 Ok(Ingested { recorded, status })
             };
         prepared
-            .roles
+            .places
             .iter()
-            .map(|role| match *role {
-                Role::First(at) => Some(outcome(decided[at].as_ref()?, at, false)),
+            .map(|place| match *place {
+                BatchPlace::First(at) => Some(outcome(decided[at].as_ref()?, at, false)),
                 // The first's id conflicts, which says nothing of a copy under
                 // another id: it is decided on its own.
-                Role::CopyOf(at) => match decided[at].as_ref()? {
+                BatchPlace::CopyOf(at) => match decided[at].as_ref()? {
                     Recorded::Conflict => None,
                     recorded => Some(outcome(recorded, at, true)),
                 },
-                Role::Apart => None,
+                BatchPlace::Apart => None,
             })
             .collect()
     }

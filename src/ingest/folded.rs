@@ -108,7 +108,7 @@ impl GroupCommit {
             crate::traces::fail(&span, &why);
             Fallback::Spoiled(why.into())
         };
-        let columns = events::Folded::of(&prepared.items, &folded);
+        let columns = events::FoldedStatement::from_runs(&prepared.items, &folded);
         // Prepared before the transaction is sent, so the `COMMIT` follows it.
         let ready = tokio::time::timeout_at(deadline, columns.ready(client));
         let statement = match ready.instrument(span.clone()).await {
@@ -208,7 +208,7 @@ fn undone(error: StoreError, prepared: &Prepared<'_>, span: &Span) -> Fallback {
     crate::traces::fail(span, &error);
     match error {
         // A lone delivery has had its runs: its answer is this one.
-        error @ StoreError::Contention(_) if prepared.roles.len() == 1 => Fallback::Answer(error),
+        error @ StoreError::Contention(_) if prepared.places.len() == 1 => Fallback::Answer(error),
         // The merges are handlers: their failure (a lock or statement time
         // limit of the database's own, say) is recorded when each event is
         // stored on its own, as in a transaction of handlers, on another

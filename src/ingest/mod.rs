@@ -42,7 +42,7 @@ use crate::event::IncomingEvent;
 use crate::runner::{Runner, Step, forward_names};
 use crate::signature::Verified;
 use crate::store::StoreError;
-use crate::store::events::{EventStatus, Expected, Recorded};
+use crate::store::events::{EventStatus, FirstWrite, Recorded};
 
 /// Deliveries stored in one transaction at most.
 const MAX_BATCH: usize = 64;
@@ -60,7 +60,7 @@ struct GroupCommit {
     pool: Pool,
     runner: Runner,
     /// The deliveries waiting, and the leaders storing the others.
-    lanes: Mutex<Lanes<Job>>,
+    lanes: Mutex<LeaderQueue<Job>>,
     /// Room in the queue, a permit per waiting delivery.
     room: Semaphore,
     /// A permit per session the deliveries' transactions hold (`max_sessions`),
@@ -74,22 +74,22 @@ struct GroupCommit {
 
 /// The queue and the leaders at work, changed together under one lock. Generic
 /// over what is queued, so its rules are tested on their own.
-struct Lanes<J> {
+struct LeaderQueue<J> {
     /// Requests waiting for a leader, in arrival order, each with its events
     /// (which share a batch).
     queue: VecDeque<Vec<J>>,
     /// Transactions storing deliveries now.
     leaders: usize,
-    /// Of those, the ones holding the turn (`Turn`): one, or none while every
+    /// Of those, the ones holding the turn (`TurnGuard`): one, or none while every
     /// leader's transaction has run past `LONG_RUN`.
     running: usize,
     /// Transactions at once at most (`max_leaders`).
     max_leaders: usize,
 }
 
-impl<J> Lanes<J> {
+impl<J> LeaderQueue<J> {
     fn new(max_leaders: usize) -> Self {
-        Lanes {
+        LeaderQueue {
             queue: VecDeque::new(),
             leaders: 0,
             running: 0,
@@ -176,7 +176,7 @@ impl Ingester {
         let core = Arc::new(GroupCommit {
             pool,
             runner,
-            lanes: Mutex::new(Lanes::new(max_leaders(pool_size))),
+            lanes: Mutex::new(LeaderQueue::new(max_leaders(pool_size))),
             room: Semaphore::new(QUEUE),
             sessions: Semaphore::new(max_sessions(pool_size)),
             runtime: tokio::runtime::Handle::current(),
@@ -271,14 +271,14 @@ impl Ingester {
 }
 
 impl GroupCommit {
-    fn lock_lanes(&self) -> std::sync::MutexGuard<'_, Lanes<Job>> {
+    fn lock_lanes(&self) -> std::sync::MutexGuard<'_, LeaderQueue<Job>> {
         // A panic while holding it cannot leave the lanes half-changed.
         self.lanes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Starts a leader that `Lanes::claim` counted.
+    /// Starts a leader that `LeaderQueue::claim` counted.
     fn lead(self: &Arc<Self>) {
         self.runtime.spawn(self.clone().lead_on());
     }
@@ -289,7 +289,7 @@ impl GroupCommit {
     async fn lead_on(self: Arc<Self>) {
         let mut holding = true;
         while let Some(batch) = self.next_batch(holding) {
-            let turn = Turn {
+            let turn = TurnGuard {
                 core: &self,
                 held: AtomicBool::new(true),
             };
@@ -306,7 +306,7 @@ impl GroupCommit {
         }
     }
 
-    /// The leader's next batch (see `Lanes::next_batch`).
+    /// The leader's next batch (see `LeaderQueue::next_batch`).
     fn next_batch(&self, holding: bool) -> Option<Vec<Job>> {
         let (batch, room) = self.lock_lanes().next_batch(holding)?;
         self.room.add_permits(room);
@@ -320,15 +320,15 @@ impl GroupCommit {
 /// `LONG_RUN` (2–3 ms: Tokio's timer counts whole milliseconds) gives it up, so
 /// a slow handler, a lock wait or a slow flush holds back the next batch only
 /// that long, while fewer than `max_leaders` transactions are at work.
-struct Turn<'c> {
+struct TurnGuard<'c> {
     core: &'c Arc<GroupCommit>,
     held: AtomicBool,
 }
 
-/// How long a batch's transaction holds the turn at most (see `Turn`).
+/// How long a batch's transaction holds the turn at most (see `TurnGuard`).
 const LONG_RUN: std::time::Duration = std::time::Duration::from_millis(2);
 
-impl Turn<'_> {
+impl TurnGuard<'_> {
     /// Gives up the turn (once), and starts a leader for what queued meanwhile.
     fn give_up(&self) {
         if !self.held.swap(false, Ordering::AcqRel) {
@@ -357,7 +357,7 @@ impl Turn<'_> {
     }
 }
 
-impl Drop for Turn<'_> {
+impl Drop for TurnGuard<'_> {
     fn drop(&mut self) {
         self.give_up();
     }
@@ -382,7 +382,7 @@ fn max_sessions(pool_size: usize) -> usize {
 /// A new event's row, written as its run at receipt usually ends: `processed`
 /// after its handler, or `failed` while forwards are to go, or `ignored`
 /// without handlers.
-fn expected_for(plan: &[Step<'_>]) -> Expected {
+fn first_write_for(plan: &[Step<'_>]) -> FirstWrite {
     let local = plan.iter().any(|s| matches!(s, Step::Local { .. }));
     let status = if !forward_names(plan).is_empty() {
         EventStatus::Failed
@@ -391,7 +391,7 @@ fn expected_for(plan: &[Step<'_>]) -> Expected {
     } else {
         EventStatus::Ignored
     };
-    Expected {
+    FirstWrite {
         status,
         attempts: i32::from(local),
     }
@@ -399,11 +399,11 @@ fn expected_for(plan: &[Step<'_>]) -> Expected {
 
 #[cfg(test)]
 mod tests {
-    use super::{Lanes, MAX_BATCH};
+    use super::{LeaderQueue, MAX_BATCH};
 
     #[test]
     fn one_leader_at_a_time_takes_everything_queued_meanwhile() {
-        let mut lanes = Lanes::new(3);
+        let mut lanes = LeaderQueue::new(3);
         assert!(lanes.push(vec![1]), "the first delivery leads at once");
         let (batch, room) = lanes.next_batch(true).expect("its batch");
         assert_eq!((batch, room), (vec![1], 1));
@@ -423,7 +423,7 @@ mod tests {
 
     #[test]
     fn a_transaction_past_its_time_lets_the_next_start_beside_it_up_to_the_most() {
-        let mut lanes = Lanes::new(2);
+        let mut lanes = LeaderQueue::new(2);
         assert!(lanes.push(vec!["slow"]));
         lanes.next_batch(true).expect("slow");
         assert!(!lanes.push(vec!["a"]));
@@ -443,7 +443,7 @@ mod tests {
 
     #[test]
     fn a_leader_without_the_turn_stops_while_another_holds_it() {
-        let mut lanes = Lanes::new(3);
+        let mut lanes = LeaderQueue::new(3);
         assert!(lanes.push(vec!["slow"]));
         lanes.next_batch(true).expect("slow");
         assert!(!lanes.push(vec!["a"]));
@@ -458,7 +458,7 @@ mod tests {
 
     #[test]
     fn batches_hold_whole_requests_up_to_the_limit() {
-        let mut lanes = Lanes::new(1);
+        let mut lanes = LeaderQueue::new(1);
         assert!(lanes.push(vec![0; MAX_BATCH - 2]));
         assert!(!lanes.push(vec![1, 1]));
         assert!(!lanes.push(vec![2]));

@@ -7,12 +7,12 @@ use deadpool_postgres::Object;
 use tracing::Instrument;
 
 use super::batch::batch_span;
-use super::{GroupCommit, Ingested, Job, expected_for, forward_names};
+use super::{GroupCommit, Ingested, Job, first_write_for, forward_names};
 use crate::event::IncomingEvent;
 use crate::ledger::Run;
 use crate::runner::{Ran, Step};
 use crate::signature::Verified;
-use crate::store::events::{self, EventStatus, Expected, Recorded};
+use crate::store::events::{self, EventStatus, FirstWrite, Recorded};
 use crate::store::{self, StoreError};
 
 impl GroupCommit {
@@ -109,7 +109,7 @@ impl GroupCommit {
         let runner = &self.runner;
         if plan.is_empty() && event.request.is_none() {
             // Nothing to apply: the one statement is the whole transaction.
-            let ignored = Expected {
+            let ignored = FirstWrite {
                 status: EventStatus::Ignored,
                 attempts: 0,
             };
@@ -120,7 +120,7 @@ impl GroupCommit {
         }
         let local = plan.iter().find(|s| matches!(s, Step::Local { .. }));
         let forwards = forward_names(plan);
-        let expected = expected_for(plan);
+        let expected = first_write_for(plan);
         let tx = crate::store::begin(client).await?;
         let recorded = events::record_delivery(&tx, event, verified.signed_with, expected).await?;
         let status = match recorded {

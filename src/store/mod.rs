@@ -83,7 +83,7 @@ impl From<tokio_postgres::Error> for StoreError {
         if error.code().is_some_and(shows_transaction_pooler) && !sql::unnamed() {
             hint_transaction_pooler(&error);
         }
-        match Failure::of(&error) {
+        match Failure::of_error(&error) {
             Failure::Unavailable => StoreError::Unavailable(tls::explain(&error)),
             Failure::Contention => StoreError::Contention(describe(&error)),
             Failure::Bug => StoreError::Query(error),
@@ -157,7 +157,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    pub fn of(error: &tokio_postgres::Error) -> Failure {
+    pub fn of_error(error: &tokio_postgres::Error) -> Failure {
         match error.code() {
             Some(code) => Failure::of_sqlstate(code),
             // No SQLSTATE: the session closed, or the link failed (I/O, TLS,

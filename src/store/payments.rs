@@ -172,7 +172,7 @@ pub async fn merge_many(
     client: &impl Session,
     updates: &[(&str, &PaymentUpdate)],
 ) -> Result<(), StoreError> {
-    let columns = PaymentColumns::of(updates);
+    let columns = PaymentColumns::from_updates(updates);
     let params = columns.params();
     let merged = sql::ready(
         client,
@@ -207,7 +207,7 @@ pub(super) struct PaymentColumns<'a> {
 }
 
 impl<'a> PaymentColumns<'a> {
-    pub(super) fn of(updates: &[(&'a str, &'a PaymentUpdate)]) -> Self {
+    pub(super) fn from_updates(updates: &[(&'a str, &'a PaymentUpdate)]) -> Self {
         PaymentColumns {
             sources: updates.iter().map(|(s, _)| *s).collect(),
             ids: updates

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::layer::SpanLayer;
 use super::otlp::{self, Resource, SpanRecord};
-use super::{Protocol, Settings};
+use super::{Protocol, Settings, TracesError};
 
 /// Finished spans waiting to be sent, at most.
 pub const QUEUE: usize = 2048;
@@ -32,8 +32,8 @@ pub struct Exporter {
 
 impl Exporter {
     /// Starts the thread; returns it and the layer feeding it.
-    pub fn start(settings: Settings) -> Result<(Exporter, SpanLayer), String> {
-        let http = crate::outbound::client(settings.timeout)?;
+    pub fn start(settings: Settings) -> Result<(Exporter, SpanLayer), TracesError> {
+        let http = crate::outbound::client(settings.timeout).map_err(TracesError::Client)?;
         let (queue, spans) = mpsc::sync_channel(QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
         let closing = Arc::new(AtomicBool::new(false));
@@ -41,7 +41,7 @@ impl Exporter {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| format!("traces: {e}"))?;
+            .map_err(|e| TracesError::Start(e.to_string()))?;
         let mut sender = Sender {
             settings,
             http,
@@ -56,7 +56,7 @@ impl Exporter {
                 sender.run(&spans, &stop);
                 let _ = finished.send(());
             })
-            .map_err(|e| format!("traces: {e}"))?;
+            .map_err(|e| TracesError::Start(e.to_string()))?;
         let layer = SpanLayer { queue, dropped };
         let exporter = Exporter {
             closing,

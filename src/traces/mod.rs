@@ -40,13 +40,35 @@ pub struct Settings {
     pub timeout: std::time::Duration,
 }
 
+/// Why traces cannot be exported: a variable's problem (named), or the exporter
+/// failing to start.
+#[derive(Debug, thiserror::Error)]
+pub enum TracesError {
+    #[error("{name}: {url:?} is not an http(s) URL")]
+    NotHttpUrl { name: &'static str, url: String },
+    #[error("OTEL_EXPORTER_OTLP_PROTOCOL: {0:?} is not one of http/protobuf, http/json")]
+    Protocol(String),
+    /// `OTEL_EXPORTER_OTLP_HEADERS`, its problem said whole.
+    #[error("{0}")]
+    Headers(String),
+    #[error("OTEL_EXPORTER_OTLP_TIMEOUT: {0:?} is not a number of milliseconds")]
+    Timeout(String),
+    /// The HTTP client (its TLS roots) could not be built.
+    #[error("{0}")]
+    Client(String),
+    #[error("traces: {0}")]
+    Start(String),
+}
+
 impl Settings {
     /// `None` when no endpoint is set (traces off); `Err` names the variable.
-    pub fn from_env() -> Result<Option<Settings>, String> {
+    pub fn from_env() -> Result<Option<Settings>, TracesError> {
         Self::from_lookup(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
     }
 
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Option<Settings>, String> {
+    pub fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Settings>, TracesError> {
         let url = match (
             get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
             get("OTEL_EXPORTER_OTLP_ENDPOINT"),
@@ -62,13 +84,11 @@ impl Settings {
             None | Some("http/protobuf") => Protocol::Protobuf,
             Some("http/json") => Protocol::Json,
             Some(other) => {
-                return Err(format!(
-                    "OTEL_EXPORTER_OTLP_PROTOCOL: {other:?} is not one of http/protobuf, http/json"
-                ));
+                return Err(TracesError::Protocol(other.to_string()));
             }
         };
         let headers = match get("OTEL_EXPORTER_OTLP_HEADERS") {
-            Some(list) => headers(&list)?,
+            Some(list) => headers(&list).map_err(TracesError::Headers)?,
             None => Vec::new(),
         };
         let timeout = match get("OTEL_EXPORTER_OTLP_TIMEOUT") {
@@ -78,9 +98,7 @@ impl Settings {
                 .ok()
                 .filter(|ms| *ms > 0)
                 .map(std::time::Duration::from_millis)
-                .ok_or_else(|| {
-                    format!("OTEL_EXPORTER_OTLP_TIMEOUT: {ms:?} is not a number of milliseconds")
-                })?,
+                .ok_or_else(|| TracesError::Timeout(ms.clone()))?,
             None => export::TIMEOUT,
         };
         Ok(Some(Settings {
@@ -93,10 +111,10 @@ impl Settings {
     }
 }
 
-fn checked_url(name: &str, url: String) -> Result<String, String> {
+fn checked_url(name: &'static str, url: String) -> Result<String, TracesError> {
     match reqwest::Url::parse(url.trim()) {
         Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => Ok(url.trim().to_string()),
-        _ => Err(format!("{name}: {url:?} is not an http(s) URL")),
+        _ => Err(TracesError::NotHttpUrl { name, url }),
     }
 }
 
@@ -137,10 +155,10 @@ fn headers(list: &str) -> Result<Vec<(String, String)>, String> {
 static EXPORTER: OnceLock<Exporter> = OnceLock::new();
 
 /// Installs the span layer as the process's subscriber and starts the exporter.
-pub fn install(settings: Settings) -> Result<(), String> {
+pub fn install(settings: Settings) -> Result<(), TracesError> {
     let (exporter, layer) = Exporter::start(settings)?;
     tracing::subscriber::set_global_default(Registry::default().with(layer))
-        .map_err(|e| format!("traces: {e}"))?;
+        .map_err(|e| TracesError::Start(e.to_string()))?;
     let _ = EXPORTER.set(exporter);
     Ok(())
 }
@@ -223,6 +241,7 @@ mod tests {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| (*v).to_string())
         })
+        .map_err(|e| e.to_string())
     }
 
     #[test]

@@ -81,7 +81,7 @@ pub async fn append_attempts(
         return Ok(());
     }
     let events: Vec<i64> = attempts.iter().map(|a| a.event).collect();
-    let columns = AttemptColumns::of(attempts.iter());
+    let columns = AttemptColumns::from_attempts(attempts.iter());
     let mut params = vec![sql::param(&events)];
     params.extend(columns.params());
     sql::execute(client, APPEND_ATTEMPTS, &params).await?;
@@ -101,7 +101,7 @@ pub(super) struct AttemptColumns<'a> {
 }
 
 impl<'a> AttemptColumns<'a> {
-    pub(super) fn of(attempts: impl Iterator<Item = &'a AttemptRecord> + Clone) -> Self {
+    pub(super) fn from_attempts(attempts: impl Iterator<Item = &'a AttemptRecord> + Clone) -> Self {
         AttemptColumns {
             numbers: attempts.clone().map(|a| a.attempt).collect(),
             handlers: attempts.clone().map(|a| a.handler.as_str()).collect(),

@@ -7,7 +7,7 @@ use crate::event::{EventId, IncomingEvent};
 use crate::store::StoreError;
 
 use super::record::{keep_requests, recount_by_id, recount_legacy_duplicate, stored_payload};
-use super::{Expected, Recorded};
+use super::{FirstWrite, Recorded};
 
 /// One event of a batch: its delivery, how its row is first written, and how many
 /// deliveries of it the batch holds (copies that arrived together count at once).
@@ -15,7 +15,7 @@ use super::{Expected, Recorded};
 pub struct BatchItem<'a> {
     pub event: &'a IncomingEvent,
     pub signed_with: i32,
-    pub expected: Expected,
+    pub expected: FirstWrite,
     pub deliveries: i32,
 }
 
@@ -150,7 +150,7 @@ async fn insert_batch(
     if items.is_empty() {
         return Ok(Vec::new());
     }
-    let columns = EventColumns::of(items);
+    let columns = EventColumns::from_items(items);
     sql::query(client, sql, &columns.params()).await
 }
 
@@ -177,7 +177,7 @@ pub(super) struct EventColumns<'a> {
 }
 
 impl<'a> EventColumns<'a> {
-    pub(super) fn of(items: &[&BatchItem<'a>]) -> Self {
+    pub(super) fn from_items(items: &[&BatchItem<'a>]) -> Self {
         let mut items = items.to_vec();
         items.sort_unstable_by_key(|i| (&i.event.source, i.event.body_key, &i.event.event_id));
         let events = || items.iter().map(|i| i.event);

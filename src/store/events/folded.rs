@@ -24,7 +24,7 @@ pub struct FoldedRun<'a> {
 /// event stored as new (its source, the payment's columns, its event id, then
 /// its attempt's columns). Its parameters are `$?` (`sql::numbered!`), bound in
 /// the order they appear: the items' columns, the payments', the event ids,
-/// the attempts' (`Folded::ready`).
+/// the attempts' (`FoldedStatement::ready`).
 const RECORD_FOLDED: &str = sql::numbered!(concat!(
     "WITH recorded AS (",
     record_by_id_sql!(),
@@ -55,7 +55,7 @@ const RECORD_FOLDED: &str = sql::numbered!(concat!(
 /// of those that are new, in one statement, all or nothing: its columns,
 /// gathered. The caller (`store::one_statement_transaction`) sends `BEGIN` and
 /// `COMMIT` along with it.
-pub struct Folded<'a> {
+pub struct FoldedStatement<'a> {
     items: &'a [BatchItem<'a>],
     columns: EventColumns<'a>,
     payments: PaymentColumns<'a>,
@@ -63,23 +63,23 @@ pub struct Folded<'a> {
     attempts: AttemptColumns<'a>,
 }
 
-/// The folded statement, ready to send (`Folded::ready`).
+/// The folded statement, ready to send (`FoldedStatement::ready`).
 pub struct FoldedReady<'p> {
     items: &'p [BatchItem<'p>],
     statement: sql::Ready<'p>,
 }
 
-impl<'a> Folded<'a> {
-    pub fn of(items: &'a [BatchItem<'a>], runs: &[FoldedRun<'a>]) -> Self {
+impl<'a> FoldedStatement<'a> {
+    pub fn from_runs(items: &'a [BatchItem<'a>], runs: &[FoldedRun<'a>]) -> Self {
         let all: Vec<&BatchItem<'a>> = items.iter().collect();
         let updates: Vec<(&str, &PaymentUpdate)> =
             runs.iter().map(|r| (r.source, r.update)).collect();
-        Folded {
+        FoldedStatement {
             items,
-            columns: EventColumns::of(&all),
-            payments: PaymentColumns::of(&updates),
+            columns: EventColumns::from_items(&all),
+            payments: PaymentColumns::from_updates(&updates),
             event_ids: runs.iter().map(|r| r.event_id).collect(),
-            attempts: AttemptColumns::of(runs.iter().map(|r| r.attempt)),
+            attempts: AttemptColumns::from_attempts(runs.iter().map(|r| r.attempt)),
         }
     }
 

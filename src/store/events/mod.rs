@@ -21,7 +21,7 @@ use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 pub use attempts::{APPEND_ATTEMPTS, AttemptRecord, HandlerRuns, append_attempts, handler_runs};
 pub use batch::{BatchItem, record_batch};
 pub use conflicts::{CONFLICTS_KEPT, record_conflict};
-pub use folded::{Folded, FoldedReady, FoldedRun};
+pub use folded::{FoldedReady, FoldedRun, FoldedStatement};
 pub use record::{RECORD_BODY_DELIVERY, RECORD_DELIVERY, lost_id_race, record_delivery};
 pub(super) use retries::claimed;
 pub use retries::{
@@ -112,7 +112,7 @@ pub enum Recorded {
 /// that fails at receipt schedules its own (`events::settle`), and forwards wait
 /// in their own rows (`store::forwards`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Expected {
+pub struct FirstWrite {
     pub status: EventStatus,
     /// Handler runs at receipt (0 or 1).
     pub attempts: i32,

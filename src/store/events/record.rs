@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::event::{EventId, IncomingEvent, KeptRequest};
 use crate::store::StoreError;
 
-use super::{Expected, Recorded};
+use super::{FirstWrite, Recorded};
 
 /// The dedupe decision for one event, in one statement (the ingest benchmark's
 /// pgbench baseline runs this very text).
@@ -53,7 +53,7 @@ pub async fn record_delivery(
     client: &impl Session,
     event: &IncomingEvent,
     signed_with: i32,
-    expected: Expected,
+    expected: FirstWrite,
 ) -> Result<Recorded, StoreError> {
     let by_body = event.body_key.is_some();
     let row = sql::query_opt(
