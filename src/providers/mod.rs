@@ -244,6 +244,15 @@ pub trait Provider: KeyFormat + Simulator + Sync {
         self.capabilities().signs_type
     }
 
+    /// Where the event is read, for a delivery that only names it (Stripe's
+    /// thin events): handlers see what the source's API answers there, fetched
+    /// with its `api_key` before they run; a failed fetch is a failed run.
+    /// `None` when the payload is the event; the error says why it cannot be
+    /// asked for.
+    fn event_fetch(&self, _payload: &Value) -> Option<Result<api::Fetch, String>> {
+        None
+    }
+
     /// The scheme's name in `[[sources]]` and in stored events.
     fn name(&self) -> &'static str;
 

@@ -1,0 +1,229 @@
+//! Deliveries that only name their event, through the real binary against the
+//! provider's API served over HTTPS with the test CA (`reconcile::ProviderApi`):
+//! Stripe's thin events, fetched before handlers run and retried as a failed
+//! run is when the fetch fails.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::process::{Hookd, free_port, stripe_signer, write_config};
+use crate::reconcile::{Answer, ProviderApi};
+use crate::support::upstream::Seen;
+use crate::support::{TestDb, cluster, connect, spawn_app, wait_for};
+
+/// The key the test's provider accepts.
+const KEY: &str = "rk_test_thin_0123456789abcdef";
+
+/// A thin event as an event destination sends it: it names its event only.
+fn thin(id: &str, event_type: &str) -> Value {
+    json!({
+        "id": id,
+        "object": "v2.core.event",
+        "type": event_type,
+        "livemode": false,
+        "created": "2026-12-04T10:00:00.000Z",
+        "related_object": {"id": format!("pi_{id}"), "type": "payment_intent",
+                           "url": format!("/v1/payment_intents/pi_{id}")},
+        "reason": {"type": "request", "request": {"id": "req_thin", "idempotency_key": null}},
+    })
+}
+
+/// The event `GET /v2/core/events/{id}` answers: the notification's fields and its data.
+fn fetched(id: &str, event_type: &str) -> Value {
+    let mut event = thin(id, event_type);
+    event["data"] = json!({"object": {"id": format!("pi_{id}"), "object": "payment_intent",
+        "amount": 2500, "amount_received": 2500, "currency": "eur", "status": "succeeded"}});
+    event
+}
+
+/// `hookd serve` asking `api` with `KEY` for the shipped `stripe` source.
+async fn serve(api: &ProviderApi, db: &TestDb, name: &str) -> Hookd {
+    let port = free_port();
+    let config = write_config(port, name);
+    let mut env = api.env("stripe", KEY, cluster().connection_string(&db.name));
+    env.push(("RUST_LOG", "info".into()));
+    let log = std::fs::File::create(config.with_extension("log")).expect("log");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn hookd");
+    Hookd::adopt(child, port).await
+}
+
+async fn post(
+    base: &str,
+    source: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> (u16, String) {
+    let mut request = reqwest::Client::new().post(format!("{base}/webhooks/{source}"));
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    let response = request.body(body.to_vec()).send().await.expect("post");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("answer"))
+}
+
+#[tokio::test]
+async fn a_thin_event_is_fetched_before_its_handler_and_a_failed_fetch_is_retried() {
+    let db = TestDb::create().await;
+    let id = "evt_test_65R9thin0001";
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        assert_eq!(seen.method, "GET");
+        assert_eq!(seen.target, format!("/v2/core/events/{id}"));
+        assert_eq!(
+            seen.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
+        assert!(seen.header("stripe-version").is_some_and(|v| !v.is_empty()));
+        // The first fetch fails: Stripe is having a moment.
+        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+            let body = json!({"error": {"message": "try again"}});
+            return (500, vec![], body.to_string());
+        }
+        (
+            200,
+            vec![],
+            fetched(id, "v1.payment_intent.succeeded").to_string(),
+        )
+    })
+    .await;
+    let hookd = serve(&api, &db, "thin-events").await;
+    let sign = stripe_signer();
+    let body = serde_json::to_vec(&thin(id, "v1.payment_intent.succeeded")).expect("json");
+    let (status, first) = post(&hookd.base, "stripe", &sign(&body), &body).await;
+    assert_eq!(status, 200, "{first}");
+
+    let client = connect(db.config()).await;
+    let row = wait_for(
+        "the thin event to be applied",
+        Duration::from_secs(30),
+        || {
+            let client = &client;
+            async move {
+                let row = client
+                    .query_one(
+                        "SELECT status, attempts, kind, payload->>'object' FROM webhook_events \
+                     WHERE event_id = $1",
+                        &[&id],
+                    )
+                    .await
+                    .ok()?;
+                (row.get::<_, String>(0) == "processed").then_some(row)
+            }
+        },
+    )
+    .await;
+    // Stored as delivered (the notification, its signature's proof), with the
+    // kind of its classic type; run twice: the failed fetch, then the handler.
+    assert_eq!(row.get::<_, i32>(1), 2);
+    assert_eq!(
+        row.get::<_, Option<String>>(2).as_deref(),
+        Some("payment_succeeded")
+    );
+    assert_eq!(
+        row.get::<_, Option<String>>(3).as_deref(),
+        Some("v2.core.event")
+    );
+    let errors: Vec<Option<String>> = client
+        .query(
+            "SELECT a.error FROM webhook_event_attempts a JOIN webhook_events e \
+             ON e.id = a.webhook_event_id WHERE e.event_id = $1 ORDER BY a.attempt",
+            &[&id],
+        )
+        .await
+        .expect("attempts")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    let failed = errors[0].as_deref().expect("the failed fetch's error");
+    assert!(
+        failed.contains("fetching the event") && failed.contains("500") && !failed.contains(KEY),
+        "{failed}"
+    );
+    assert_eq!(errors[1], None);
+    // The handler saw the fetched event: its payment is the fetched data's.
+    let payment = client
+        .query_one(
+            "SELECT status, amount, currency FROM payments WHERE source = 'stripe' \
+             AND payment_id = $1",
+            &[&format!("pi_{id}")],
+        )
+        .await
+        .expect("the fetched event's payment");
+    assert_eq!(
+        (payment.get::<_, String>(0), payment.get::<_, i64>(1)),
+        ("succeeded".to_string(), 2500)
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    // Stripe sends it again: the same answer, nothing fetched or run again.
+    let (status, again) = post(&hookd.base, "stripe", &sign(&body), &body).await;
+    assert_eq!(status, 200, "{again}");
+    let event_id =
+        |text: &str| serde_json::from_str::<Value>(text).expect("json")["event_id"].clone();
+    assert_eq!(event_id(&again), event_id(&first));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let deliveries: i32 = client
+        .query_one(
+            "SELECT deliveries FROM webhook_events WHERE event_id = $1",
+            &[&id],
+        )
+        .await
+        .expect("row")
+        .get(0);
+    assert_eq!(deliveries, 2);
+    assert_eq!(api.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn a_thin_event_of_a_source_without_api_key_fails_saying_so() {
+    let app = spawn_app().await;
+    let id = "evt_test_65R9thin0002";
+    let answer = app
+        .deliver("stripe", &thin(id, "v1.payment_intent.succeeded"))
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(app.event_status(id).await, "failed");
+    let error: String = app
+        .query(
+            "SELECT a.error FROM webhook_event_attempts a JOIN webhook_events e \
+             ON e.id = a.webhook_event_id WHERE e.event_id = $1",
+            &[&id],
+        )
+        .await[0]
+        .get(0);
+    assert!(error.contains("has no api_key"), "{error}");
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM payments WHERE payment_id = $1",
+            &[&format!("pi_{id}")]
+        )
+        .await,
+        0
+    );
+    // A classic event of the same source needs no key.
+    let classic = crate::support::stripe_event(
+        "evt_classic_beside_thin",
+        "payment_intent.succeeded",
+        json!({"id": "pi_classic_beside_thin", "object": "payment_intent", "amount": 100,
+               "amount_received": 100, "currency": "eur", "status": "succeeded"}),
+    );
+    app.deliver_ok("stripe", &classic).await;
+    assert_eq!(
+        app.event_status("evt_classic_beside_thin").await,
+        "processed"
+    );
+}
