@@ -39,6 +39,9 @@ pub struct Api {
     /// Where client credentials are exchanged for a token (the provider's
     /// [`Lister`](crate::providers::api::Lister) says).
     token_path: &'static str,
+    /// The status of the last refusal (a 404 says the API does not know what
+    /// was asked for).
+    refused: Option<StatusCode>,
     /// The access token, once the client credentials were exchanged.
     token: Option<crate::signature::Secret>,
 }
@@ -56,6 +59,7 @@ impl Api {
             base,
             credential,
             token_path,
+            refused: None,
             token: None,
         })
     }
@@ -142,8 +146,14 @@ impl Api {
                     continue;
                 }
             }
+            self.refused = Some(status);
             return Err(self.refused(&url, status, &body));
         }
+    }
+
+    /// Whether the last request was answered 404: the API knows no such thing.
+    pub fn said_not_found(&self) -> bool {
+        self.refused == Some(StatusCode::NOT_FOUND)
     }
 
     /// The bearer token: the key, or the access token of client credentials.

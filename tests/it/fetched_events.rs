@@ -1,10 +1,12 @@
 //! Deliveries that only name their event, through the real binary against the
 //! provider's API served over HTTPS with the test CA (`reconcile::ProviderApi`):
 //! Stripe's thin events, fetched before handlers run and retried as a failed
-//! run is when the fetch fails.
+//! run is when the fetch fails; Mollie's webhooks, an unsigned `id=tr_…` whose
+//! payment is fetched at receipt and is the event.
 
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -41,9 +43,23 @@ fn fetched(id: &str, event_type: &str) -> Value {
 
 /// `hookd serve` asking `api` with `KEY` for the shipped `stripe` source.
 async fn serve(api: &ProviderApi, db: &TestDb, name: &str) -> Hookd {
+    serve_source(api, db, name, "stripe", "").await.0
+}
+
+/// `hookd serve` on the shipped configuration with `extra` appended, asking
+/// `api` with `KEY` for `source`.
+async fn serve_source(
+    api: &ProviderApi,
+    db: &TestDb,
+    name: &str,
+    source: &str,
+    extra: &str,
+) -> (Hookd, PathBuf) {
     let port = free_port();
     let config = write_config(port, name);
-    let mut env = api.env("stripe", KEY, cluster().connection_string(&db.name));
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, format!("{text}\n{extra}")).expect("config");
+    let mut env = api.env(source, KEY, cluster().connection_string(&db.name));
     env.push(("RUST_LOG", "info".into()));
     let log = std::fs::File::create(config.with_extension("log")).expect("log");
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
@@ -54,7 +70,26 @@ async fn serve(api: &ProviderApi, db: &TestDb, name: &str) -> Hookd {
         .stderr(log)
         .spawn()
         .expect("spawn hookd");
-    Hookd::adopt(child, port).await
+    (Hookd::adopt(child, port).await, config)
+}
+
+/// `hookd ARGS --config CONFIG` under `env`.
+async fn run_with_config(
+    config: &Path,
+    args: &[&str],
+    env: &[(&'static str, String)],
+) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
+    command
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
+        .await
+        .expect("join")
 }
 
 async fn post(
@@ -225,5 +260,215 @@ async fn a_thin_event_of_a_source_without_api_key_fails_saying_so() {
     assert_eq!(
         app.event_status("evt_classic_beside_thin").await,
         "processed"
+    );
+}
+
+/// A Mollie source, its key and API from the environment.
+const MOLLIE: &str = "[[sources]]\nname = \"mollie\"\nscheme = \"mollie\"\n";
+
+/// A payment as `GET /v2/payments/{id}` answers it.
+fn payment(id: &str, status: &str, refunded: &str) -> Value {
+    let mut payment = json!({
+        "resource": "payment", "id": id, "mode": "test", "status": status,
+        "createdAt": chrono::Utc::now().to_rfc3339(),
+        "amount": {"value": "10.00", "currency": "EUR"},
+        "description": "Order 12345", "method": "ideal", "customerId": "cst_8wmqcHMN4U",
+        "_links": {"self": {"href": format!("https://api.mollie.com/v2/payments/{id}"),
+                            "type": "application/hal+json"}},
+    });
+    if !refunded.is_empty() {
+        payment["amountRefunded"] = json!({"value": refunded, "currency": "EUR"});
+        payment["_links"]["refunds"] = json!({"href": format!(
+            "https://api.mollie.com/v2/payments/{id}/refunds"), "type": "application/hal+json"});
+    }
+    payment
+}
+
+async fn post_form(base: &str, id: &str) -> (u16, String) {
+    let form = format!("id={id}");
+    let headers = [(
+        "Content-Type".to_string(),
+        "application/x-www-form-urlencoded".to_string(),
+    )];
+    post(base, "mollie", &headers, form.as_bytes()).await
+}
+
+#[tokio::test]
+async fn a_mollie_webhook_is_the_payment_fetched_for_its_id() {
+    let db = TestDb::create().await;
+    // What the API knows: tr_m1 as it is now, and tr_m2 (never notified).
+    let payments: Arc<Mutex<Vec<Value>>> = Arc::new(Mutex::new(vec![
+        payment("tr_m2missed", "paid", ""),
+        payment("tr_m1paid", "paid", ""),
+    ]));
+    let known = payments.clone();
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        if seen.header("authorization") != Some(format!("Bearer {KEY}").as_str()) {
+            return (
+                401,
+                vec![],
+                json!({"status": 401, "title": "Unauthorized Request",
+                "detail": "Missing authentication, or failed to authenticate"})
+                .to_string(),
+            );
+        }
+        let payments = known.lock().expect("payments").clone();
+        if let Some(query) = seen.target.strip_prefix("/v2/payments?") {
+            assert!(query.contains("limit=250"), "{query}");
+            let body = json!({"count": payments.len(), "_embedded": {"payments": payments},
+                "_links": {"next": null}});
+            return (200, vec![], body.to_string());
+        }
+        let id = seen
+            .target
+            .strip_prefix("/v2/payments/")
+            .expect("a payment");
+        match payments.iter().find(|p| p["id"] == id) {
+            Some(payment) => (200, vec![], payment.to_string()),
+            None => (
+                404,
+                vec![],
+                json!({"status": 404, "title": "Not Found",
+                "detail": "No payment exists with token tr_unknown."})
+                .to_string(),
+            ),
+        }
+    })
+    .await;
+    let (hookd, config) = serve_source(&api, &db, "mollie", "mollie", MOLLIE).await;
+    let client = connect(db.config()).await;
+    let event = |id: &'static str| {
+        let client = &client;
+        async move {
+            client
+                .query_opt(
+                    "SELECT status, kind, event_type, origin FROM webhook_events \
+                     WHERE source = 'mollie' AND event_id = $1",
+                    &[&id],
+                )
+                .await
+                .expect("event")
+                .map(|r| {
+                    (0..4)
+                        .map(|i| r.get::<_, Option<String>>(i).unwrap_or_default())
+                        .collect::<Vec<String>>()
+                })
+        }
+    };
+
+    // Paid: the payment fetched is the event, its amount in cents.
+    let (status, answer) = post_form(&hookd.base, "tr_m1paid").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        event("tr_m1paid:paid").await,
+        Some(vec![
+            "processed".into(),
+            "payment_succeeded".into(),
+            "payment.paid".into(),
+            "api".into()
+        ])
+    );
+    let row = client
+        .query_one(
+            "SELECT status, amount, currency, amount_refunded FROM payments \
+             WHERE source = 'mollie' AND payment_id = 'tr_m1paid'",
+            &[],
+        )
+        .await
+        .expect("payment");
+    assert_eq!(
+        (
+            row.get::<_, String>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, Option<String>>(2)
+        ),
+        ("succeeded".into(), 1000, Some("EUR".into()))
+    );
+    // Mollie calls again for the same status: a duplicate.
+    let (status, _) = post_form(&hookd.base, "tr_m1paid").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        client
+            .query_one(
+                "SELECT count(*) FROM webhook_events WHERE source = 'mollie'",
+                &[]
+            )
+            .await
+            .expect("count")
+            .get::<_, i64>(0),
+        1
+    );
+
+    // A refund: the next change is another event.
+    payments.lock().expect("payments")[1] = payment("tr_m1paid", "paid", "4.00");
+    let (status, answer) = post_form(&hookd.base, "tr_m1paid").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        event("tr_m1paid:paid:refunded=4.00")
+            .await
+            .map(|e| e[..3].to_vec()),
+        Some(vec![
+            "processed".into(),
+            "payment_refunded".into(),
+            "payment.refunded".into()
+        ])
+    );
+    let refunded: i64 = client
+        .query_one(
+            "SELECT amount_refunded FROM payments WHERE payment_id = 'tr_m1paid'",
+            &[],
+        )
+        .await
+        .expect("payment")
+        .get(0);
+    assert_eq!(refunded, 400);
+
+    // An id the API does not know: the same answer, stored ignored.
+    let (status, _) = post_form(&hookd.base, "tr_unknown").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        event("tr_unknown:unknown").await.map(|e| e[0].clone()),
+        Some("ignored".into())
+    );
+    // A form naming nothing that can be asked for is refused, unfetched.
+    let asked = api.seen().len();
+    let (status, _) = post_form(&hookd.base, "..%2Fv2%2Fmethods").await;
+    assert_eq!(status, 400);
+    assert_eq!(api.seen().len(), asked);
+
+    // Reconcile lists the payments: the one never notified is recovered once.
+    let env = api.env("mollie", KEY, cluster().connection_string(&db.name));
+    let pass = || run_with_config(&config, &["reconcile", "--source", "mollie"], &env);
+    let out = pass().await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "2 listed, 1 present, 1 recovered, 0 conflicts\n"
+    );
+    assert_eq!(
+        event("tr_m2missed:paid").await.map(|e| e[0].clone()),
+        Some("processed".into())
+    );
+    let out = pass().await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "2 listed, 2 present, 0 recovered, 0 conflicts\n"
+    );
+}
+
+#[tokio::test]
+async fn a_mollie_source_without_api_key_stops_startup_in_one_line() {
+    let out = crate::support::check_config(MOLLIE, &[]).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("api_key")
+            && stderr.contains("Mollie")
+            && stderr.trim().lines().count() == 1,
+        "{stderr}"
     );
 }
