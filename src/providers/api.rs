@@ -149,6 +149,33 @@ impl Lister {
     }
 }
 
+/// The items of a newest-first page that happened since `since` (the time at
+/// each item's `field`, RFC 3339), and whether an older one ended the list:
+/// for a list API without a time filter.
+pub fn newer_than(
+    items: Page,
+    since: DateTime<Utc>,
+    field: &str,
+    api: &dyn Client,
+    path: &str,
+) -> Result<(Page, bool), ApiError> {
+    let mut page = Vec::with_capacity(items.len());
+    for item in items {
+        let value: serde_json::Value =
+            serde_json::from_str(item.get()).map_err(|e| api.malformed(path, &e))?;
+        let at = value
+            .get(field)
+            .and_then(serde_json::Value::as_str)
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .ok_or_else(|| api.malformed(path, &format!("an item has no {field} time")))?;
+        if at < since {
+            return Ok((page, true));
+        }
+        page.push(item);
+    }
+    Ok((page, false))
+}
+
 /// The `id`-like field of the last item of a page, to page on from it.
 pub fn last_field(items: &[Box<RawValue>], field: &str) -> Option<String> {
     let last = items.last()?;

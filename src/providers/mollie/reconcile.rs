@@ -52,12 +52,6 @@ struct Link {
     href: String,
 }
 
-#[derive(Deserialize)]
-struct Created {
-    #[serde(rename = "createdAt")]
-    created_at: DateTime<Utc>,
-}
-
 impl Pager {
     pub fn new(since: DateTime<Utc>) -> Self {
         Pager {
@@ -80,16 +74,9 @@ impl api::Pager for Pager {
         }
         let body = api.send(&Call::get(PATH, query)).await?;
         let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
-        let mut page = Vec::with_capacity(list.embedded.payments.len());
-        for item in list.embedded.payments {
-            let at: Created =
-                serde_json::from_str(item.get()).map_err(|e| api.malformed(PATH, &e))?;
-            if at.created_at < self.since {
-                self.done = true;
-                break;
-            }
-            page.push(item);
-        }
+        let (page, older) =
+            api::newer_than(list.embedded.payments, self.since, "createdAt", api, PATH)?;
+        self.done = older;
         self.from = list
             .links
             .next
