@@ -56,9 +56,7 @@ async fn serve_source(
     extra: &str,
 ) -> (Hookd, PathBuf) {
     let port = free_port();
-    let config = write_config(port, name);
-    let text = std::fs::read_to_string(&config).expect("config");
-    std::fs::write(&config, format!("{text}\n{extra}")).expect("config");
+    let config = config_with(port, name, extra);
     let mut env = api.env(source, KEY, cluster().connection_string(&db.name));
     env.push(("RUST_LOG", "info".into()));
     let log = std::fs::File::create(config.with_extension("log")).expect("log");
@@ -73,8 +71,16 @@ async fn serve_source(
     (Hookd::adopt(child, port).await, config)
 }
 
-/// `hookd ARGS --config CONFIG` under `env`.
-async fn run_with_config(
+/// The shipped configuration on `port` with `extra` appended.
+fn config_with(port: u16, name: &str, extra: &str) -> PathBuf {
+    let config = write_config(port, name);
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, format!("{text}\n{extra}")).expect("config");
+    config
+}
+
+/// `hookd ARGS --config CONFIG` under `env`, which must succeed.
+async fn run_ok(
     config: &Path,
     args: &[&str],
     env: &[(&'static str, String)],
@@ -87,9 +93,15 @@ async fn run_with_config(
         .env_remove("DATABASE_URL")
         .env("RUST_LOG", "warn")
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
-    tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
+    let out = tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
         .await
-        .expect("join")
+        .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 async fn post(
@@ -438,13 +450,8 @@ async fn a_mollie_webhook_is_the_payment_fetched_for_its_id() {
 
     // Reconcile lists the payments: the one never notified is recovered once.
     let env = api.env("mollie", KEY, cluster().connection_string(&db.name));
-    let pass = || run_with_config(&config, &["reconcile", "--source", "mollie"], &env);
+    let pass = || run_ok(&config, &["reconcile", "--source", "mollie"], &env);
     let out = pass().await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "2 listed, 1 present, 1 recovered, 0 conflicts\n"
@@ -471,4 +478,48 @@ async fn a_mollie_source_without_api_key_stops_startup_in_one_line() {
             && stderr.trim().lines().count() == 1,
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn hookd_sign_sends_mollies_form_and_verify_says_nothing_is_signed() {
+    let config = config_with(free_port(), "mollie-sign", MOLLIE);
+    let env = [("HOOKD_SOURCE_MOLLIE_API_KEY", KEY.to_string())];
+    let dir = config.with_extension("d");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let body = dir.join("payment.json");
+    std::fs::write(&body, payment("tr_signme01", "paid", "").to_string()).expect("body");
+    let out = run_ok(
+        &config,
+        &["sign", "--source", "mollie", body.to_str().expect("path")],
+        &env,
+    )
+    .await;
+    // The body changes (Mollie posts a form): it goes to stdout, the header
+    // to send it with to stderr.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "id=tr_signme01");
+    let header = "Content-Type: application/x-www-form-urlencoded";
+    assert!(String::from_utf8_lossy(&out.stderr).contains(header));
+    let headers_file = dir.join("headers");
+    std::fs::write(&headers_file, header).expect("headers");
+    let form = dir.join("form");
+    std::fs::write(&form, &out.stdout).expect("form");
+    let out = run_ok(
+        &config,
+        &[
+            "verify",
+            "--source",
+            "mollie",
+            "--headers",
+            headers_file.to_str().expect("path"),
+            form.to_str().expect("path"),
+        ],
+        &env,
+    )
+    .await;
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with("ok: scheme \"mollie\" signs nothing"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
