@@ -86,6 +86,8 @@ pub mod money;
 #[doc(hidden)]
 pub mod outbound;
 #[doc(hidden)]
+pub mod provider_api;
+#[doc(hidden)]
 pub mod providers;
 #[doc(hidden)]
 pub mod purge;

@@ -23,6 +23,7 @@ use crate::handlers::forward::RunOutcome;
 use crate::handlers::{Event, Handler, HandlerError, Registry};
 use crate::ledger::{self, HandlerName, HandlerStanding, RetryPolicy, Run, Standing};
 use crate::metrics::Metrics;
+use crate::provider_api::Api;
 use crate::store::events::{self, ClaimedEvent, EventStatus, Settled};
 use crate::store::forwards::ForwardRow;
 use crate::store::{self, DbConnector, StoreError};
@@ -290,7 +291,22 @@ impl Runner {
             hookd.batch.size = events.len(),
             otel.status_message = Empty,
         );
-        let applied = tokio::time::timeout(limit, handler.apply_batch(tx, events))
+        let fetched_and_applied = async {
+            let mut fetched = Vec::with_capacity(events.len());
+            for event in events {
+                fetched.push(self.fetched(event).await?);
+            }
+            let views: Vec<Event<'_>> = events
+                .iter()
+                .zip(&fetched)
+                .map(|(event, fetched)| match fetched {
+                    Some(payload) => Event { payload, ..*event },
+                    None => Event { ..*event },
+                })
+                .collect();
+            handler.apply_batch(tx, &views).await
+        };
+        let applied = tokio::time::timeout(limit, fetched_and_applied)
             .instrument(span.clone())
             .await;
         let result = match applied {
@@ -362,7 +378,7 @@ impl Runner {
         // it, in one round trip (statements on a connection run in the order sent).
         let (saved, applied) = tokio::join!(
             store::savepoint(tx),
-            tokio::time::timeout(timeout, handler.apply(tx, event))
+            tokio::time::timeout(timeout, self.apply(tx, handler, event))
         );
         saved?;
         let result = match applied {
@@ -378,6 +394,54 @@ impl Runner {
             store::rollback_to_savepoint(tx).await?;
         }
         Ok((result, false))
+    }
+
+    /// The handler's run of `event`, on the event it names when the delivery
+    /// only names one (fetched first: a failed fetch is a failed run).
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        handler: &Arc<dyn Handler>,
+        event: &Event<'_>,
+    ) -> Result<(), HandlerError> {
+        match self.fetched(event).await? {
+            Some(payload) => {
+                handler
+                    .apply(
+                        tx,
+                        &Event {
+                            payload: &payload,
+                            ..*event
+                        },
+                    )
+                    .await
+            }
+            None => handler.apply(tx, event).await,
+        }
+    }
+
+    /// The event a delivery only names (see `Provider::event_fetch`), read
+    /// from its source's API with its key; `None` when the payload is the
+    /// event. A fetch that failed is tried again as a failed run is; one that
+    /// can never be asked for is a permanent failure.
+    async fn fetched(&self, event: &Event<'_>) -> Result<Option<Value>, HandlerError> {
+        let settings = self.settings.now();
+        let Some(source) = settings.source(event.source) else {
+            return Ok(None);
+        };
+        let Some(fetch) = crate::providers::of(&source.scheme).event_fetch(event.payload) else {
+            return Ok(None);
+        };
+        let why = |problem: &str| format!("fetching the event from the provider's API: {problem}");
+        let fetch = fetch.map_err(|problem| HandlerError::Permanent(why(&problem)))?;
+        let fetched = async {
+            let mut api = Api::for_fetch(source)?;
+            fetch.send(&mut api).await
+        };
+        match fetched.await {
+            Ok(value) => Ok(Some(value)),
+            Err(error) => Err(HandlerError::Retry(why(&error.0))),
+        }
     }
 
     /// Stops whatever statement an abandoned handler left running in `tx`'s session.

@@ -6,7 +6,7 @@ root = sys.argv[1] if len(sys.argv) > 1 else 'src'
 verbose = '-v' in sys.argv
 names = {'stripe': r'stripe', 'adyen': r'adyen', 'square': r'square', 'paddle': r'paddle',
          'paypal': r'paypal', 'braintree': r'braintree', 'razorpay': r'razorpay',
-         'gocardless': r'gocardless', 'checkout': r'checkout(?!\.session)'}
+         'gocardless': r'gocardless', 'mollie': r'mollie', 'checkout': r'checkout(?!\.session)'}
 files = []
 for d, _, fs in os.walk(root):
     for f in fs:

@@ -65,6 +65,12 @@ pub fn verdict(
     let provider = providers::of(&source.scheme);
     let count = source.secrets.len();
     match outcome {
+        // Mollie's: an unsigned request naming its event, fetched at receipt.
+        Ok(Verified::FROM_PROVIDER_API) => Ok(format!(
+            "ok: scheme {:?} signs nothing: its event is what the provider's API answers \
+             for the id the request names, fetched with the source's api_key",
+            provider.name()
+        )),
         Ok(verified) if !provider.takes_secrets() => Ok(match verified.signed_with {
             0 => format!(
                 "ok: signed with the certificate {} names, fetched",

@@ -97,6 +97,17 @@ impl Reconcile {
             (Err(_), false) => None,
         };
         let credential = credential(lister, api_key, client_id, client_secret, key)?;
+        let names_only = crate::providers::named(scheme).is_some_and(|p| p.names_only());
+        if names_only && credential.is_none() {
+            return Err((
+                key("api_key"),
+                format!(
+                    "is required: a {} webhook only names its event, which hookd fetches \
+                     from the provider's API with it",
+                    lister.map_or(scheme, |l| l.title())
+                ),
+            ));
+        }
         if enabled && credential.is_none() {
             let needs = if lister.is_some_and(Lister::takes_client) {
                 "client_id and client_secret"

@@ -39,7 +39,9 @@ pub struct Event<'a> {
     pub event_type: &'a str,
     /// hookd's kind for that type (`invoice_paid`), if its source maps the type.
     pub kind: Option<&'a str>,
-    /// The body as the provider sent it, parsed.
+    /// The body as the provider sent it, parsed; for a delivery that only
+    /// names its event (Stripe's thin events), the event read from the
+    /// provider's API just before this run.
     pub payload: &'a Value,
     /// The body exactly as received.
     pub body: &'a [u8],

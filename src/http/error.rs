@@ -85,6 +85,7 @@ impl From<IntakeError> for ApiError {
             IntakeError::Signature(reason, answer) => ApiError::InvalidSignature(reason, answer),
             IntakeError::Event(error) => error.into(),
             IntakeError::NoEvent => ApiError::BadRequest(error.to_string()),
+            IntakeError::Unfetched => ApiError::Unavailable(error.to_string()),
             IntakeError::Conflict => ApiError::EventIdConflict,
             IntakeError::Store(error) => error.into(),
         }

@@ -18,6 +18,7 @@ use crate::config::{Settings, Source};
 use crate::event::{EventError, IncomingEvent};
 use crate::ingest::{Ingested, Ingester};
 use crate::outbound::Certificates;
+use crate::provider_api::Api;
 use crate::providers::{self, SignatureRefusal};
 use crate::signature::{Headers, SignatureError, Verified};
 use crate::store::events::{EventStatus, Recorded};
@@ -142,6 +143,11 @@ pub enum IntakeError {
     Event(#[from] EventError),
     #[error("the request carries no event")]
     NoEvent,
+    /// The event the request names could not be fetched from the provider's
+    /// API (the log line says why; the answer does not): the provider sends
+    /// it again.
+    #[error("the provider's API could not be asked for the event; send it again later")]
+    Unfetched,
     /// Its event id is stored with another payload.
     #[error("event id conflict")]
     Conflict,
@@ -163,6 +169,34 @@ impl<E: Into<IntakeError>> From<E> for Refused {
             seen: Seen::default(),
         }
     }
+}
+
+/// The event a request only names, fetched from the source's API with its
+/// key (see `Provider::receipt_fetch`): what the API answers, or the provider's
+/// stand-in for an id the API does not know (stored, ignored: the answer is
+/// the same, so a prober learns nothing of which ids exist).
+async fn fetched(
+    source: &Source,
+    named: Result<(providers::api::Fetch, serde_json::Value), String>,
+) -> Result<Vec<u8>, IntakeError> {
+    let (fetch, unknown) =
+        named.map_err(|problem| IntakeError::Event(EventError::NoEvents(problem)))?;
+    let mut api = Api::for_fetch(source).map_err(|error| {
+        log::warn!("{}: {error}", source.name);
+        IntakeError::Unfetched
+    })?;
+    let event = match fetch.send(&mut api).await {
+        Ok(event) => event,
+        Err(_) if api.said_not_found() => unknown,
+        Err(error) => {
+            log::warn!(
+                "{}: fetching the event a delivery names: {error}",
+                source.name
+            );
+            return Err(IntakeError::Unfetched);
+        }
+    };
+    serde_json::to_vec(&event).map_err(|e| IntakeError::Event(EventError::NoEvents(e.to_string())))
 }
 
 impl Intake<'_> {
@@ -206,6 +240,10 @@ impl Intake<'_> {
             );
             return Err(refused(SignatureError::Mismatch).into());
         }
+        let body = match provider.receipt_fetch(&body) {
+            None => body,
+            Some(named) => fetched(source, named).await?,
+        };
         let mut events = IncomingEvent::parse_all(source, headers, &body)?;
         if let (Some(signature), Some(event)) = (
             provider.checksum_signature(&providers::AnyHeaders(headers)),

@@ -45,6 +45,41 @@ pub trait Client: Send {
     fn malformed(&self, path: &str, problem: &dyn std::fmt::Display) -> ApiError;
 }
 
+/// Where the event a delivery only names is read (Stripe's thin events): a
+/// GET of `path` with `headers`, on the source's API with its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetch {
+    pub path: String,
+    pub headers: &'static [(&'static str, &'static str)],
+}
+
+impl Fetch {
+    /// A GET of `prefix` and `id`, when the id is one path segment (letters,
+    /// digits, `_` and `-`); the error says why it cannot be asked for.
+    pub fn of(
+        prefix: &str,
+        id: &str,
+        headers: &'static [(&'static str, &'static str)],
+    ) -> Result<Fetch, String> {
+        let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        if id.is_empty() || !id.chars().all(plain) {
+            return Err(format!("the id {id:?} cannot be asked for"));
+        }
+        Ok(Fetch {
+            path: format!("{prefix}{id}"),
+            headers,
+        })
+    }
+
+    /// What the API answers for it, as JSON.
+    pub async fn send(&self, api: &mut dyn Client) -> Result<serde_json::Value, ApiError> {
+        let mut call = Call::get(&self.path, Vec::new());
+        call.headers = self.headers;
+        let body = api.send(&call).await?;
+        serde_json::from_slice(&body).map_err(|e| api.malformed(&self.path, &e))
+    }
+}
+
 /// One page's events, each as the API wrote it.
 pub type Page = Vec<Box<RawValue>>;
 
@@ -112,6 +147,33 @@ impl Lister {
             .find(|e| e.provider.lister().is_ok_and(Lister::takes_client))
             .map_or("", |e| e.provider.name())
     }
+}
+
+/// The items of a newest-first page that happened since `since` (the time at
+/// each item's `field`, RFC 3339), and whether an older one ended the list:
+/// for a list API without a time filter.
+pub fn newer_than(
+    items: Page,
+    since: DateTime<Utc>,
+    field: &str,
+    api: &dyn Client,
+    path: &str,
+) -> Result<(Page, bool), ApiError> {
+    let mut page = Vec::with_capacity(items.len());
+    for item in items {
+        let value: serde_json::Value =
+            serde_json::from_str(item.get()).map_err(|e| api.malformed(path, &e))?;
+        let at = value
+            .get(field)
+            .and_then(serde_json::Value::as_str)
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .ok_or_else(|| api.malformed(path, &format!("an item has no {field} time")))?;
+        if at < since {
+            return Ok((page, true));
+        }
+        page.push(item);
+    }
+    Ok((page, false))
 }
 
 /// The `id`-like field of the last item of a page, to page on from it.

@@ -18,6 +18,7 @@ mod checkout;
 mod github;
 mod gocardless;
 mod hmac;
+mod mollie;
 mod paddle;
 mod paypal;
 mod razorpay;
@@ -59,6 +60,7 @@ pub enum Scheme {
     GoCardless,
     PayPal(paypal::PayPal),
     Braintree,
+    Mollie,
 }
 
 /// The provider of a configured scheme.
@@ -76,6 +78,7 @@ pub fn of(scheme: &Scheme) -> &dyn Provider {
         Scheme::GoCardless => &gocardless::GoCardless,
         Scheme::PayPal(opts) => opts,
         Scheme::Braintree => &braintree::Braintree,
+        Scheme::Mollie => &mollie::Mollie,
     }
 }
 
@@ -118,7 +121,7 @@ macro_rules! with_keys {
 }
 
 /// Every provider: the one list a new one is added to.
-pub static REGISTRY: [Entry; 12] = [
+pub static REGISTRY: [Entry; 13] = [
     keyless!(stripe::Stripe, Scheme::Stripe),
     keyless!(standard::Standard, Scheme::Standard),
     keyless!(github::Github, Scheme::Github),
@@ -131,6 +134,7 @@ pub static REGISTRY: [Entry; 12] = [
     keyless!(gocardless::GoCardless, Scheme::GoCardless),
     with_keys!(paypal),
     keyless!(braintree::Braintree, Scheme::Braintree),
+    keyless!(mollie::Mollie, Scheme::Mollie),
 ];
 
 /// The scheme a source names, configured from its own keys.
@@ -192,6 +196,10 @@ pub struct Capabilities {
     pub signs_id: bool,
     /// Whether the signature covers the event type.
     pub signs_type: bool,
+    /// Whether a request only names its event, which is fetched from the
+    /// provider's API at receipt ([`Provider::receipt_fetch`]): its sources
+    /// need an `api_key`.
+    pub names_only: bool,
 }
 
 impl Capabilities {
@@ -204,6 +212,7 @@ impl Capabilities {
         keeps_request: false,
         signs_id: true,
         signs_type: true,
+        names_only: false,
     };
 }
 
@@ -242,6 +251,28 @@ pub trait Provider: KeyFormat + Simulator + Sync {
 
     fn signs_type(&self) -> bool {
         self.capabilities().signs_type
+    }
+
+    fn names_only(&self) -> bool {
+        self.capabilities().names_only
+    }
+
+    /// For a provider whose requests only name their event (Mollie's
+    /// `id=tr_…`): where the event is fetched at receipt, with the source's
+    /// key (what the API answers is the event, stored as delivered), and the
+    /// payload stored, ignored, when the API does not know the id. The error:
+    /// the request names nothing that can be asked for.
+    fn receipt_fetch(&self, _body: &[u8]) -> Option<Result<(api::Fetch, Value), String>> {
+        None
+    }
+
+    /// Where the event is read, for a delivery that only names it (Stripe's
+    /// thin events): handlers see what the source's API answers there, fetched
+    /// with its `api_key` before they run; a failed fetch is a failed run.
+    /// `None` when the payload is the event; the error says why it cannot be
+    /// asked for.
+    fn event_fetch(&self, _payload: &Value) -> Option<Result<api::Fetch, String>> {
+        None
     }
 
     /// The scheme's name in `[[sources]]` and in stored events.

@@ -14,6 +14,7 @@ fn every_scheme() -> Vec<Scheme> {
         Scheme::GoCardless,
         Scheme::PayPal(paypal::ANY.clone()),
         Scheme::Braintree,
+        Scheme::Mollie,
         Scheme::Hmac(GenericHmac {
             signature_header: "X-Sig".into(),
             encoding: Encoding::Hex,
@@ -70,8 +71,9 @@ fn only_stripe_has_defaults_and_its_own_payment_shape() {
             || matches!(scheme, Scheme::PayPal(_))
             || scheme == Scheme::Braintree;
         assert_eq!(!provider.default_event_types().is_empty(), typed);
-        // Stripe's volatile fields, and Paddle's id of each notification.
-        let volatile = stripe || scheme == Scheme::Paddle;
+        // Stripe's volatile fields, Paddle's id of each notification, and the
+        // parts of a Mollie payment that change without a call.
+        let volatile = stripe || scheme == Scheme::Paddle || scheme == Scheme::Mollie;
         assert_eq!(!provider.default_fingerprint_ignore().is_empty(), volatile);
         assert_eq!(provider.payment_shape() != PaymentShape::NEUTRAL, stripe);
         assert_eq!(provider.names_events_by_file(), scheme == Scheme::Github);

@@ -1,6 +1,6 @@
 //! Recovering what a provider never delivered: a pass lists the provider's
 //! events of a window through its API (each provider's folder pages its own list API, on the shared client of
-//! [`api`]),
+//! [`crate::provider_api`]),
 //! compares them with what hookd holds, and stores the missing ones through the
 //! ingest a delivery goes through (dedupe, conflicts, handlers, forwards), as
 //! `origin = 'api'`: no secret signed them, the TLS connection made with the
@@ -10,20 +10,18 @@
 //! `reconcile = true` every `reconcile_interval` (jittered), one instance at a
 //! time per source (a job lease, as the purge has).
 
-mod api;
-
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::config::Source;
 use crate::event::IncomingEvent;
 use crate::instance::Instance;
+use crate::provider_api::Api;
+pub use crate::provider_api::ApiError;
 use crate::shutdown::Shutdown;
 use crate::signature::Verified;
 use crate::store::events::Recorded;
 use crate::store::{self, StoreError};
-use api::Api;
-pub use api::ApiError;
 use chrono::{DateTime, Utc};
 
 /// Recovered events stored in one ingest at most.

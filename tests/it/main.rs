@@ -12,6 +12,7 @@ mod dispatch;
 mod drift;
 mod embedded;
 mod failover;
+mod fetched_events;
 mod forward_lanes;
 mod forwards;
 mod gateway;

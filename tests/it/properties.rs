@@ -60,7 +60,8 @@ fn has_timestamp(scheme: &Scheme) -> bool {
         | Scheme::Razorpay
         | Scheme::Checkout(_)
         | Scheme::GoCardless
-        | Scheme::Braintree => false,
+        | Scheme::Braintree
+        | Scheme::Mollie => false,
         Scheme::PayPal(_) => true,
         Scheme::Hmac(opts) => opts.timestamp_header.is_some(),
     }

@@ -46,11 +46,6 @@ struct Pagination {
     has_more: bool,
 }
 
-#[derive(Deserialize)]
-struct Occurred {
-    occurred_at: DateTime<Utc>,
-}
-
 impl Pager {
     pub fn new(since: DateTime<Utc>) -> Self {
         Pager {
@@ -76,16 +71,8 @@ impl api::Pager for Pager {
         }
         let body = api.send(&Call::get(PATH, query)).await?;
         let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
-        let mut page = Vec::with_capacity(list.data.len());
-        for item in list.data {
-            let at: Occurred =
-                serde_json::from_str(item.get()).map_err(|e| api.malformed(PATH, &e))?;
-            if at.occurred_at < self.since {
-                self.done = true;
-                break;
-            }
-            page.push(item);
-        }
+        let (page, older) = api::newer_than(list.data, self.since, "occurred_at", api, PATH)?;
+        self.done = older;
         let pagination = list.meta.pagination;
         self.after = pagination
             .next

@@ -3,6 +3,11 @@
 //! secret rolls), other schemes (`v0`) are ignored. The id and type are in the
 //! signed body, payment facts in `data.object`; secrets are `whsec_` and 32
 //! letters and digits.
+//!
+//! A thin event (an event destination's notification, `"object":
+//! "v2.core.event"`) is signed the same way but only names its event: handlers
+//! see the event fetched from `GET /v2/core/events/{id}` with the source's
+//! `api_key`, and a `v1.` type's kind is its classic type's.
 
 mod reconcile;
 
@@ -11,6 +16,7 @@ use std::collections::HashMap;
 use rand::RngExt;
 use serde_json::Value;
 
+use super::api::Fetch;
 use super::shape::PaymentShape;
 use super::{Body, Missing, Provider, Simulator, body_member, kind_table};
 use crate::domain::PaymentKind;
@@ -20,6 +26,16 @@ use crate::signature::{
 };
 
 const HEADER: &str = "Stripe-Signature";
+/// The `object` of a thin event.
+const THIN: &str = "v2.core.event";
+/// Where a thin event's event is read, and the API version `/v2` asks for.
+const EVENTS_V2: &str = "/v2/core/events/";
+const V2_VERSION: [(&str, &str); 1] = [("Stripe-Version", "2024-09-30.acacia")];
+
+/// Whether a payload is a thin event.
+fn thin(payload: &Value) -> bool {
+    payload.get("object").and_then(Value::as_str) == Some(THIN)
+}
 
 pub struct Stripe;
 
@@ -121,6 +137,26 @@ impl Provider for Stripe {
 
     fn default_event_types(&self) -> HashMap<String, String> {
         kind_table(&EVENT_TYPES)
+    }
+
+    fn event_fetch(&self, payload: &Value) -> Option<Result<Fetch, String>> {
+        if !thin(payload) {
+            return None;
+        }
+        let id = payload
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        Some(Fetch::of(EVENTS_V2, id, &V2_VERSION))
+    }
+
+    /// A thin event's `v1.` type has the kind of the classic type it names.
+    fn kind_of(&self, event_type: &str, payload: &Value) -> Option<PaymentKind> {
+        let classic = event_type.strip_prefix("v1.").filter(|_| thin(payload))?;
+        EVENT_TYPES
+            .iter()
+            .find(|(ty, _)| *ty == classic)
+            .map(|(_, kind)| *kind)
     }
 
     fn default_fingerprint_ignore(&self) -> Vec<String> {

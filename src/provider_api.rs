@@ -1,4 +1,5 @@
-//! The provider's API as a pass speaks to it: hookd's own HTTP client (the
+//! A provider's API as hookd speaks to it (a reconcile pass, a fetch of the
+//! event a delivery only names): hookd's own HTTP client (the
 //! system's roots, `SSL_CERT_FILE`/`SSL_CERT_DIR` when set; no redirect
 //! followed), the source's key on every request, an answer read up to
 //! `MAX_ANSWER_BYTES`, and 429 (or 503 with `Retry-After`) waited out as the
@@ -29,12 +30,18 @@ pub use crate::providers::api::{ApiError, Call};
 
 /// The provider's API with the source's credential.
 pub struct Api {
+    /// Whether a 429 is waited out (a pass) or is a failure at once (a fetch
+    /// before handlers, retried with the handlers' backoff).
+    patient: bool,
     client: reqwest::Client,
     base: Url,
     credential: Credential,
     /// Where client credentials are exchanged for a token (the provider's
     /// [`Lister`](crate::providers::api::Lister) says).
     token_path: &'static str,
+    /// The status of the last refusal (a 404 says the API does not know what
+    /// was asked for).
+    refused: Option<StatusCode>,
     /// The access token, once the client credentials were exchanged.
     token: Option<crate::signature::Secret>,
 }
@@ -47,12 +54,40 @@ impl Api {
     ) -> Result<Self, ApiError> {
         let client = crate::outbound::client(TIMEOUT).map_err(ApiError)?;
         Ok(Api {
+            patient: true,
             client,
             base,
             credential,
             token_path,
+            refused: None,
             token: None,
         })
+    }
+
+    /// The API of `source`'s provider with its key, a 429 a failure at once:
+    /// for a fetch in a handler's run, which its backoff retries. The error
+    /// says what the source lacks.
+    pub fn for_fetch(source: &crate::config::Source) -> Result<Self, ApiError> {
+        let provider = crate::providers::of(&source.scheme);
+        let credential = source.reconcile.credential.clone().ok_or_else(|| {
+            ApiError(format!(
+                "source {:?} has no api_key to fetch the event from {}'s API",
+                source.name,
+                provider.lister().map_or(provider.name(), |l| l.title())
+            ))
+        })?;
+        let base = source
+            .reconcile
+            .base()
+            .ok_or_else(|| ApiError(format!("source {:?} has no api_base", source.name)))?;
+        let token_path = provider
+            .lister()
+            .ok()
+            .and_then(|l| l.token_path)
+            .unwrap_or_default();
+        let mut api = Api::new(base, credential, token_path)?;
+        api.patient = false;
+        Ok(api)
     }
 
     /// The URL of `path` under the base (whose own path is kept).
@@ -98,7 +133,7 @@ impl Api {
             }
             let asks_to_wait = status == StatusCode::TOO_MANY_REQUESTS
                 || (status == StatusCode::SERVICE_UNAVAILABLE && wait.is_some());
-            if asks_to_wait && waits < MAX_WAITS {
+            if asks_to_wait && self.patient && waits < MAX_WAITS {
                 let wait = wait.unwrap_or(Duration::from_secs(1 << waits));
                 if wait <= LONGEST_WAIT {
                     waits += 1;
@@ -111,8 +146,14 @@ impl Api {
                     continue;
                 }
             }
+            self.refused = Some(status);
             return Err(self.refused(&url, status, &body));
         }
+    }
+
+    /// Whether the last request was answered 404: the API knows no such thing.
+    pub fn said_not_found(&self) -> bool {
+        self.refused == Some(StatusCode::NOT_FOUND)
     }
 
     /// The bearer token: the key, or the access token of client credentials.

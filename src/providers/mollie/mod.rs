@@ -1,0 +1,240 @@
+//! Mollie: a webhook is an unsigned form, `id=tr_…`, that only names a
+//! payment. Nothing in it can be trusted, so nothing in it is kept: at receipt
+//! hookd fetches `GET /v2/payments/{id}` with the source's `api_key` (over TLS,
+//! as reconcile asks: that fetch is the event's proof), and the payment it
+//! answers is the event. Its id is the payment's id and status (`tr_x:paid`),
+//! with the amounts refunded and charged back when there are any
+//! (`tr_x:paid:refunded=5.00`), so each change Mollie calls the webhook for is
+//! one event; its type is `payment.` and what changed (`payment.paid`,
+//! `payment.refunded`, `payment.charged_back`). Amounts are decimal text
+//! (`"10.00"`), in minor units once read; refunds and chargebacks are read
+//! from the payment's own `amountRefunded` and `amountChargedBack` totals.
+//! An id the API does not know is stored, ignored, as `{id}:unknown`.
+
+mod reconcile;
+
+use serde_json::{Value, json};
+
+use super::api::Fetch;
+use super::shape::IndexFields;
+use super::{Body, Capabilities, Missing, Provider, Simulator, body_member, non_empty};
+use crate::domain::{PaymentFacts, PaymentKind};
+use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
+
+const FORM: &str = "application/x-www-form-urlencoded";
+const PAYMENTS: &str = "/v2/payments/";
+/// The status an id the API does not know is stored with.
+const UNKNOWN: &str = "unknown";
+
+pub struct Mollie;
+
+impl KeyFormat for Mollie {}
+
+/// A payment's amount at `field` (`{"value": "10.00", "currency": "EUR"}`)
+/// in minor units, with its currency; `None` when absent.
+fn amount(payment: &Value, field: &str) -> Result<Option<(i64, String)>, String> {
+    let Some(amount) = payment.get(field).filter(|a| !a.is_null()) else {
+        return Ok(None);
+    };
+    let currency = amount
+        .get("currency")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("{field}.currency is missing"))?;
+    let value = amount
+        .get("value")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("{field}.value is missing"))?;
+    let minor = crate::money::minor_units(value, currency).map_err(|e| format!("{field}: {e}"))?;
+    Ok(Some((minor, currency.to_string())))
+}
+
+/// The decimal text of a non-zero amount at `field`.
+fn stated(payment: &Value, field: &str) -> Option<String> {
+    let value = payment.pointer(&format!("/{field}/value"))?.as_str()?;
+    amount(payment, field)
+        .ok()
+        .flatten()
+        .filter(|(minor, _)| *minor > 0)
+        .map(|_| value.to_string())
+}
+
+fn status(payment: &Value) -> Option<String> {
+    body_member(payment, "status")
+}
+
+/// What changed, as the event's type says it: a chargeback, else a refund,
+/// else the status.
+fn change(payment: &Value) -> Option<String> {
+    if stated(payment, "amountChargedBack").is_some() {
+        return Some("charged_back".into());
+    }
+    if stated(payment, "amountRefunded").is_some() {
+        return Some("refunded".into());
+    }
+    status(payment)
+}
+
+impl Provider for Mollie {
+    fn lister(&self) -> Result<&'static super::Lister, &'static str> {
+        Ok(&reconcile::LISTER)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            takes_secrets: false,
+            names_only: true,
+            ..Capabilities::DEFAULT
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "mollie"
+    }
+
+    fn signed_header_names(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
+    /// Nothing to verify: the fetch at receipt is the proof.
+    fn verify(
+        &self,
+        _: &Keys<'_>,
+        _: &dyn Headers,
+        _: &[u8],
+        _: i64,
+    ) -> Result<Verified, SignatureError> {
+        Ok(Verified::FROM_PROVIDER_API)
+    }
+
+    fn receipt_fetch(&self, body: &[u8]) -> Option<Result<(Fetch, Value), String>> {
+        let id = form_urlencoded::parse(body)
+            .find(|(name, _)| name == "id")
+            .map(|(_, id)| id.into_owned());
+        Some(match id {
+            None => Err("the form names no id".into()),
+            Some(id) => Fetch::of(PAYMENTS, &id, &[])
+                .map(|fetch| (fetch, json!({"id": id, "status": UNKNOWN}))),
+        })
+    }
+
+    fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
+        let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
+        let status = status(payload).ok_or_else(|| Missing::Type("body.status".into()))?;
+        let mut event_id = format!("{id}:{status}");
+        for (field, name) in [
+            ("amountRefunded", "refunded"),
+            ("amountChargedBack", "charged_back"),
+        ] {
+            if let Some(value) = stated(payload, field) {
+                event_id.push_str(&format!(":{name}={value}"));
+            }
+        }
+        let change = change(payload).unwrap_or(status);
+        Ok((event_id, format!("payment.{change}")))
+    }
+
+    /// A payment's kind follows what changed: paid → succeeded; failed,
+    /// expired, canceled → failed; a refund → refunded; a chargeback →
+    /// dispute opened; open, pending and authorized have none.
+    fn kind_of(&self, event_type: &str, _payload: &Value) -> Option<PaymentKind> {
+        match event_type.strip_prefix("payment.")? {
+            "paid" => Some(PaymentKind::Succeeded),
+            "failed" | "expired" | "canceled" => Some(PaymentKind::Failed),
+            "refunded" => Some(PaymentKind::Refunded),
+            "charged_back" => Some(PaymentKind::DisputeOpened),
+            _ => None,
+        }
+    }
+
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
+        let payment_id = non_empty(payload.get("id")).ok_or("id is missing")?;
+        let (minor, currency) = amount(payload, "amount")?.ok_or("amount is missing")?;
+        let refunded = amount(payload, "amountRefunded")?.map(|(minor, _)| minor);
+        PaymentFacts {
+            payment_id,
+            amount: Some(minor),
+            amount_refunded: refunded,
+            currency: Some(currency),
+            customer_id: non_empty(payload.get("customerId")),
+            refund: None,
+        }
+        .storable()
+    }
+
+    fn index_fields(&self, payload: &Value) -> IndexFields {
+        IndexFields {
+            payment_id: non_empty(payload.get("id")),
+            customer_id: non_empty(payload.get("customerId")),
+        }
+    }
+
+    /// Parts of a payment that change without Mollie calling the webhook.
+    fn default_fingerprint_ignore(&self) -> Vec<String> {
+        [
+            "/_links",
+            "/details",
+            "/amountRemaining",
+            "/amountCaptured",
+            "/expiresAt",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    fn default_mask(&self) -> Vec<String> {
+        [
+            "/billingAddress",
+            "/shippingAddress",
+            "/billingEmail",
+            "/details/consumerName",
+            "/details/consumerAccount",
+            "/details/cardHolder",
+            "/details/cardFingerprint",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+}
+
+impl Simulator for Mollie {
+    /// The form Mollie would post for a payment (or `{"id": …}`): its id only.
+    fn sign(&self, _: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+        let payment: Value =
+            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        let id = payment
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or("a Mollie body needs an \"id\"")?;
+        let form = form_urlencoded::Serializer::new(String::new())
+            .append_pair("id", id)
+            .finish();
+        Ok(Signed {
+            headers: vec![("Content-Type".into(), FORM.into())],
+            body: Some(form.into_bytes()),
+        })
+    }
+
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+        match self.identity(&Vec::<(String, String)>::new(), body.value) {
+            Ok((id, _)) => Ok(id),
+            Err(_) => body
+                .text("id")
+                .ok_or_else(|| "a Mollie body needs an \"id\"".into()),
+        }
+    }
+
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
+        Ok(change(body.value).map_or_else(|| "payment".into(), |c| format!("payment.{c}")))
+    }
+
+    /// `tr_` and 10 letters and digits, as Mollie's payment ids are.
+    fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {
+        (
+            format!("tr_{}", &hex::encode(random)[..10]),
+            Some("/id".into()),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

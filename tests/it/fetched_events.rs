@@ -1,0 +1,525 @@
+//! Deliveries that only name their event, through the real binary against the
+//! provider's API served over HTTPS with the test CA (`reconcile::ProviderApi`):
+//! Stripe's thin events, fetched before handlers run and retried as a failed
+//! run is when the fetch fails; Mollie's webhooks, an unsigned `id=tr_…` whose
+//! payment is fetched at receipt and is the event.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::process::{Hookd, free_port, stripe_signer, write_config};
+use crate::reconcile::{Answer, ProviderApi};
+use crate::support::upstream::Seen;
+use crate::support::{TestDb, cluster, connect, spawn_app, wait_for};
+
+/// The key the test's provider accepts.
+const KEY: &str = "rk_test_thin_0123456789abcdef";
+
+/// A thin event as an event destination sends it: it names its event only.
+fn thin(id: &str, event_type: &str) -> Value {
+    json!({
+        "id": id,
+        "object": "v2.core.event",
+        "type": event_type,
+        "livemode": false,
+        "created": "2026-12-04T10:00:00.000Z",
+        "related_object": {"id": format!("pi_{id}"), "type": "payment_intent",
+                           "url": format!("/v1/payment_intents/pi_{id}")},
+        "reason": {"type": "request", "request": {"id": "req_thin", "idempotency_key": null}},
+    })
+}
+
+/// The event `GET /v2/core/events/{id}` answers: the notification's fields and its data.
+fn fetched(id: &str, event_type: &str) -> Value {
+    let mut event = thin(id, event_type);
+    event["data"] = json!({"object": {"id": format!("pi_{id}"), "object": "payment_intent",
+        "amount": 2500, "amount_received": 2500, "currency": "eur", "status": "succeeded"}});
+    event
+}
+
+/// `hookd serve` asking `api` with `KEY` for the shipped `stripe` source.
+async fn serve(api: &ProviderApi, db: &TestDb, name: &str) -> Hookd {
+    serve_source(api, db, name, "stripe", "").await.0
+}
+
+/// `hookd serve` on the shipped configuration with `extra` appended, asking
+/// `api` with `KEY` for `source`.
+async fn serve_source(
+    api: &ProviderApi,
+    db: &TestDb,
+    name: &str,
+    source: &str,
+    extra: &str,
+) -> (Hookd, PathBuf) {
+    let port = free_port();
+    let config = config_with(port, name, extra);
+    let mut env = api.env(source, KEY, cluster().connection_string(&db.name));
+    env.push(("RUST_LOG", "info".into()));
+    let log = std::fs::File::create(config.with_extension("log")).expect("log");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn hookd");
+    (Hookd::adopt(child, port).await, config)
+}
+
+/// The shipped configuration on `port` with `extra` appended.
+fn config_with(port: u16, name: &str, extra: &str) -> PathBuf {
+    let config = write_config(port, name);
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, format!("{text}\n{extra}")).expect("config");
+    config
+}
+
+/// `hookd ARGS --config CONFIG` under `env`, which must succeed.
+async fn run_ok(
+    config: &Path,
+    args: &[&str],
+    env: &[(&'static str, String)],
+) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
+    command
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    let out = tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
+        .await
+        .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+async fn post(
+    base: &str,
+    source: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> (u16, String) {
+    let mut request = reqwest::Client::new().post(format!("{base}/webhooks/{source}"));
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    let response = request.body(body.to_vec()).send().await.expect("post");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("answer"))
+}
+
+#[tokio::test]
+async fn a_thin_event_is_fetched_before_its_handler_and_a_failed_fetch_is_retried() {
+    let db = TestDb::create().await;
+    let id = "evt_test_65R9thin0001";
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        assert_eq!(seen.method, "GET");
+        assert_eq!(seen.target, format!("/v2/core/events/{id}"));
+        assert_eq!(
+            seen.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
+        assert!(seen.header("stripe-version").is_some_and(|v| !v.is_empty()));
+        // The first fetch fails: Stripe is having a moment.
+        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+            let body = json!({"error": {"message": "try again"}});
+            return (500, vec![], body.to_string());
+        }
+        (
+            200,
+            vec![],
+            fetched(id, "v1.payment_intent.succeeded").to_string(),
+        )
+    })
+    .await;
+    let hookd = serve(&api, &db, "thin-events").await;
+    let sign = stripe_signer();
+    let body = serde_json::to_vec(&thin(id, "v1.payment_intent.succeeded")).expect("json");
+    let (status, first) = post(&hookd.base, "stripe", &sign(&body), &body).await;
+    assert_eq!(status, 200, "{first}");
+
+    let client = connect(db.config()).await;
+    let row = wait_for(
+        "the thin event to be applied",
+        Duration::from_secs(30),
+        || {
+            let client = &client;
+            async move {
+                let row = client
+                    .query_one(
+                        "SELECT status, attempts, kind, payload->>'object' FROM webhook_events \
+                     WHERE event_id = $1",
+                        &[&id],
+                    )
+                    .await
+                    .ok()?;
+                (row.get::<_, String>(0) == "processed").then_some(row)
+            }
+        },
+    )
+    .await;
+    // Stored as delivered (the notification, its signature's proof), with the
+    // kind of its classic type; run twice: the failed fetch, then the handler.
+    assert_eq!(row.get::<_, i32>(1), 2);
+    assert_eq!(
+        row.get::<_, Option<String>>(2).as_deref(),
+        Some("payment_succeeded")
+    );
+    assert_eq!(
+        row.get::<_, Option<String>>(3).as_deref(),
+        Some("v2.core.event")
+    );
+    let errors: Vec<Option<String>> = client
+        .query(
+            "SELECT a.error FROM webhook_event_attempts a JOIN webhook_events e \
+             ON e.id = a.webhook_event_id WHERE e.event_id = $1 ORDER BY a.attempt",
+            &[&id],
+        )
+        .await
+        .expect("attempts")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    let failed = errors[0].as_deref().expect("the failed fetch's error");
+    assert!(
+        failed.contains("fetching the event") && failed.contains("500") && !failed.contains(KEY),
+        "{failed}"
+    );
+    assert_eq!(errors[1], None);
+    // The handler saw the fetched event: its payment is the fetched data's.
+    let payment = client
+        .query_one(
+            "SELECT status, amount, currency FROM payments WHERE source = 'stripe' \
+             AND payment_id = $1",
+            &[&format!("pi_{id}")],
+        )
+        .await
+        .expect("the fetched event's payment");
+    assert_eq!(
+        (payment.get::<_, String>(0), payment.get::<_, i64>(1)),
+        ("succeeded".to_string(), 2500)
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    // Stripe sends it again: the same answer, nothing fetched or run again.
+    let (status, again) = post(&hookd.base, "stripe", &sign(&body), &body).await;
+    assert_eq!(status, 200, "{again}");
+    let event_id =
+        |text: &str| serde_json::from_str::<Value>(text).expect("json")["event_id"].clone();
+    assert_eq!(event_id(&again), event_id(&first));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let deliveries: i32 = client
+        .query_one(
+            "SELECT deliveries FROM webhook_events WHERE event_id = $1",
+            &[&id],
+        )
+        .await
+        .expect("row")
+        .get(0);
+    assert_eq!(deliveries, 2);
+    assert_eq!(api.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn a_thin_event_of_a_source_without_api_key_fails_saying_so() {
+    let app = spawn_app().await;
+    let id = "evt_test_65R9thin0002";
+    let answer = app
+        .deliver("stripe", &thin(id, "v1.payment_intent.succeeded"))
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(app.event_status(id).await, "failed");
+    let error: String = app
+        .query(
+            "SELECT a.error FROM webhook_event_attempts a JOIN webhook_events e \
+             ON e.id = a.webhook_event_id WHERE e.event_id = $1",
+            &[&id],
+        )
+        .await[0]
+        .get(0);
+    assert!(error.contains("has no api_key"), "{error}");
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM payments WHERE payment_id = $1",
+            &[&format!("pi_{id}")]
+        )
+        .await,
+        0
+    );
+    // A classic event of the same source needs no key.
+    let classic = crate::support::stripe_event(
+        "evt_classic_beside_thin",
+        "payment_intent.succeeded",
+        json!({"id": "pi_classic_beside_thin", "object": "payment_intent", "amount": 100,
+               "amount_received": 100, "currency": "eur", "status": "succeeded"}),
+    );
+    app.deliver_ok("stripe", &classic).await;
+    assert_eq!(
+        app.event_status("evt_classic_beside_thin").await,
+        "processed"
+    );
+}
+
+/// A Mollie source, its key and API from the environment.
+const MOLLIE: &str = "[[sources]]\nname = \"mollie\"\nscheme = \"mollie\"\n";
+
+/// A payment as `GET /v2/payments/{id}` answers it.
+fn payment(id: &str, status: &str, refunded: &str) -> Value {
+    let mut payment = json!({
+        "resource": "payment", "id": id, "mode": "test", "status": status,
+        "createdAt": chrono::Utc::now().to_rfc3339(),
+        "amount": {"value": "10.00", "currency": "EUR"},
+        "description": "Order 12345", "method": "ideal", "customerId": "cst_8wmqcHMN4U",
+        "_links": {"self": {"href": format!("https://api.mollie.com/v2/payments/{id}"),
+                            "type": "application/hal+json"}},
+    });
+    if !refunded.is_empty() {
+        payment["amountRefunded"] = json!({"value": refunded, "currency": "EUR"});
+        payment["_links"]["refunds"] = json!({"href": format!(
+            "https://api.mollie.com/v2/payments/{id}/refunds"), "type": "application/hal+json"});
+    }
+    payment
+}
+
+async fn post_form(base: &str, id: &str) -> (u16, String) {
+    let form = format!("id={id}");
+    let headers = [(
+        "Content-Type".to_string(),
+        "application/x-www-form-urlencoded".to_string(),
+    )];
+    post(base, "mollie", &headers, form.as_bytes()).await
+}
+
+#[tokio::test]
+async fn a_mollie_webhook_is_the_payment_fetched_for_its_id() {
+    let db = TestDb::create().await;
+    // What the API knows: tr_m1 as it is now, and tr_m2 (never notified).
+    let payments: Arc<Mutex<Vec<Value>>> = Arc::new(Mutex::new(vec![
+        payment("tr_m2missed", "paid", ""),
+        payment("tr_m1paid", "paid", ""),
+    ]));
+    let known = payments.clone();
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        if seen.header("authorization") != Some(format!("Bearer {KEY}").as_str()) {
+            return (
+                401,
+                vec![],
+                json!({"status": 401, "title": "Unauthorized Request",
+                "detail": "Missing authentication, or failed to authenticate"})
+                .to_string(),
+            );
+        }
+        let payments = known.lock().expect("payments").clone();
+        if let Some(query) = seen.target.strip_prefix("/v2/payments?") {
+            assert!(query.contains("limit=250"), "{query}");
+            let body = json!({"count": payments.len(), "_embedded": {"payments": payments},
+                "_links": {"next": null}});
+            return (200, vec![], body.to_string());
+        }
+        let id = seen
+            .target
+            .strip_prefix("/v2/payments/")
+            .expect("a payment");
+        match payments.iter().find(|p| p["id"] == id) {
+            Some(payment) => (200, vec![], payment.to_string()),
+            None => (
+                404,
+                vec![],
+                json!({"status": 404, "title": "Not Found",
+                "detail": "No payment exists with token tr_unknown."})
+                .to_string(),
+            ),
+        }
+    })
+    .await;
+    let (hookd, config) = serve_source(&api, &db, "mollie", "mollie", MOLLIE).await;
+    let client = connect(db.config()).await;
+    let event = |id: &'static str| {
+        let client = &client;
+        async move {
+            client
+                .query_opt(
+                    "SELECT status, kind, event_type, origin FROM webhook_events \
+                     WHERE source = 'mollie' AND event_id = $1",
+                    &[&id],
+                )
+                .await
+                .expect("event")
+                .map(|r| {
+                    (0..4)
+                        .map(|i| r.get::<_, Option<String>>(i).unwrap_or_default())
+                        .collect::<Vec<String>>()
+                })
+        }
+    };
+
+    // Paid: the payment fetched is the event, its amount in cents.
+    let (status, answer) = post_form(&hookd.base, "tr_m1paid").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        event("tr_m1paid:paid").await,
+        Some(vec![
+            "processed".into(),
+            "payment_succeeded".into(),
+            "payment.paid".into(),
+            "api".into()
+        ])
+    );
+    let row = client
+        .query_one(
+            "SELECT status, amount, currency, amount_refunded FROM payments \
+             WHERE source = 'mollie' AND payment_id = 'tr_m1paid'",
+            &[],
+        )
+        .await
+        .expect("payment");
+    assert_eq!(
+        (
+            row.get::<_, String>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, Option<String>>(2)
+        ),
+        ("succeeded".into(), 1000, Some("EUR".into()))
+    );
+    // Mollie calls again for the same status: a duplicate.
+    let (status, _) = post_form(&hookd.base, "tr_m1paid").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        client
+            .query_one(
+                "SELECT count(*) FROM webhook_events WHERE source = 'mollie'",
+                &[]
+            )
+            .await
+            .expect("count")
+            .get::<_, i64>(0),
+        1
+    );
+
+    // A refund: the next change is another event.
+    payments.lock().expect("payments")[1] = payment("tr_m1paid", "paid", "4.00");
+    let (status, answer) = post_form(&hookd.base, "tr_m1paid").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        event("tr_m1paid:paid:refunded=4.00")
+            .await
+            .map(|e| e[..3].to_vec()),
+        Some(vec![
+            "processed".into(),
+            "payment_refunded".into(),
+            "payment.refunded".into()
+        ])
+    );
+    let refunded: i64 = client
+        .query_one(
+            "SELECT amount_refunded FROM payments WHERE payment_id = 'tr_m1paid'",
+            &[],
+        )
+        .await
+        .expect("payment")
+        .get(0);
+    assert_eq!(refunded, 400);
+
+    // An id the API does not know: the same answer, stored ignored.
+    let (status, _) = post_form(&hookd.base, "tr_unknown").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        event("tr_unknown:unknown").await.map(|e| e[0].clone()),
+        Some("ignored".into())
+    );
+    // A form naming nothing that can be asked for is refused, unfetched.
+    let asked = api.seen().len();
+    let (status, _) = post_form(&hookd.base, "..%2Fv2%2Fmethods").await;
+    assert_eq!(status, 400);
+    assert_eq!(api.seen().len(), asked);
+
+    // Reconcile lists the payments: the one never notified is recovered once.
+    let env = api.env("mollie", KEY, cluster().connection_string(&db.name));
+    let pass = || run_ok(&config, &["reconcile", "--source", "mollie"], &env);
+    let out = pass().await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "2 listed, 1 present, 1 recovered, 0 conflicts\n"
+    );
+    assert_eq!(
+        event("tr_m2missed:paid").await.map(|e| e[0].clone()),
+        Some("processed".into())
+    );
+    let out = pass().await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "2 listed, 2 present, 0 recovered, 0 conflicts\n"
+    );
+}
+
+#[tokio::test]
+async fn a_mollie_source_without_api_key_stops_startup_in_one_line() {
+    let out = crate::support::check_config(MOLLIE, &[]).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("api_key")
+            && stderr.contains("Mollie")
+            && stderr.trim().lines().count() == 1,
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn hookd_sign_sends_mollies_form_and_verify_says_nothing_is_signed() {
+    let config = config_with(free_port(), "mollie-sign", MOLLIE);
+    let env = [("HOOKD_SOURCE_MOLLIE_API_KEY", KEY.to_string())];
+    let dir = config.with_extension("d");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let body = dir.join("payment.json");
+    std::fs::write(&body, payment("tr_signme01", "paid", "").to_string()).expect("body");
+    let out = run_ok(
+        &config,
+        &["sign", "--source", "mollie", body.to_str().expect("path")],
+        &env,
+    )
+    .await;
+    // The body changes (Mollie posts a form): it goes to stdout, the header
+    // to send it with to stderr.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "id=tr_signme01");
+    let header = "Content-Type: application/x-www-form-urlencoded";
+    assert!(String::from_utf8_lossy(&out.stderr).contains(header));
+    let headers_file = dir.join("headers");
+    std::fs::write(&headers_file, header).expect("headers");
+    let form = dir.join("form");
+    std::fs::write(&form, &out.stdout).expect("form");
+    let out = run_ok(
+        &config,
+        &[
+            "verify",
+            "--source",
+            "mollie",
+            "--headers",
+            headers_file.to_str().expect("path"),
+            form.to_str().expect("path"),
+        ],
+        &env,
+    )
+    .await;
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with("ok: scheme \"mollie\" signs nothing"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
