@@ -111,9 +111,6 @@ pub mod store;
 pub mod traces;
 #[doc(hidden)]
 pub mod version;
-/// The old name of [`config_keys`], kept while branches that name it merge.
-#[doc(hidden)]
-pub use config_keys as keys;
 
 pub use builder::Hookd;
 pub use handlers::{Event, Handler, HandlerError, Registry};

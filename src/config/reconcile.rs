@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::keys::Problem;
+use crate::config_keys::Problem;
 pub use crate::providers::Lister;
 use crate::signature::Secret;
 

@@ -337,14 +337,20 @@ fn dedupe_on_body(
 /// A source's secrets: at least one, each usable as a key of its scheme (none
 /// for a scheme that takes none).
 fn secrets(scheme: &Scheme, values: Vec<String>, key: &str) -> Result<Vec<Secret>, Problem> {
-    if !providers::of(scheme).takes_secrets() {
+    let provider = providers::of(scheme);
+    if !provider.takes_secrets() {
         if values.is_empty() {
             return Ok(Vec::new());
         }
+        let proof = if provider.capabilities().names_only {
+            "fetches each event from the provider's API with api_key"
+        } else {
+            "verifies with the provider's certificates"
+        };
         return Err((
             key.to_string(),
             format!(
-                "does not apply to scheme {:?}, which verifies with the provider's certificates",
+                "does not apply to scheme {:?}, which {proof}",
                 scheme.name()
             ),
         ));

@@ -41,7 +41,10 @@ fn each_scheme_has_its_provider_and_the_list_holds_every_one() {
 #[test]
 fn hmac_keys_are_the_fields_of_raw_hmac() {
     let e = toml::from_str::<hmac::RawHmac>("bogus = 1").expect_err("refused");
-    assert_eq!(e.message(), crate::keys::unknown_key("bogus", hmac::KEYS));
+    assert_eq!(
+        e.message(),
+        crate::config_keys::unknown_key("bogus", hmac::KEYS)
+    );
 }
 
 #[test]

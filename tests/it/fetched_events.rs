@@ -478,6 +478,15 @@ async fn a_mollie_source_without_api_key_stops_startup_in_one_line() {
             && stderr.trim().lines().count() == 1,
         "{stderr}"
     );
+    // Nor does it take secrets: nothing in its webhooks is signed.
+    let with_secret = format!("{MOLLIE}api_key = \"test_key\"\nsecrets = [\"whsec_x\"]\n");
+    let out = crate::support::check_config(&with_secret, &[]).await;
+    assert_eq!(out.status.code(), Some(78));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("fetches each event from the provider's API with api_key"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

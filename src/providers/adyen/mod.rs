@@ -19,8 +19,8 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{Answer, Body, Item, Missing, Provider, Scheme, Simulator, non_empty};
+use crate::config_keys::{self as keys, Problem};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
-use crate::keys::{self, Problem};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
 };

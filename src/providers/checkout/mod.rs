@@ -15,8 +15,8 @@ use subtle::ConstantTimeEq;
 use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{Body, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty};
+use crate::config_keys::{self as keys, Problem};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
-use crate::keys::{self, Problem};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
 };

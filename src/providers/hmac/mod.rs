@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Body, Capabilities, Missing, Provider, Scheme, Simulator, locate};
-use crate::keys::{self, Names, Problem, json_pointer, one_of};
+use crate::config_keys::{self as keys, Names, Problem, json_pointer, one_of};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified, parse_unix_seconds,
 };

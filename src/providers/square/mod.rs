@@ -22,8 +22,8 @@ use super::{
     Body, Encoding, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty,
     uuid_from,
 };
+use crate::config_keys::{self as keys, Problem};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
-use crate::keys::{self, Problem};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
 };
