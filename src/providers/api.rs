@@ -90,6 +90,52 @@ pub trait Pager: Send {
     async fn next(&mut self, api: &mut dyn Client) -> Result<Option<Page>, ApiError>;
 }
 
+/// One page of a list paged on a cursor: its events, the cursor of the page
+/// after it, and whether it says it is the last.
+pub struct Listed {
+    pub events: Page,
+    pub next: Option<String>,
+    pub last: bool,
+}
+
+/// A provider's list paged on a cursor, as [`Cursored`] asks it.
+#[async_trait::async_trait]
+pub trait CursorList: Send + Sync {
+    /// The page after `cursor` (the first for `None`).
+    async fn page(&self, api: &mut dyn Client, cursor: Option<&str>) -> Result<Listed, ApiError>;
+}
+
+/// A list asked page after page with the cursor the page before gave, until
+/// a page is the last or gives none.
+pub struct Cursored<L> {
+    list: L,
+    cursor: Option<String>,
+    done: bool,
+}
+
+impl<L: CursorList> Cursored<L> {
+    pub fn new(list: L) -> Self {
+        Cursored {
+            list,
+            cursor: None,
+            done: false,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<L: CursorList> Pager for Cursored<L> {
+    async fn next(&mut self, api: &mut dyn Client) -> Result<Option<Page>, ApiError> {
+        if self.done {
+            return Ok(None);
+        }
+        let listed = self.list.page(api, self.cursor.as_deref()).await?;
+        self.cursor = listed.next;
+        self.done = listed.last || self.cursor.is_none();
+        Ok(Some(listed.events))
+    }
+}
+
 /// A provider's API listing its past events, as data: reconcile asks it
 /// through [`Lister::pager`] on the shared client, knowing no provider.
 #[derive(Debug)]

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::SecondsFormat;
 use serde::Deserialize;
 
-use crate::providers::api::{self, ApiError, Call, Client, Lister, Page};
+use crate::providers::api::{ApiError, Call, Client, CursorList, Cursored, Listed, Lister, Page};
 
 const PATH: &str = "/events";
 
@@ -18,14 +18,16 @@ pub static LISTER: Lister = Lister {
     max_window: Duration::from_secs(30 * 24 * 3600),
     newest_first: true,
     token_path: None,
-    pager: |since, _until| Box::new(Pager::new(since)),
+    pager: |since, _until| {
+        Box::new(Cursored::new(Events {
+            since: since.to_rfc3339_opts(SecondsFormat::Millis, true),
+        }))
+    },
 };
 const VERSION: (&str, &str) = ("GoCardless-Version", "2015-07-06");
 
-pub struct Pager {
+struct Events {
     since: String,
-    after: Option<String>,
-    done: bool,
 }
 
 #[derive(Deserialize)]
@@ -44,35 +46,24 @@ struct Cursors {
     after: Option<String>,
 }
 
-impl Pager {
-    pub fn new(since: DateTime<Utc>) -> Self {
-        Pager {
-            since: since.to_rfc3339_opts(SecondsFormat::Millis, true),
-            after: None,
-            done: false,
-        }
-    }
-}
-
 #[async_trait::async_trait]
-impl api::Pager for Pager {
-    async fn next(&mut self, api: &mut dyn Client) -> Result<Option<Page>, ApiError> {
-        if self.done {
-            return Ok(None);
-        }
+impl CursorList for Events {
+    async fn page(&self, api: &mut dyn Client, after: Option<&str>) -> Result<Listed, ApiError> {
         let mut query = vec![
             ("limit", "500".to_string()),
             ("created_at[gte]", self.since.clone()),
         ];
-        if let Some(after) = &self.after {
-            query.push(("after", after.clone()));
+        if let Some(after) = after {
+            query.push(("after", after.to_string()));
         }
         let mut call = Call::get(PATH, query);
         call.headers = &[VERSION];
         let body = api.send(&call).await?;
         let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
-        self.after = list.meta.cursors.after.filter(|a| !a.is_empty());
-        self.done = self.after.is_none() || list.events.is_empty();
-        Ok(Some(list.events))
+        Ok(Listed {
+            next: list.meta.cursors.after.filter(|a| !a.is_empty()),
+            last: list.events.is_empty(),
+            events: list.events,
+        })
     }
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use crate::providers::api::{self, ApiError, Call, Client, Lister, Page};
+use crate::providers::api::{
+    self, ApiError, Call, Client, CursorList, Cursored, Listed, Lister, Page,
+};
 
 const PATH: &str = "/v2/payments";
 
@@ -19,13 +21,11 @@ pub static LISTER: Lister = Lister {
     max_window: Duration::from_secs(90 * 24 * 3600),
     newest_first: true,
     token_path: None,
-    pager: |since, _until| Box::new(Pager::new(since)),
+    pager: |since, _until| Box::new(Cursored::new(Payments { since })),
 };
 
-pub struct Pager {
+struct Payments {
     since: DateTime<Utc>,
-    from: Option<String>,
-    done: bool,
 }
 
 #[derive(Deserialize)]
@@ -52,36 +52,24 @@ struct Link {
     href: String,
 }
 
-impl Pager {
-    pub fn new(since: DateTime<Utc>) -> Self {
-        Pager {
-            since,
-            from: None,
-            done: false,
-        }
-    }
-}
-
 #[async_trait::async_trait]
-impl api::Pager for Pager {
-    async fn next(&mut self, api: &mut dyn Client) -> Result<Option<Page>, ApiError> {
-        if self.done {
-            return Ok(None);
-        }
+impl CursorList for Payments {
+    async fn page(&self, api: &mut dyn Client, from: Option<&str>) -> Result<Listed, ApiError> {
         let mut query = vec![("limit", "250".to_string())];
-        if let Some(from) = &self.from {
-            query.push(("from", from.clone()));
+        if let Some(from) = from {
+            query.push(("from", from.to_string()));
         }
         let body = api.send(&Call::get(PATH, query)).await?;
         let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
-        let (page, older) =
+        let (events, older) =
             api::newer_than(list.embedded.payments, self.since, "createdAt", api, PATH)?;
-        self.done = older;
-        self.from = list
-            .links
-            .next
-            .and_then(|next| api::cursor(&next.href, "from"));
-        self.done |= self.from.is_none() || page.is_empty();
-        Ok(Some(page))
+        Ok(Listed {
+            next: list
+                .links
+                .next
+                .and_then(|next| api::cursor(&next.href, "from")),
+            last: older || events.is_empty(),
+            events,
+        })
     }
 }

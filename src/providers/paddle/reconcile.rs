@@ -8,7 +8,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use crate::providers::api::{self, ApiError, Call, Client, Lister, Page};
+use crate::providers::api::{
+    self, ApiError, Call, Client, CursorList, Cursored, Listed, Lister, Page,
+};
 
 const PATH: &str = "/events";
 
@@ -19,13 +21,11 @@ pub static LISTER: Lister = Lister {
     max_window: Duration::from_secs(90 * 24 * 3600),
     newest_first: true,
     token_path: None,
-    pager: |since, _until| Box::new(Pager::new(since)),
+    pager: |since, _until| Box::new(Cursored::new(Events { since })),
 };
 
-pub struct Pager {
+struct Events {
     since: DateTime<Utc>,
-    after: Option<String>,
-    done: bool,
 }
 
 #[derive(Deserialize)]
@@ -46,39 +46,27 @@ struct Pagination {
     has_more: bool,
 }
 
-impl Pager {
-    pub fn new(since: DateTime<Utc>) -> Self {
-        Pager {
-            since,
-            after: None,
-            done: false,
-        }
-    }
-}
-
 #[async_trait::async_trait]
-impl api::Pager for Pager {
-    async fn next(&mut self, api: &mut dyn Client) -> Result<Option<Page>, ApiError> {
-        if self.done {
-            return Ok(None);
-        }
+impl CursorList for Events {
+    async fn page(&self, api: &mut dyn Client, after: Option<&str>) -> Result<Listed, ApiError> {
         let mut query = vec![
             ("order_by", "id[DESC]".to_string()),
             ("per_page", "200".to_string()),
         ];
-        if let Some(after) = &self.after {
-            query.push(("after", after.clone()));
+        if let Some(after) = after {
+            query.push(("after", after.to_string()));
         }
         let body = api.send(&Call::get(PATH, query)).await?;
         let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
-        let (page, older) = api::newer_than(list.data, self.since, "occurred_at", api, PATH)?;
-        self.done = older;
+        let (events, older) = api::newer_than(list.data, self.since, "occurred_at", api, PATH)?;
         let pagination = list.meta.pagination;
-        self.after = pagination
-            .next
-            .as_deref()
-            .and_then(|next| api::cursor(next, "after"));
-        self.done |= !pagination.has_more || self.after.is_none();
-        Ok(Some(page))
+        Ok(Listed {
+            events,
+            next: pagination
+                .next
+                .as_deref()
+                .and_then(|next| api::cursor(next, "after")),
+            last: older || !pagination.has_more,
+        })
     }
 }

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::SecondsFormat;
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::providers::api::{self, ApiError, Call, Client, Lister, Page};
+use crate::providers::api::{ApiError, Call, Client, CursorList, Cursored, Listed, Lister, Page};
 
 const PATH: &str = "/v2/events";
 
@@ -21,13 +21,15 @@ pub static LISTER: Lister = Lister {
     max_window: Duration::from_secs(28 * 24 * 3600),
     newest_first: false,
     token_path: None,
-    pager: |since, _until| Box::new(Pager::new(since)),
+    pager: |since, _until| {
+        Box::new(Cursored::new(Events {
+            since: since.to_rfc3339_opts(SecondsFormat::Secs, true),
+        }))
+    },
 };
 
-pub struct Pager {
+struct Events {
     since: String,
-    cursor: Option<String>,
-    done: bool,
 }
 
 #[derive(Deserialize)]
@@ -37,22 +39,9 @@ struct List {
     cursor: Option<String>,
 }
 
-impl Pager {
-    pub fn new(since: DateTime<Utc>) -> Self {
-        Pager {
-            since: since.to_rfc3339_opts(SecondsFormat::Secs, true),
-            cursor: None,
-            done: false,
-        }
-    }
-}
-
 #[async_trait::async_trait]
-impl api::Pager for Pager {
-    async fn next(&mut self, api: &mut dyn Client) -> Result<Option<Page>, ApiError> {
-        if self.done {
-            return Ok(None);
-        }
+impl CursorList for Events {
+    async fn page(&self, api: &mut dyn Client, cursor: Option<&str>) -> Result<Listed, ApiError> {
         let mut search = json!({
             "limit": 100,
             "query": {
@@ -60,7 +49,7 @@ impl api::Pager for Pager {
                 "sort": {"sort_field": "DEFAULT", "order": "ASC"},
             },
         });
-        if let Some(cursor) = &self.cursor {
+        if let Some(cursor) = cursor {
             search["cursor"] = json!(cursor);
         }
         let call = Call {
@@ -72,8 +61,10 @@ impl api::Pager for Pager {
         };
         let body = api.send(&call).await?;
         let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
-        self.cursor = list.cursor.filter(|c| !c.is_empty());
-        self.done = self.cursor.is_none() || list.events.is_empty();
-        Ok(Some(list.events))
+        Ok(Listed {
+            next: list.cursor.filter(|c| !c.is_empty()),
+            last: list.events.is_empty(),
+            events: list.events,
+        })
     }
 }

@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use crate::providers::api::{self, ApiError, Call, Client, Lister, Page, last_field};
+use crate::providers::api::{
+    ApiError, Call, Client, CursorList, Cursored, Listed, Lister, Page, last_field,
+};
 
 const PATH: &str = "/v1/events";
 
@@ -18,13 +19,15 @@ pub static LISTER: Lister = Lister {
     max_window: Duration::from_secs(30 * 24 * 3600),
     newest_first: true,
     token_path: None,
-    pager: |since, _until| Box::new(Pager::new(since)),
+    pager: |since, _until| {
+        Box::new(Cursored::new(Events {
+            since: since.timestamp(),
+        }))
+    },
 };
 
-pub struct Pager {
+struct Events {
     since: i64,
-    after: Option<String>,
-    done: bool,
 }
 
 #[derive(Deserialize)]
@@ -33,33 +36,22 @@ struct List {
     has_more: bool,
 }
 
-impl Pager {
-    pub fn new(since: DateTime<Utc>) -> Self {
-        Pager {
-            since: since.timestamp(),
-            after: None,
-            done: false,
-        }
-    }
-}
-
 #[async_trait::async_trait]
-impl api::Pager for Pager {
-    async fn next(&mut self, api: &mut dyn Client) -> Result<Option<Page>, ApiError> {
-        if self.done {
-            return Ok(None);
-        }
+impl CursorList for Events {
+    async fn page(&self, api: &mut dyn Client, after: Option<&str>) -> Result<Listed, ApiError> {
         let mut query = vec![
             ("limit", "100".to_string()),
             ("created[gte]", self.since.to_string()),
         ];
-        if let Some(after) = &self.after {
-            query.push(("starting_after", after.clone()));
+        if let Some(after) = after {
+            query.push(("starting_after", after.to_string()));
         }
         let body = api.send(&Call::get(PATH, query)).await?;
         let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
-        self.after = last_field(&list.data, "id");
-        self.done = !list.has_more || self.after.is_none();
-        Ok(Some(list.data))
+        Ok(Listed {
+            next: last_field(&list.data, "id"),
+            last: !list.has_more,
+            events: list.data,
+        })
     }
 }
