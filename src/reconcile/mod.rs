@@ -1,8 +1,8 @@
 //! Recovering what a provider never delivered: a pass lists the provider's
-//! events of a window through its API (each provider's folder pages its own list API, on the shared client of
-//! [`crate::provider_api`]),
-//! compares them with what hookd holds, and stores the missing ones through the
-//! ingest a delivery goes through (dedupe, conflicts, handlers, forwards), as
+//! events of a window through its API (each provider's folder pages its own
+//! list API, on the shared client of [`crate::provider_api`]), compares them
+//! with what hookd holds, and stores the missing ones through the ingest a
+//! delivery goes through (dedupe, conflicts, handlers, forwards), as
 //! `origin = 'api'`: no secret signed them, the TLS connection made with the
 //! source's key proves them. A later delivery of one is a duplicate of it.
 //!
