@@ -70,6 +70,15 @@ struct Lease<'a> {
     term: Duration,
 }
 
+impl Lease<'_> {
+    /// Held for another term; `false` once another instance took the pass over.
+    async fn renew(&self, client: &impl store::sql::Session) -> Result<bool, StoreError> {
+        store::purge::lease_job(client, self.job, self.holder, self.term).await
+    }
+}
+
+const TAKEN_OVER: &str = "the lease ran out and another instance took the pass over; stopped";
+
 /// The name a source's pass is leased under.
 fn job_of(source: &str) -> String {
     format!("reconcile:{source}")
@@ -130,6 +139,9 @@ async fn pass_leased(
     let mut pager = (lister.pager)(since, Utc::now());
     let mut counts = Counts::default();
     let mut missing: Vec<IncomingEvent> = Vec::new();
+    // Stored with another payload: ingested too, so the conflict is recorded
+    // as a delivery's would be (once per payload).
+    let mut conflicting: Vec<IncomingEvent> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     let no_headers: Vec<(String, String)> = Vec::new();
     while let Some(items) = pager.next(&mut api).await.map_err(api_error)? {
@@ -151,11 +163,9 @@ async fn pass_leased(
         let stored = {
             let client = app.pool.get().await.map_err(StoreError::from)?;
             if let Some(lease) = lease
-                && !store::purge::lease_job(&client, lease.job, lease.holder, lease.term).await?
+                && !lease.renew(&client).await?
             {
-                return Err(unusable(
-                    "the lease ran out and another instance took the pass over; stopped".into(),
-                ));
+                return Err(unusable(TAKEN_OVER.into()));
             }
             store::reconcile::stored(&client, &source.name, &ids).await?
         };
@@ -164,13 +174,13 @@ async fn pass_leased(
                 None => missing.push(event),
                 Some(row) if same_event(row, &event) => counts.present += 1,
                 Some(_) => {
-                    counts.conflicts += 1;
                     log::warn!(
                         "reconcile {}: event {:?} is stored with another payload than the \
                          provider lists",
                         source.name,
                         event.event_id
                     );
+                    conflicting.push(event);
                 }
             }
         }
@@ -181,9 +191,19 @@ async fn pass_leased(
     }
     if dry_run {
         counts.recovered = missing.len() as u64;
+        counts.conflicts = conflicting.len() as u64;
         return Ok(counts);
     }
+    missing.extend(conflicting);
     for chunk in missing.chunks(INGEST_CHUNK) {
+        // A long pass keeps its lease while it stores what it found.
+        if let Some(lease) = lease {
+            let client = app.pool.get().await.map_err(StoreError::from)?;
+            let renewed = lease.renew(&client).await;
+            if !store::give_back(client, renewed)? {
+                return Err(unusable(TAKEN_OVER.into()));
+            }
+        }
         let outcomes = app
             .ingester
             .ingest_all_keeping_conflicts(chunk.to_vec(), Verified::FROM_PROVIDER_API)

@@ -851,3 +851,47 @@ async fn reconcile_on_a_provider_without_a_list_of_past_events_stops_check_confi
     .await;
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+#[tokio::test]
+async fn an_event_the_api_lists_with_another_payload_is_a_conflict_recorded_once() {
+    let app = spawn_app().await;
+    let delivered = paid("evt_rc_conflict", 1);
+    app.deliver_ok("stripe", &delivered).await;
+    // The API lists the same id with another amount: not the event hookd holds.
+    let mut listed = delivered.clone();
+    listed["data"]["object"]["amount"] = json!(9900);
+    let api = ProviderApi::start(stripe_list(vec![listed], 10)).await;
+
+    let dry = reconcile(&api, &app, KEY, &["--dry-run"]).await;
+    assert_eq!(
+        stdout(&dry),
+        "1 listed, 0 present, 0 recovered, 1 conflicts\n"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM event_conflicts", &[]).await,
+        0,
+        "a dry run records nothing"
+    );
+    for _ in 0..2 {
+        let out = reconcile(&api, &app, KEY, &[]).await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            "1 listed, 0 present, 0 recovered, 1 conflicts\n"
+        );
+    }
+    // Recorded as a delivery's conflict is, once for that payload; the stored
+    // event is untouched.
+    assert_eq!(
+        app.count("SELECT count(*) FROM event_conflicts", &[]).await,
+        1
+    );
+    let amount = &app
+        .query(
+            "SELECT (payload #>> '{data,object,amount}')::int FROM webhook_events \
+             WHERE event_id = 'evt_rc_conflict'",
+            &[],
+        )
+        .await[0];
+    assert_eq!(amount.get::<_, i32>(0), 1200);
+}
