@@ -57,18 +57,11 @@ async fn serve_source(
 ) -> (Hookd, PathBuf) {
     let port = free_port();
     let config = config_with(port, name, extra);
-    let mut env = api.env(source, KEY, cluster().connection_string(&db.name));
-    env.push(("RUST_LOG", "info".into()));
-    let log = std::fs::File::create(config.with_extension("log")).expect("log");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn hookd");
-    (Hookd::adopt(child, port).await, config)
+    let env = api.env(source, KEY, cluster().connection_string(&db.name));
+    (
+        Hookd::start_with_env(&config, port, &env, "info").await,
+        config,
+    )
 }
 
 /// The shipped configuration on `port` with `extra` appended.

@@ -76,9 +76,6 @@ impl Hookd {
     }
 
     /// A `hookd serve` child started elsewhere, once it answers `/readyz`.
-    pub async fn adopt(child: Child, port: u16) -> Hookd {
-        Self::started(child, port, Duration::from_secs(30)).await
-    }
 
     async fn start(config: &Path, port: u16, db: &TestDb) -> Hookd {
         Self::start_logging(config, port, db, "warn").await
@@ -92,11 +89,23 @@ impl Hookd {
     /// `hookd serve` with this `DATABASE_URL`, logging at `level` to the config's
     /// `.log` file.
     pub async fn start_against(config: &Path, port: u16, database_url: &str, level: &str) -> Hookd {
+        let env = [("DATABASE_URL", database_url.to_string())];
+        Self::start_with_env(config, port, &env, level).await
+    }
+
+    /// `hookd serve` with these environment variables, logging at `level` to
+    /// the config's `.log` file.
+    pub async fn start_with_env(
+        config: &Path,
+        port: u16,
+        env: &[(&str, String)],
+        level: &str,
+    ) -> Hookd {
         let log = std::fs::File::create(config.with_extension("log")).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args(["serve", "--config"])
             .arg(config)
-            .env("DATABASE_URL", database_url)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .env("RUST_LOG", level)
             .stdout(Stdio::null())
             .stderr(log)

@@ -472,17 +472,7 @@ async fn serve_runs_the_pass_itself_under_its_lease() {
     let mut env = api.env("stripe", KEY, database.clone());
     env.push(("HOOKD_SOURCE_STRIPE_RECONCILE", "true".into()));
     env.push(("HOOKD_SOURCE_STRIPE_RECONCILE_INTERVAL", "10s".into()));
-    env.push(("RUST_LOG", "info".into()));
-    let log = std::fs::File::create(config.with_extension("log")).expect("log");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn hookd");
-    let hookd = crate::process::Hookd::adopt(child, port).await;
+    let hookd = crate::process::Hookd::start_with_env(&config, port, &env, "info").await;
     let client = crate::support::connect(db.config()).await;
     let count = |sql: &'static str| {
         let client = &client;
