@@ -75,8 +75,6 @@ impl Hookd {
         hookd
     }
 
-    /// A `hookd serve` child started elsewhere, once it answers `/readyz`.
-
     async fn start(config: &Path, port: u16, db: &TestDb) -> Hookd {
         Self::start_logging(config, port, db, "warn").await
     }
