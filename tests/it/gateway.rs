@@ -764,6 +764,18 @@ async fn slow_check_config_refuses_a_bad_gateway_key_in_one_line_naming_it_with_
     assert!(String::from_utf8_lossy(&refused.stderr).contains("gateway.listen"));
 }
 
+/// Two instances with `routes` on one database.
+async fn two_gateways(routes: &str) -> [TestApp; 2] {
+    let first = gateway(routes).await;
+    let second = spawn(Spawn {
+        settings: settings_with(routes),
+        db: first.db.clone(),
+        ..Spawn::default()
+    })
+    .await;
+    [first, second]
+}
+
 #[tokio::test]
 async fn of_100_concurrent_copies_through_two_instances_upstream_runs_once() {
     let upstream = Upstream::start(
@@ -772,14 +784,7 @@ async fn of_100_concurrent_copies_through_two_instances_upstream_runs_once() {
     )
     .await;
     let routes = route("payments", "/payments", &upstream.url, "");
-    let first = gateway(&routes).await;
-    let second = spawn(Spawn {
-        settings: settings_with(&routes),
-        db: first.db.clone(),
-        ..Spawn::default()
-    })
-    .await;
-    let apps = std::sync::Arc::new([first, second]);
+    let apps = std::sync::Arc::new(two_gateways(&routes).await);
     let copies: Vec<_> = (0..100)
         .map(|i| {
             let apps = apps.clone();
@@ -836,14 +841,7 @@ async fn many_keys_with_copies_at_once_through_two_instances_reach_upstream_once
     // one key may fall in one batch, new keys beside keys being completed.
     let upstream = Upstream::created().await;
     let routes = route("payments", "/payments", &upstream.url, "");
-    let first = gateway(&routes).await;
-    let second = spawn(Spawn {
-        settings: settings_with(&routes),
-        db: first.db.clone(),
-        ..Spawn::default()
-    })
-    .await;
-    let apps = std::sync::Arc::new([first, second]);
+    let apps = std::sync::Arc::new(two_gateways(&routes).await);
     let keys: Vec<String> = (0..40).map(|k| format!("charge-{k}")).collect();
     let calls: Vec<_> = (0..120)
         .map(|i| {
