@@ -6,6 +6,7 @@
 //! provider asks, a few times. A failure is one line naming the provider's
 //! answer, never the key.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, RETRY_AFTER};
@@ -18,6 +19,12 @@ use crate::providers::api::Client;
 const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 /// How long one request may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One HTTP client for every call to a provider's API: the system's roots are
+/// read once (not on each Mollie delivery or thin event's run), and
+/// connections to an API are reused from one fetch to the next.
+static CLIENT: LazyLock<Result<reqwest::Client, String>> =
+    LazyLock::new(|| crate::outbound::client(TIMEOUT));
 /// Answers asking to wait (429) taken before giving up.
 const MAX_WAITS: u32 = 5;
 /// The longest `Retry-After` honoured: past it the pass gives up, and the next
@@ -52,7 +59,7 @@ impl Api {
         credential: Credential,
         token_path: &'static str,
     ) -> Result<Self, ApiError> {
-        let client = crate::outbound::client(TIMEOUT).map_err(ApiError)?;
+        let client = CLIENT.clone().map_err(ApiError)?;
         Ok(Api {
             patient: true,
             client,
