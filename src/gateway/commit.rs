@@ -60,8 +60,8 @@ enum Write {
         order: LockOrder,
         row_id: i64,
         claim_id: Vec<u8>,
-        answer: StoredAnswer,
-        reply: oneshot::Sender<(Result<bool, StoreError>, StoredAnswer)>,
+        answer: Arc<StoredAnswer>,
+        reply: oneshot::Sender<Result<bool, StoreError>>,
     },
 }
 
@@ -100,14 +100,14 @@ impl KeyWrites {
     }
 
     /// The answer stored while `claim_id` still owns row `row_id` (the key
-    /// `order` names), committed: whether it did; the answer comes back.
+    /// `order` names), committed: whether it did.
     pub async fn complete(
         &self,
         order: LockOrder,
         row_id: i64,
         claim_id: Vec<u8>,
-        answer: StoredAnswer,
-    ) -> (Result<bool, StoreError>, Option<StoredAnswer>) {
+        answer: Arc<StoredAnswer>,
+    ) -> Result<bool, StoreError> {
         let (reply, done) = oneshot::channel();
         self.submit(Write::Complete {
             order,
@@ -117,8 +117,8 @@ impl KeyWrites {
             reply,
         });
         match done.await {
-            Ok((result, answer)) => (result, Some(answer)),
-            Err(_) => (Err(stopped()), None),
+            Ok(result) => result,
+            Err(_) => Err(stopped()),
         }
     }
 
@@ -235,8 +235,8 @@ fn reply(write: Write, done: Result<Done, StoreError>) {
         Write::Claim { reply, .. } => {
             let _ = reply.send(done.and_then(Done::claimed));
         }
-        Write::Complete { reply, answer, .. } => {
-            let _ = reply.send((done.and_then(Done::completed), answer));
+        Write::Complete { reply, .. } => {
+            let _ = reply.send(done.and_then(Done::completed));
         }
     }
 }

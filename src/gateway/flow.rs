@@ -339,8 +339,11 @@ async fn run(
                     Some(large),
                 ),
             };
-            let stored = store_answer(&state, &claimed, key, stored).await;
-            let body = body.unwrap_or(Body::Whole(stored.map(|s| s.body).unwrap_or_default()));
+            let stored = Arc::new(stored);
+            store_answer(&state, &claimed, key, stored.clone()).await;
+            let body = body.unwrap_or_else(|| {
+                Body::Whole(Arc::try_unwrap(stored).map_or_else(|s| s.body.clone(), |s| s.body))
+            });
             let response = pass_on(answer.status, &answer.headers, body, operation);
             (response, Some(Outcome::Sent))
         }
@@ -350,23 +353,22 @@ async fn run(
 /// A key's route, scope and key: where a batch of key writes orders it.
 type KeyName = (String, Vec<u8>, String);
 
-/// Stores the answer, committed with other requests' writes; it comes back
-/// for the client. A failure is logged, not answered (see `settled`).
+/// Stores the answer, committed with other requests' writes. A failure is
+/// logged, not answered (see `settled`): the client gets the answer all the same.
 async fn store_answer(
     state: &AppState,
     claimed: &Claimed,
     key: KeyName,
-    answer: StoredAnswer,
-) -> Option<StoredAnswer> {
+    answer: Arc<StoredAnswer>,
+) {
     let span = tracing::trace_span!("commit");
-    let (done, answer) = state
+    let done = state
         .app
         .key_writes
         .complete(key, claimed.row_id, claimed.claim_id.clone(), answer)
         .instrument(span.clone())
         .await;
     settled(&span, claimed, done);
-    answer
 }
 
 /// Frees the key: a retry runs again.
