@@ -20,7 +20,7 @@ use crate::config::{Forward, LiveSettings, Settings};
 use crate::duration;
 use crate::event::IncomingEvent;
 use crate::handlers::forward::RunOutcome;
-use crate::handlers::{Event, Handler, HandlerError, Registry};
+use crate::handlers::{Event, Handler, HandlerError, PaymentMerge, Registry};
 use crate::ledger::{self, HandlerName, HandlerStanding, RetryPolicy, Run, Standing};
 use crate::metrics::Metrics;
 use crate::provider_api::Api;
@@ -47,6 +47,8 @@ pub enum Step<'a> {
     Local {
         kind: &'a str,
         handler: &'a Arc<dyn Handler>,
+        /// The handler's payment merge, when it is hookd's own (`PaymentMerge`).
+        merge: Option<PaymentMerge>,
     },
     /// A forward: a POST to another stack.
     Forward(&'a Forward),
@@ -145,8 +147,12 @@ impl Runner {
         kind: Option<&str>,
     ) -> Vec<Step<'a>> {
         let mut steps = Vec::new();
-        if let Some((kind, handler)) = kind.and_then(|k| self.registry.entry(k)) {
-            steps.push(Step::Local { kind, handler });
+        if let Some(entry) = kind.and_then(|k| self.registry.entry(k)) {
+            steps.push(Step::Local {
+                kind: entry.kind,
+                handler: entry.handler,
+                merge: entry.merge,
+            });
         }
         for forward in &settings.forwards {
             if forward.matches(source, event_type, kind) {

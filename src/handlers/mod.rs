@@ -21,8 +21,8 @@ use deadpool_postgres::Transaction;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub use self::payments::PaymentMerge;
 use crate::store::StoreError;
-use crate::store::payments::PaymentUpdate;
 
 /// An event as a handler sees it: the provider's payload and where it came from.
 #[derive(Debug, Clone, Copy)]
@@ -154,23 +154,31 @@ pub trait Handler: Send + Sync {
         }
         Ok(())
     }
-
-    /// The payment facts `apply` would merge, for a handler whose whole effect is
-    /// that merge (hookd's payment kinds, refunds aside): hookd then writes them
-    /// in the statement that stores the events, and calls `apply_batch` or
-    /// `apply` only when that statement cannot be used. `event.id` is 0 (the row
-    /// is not stored yet). `None`, the default: hookd calls them as usual.
-    #[doc(hidden)]
-    fn folded_merge(&self, _event: &Event<'_>) -> Option<PaymentUpdate> {
-        None
-    }
 }
 
 /// Handlers by kind. Events of a kind without one (and without a forward) are
 /// stored as `ignored`.
 #[derive(Clone, Default)]
 pub struct Registry {
-    handlers: HashMap<String, Arc<dyn Handler>>,
+    handlers: HashMap<String, Registered>,
+}
+
+/// A kind's handler, and the payment merge it is, when it is hookd's own.
+#[derive(Clone)]
+struct Registered {
+    handler: Arc<dyn Handler>,
+    merge: Option<PaymentMerge>,
+}
+
+/// A kind's entry in the registry, as a plan reads it.
+pub struct Entry<'a> {
+    /// The kind as registered.
+    pub kind: &'a str,
+    pub handler: &'a Arc<dyn Handler>,
+    /// Hookd's payment merge, when the kind's handler is hookd's own: the
+    /// ingester can then write its effect into the statement that stores the
+    /// event (a handler registered by a team never has one).
+    pub merge: Option<PaymentMerge>,
 }
 
 impl Registry {
@@ -182,26 +190,37 @@ impl Registry {
     /// The handlers hookd ships: the payment kinds.
     pub fn builtin() -> Self {
         let mut registry = Self::default();
-        for (kind, handler) in payments::handlers() {
-            registry.register(kind, handler);
+        for (kind, handler, merge) in payments::handlers() {
+            let merge = Some(merge);
+            registry
+                .handlers
+                .insert(kind.to_string(), Registered { handler, merge });
         }
         registry
     }
 
     /// Makes `handler` apply the events of `kind` (replacing any handler it had).
     pub fn register(&mut self, kind: &str, handler: Arc<dyn Handler>) {
-        self.handlers.insert(kind.to_string(), handler);
+        let merge = None;
+        self.handlers
+            .insert(kind.to_string(), Registered { handler, merge });
     }
 
     pub fn get(&self, kind: &str) -> Option<&Arc<dyn Handler>> {
-        self.handlers.get(kind)
+        self.handlers
+            .get(kind)
+            .map(|registered| &registered.handler)
     }
 
     /// The kind as registered, with its handler.
-    pub fn entry(&self, kind: &str) -> Option<(&str, &Arc<dyn Handler>)> {
+    pub fn entry(&self, kind: &str) -> Option<Entry<'_>> {
         self.handlers
             .get_key_value(kind)
-            .map(|(kind, handler)| (kind.as_str(), handler))
+            .map(|(kind, registered)| Entry {
+                kind,
+                handler: &registered.handler,
+                merge: registered.merge,
+            })
     }
 
     /// The kinds with a handler, sorted.

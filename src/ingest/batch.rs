@@ -229,7 +229,7 @@ impl GroupCommit {
             let Recorded::New { .. } = recorded else {
                 continue;
             };
-            let Some(Step::Local { kind, handler }) =
+            let Some(Step::Local { kind, handler, .. }) =
                 plans[at].iter().find(|s| matches!(s, Step::Local { .. }))
             else {
                 continue;

@@ -1,5 +1,5 @@
 //! A batch whose every new event's whole run is a payment merge of hookd's own
-//! (`Handler::folded_merge`), folded into the one statement that stores it:
+//! (`handlers::PaymentMerge`), folded into the one statement that stores it:
 //! the events, their payments and their attempts in one round trip.
 
 use chrono::Utc;
@@ -26,7 +26,7 @@ pub(super) struct FoldedMerge<'b> {
 impl GroupCommit {
     /// Each item's payment merge and attempt, when every item is decided by id,
     /// has no forward to plan, and its handler (if any) is hookd's own payment
-    /// merge with no refund to add (`Handler::folded_merge`).
+    /// merge with no refund to add (`handlers::PaymentMerge`).
     pub(super) fn fold<'b>(
         &self,
         items: &[BatchItem<'_>],
@@ -43,14 +43,16 @@ impl GroupCommit {
             {
                 return None;
             }
-            let Some(Step::Local { kind, handler }) =
+            let Some(Step::Local { kind, merge, .. }) =
                 plan.iter().find(|s| matches!(s, Step::Local { .. }))
             else {
                 continue;
             };
+            // A handler of the team's own is not a merge hookd can write.
+            let merge = (*merge)?;
             // The row's id is the statement's to assign; the merge does not read it.
             let view = self.runner.view_received(item.event, 0, received_at);
-            let update = handler.folded_merge(&view)?;
+            let update = merge.update(&view)?;
             let run = Run {
                 handler: HandlerName::Kind((*kind).to_string()),
                 started_at: received_at,

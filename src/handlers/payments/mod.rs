@@ -29,12 +29,30 @@ use crate::store::payments::{PaymentUpdate, merge, merge_many};
 
 struct PaymentHandler(PaymentKind);
 
-pub(super) fn handlers() -> Vec<(&'static str, Arc<dyn Handler>)> {
+/// A payment kind's merge, as data beside its handler: a batch of such events
+/// is written in the one statement that stores it (one round trip), and the
+/// handler runs only when that statement cannot be used.
+#[derive(Clone, Copy, Debug)]
+pub struct PaymentMerge(PaymentKind);
+
+impl PaymentMerge {
+    /// The facts the kind's handler would merge, unless its run would fail
+    /// (`apply` records why) or add a refund (its own statement, run after the
+    /// payment's row is locked). `event.id` may be 0: the merge does not read it.
+    pub fn update(self, event: &Event<'_>) -> Option<PaymentUpdate> {
+        update_for(self.0, event)
+            .ok()
+            .filter(|update| update.facts.refund.is_none())
+    }
+}
+
+/// Each payment kind's handler and merge.
+pub(super) fn handlers() -> Vec<(&'static str, Arc<dyn Handler>, PaymentMerge)> {
     PaymentKind::ALL
         .into_iter()
         .map(|kind| {
             let handler: Arc<dyn Handler> = Arc::new(PaymentHandler(kind));
-            (kind.as_str(), handler)
+            (kind.as_str(), handler, PaymentMerge(kind))
         })
         .collect()
 }
@@ -42,7 +60,7 @@ pub(super) fn handlers() -> Vec<(&'static str, Arc<dyn Handler>)> {
 #[async_trait]
 impl Handler for PaymentHandler {
     async fn apply(&self, tx: &Transaction<'_>, event: &Event<'_>) -> Result<(), HandlerError> {
-        let update = self.update_for(event)?;
+        let update = update_for(self.0, event)?;
         merge(tx, event.source, &update).await?;
         Ok(())
     }
@@ -56,7 +74,7 @@ impl Handler for PaymentHandler {
     ) -> Result<(), HandlerError> {
         let updates = events
             .iter()
-            .map(|event| self.update_for(event))
+            .map(|event| update_for(self.0, event))
             .collect::<Result<Vec<_>, _>>()?;
         let pairs: Vec<(&str, &PaymentUpdate)> = events
             .iter()
@@ -66,43 +84,34 @@ impl Handler for PaymentHandler {
         merge_many(tx, &pairs).await?;
         Ok(())
     }
-
-    /// The merge, unless it fails (`apply` records why) or adds a refund (its
-    /// own statement, run after the payment's row is locked).
-    fn folded_merge(&self, event: &Event<'_>) -> Option<PaymentUpdate> {
-        self.update_for(event)
-            .ok()
-            .filter(|update| update.facts.refund.is_none())
-    }
 }
 
-impl PaymentHandler {
-    fn update_for(&self, event: &Event<'_>) -> Result<PaymentUpdate, HandlerError> {
-        // The provider's own reading (Adyen's, Square's and Paddle's differ from their shape's).
-        let provider = crate::providers::named(event.scheme);
-        let facts = match provider {
-            Some(provider) => provider.payment_facts(event.payload),
-            None => PaymentShape::NEUTRAL.payment_facts(event.payload),
-        }
-        .map_err(HandlerError::Permanent)?;
-        // A provider that states no amounts (GoCardless) refunds with none: the
-        // refund is the event itself, in the payment's timeline.
-        let sends_amounts = provider.is_none_or(|p| p.sends_amounts());
-        if self.0 == PaymentKind::Refunded
-            && sends_amounts
-            && facts.amount_refunded.is_none()
-            && facts.refund.is_none()
-        {
-            return Err(HandlerError::Permanent(
-                "a refund event must carry amount_refunded or a refund (refund_id and refund_amount)"
-                    .into(),
-            ));
-        }
-        Ok(PaymentUpdate {
-            facts,
-            succeeded: self.0 == PaymentKind::Succeeded,
-            failed: self.0 == PaymentKind::Failed,
-            disputed: self.0 == PaymentKind::DisputeOpened,
-        })
+/// The facts an event of `kind` merges into its payment.
+fn update_for(kind: PaymentKind, event: &Event<'_>) -> Result<PaymentUpdate, HandlerError> {
+    // The provider's own reading (Adyen's, Square's and Paddle's differ from their shape's).
+    let provider = crate::providers::named(event.scheme);
+    let facts = match provider {
+        Some(provider) => provider.payment_facts(event.payload),
+        None => PaymentShape::NEUTRAL.payment_facts(event.payload),
     }
+    .map_err(HandlerError::Permanent)?;
+    // A provider that states no amounts (GoCardless) refunds with none: the
+    // refund is the event itself, in the payment's timeline.
+    let sends_amounts = provider.is_none_or(|p| p.sends_amounts());
+    if kind == PaymentKind::Refunded
+        && sends_amounts
+        && facts.amount_refunded.is_none()
+        && facts.refund.is_none()
+    {
+        return Err(HandlerError::Permanent(
+            "a refund event must carry amount_refunded or a refund (refund_id and refund_amount)"
+                .into(),
+        ));
+    }
+    Ok(PaymentUpdate {
+        facts,
+        succeeded: kind == PaymentKind::Succeeded,
+        failed: kind == PaymentKind::Failed,
+        disputed: kind == PaymentKind::DisputeOpened,
+    })
 }
