@@ -166,7 +166,7 @@ impl IncomingEvent {
             .collect::<Map<String, Value>>();
         let prints = Fingerprints::of_payload(&payload, &source.fingerprint_ignore);
         Ok(IncomingEvent {
-            source: SourceName::configured(&source.name),
+            source: source.name.clone(),
             scheme: source.scheme.name(),
             event_id,
             event_type,

@@ -76,7 +76,7 @@ pub fn sign_delivery(
     let secret = match source.secrets.first() {
         Some(secret) => secret,
         None if !provider.takes_secrets() => &keyless,
-        None => return Err(SignError::NoSecret(source.name.clone())),
+        None => return Err(SignError::NoSecret(source.name.to_string())),
     };
     let envelope = Envelope {
         event_id: &event_id,

@@ -32,6 +32,7 @@ use crate::domain::PaymentKind;
 use crate::providers;
 use crate::providers::{Scheme, Verifier};
 use crate::signature::Secret;
+use crate::event::SourceName;
 
 /// The admin tokens of the shipped `hookd.toml`.
 const DEVELOPMENT_TOKENS: [&str; 2] = [
@@ -134,7 +135,8 @@ pub struct Settings {
 
 #[derive(Debug, Clone)]
 pub struct Source {
-    pub name: String,
+    /// Checked here (a URL path segment), so an event can carry it unchecked.
+    pub name: SourceName,
     pub scheme: Scheme,
     pub secrets: Vec<Secret>,
     /// Where the secrets were set, for messages: `sources[0].secrets` or its variable.

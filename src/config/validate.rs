@@ -14,6 +14,7 @@ use crate::duration::Positive;
 use crate::providers;
 use crate::providers::Scheme;
 use crate::signature::Secret;
+use crate::event::SourceName;
 
 /// The shortest `expect_events_within` a source may have.
 const MIN_SILENCE: Duration = Duration::from_secs(60);
@@ -286,7 +287,7 @@ impl RawSource {
             ));
         }
         Ok(Source {
-            name: self.name,
+            name: SourceName::configured(&self.name),
             scheme,
             secrets,
             secrets_key,

@@ -185,7 +185,7 @@ impl Desk {
                 });
             }
             secrets.push(SourceSecrets {
-                source: source.name.clone(),
+                source: source.name.to_string(),
                 positions,
             });
         }

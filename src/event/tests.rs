@@ -15,7 +15,7 @@ fn source(scheme: Scheme) -> Source {
         "payment_succeeded".into(),
     );
     Source {
-        name: "s".into(),
+        name: SourceName::configured("s"),
         scheme,
         secrets: vec![Secret::new("x")],
         secrets_key: "sources[0].secrets".into(),

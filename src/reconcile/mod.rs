@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::config::Source;
-use crate::event::IncomingEvent;
+use crate::event::{IncomingEvent, SourceName};
 use crate::instance::Instance;
 use crate::provider_api::Api;
 pub use crate::provider_api::ApiError;
@@ -109,7 +109,7 @@ async fn pass_leased(
     lease: Option<&Lease<'_>>,
 ) -> Result<Counts, ReconcileError> {
     let unusable = |problem: String| ReconcileError::Unusable {
-        name: source.name.clone(),
+        name: source.name.to_string(),
         problem,
     };
     let lister = source.reconcile.lister.ok_or_else(|| {
@@ -131,7 +131,7 @@ async fn pass_leased(
         .base()
         .ok_or_else(|| unusable("no api_base".into()))?;
     let api_error = |error| ReconcileError::Api {
-        name: source.name.clone(),
+        name: source.name.to_string(),
         error,
     };
     let mut api =
@@ -247,7 +247,7 @@ impl Reconciler {
     /// Runs the passes as they fall due until shutdown; a reload's sources are
     /// taken up within `IDLE_CHECK`.
     pub async fn run_until_stopped(self, mut shutdown: Shutdown) {
-        let mut due: HashMap<String, Instant> = HashMap::new();
+        let mut due: HashMap<SourceName, Instant> = HashMap::new();
         loop {
             let settings = self.app.settings.now();
             let now = Instant::now();
