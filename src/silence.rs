@@ -103,7 +103,10 @@ pub fn silent_sources(settings: &Settings, silences: &[(String, f64)]) -> Vec<(S
                 .iter()
                 .find(|(name, _)| *name == source.name)
                 .map_or(0.0, |(_, since)| *since);
-            Some((source.name.to_string(), if since > within { 1.0 } else { 0.0 }))
+            Some((
+                source.name.to_string(),
+                if since > within { 1.0 } else { 0.0 },
+            ))
         })
         .collect()
 }

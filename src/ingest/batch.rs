@@ -10,7 +10,7 @@ use chrono::Utc;
 use deadpool_postgres::Object;
 use tracing::{Instrument, Span};
 
-use super::folded::FoldedMerge;
+use super::folded::ItemMerge;
 use super::{GroupCommit, Ingested, Job, first_write_for, forward_names};
 use crate::config::Settings;
 use crate::event::IncomingEvent;
@@ -59,7 +59,7 @@ pub(super) struct Prepared<'b> {
     plans: Vec<Vec<Step<'b>>>,
     /// `Some` when the batch folds into one statement: the merges of the items
     /// with a payment handler, in order.
-    folded: Option<Vec<FoldedMerge<'b>>>,
+    folded: Option<Vec<ItemMerge<'b>>>,
 }
 
 impl GroupCommit {

@@ -16,7 +16,7 @@ use crate::store::payments::PaymentUpdate;
 use crate::store::{self, StoreError};
 
 /// An item's payment merge and attempt, written by the statement that stores it.
-pub(super) struct FoldedMerge<'b> {
+pub(super) struct ItemMerge<'b> {
     /// The item's index in `Prepared::items`.
     at: usize,
     kind: &'b str,
@@ -31,7 +31,7 @@ impl GroupCommit {
         &self,
         items: &[BatchItem<'_>],
         plans: &[Vec<Step<'b>>],
-    ) -> Option<Vec<FoldedMerge<'b>>> {
+    ) -> Option<Vec<ItemMerge<'b>>> {
         let received_at = Utc::now();
         let mut runs = Vec::new();
         for (at, (item, plan)) in items.iter().zip(plans).enumerate() {
@@ -62,7 +62,7 @@ impl GroupCommit {
                 response: None,
             };
             let attempt = ledger::attempt_record(0, 1, &run, Some(&Standing::Done));
-            runs.push(FoldedMerge {
+            runs.push(ItemMerge {
                 at,
                 kind,
                 update,
@@ -80,12 +80,12 @@ impl GroupCommit {
         &self,
         client: &Object,
         prepared: &Prepared<'_>,
-        runs: &[FoldedMerge<'_>],
+        runs: &[ItemMerge<'_>],
         settings: &Settings,
     ) -> Result<Vec<Option<Recorded>>, Fallback> {
-        let folded: Vec<events::FoldedRun<'_>> = runs
+        let folded: Vec<events::MergeRow<'_>> = runs
             .iter()
-            .map(|run| events::FoldedRun {
+            .map(|run| events::MergeRow {
                 source: &prepared.items[run.at].event.source,
                 event_id: &prepared.items[run.at].event.event_id,
                 update: &run.update,
@@ -163,7 +163,7 @@ impl GroupCommit {
             }
             return Err(undone(error, prepared, &span));
         };
-        let merged_new: Vec<&FoldedMerge<'_>> = runs
+        let merged_new: Vec<&ItemMerge<'_>> = runs
             .iter()
             .filter(|run| matches!(decided[run.at], Some(Recorded::New { .. })))
             .collect();

@@ -10,9 +10,9 @@ use super::attempts::AttemptColumns;
 use super::batch::{BatchItem, EventColumns, decision, record_batch_sql, record_by_id_sql};
 use super::{AttemptRecord, Recorded};
 
-/// A new event's payment merge, run by the built-in handler of its kind, and
-/// the attempt that records the run.
-pub struct FoldedRun<'a> {
+/// A row of the folded statement: a new event's payment merge, run by the
+/// built-in handler of its kind, and the attempt that records the run.
+pub struct MergeRow<'a> {
     pub source: &'a str,
     pub event_id: &'a str,
     pub update: &'a PaymentUpdate,
@@ -20,7 +20,7 @@ pub struct FoldedRun<'a> {
 }
 
 /// `RECORD_BATCH`, and in the same statement the payment merges of the events
-/// it stores as new and their attempts: `runs`, a row per `FoldedRun` of an
+/// it stores as new and their attempts: `runs`, a row per `MergeRow` of an
 /// event stored as new (its source, the payment's columns, its event id, then
 /// its attempt's columns). Its parameters are `$?` (`sql::numbered!`), bound in
 /// the order they appear: the items' columns, the payments', the event ids,
@@ -63,14 +63,15 @@ pub struct FoldedStatement<'a> {
     attempts: AttemptColumns<'a>,
 }
 
-/// The folded statement, ready to send (`FoldedStatement::ready`).
-pub struct FoldedReady<'p> {
+/// The folded statement with its parameters bound, prepared, ready to send
+/// (`FoldedStatement::ready`).
+pub struct BoundFoldedStatement<'p> {
     items: &'p [BatchItem<'p>],
     statement: sql::Ready<'p>,
 }
 
 impl<'a> FoldedStatement<'a> {
-    pub fn from_runs(items: &'a [BatchItem<'a>], runs: &[FoldedRun<'a>]) -> Self {
+    pub fn from_runs(items: &'a [BatchItem<'a>], runs: &[MergeRow<'a>]) -> Self {
         let all: Vec<&BatchItem<'a>> = items.iter().collect();
         let updates: Vec<(&str, &PaymentUpdate)> =
             runs.iter().map(|r| (r.source, r.update)).collect();
@@ -84,22 +85,25 @@ impl<'a> FoldedStatement<'a> {
     }
 
     /// Prepared now (once per connection) when statements are prepared, so that
-    /// `FoldedReady::run` puts it on the wire when first polled: sent along with
+    /// `BoundFoldedStatement::run` puts it on the wire when first polled: sent along with
     /// a `COMMIT`, the statement is on the wire before it.
-    pub async fn ready(&self, client: &impl Session) -> Result<FoldedReady<'_>, StoreError> {
+    pub async fn ready(
+        &self,
+        client: &impl Session,
+    ) -> Result<BoundFoldedStatement<'_>, StoreError> {
         let mut params = Vec::new();
         params.extend(self.columns.params());
         params.extend(self.payments.params());
         params.push(sql::param(&self.event_ids));
         params.extend(self.attempts.params());
-        Ok(FoldedReady {
+        Ok(BoundFoldedStatement {
             items: self.items,
             statement: sql::ready(client, RECORD_FOLDED, params).await?,
         })
     }
 }
 
-impl FoldedReady<'_> {
+impl BoundFoldedStatement<'_> {
     /// Runs the statement: each item's decision, `None` for one the statement
     /// did not take (`decision`'s), to be decided on its own.
     pub async fn run(&self, client: &impl Session) -> Result<Vec<Option<Recorded>>, StoreError> {

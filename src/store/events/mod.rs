@@ -21,7 +21,7 @@ use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 pub use attempts::{APPEND_ATTEMPTS, AttemptRecord, HandlerRuns, append_attempts, handler_runs};
 pub use batch::{BatchItem, record_batch};
 pub use conflicts::{CONFLICTS_KEPT, record_conflict};
-pub use folded::{FoldedReady, FoldedRun, FoldedStatement};
+pub use folded::{BoundFoldedStatement, FoldedStatement, MergeRow};
 pub use record::{RECORD_BODY_DELIVERY, RECORD_DELIVERY, lost_id_race, record_delivery};
 pub(super) use retries::claimed;
 pub use retries::{
