@@ -171,7 +171,7 @@ struct Registered {
 }
 
 /// A kind's entry in the registry, as a plan reads it.
-pub struct Entry<'a> {
+pub(crate) struct Entry<'a> {
     /// The kind as registered.
     pub kind: &'a str,
     pub handler: &'a Arc<dyn Handler>,
@@ -213,7 +213,7 @@ impl Registry {
     }
 
     /// The kind as registered, with its handler.
-    pub fn entry(&self, kind: &str) -> Option<Entry<'_>> {
+    pub(crate) fn entry(&self, kind: &str) -> Option<Entry<'_>> {
         self.handlers
             .get_key_value(kind)
             .map(|(kind, registered)| Entry {
