@@ -137,8 +137,12 @@ impl Route {
 
 impl Gateway {
     /// The route a request is for: the exact path first, then the longest
-    /// prefix, of the routes with its method.
+    /// prefix, of the routes with its method. A path that could mean another
+    /// once resolved (see `plain_path`) is no route's.
     pub fn route_for(&self, method: &str, path: &str) -> Option<&Arc<Route>> {
+        if !plain_path(path) {
+            return None;
+        }
         self.routes
             .iter()
             .filter(|r| r.method.as_str() == method && r.path.matches(path))
@@ -148,6 +152,18 @@ impl Gateway {
     pub fn route(&self, name: &str) -> Option<&Arc<Route>> {
         self.routes.iter().find(|r| r.name() == name)
     }
+}
+
+/// Whether `path` means what it says: no segment that is `.` or `..` and no
+/// slash or backslash, once percent-decoded. The upstream URL is resolved (and
+/// most servers decode) after the route is chosen, so `/orders/../admin` or
+/// `/orders/%2e%2e/admin` would match `/orders/*` and reach `/admin` under
+/// another route's rules, or none.
+fn plain_path(path: &str) -> bool {
+    path.split('/').all(|segment| {
+        let decoded: Vec<u8> = percent_encoding::percent_decode_str(segment).collect();
+        decoded != b"." && decoded != b".." && !decoded.iter().any(|b| matches!(b, b'/' | b'\\'))
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -468,5 +484,25 @@ mod tests {
         assert_eq!(name("/orders/"), None);
         assert_eq!(name("/orders"), None);
         assert!(gateway.route_for("PUT", "/orders/1").is_none());
+    }
+
+    #[test]
+    fn a_path_that_resolves_elsewhere_is_no_routes() {
+        let text = "[[routes]]\nname = \"orders\"\npath = \"/orders/*\"\nupstream = \"http://a\"\n";
+        let gateway = read(text).expect("valid");
+        for path in [
+            "/orders/../admin",
+            "/orders/%2e%2e/admin",
+            "/orders/%2E./admin",
+            "/orders/./1",
+            "/orders/a%2f..%2fadmin",
+            "/orders/a%5c..%5cadmin",
+            "/orders/a\\b",
+        ] {
+            assert!(gateway.route_for("POST", path).is_none(), "{path}");
+        }
+        // Dots inside a segment are a name like any other.
+        assert!(gateway.route_for("POST", "/orders/v1.2...x").is_some());
+        assert!(gateway.route_for("POST", "/orders/%41").is_some());
     }
 }

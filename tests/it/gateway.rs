@@ -596,6 +596,53 @@ async fn requests_no_route_takes_are_404_no_route() {
     );
 }
 
+/// `target` sent as written (an HTTP client would resolve its dot segments
+/// first): the answer's status line and body.
+async fn raw_post(app: &TestApp, target: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let base = app.gateway_base.as_ref().expect("the gateway listens");
+    let addr = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!(
+        "POST {target} HTTP/1.1\r\nHost: {addr}\r\nIdempotency-Key: dots\r\n\
+         Authorization: {AUTH}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{ORDER}",
+        ORDER.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("request");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("answer");
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.lines().next().unwrap_or_default().to_string();
+    let body = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (status, body)
+}
+
+#[tokio::test]
+async fn a_path_whose_dot_segments_leave_the_route_is_404_and_never_sent() {
+    let upstream = Upstream::created().await;
+    let app = gateway(&route("orders", "/orders/*", &upstream.url, "")).await;
+    for target in [
+        "/orders/../admin/refund",
+        "/orders/%2e%2e/admin/refund",
+        "/orders/a%2F..%2Fadmin",
+        "/orders/./1",
+    ] {
+        let (status, body) = raw_post(&app, target).await;
+        assert!(status.contains(" 404 "), "{target}: {status}");
+        assert!(body.contains("no_route"), "{target}: {body}");
+    }
+    assert_eq!(upstream.calls(), 0);
+    // The same request on a plain path goes through.
+    let (status, _) = raw_post(&app, "/orders/7").await;
+    assert!(status.contains(" 201 "), "{status}");
+    assert_eq!(upstream.seen()[0].target, "/orders/7");
+}
+
 #[tokio::test]
 async fn hop_by_hop_headers_pass_neither_way_and_the_rest_pass_unchanged() {
     let upstream = Upstream::start(
