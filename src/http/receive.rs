@@ -210,10 +210,11 @@ async fn take_in(
 /// its body was found under another id).
 fn answer(answer: Answer, receipt: &Receipt) -> HttpResponse {
     let mut response = HttpResponse::Ok();
-    if receipt.replayed() {
+    if receipt.replayed() && answer != Answer::Nothing {
         response.insert_header(("Idempotent-Replayed", "true"));
     }
     let body = match (answer, receipt) {
+        (Answer::Nothing, _) => Vec::new(),
         (Answer::Fixed { content_type, body }, _) => {
             response.insert_header((CONTENT_TYPE, content_type));
             body.as_bytes().to_vec()

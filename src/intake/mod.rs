@@ -19,7 +19,7 @@ use crate::event::{EventError, IncomingEvent};
 use crate::ingest::{Ingested, Ingester};
 use crate::outbound::Certificates;
 use crate::provider_api::Api;
-use crate::providers::{self, SignatureRefusal};
+use crate::providers::{self, Answer, SignatureRefusal};
 use crate::signature::{Headers, SignatureError, Verified};
 use crate::store::events::{EventStatus, Recorded};
 use crate::store::{StoreError, bound_signatures};
@@ -254,7 +254,10 @@ impl Intake<'_> {
         {
             return Err(refused(SignatureError::Replayed).into());
         }
-        if events.len() != 1 {
+        // A request anyone can send is answered alike whatever it names
+        // (`Answer::Nothing`): an event conflicting with the one stored is kept
+        // beside it, as a several-event request's are, not refused.
+        if events.len() != 1 || provider.answer() == Answer::Nothing {
             return self.receive_several(events, verified).await;
         }
         let event = events.pop().ok_or(IntakeError::NoEvent)?;

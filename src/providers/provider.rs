@@ -388,4 +388,10 @@ pub enum Answer {
         content_type: &'static str,
         body: &'static str,
     },
+    /// An empty 200 that says nothing of the event, not even whether it was
+    /// seen before (no `Idempotent-Replayed`), and the same for an event that
+    /// conflicts with the one stored (kept beside it): for a request anyone can
+    /// send (Mollie's unsigned id), which must not tell which payments exist or
+    /// what state they are in.
+    Nothing,
 }

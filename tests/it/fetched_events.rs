@@ -289,13 +289,31 @@ fn payment(id: &str, status: &str, refunded: &str) -> Value {
     payment
 }
 
+/// Mollie's call for `id`: the status and the answer, which must be the
+/// same empty 200 whatever the API said (a prober learns nothing).
 async fn post_form(base: &str, id: &str) -> (u16, String) {
-    let form = format!("id={id}");
-    let headers = [(
-        "Content-Type".to_string(),
-        "application/x-www-form-urlencoded".to_string(),
-    )];
-    post(base, "mollie", &headers, form.as_bytes()).await
+    let response = reqwest::Client::new()
+        .post(format!("{base}/webhooks/mollie"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("id={id}"))
+        .send()
+        .await
+        .expect("post");
+    let status = response.status().as_u16();
+    if status == 200 {
+        assert!(
+            response.headers().get("idempotent-replayed").is_none(),
+            "{id}: a replay header tells a prober the id was seen"
+        );
+    }
+    let answer = response.text().await.expect("answer");
+    if status == 200 {
+        assert_eq!(
+            answer, "",
+            "{id}: the answer must say nothing of the payment"
+        );
+    }
+    (status, answer)
 }
 
 #[tokio::test]
@@ -403,6 +421,22 @@ async fn a_mollie_webhook_is_the_payment_fetched_for_its_id() {
             .get::<_, i64>(0),
         1
     );
+
+    // The same state read again with another body (Mollie's own fields moved
+    // on): answered alike, kept beside the stored event, never refused.
+    payments.lock().expect("payments")[1]["description"] = json!("Order 12345, edited");
+    let (status, _) = post_form(&hookd.base, "tr_m1paid").await;
+    assert_eq!(status, 200);
+    let kept: i64 = client
+        .query_one(
+            "SELECT count(*) FROM event_conflicts c JOIN webhook_events e \
+             ON e.id = c.webhook_event_id WHERE e.event_id = 'tr_m1paid:paid'",
+            &[],
+        )
+        .await
+        .expect("conflicts")
+        .get(0);
+    assert_eq!(kept, 1);
 
     // A refund: the next change is another event.
     payments.lock().expect("payments")[1] = payment("tr_m1paid", "paid", "4.00");

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::api::Fetch;
 use super::shape::IndexFields;
-use super::{Body, Capabilities, Missing, Provider, Simulator, body_member, non_empty};
+use super::{Answer, Body, Capabilities, Missing, Provider, Simulator, body_member, non_empty};
 use crate::domain::{PaymentFacts, PaymentKind};
 use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
 
@@ -89,6 +89,11 @@ impl Provider for Mollie {
 
     fn name(&self) -> &'static str {
         "mollie"
+    }
+
+    /// Anyone can post an id: the answer must not tell what the API said.
+    fn answer(&self) -> Answer {
+        Answer::Nothing
     }
 
     fn signed_header_names(&self) -> Vec<&str> {

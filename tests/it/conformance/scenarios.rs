@@ -65,6 +65,11 @@ async fn assert_answer(app: &TestApp, source: &str, fixture: &Fixture, answer: &
             assert_eq!(answer.text(), body, "{source} {name}");
             assert_eq!(answer.header("Content-Type"), Some(content_type));
         }
+        Expected::Nothing => {
+            assert_eq!(documented, "empty", "{source}: the book's answer");
+            assert_eq!(answer.text(), "", "{source} {name}");
+            assert_eq!(answer.header("Idempotent-Replayed"), None);
+        }
         Expected::Json => {
             assert_eq!(documented, "JSON", "{source}: the book's answer");
             let mut ids = app
@@ -340,6 +345,7 @@ pub async fn replay(source: &'static str) {
     let fresh = match provider_of(&app, source).answer() {
         Expected::Fixed { body, .. } => format!(" 200 {body}  new "),
         Expected::Json => " 200 accepted  new ".to_string(),
+        Expected::Nothing => " 200   new ".to_string(),
     };
     let fresh = fresh.as_str();
     let sent = run_replay(&app, &case, &[]).await;
