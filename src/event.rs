@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+pub use crate::words::{EventId, EventType, Kind, SourceName, WordError};
 pub use canonical::Fingerprints;
-pub use words::{EventId, EventType, Kind, SourceName};
 
 use crate::config::Source;
 use crate::domain::storable_id;
@@ -79,10 +79,8 @@ pub enum EventError {
     MissingId(String),
     #[error("no event type ({0})")]
     MissingType(String),
-    #[error("{0} is longer than 255 bytes")]
-    TooLong(&'static str),
-    #[error("{0} contains a NUL character")]
-    Nul(&'static str),
+    #[error(transparent)]
+    Word(#[from] WordError),
     #[error("{0}")]
     NoEvents(String),
     #[error(
@@ -270,4 +268,3 @@ fn remove_pointer(value: &mut Value, pointer: &str) {
 mod canonical;
 #[cfg(test)]
 mod tests;
-mod words;

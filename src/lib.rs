@@ -111,6 +111,8 @@ pub mod store;
 pub mod traces;
 #[doc(hidden)]
 pub mod version;
+#[doc(hidden)]
+pub mod words;
 
 pub use builder::Hookd;
 pub use handlers::{Event, Handler, HandlerError, Registry};

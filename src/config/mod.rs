@@ -29,10 +29,10 @@ pub use reconcile::{Credential, Lister, Reconcile};
 
 use crate::config_keys::Names;
 use crate::domain::PaymentKind;
-use crate::event::SourceName;
 use crate::providers;
 use crate::providers::{Scheme, Verifier};
 use crate::signature::Secret;
+use crate::words::SourceName;
 
 /// The admin tokens of the shipped `hookd.toml`.
 const DEVELOPMENT_TOKENS: [&str; 2] = [

@@ -11,10 +11,10 @@ use super::{
 };
 use crate::config_keys::{Problem, check_name, json_pointer, socket_address, unique_names};
 use crate::duration::Positive;
-use crate::event::SourceName;
 use crate::providers;
 use crate::providers::Scheme;
 use crate::signature::Secret;
+use crate::words::SourceName;
 
 /// The shortest `expect_events_within` a source may have.
 const MIN_SILENCE: Duration = Duration::from_secs(60);

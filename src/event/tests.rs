@@ -78,7 +78,7 @@ fn bad_bodies_are_explained() {
     let long = format!(r#"{{"id":"{}","type":"x"}}"#, "e".repeat(256));
     assert_eq!(
         parse(long.as_bytes()).err(),
-        Some(EventError::TooLong("event id"))
+        Some(EventError::Word(WordError::TooLong("event id")))
     );
 }
 
@@ -145,7 +145,10 @@ fn nul_characters_are_kept_in_the_body_and_fingerprint_and_replaced_in_the_jsonb
         std::borrow::Cow::Borrowed(_)
     ));
     let nul_id = IncomingEvent::parse(&s, &no_headers(), br#"{"id":"e\u0000","type":"x"}"#);
-    assert_eq!(nul_id.err(), Some(EventError::Nul("event id")));
+    assert_eq!(
+        nul_id.err(),
+        Some(EventError::Word(WordError::Nul("event id")))
+    );
 }
 
 #[test]

@@ -85,12 +85,15 @@ fn millis(d: Duration) -> i64 {
 /// The claim: one autocommitted statement (`try_claim`). Parameters: route,
 /// scope, key, fingerprint, operation id, claim id, method, target, lock (ms),
 /// retention (ms), whether resends are allowed. Public so that the gateway
-/// benchmark's pgbench baseline runs this very text.
+/// benchmark's pgbench baseline runs this very text. The lock runs from the
+/// statement's own time (`clock_timestamp()`), not its transaction's start: in
+/// a batch of key writes a statement may wait behind another's row, and the
+/// wait must not eat into the margin before a copy may take the key over.
 pub const CLAIM_KEY: &str = "INSERT INTO api_idempotency_keys AS k
      (route, scope, idempotency_key, fingerprint, state, operation_id, claim_id,
       request_method, request_target, locked_until, retention)
  VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, $7, $8,
-         now() + $9 * interval '1 millisecond', $10 * interval '1 millisecond')
+         clock_timestamp() + $9 * interval '1 millisecond', $10 * interval '1 millisecond')
  ON CONFLICT (route, scope, idempotency_key) DO UPDATE
      SET state = 'in_progress', claim_id = EXCLUDED.claim_id,
          locked_until = EXCLUDED.locked_until, retention = EXCLUDED.retention,

@@ -10,8 +10,16 @@ use std::fmt;
 use bytes::BytesMut;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
-use super::EventError;
 use crate::domain::MAX_ID_LEN;
+
+/// A word the store cannot hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WordError {
+    #[error("{0} is longer than 255 bytes")]
+    TooLong(&'static str),
+    #[error("{0} contains a NUL character")]
+    Nul(&'static str),
+}
 
 macro_rules! word {
     ($(#[$doc:meta])* $name:ident) => {
@@ -131,12 +139,12 @@ word!(
 );
 
 /// `value`, if `text` can hold it: `what` names it in the refusal.
-fn storable(value: String, what: &'static str) -> Result<String, EventError> {
+fn storable(value: String, what: &'static str) -> Result<String, WordError> {
     if value.len() > MAX_ID_LEN {
-        return Err(EventError::TooLong(what));
+        return Err(WordError::TooLong(what));
     }
     if value.contains('\0') {
-        return Err(EventError::Nul(what));
+        return Err(WordError::Nul(what));
     }
     Ok(value)
 }
@@ -144,7 +152,7 @@ fn storable(value: String, what: &'static str) -> Result<String, EventError> {
 impl EventId {
     /// A provider's event id, refused when the store cannot hold it (the same
     /// way on every resend).
-    pub fn parse(id: String) -> Result<Self, EventError> {
+    pub fn parse(id: String) -> Result<Self, WordError> {
         storable(id, "event id").map(EventId)
     }
 }
@@ -158,7 +166,7 @@ impl EventId {
 
 impl EventType {
     /// A provider's event type, refused when the store cannot hold it.
-    pub fn parse(event_type: String) -> Result<Self, EventError> {
+    pub fn parse(event_type: String) -> Result<Self, WordError> {
         storable(event_type, "event type").map(EventType)
     }
 }
@@ -189,12 +197,12 @@ mod tests {
         );
         assert_eq!(
             EventId::parse("x".repeat(256)),
-            Err(EventError::TooLong("event id"))
+            Err(WordError::TooLong("event id"))
         );
         assert!(EventId::parse("x".repeat(255)).is_ok());
         assert_eq!(
             EventType::parse("a\0b".into()),
-            Err(EventError::Nul("event type"))
+            Err(WordError::Nul("event type"))
         );
         let kind = Kind::configured("payment_succeeded");
         assert_eq!(kind, "payment_succeeded");
