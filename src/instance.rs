@@ -39,6 +39,9 @@ pub struct Instance {
     pub certificates: Arc<Certificates>,
     /// The gateway's key writes, committed in batches.
     pub key_writes: crate::gateway::KeyWrites,
+    /// Room for the API fetches unsigned deliveries ask for at receipt
+    /// (Mollie's), a permit each (see `intake::RECEIPT_FETCHES`).
+    pub receipt_fetches: Arc<tokio::sync::Semaphore>,
 }
 
 impl Instance {
@@ -48,6 +51,7 @@ impl Instance {
             pool: &self.pool,
             certificates: &self.certificates,
             ingester: &self.ingester,
+            receipt_fetches: &self.receipt_fetches,
         }
     }
 
@@ -91,6 +95,7 @@ impl Instance {
             migrations: &[],
             certificates: Arc::new(Certificates::new()),
             key_writes,
+            receipt_fetches: Arc::new(tokio::sync::Semaphore::new(crate::intake::RECEIPT_FETCHES)),
         }
     }
 

@@ -31,7 +31,15 @@ pub struct Intake<'a> {
     pub pool: &'a Pool,
     pub certificates: &'a Certificates,
     pub ingester: &'a Ingester,
+    pub receipt_fetches: &'a tokio::sync::Semaphore,
 }
+
+/// API fetches at receipt at once, at most, per instance. Anyone can post an
+/// id to a source that fetches (Mollie's), and each post would spend a call
+/// of the merchant's key: past this many at once a delivery is answered 503
+/// unfetched (the provider retries), so a flood neither exhausts the key's
+/// rate limit nor holds hookd's connections.
+pub const RECEIPT_FETCHES: usize = 8;
 
 /// A delivery as the route read it.
 pub struct Delivery<'a, H: Headers + ?Sized> {
@@ -242,7 +250,17 @@ impl Intake<'_> {
         }
         let body = match provider.receipt_fetch(&body) {
             None => body,
-            Some(named) => fetched(source, named).await?,
+            Some(named) => {
+                let Ok(_room) = self.receipt_fetches.try_acquire() else {
+                    log::warn!(
+                        "{}: {RECEIPT_FETCHES} API fetches for deliveries already under way; \
+                         answered 503 unfetched",
+                        source.name
+                    );
+                    return Err(IntakeError::Unfetched.into());
+                };
+                fetched(source, named).await?
+            }
         };
         let mut events = IncomingEvent::parse_all(source, headers, &body)?;
         if let (Some(signature), Some(event)) = (

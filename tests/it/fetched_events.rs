@@ -494,6 +494,53 @@ async fn a_mollie_webhook_is_the_payment_fetched_for_its_id() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 40)]
+async fn a_flood_of_mollie_ids_asks_the_api_at_most_8_at_once_and_the_rest_get_503() {
+    let db = TestDb::create().await;
+    // A slow API that counts the calls it is in at once (its handler blocks
+    // a worker of its own for each call).
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (counting, highest) = (now.clone(), most.clone());
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        let at_once = counting.fetch_add(1, Ordering::SeqCst) + 1;
+        highest.fetch_max(at_once, Ordering::SeqCst);
+        tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(400)));
+        counting.fetch_sub(1, Ordering::SeqCst);
+        let id = seen.target.trim_start_matches("/v2/payments/");
+        (200, vec![], payment(id, "paid", "").to_string())
+    })
+    .await;
+    let (hookd, _config) = serve_source(&api, &db, "mollie", "mollie", MOLLIE).await;
+    let posts: Vec<_> = (0..30)
+        .map(|n| {
+            let base = hookd.base.clone();
+            tokio::spawn(async move { post_form(&base, &format!("tr_flood{n}")).await.0 })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for post in posts {
+        statuses.push(post.await.expect("post"));
+    }
+    let (ok, busy) = (
+        statuses.iter().filter(|s| **s == 200).count(),
+        statuses.iter().filter(|s| **s == 503).count(),
+    );
+    assert_eq!(ok + busy, 30, "{statuses:?}");
+    assert!(
+        busy > 0 && ok >= 8,
+        "{statuses:?}, {} at once",
+        most.load(Ordering::SeqCst)
+    );
+    assert!(
+        most.load(Ordering::SeqCst) <= 8,
+        "{} at once",
+        most.load(Ordering::SeqCst)
+    );
+    assert_eq!(api.seen().len(), ok, "a 503 never asked the API");
+    // The flood over, the next call is fetched as usual.
+    assert_eq!(post_form(&hookd.base, "tr_afterflood").await.0, 200);
+}
+
 #[tokio::test]
 async fn a_mollie_source_without_api_key_stops_startup_in_one_line() {
     let out = crate::support::check_config(MOLLIE, &[]).await;
