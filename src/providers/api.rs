@@ -60,10 +60,10 @@ impl Fetch {
         prefix: &str,
         id: &str,
         headers: &'static [(&'static str, &'static str)],
-    ) -> Result<Fetch, String> {
+    ) -> Result<Fetch, super::FetchError> {
         let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
         if id.is_empty() || !id.chars().all(plain) {
-            return Err(format!("the id {id:?} cannot be asked for"));
+            return Err(super::FetchError::Unaskable(id.to_string()));
         }
         Ok(Fetch {
             path: format!("{prefix}{id}"),

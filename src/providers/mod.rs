@@ -15,6 +15,7 @@ mod adyen;
 pub mod api;
 mod braintree;
 mod checkout;
+pub mod errors;
 mod github;
 mod gocardless;
 mod hmac;
@@ -40,6 +41,7 @@ use crate::config_keys::{self as keys, Problem};
 use crate::domain::PaymentKind;
 use crate::signature::{Envelope, Headers, Keys, Secret, SignatureError, Signed, Verified};
 pub use api::Lister;
+pub use errors::{FactsError, FetchError, PayloadError, SecretError, SigningError};
 pub use hmac::{Encoding, GenericHmac, Locator};
 use provider::time_at;
 pub use provider::*;
@@ -200,7 +202,7 @@ impl Scheme {
         of(self).name()
     }
 
-    pub fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
+    pub fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, SecretError> {
         of(self).key_bytes(secret)
     }
 
@@ -280,7 +282,7 @@ pub fn sign(
     secret: &Secret,
     body: &[u8],
     envelope: &Envelope<'_>,
-) -> Result<Signed, String> {
+) -> Result<Signed, SigningError> {
     let provider = of(scheme);
     let key = provider.key_bytes(secret)?;
     let mut signed = provider.sign(&key, body, envelope)?;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::api;
+use super::errors::{FactsError, FetchError, PayloadError};
 use super::shape::{IndexFields, PaymentShape};
 use super::*;
 use crate::domain::PaymentKind;
@@ -102,7 +103,7 @@ pub trait Provider: KeyFormat + Simulator + Sync {
     /// key (what the API answers is the event, stored as delivered), and the
     /// payload stored, ignored, when the API does not know the id. The error:
     /// the request names nothing that can be asked for.
-    fn receipt_fetch(&self, _body: &[u8]) -> Option<Result<(api::Fetch, Value), String>> {
+    fn receipt_fetch(&self, _body: &[u8]) -> Option<Result<(api::Fetch, Value), FetchError>> {
         None
     }
 
@@ -111,7 +112,7 @@ pub trait Provider: KeyFormat + Simulator + Sync {
     /// with its `api_key` before they run; a failed fetch is a failed run.
     /// `None` when the payload is the event; the error says why it cannot be
     /// asked for.
-    fn event_fetch(&self, _payload: &Value) -> Option<Result<api::Fetch, String>> {
+    fn event_fetch(&self, _payload: &Value) -> Option<Result<api::Fetch, FetchError>> {
         None
     }
 
@@ -194,13 +195,13 @@ pub trait Provider: KeyFormat + Simulator + Sync {
     /// The JSON a verified body stands for: the body itself, unless the
     /// provider sends another format (Braintree's form of base64 XML). The
     /// error says why it cannot be read.
-    fn payload(&self, body: &[u8]) -> Result<Value, String> {
-        serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))
+    fn payload(&self, body: &[u8]) -> Result<Value, PayloadError> {
+        serde_json::from_slice(body).map_err(|e| PayloadError::NotJson(e.to_string()))
     }
 
     /// The events a verified request carries: the body itself, unless the
     /// provider sends several per request.
-    fn events(&self, _body: &[u8], payload: Value) -> Result<Vec<Item>, String> {
+    fn events(&self, _body: &[u8], payload: Value) -> Result<Vec<Item>, PayloadError> {
         Ok(vec![Item {
             payload,
             body: None,
@@ -245,7 +246,7 @@ pub trait Provider: KeyFormat + Simulator + Sync {
     }
 
     /// The payment facts of an event; the error is why it cannot be applied.
-    fn payment_facts(&self, payload: &Value) -> Result<crate::domain::PaymentFacts, String> {
+    fn payment_facts(&self, payload: &Value) -> Result<crate::domain::PaymentFacts, FactsError> {
         self.payment_shape().payment_facts(payload)
     }
 

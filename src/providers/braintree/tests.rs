@@ -256,8 +256,9 @@ fn what_cannot_be_written_as_braintree_xml_is_refused_when_signing() {
     ];
     for (body, reason) in cases {
         let bytes = serde_json::to_vec(&body).expect("json");
-        let error =
-            sign(&Scheme::Braintree, &Secret::new(KEYS), &bytes, &envelope).expect_err("refused");
+        let error = sign(&Scheme::Braintree, &Secret::new(KEYS), &bytes, &envelope)
+            .expect_err("refused")
+            .to_string();
         assert!(error.contains(reason), "{body}: {error}");
     }
 }
@@ -283,7 +284,10 @@ fn unreadable_payloads_say_why() {
         ),
     ];
     for (body, reason) in cases {
-        let error = Braintree.payload(body.as_bytes()).expect_err("unreadable");
+        let error = Braintree
+            .payload(body.as_bytes())
+            .expect_err("unreadable")
+            .to_string();
         assert!(error.contains(reason), "{body}: {error}");
     }
 }
@@ -456,7 +460,10 @@ fn unusable_payment_facts_say_why() {
         ),
     ];
     for (payload, reason) in cases {
-        let error = Braintree.payment_facts(&payload).expect_err("unusable");
+        let error = Braintree
+            .payment_facts(&payload)
+            .expect_err("unusable")
+            .to_string();
         assert!(error.contains(reason), "{payload}: {error}");
     }
 }

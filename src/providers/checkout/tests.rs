@@ -345,7 +345,11 @@ fn malformed_payment_data_says_why() {
         ),
     ];
     for (payload, reason) in cases {
-        assert_eq!(ANY.payment_facts(&payload), Err(reason.into()), "{payload}");
+        assert_eq!(
+            ANY.payment_facts(&payload).map_err(|e| e.to_string()),
+            Err(reason.into()),
+            "{payload}"
+        );
     }
 }
 

@@ -6,6 +6,7 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::errors::{Signing, SigningError};
 use super::hmac::HeaderHmac;
 use super::{
     Body, Capabilities, Encoding, Missing, Provider, Simulator, body_member, non_empty_str,
@@ -94,7 +95,7 @@ impl Provider for Github {
 impl Simulator for Github {
     /// GitHub names the event by its header; the body's `action`, if any, is
     /// appended when the event is parsed.
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
         let event_name = envelope
             .event_type
             .split_once('.')
@@ -111,12 +112,14 @@ impl Simulator for Github {
     }
 
     /// A delivery id derived from the body's content.
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
         Ok(uuid_from(&Sha256::digest(body.bytes)))
     }
 
-    fn signing_type(&self, _: &Body<'_>) -> Result<String, String> {
-        Err("GitHub events are named by their file name (push.json → push)".into())
+    fn signing_type(&self, _: &Body<'_>) -> Result<String, SigningError> {
+        Err(SigningError::NotInBody(
+            "GitHub events are named by their file name (push.json → push)",
+        ))
     }
 
     fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {

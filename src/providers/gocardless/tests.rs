@@ -251,7 +251,10 @@ fn each_event_of_a_request_is_its_own_with_its_id_and_type() {
     ] {
         let bytes = serde_json::to_vec(&body).expect("json");
         assert_eq!(
-            GoCardless.events(&bytes, body).map(|items| items.len()),
+            GoCardless
+                .events(&bytes, body)
+                .map(|items| items.len())
+                .map_err(|e| e.to_string()),
             Err(why.to_string())
         );
     }
@@ -356,7 +359,9 @@ fn payment_facts_name_the_payment_and_customer_and_no_amounts() {
     );
     let mandate = event("EV3", "mandates", "active", json!({"mandate": "MD1"}));
     assert_eq!(
-        GoCardless.payment_facts(&mandate),
+        GoCardless
+            .payment_facts(&mandate)
+            .map_err(|e| e.to_string()),
         Err("links.payment is missing".into())
     );
     let long = event(

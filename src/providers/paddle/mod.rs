@@ -15,9 +15,10 @@ use std::time::Duration;
 use rand::RngExt;
 use serde_json::Value;
 
+use super::errors::{FactsError, Signing, SigningError, each_storable};
 use super::shape::IndexFields;
 use super::{Body, Missing, Provider, Simulator, body_member, non_empty};
-use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, Refund, storable_id};
+use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
     parse_unix_seconds,
@@ -62,7 +63,7 @@ fn adjustment(payload: &Value) -> Option<Adjustment> {
 }
 
 /// A Paddle amount: a string of digits in minor units. Absent or null is none.
-fn amount(payload: &Value, pointer: &str) -> Result<Option<i64>, String> {
+fn amount(payload: &Value, pointer: &str) -> Result<Option<i64>, FactsError> {
     let path = || {
         format!(
             "data{}",
@@ -76,11 +77,13 @@ fn amount(payload: &Value, pointer: &str) -> Result<Option<i64>, String> {
         {
             text.parse::<i64>()
                 .map(Some)
-                .map_err(|_| format!("{} {text:?} is too large to store", path()))
+                .map_err(|_| FactsError::invalid(path(), format!("{text:?} is too large to store")))
         }
-        Some(other) => Err(format!(
-            "{} is {other}, not an amount in minor units (a string of digits, as Paddle sends)",
-            path()
+        Some(other) => Err(FactsError::invalid(
+            path(),
+            format!(
+                "is {other}, not an amount in minor units (a string of digits, as Paddle sends)"
+            ),
         )),
     }
 }
@@ -195,18 +198,20 @@ impl Provider for Paddle {
     /// `grand_total`; an adjustment names it by `data.transaction_id`, and an
     /// approved refund states itself (its id and `totals.total`), never the
     /// payment's amount.
-    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, FactsError> {
         let kind = adjustment(payload);
         let (pointer, field) = match kind {
             Some(_) => ("/data/transaction_id", "data.transaction_id"),
             None => ("/data/id", "data.id"),
         };
-        let payment_id = text_at(payload, pointer).ok_or_else(|| format!("{field} is missing"))?;
+        let payment_id =
+            text_at(payload, pointer).ok_or_else(|| FactsError::Missing(field.into()))?;
         let refund = match kind {
             Some(Adjustment::ApprovedRefund) => Some(Refund {
-                id: text_at(payload, "/data/id").ok_or("data.id is missing")?,
+                id: text_at(payload, "/data/id")
+                    .ok_or_else(|| FactsError::Missing("data.id".into()))?,
                 amount: amount(payload, "/data/totals/total")?
-                    .ok_or("data.totals.total is missing")?,
+                    .ok_or_else(|| FactsError::Missing("data.totals.total".into()))?,
             }),
             _ => None,
         };
@@ -221,20 +226,7 @@ impl Provider for Paddle {
             customer_id: text_at(payload, "/data/customer_id"),
             refund,
         };
-        let texts = [
-            ("payment id", Some(&facts.payment_id)),
-            ("currency", facts.currency.as_ref()),
-            ("customer id", facts.customer_id.as_ref()),
-            ("refund id", facts.refund.as_ref().map(|r| &r.id)),
-        ];
-        for (what, text) in texts {
-            if text.is_some_and(|t| !storable_id(t)) {
-                return Err(format!(
-                    "the {what} is longer than {MAX_ID_LEN} bytes or contains a NUL character"
-                ));
-            }
-        }
-        Ok(facts)
+        each_storable(facts)
     }
 
     fn index_fields(&self, payload: &Value) -> IndexFields {
@@ -253,7 +245,7 @@ impl Provider for Paddle {
 }
 
 impl Simulator for Paddle {
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
         let ts = envelope.timestamp.to_string();
         let tag = hmac_sha256(key, &[ts.as_bytes(), b":", body]);
         Ok(Signed::headers(vec![(
@@ -279,14 +271,14 @@ impl Simulator for Paddle {
         Secret::new(format!("pdl_ntfset_{setting}_{key}"))
     }
 
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
         body.text("event_id")
-            .ok_or_else(|| "a Paddle body needs an \"event_id\"".into())
+            .ok_or(SigningError::needs("a Paddle body", "an \"event_id\""))
     }
 
-    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
         body.text("event_type")
-            .ok_or_else(|| "a Paddle body needs an \"event_type\"".into())
+            .ok_or(SigningError::needs("a Paddle body", "an \"event_type\""))
     }
 
     /// `evt_` and 26 lowercase hex digits, in the body's `event_id`.

@@ -320,7 +320,7 @@ fn malformed_entities_say_why() {
     ];
     for (payload, reason) in cases {
         assert_eq!(
-            Razorpay.payment_facts(&payload),
+            Razorpay.payment_facts(&payload).map_err(|e| e.to_string()),
             Err(reason.into()),
             "{payload}"
         );

@@ -17,6 +17,7 @@ use rand::RngExt;
 use serde_json::Value;
 
 use super::api::Fetch;
+use super::errors::{FetchError, Signing, SigningError};
 use super::shape::PaymentShape;
 use super::{Body, Missing, Provider, Simulator, body_member, kind_table};
 use crate::domain::PaymentKind;
@@ -139,7 +140,7 @@ impl Provider for Stripe {
         kind_table(&EVENT_TYPES)
     }
 
-    fn event_fetch(&self, payload: &Value) -> Option<Result<Fetch, String>> {
+    fn event_fetch(&self, payload: &Value) -> Option<Result<Fetch, FetchError>> {
         if !thin(payload) {
             return None;
         }
@@ -169,7 +170,7 @@ impl Provider for Stripe {
 }
 
 impl Simulator for Stripe {
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
         let t = envelope.timestamp.to_string();
         let tag = hmac_sha256(key, &[t.as_bytes(), b".", body]);
         Ok(Signed::headers(vec![(
@@ -188,9 +189,9 @@ impl Simulator for Stripe {
         Secret::new(format!("whsec_{tail}"))
     }
 
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
         body.text("id")
-            .ok_or_else(|| "a Stripe body needs an \"id\"".into())
+            .ok_or(SigningError::needs("a Stripe body", "an \"id\""))
     }
 
     fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {
