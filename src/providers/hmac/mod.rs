@@ -16,7 +16,9 @@ use crate::signature::{
 };
 
 mod header;
+mod timed;
 pub(super) use header::HeaderHmac;
+pub(super) use timed::{Refusals, TimedTags};
 
 /// Settings of the generic `hmac` scheme.
 #[derive(Debug, Clone, PartialEq, Eq)]

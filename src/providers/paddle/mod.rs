@@ -16,15 +16,31 @@ use rand::RngExt;
 use serde_json::Value;
 
 use super::errors::{FactsError, Signing, SigningError, each_storable};
+use super::hmac::{Refusals, TimedTags};
 use super::shape::IndexFields;
 use super::{Body, Missing, Provider, Simulator, body_member, non_empty};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
-    parse_unix_seconds,
+    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
 };
 
 const HEADER: &str = "Paddle-Signature";
+/// `ts=T;h1=HEX[;h1=HEX…]`, white space around each key and value taken off.
+const SIGNED: TimedTags = TimedTags {
+    header: HEADER,
+    separator: ';',
+    lenient: true,
+    timestamp: "ts",
+    tag: "h1",
+    joiner: ":",
+    refusals: Refusals {
+        unpaired: "expected key=value parts separated by ;",
+        two_timestamps: "more than one ts",
+        not_hex: "h1 is not hex",
+        no_timestamp: "no ts=",
+        no_tag: "no h1 signature",
+    },
+};
 
 pub struct Paddle;
 
@@ -130,38 +146,7 @@ impl Provider for Paddle {
         body: &[u8],
         now: i64,
     ) -> Result<Verified, SignatureError> {
-        let value = headers
-            .header(HEADER)
-            .ok_or_else(|| SignatureError::Missing(HEADER.to_string()))?;
-        let mut timestamp = None;
-        let mut candidates = Vec::new();
-        for part in value.split(';').filter(|p| !p.trim().is_empty()) {
-            let Some((key, val)) = part.split_once('=') else {
-                return Err(SignatureError::malformed(
-                    HEADER,
-                    "expected key=value parts separated by ;",
-                ));
-            };
-            match key.trim() {
-                "ts" if timestamp.is_none() => timestamp = Some(val.trim()),
-                "ts" => return Err(SignatureError::malformed(HEADER, "more than one ts")),
-                "h1" => {
-                    let tag = hex::decode(val.trim())
-                        .map_err(|_| SignatureError::malformed(HEADER, "h1 is not hex"))?;
-                    candidates.push(tag);
-                }
-                _ => {}
-            }
-        }
-        let timestamp_text =
-            timestamp.ok_or_else(|| SignatureError::malformed(HEADER, "no ts="))?;
-        if candidates.is_empty() {
-            return Err(SignatureError::malformed(HEADER, "no h1 signature"));
-        }
-        let timestamp = parse_unix_seconds(HEADER, timestamp_text)?;
-        let verified = keys.find_signer(&[timestamp_text.as_bytes(), b":", body], &candidates)?;
-        keys.check_timestamp(timestamp, now)?;
-        Ok(verified)
+        SIGNED.verify(keys, headers, body, now)
     }
 
     /// Paddle's SDKs allow 5 seconds.
@@ -246,11 +231,10 @@ impl Provider for Paddle {
 
 impl Simulator for Paddle {
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
-        let ts = envelope.timestamp.to_string();
-        let tag = hmac_sha256(key, &[ts.as_bytes(), b":", body]);
-        Ok(Signed::headers(vec![(
-            HEADER.to_string(),
-            format!("ts={ts};h1={}", hex::encode(tag)),
+        Ok(Signed::headers(vec![SIGNED.sign(
+            key,
+            body,
+            envelope.timestamp,
         )]))
     }
 

@@ -18,15 +18,31 @@ use serde_json::Value;
 
 use super::api::Fetch;
 use super::errors::{FetchError, Signing, SigningError};
+use super::hmac::{Refusals, TimedTags};
 use super::shape::PaymentShape;
 use super::{Body, Missing, Provider, Simulator, body_member, kind_table};
 use crate::domain::PaymentKind;
 use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
-    parse_unix_seconds,
+    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
 };
 
 const HEADER: &str = "Stripe-Signature";
+/// `t=T,v1=HEX[,v1=HEX…]`, each part trimmed.
+const SIGNED: TimedTags = TimedTags {
+    header: HEADER,
+    separator: ',',
+    lenient: false,
+    timestamp: "t",
+    tag: "v1",
+    joiner: ".",
+    refusals: Refusals {
+        unpaired: "expected key=value pairs",
+        two_timestamps: "more than one timestamp",
+        not_hex: "v1 is not hex",
+        no_timestamp: "no t=",
+        no_tag: "no v1 signature",
+    },
+};
 /// The `object` of a thin event.
 const THIN: &str = "v2.core.event";
 /// Where a thin event's event is read, and the API version `/v2` asks for.
@@ -97,37 +113,7 @@ impl Provider for Stripe {
         body: &[u8],
         now: i64,
     ) -> Result<Verified, SignatureError> {
-        let value = headers
-            .header(HEADER)
-            .ok_or_else(|| SignatureError::Missing(HEADER.to_string()))?;
-        let mut timestamp = None;
-        let mut candidates = Vec::new();
-        for item in value.split(',') {
-            let Some((key, val)) = item.trim().split_once('=') else {
-                return Err(SignatureError::malformed(
-                    HEADER,
-                    "expected key=value pairs",
-                ));
-            };
-            match key {
-                "t" if timestamp.is_none() => timestamp = Some(val),
-                "t" => return Err(SignatureError::malformed(HEADER, "more than one timestamp")),
-                "v1" => {
-                    let tag = hex::decode(val)
-                        .map_err(|_| SignatureError::malformed(HEADER, "v1 is not hex"))?;
-                    candidates.push(tag);
-                }
-                _ => {}
-            }
-        }
-        let timestamp_text = timestamp.ok_or_else(|| SignatureError::malformed(HEADER, "no t="))?;
-        if candidates.is_empty() {
-            return Err(SignatureError::malformed(HEADER, "no v1 signature"));
-        }
-        let timestamp = parse_unix_seconds(HEADER, timestamp_text)?;
-        let verified = keys.find_signer(&[timestamp_text.as_bytes(), b".", body], &candidates)?;
-        keys.check_timestamp(timestamp, now)?;
-        Ok(verified)
+        SIGNED.verify(keys, headers, body, now)
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
@@ -171,11 +157,10 @@ impl Provider for Stripe {
 
 impl Simulator for Stripe {
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
-        let t = envelope.timestamp.to_string();
-        let tag = hmac_sha256(key, &[t.as_bytes(), b".", body]);
-        Ok(Signed::headers(vec![(
-            HEADER.to_string(),
-            format!("t={t},v1={}", hex::encode(tag)),
+        Ok(Signed::headers(vec![SIGNED.sign(
+            key,
+            body,
+            envelope.timestamp,
         )]))
     }
 
