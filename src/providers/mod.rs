@@ -369,6 +369,35 @@ fn body_member(payload: &Value, field: &str) -> Option<String> {
     non_empty(payload.get(field))
 }
 
+/// The event id at the body's top-level `field`, or that it is missing.
+fn id_in_body(payload: &Value, field: &str) -> Result<String, Missing> {
+    body_member(payload, field).ok_or_else(|| Missing::Id(format!("body.{field}")))
+}
+
+/// The event type at the body's top-level `field`, or that it is missing.
+fn type_in_body(payload: &Value, field: &str) -> Result<String, Missing> {
+    body_member(payload, field).ok_or_else(|| Missing::Type(format!("body.{field}")))
+}
+
+/// The id and type of a body that carries both as top-level members.
+fn body_identity(payload: &Value, id: &str, ty: &str) -> Result<(String, String), Missing> {
+    Ok((id_in_body(payload, id)?, type_in_body(payload, ty)?))
+}
+
+/// The event id in the header `name` (beside the signed body).
+fn id_in_header(headers: &dyn Headers, name: &str) -> Result<String, Missing> {
+    header_member(headers, name).ok_or_else(|| Missing::Id(format!("{name} header")))
+}
+
+/// The event type in the header `name`.
+fn type_in_header(headers: &dyn Headers, name: &str) -> Result<String, Missing> {
+    header_member(headers, name).ok_or_else(|| Missing::Type(format!("{name} header")))
+}
+
+fn header_member(headers: &dyn Headers, name: &str) -> Option<String> {
+    headers.header(name).and_then(non_empty_str)
+}
+
 /// A value located in a delivery, for the generic scheme.
 fn locate(locator: &Locator, headers: &dyn Headers, payload: &Value) -> Option<String> {
     match locator {

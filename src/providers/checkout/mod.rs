@@ -15,7 +15,7 @@ use subtle::ConstantTimeEq;
 use super::errors::{FactsError, Signing, SigningError, minor_amount, storable};
 use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
-use super::{Body, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty};
+use super::{Body, Missing, Provider, Scheme, Simulator, body_identity, kind_table, non_empty};
 use crate::config_keys::{self as keys, Problem};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::signature::{
@@ -170,9 +170,7 @@ impl Provider for Checkout {
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
-        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
-        Ok((id, ty))
+        body_identity(payload, "id", "type")
     }
 
     /// The event's `created_on`.

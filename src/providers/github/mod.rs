@@ -9,8 +9,8 @@ use sha2::{Digest, Sha256};
 use super::errors::{Signing, SigningError};
 use super::hmac::HeaderHmac;
 use super::{
-    Body, Capabilities, Encoding, Missing, Provider, Simulator, body_member, non_empty_str,
-    uuid_from,
+    Body, Capabilities, Encoding, Missing, Provider, Simulator, body_member, id_in_header,
+    type_in_header, uuid_from,
 };
 use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
 
@@ -76,14 +76,8 @@ impl Provider for Github {
         headers: &dyn Headers,
         payload: &Value,
     ) -> Result<(String, String), Missing> {
-        let id = headers
-            .header(GITHUB_DELIVERY)
-            .and_then(non_empty_str)
-            .ok_or_else(|| Missing::Id(format!("{GITHUB_DELIVERY} header")))?;
-        let name = headers
-            .header(GITHUB_EVENT)
-            .and_then(non_empty_str)
-            .ok_or_else(|| Missing::Type(format!("{GITHUB_EVENT} header")))?;
+        let id = id_in_header(headers, GITHUB_DELIVERY)?;
+        let name = type_in_header(headers, GITHUB_EVENT)?;
         let ty = match body_member(payload, "action") {
             Some(action) => format!("{name}.{action}"),
             None => name,

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::api::Fetch;
 use super::errors::{FactsError, FetchError, Signing, SigningError, storable};
 use super::shape::IndexFields;
-use super::{Body, Capabilities, Missing, Provider, Simulator, body_member, non_empty};
+use super::{Body, Capabilities, Missing, Provider, Simulator, body_member, id_in_body, non_empty};
 use crate::domain::{PaymentFacts, PaymentKind};
 use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
 
@@ -122,7 +122,7 @@ impl Provider for Mollie {
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
+        let id = id_in_body(payload, "id")?;
         let status = status(payload).ok_or_else(|| Missing::Type("body.status".into()))?;
         let mut event_id = format!("{id}:{status}");
         for (field, name) in [

@@ -18,7 +18,7 @@ use serde_json::Value;
 use super::errors::{FactsError, Signing, SigningError, each_storable};
 use super::hmac::{Refusals, TimedTags};
 use super::shape::IndexFields;
-use super::{Body, Missing, Provider, Simulator, body_member, non_empty};
+use super::{Body, Missing, Provider, Simulator, body_identity, non_empty};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
@@ -155,11 +155,7 @@ impl Provider for Paddle {
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id =
-            body_member(payload, "event_id").ok_or_else(|| Missing::Id("body.event_id".into()))?;
-        let ty = body_member(payload, "event_type")
-            .ok_or_else(|| Missing::Type("body.event_type".into()))?;
-        Ok((id, ty))
+        body_identity(payload, "event_id", "event_type")
     }
 
     fn default_event_types(&self) -> HashMap<String, String> {

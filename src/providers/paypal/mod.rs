@@ -27,7 +27,7 @@ use serde_json::Value;
 use super::errors::{FactsError, Signing, SigningError, storable};
 use super::shape::IndexFields;
 use super::{
-    Body, Capabilities, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty,
+    Body, Capabilities, Missing, Provider, Scheme, Simulator, body_identity, kind_table, non_empty,
     uuid_from,
 };
 use crate::config_keys::{self as keys, Problem};
@@ -521,10 +521,7 @@ impl Provider for PayPal {
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
-        let ty = body_member(payload, "event_type")
-            .ok_or_else(|| Missing::Type("body.event_type".into()))?;
-        Ok((id, ty))
+        body_identity(payload, "id", "event_type")
     }
 
     fn default_event_types(&self) -> HashMap<String, String> {

@@ -13,8 +13,8 @@ use super::errors::{FactsError, Signing, SigningError, minor_amount, storable};
 use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{
-    Body, Capabilities, Missing, Provider, Simulator, body_member, kind_table, non_empty,
-    non_empty_str,
+    Body, Capabilities, Missing, Provider, Simulator, id_in_header, kind_table, non_empty,
+    type_in_body,
 };
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
 use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
@@ -114,12 +114,10 @@ impl Provider for Razorpay {
         headers: &dyn Headers,
         payload: &Value,
     ) -> Result<(String, String), Missing> {
-        let id = headers
-            .header(EVENT_ID)
-            .and_then(non_empty_str)
-            .ok_or_else(|| Missing::Id(format!("{EVENT_ID} header")))?;
-        let ty = body_member(payload, "event").ok_or_else(|| Missing::Type("body.event".into()))?;
-        Ok((id, ty))
+        Ok((
+            id_in_header(headers, EVENT_ID)?,
+            type_in_body(payload, "event")?,
+        ))
     }
 
     /// The event's `created_at` (Unix seconds).

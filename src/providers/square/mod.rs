@@ -20,7 +20,7 @@ use super::errors::{FactsError, SecretError, Signing, SigningError, minor_amount
 use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{
-    Body, Encoding, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty,
+    Body, Encoding, Missing, Provider, Scheme, Simulator, body_identity, kind_table, non_empty,
     uuid_from,
 };
 use crate::config_keys::{self as keys, Problem};
@@ -164,10 +164,7 @@ impl Provider for Square {
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id =
-            body_member(payload, "event_id").ok_or_else(|| Missing::Id("body.event_id".into()))?;
-        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
-        Ok((id, ty))
+        body_identity(payload, "event_id", "type")
     }
 
     /// The event's `created_at`.

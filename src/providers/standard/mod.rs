@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::Value;
 
 use super::errors::{SecretError, Signing, SigningError};
-use super::{Body, Missing, Provider, Simulator, body_member, non_empty_str};
+use super::{Body, Missing, Provider, Simulator, non_empty_str, type_in_body};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
     parse_unix_seconds,
@@ -131,7 +131,7 @@ impl Provider for Standard {
         let id = event_id(headers)
             .and_then(non_empty_str)
             .ok_or_else(|| Missing::Id("webhook-id header".into()))?;
-        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
+        let ty = type_in_body(payload, "type")?;
         Ok((id, ty))
     }
 }

@@ -20,7 +20,7 @@ use super::api::Fetch;
 use super::errors::{FetchError, Signing, SigningError};
 use super::hmac::{Refusals, TimedTags};
 use super::shape::PaymentShape;
-use super::{Body, Missing, Provider, Simulator, body_member, kind_table};
+use super::{Body, Missing, Provider, Simulator, body_identity, kind_table};
 use crate::domain::PaymentKind;
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
@@ -117,9 +117,7 @@ impl Provider for Stripe {
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
-        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
-        Ok((id, ty))
+        body_identity(payload, "id", "type")
     }
 
     fn default_event_types(&self) -> HashMap<String, String> {
