@@ -409,6 +409,8 @@ fn locate(locator: &Locator, headers: &dyn Headers, payload: &Value) -> Option<S
 #[cfg(test)]
 mod signing_tests;
 #[cfg(test)]
+mod test_kit;
+#[cfg(test)]
 mod tests;
 
 /// Owned JSON pointers.

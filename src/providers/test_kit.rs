@@ -1,0 +1,73 @@
+//! What the providers' unit tests share: checking a delivery as a source
+//! does, what hookd sends when it signs as a provider, and the known answers
+//! of a provider's own SDK (`tests/vectors/`).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::{Scheme, Verifier, sign};
+use crate::signature::{Envelope, Headers, Secret, SignatureError, Signed, Verified};
+
+/// Secrets as a source lists them.
+pub fn secrets(values: &[&str]) -> Vec<Secret> {
+    values.iter().map(|s| Secret::new(*s)).collect()
+}
+
+/// A source of `scheme` holding `secrets`, with five minutes' tolerance.
+pub fn verifier<'a>(scheme: &'a Scheme, secrets: &'a [Secret]) -> Verifier<'a> {
+    Verifier {
+        scheme,
+        secrets,
+        tolerance: Duration::from_secs(300),
+    }
+}
+
+/// Checks a delivery's signature as a source of `scheme` holding `secrets`
+/// does at `now` (Unix seconds).
+pub fn verify(
+    scheme: &Scheme,
+    secrets: &[&str],
+    headers: &[(String, String)],
+    body: &[u8],
+    now: i64,
+) -> Result<Verified, SignatureError> {
+    verifier(scheme, &self::secrets(secrets)).verify(headers, body, now)
+}
+
+/// What hookd sends with `body` as `scheme`'s provider, signed with `secret`,
+/// for the event `event_id` of `event_type` at `timestamp`.
+pub fn signed(
+    scheme: &Scheme,
+    secret: &str,
+    body: &[u8],
+    (event_id, event_type): (&str, &str),
+    timestamp: i64,
+) -> Signed {
+    let envelope = Envelope {
+        event_id,
+        event_type,
+        timestamp,
+    };
+    sign(scheme, &Secret::new(secret), body, &envelope).expect("sign")
+}
+
+/// The value of the header `name` among `headers`.
+pub fn header(headers: &[(String, String)], name: &str) -> String {
+    headers.header(name).expect("header").to_string()
+}
+
+/// A provider SDK's known answers: the cases its docs cover, and the quirks
+/// (inputs outside them) hookd decides for itself.
+#[derive(Deserialize)]
+pub struct Vectors<C> {
+    pub cases: Vec<C>,
+    #[serde(default = "Vec::new")]
+    pub quirks: Vec<C>,
+}
+
+/// The known answers in `json` (a file of `tests/vectors/`).
+pub fn vectors<C: DeserializeOwned>(json: &str) -> Vectors<C> {
+    serde_json::from_str(json).expect("vectors")
+}
