@@ -157,6 +157,12 @@ pub enum SigningError {
         body: &'static str,
         what: &'static str,
     },
+    /// `body` lacks the top-level string member `field`.
+    #[error("{body} needs {} {field:?}", article(.field))]
+    NeedsMember {
+        body: &'static str,
+        field: &'static str,
+    },
     /// The body has nothing at the pointer a source names.
     #[error("the body has no {0}")]
     NoPointer(String),
@@ -172,6 +178,14 @@ pub enum SigningError {
     /// The body cannot be written as the provider sends it.
     #[error("{0}")]
     Unwritable(String),
+}
+
+/// The article before a word.
+fn article(word: &str) -> &'static str {
+    match word.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        true => "an",
+        false => "a",
+    }
 }
 
 /// What signing as a provider gives, or why it cannot.
@@ -191,7 +205,23 @@ mod tests {
 
     #[test]
     fn each_error_says_itself_as_it_always_did() {
-        let cases: [(String, &str); 10] = [
+        let cases: [(String, &str); 12] = [
+            (
+                SigningError::NeedsMember {
+                    body: "a Stripe body",
+                    field: "id",
+                }
+                .to_string(),
+                "a Stripe body needs an \"id\"",
+            ),
+            (
+                SigningError::NeedsMember {
+                    body: "the body",
+                    field: "type",
+                }
+                .to_string(),
+                "the body needs a \"type\"",
+            ),
             (
                 PayloadError::NotEncoded {
                     field: "bt_payload",

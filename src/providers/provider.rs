@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::api;
-use super::errors::{FactsError, FetchError, PayloadError};
+use super::errors::{FactsError, FetchError, PayloadError, SigningError};
 use super::shape::{IndexFields, PaymentShape};
 use super::*;
 use crate::domain::PaymentKind;
@@ -344,6 +344,13 @@ impl Body<'_> {
             .get(field)
             .and_then(Value::as_str)
             .map(String::from)
+    }
+
+    /// A top-level string member, or that `body` (as messages name it: "a
+    /// Stripe body") needs it.
+    pub fn member(&self, field: &'static str, body: &'static str) -> Result<String, SigningError> {
+        self.text(field)
+            .ok_or(SigningError::NeedsMember { body, field })
     }
 
     /// A string or number at a JSON pointer.

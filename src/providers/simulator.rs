@@ -33,8 +33,7 @@ pub trait Simulator {
 
     /// The type the provider would send with `body` when the caller names none.
     fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
-        body.text("type")
-            .ok_or(SigningError::needs("the body", "a \"type\""))
+        body.member("type", "the body")
     }
 
     /// A fresh event id for `--new-ids` from random bytes, and the JSON pointer of

@@ -440,8 +440,7 @@ impl Simulator for Braintree {
     }
 
     fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
-        body.text("kind")
-            .ok_or(SigningError::needs("a Braintree body", "a \"kind\""))
+        body.member("kind", "a Braintree body")
     }
 
     /// A fresh id for the subject: the notification's own id is derived from it.

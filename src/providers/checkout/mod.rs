@@ -239,8 +239,7 @@ impl Simulator for Checkout {
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
-        body.text("id")
-            .ok_or(SigningError::needs("a Checkout.com body", "an \"id\""))
+        body.member("id", "a Checkout.com body")
     }
 
     /// `evt_` and 26 lowercase hex digits, in the body's `id`.

@@ -239,9 +239,7 @@ impl Simulator for GenericHmac {
             Locator::Pointer(p) => body
                 .pointer(p)
                 .ok_or_else(|| SigningError::NoPointer(p.clone())),
-            Locator::Header(_) => body
-                .text("type")
-                .ok_or(SigningError::needs("the body", "a \"type\"")),
+            Locator::Header(_) => body.member("type", "the body"),
         }
     }
 

@@ -23,6 +23,8 @@ use crate::domain::{PaymentFacts, PaymentKind};
 use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
 
 const FORM: &str = "application/x-www-form-urlencoded";
+/// A body to sign, as messages name it.
+const BODY: &str = "a Mollie body";
 const PAYMENTS: &str = "/v2/payments/";
 /// The status an id the API does not know is stored with.
 const UNKNOWN: &str = "unknown";
@@ -209,7 +211,10 @@ impl Simulator for Mollie {
         let id = payment
             .get("id")
             .and_then(Value::as_str)
-            .ok_or(SigningError::needs("a Mollie body", "an \"id\""))?;
+            .ok_or(SigningError::NeedsMember {
+                body: BODY,
+                field: "id",
+            })?;
         let form = form_urlencoded::Serializer::new(String::new())
             .append_pair("id", id)
             .finish();
@@ -222,9 +227,7 @@ impl Simulator for Mollie {
     fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
         match self.identity(&Vec::<(String, String)>::new(), body.value) {
             Ok((id, _)) => Ok(id),
-            Err(_) => body
-                .text("id")
-                .ok_or(SigningError::needs("a Mollie body", "an \"id\"")),
+            Err(_) => body.member("id", BODY),
         }
     }
 

@@ -252,13 +252,11 @@ impl Simulator for Paddle {
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
-        body.text("event_id")
-            .ok_or(SigningError::needs("a Paddle body", "an \"event_id\""))
+        body.member("event_id", "a Paddle body")
     }
 
     fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
-        body.text("event_type")
-            .ok_or(SigningError::needs("a Paddle body", "an \"event_type\""))
+        body.member("event_type", "a Paddle body")
     }
 
     /// `evt_` and 26 lowercase hex digits, in the body's `event_id`.

@@ -645,13 +645,11 @@ impl Simulator for PayPal {
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
-        body.text("id")
-            .ok_or(SigningError::needs("a PayPal body", "an \"id\""))
+        body.member("id", "a PayPal body")
     }
 
     fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
-        body.text("event_type")
-            .ok_or(SigningError::needs("a PayPal body", "an \"event_type\""))
+        body.member("event_type", "a PayPal body")
     }
 
     /// `WH-` and 24 upper-case hex digits, as PayPal's event ids look.

@@ -192,8 +192,7 @@ impl Simulator for Razorpay {
     }
 
     fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
-        body.text("event")
-            .ok_or(SigningError::needs("a Razorpay body", "an \"event\""))
+        body.member("event", "a Razorpay body")
     }
 
     /// 14 characters, as Razorpay's event ids are; the header carries it.

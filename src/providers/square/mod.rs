@@ -260,8 +260,7 @@ impl Simulator for Square {
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
-        body.text("event_id")
-            .ok_or(SigningError::needs("a Square body", "an \"event_id\""))
+        body.member("event_id", "a Square body")
     }
 
     fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {

@@ -173,8 +173,7 @@ impl Simulator for Stripe {
     }
 
     fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
-        body.text("id")
-            .ok_or(SigningError::needs("a Stripe body", "an \"id\""))
+        body.member("id", "a Stripe body")
     }
 
     fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {
