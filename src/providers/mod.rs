@@ -238,12 +238,7 @@ impl Verifier<'_> {
         kept: &[u8],
         now: i64,
     ) -> Result<Verified, SignatureError> {
-        let provider = of(self.scheme);
-        let keys = Keys {
-            format: provider,
-            secrets: self.secrets,
-            tolerance: self.tolerance,
-        };
+        let (provider, keys) = self.keys();
         provider.verify_kept(&keys, &AnyHeaders(headers), kept, now)
     }
 
@@ -254,14 +249,26 @@ impl Verifier<'_> {
         body: &[u8],
         now: i64,
     ) -> Result<Verified, SignatureError> {
+        let (provider, keys) = self.keys();
+        provider.verify(&keys, &AnyHeaders(headers), body, now)
+    }
+
+    /// The source's provider, and its secrets as that provider reads them.
+    fn keys(&self) -> (&dyn Provider, Keys<'_>) {
         let provider = of(self.scheme);
         let keys = Keys {
             format: provider,
             secrets: self.secrets,
             tolerance: self.tolerance,
         };
-        provider.verify(&keys, &AnyHeaders(headers), body, now)
+        (provider, keys)
     }
+}
+
+/// A source's own credential as `Debug` shows it: whether it is set, never
+/// its value.
+fn redacted(secret: &Option<Secret>) -> Option<&'static str> {
+    secret.as_ref().map(|_| "[redacted]")
 }
 
 /// Any headers as a trait object, for providers.

@@ -40,10 +40,7 @@ pub struct Adyen {
 impl std::fmt::Debug for Adyen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Adyen")
-            .field(
-                "basic_auth",
-                &self.basic_auth.as_ref().map(|_| "[redacted]"),
-            )
+            .field("basic_auth", &super::redacted(&self.basic_auth))
             .finish()
     }
 }

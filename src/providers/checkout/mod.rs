@@ -37,10 +37,7 @@ pub struct Checkout {
 impl std::fmt::Debug for Checkout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Checkout")
-            .field(
-                "authorization",
-                &self.authorization.as_ref().map(|_| "[redacted]"),
-            )
+            .field("authorization", &super::redacted(&self.authorization))
             .finish()
     }
 }
