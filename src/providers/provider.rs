@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::api;
 use super::errors::{FactsError, FetchError, PayloadError, SigningError};
+use super::hmac::{HeaderHmac, TimedTags};
 use super::shape::{IndexFields, PaymentShape};
 use super::*;
 use crate::domain::PaymentKind;
@@ -136,14 +137,31 @@ pub trait Provider: KeyFormat + Simulator + Sync {
         None
     }
 
-    /// Checks a request against every secret; `now` is Unix seconds.
+    /// Its signature, when it is one of the kinds providers share; `None`
+    /// for a provider that checks its own in [`Provider::verify`].
+    fn signature(&self) -> Option<Signature<'_>> {
+        None
+    }
+
+    /// Checks a request against every secret; `now` is Unix seconds. A
+    /// provider with neither a shared [`Signature`] nor its own check refuses
+    /// every request.
     fn verify(
         &self,
         keys: &Keys<'_>,
         headers: &dyn Headers,
         body: &[u8],
         now: i64,
-    ) -> Result<Verified, SignatureError>;
+    ) -> Result<Verified, SignatureError> {
+        match self.signature() {
+            Some(Signature::Header {
+                hmac,
+                signed_before,
+            }) => hmac.verify(keys, headers, &[signed_before, body]),
+            Some(Signature::Timed(timed)) => timed.verify(keys, headers, body, now),
+            None => Err(SignatureError::Mismatch),
+        }
+    }
 
     /// Key material `verify` found the request naming but lacking, to fetch
     /// before verifying again (PayPal's certificate URL, when the source fetches
@@ -320,6 +338,29 @@ pub(super) fn time_at(payload: &Value, pointer: &str) -> Option<chrono::DateTime
             .map(|t| t.with_timezone(&chrono::Utc)),
         Value::Number(seconds) => chrono::DateTime::from_timestamp(seconds.as_i64()?, 0),
         _ => None,
+    }
+}
+
+/// The kinds of signature providers share, stated as data in each one's folder.
+#[derive(Debug, Clone, Copy)]
+pub enum Signature<'a> {
+    /// One header holding the tag of the raw body, after what `signed_before`
+    /// holds (Square's notification URL; empty for most).
+    Header {
+        hmac: HeaderHmac<'a>,
+        signed_before: &'a [u8],
+    },
+    /// One header holding a timestamp and tags of it and the raw body.
+    Timed(TimedTags),
+}
+
+impl<'a> Signature<'a> {
+    /// The tag of the raw body alone, in one header.
+    pub const fn header(hmac: HeaderHmac<'a>) -> Self {
+        Signature::Header {
+            hmac,
+            signed_before: b"",
+        }
     }
 }
 

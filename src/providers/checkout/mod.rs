@@ -15,12 +15,12 @@ use subtle::ConstantTimeEq;
 use super::errors::{FactsError, Signing, SigningError, minor_amount, storable};
 use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
-use super::{Body, Missing, Provider, Scheme, Simulator, body_identity, kind_table, non_empty};
+use super::{
+    Body, Missing, Provider, Scheme, Signature, Simulator, body_identity, kind_table, non_empty,
+};
 use crate::config_keys::{self as keys, Problem};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
-use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
-};
+use crate::signature::{Envelope, Headers, KeyFormat, Secret, SignatureError, Signed};
 
 const SIGNATURE: &str = "Cko-Signature";
 /// The hex tag of the raw body, as sent.
@@ -156,14 +156,8 @@ impl Provider for Checkout {
         }
     }
 
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: i64,
-    ) -> Result<Verified, SignatureError> {
-        SIGNED.verify(keys, headers, &[body])
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::header(SIGNED))
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {

@@ -9,10 +9,10 @@ use sha2::{Digest, Sha256};
 use super::errors::{Signing, SigningError};
 use super::hmac::HeaderHmac;
 use super::{
-    Body, Capabilities, Encoding, Missing, Provider, Simulator, body_member, id_in_header,
-    type_in_header, uuid_from,
+    Body, Capabilities, Encoding, Missing, Provider, Signature, Simulator, body_member,
+    id_in_header, type_in_header, uuid_from,
 };
-use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
+use crate::signature::{Envelope, Headers, KeyFormat, Signed};
 
 const SIGNATURE: &str = "X-Hub-Signature-256";
 /// `sha256=` and the hex tag of the raw body, trimmed.
@@ -61,14 +61,8 @@ impl Provider for Github {
         vec![SIGNATURE, GITHUB_EVENT, GITHUB_DELIVERY]
     }
 
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: i64,
-    ) -> Result<Verified, SignatureError> {
-        SIGNED.verify(keys, headers, &[body])
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::header(SIGNED))
     }
 
     fn identity(

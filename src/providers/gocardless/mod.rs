@@ -19,10 +19,11 @@ use super::errors::{FactsError, PayloadError, Signing, SigningError, storable};
 use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{
-    Body, Capabilities, Item, Missing, Provider, SignatureRefusal, Simulator, kind_table, non_empty,
+    Body, Capabilities, Item, Missing, Provider, Signature, SignatureRefusal, Simulator,
+    kind_table, non_empty,
 };
 use crate::domain::{PaymentFacts, PaymentKind};
-use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
+use crate::signature::{Envelope, Headers, KeyFormat, Signed};
 
 const HEADER: &str = "Webhook-Signature";
 /// The hex tag of the raw body, as sent (either case, not trimmed).
@@ -110,14 +111,8 @@ impl Provider for GoCardless {
     }
 
     /// The header is decoded as sent (hex, either case), not trimmed.
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: i64,
-    ) -> Result<Verified, SignatureError> {
-        SIGNED.verify(keys, headers, &[body])
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::header(SIGNED))
     }
 
     fn refused_signature(&self) -> SignatureRefusal {

@@ -18,11 +18,9 @@ use serde_json::Value;
 use super::errors::{FactsError, Signing, SigningError, each_storable};
 use super::hmac::{Refusals, TimedTags};
 use super::shape::IndexFields;
-use super::{Body, Missing, Provider, Simulator, body_identity, non_empty};
+use super::{Body, Missing, Provider, Signature, Simulator, body_identity, non_empty};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
-use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
-};
+use crate::signature::{Envelope, Headers, KeyFormat, Secret, Signed};
 
 const HEADER: &str = "Paddle-Signature";
 /// `ts=T;h1=HEX[;h1=HEX…]`, white space around each key and value taken off.
@@ -139,14 +137,8 @@ impl Provider for Paddle {
         vec![HEADER]
     }
 
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: i64,
-    ) -> Result<Verified, SignatureError> {
-        SIGNED.verify(keys, headers, body, now)
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::Timed(SIGNED))
     }
 
     /// Paddle's SDKs allow 5 seconds.

@@ -4,6 +4,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::providers::{Scheme, Verifier, test_kit};
+use crate::signature::SignatureError;
 
 const NOW: i64 = 1_800_000_000;
 const CURRENT: &str = "pdl_ntfset_01j0gx4q9w3b2m8k7r5t6y1zva_Xk3mP9qL2vR8sT4wY6zB1nC5dF7gH0jK";

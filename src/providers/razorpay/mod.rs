@@ -13,11 +13,11 @@ use super::errors::{FactsError, Signing, SigningError, minor_amount, storable};
 use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{
-    Body, Capabilities, Missing, Provider, Simulator, id_in_header, kind_table, non_empty,
-    type_in_body,
+    Body, Capabilities, Missing, Provider, Signature, Simulator, id_in_header, kind_table,
+    non_empty, type_in_body,
 };
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
-use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
+use crate::signature::{Envelope, Headers, KeyFormat, Signed};
 
 const SIGNATURE: &str = "X-Razorpay-Signature";
 /// The hex tag of the raw body, as sent.
@@ -99,14 +99,8 @@ impl Provider for Razorpay {
         vec![SIGNATURE, EVENT_ID]
     }
 
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: i64,
-    ) -> Result<Verified, SignatureError> {
-        SIGNED.verify(keys, headers, &[body])
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::header(SIGNED))
     }
 
     fn identity(

@@ -4,6 +4,7 @@ use serde_json::json;
 use super::*;
 use crate::providers::Scheme;
 use crate::providers::test_kit::{self, Vectors, header};
+use crate::signature::SignatureError;
 
 const NOW: i64 = 1_700_000_000;
 

@@ -20,14 +20,12 @@ use super::errors::{FactsError, SecretError, Signing, SigningError, minor_amount
 use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{
-    Body, Encoding, Missing, Provider, Scheme, Simulator, body_identity, kind_table, non_empty,
-    uuid_from,
+    Body, Encoding, Missing, Provider, Scheme, Signature, Simulator, body_identity, kind_table,
+    non_empty, uuid_from,
 };
 use crate::config_keys::{self as keys, Problem};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
-use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
-};
+use crate::signature::{Envelope, Headers, KeyFormat, Secret, Signed};
 
 const SIGNATURE: &str = "x-square-hmacsha256-signature";
 /// The padded base64 tag of the notification URL and raw body, compared as
@@ -153,14 +151,11 @@ impl Provider for Square {
 
     /// The header is compared as sent, like Square's SDK: no trimming, padded
     /// base64 only.
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: i64,
-    ) -> Result<Verified, SignatureError> {
-        SIGNED.verify(keys, headers, &[self.notification_url.as_bytes(), body])
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::Header {
+            hmac: SIGNED,
+            signed_before: self.notification_url.as_bytes(),
+        })
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {

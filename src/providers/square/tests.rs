@@ -4,6 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::providers::test_kit::{self, Vectors, header, verifier};
+use crate::signature::{SignatureError, Verified};
 
 const URL: &str = "https://hooks.example.com/hooks/square";
 const NOW: i64 = 1_700_000_000;

@@ -20,11 +20,9 @@ use super::api::Fetch;
 use super::errors::{FetchError, Signing, SigningError};
 use super::hmac::{Refusals, TimedTags};
 use super::shape::PaymentShape;
-use super::{Body, Missing, Provider, Simulator, body_identity, kind_table};
+use super::{Body, Missing, Provider, Signature, Simulator, body_identity, kind_table};
 use crate::domain::PaymentKind;
-use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
-};
+use crate::signature::{Envelope, Headers, KeyFormat, Secret, Signed};
 
 const HEADER: &str = "Stripe-Signature";
 /// `t=T,v1=HEX[,v1=HEX…]`, each part trimmed.
@@ -106,14 +104,8 @@ impl Provider for Stripe {
         vec![HEADER]
     }
 
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: i64,
-    ) -> Result<Verified, SignatureError> {
-        SIGNED.verify(keys, headers, body, now)
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::Timed(SIGNED))
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
