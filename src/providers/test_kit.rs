@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use super::{Scheme, Verifier, sign};
+use super::{Provider, Scheme, Verifier, sign};
 use crate::signature::{Envelope, Headers, Secret, SignatureError, Signed, Verified};
 
 /// Secrets as a source lists them.
@@ -56,6 +56,17 @@ pub fn signed(
 /// The value of the header `name` among `headers`.
 pub fn header(headers: &[(String, String)], name: &str) -> String {
     headers.header(name).expect("header").to_string()
+}
+
+/// Each payload's payment facts are refused by `provider` with exactly its reason.
+pub fn refuses_facts(provider: &dyn Provider, cases: Vec<(serde_json::Value, &str)>) {
+    for (payload, reason) in cases {
+        assert_eq!(
+            provider.payment_facts(&payload).map_err(|e| e.to_string()),
+            Err(reason.into()),
+            "{payload}"
+        );
+    }
 }
 
 /// A provider SDK's known answers: the cases its docs cover, and the quirks

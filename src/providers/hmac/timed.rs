@@ -5,7 +5,9 @@
 //! timestamp must be within the tolerance. Each provider's folder states its
 //! header, keys, separators and refusals as data.
 
-use crate::signature::{Headers, Keys, SignatureError, Verified, hmac_sha256, parse_unix_seconds};
+use crate::signature::{
+    Headers, Keys, SignatureError, Signed, Verified, hmac_sha256, parse_unix_seconds,
+};
 
 /// How a provider writes its timestamp and tags in its header.
 #[derive(Debug, Clone, Copy)]
@@ -90,8 +92,8 @@ impl TimedTags {
         Ok(verified)
     }
 
-    /// The header the provider sends with `body` signed with `key` at `timestamp`.
-    pub fn sign(&self, key: &[u8], body: &[u8], timestamp: i64) -> (String, String) {
+    /// What the provider sends with `body` signed with `key` at `timestamp`.
+    pub fn sign(&self, key: &[u8], body: &[u8], timestamp: i64) -> Signed {
         let t = timestamp.to_string();
         let tag = hmac_sha256(key, &[t.as_bytes(), self.joiner.as_bytes(), body]);
         let value = format!(
@@ -101,6 +103,6 @@ impl TimedTags {
             self.tag,
             hex::encode(tag)
         );
-        (self.header.to_string(), value)
+        Signed::headers(vec![(self.header.to_string(), value)])
     }
 }

@@ -219,11 +219,7 @@ impl Provider for Paddle {
 
 impl Simulator for Paddle {
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
-        Ok(Signed::headers(vec![SIGNED.sign(
-            key,
-            body,
-            envelope.timestamp,
-        )]))
+        Ok(SIGNED.sign(key, body, envelope.timestamp))
     }
 
     /// As Paddle shows an endpoint's secret key: `pdl_ntfset_`, 26 lowercase

@@ -147,11 +147,7 @@ impl Provider for Stripe {
 
 impl Simulator for Stripe {
     fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
-        Ok(Signed::headers(vec![SIGNED.sign(
-            key,
-            body,
-            envelope.timestamp,
-        )]))
+        Ok(SIGNED.sign(key, body, envelope.timestamp))
     }
 
     /// `whsec_` and 32 letters and digits (the whole string is the key).
