@@ -78,6 +78,44 @@ pub struct Vectors<C> {
     pub quirks: Vec<C>,
 }
 
+/// A known answer of an SDK whose secret is one text: whether it takes
+/// `signature` for `body`, and, for a case it takes or one signed with
+/// another secret, that it signs so.
+#[derive(Deserialize)]
+pub struct SecretCase {
+    pub name: String,
+    pub secret: String,
+    pub body: String,
+    pub signature: String,
+    pub signed_with_secret: Option<String>,
+    pub valid: bool,
+    /// The ids of the events the SDK's parser gave, for an SDK that parses
+    /// several events a request (accepted cases).
+    #[serde(default)]
+    pub parsed_ids: Vec<String>,
+}
+
+/// Each case gets the SDK's verdict from `accepts`, and `signature` (of a
+/// secret and a body) signs as the SDK does.
+pub fn sdk_verdicts(
+    cases: &[SecretCase],
+    accepts: impl Fn(&SecretCase) -> bool,
+    signature: impl Fn(&str, &[u8]) -> String,
+) {
+    for case in cases {
+        assert_eq!(accepts(case), case.valid, "{}", case.name);
+        if case.valid || case.signed_with_secret.is_some() {
+            let secret = case.signed_with_secret.as_deref().unwrap_or(&case.secret);
+            assert_eq!(
+                signature(secret, case.body.as_bytes()),
+                case.signature,
+                "{}",
+                case.name
+            );
+        }
+    }
+}
+
 /// The known answers in `json` (a file of `tests/vectors/`).
 pub fn vectors<C: DeserializeOwned>(json: &str) -> Vectors<C> {
     serde_json::from_str(json).expect("vectors")
