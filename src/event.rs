@@ -74,7 +74,7 @@ pub const MAX_EVENTS_PER_REQUEST: usize = 2_500;
 pub enum EventError {
     /// The body is not JSON (or not its provider's own format).
     #[error("{0}")]
-    NotJson(String),
+    NotJson(providers::PayloadError),
     #[error("no event id ({0})")]
     MissingId(String),
     #[error("no event type ({0})")]
@@ -115,7 +115,7 @@ impl IncomingEvent {
         let verbatim = provider.payload_is_body();
         let items = provider
             .events(body, payload)
-            .map_err(EventError::NoEvents)?;
+            .map_err(|e| EventError::NoEvents(e.to_string()))?;
         if items.len() > MAX_EVENTS_PER_REQUEST {
             return Err(EventError::TooManyEvents(items.len()));
         }

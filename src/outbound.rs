@@ -46,27 +46,73 @@ pub fn install_crypto() {
     });
 }
 
+/// Why an HTTP client could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    #[error("TLS setup: {0}")]
+    Tls(String),
+    #[error("HTTP client: {0}")]
+    Build(String),
+    /// A root certificate given is unreadable or unusable.
+    #[error("roots: {0}")]
+    Roots(String),
+}
+
+/// Why the certificate a delivery names could not be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CertificateError {
+    /// The provider refused what was fetched, saying why (for the log).
+    #[error("{0}")]
+    Unusable(String),
+    /// The provider refused what was fetched.
+    #[error("{url}: {error}")]
+    Refused { url: String, error: SignatureError },
+    /// The fetch failed.
+    #[error("{url}: {error}")]
+    Unfetched { url: String, error: FetchError },
+    /// The task fetching it ended without an outcome.
+    #[error("the certificate fetch stopped: {0}")]
+    Stopped(String),
+}
+
+/// Why a certificate could not be fetched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// Any other answer than 200.
+    #[error("answered {0} (redirects are not followed)")]
+    Status(reqwest::StatusCode),
+    /// The answer's body broke off.
+    #[error("{0}")]
+    Read(String),
+    #[error("more than {MAX_CERTIFICATE_BYTES} bytes")]
+    TooLarge,
+}
+
 /// hookd's `User-Agent` on what it sends of its own.
 const USER_AGENT: &str = concat!("hookd/", env!("CARGO_PKG_VERSION"));
 
 /// A client whose requests give up after `timeout`.
-pub fn client(timeout: Duration) -> Result<reqwest::Client, String> {
+pub fn client(timeout: Duration) -> Result<reqwest::Client, ClientError> {
     built(builder(timeout)?.user_agent(USER_AGENT))
 }
 
 /// The same client without a `User-Agent` of its own: a proxy's, which passes
 /// on the client's headers as they came (reqwest still adds `Accept: */*` to a
 /// request without one, which says the same as none).
-pub fn transparent_client(timeout: Duration) -> Result<reqwest::Client, String> {
+pub fn transparent_client(timeout: Duration) -> Result<reqwest::Client, ClientError> {
     built(builder(timeout)?)
 }
 
-fn built(builder: reqwest::ClientBuilder) -> Result<reqwest::Client, String> {
-    builder.build().map_err(|e| format!("HTTP client: {e}"))
+fn built(builder: reqwest::ClientBuilder) -> Result<reqwest::Client, ClientError> {
+    builder
+        .build()
+        .map_err(|e| ClientError::Build(e.to_string()))
 }
 
 /// A client builder trusting the system's roots.
-fn builder(timeout: Duration) -> Result<reqwest::ClientBuilder, String> {
+fn builder(timeout: Duration) -> Result<reqwest::ClientBuilder, ClientError> {
     let roots = system_roots();
     if roots.is_empty() {
         log::warn!("no system root certificates: https URLs will not verify");
@@ -80,7 +126,7 @@ fn client_trusting(
     timeout: Duration,
     roots: rustls::RootCertStore,
     resolve: &[(&str, SocketAddr)],
-) -> Result<reqwest::Client, String> {
+) -> Result<reqwest::Client, ClientError> {
     built(builder_trusting(timeout, roots, resolve)?.user_agent(USER_AGENT))
 }
 
@@ -88,12 +134,12 @@ fn builder_trusting(
     timeout: Duration,
     roots: rustls::RootCertStore,
     resolve: &[(&str, SocketAddr)],
-) -> Result<reqwest::ClientBuilder, String> {
+) -> Result<reqwest::ClientBuilder, ClientError> {
     install_crypto();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup: {e}"))?
+        .map_err(|e| ClientError::Tls(e.to_string()))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     let mut builder = reqwest::Client::builder()
@@ -121,13 +167,13 @@ struct Connection {
 }
 
 /// What a fetch gave, for every delivery waiting on it: why not, on failure.
-type Outcome = Shared<BoxFuture<'static, Result<(), String>>>;
+type Outcome = Shared<BoxFuture<'static, Result<(), CertificateError>>>;
 
 /// The signing certificates an instance's deliveries name (PayPal's), fetched
 /// on their behalf: see the module's comment for the limits.
 pub struct Certificates {
     /// Made on the first fetch (reading the system's roots takes a moment).
-    connection: OnceLock<Result<Arc<Connection>, String>>,
+    connection: OnceLock<Result<Arc<Connection>, ClientError>>,
     state: Arc<Mutex<FetchState>>,
 }
 
@@ -190,11 +236,13 @@ impl Certificates {
     /// Fetching from `addr` for each of `hosts`, trusting only the PEM
     /// certificates `roots`, for the connection and the chains served alike:
     /// a stand-in for the provider's hosts (tests).
-    pub fn stand_in(hosts: &[&str], addr: SocketAddr, roots: &[u8]) -> Result<Self, String> {
+    pub fn stand_in(hosts: &[&str], addr: SocketAddr, roots: &[u8]) -> Result<Self, ClientError> {
         let mut store = rustls::RootCertStore::empty();
         for certificate in CertificateDer::pem_slice_iter(roots) {
-            let certificate = certificate.map_err(|e| format!("roots: {e}"))?;
-            store.add(certificate).map_err(|e| format!("roots: {e}"))?;
+            let certificate = certificate.map_err(|e| ClientError::Roots(e.to_string()))?;
+            store
+                .add(certificate)
+                .map_err(|e| ClientError::Roots(e.to_string()))?;
         }
         let resolve: Vec<(&str, SocketAddr)> = hosts.iter().map(|h| (*h, addr)).collect();
         let connection = Connection {
@@ -206,7 +254,7 @@ impl Certificates {
         Ok(certificates)
     }
 
-    fn connection(&self) -> Result<Arc<Connection>, String> {
+    fn connection(&self) -> Result<Arc<Connection>, ClientError> {
         self.connection
             .get_or_init(|| {
                 let client = client(CERTIFICATE_TIMEOUT)?;
@@ -239,7 +287,9 @@ impl Certificates {
         if provider.to_fetch(&headers_of)?.is_none() {
             return Err(SignatureError::Mismatch);
         }
-        let connection = self.connection().map_err(SignatureError::Unavailable)?;
+        let connection = self
+            .connection()
+            .map_err(|e| SignatureError::Unavailable(e.to_string()))?;
         let outcome = {
             let mut state = lock(&self.state);
             let at = Instant::now();
@@ -270,7 +320,9 @@ impl Certificates {
                 }
             }
         };
-        outcome.await.map_err(SignatureError::Unavailable)?;
+        outcome
+            .await
+            .map_err(|e| SignatureError::Unavailable(e.to_string()))?;
         verifier.verify(headers, body, now)
     }
 
@@ -285,10 +337,16 @@ impl Certificates {
                 Ok(pem) => providers::of(&scheme)
                     .fetched(&url, &pem, &connection.roots)
                     .map_err(|e| match e {
-                        SignatureError::Unavailable(why) => why,
-                        other => format!("{url}: {other}"),
+                        SignatureError::Unavailable(why) => CertificateError::Unusable(why),
+                        error => CertificateError::Refused {
+                            url: url.to_string(),
+                            error,
+                        },
                     }),
-                Err(why) => Err(format!("{url}: {why}")),
+                Err(error) => Err(CertificateError::Unfetched {
+                    url: url.to_string(),
+                    error,
+                }),
             };
             let mut state = lock(&state);
             state.in_flight.remove(url.as_str());
@@ -300,7 +358,7 @@ impl Certificates {
         });
         async move {
             task.await
-                .unwrap_or_else(|e| Err(format!("the certificate fetch stopped: {e}")))
+                .unwrap_or_else(|e| Err(CertificateError::Stopped(e.to_string())))
         }
         .boxed()
         .shared()
@@ -312,22 +370,23 @@ impl Certificates {
 async fn fetch_certificate(
     client: &reqwest::Client,
     url: &reqwest::Url,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, FetchError> {
     let mut response = client
         .get(url.clone())
         .send()
         .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
+        .map_err(|e| FetchError::Connect(e.to_string()))?;
     if response.status() != reqwest::StatusCode::OK {
-        return Err(format!(
-            "answered {} (redirects are not followed)",
-            response.status()
-        ));
+        return Err(FetchError::Status(response.status()));
     }
     let mut pem = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| FetchError::Read(e.to_string()))?
+    {
         if pem.len() + chunk.len() > MAX_CERTIFICATE_BYTES {
-            return Err(format!("more than {MAX_CERTIFICATE_BYTES} bytes"));
+            return Err(FetchError::TooLarge);
         }
         pem.extend_from_slice(&chunk);
     }

@@ -23,7 +23,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// One HTTP client for every call to a provider's API: the system's roots are
 /// read once (not on each Mollie delivery or thin event's run), and
 /// connections to an API are reused from one fetch to the next.
-static CLIENT: LazyLock<Result<reqwest::Client, String>> =
+static CLIENT: LazyLock<Result<reqwest::Client, crate::outbound::ClientError>> =
     LazyLock::new(|| crate::outbound::client(TIMEOUT));
 /// Answers asking to wait (429) taken before giving up.
 const MAX_WAITS: u32 = 5;
@@ -59,7 +59,7 @@ impl Api {
         credential: Credential,
         token_path: &'static str,
     ) -> Result<Self, ApiError> {
-        let client = CLIENT.clone().map_err(ApiError)?;
+        let client = CLIENT.clone().map_err(|e| ApiError(e.to_string()))?;
         Ok(Api {
             patient: true,
             client,
@@ -280,26 +280,27 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     Some(wait.to_std().unwrap_or_default())
 }
 
+/// Why an answer's body could not be had.
+#[derive(Debug, thiserror::Error)]
+enum AnswerError {
+    #[error("the answer is larger than {MAX_ANSWER_BYTES} bytes")]
+    TooLarge,
+    #[error("reading the answer: {0}")]
+    Read(reqwest::Error),
+}
+
 /// The body, refused past `MAX_ANSWER_BYTES`.
-async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, AnswerError> {
     if response
         .content_length()
         .is_some_and(|n| n > MAX_ANSWER_BYTES as u64)
     {
-        return Err(format!(
-            "the answer is larger than {MAX_ANSWER_BYTES} bytes"
-        ));
+        return Err(AnswerError::TooLarge);
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| format!("reading the answer: {e}"))?
-    {
+    while let Some(chunk) = response.chunk().await.map_err(AnswerError::Read)? {
         if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-            return Err(format!(
-                "the answer is larger than {MAX_ANSWER_BYTES} bytes"
-            ));
+            return Err(AnswerError::TooLarge);
         }
         body.extend_from_slice(&chunk);
     }

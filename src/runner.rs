@@ -438,7 +438,9 @@ impl Runner {
         let Some(fetch) = crate::providers::of(&source.scheme).event_fetch(event.payload) else {
             return Ok(None);
         };
-        let why = |problem: &str| format!("fetching the event from the provider's API: {problem}");
+        let why = |problem: &dyn std::fmt::Display| {
+            format!("fetching the event from the provider's API: {problem}")
+        };
         let fetch = fetch.map_err(|problem| HandlerError::Permanent(why(&problem)))?;
         let fetched = async {
             let mut api = Api::for_fetch(source)?;

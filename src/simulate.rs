@@ -21,14 +21,8 @@ pub enum SignError {
     #[error("{0}")]
     Encode(String),
     /// The provider's own reason (an id or type it cannot find, a key it lacks).
-    #[error("{0}")]
-    Provider(String),
-}
-
-impl From<String> for SignError {
-    fn from(problem: String) -> Self {
-        SignError::Provider(problem)
-    }
+    #[error(transparent)]
+    Provider(#[from] providers::SigningError),
 }
 
 /// What the caller knows beyond the body (GitHub names events by file name).

@@ -35,7 +35,7 @@ impl BankClient {
     pub fn new(url: String) -> Result<Self, String> {
         Ok(BankClient {
             url,
-            http: hookd::outbound::client(Duration::from_secs(60))?,
+            http: hookd::outbound::client(Duration::from_secs(60)).map_err(|e| e.to_string())?,
         })
     }
 

@@ -128,7 +128,8 @@ pub async fn run(settings: &Settings, options: &ReplayOptions) -> Result<(), Cli
     if files.is_empty() {
         return Err(CliError::Other("no .json files in the given paths".into()));
     }
-    let http = crate::outbound::client(Duration::from_secs(30)).map_err(CliError::Other)?;
+    let http = crate::outbound::client(Duration::from_secs(30))
+        .map_err(|e| CliError::Other(e.to_string()))?;
     let mut deliveries = Vec::new();
     let mut unreadable = 0;
     for file in &files {

@@ -367,7 +367,7 @@ fn secrets(scheme: &Scheme, values: Vec<String>, key: &str) -> Result<Vec<Secret
         }
         scheme
             .key_bytes(&secret)
-            .map_err(|problem| (format!("{key}[{j}]"), problem))?;
+            .map_err(|problem| (format!("{key}[{j}]"), problem.to_string()))?;
         secrets.push(secret);
     }
     Ok(secrets)

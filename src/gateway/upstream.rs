@@ -14,7 +14,7 @@ use super::config::{HOP_BY_HOP, MAX_TIMEOUT, Route};
 use crate::idempotency::{MAX_STORED_BODY, OPERATION_HEADER};
 
 /// One client for every route: connections to each upstream are reused.
-static CLIENT: LazyLock<Result<reqwest::Client, String>> =
+static CLIENT: LazyLock<Result<reqwest::Client, crate::outbound::ClientError>> =
     LazyLock::new(|| crate::outbound::transparent_client(MAX_TIMEOUT));
 
 /// Upstream's answer.
@@ -55,7 +55,7 @@ pub async fn send(
 ) -> Result<Answer, Failure> {
     let client = CLIENT
         .as_ref()
-        .map_err(|e| Failure::NothingSent(e.clone()))?;
+        .map_err(|e| Failure::NothingSent(e.to_string()))?;
     let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
     let url = route.upstream_url(target);
     let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes())

@@ -185,10 +185,10 @@ impl<E: Into<IntakeError>> From<E> for Refused {
 /// the same, so a prober learns nothing of which ids exist).
 async fn fetched(
     source: &Source,
-    named: Result<(providers::api::Fetch, serde_json::Value), String>,
+    named: Result<(providers::api::Fetch, serde_json::Value), providers::FetchError>,
 ) -> Result<Vec<u8>, IntakeError> {
     let (fetch, unknown) =
-        named.map_err(|problem| IntakeError::Event(EventError::NoEvents(problem)))?;
+        named.map_err(|problem| IntakeError::Event(EventError::NoEvents(problem.to_string())))?;
     let mut api = Api::for_fetch(source).map_err(|error| {
         log::warn!("{}: {error}", source.name);
         IntakeError::Unfetched

@@ -60,10 +60,10 @@ impl Fetch {
         prefix: &str,
         id: &str,
         headers: &'static [(&'static str, &'static str)],
-    ) -> Result<Fetch, String> {
+    ) -> Result<Fetch, super::FetchError> {
         let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
         if id.is_empty() || !id.chars().all(plain) {
-            return Err(format!("the id {id:?} cannot be asked for"));
+            return Err(super::FetchError::Unaskable(id.to_string()));
         }
         Ok(Fetch {
             path: format!("{prefix}{id}"),
@@ -103,6 +103,48 @@ pub struct Listed {
 pub trait CursorList: Send + Sync {
     /// The page after `cursor` (the first for `None`).
     async fn page(&self, api: &mut dyn Client, cursor: Option<&str>) -> Result<Listed, ApiError>;
+}
+
+/// What the API answers to `call`, read as JSON of the shape `T`.
+pub async fn ask<T: serde::de::DeserializeOwned>(
+    api: &mut dyn Client,
+    call: &Call<'_>,
+) -> Result<T, ApiError> {
+    let body = api.send(call).await?;
+    serde_json::from_slice(&body).map_err(|e| api.malformed(call.path, &e))
+}
+
+/// A list paged on a cursor, asked with a GET of `path`: the query every page
+/// is asked with, the parameter the cursor of the page after goes in, and how
+/// an answer (of the shape `T`) reads as a page, given the window's start.
+pub struct GetList<T> {
+    pub path: &'static str,
+    pub query: Vec<(&'static str, String)>,
+    pub cursor: &'static str,
+    pub headers: &'static [(&'static str, &'static str)],
+    pub since: DateTime<Utc>,
+    pub read: fn(T, DateTime<Utc>, &dyn Client) -> Result<Listed, ApiError>,
+}
+
+impl<T: serde::de::DeserializeOwned + Send + 'static> GetList<T> {
+    /// The list as reconcile asks it, page after page.
+    pub fn pager(self) -> Box<dyn Pager> {
+        Box::new(Cursored::new(self))
+    }
+}
+
+#[async_trait::async_trait]
+impl<T: serde::de::DeserializeOwned + Send + 'static> CursorList for GetList<T> {
+    async fn page(&self, api: &mut dyn Client, cursor: Option<&str>) -> Result<Listed, ApiError> {
+        let mut query = self.query.clone();
+        if let Some(cursor) = cursor {
+            query.push((self.cursor, cursor.to_string()));
+        }
+        let mut call = Call::get(self.path, query);
+        call.headers = self.headers;
+        let list = ask(api, &call).await?;
+        (self.read)(list, self.since, api)
+    }
 }
 
 /// A list asked page after page with the cursor the page before gave, until
@@ -158,6 +200,40 @@ pub struct Lister {
 }
 
 impl Lister {
+    /// The API of `title` at `default_base`, listing the last `days` newest
+    /// first, with an `api_key`.
+    pub const fn new(
+        title: &'static str,
+        default_base: &'static str,
+        days: u64,
+        pager: fn(DateTime<Utc>, DateTime<Utc>) -> Box<dyn Pager>,
+    ) -> Lister {
+        Lister {
+            title,
+            default_base,
+            max_window: Duration::from_secs(days * 24 * 3600),
+            newest_first: true,
+            token_path: None,
+            pager,
+        }
+    }
+
+    /// The same list, oldest first.
+    pub const fn oldest_first(self) -> Lister {
+        Lister {
+            newest_first: false,
+            ..self
+        }
+    }
+
+    /// The same API, taking client credentials exchanged at `token_path`.
+    pub const fn with_token(self, token_path: &'static str) -> Lister {
+        Lister {
+            token_path: Some(token_path),
+            ..self
+        }
+    }
+
     /// What a scheme without a list API says when `reconcile = true` asks for one.
     pub const NONE: &'static str = "this scheme's provider has no API listing past events";
 

@@ -15,6 +15,7 @@ mod adyen;
 pub mod api;
 mod braintree;
 mod checkout;
+pub mod errors;
 mod github;
 mod gocardless;
 mod hmac;
@@ -40,6 +41,7 @@ use crate::config_keys::{self as keys, Problem};
 use crate::domain::PaymentKind;
 use crate::signature::{Envelope, Headers, Keys, Secret, SignatureError, Signed, Verified};
 pub use api::Lister;
+pub use errors::{FactsError, FetchError, PayloadError, SecretError, SigningError};
 pub use hmac::{Encoding, GenericHmac, Locator};
 use provider::time_at;
 pub use provider::*;
@@ -200,7 +202,7 @@ impl Scheme {
         of(self).name()
     }
 
-    pub fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
+    pub fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, SecretError> {
         of(self).key_bytes(secret)
     }
 
@@ -236,12 +238,7 @@ impl Verifier<'_> {
         kept: &[u8],
         now: i64,
     ) -> Result<Verified, SignatureError> {
-        let provider = of(self.scheme);
-        let keys = Keys {
-            format: provider,
-            secrets: self.secrets,
-            tolerance: self.tolerance,
-        };
+        let (provider, keys) = self.keys();
         provider.verify_kept(&keys, &AnyHeaders(headers), kept, now)
     }
 
@@ -252,14 +249,26 @@ impl Verifier<'_> {
         body: &[u8],
         now: i64,
     ) -> Result<Verified, SignatureError> {
+        let (provider, keys) = self.keys();
+        provider.verify(&keys, &AnyHeaders(headers), body, now)
+    }
+
+    /// The source's provider, and its secrets as that provider reads them.
+    fn keys(&self) -> (&dyn Provider, Keys<'_>) {
         let provider = of(self.scheme);
         let keys = Keys {
             format: provider,
             secrets: self.secrets,
             tolerance: self.tolerance,
         };
-        provider.verify(&keys, &AnyHeaders(headers), body, now)
+        (provider, keys)
     }
+}
+
+/// A source's own credential as `Debug` shows it: whether it is set, never
+/// its value.
+fn redacted(secret: &Option<Secret>) -> Option<&'static str> {
+    secret.as_ref().map(|_| "[redacted]")
 }
 
 /// Any headers as a trait object, for providers.
@@ -280,7 +289,7 @@ pub fn sign(
     secret: &Secret,
     body: &[u8],
     envelope: &Envelope<'_>,
-) -> Result<Signed, String> {
+) -> Result<Signed, SigningError> {
     let provider = of(scheme);
     let key = provider.key_bytes(secret)?;
     let mut signed = provider.sign(&key, body, envelope)?;
@@ -367,6 +376,35 @@ fn body_member(payload: &Value, field: &str) -> Option<String> {
     non_empty(payload.get(field))
 }
 
+/// The event id at the body's top-level `field`, or that it is missing.
+fn id_in_body(payload: &Value, field: &str) -> Result<String, Missing> {
+    body_member(payload, field).ok_or_else(|| Missing::Id(format!("body.{field}")))
+}
+
+/// The event type at the body's top-level `field`, or that it is missing.
+fn type_in_body(payload: &Value, field: &str) -> Result<String, Missing> {
+    body_member(payload, field).ok_or_else(|| Missing::Type(format!("body.{field}")))
+}
+
+/// The id and type of a body that carries both as top-level members.
+fn body_identity(payload: &Value, id: &str, ty: &str) -> Result<(String, String), Missing> {
+    Ok((id_in_body(payload, id)?, type_in_body(payload, ty)?))
+}
+
+/// The event id in the header `name` (beside the signed body).
+fn id_in_header(headers: &dyn Headers, name: &str) -> Result<String, Missing> {
+    header_member(headers, name).ok_or_else(|| Missing::Id(format!("{name} header")))
+}
+
+/// The event type in the header `name`.
+fn type_in_header(headers: &dyn Headers, name: &str) -> Result<String, Missing> {
+    header_member(headers, name).ok_or_else(|| Missing::Type(format!("{name} header")))
+}
+
+fn header_member(headers: &dyn Headers, name: &str) -> Option<String> {
+    headers.header(name).and_then(non_empty_str)
+}
+
 /// A value located in a delivery, for the generic scheme.
 fn locate(locator: &Locator, headers: &dyn Headers, payload: &Value) -> Option<String> {
     match locator {
@@ -377,6 +415,8 @@ fn locate(locator: &Locator, headers: &dyn Headers, payload: &Value) -> Option<S
 
 #[cfg(test)]
 mod signing_tests;
+#[cfg(test)]
+mod test_kit;
 #[cfg(test)]
 mod tests;
 

@@ -8,6 +8,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::api;
+use super::errors::{FactsError, FetchError, PayloadError, SigningError};
+use super::hmac::{HeaderHmac, TimedTags};
 use super::shape::{IndexFields, PaymentShape};
 use super::*;
 use crate::domain::PaymentKind;
@@ -102,7 +104,7 @@ pub trait Provider: KeyFormat + Simulator + Sync {
     /// key (what the API answers is the event, stored as delivered), and the
     /// payload stored, ignored, when the API does not know the id. The error:
     /// the request names nothing that can be asked for.
-    fn receipt_fetch(&self, _body: &[u8]) -> Option<Result<(api::Fetch, Value), String>> {
+    fn receipt_fetch(&self, _body: &[u8]) -> Option<Result<(api::Fetch, Value), FetchError>> {
         None
     }
 
@@ -111,7 +113,7 @@ pub trait Provider: KeyFormat + Simulator + Sync {
     /// with its `api_key` before they run; a failed fetch is a failed run.
     /// `None` when the payload is the event; the error says why it cannot be
     /// asked for.
-    fn event_fetch(&self, _payload: &Value) -> Option<Result<api::Fetch, String>> {
+    fn event_fetch(&self, _payload: &Value) -> Option<Result<api::Fetch, FetchError>> {
         None
     }
 
@@ -135,14 +137,31 @@ pub trait Provider: KeyFormat + Simulator + Sync {
         None
     }
 
-    /// Checks a request against every secret; `now` is Unix seconds.
+    /// Its signature, when it is one of the kinds providers share; `None`
+    /// for a provider that checks its own in [`Provider::verify`].
+    fn signature(&self) -> Option<Signature<'_>> {
+        None
+    }
+
+    /// Checks a request against every secret; `now` is Unix seconds. A
+    /// provider with neither a shared [`Signature`] nor its own check refuses
+    /// every request.
     fn verify(
         &self,
         keys: &Keys<'_>,
         headers: &dyn Headers,
         body: &[u8],
         now: i64,
-    ) -> Result<Verified, SignatureError>;
+    ) -> Result<Verified, SignatureError> {
+        match self.signature() {
+            Some(Signature::Header {
+                hmac,
+                signed_before,
+            }) => hmac.verify(keys, headers, &[signed_before, body]),
+            Some(Signature::Timed(timed)) => timed.verify(keys, headers, body, now),
+            None => Err(SignatureError::Mismatch),
+        }
+    }
 
     /// Key material `verify` found the request naming but lacking, to fetch
     /// before verifying again (PayPal's certificate URL, when the source fetches
@@ -194,13 +213,13 @@ pub trait Provider: KeyFormat + Simulator + Sync {
     /// The JSON a verified body stands for: the body itself, unless the
     /// provider sends another format (Braintree's form of base64 XML). The
     /// error says why it cannot be read.
-    fn payload(&self, body: &[u8]) -> Result<Value, String> {
-        serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))
+    fn payload(&self, body: &[u8]) -> Result<Value, PayloadError> {
+        serde_json::from_slice(body).map_err(|e| PayloadError::NotJson(e.to_string()))
     }
 
     /// The events a verified request carries: the body itself, unless the
     /// provider sends several per request.
-    fn events(&self, _body: &[u8], payload: Value) -> Result<Vec<Item>, String> {
+    fn events(&self, _body: &[u8], payload: Value) -> Result<Vec<Item>, PayloadError> {
         Ok(vec![Item {
             payload,
             body: None,
@@ -245,7 +264,7 @@ pub trait Provider: KeyFormat + Simulator + Sync {
     }
 
     /// The payment facts of an event; the error is why it cannot be applied.
-    fn payment_facts(&self, payload: &Value) -> Result<crate::domain::PaymentFacts, String> {
+    fn payment_facts(&self, payload: &Value) -> Result<crate::domain::PaymentFacts, FactsError> {
         self.payment_shape().payment_facts(payload)
     }
 
@@ -322,6 +341,29 @@ pub(super) fn time_at(payload: &Value, pointer: &str) -> Option<chrono::DateTime
     }
 }
 
+/// The kinds of signature providers share, stated as data in each one's folder.
+#[derive(Debug, Clone, Copy)]
+pub enum Signature<'a> {
+    /// One header holding the tag of the raw body, after what `signed_before`
+    /// holds (Square's notification URL; empty for most).
+    Header {
+        hmac: HeaderHmac<'a>,
+        signed_before: &'a [u8],
+    },
+    /// One header holding a timestamp and tags of it and the raw body.
+    Timed(TimedTags),
+}
+
+impl<'a> Signature<'a> {
+    /// The tag of the raw body alone, in one header.
+    pub const fn header(hmac: HeaderHmac<'a>) -> Self {
+        Signature::Header {
+            hmac,
+            signed_before: b"",
+        }
+    }
+}
+
 /// Which part of a delivery's identity is missing, described as the provider sends it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Missing {
@@ -343,6 +385,13 @@ impl Body<'_> {
             .get(field)
             .and_then(Value::as_str)
             .map(String::from)
+    }
+
+    /// A top-level string member, or that `body` (as messages name it: "a
+    /// Stripe body") needs it.
+    pub fn member(&self, field: &'static str, body: &'static str) -> Result<String, SigningError> {
+        self.text(field)
+            .ok_or(SigningError::NeedsMember { body, field })
     }
 
     /// A string or number at a JSON pointer.

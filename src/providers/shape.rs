@@ -7,7 +7,8 @@
 
 use serde_json::Value;
 
-use crate::domain::{MAX_ID_LEN, PaymentFacts, Refund, storable_id};
+use super::errors::{FactsError, each_storable, minor_amount};
+use crate::domain::{PaymentFacts, Refund};
 
 /// Where a provider's payment facts live in its bodies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,19 +52,22 @@ impl PaymentShape {
 
     /// The payment facts a payment event must carry; the error is why it cannot be
     /// applied (the event then goes `dead` with that reason).
-    pub fn payment_facts(self, payload: &Value) -> Result<PaymentFacts, String> {
+    pub fn payment_facts(self, payload: &Value) -> Result<PaymentFacts, FactsError> {
         let path = self.path;
         let object = payload
             .pointer(self.object)
             .filter(|o| o.is_object())
-            .ok_or_else(|| format!("{path} is missing or not an object"))?;
+            .ok_or_else(|| FactsError::NoObject(path.into()))?;
         let payment_id = self
             .payment_id
             .iter()
             .find_map(|field| id_of(object.get(*field)))
             .ok_or_else(|| match self.payment_id {
-                [field] => format!("{path}.{field} is missing"),
-                fields => format!("{path} has neither {}", fields.join(" nor ")),
+                [field] => FactsError::Missing(format!("{path}.{field}")),
+                fields => FactsError::Neither {
+                    path: path.into(),
+                    fields,
+                },
             })?;
         let customer = self.customer;
         let facts = PaymentFacts {
@@ -74,7 +78,10 @@ impl PaymentShape {
             customer_id: match object.get(customer) {
                 None | Some(Value::Null) => None,
                 value => Some(id_of(value).ok_or_else(|| {
-                    format!("{path}.{customer} is neither an id nor an object with one")
+                    FactsError::invalid(
+                        format!("{path}.{customer}"),
+                        "is neither an id nor an object with one",
+                    )
                 })?),
             },
             refund: match self.single_refunds {
@@ -82,20 +89,7 @@ impl PaymentShape {
                 false => None,
             },
         };
-        let texts = [
-            ("payment id", Some(&facts.payment_id)),
-            ("currency", facts.currency.as_ref()),
-            ("customer id", facts.customer_id.as_ref()),
-            ("refund id", facts.refund.as_ref().map(|r| &r.id)),
-        ];
-        for (what, text) in texts {
-            if text.is_some_and(|t| !storable_id(t)) {
-                return Err(format!(
-                    "the {what} is longer than {MAX_ID_LEN} bytes or contains a NUL character"
-                ));
-            }
-        }
-        Ok(facts)
+        each_storable(facts)
     }
 
     /// Payment and customer ids for the history index. Never fails: an event that
@@ -129,38 +123,33 @@ fn id_of(value: Option<&Value>) -> Option<String> {
     }
 }
 
-fn amount(object: &Value, field: &str, path: &str) -> Result<Option<i64>, String> {
-    match object.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(value) => value
-            .as_i64()
-            .filter(|v| *v >= 0)
-            .map(Some)
-            .ok_or_else(|| format!("{path}.{field} is not a non-negative integer")),
-    }
+fn amount(object: &Value, field: &str, path: &str) -> Result<Option<i64>, FactsError> {
+    minor_amount(object.get(field), || format!("{path}.{field}"))
 }
 
 /// The neutral shape's one refund: an id and its amount, both or neither.
-fn refund(object: &Value, path: &str) -> Result<Option<Refund>, String> {
+fn refund(object: &Value, path: &str) -> Result<Option<Refund>, FactsError> {
     let id = optional_string(object, "refund_id", path)?;
     let amount = amount(object, "refund_amount", path)?;
     match (id, amount) {
         (Some(id), Some(amount)) => Ok(Some(Refund { id, amount })),
         (None, None) => Ok(None),
-        (Some(_), None) => Err(format!(
-            "{path}.refund_amount is missing ({path}.refund_id is given)"
-        )),
-        (None, Some(_)) => Err(format!(
-            "{path}.refund_id is missing ({path}.refund_amount is given)"
-        )),
+        (Some(_), None) => Err(FactsError::Alone {
+            missing: format!("{path}.refund_amount"),
+            given: format!("{path}.refund_id"),
+        }),
+        (None, Some(_)) => Err(FactsError::Alone {
+            missing: format!("{path}.refund_id"),
+            given: format!("{path}.refund_amount"),
+        }),
     }
 }
 
-fn optional_string(object: &Value, field: &str, path: &str) -> Result<Option<String>, String> {
+fn optional_string(object: &Value, field: &str, path: &str) -> Result<Option<String>, FactsError> {
     match object.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(non_empty_str(s)),
-        Some(_) => Err(format!("{path}.{field} is not a string")),
+        Some(_) => Err(FactsError::NotText(format!("{path}.{field}"))),
     }
 }
 
@@ -174,6 +163,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::domain::MAX_ID_LEN;
 
     #[test]
     fn malformed_payment_payloads_say_why() {
@@ -215,7 +205,10 @@ mod tests {
             ),
         ];
         for (shape, payload, reason) in cases {
-            let err = shape.payment_facts(&payload).expect_err("malformed");
+            let err = shape
+                .payment_facts(&payload)
+                .expect_err("malformed")
+                .to_string();
             assert!(err.contains(reason), "{payload}: {err}");
         }
     }

@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use super::Body;
+use super::errors::{Signing, SigningError};
 use crate::signature::{Envelope, Secret, Signed};
 
 /// What `hookd sign`, `hookd replay` and the tests need of a provider:
@@ -12,7 +13,7 @@ use crate::signature::{Envelope, Secret, Signed};
 /// these.
 pub trait Simulator {
     /// What the provider would send with `body`, signed with `key`.
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String>;
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed>;
 
     /// A fresh random secret in the format the provider's dashboards use: 64 hex
     /// digits for providers that prescribe none.
@@ -28,12 +29,11 @@ pub trait Simulator {
 
     /// The id the provider would send with `body` when the caller names none
     /// (`hookd sign`, `hookd replay`, the tests).
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String>;
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError>;
 
     /// The type the provider would send with `body` when the caller names none.
-    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
-        body.text("type")
-            .ok_or_else(|| "the body needs a \"type\"".into())
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
+        body.member("type", "the body")
     }
 
     /// A fresh event id for `--new-ids` from random bytes, and the JSON pointer of

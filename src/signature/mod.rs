@@ -41,9 +41,29 @@ impl fmt::Debug for Secret {
 pub trait KeyFormat {
     /// The key bytes a secret stands for; an error explains why a configured
     /// secret is unusable (checked once, at startup).
-    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
+    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, SecretError> {
         Ok(Cow::Borrowed(secret.expose().as_bytes()))
     }
+}
+
+/// Why a configured secret is not in its provider's format: what follows the
+/// key's name in a message (`sources[0].secrets[0] is empty`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("is empty")]
+    Empty,
+    /// Empty once the prefix its format starts with is taken off.
+    #[error("is empty after the {0} prefix")]
+    EmptyAfter(&'static str),
+    /// Not in the encoding its format uses after its prefix.
+    #[error("is not {encoding} after the {prefix} prefix")]
+    NotEncoded {
+        encoding: &'static str,
+        prefix: &'static str,
+    },
+    /// Not what the provider's secrets are (as its dashboard shows them).
+    #[error("is not {0}")]
+    Not(&'static str),
 }
 
 /// Read access to request headers, case-insensitive, whatever the HTTP library.

@@ -33,7 +33,8 @@ pub struct Exporter {
 impl Exporter {
     /// Starts the thread; returns it and the layer feeding it.
     pub fn start(settings: Settings) -> Result<(Exporter, SpanLayer), TracesError> {
-        let http = crate::outbound::client(settings.timeout).map_err(TracesError::Client)?;
+        let http = crate::outbound::client(settings.timeout)
+            .map_err(|e| TracesError::Client(e.to_string()))?;
         let (queue, spans) = mpsc::sync_channel(QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
         let closing = Arc::new(AtomicBool::new(false));

@@ -94,7 +94,7 @@ fn update_for(kind: PaymentKind, event: &Event<'_>) -> Result<PaymentUpdate, Han
         Some(provider) => provider.payment_facts(event.payload),
         None => PaymentShape::NEUTRAL.payment_facts(event.payload),
     }
-    .map_err(HandlerError::Permanent)?;
+    .map_err(|e| HandlerError::Permanent(e.to_string()))?;
     // A provider that states no amounts (GoCardless) refunds with none: the
     // refund is the event itself, in the payment's timeline.
     let sends_amounts = provider.is_none_or(|p| p.sends_amounts());

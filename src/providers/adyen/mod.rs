@@ -18,6 +18,9 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::errors::{
+    FactsError, PayloadError, SecretError, Signing, SigningError, minor_amount, storable,
+};
 use super::{Answer, Body, Item, Missing, Provider, Scheme, Simulator, non_empty};
 use crate::config_keys::{self as keys, Problem};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
@@ -37,10 +40,7 @@ pub struct Adyen {
 impl std::fmt::Debug for Adyen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Adyen")
-            .field(
-                "basic_auth",
-                &self.basic_auth.as_ref().map(|_| "[redacted]"),
-            )
+            .field("basic_auth", &super::redacted(&self.basic_auth))
             .finish()
     }
 }
@@ -234,10 +234,12 @@ fn code(item: &Value) -> &str {
 
 impl KeyFormat for Adyen {
     /// Adyen shows HMAC keys as hex.
-    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
+    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, SecretError> {
         match hex::decode(secret.expose().trim()) {
             Ok(key) if !key.is_empty() => Ok(Cow::Owned(key)),
-            _ => Err("is not an Adyen HMAC key (hex, as the Customer Area shows it)".into()),
+            _ => Err(SecretError::Not(
+                "an Adyen HMAC key (hex, as the Customer Area shows it)",
+            )),
         }
     }
 }
@@ -347,9 +349,9 @@ impl Provider for Adyen {
 
     /// Each item, kept as the bytes it came as (they are what its signature
     /// proves, and what a retry or a forward reads).
-    fn events(&self, body: &[u8], _: Value) -> Result<Vec<Item>, String> {
+    fn events(&self, body: &[u8], _: Value) -> Result<Vec<Item>, PayloadError> {
         Ok(items(body)
-            .map_err(String::from)?
+            .map_err(PayloadError::Events)?
             .into_iter()
             .map(|(bytes, item)| Item {
                 payload: Value::Object(item),
@@ -397,7 +399,7 @@ impl Provider for Adyen {
     /// event (capture, refund, chargeback) by `originalReference`. Only an
     /// authorisation or capture states the payment's amount: a refund's or
     /// chargeback's value is its own.
-    fn payment_facts(&self, item: &Value) -> Result<PaymentFacts, String> {
+    fn payment_facts(&self, item: &Value) -> Result<PaymentFacts, FactsError> {
         let code = code(item);
         let own = code == "AUTHORISATION";
         let reference = if own {
@@ -406,21 +408,20 @@ impl Provider for Adyen {
             "originalReference"
         };
         let payment_id = non_empty(item.get(reference))
-            .ok_or_else(|| format!("NotificationRequestItem.{reference} is missing"))?;
-        let value = match item.pointer("/amount/value") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_i64()
-                    .filter(|v| *v >= 0)
-                    .ok_or("NotificationRequestItem.amount.value is not a non-negative integer")?,
-            ),
-        };
+            .ok_or_else(|| FactsError::Missing(format!("NotificationRequestItem.{reference}")))?;
+        let value = minor_amount(item.pointer("/amount/value"), || {
+            "NotificationRequestItem.amount.value".into()
+        })?;
         let currency = non_empty(item.pointer("/amount/currency"));
         let refund = match code {
             "REFUND" if succeeded(item) => {
-                let id = non_empty(item.get("pspReference"))
-                    .ok_or("NotificationRequestItem.pspReference is missing")?;
-                let amount = value.ok_or("a REFUND item needs amount.value")?;
+                let id = non_empty(item.get("pspReference")).ok_or_else(|| {
+                    FactsError::Missing("NotificationRequestItem.pspReference".into())
+                })?;
+                let amount = value.ok_or(FactsError::Needs {
+                    what: "a REFUND item",
+                    field: "amount.value",
+                })?;
                 Some(Refund { id, amount })
             }
             _ => None,
@@ -437,7 +438,7 @@ impl Provider for Adyen {
             customer_id: non_empty(item.pointer("/additionalData/shopperReference")),
             refund,
         };
-        facts.storable()
+        storable(facts)
     }
 
     fn index_fields(&self, item: &Value) -> IndexFields {
@@ -449,26 +450,33 @@ impl Provider for Adyen {
     }
 }
 
+/// A body to sign without its list of items, or with an entry of it without one.
+const NO_ITEMS: SigningError = SigningError::needs("an Adyen body", "a notificationItems list");
+const NO_ITEM: SigningError =
+    SigningError::needs("each notificationItems entry", "a NotificationRequestItem");
+
 impl Simulator for Adyen {
     /// The body with every item's `hmacSignature` filled in.
-    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Signing<Signed> {
         let mut payload: Value =
-            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+            serde_json::from_slice(body).map_err(|e| SigningError::NotJson(e.to_string()))?;
         let list = payload
             .get_mut(ITEMS)
             .and_then(Value::as_array_mut)
-            .ok_or("an Adyen body needs a notificationItems list")?;
+            .ok_or(NO_ITEMS)?;
         for entry in list {
             let item = entry
                 .get_mut(ITEM)
                 .and_then(Value::as_object_mut)
-                .ok_or("each notificationItems entry needs a NotificationRequestItem")?;
+                .ok_or(NO_ITEM)?;
             let tag = BASE64.encode(hmac_sha256(key, &[signing_string(item).as_bytes()]));
             let data = item
                 .entry("additionalData")
                 .or_insert_with(|| Value::Object(Map::new()));
             let Value::Object(data) = data else {
-                return Err("additionalData must be an object".into());
+                return Err(SigningError::Unwritable(
+                    "additionalData must be an object".into(),
+                ));
             };
             data.insert(SIGNATURE.into(), Value::String(tag));
         }
@@ -481,7 +489,10 @@ impl Simulator for Adyen {
         }
         Ok(Signed {
             headers,
-            body: Some(serde_json::to_vec(&payload).map_err(|e| e.to_string())?),
+            body: Some(
+                serde_json::to_vec(&payload)
+                    .map_err(|e| SigningError::Unwritable(e.to_string()))?,
+            ),
         })
     }
 
@@ -490,19 +501,19 @@ impl Simulator for Adyen {
         Secret::new(hex::encode_upper(rand::random::<[u8; 32]>()))
     }
 
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
         let first = body
             .value
             .pointer("/notificationItems/0/NotificationRequestItem")
-            .ok_or("an Adyen body needs a notificationItems list")?;
+            .ok_or(NO_ITEMS)?;
         self.identity(&Vec::<(String, String)>::new(), first)
             .map(|(id, _)| id)
-            .map_err(|_| "the first item needs a pspReference and an eventCode".into())
+            .map_err(|_| SigningError::needs("the first item", "a pspReference and an eventCode"))
     }
 
-    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
         body.pointer("/notificationItems/0/NotificationRequestItem/eventCode")
-            .ok_or_else(|| "the first item needs an eventCode".into())
+            .ok_or(SigningError::needs("the first item", "an eventCode"))
     }
 
     /// A fresh pspReference (16 digits) for the first item.

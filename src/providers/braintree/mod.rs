@@ -22,6 +22,7 @@ use serde_json::Value;
 use sha1::{Digest, Sha1};
 use subtle::ConstantTimeEq;
 
+use super::errors::{FactsError, PayloadError, SecretError, Signing, SigningError, storable};
 use super::shape::IndexFields;
 use super::{Body, Capabilities, Missing, Provider, Simulator, kind_table, non_empty};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
@@ -85,13 +86,22 @@ fn is_base64_text(payload: &str) -> bool {
 }
 
 /// The notification a verified `bt_payload` carries, as JSON.
-fn notification(payload: &str) -> Result<Value, String> {
+fn notification(payload: &str) -> Result<Value, PayloadError> {
     let compact: String = payload.chars().filter(|c| *c != '\n').collect();
     let bytes = BASE64
         .decode(compact)
-        .map_err(|_| format!("{PAYLOAD} is not base64"))?;
-    let text = String::from_utf8(bytes).map_err(|_| format!("{PAYLOAD} is not UTF-8 XML"))?;
-    xml::to_json(&text).map_err(|e| format!("{PAYLOAD}: {e}"))
+        .map_err(|_| PayloadError::NotEncoded {
+            field: PAYLOAD,
+            encoding: "base64",
+        })?;
+    let text = String::from_utf8(bytes).map_err(|_| PayloadError::NotEncoded {
+        field: PAYLOAD,
+        encoding: "UTF-8 XML",
+    })?;
+    xml::to_json(&text).map_err(|e| PayloadError::Unreadable {
+        field: PAYLOAD,
+        problem: e.to_string(),
+    })
 }
 
 /// The id of the object a notification's subject holds (a transaction, a
@@ -159,13 +169,12 @@ fn braintree_id(random: &[u8]) -> String {
 
 impl KeyFormat for Braintree {
     /// The pair as written; both halves must be there.
-    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
+    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, SecretError> {
         match key_pair(secret.expose().as_bytes()) {
             Some(_) => Ok(Cow::Borrowed(secret.expose().as_bytes())),
-            None => Err(
-                "is not \"PUBLIC_KEY:PRIVATE_KEY\" (the API key pair from Braintree's control panel)"
-                    .into(),
-            ),
+            None => Err(SecretError::Not(
+                "\"PUBLIC_KEY:PRIVATE_KEY\" (the API key pair from Braintree's control panel)",
+            )),
         }
     }
 }
@@ -264,9 +273,9 @@ impl Provider for Braintree {
         Err(SignatureError::Mismatch)
     }
 
-    fn payload(&self, body: &[u8]) -> Result<Value, String> {
+    fn payload(&self, body: &[u8]) -> Result<Value, PayloadError> {
         let (_, payload) = form(body);
-        notification(&payload.ok_or_else(|| format!("the form has no {PAYLOAD}"))?)
+        notification(&payload.ok_or(PayloadError::NoField(PAYLOAD))?)
     }
 
     /// `{kind}:{subject id}:{timestamp}`; the subject id is empty for a
@@ -304,9 +313,11 @@ impl Provider for Braintree {
     /// A sale names the payment by its id and states its amount and customer;
     /// a credit names it by `refunded-transaction-id` and states itself; a
     /// dispute names it by its `transaction.id`.
-    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
-        let about = about(payload)
-            .ok_or_else(|| format!("kind {:?} is not about a payment", kind(payload)))?;
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, FactsError> {
+        let about = about(payload).ok_or_else(|| FactsError::NotAboutPayment {
+            what: "kind",
+            name: kind(payload).to_string(),
+        })?;
         let (name, pointer) = match about {
             About::Transaction => ("transaction", "/subject/transaction"),
             About::Dispute => ("dispute", "/subject/dispute"),
@@ -315,21 +326,28 @@ impl Provider for Braintree {
         let object = payload
             .pointer(pointer)
             .filter(|o| o.is_object())
-            .ok_or_else(|| format!("{path} is missing or not an object"))?;
+            .ok_or_else(|| FactsError::NoObject(path.clone()))?;
         let currency = text(object, "currency-iso-code");
-        let amount = || -> Result<Option<i64>, String> {
+        let amount = || -> Result<Option<i64>, FactsError> {
             let Some(decimal) = text(object, "amount") else {
                 return Ok(None);
             };
-            let currency = currency
-                .as_deref()
-                .ok_or_else(|| format!("{path}.currency-iso-code is missing (the amount's)"))?;
+            let currency = currency.as_deref().ok_or_else(|| {
+                FactsError::invalid(
+                    format!("{path}.currency-iso-code"),
+                    "is missing (the amount's)",
+                )
+            })?;
             minor_units(&decimal, currency)
                 .map(Some)
-                .map_err(|e| format!("{path}.amount: {e}"))
+                .map_err(|error| FactsError::Money {
+                    path: format!("{path}.amount"),
+                    error,
+                })
         };
-        let id =
-            |field: &str| text(object, field).ok_or_else(|| format!("{path}.{field} is missing"));
+        let id = |field: &str| {
+            text(object, field).ok_or_else(|| FactsError::Missing(format!("{path}.{field}")))
+        };
         let facts = match about {
             About::Transaction if is_credit(payload) => PaymentFacts {
                 payment_id: id("refunded-transaction-id")?,
@@ -339,7 +357,8 @@ impl Provider for Braintree {
                 customer_id: customer(object),
                 refund: Some(Refund {
                     id: id("id")?,
-                    amount: amount()?.ok_or_else(|| format!("{path}.amount is missing"))?,
+                    amount: amount()?
+                        .ok_or_else(|| FactsError::Missing(format!("{path}.amount")))?,
                 }),
             },
             About::Transaction => PaymentFacts {
@@ -352,7 +371,7 @@ impl Provider for Braintree {
             },
             About::Dispute => PaymentFacts {
                 payment_id: non_empty(object.pointer("/transaction/id"))
-                    .ok_or_else(|| format!("{path}.transaction.id is missing"))?,
+                    .ok_or_else(|| FactsError::Missing(format!("{path}.transaction.id")))?,
                 amount: None,
                 amount_refunded: None,
                 currency,
@@ -360,7 +379,7 @@ impl Provider for Braintree {
                 refund: None,
             },
         };
-        facts.storable()
+        storable(facts)
     }
 
     fn index_fields(&self, payload: &Value) -> IndexFields {
@@ -377,11 +396,15 @@ impl Provider for Braintree {
 impl Simulator for Braintree {
     /// The body is the notification as JSON (what hookd stores); the form
     /// Braintree would post for it replaces it.
-    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
-        let (public, private) = key_pair(key).ok_or("the secret is not PUBLIC_KEY:PRIVATE_KEY")?;
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Signing<Signed> {
+        let (public, private) = key_pair(key).ok_or(SigningError::Key(
+            "the secret is not PUBLIC_KEY:PRIVATE_KEY".into(),
+        ))?;
         let notification: Value =
-            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
-        let encoded = BASE64.encode(xml::from_json(&notification)?);
+            serde_json::from_slice(body).map_err(|e| SigningError::NotJson(e.to_string()))?;
+        let document =
+            xml::from_json(&notification).map_err(|e| SigningError::Unwritable(e.to_string()))?;
+        let encoded = BASE64.encode(document);
         let mut payload = String::with_capacity(encoded.len() + encoded.len() / LINE + 1);
         for line in encoded.as_bytes().chunks(LINE) {
             payload.push_str(&String::from_utf8_lossy(line));
@@ -410,15 +433,14 @@ impl Simulator for Braintree {
         Secret::new(format!("{public}:{private}"))
     }
 
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
         self.identity(&Vec::<(String, String)>::new(), body.value)
             .map(|(id, _)| id)
-            .map_err(|_| "a Braintree body needs a \"kind\" and a \"timestamp\"".into())
+            .map_err(|_| SigningError::needs("a Braintree body", "a \"kind\" and a \"timestamp\""))
     }
 
-    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
-        body.text("kind")
-            .ok_or_else(|| "a Braintree body needs a \"kind\"".into())
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
+        body.member("kind", "a Braintree body")
     }
 
     /// A fresh id for the subject: the notification's own id is derived from it.

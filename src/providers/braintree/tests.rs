@@ -1,34 +1,23 @@
-use std::time::Duration;
-
 use serde::Deserialize;
 use serde_json::json;
 
 use super::*;
-use crate::providers::{Scheme, Verifier, sign};
+use crate::providers::test_kit::{self, Vectors};
+use crate::providers::{Scheme, sign};
 
 const KEYS: &str = "hookdpublickey01:0123456789abcdef0123456789abcdef";
 const OLD_KEYS: &str = "oldpublickey0001:ffffffffffffffffffffffffffffffff";
 const NOW: i64 = 1_700_000_000;
 
 fn verify(secrets: &[&str], body: &[u8], now: i64) -> Result<Verified, SignatureError> {
-    let secrets: Vec<Secret> = secrets.iter().map(|s| Secret::new(*s)).collect();
-    Verifier {
-        scheme: &Scheme::Braintree,
-        secrets: &secrets,
-        tolerance: Duration::from_secs(300),
-    }
-    .verify(&Vec::<(String, String)>::new(), body, now)
+    test_kit::verify(&Scheme::Braintree, secrets, &[], body, now)
 }
 
 /// The form hookd sends for a notification, signed with `keys`.
 fn signed(keys: &str, notification: &Value) -> Vec<u8> {
-    let envelope = Envelope {
-        event_id: "e",
-        event_type: "transaction_settled",
-        timestamp: NOW,
-    };
     let body = serde_json::to_vec(notification).expect("json");
-    let signed = sign(&Scheme::Braintree, &Secret::new(keys), &body, &envelope).expect("sign");
+    let event = ("e", "transaction_settled");
+    let signed = test_kit::signed(&Scheme::Braintree, keys, &body, event, NOW);
     assert_eq!(
         signed.headers,
         [("Content-Type".to_string(), FORM.to_string())]
@@ -71,12 +60,6 @@ fn field(body: &[u8], name: &str) -> String {
 // --- Known answers from Braintree's own SDK (tests/vectors/braintree.json) ---
 
 #[derive(Deserialize)]
-struct Vectors {
-    cases: Vec<Case>,
-    quirks: Vec<Case>,
-}
-
-#[derive(Deserialize)]
 struct Case {
     name: String,
     public_key: String,
@@ -95,9 +78,8 @@ struct Read {
 
 #[test]
 fn hookd_agrees_with_the_sdk_on_every_vector() {
-    let vectors: Vectors =
-        serde_json::from_str(include_str!("../../../tests/vectors/braintree.json"))
-            .expect("vectors");
+    let vectors: Vectors<Case> =
+        test_kit::vectors(include_str!("../../../tests/vectors/braintree.json"));
     assert!(vectors.cases.iter().filter(|c| c.valid).count() >= 5);
     assert!(vectors.cases.iter().filter(|c| !c.valid).count() >= 4);
     for case in vectors.cases.iter().chain(&vectors.quirks) {
@@ -256,8 +238,9 @@ fn what_cannot_be_written_as_braintree_xml_is_refused_when_signing() {
     ];
     for (body, reason) in cases {
         let bytes = serde_json::to_vec(&body).expect("json");
-        let error =
-            sign(&Scheme::Braintree, &Secret::new(KEYS), &bytes, &envelope).expect_err("refused");
+        let error = sign(&Scheme::Braintree, &Secret::new(KEYS), &bytes, &envelope)
+            .expect_err("refused")
+            .to_string();
         assert!(error.contains(reason), "{body}: {error}");
     }
 }
@@ -283,7 +266,10 @@ fn unreadable_payloads_say_why() {
         ),
     ];
     for (body, reason) in cases {
-        let error = Braintree.payload(body.as_bytes()).expect_err("unreadable");
+        let error = Braintree
+            .payload(body.as_bytes())
+            .expect_err("unreadable")
+            .to_string();
         assert!(error.contains(reason), "{body}: {error}");
     }
 }
@@ -456,7 +442,10 @@ fn unusable_payment_facts_say_why() {
         ),
     ];
     for (payload, reason) in cases {
-        let error = Braintree.payment_facts(&payload).expect_err("unusable");
+        let error = Braintree
+            .payment_facts(&payload)
+            .expect_err("unusable")
+            .to_string();
         assert!(error.contains(reason), "{payload}: {error}");
     }
 }

@@ -13,19 +13,41 @@ pub const ROOT: &str = "notification";
 /// The name array items are written under (reading drops it).
 const ITEM: &str = "item";
 
+/// Why a document is not a notification, or a JSON value cannot be one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum XmlError {
+    #[error("not XML: {0}")]
+    NotXml(String),
+    /// The root element is not `<notification>`.
+    #[error("not a Braintree notification: the root element is <{0}>")]
+    NotNotification(String),
+    #[error("the notification holds no elements")]
+    Empty,
+    #[error("a Braintree body is a JSON object: the notification's elements")]
+    NotObject,
+    #[error("{0:?} is not an XML element name")]
+    NotName(String),
+    #[error("{name} holds {c:?}, which XML cannot carry")]
+    NotXmlText { name: String, c: char },
+    /// It would read back as the empty text.
+    #[error("{0} is an empty object: write \"\" or leave it out")]
+    EmptyObject(String),
+    #[error("{name} is {value}: Braintree's values are text (write \"{value}\")")]
+    NotText { name: String, value: Value },
+}
+
 /// The notification an XML document holds, as a JSON object of its children.
-pub fn to_json(xml: &str) -> Result<Value, String> {
-    let document = roxmltree::Document::parse(xml).map_err(|e| format!("not XML: {e}"))?;
+pub fn to_json(xml: &str) -> Result<Value, XmlError> {
+    let document = roxmltree::Document::parse(xml).map_err(|e| XmlError::NotXml(e.to_string()))?;
     let root = document.root_element();
     if root.tag_name().name() != ROOT {
-        return Err(format!(
-            "not a Braintree notification: the root element is <{}>",
-            root.tag_name().name()
+        return Err(XmlError::NotNotification(
+            root.tag_name().name().to_string(),
         ));
     }
     match value(root) {
         Value::Object(map) => Ok(Value::Object(map)),
-        _ => Err("the notification holds no elements".into()),
+        _ => Err(XmlError::Empty),
     }
 }
 
@@ -62,9 +84,9 @@ fn value(node: roxmltree::Node<'_, '_>) -> Value {
 }
 
 /// A JSON object as the notification document Braintree would send.
-pub fn from_json(notification: &Value) -> Result<String, String> {
+pub fn from_json(notification: &Value) -> Result<String, XmlError> {
     if !notification.is_object() {
-        return Err("a Braintree body is a JSON object: the notification's elements".into());
+        return Err(XmlError::NotObject);
     }
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     element(ROOT, notification, &mut out)?;
@@ -72,17 +94,20 @@ pub fn from_json(notification: &Value) -> Result<String, String> {
     Ok(out)
 }
 
-fn element(name: &str, value: &Value, out: &mut String) -> Result<(), String> {
+fn element(name: &str, value: &Value, out: &mut String) -> Result<(), XmlError> {
     let is_name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
     let starts_well = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
     if !starts_well || !name.chars().all(is_name_char) {
-        return Err(format!("{name:?} is not an XML element name"));
+        return Err(XmlError::NotName(name.to_string()));
     }
     match value {
         Value::Null => out.push_str(&format!("<{name} nil=\"true\"/>")),
         Value::String(text) => {
             if let Some(c) = text.chars().find(|c| !allowed_in_xml(*c)) {
-                return Err(format!("{name} holds {c:?}, which XML cannot carry"));
+                return Err(XmlError::NotXmlText {
+                    name: name.to_string(),
+                    c,
+                });
             }
             out.push_str(&format!("<{name}>"));
             escape(text, out);
@@ -90,9 +115,7 @@ fn element(name: &str, value: &Value, out: &mut String) -> Result<(), String> {
         }
         // It would read back as the empty text.
         Value::Object(map) if map.is_empty() => {
-            return Err(format!(
-                "{name} is an empty object: write \"\" or leave it out"
-            ));
+            return Err(XmlError::EmptyObject(name.to_string()));
         }
         Value::Object(map) => {
             out.push_str(&format!("<{name}>"));
@@ -109,9 +132,10 @@ fn element(name: &str, value: &Value, out: &mut String) -> Result<(), String> {
             out.push_str(&format!("</{name}>"));
         }
         Value::Number(_) | Value::Bool(_) => {
-            return Err(format!(
-                "{name} is {value}: Braintree's values are text (write \"{value}\")"
-            ));
+            return Err(XmlError::NotText {
+                name: name.to_string(),
+                value: value.clone(),
+            });
         }
     }
     Ok(())

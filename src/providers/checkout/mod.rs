@@ -12,14 +12,15 @@ use serde::Deserialize;
 use serde_json::Value;
 use subtle::ConstantTimeEq;
 
+use super::errors::{FactsError, Signing, SigningError, minor_amount, storable};
 use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
-use super::{Body, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty};
+use super::{
+    Body, Missing, Provider, Scheme, Signature, Simulator, body_identity, kind_table, non_empty,
+};
 use crate::config_keys::{self as keys, Problem};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
-use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
-};
+use crate::signature::{Envelope, Headers, KeyFormat, Secret, SignatureError, Signed};
 
 const SIGNATURE: &str = "Cko-Signature";
 /// The hex tag of the raw body, as sent.
@@ -36,10 +37,7 @@ pub struct Checkout {
 impl std::fmt::Debug for Checkout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Checkout")
-            .field(
-                "authorization",
-                &self.authorization.as_ref().map(|_| "[redacted]"),
-            )
+            .field("authorization", &super::redacted(&self.authorization))
             .finish()
     }
 }
@@ -106,15 +104,8 @@ fn payment_pointer(event_type: &str) -> (&'static str, &'static str) {
 }
 
 /// An amount in minor units, if stated.
-fn amount(payload: &Value) -> Result<Option<i64>, String> {
-    match payload.pointer("/data/amount") {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_i64()
-            .filter(|v| *v >= 0)
-            .map(Some)
-            .ok_or_else(|| "data.amount is not a non-negative integer".into()),
-    }
+fn amount(payload: &Value) -> Result<Option<i64>, FactsError> {
+    minor_amount(payload.pointer("/data/amount"), || "data.amount".into())
 }
 
 impl KeyFormat for Checkout {}
@@ -165,20 +156,12 @@ impl Provider for Checkout {
         }
     }
 
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: i64,
-    ) -> Result<Verified, SignatureError> {
-        SIGNED.verify(keys, headers, &[body])
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::header(SIGNED))
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
-        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
-        Ok((id, ty))
+        body_identity(payload, "id", "type")
     }
 
     /// The event's `created_on`.
@@ -193,20 +176,20 @@ impl Provider for Checkout {
     /// A payment event states the payment's amount, currency and customer; a
     /// refund is the action `data.action_id` of `data.amount`; a dispute only
     /// names the payment.
-    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, FactsError> {
         let ty = event_type(payload);
         if !payload.get("data").is_some_and(Value::is_object) {
-            return Err("data is missing or not an object".into());
+            return Err(FactsError::NoObject("data".into()));
         }
         let (pointer, field) = payment_pointer(ty);
         let payment_id =
-            non_empty(payload.pointer(pointer)).ok_or_else(|| format!("{field} is missing"))?;
+            non_empty(payload.pointer(pointer)).ok_or_else(|| FactsError::Missing(field.into()))?;
         let stated = amount(payload)?;
         let refund = match ty {
             "payment_refunded" => Some(Refund {
                 id: non_empty(payload.pointer("/data/action_id"))
-                    .ok_or("data.action_id is missing")?,
-                amount: stated.ok_or("data.amount is missing")?,
+                    .ok_or_else(|| FactsError::Missing("data.action_id".into()))?,
+                amount: stated.ok_or_else(|| FactsError::Missing("data.amount".into()))?,
             }),
             _ => None,
         };
@@ -219,7 +202,7 @@ impl Provider for Checkout {
             customer_id: non_empty(payload.pointer("/data/customer/id")),
             refund,
         };
-        facts.storable()
+        storable(facts)
     }
 
     fn index_fields(&self, payload: &Value) -> IndexFields {
@@ -235,7 +218,7 @@ impl Provider for Checkout {
 }
 
 impl Simulator for Checkout {
-    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Signing<Signed> {
         let mut headers = vec![SIGNED.sign(key, &[body])];
         if let Some(authorization) = &self.authorization {
             headers.push((
@@ -246,9 +229,8 @@ impl Simulator for Checkout {
         Ok(Signed::headers(headers))
     }
 
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
-        body.text("id")
-            .ok_or_else(|| "a Checkout.com body needs an \"id\"".into())
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
+        body.member("id", "a Checkout.com body")
     }
 
     /// `evt_` and 26 lowercase hex digits, in the body's `id`.

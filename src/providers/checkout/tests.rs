@@ -1,10 +1,8 @@
-use std::time::Duration;
-
 use serde::Deserialize;
 use serde_json::json;
 
 use super::*;
-use crate::providers::{Verifier, sign};
+use crate::providers::test_kit::{self, Vectors};
 
 const NOW: i64 = 1_700_000_000;
 
@@ -20,14 +18,9 @@ fn verify_request(
     headers: &[(String, String)],
     body: &[u8],
 ) -> Result<i32, SignatureError> {
-    let secrets: Vec<Secret> = secrets.iter().map(|s| Secret::new(*s)).collect();
-    Verifier {
-        scheme,
-        secrets: &secrets,
-        tolerance: Duration::from_secs(300),
-    }
-    .verify_request(headers, body, NOW)
-    .map(|v| v.signed_with)
+    test_kit::verifier(scheme, &test_kit::secrets(secrets))
+        .verify_request(headers, body, NOW)
+        .map(|v| v.signed_with)
 }
 
 fn plain() -> Scheme {
@@ -40,24 +33,13 @@ fn header(value: &str) -> Vec<(String, String)> {
 
 /// The headers hookd sends with `body` for `scheme`, signed with `key`.
 fn signed(scheme: &Scheme, key: &str, body: &[u8]) -> Vec<(String, String)> {
-    let envelope = Envelope {
-        event_id: "evt_1",
-        event_type: "payment_captured",
-        timestamp: NOW,
-    };
-    let mut headers = sign(scheme, &Secret::new(key), body, &envelope)
-        .expect("sign")
-        .headers;
+    let event = ("evt_1", "payment_captured");
+    let mut headers = test_kit::signed(scheme, key, body, event, NOW).headers;
     headers.retain(|(name, _)| name != "Content-Type");
     headers
 }
 
 // --- Known answers computed from the documented formula (tests/vectors/checkout.json) ---
-
-#[derive(Deserialize)]
-struct Vectors {
-    cases: Vec<Case>,
-}
 
 #[derive(Deserialize)]
 struct Case {
@@ -71,8 +53,8 @@ struct Case {
 
 #[test]
 fn every_vector_gets_its_verdict_and_hookd_signs_the_same() {
-    let vectors: Vectors =
-        serde_json::from_str(include_str!("../../../tests/vectors/checkout.json")).expect("json");
+    let vectors: Vectors<Case> =
+        test_kit::vectors(include_str!("../../../tests/vectors/checkout.json"));
     assert!(vectors.cases.len() >= 5);
     for case in &vectors.cases {
         let verdict = verify_request(
@@ -138,11 +120,8 @@ fn checkout_signs_no_time_so_no_delivery_is_too_old_or_too_new() {
     let headers = signed(&plain(), "key-a", BODY);
     let secrets = [Secret::new("key-a")];
     for now in [0, NOW - 86_400 * 365, NOW + 86_400 * 365] {
-        let verifier = Verifier {
-            scheme: &plain(),
-            secrets: &secrets,
-            tolerance: Duration::from_secs(300),
-        };
+        let scheme = plain();
+        let verifier = test_kit::verifier(&scheme, &secrets);
         assert!(verifier.verify(&headers, BODY, now).is_ok(), "{now}");
     }
 }
@@ -344,9 +323,7 @@ fn malformed_payment_data_says_why() {
             "data is missing or not an object",
         ),
     ];
-    for (payload, reason) in cases {
-        assert_eq!(ANY.payment_facts(&payload), Err(reason.into()), "{payload}");
-    }
+    test_kit::refuses_facts(&ANY, cases.into());
 }
 
 #[test]

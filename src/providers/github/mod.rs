@@ -6,12 +6,13 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::errors::{Signing, SigningError};
 use super::hmac::HeaderHmac;
 use super::{
-    Body, Capabilities, Encoding, Missing, Provider, Simulator, body_member, non_empty_str,
-    uuid_from,
+    Body, Capabilities, Encoding, Missing, Provider, Signature, Simulator, body_member,
+    id_in_header, type_in_header, uuid_from,
 };
-use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
+use crate::signature::{Envelope, Headers, KeyFormat, Signed};
 
 const SIGNATURE: &str = "X-Hub-Signature-256";
 /// `sha256=` and the hex tag of the raw body, trimmed.
@@ -60,14 +61,8 @@ impl Provider for Github {
         vec![SIGNATURE, GITHUB_EVENT, GITHUB_DELIVERY]
     }
 
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: i64,
-    ) -> Result<Verified, SignatureError> {
-        SIGNED.verify(keys, headers, &[body])
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::header(SIGNED))
     }
 
     fn identity(
@@ -75,14 +70,8 @@ impl Provider for Github {
         headers: &dyn Headers,
         payload: &Value,
     ) -> Result<(String, String), Missing> {
-        let id = headers
-            .header(GITHUB_DELIVERY)
-            .and_then(non_empty_str)
-            .ok_or_else(|| Missing::Id(format!("{GITHUB_DELIVERY} header")))?;
-        let name = headers
-            .header(GITHUB_EVENT)
-            .and_then(non_empty_str)
-            .ok_or_else(|| Missing::Type(format!("{GITHUB_EVENT} header")))?;
+        let id = id_in_header(headers, GITHUB_DELIVERY)?;
+        let name = type_in_header(headers, GITHUB_EVENT)?;
         let ty = match body_member(payload, "action") {
             Some(action) => format!("{name}.{action}"),
             None => name,
@@ -94,7 +83,7 @@ impl Provider for Github {
 impl Simulator for Github {
     /// GitHub names the event by its header; the body's `action`, if any, is
     /// appended when the event is parsed.
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
         let event_name = envelope
             .event_type
             .split_once('.')
@@ -111,12 +100,14 @@ impl Simulator for Github {
     }
 
     /// A delivery id derived from the body's content.
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
         Ok(uuid_from(&Sha256::digest(body.bytes)))
     }
 
-    fn signing_type(&self, _: &Body<'_>) -> Result<String, String> {
-        Err("GitHub events are named by their file name (push.json → push)".into())
+    fn signing_type(&self, _: &Body<'_>) -> Result<String, SigningError> {
+        Err(SigningError::NotInBody(
+            "GitHub events are named by their file name (push.json → push)",
+        ))
     }
 
     fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {

@@ -15,18 +15,23 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::errors::{FactsError, PayloadError, Signing, SigningError, storable};
 use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{
-    Body, Capabilities, Item, Missing, Provider, SignatureRefusal, Simulator, kind_table, non_empty,
+    Body, Capabilities, Item, Missing, Provider, Signature, SignatureRefusal, Simulator,
+    kind_table, non_empty,
 };
 use crate::domain::{PaymentFacts, PaymentKind};
-use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
+use crate::signature::{Envelope, Headers, KeyFormat, Signed};
 
 const HEADER: &str = "Webhook-Signature";
 /// The hex tag of the raw body, as sent (either case, not trimmed).
 const SIGNED: HeaderHmac<'static> = HeaderHmac::hex(HEADER);
 const EVENTS: &str = "events";
+/// A request whose events list is not one list of items as it came.
+const UNREADABLE: PayloadError =
+    PayloadError::Events("the body's events list cannot be read as it came");
 
 pub struct GoCardless;
 
@@ -54,16 +59,16 @@ struct RawEvents<'a> {
 }
 
 /// The events of a request, or why it has none.
-fn events_of(payload: &Value) -> Result<&Vec<Value>, &'static str> {
+fn events_of(payload: &Value) -> Result<&Vec<Value>, PayloadError> {
     let list = payload
         .get(EVENTS)
         .and_then(Value::as_array)
-        .ok_or("the body has no events list")?;
+        .ok_or(PayloadError::Events("the body has no events list"))?;
     if list.is_empty() {
-        return Err("events is empty");
+        return Err(PayloadError::Empty(EVENTS));
     }
     if !list.iter().all(Value::is_object) {
-        return Err("an item of events is not an object");
+        return Err(PayloadError::Events("an item of events is not an object"));
     }
     Ok(list)
 }
@@ -106,14 +111,8 @@ impl Provider for GoCardless {
     }
 
     /// The header is decoded as sent (hex, either case), not trimmed.
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: i64,
-    ) -> Result<Verified, SignatureError> {
-        SIGNED.verify(keys, headers, &[body])
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::header(SIGNED))
     }
 
     fn refused_signature(&self) -> SignatureRefusal {
@@ -122,10 +121,9 @@ impl Provider for GoCardless {
 
     /// Each event with its item's bytes exactly as they came, which a retry
     /// and a forward read.
-    fn events(&self, body: &[u8], mut payload: Value) -> Result<Vec<Item>, String> {
-        events_of(&payload).map_err(String::from)?;
-        let raw: RawEvents<'_> = serde_json::from_slice(body)
-            .map_err(|_| "the body's events list cannot be read as it came")?;
+    fn events(&self, body: &[u8], mut payload: Value) -> Result<Vec<Item>, PayloadError> {
+        events_of(&payload)?;
+        let raw: RawEvents<'_> = serde_json::from_slice(body).map_err(|_| UNREADABLE)?;
         let parsed = payload
             .get_mut(EVENTS)
             .and_then(Value::as_array_mut)
@@ -133,7 +131,7 @@ impl Provider for GoCardless {
             .unwrap_or_default();
         // Both read the one `events` member of one body: an item each.
         if parsed.len() != raw.events.len() {
-            return Err("the body's events list cannot be read as it came".into());
+            return Err(UNREADABLE);
         }
         Ok(parsed
             .into_iter()
@@ -171,14 +169,15 @@ impl Provider for GoCardless {
     /// The payment is `links.payment` (a refund's too), the customer
     /// `links.customer` when the event names one. No amounts: GoCardless sends
     /// none, so a refund adds no refund fact (see [`Provider::sends_amounts`]).
-    fn payment_facts(&self, event: &Value) -> Result<PaymentFacts, String> {
-        let payment_id = link(event, "payment").ok_or("links.payment is missing")?;
+    fn payment_facts(&self, event: &Value) -> Result<PaymentFacts, FactsError> {
+        let payment_id =
+            link(event, "payment").ok_or_else(|| FactsError::Missing("links.payment".into()))?;
         let facts = PaymentFacts {
             payment_id,
             customer_id: link(event, "customer"),
             ..PaymentFacts::default()
         };
-        facts.storable()
+        storable(facts)
     }
 
     fn index_fields(&self, event: &Value) -> IndexFields {
@@ -190,23 +189,25 @@ impl Provider for GoCardless {
 }
 
 impl Simulator for GoCardless {
-    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Signing<Signed> {
         Ok(Signed::headers(vec![SIGNED.sign(key, &[body])]))
     }
 
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
-        body.pointer("/events/0/id")
-            .ok_or_else(|| "a GoCardless body needs events with an \"id\"".into())
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
+        body.pointer("/events/0/id").ok_or(SigningError::needs(
+            "a GoCardless body",
+            "events with an \"id\"",
+        ))
     }
 
-    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
         let first = body
             .value
             .pointer("/events/0")
-            .ok_or("a GoCardless body needs an events list")?;
+            .ok_or(SigningError::needs("a GoCardless body", "an events list"))?;
         self.identity(&Vec::<(String, String)>::new(), first)
             .map(|(_, event_type)| event_type)
-            .map_err(|_| "the first event needs a resource_type and an action".into())
+            .map_err(|_| SigningError::needs("the first event", "a resource_type and an action"))
     }
 
     /// `EV` and 12 digits and upper-case letters, in the first event's `id`.

@@ -8,6 +8,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::errors::{Signing, SigningError};
 use super::{Body, Capabilities, Missing, Provider, Scheme, Simulator, locate};
 use crate::config_keys::{self as keys, Names, Problem, json_pointer, one_of};
 use crate::signature::{
@@ -15,7 +16,9 @@ use crate::signature::{
 };
 
 mod header;
+mod timed;
 pub(super) use header::HeaderHmac;
+pub(super) use timed::{Refusals, TimedTags};
 
 /// Settings of the generic `hmac` scheme.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,7 +211,7 @@ impl Provider for GenericHmac {
 }
 
 impl Simulator for GenericHmac {
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
         let mut headers = vec![self.signed().sign(key, &[body])];
         if let Locator::Header(name) = &self.id {
             headers.push((name.clone(), envelope.event_id.to_string()));
@@ -222,23 +225,21 @@ impl Simulator for GenericHmac {
         Ok(Signed::headers(headers))
     }
 
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
         match &self.id {
             Locator::Pointer(p) => body
                 .pointer(p)
-                .ok_or_else(|| format!("the body has no {p}")),
+                .ok_or_else(|| SigningError::NoPointer(p.clone())),
             Locator::Header(_) => Ok(body.text("id").unwrap_or_else(|| body.content_id())),
         }
     }
 
-    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
         match &self.event_type {
             Locator::Pointer(p) => body
                 .pointer(p)
-                .ok_or_else(|| format!("the body has no {p}")),
-            Locator::Header(_) => body
-                .text("type")
-                .ok_or_else(|| "the body needs a \"type\"".into()),
+                .ok_or_else(|| SigningError::NoPointer(p.clone())),
+            Locator::Header(_) => body.member("type", "the body"),
         }
     }
 

@@ -16,12 +16,17 @@ mod reconcile;
 use serde_json::{Value, json};
 
 use super::api::Fetch;
+use super::errors::{FactsError, FetchError, Signing, SigningError, storable};
 use super::shape::IndexFields;
-use super::{Answer, Body, Capabilities, Missing, Provider, Simulator, body_member, non_empty};
+use super::{
+    Answer, Body, Capabilities, Missing, Provider, Simulator, body_member, id_in_body, non_empty,
+};
 use crate::domain::{PaymentFacts, PaymentKind};
 use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
 
 const FORM: &str = "application/x-www-form-urlencoded";
+/// A body to sign, as messages name it.
+const BODY: &str = "a Mollie body";
 const PAYMENTS: &str = "/v2/payments/";
 /// The status an id the API does not know is stored with.
 const UNKNOWN: &str = "unknown";
@@ -32,19 +37,22 @@ impl KeyFormat for Mollie {}
 
 /// A payment's amount at `field` (`{"value": "10.00", "currency": "EUR"}`)
 /// in minor units, with its currency; `None` when absent.
-fn amount(payment: &Value, field: &str) -> Result<Option<(i64, String)>, String> {
+fn amount(payment: &Value, field: &str) -> Result<Option<(i64, String)>, FactsError> {
     let Some(amount) = payment.get(field).filter(|a| !a.is_null()) else {
         return Ok(None);
     };
     let currency = amount
         .get("currency")
         .and_then(Value::as_str)
-        .ok_or_else(|| format!("{field}.currency is missing"))?;
+        .ok_or_else(|| FactsError::Missing(format!("{field}.currency")))?;
     let value = amount
         .get("value")
         .and_then(Value::as_str)
-        .ok_or_else(|| format!("{field}.value is missing"))?;
-    let minor = crate::money::minor_units(value, currency).map_err(|e| format!("{field}: {e}"))?;
+        .ok_or_else(|| FactsError::Missing(format!("{field}.value")))?;
+    let minor = crate::money::minor_units(value, currency).map_err(|error| FactsError::Money {
+        path: field.into(),
+        error,
+    })?;
     Ok(Some((minor, currency.to_string())))
 }
 
@@ -111,19 +119,19 @@ impl Provider for Mollie {
         Ok(Verified::FROM_PROVIDER_API)
     }
 
-    fn receipt_fetch(&self, body: &[u8]) -> Option<Result<(Fetch, Value), String>> {
+    fn receipt_fetch(&self, body: &[u8]) -> Option<Result<(Fetch, Value), FetchError>> {
         let id = form_urlencoded::parse(body)
             .find(|(name, _)| name == "id")
             .map(|(_, id)| id.into_owned());
         Some(match id {
-            None => Err("the form names no id".into()),
+            None => Err(FetchError::NoId),
             Some(id) => Fetch::of(PAYMENTS, &id, &[])
                 .map(|fetch| (fetch, json!({"id": id, "status": UNKNOWN}))),
         })
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
+        let id = id_in_body(payload, "id")?;
         let status = status(payload).ok_or_else(|| Missing::Type("body.status".into()))?;
         let mut event_id = format!("{id}:{status}");
         for (field, name) in [
@@ -151,19 +159,20 @@ impl Provider for Mollie {
         }
     }
 
-    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
-        let payment_id = non_empty(payload.get("id")).ok_or("id is missing")?;
-        let (minor, currency) = amount(payload, "amount")?.ok_or("amount is missing")?;
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, FactsError> {
+        let payment_id =
+            non_empty(payload.get("id")).ok_or_else(|| FactsError::Missing("id".into()))?;
+        let (minor, currency) =
+            amount(payload, "amount")?.ok_or_else(|| FactsError::Missing("amount".into()))?;
         let refunded = amount(payload, "amountRefunded")?.map(|(minor, _)| minor);
-        PaymentFacts {
+        storable(PaymentFacts {
             payment_id,
             amount: Some(minor),
             amount_refunded: refunded,
             currency: Some(currency),
             customer_id: non_empty(payload.get("customerId")),
             refund: None,
-        }
-        .storable()
+        })
     }
 
     fn index_fields(&self, payload: &Value) -> IndexFields {
@@ -203,13 +212,16 @@ impl Provider for Mollie {
 
 impl Simulator for Mollie {
     /// The form Mollie would post for a payment (or `{"id": …}`): its id only.
-    fn sign(&self, _: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+    fn sign(&self, _: &[u8], body: &[u8], _: &Envelope<'_>) -> Signing<Signed> {
         let payment: Value =
-            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+            serde_json::from_slice(body).map_err(|e| SigningError::NotJson(e.to_string()))?;
         let id = payment
             .get("id")
             .and_then(Value::as_str)
-            .ok_or("a Mollie body needs an \"id\"")?;
+            .ok_or(SigningError::NeedsMember {
+                body: BODY,
+                field: "id",
+            })?;
         let form = form_urlencoded::Serializer::new(String::new())
             .append_pair("id", id)
             .finish();
@@ -219,16 +231,14 @@ impl Simulator for Mollie {
         })
     }
 
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
         match self.identity(&Vec::<(String, String)>::new(), body.value) {
             Ok((id, _)) => Ok(id),
-            Err(_) => body
-                .text("id")
-                .ok_or_else(|| "a Mollie body needs an \"id\"".into()),
+            Err(_) => body.member("id", BODY),
         }
     }
 
-    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
         Ok(change(body.value).map_or_else(|| "payment".into(), |c| format!("payment.{c}")))
     }
 

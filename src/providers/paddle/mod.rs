@@ -15,15 +15,30 @@ use std::time::Duration;
 use rand::RngExt;
 use serde_json::Value;
 
+use super::errors::{FactsError, Signing, SigningError, each_storable};
+use super::hmac::{Refusals, TimedTags};
 use super::shape::IndexFields;
-use super::{Body, Missing, Provider, Simulator, body_member, non_empty};
-use crate::domain::{MAX_ID_LEN, PaymentFacts, PaymentKind, Refund, storable_id};
-use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
-    parse_unix_seconds,
-};
+use super::{Body, Missing, Provider, Signature, Simulator, body_identity, non_empty};
+use crate::domain::{PaymentFacts, PaymentKind, Refund};
+use crate::signature::{Envelope, Headers, KeyFormat, Secret, Signed};
 
 const HEADER: &str = "Paddle-Signature";
+/// `ts=T;h1=HEX[;h1=HEX…]`, white space around each key and value taken off.
+const SIGNED: TimedTags = TimedTags {
+    header: HEADER,
+    separator: ';',
+    lenient: true,
+    timestamp: "ts",
+    tag: "h1",
+    joiner: ":",
+    refusals: Refusals {
+        unpaired: "expected key=value parts separated by ;",
+        two_timestamps: "more than one ts",
+        not_hex: "h1 is not hex",
+        no_timestamp: "no ts=",
+        no_tag: "no h1 signature",
+    },
+};
 
 pub struct Paddle;
 
@@ -62,7 +77,7 @@ fn adjustment(payload: &Value) -> Option<Adjustment> {
 }
 
 /// A Paddle amount: a string of digits in minor units. Absent or null is none.
-fn amount(payload: &Value, pointer: &str) -> Result<Option<i64>, String> {
+fn amount(payload: &Value, pointer: &str) -> Result<Option<i64>, FactsError> {
     let path = || {
         format!(
             "data{}",
@@ -76,11 +91,13 @@ fn amount(payload: &Value, pointer: &str) -> Result<Option<i64>, String> {
         {
             text.parse::<i64>()
                 .map(Some)
-                .map_err(|_| format!("{} {text:?} is too large to store", path()))
+                .map_err(|_| FactsError::invalid(path(), format!("{text:?} is too large to store")))
         }
-        Some(other) => Err(format!(
-            "{} is {other}, not an amount in minor units (a string of digits, as Paddle sends)",
-            path()
+        Some(other) => Err(FactsError::invalid(
+            path(),
+            format!(
+                "is {other}, not an amount in minor units (a string of digits, as Paddle sends)"
+            ),
         )),
     }
 }
@@ -120,45 +137,8 @@ impl Provider for Paddle {
         vec![HEADER]
     }
 
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: i64,
-    ) -> Result<Verified, SignatureError> {
-        let value = headers
-            .header(HEADER)
-            .ok_or_else(|| SignatureError::Missing(HEADER.to_string()))?;
-        let mut timestamp = None;
-        let mut candidates = Vec::new();
-        for part in value.split(';').filter(|p| !p.trim().is_empty()) {
-            let Some((key, val)) = part.split_once('=') else {
-                return Err(SignatureError::malformed(
-                    HEADER,
-                    "expected key=value parts separated by ;",
-                ));
-            };
-            match key.trim() {
-                "ts" if timestamp.is_none() => timestamp = Some(val.trim()),
-                "ts" => return Err(SignatureError::malformed(HEADER, "more than one ts")),
-                "h1" => {
-                    let tag = hex::decode(val.trim())
-                        .map_err(|_| SignatureError::malformed(HEADER, "h1 is not hex"))?;
-                    candidates.push(tag);
-                }
-                _ => {}
-            }
-        }
-        let timestamp_text =
-            timestamp.ok_or_else(|| SignatureError::malformed(HEADER, "no ts="))?;
-        if candidates.is_empty() {
-            return Err(SignatureError::malformed(HEADER, "no h1 signature"));
-        }
-        let timestamp = parse_unix_seconds(HEADER, timestamp_text)?;
-        let verified = keys.find_signer(&[timestamp_text.as_bytes(), b":", body], &candidates)?;
-        keys.check_timestamp(timestamp, now)?;
-        Ok(verified)
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::Timed(SIGNED))
     }
 
     /// Paddle's SDKs allow 5 seconds.
@@ -167,11 +147,7 @@ impl Provider for Paddle {
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id =
-            body_member(payload, "event_id").ok_or_else(|| Missing::Id("body.event_id".into()))?;
-        let ty = body_member(payload, "event_type")
-            .ok_or_else(|| Missing::Type("body.event_type".into()))?;
-        Ok((id, ty))
+        body_identity(payload, "event_id", "event_type")
     }
 
     fn default_event_types(&self) -> HashMap<String, String> {
@@ -195,18 +171,20 @@ impl Provider for Paddle {
     /// `grand_total`; an adjustment names it by `data.transaction_id`, and an
     /// approved refund states itself (its id and `totals.total`), never the
     /// payment's amount.
-    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, FactsError> {
         let kind = adjustment(payload);
         let (pointer, field) = match kind {
             Some(_) => ("/data/transaction_id", "data.transaction_id"),
             None => ("/data/id", "data.id"),
         };
-        let payment_id = text_at(payload, pointer).ok_or_else(|| format!("{field} is missing"))?;
+        let payment_id =
+            text_at(payload, pointer).ok_or_else(|| FactsError::Missing(field.into()))?;
         let refund = match kind {
             Some(Adjustment::ApprovedRefund) => Some(Refund {
-                id: text_at(payload, "/data/id").ok_or("data.id is missing")?,
+                id: text_at(payload, "/data/id")
+                    .ok_or_else(|| FactsError::Missing("data.id".into()))?,
                 amount: amount(payload, "/data/totals/total")?
-                    .ok_or("data.totals.total is missing")?,
+                    .ok_or_else(|| FactsError::Missing("data.totals.total".into()))?,
             }),
             _ => None,
         };
@@ -221,20 +199,7 @@ impl Provider for Paddle {
             customer_id: text_at(payload, "/data/customer_id"),
             refund,
         };
-        let texts = [
-            ("payment id", Some(&facts.payment_id)),
-            ("currency", facts.currency.as_ref()),
-            ("customer id", facts.customer_id.as_ref()),
-            ("refund id", facts.refund.as_ref().map(|r| &r.id)),
-        ];
-        for (what, text) in texts {
-            if text.is_some_and(|t| !storable_id(t)) {
-                return Err(format!(
-                    "the {what} is longer than {MAX_ID_LEN} bytes or contains a NUL character"
-                ));
-            }
-        }
-        Ok(facts)
+        each_storable(facts)
     }
 
     fn index_fields(&self, payload: &Value) -> IndexFields {
@@ -253,13 +218,8 @@ impl Provider for Paddle {
 }
 
 impl Simulator for Paddle {
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
-        let ts = envelope.timestamp.to_string();
-        let tag = hmac_sha256(key, &[ts.as_bytes(), b":", body]);
-        Ok(Signed::headers(vec![(
-            HEADER.to_string(),
-            format!("ts={ts};h1={}", hex::encode(tag)),
-        )]))
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
+        Ok(SIGNED.sign(key, body, envelope.timestamp))
     }
 
     /// As Paddle shows an endpoint's secret key: `pdl_ntfset_`, 26 lowercase
@@ -279,14 +239,12 @@ impl Simulator for Paddle {
         Secret::new(format!("pdl_ntfset_{setting}_{key}"))
     }
 
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
-        body.text("event_id")
-            .ok_or_else(|| "a Paddle body needs an \"event_id\"".into())
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
+        body.member("event_id", "a Paddle body")
     }
 
-    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
-        body.text("event_type")
-            .ok_or_else(|| "a Paddle body needs an \"event_type\"".into())
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
+        body.member("event_type", "a Paddle body")
     }
 
     /// `evt_` and 26 lowercase hex digits, in the body's `event_id`.

@@ -3,7 +3,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::providers::{Scheme, Verifier, sign};
+use crate::providers::{Scheme, Verifier, test_kit};
+use crate::signature::SignatureError;
 
 const NOW: i64 = 1_800_000_000;
 const CURRENT: &str = "pdl_ntfset_01j0gx4q9w3b2m8k7r5t6y1zva_Xk3mP9qL2vR8sT4wY6zB1nC5dF7gH0jK";
@@ -14,10 +15,9 @@ fn headers(value: &str) -> Vec<(String, String)> {
 }
 
 fn verify(secrets: &[&str], header: &str, body: &[u8], now: i64) -> Result<i32, SignatureError> {
-    let secrets: Vec<Secret> = secrets.iter().map(|s| Secret::new(*s)).collect();
     Verifier {
         scheme: &Scheme::Paddle,
-        secrets: &secrets,
+        secrets: &test_kit::secrets(secrets),
         tolerance: Paddle.default_tolerance(),
     }
     .verify(&headers(header), body, now)
@@ -25,18 +25,9 @@ fn verify(secrets: &[&str], header: &str, body: &[u8], now: i64) -> Result<i32, 
 }
 
 fn signed_header(secret: &str, body: &[u8], ts: i64) -> String {
-    let envelope = Envelope {
-        event_id: "evt_1",
-        event_type: "transaction.completed",
-        timestamp: ts,
-    };
-    let signed = sign(&Scheme::Paddle, &Secret::new(secret), body, &envelope).expect("sign");
-    signed
-        .headers
-        .as_slice()
-        .header(HEADER)
-        .expect("Paddle-Signature")
-        .to_string()
+    let event = ("evt_1", "transaction.completed");
+    let signed = test_kit::signed(&Scheme::Paddle, secret, body, event, ts);
+    test_kit::header(&signed.headers, HEADER)
 }
 
 const BODY: &[u8] =
@@ -248,7 +239,8 @@ fn amounts_that_are_not_strings_of_digits_are_refused_saying_why() {
     ] {
         let err = Paddle
             .payment_facts(&transaction("transaction.completed", garbage.clone()))
-            .expect_err("refused");
+            .expect_err("refused")
+            .to_string();
         assert!(
             err.contains("data.details.totals.grand_total")
                 && err.contains("not an amount in minor units"),
@@ -260,17 +252,27 @@ fn amounts_that_are_not_strings_of_digits_are_refused_saying_why() {
             "transaction.completed",
             json!("99999999999999999999"),
         ))
-        .expect_err("refused");
+        .expect_err("refused")
+        .to_string();
     assert!(err.contains("too large to store"), "{err}");
     let mut refund = adjustment_event("refund", "approved");
     refund["data"]["totals"]["total"] = json!("17,400");
-    let err = Paddle.payment_facts(&refund).expect_err("refused");
+    let err = Paddle
+        .payment_facts(&refund)
+        .expect_err("refused")
+        .to_string();
     assert!(err.contains("data.totals.total"), "{err}");
     refund["data"]["totals"] = json!({});
-    let err = Paddle.payment_facts(&refund).expect_err("refused");
+    let err = Paddle
+        .payment_facts(&refund)
+        .expect_err("refused")
+        .to_string();
     assert!(err.contains("data.totals.total is missing"), "{err}");
     refund["data"]["transaction_id"] = Value::Null;
-    let err = Paddle.payment_facts(&refund).expect_err("refused");
+    let err = Paddle
+        .payment_facts(&refund)
+        .expect_err("refused")
+        .to_string();
     assert!(err.contains("data.transaction_id is missing"), "{err}");
 }
 

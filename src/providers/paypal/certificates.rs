@@ -80,17 +80,26 @@ pub(super) fn cached(url: &str, sandbox: bool) -> Option<CertificateDer<'static>
         .and_then(|mut cache| cache.get(url, now, sandbox))
 }
 
+/// Why a certificate cannot be PayPal's signing certificate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum CertificateError {
+    #[error("not an X.509 certificate ({0})")]
+    NotX509(String),
+    #[error("its subject has {0} common names, not one")]
+    CommonNames(usize),
+}
+
 /// The common name of a certificate's subject (its only one), and its
 /// `notAfter` in Unix seconds.
 pub(super) fn subject_and_expiry(
     certificate: &CertificateDer<'_>,
-) -> Result<(String, i64), String> {
+) -> Result<(String, i64), CertificateError> {
     use x509_cert::der::Decode;
     use x509_cert::der::asn1::{PrintableStringRef, Utf8StringRef};
     const COMMON_NAME: x509_cert::spki::ObjectIdentifier =
         x509_cert::spki::ObjectIdentifier::new_unwrap("2.5.4.3");
     let parsed = x509_cert::Certificate::from_der(certificate)
-        .map_err(|e| format!("not an X.509 certificate ({e})"))?;
+        .map_err(|e| CertificateError::NotX509(e.to_string()))?;
     let tbs = &parsed.tbs_certificate;
     let names: Vec<String> = tbs
         .subject
@@ -111,10 +120,7 @@ pub(super) fn subject_and_expiry(
         })
         .collect();
     let [name] = names.as_slice() else {
-        return Err(format!(
-            "its subject has {} common names, not one",
-            names.len()
-        ));
+        return Err(CertificateError::CommonNames(names.len()));
     };
     let not_after = tbs.validity.not_after.to_unix_duration().as_secs();
     Ok((name.clone(), i64::try_from(not_after).unwrap_or(i64::MAX)))

@@ -24,9 +24,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, TrustAnchor, UnixTime};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::errors::{FactsError, Signing, SigningError, storable};
 use super::shape::IndexFields;
 use super::{
-    Body, Capabilities, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty,
+    Body, Capabilities, Missing, Provider, Scheme, Simulator, body_identity, kind_table, non_empty,
     uuid_from,
 };
 use crate::config_keys::{self as keys, Problem};
@@ -168,7 +169,9 @@ pub fn configure(table: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Sch
     }
     let signing_key = match raw.signing_key {
         None => None,
-        Some(path) => Some(read_signing_key(&path).map_err(|e| (key("signing_key"), e))?),
+        Some(path) => {
+            Some(read_signing_key(&path).map_err(|e| (key("signing_key"), e.to_string()))?)
+        }
     };
     Ok(Scheme::PayPal(PayPal {
         webhook_id,
@@ -190,22 +193,38 @@ pub fn default_hosts(sandbox: bool) -> Vec<String> {
         .collect()
 }
 
+/// Why a signing key cannot sign.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum KeyError {
+    /// The file (its path, and why).
+    #[error("{0}: {1}")]
+    Unreadable(String, String),
+    #[error("{0}: no PEM private key")]
+    NoPem(String),
+    #[error("not an RSA private key")]
+    NotRsa,
+    #[error("not a usable RSA private key ({0})")]
+    Unusable(String),
+    /// The key in the file at the path.
+    #[error("{0}: {1}")]
+    In(String, Box<KeyError>),
+}
+
 /// A PEM RSA private key (PKCS#8 or PKCS#1), checked usable, as PKCS#8 or PKCS#1 DER.
-fn read_signing_key(path: &str) -> Result<Secret, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-    let key =
-        PrivateKeyDer::from_pem_slice(&pem).map_err(|_| format!("{path}: no PEM private key"))?;
-    key_pair(&key).map_err(|e| format!("{path}: {e}"))?;
+fn read_signing_key(path: &str) -> Result<Secret, KeyError> {
+    let pem = std::fs::read(path).map_err(|e| KeyError::Unreadable(path.into(), e.to_string()))?;
+    let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|_| KeyError::NoPem(path.into()))?;
+    key_pair(&key).map_err(|e| KeyError::In(path.into(), Box::new(e)))?;
     Ok(Secret::new(BASE64.encode(key.secret_der())))
 }
 
-fn key_pair(key: &PrivateKeyDer<'_>) -> Result<ring::rsa::KeyPair, String> {
+fn key_pair(key: &PrivateKeyDer<'_>) -> Result<ring::rsa::KeyPair, KeyError> {
     match key {
         PrivateKeyDer::Pkcs8(der) => ring::rsa::KeyPair::from_pkcs8(der.secret_pkcs8_der()),
         PrivateKeyDer::Pkcs1(der) => ring::rsa::KeyPair::from_der(der.secret_pkcs1_der()),
-        _ => return Err("not an RSA private key".into()),
+        _ => return Err(KeyError::NotRsa),
     }
-    .map_err(|e| format!("not a usable RSA private key ({e})"))
+    .map_err(|e| KeyError::Unusable(e.to_string()))
 }
 
 /// `{transmission id}|{transmission time}|{webhook id}|{CRC32 of the body}`.
@@ -317,17 +336,19 @@ fn payment_id(resource: &Value, kind: Resource) -> Option<String> {
 }
 
 /// `resource.amount` ({currency_code, value "10.00"}) in minor units, if stated.
-fn amount(resource: &Value) -> Result<Option<(i64, String)>, String> {
+fn amount(resource: &Value) -> Result<Option<(i64, String)>, FactsError> {
     let Some(amount) = resource.get("amount").filter(|a| !a.is_null()) else {
         return Ok(None);
     };
-    let currency =
-        non_empty(amount.get("currency_code")).ok_or("resource.amount.currency_code is missing")?;
-    let value = amount
-        .get("value")
-        .and_then(Value::as_str)
-        .ok_or("resource.amount.value is missing or not a string")?;
-    let minor = minor_units(value, &currency).map_err(|e| format!("resource.amount: {e}"))?;
+    let currency = non_empty(amount.get("currency_code"))
+        .ok_or_else(|| FactsError::Missing("resource.amount.currency_code".into()))?;
+    let value = amount.get("value").and_then(Value::as_str).ok_or_else(|| {
+        FactsError::invalid("resource.amount.value", "is missing or not a string")
+    })?;
+    let minor = minor_units(value, &currency).map_err(|error| FactsError::Money {
+        path: "resource.amount".into(),
+        error,
+    })?;
     Ok(Some((minor, currency)))
 }
 
@@ -470,7 +491,7 @@ impl Provider for PayPal {
             None,
         )
         .map_err(|e| unusable(format!("not trusted ({e})")))?;
-        let (subject, not_after) = subject_and_expiry(leaf).map_err(unusable)?;
+        let (subject, not_after) = subject_and_expiry(leaf).map_err(|e| unusable(e.to_string()))?;
         let sandbox = self.signs_for_us(&subject).ok_or_else(|| {
             let wanted = if self.sandbox {
                 format!("{LIVE_SUBJECT} or {SANDBOX_SUBJECT}")
@@ -500,10 +521,7 @@ impl Provider for PayPal {
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
-        let ty = body_member(payload, "event_type")
-            .ok_or_else(|| Missing::Type("body.event_type".into()))?;
-        Ok((id, ty))
+        body_identity(payload, "id", "event_type")
     }
 
     fn default_event_types(&self) -> HashMap<String, String> {
@@ -512,26 +530,28 @@ impl Provider for PayPal {
 
     /// A capture states its amount; a refund its own id and amount and, by its
     /// `up` link, the capture refunded; a dispute the capture disputed.
-    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, FactsError> {
         let event_type = payload
             .get("event_type")
             .and_then(Value::as_str)
             .unwrap_or("");
-        let kind = resource_of(event_type)
-            .ok_or_else(|| format!("type {event_type:?} is not about a payment"))?;
+        let kind = resource_of(event_type).ok_or_else(|| FactsError::NotAboutPayment {
+            what: "type",
+            name: event_type.into(),
+        })?;
         let resource = payload
             .get("resource")
             .filter(|r| r.is_object())
-            .ok_or("resource is missing or not an object")?;
+            .ok_or_else(|| FactsError::NoObject("resource".into()))?;
         let payment_id = payment_id(resource, kind).ok_or_else(|| match kind {
-            Resource::Capture => "resource.id is missing".to_string(),
-            Resource::Refund => {
-                "resource.links has no \"up\" link to …/captures/{id} (the capture refunded)"
-                    .to_string()
-            }
-            Resource::Dispute => {
-                "resource.disputed_transactions[0].seller_transaction_id is missing".to_string()
-            }
+            Resource::Capture => FactsError::Missing("resource.id".into()),
+            Resource::Refund => FactsError::invalid(
+                "resource.links",
+                "has no \"up\" link to …/captures/{id} (the capture refunded)",
+            ),
+            Resource::Dispute => FactsError::Missing(
+                "resource.disputed_transactions[0].seller_transaction_id".into(),
+            ),
         })?;
         let stated = match kind {
             Resource::Dispute => None,
@@ -539,11 +559,12 @@ impl Provider for PayPal {
         };
         let refund = match kind {
             Resource::Refund => Some(Refund {
-                id: non_empty(resource.get("id")).ok_or("resource.id is missing")?,
+                id: non_empty(resource.get("id"))
+                    .ok_or_else(|| FactsError::Missing("resource.id".into()))?,
                 amount: stated
                     .as_ref()
                     .map(|(minor, _)| *minor)
-                    .ok_or("resource.amount is missing")?,
+                    .ok_or_else(|| FactsError::Missing("resource.amount".into()))?,
             }),
             _ => None,
         };
@@ -559,7 +580,7 @@ impl Provider for PayPal {
             customer_id: None,
             refund,
         };
-        facts.storable()
+        storable(facts)
     }
 
     fn index_fields(&self, payload: &Value) -> IndexFields {
@@ -581,19 +602,22 @@ impl Provider for PayPal {
 impl Simulator for PayPal {
     /// With the source's `signing_key` (development only); the certificate URL
     /// names the first of `certificate_hosts`.
-    fn sign(&self, _: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
-        let key = self.signing_key.as_ref().ok_or(
-            "scheme \"paypal\" signs with the source's signing_key (a PEM RSA private key, for \
-             development), and this source sets none",
-        )?;
+    fn sign(&self, _: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
+        let key = self.signing_key.as_ref().ok_or_else(|| {
+            SigningError::Key(
+                "scheme \"paypal\" signs with the source's signing_key (a PEM RSA private key, \
+                 for development), and this source sets none"
+                    .into(),
+            )
+        })?;
         let der = BASE64
             .decode(key.expose())
-            .map_err(|_| "the signing key is unreadable".to_string())?;
-        let key = PrivateKeyDer::try_from(der).map_err(|e| e.to_string())?;
-        let pair = key_pair(&key)?;
+            .map_err(|_| SigningError::Key("the signing key is unreadable".into()))?;
+        let key = PrivateKeyDer::try_from(der).map_err(|e| SigningError::Key(e.to_string()))?;
+        let pair = key_pair(&key).map_err(|e| SigningError::Key(e.to_string()))?;
         let transmission_id = uuid_from(&rand::random::<[u8; 16]>());
         let time = chrono::DateTime::from_timestamp(envelope.timestamp, 0)
-            .ok_or("the time is out of range")?
+            .ok_or_else(|| SigningError::Unwritable("the time is out of range".into()))?
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let message = signed_text(&transmission_id, &time, &self.webhook_id, body);
         let mut signature = vec![0; pair.public().modulus_len()];
@@ -603,7 +627,7 @@ impl Simulator for PayPal {
             message.as_bytes(),
             &mut signature,
         )
-        .map_err(|_| "RSA signing failed".to_string())?;
+        .map_err(|_| SigningError::Key("RSA signing failed".into()))?;
         let host = self
             .certificate_hosts
             .first()
@@ -620,14 +644,12 @@ impl Simulator for PayPal {
         ]))
     }
 
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
-        body.text("id")
-            .ok_or_else(|| "a PayPal body needs an \"id\"".into())
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
+        body.member("id", "a PayPal body")
     }
 
-    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
-        body.text("event_type")
-            .ok_or_else(|| "a PayPal body needs an \"event_type\"".into())
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
+        body.member("event_type", "a PayPal body")
     }
 
     /// `WH-` and 24 upper-case hex digits, as PayPal's event ids look.

@@ -3,8 +3,6 @@
 //! entry whose `rel` is `next` (its query, sent to the source's `api_base`).
 //! The bearer token comes from the client credentials (`POST /v1/oauth2/token`).
 
-use std::time::Duration;
-
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Deserialize;
 
@@ -13,14 +11,11 @@ use crate::providers::api::{self, ApiError, Call, Client, Lister, Page};
 const PATH: &str = "/v1/notifications/webhooks-events";
 
 /// PayPal's list API, as reconcile asks it.
-pub static LISTER: Lister = Lister {
-    title: "PayPal",
-    default_base: "https://api-m.paypal.com",
-    max_window: Duration::from_secs(30 * 24 * 3600),
-    newest_first: true,
-    token_path: Some("/v1/oauth2/token"),
-    pager: |since, until| Box::new(Pager::new(since, until)),
-};
+pub static LISTER: Lister =
+    Lister::new("PayPal", "https://api-m.paypal.com", 30, |since, until| {
+        Box::new(Pager::new(since, until))
+    })
+    .with_token("/v1/oauth2/token");
 
 pub struct Pager {
     /// The next request's query; `None` once the last page was read.
@@ -61,8 +56,7 @@ impl api::Pager for Pager {
             return Ok(None);
         };
         let pairs = query.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-        let body = api.send(&Call::get(PATH, pairs)).await?;
-        let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
+        let list: List = api::ask(api, &Call::get(PATH, pairs)).await?;
         self.query = list
             .links
             .iter()

@@ -544,11 +544,17 @@ fn payment_facts_follow_the_resource() {
     let mut no_up = refund.clone();
     no_up["resource"]["links"] =
         json!([{"rel": "up", "href": "https://api.paypal.com/v2/checkout/orders/5O1"}]);
-    let why = ANY.payment_facts(&no_up).expect_err("no capture");
+    let why = ANY
+        .payment_facts(&no_up)
+        .expect_err("no capture")
+        .to_string();
     assert!(why.contains("\"up\" link"), "{why}");
     let mut bad = capture("PAYMENT.CAPTURE.COMPLETED");
     bad["resource"]["amount"]["value"] = json!("15.00");
-    let why = ANY.payment_facts(&bad).expect_err("JPY has no decimals");
+    let why = ANY
+        .payment_facts(&bad)
+        .expect_err("JPY has no decimals")
+        .to_string();
     assert!(why.contains("resource.amount"), "{why}");
     assert_eq!(
         ANY.index_fields(&dispute).payment_id.as_deref(),

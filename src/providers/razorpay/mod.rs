@@ -9,14 +9,15 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use super::errors::{FactsError, Signing, SigningError, minor_amount, storable};
 use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{
-    Body, Capabilities, Missing, Provider, Simulator, body_member, kind_table, non_empty,
-    non_empty_str,
+    Body, Capabilities, Missing, Provider, Signature, Simulator, id_in_header, kind_table,
+    non_empty, type_in_body,
 };
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
-use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
+use crate::signature::{Envelope, Headers, KeyFormat, Signed};
 
 const SIGNATURE: &str = "X-Razorpay-Signature";
 /// The hex tag of the raw body, as sent.
@@ -58,15 +59,8 @@ fn event_type(payload: &Value) -> &str {
 }
 
 /// An amount in paise, if stated.
-fn amount(entity: &Value, path: &str) -> Result<Option<i64>, String> {
-    match entity.get("amount") {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_i64()
-            .filter(|v| *v >= 0)
-            .map(Some)
-            .ok_or_else(|| format!("{path}.amount is not a non-negative integer")),
-    }
+fn amount(entity: &Value, path: &str) -> Result<Option<i64>, FactsError> {
+    minor_amount(entity.get("amount"), || format!("{path}.amount"))
 }
 
 impl Provider for Razorpay {
@@ -105,14 +99,8 @@ impl Provider for Razorpay {
         vec![SIGNATURE, EVENT_ID]
     }
 
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: i64,
-    ) -> Result<Verified, SignatureError> {
-        SIGNED.verify(keys, headers, &[body])
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::header(SIGNED))
     }
 
     fn identity(
@@ -120,12 +108,10 @@ impl Provider for Razorpay {
         headers: &dyn Headers,
         payload: &Value,
     ) -> Result<(String, String), Missing> {
-        let id = headers
-            .header(EVENT_ID)
-            .and_then(non_empty_str)
-            .ok_or_else(|| Missing::Id(format!("{EVENT_ID} header")))?;
-        let ty = body_member(payload, "event").ok_or_else(|| Missing::Type("body.event".into()))?;
-        Ok((id, ty))
+        Ok((
+            id_in_header(headers, EVENT_ID)?,
+            type_in_body(payload, "event")?,
+        ))
     }
 
     /// The event's `created_at` (Unix seconds).
@@ -139,21 +125,24 @@ impl Provider for Razorpay {
 
     /// A payment states its amount, currency and customer; a refund its own id
     /// and amount; a dispute only which payment it is about.
-    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, FactsError> {
         let ty = event_type(payload);
-        let (name, payment_field) =
-            entity_of(ty).ok_or_else(|| format!("event {ty:?} is not about a payment"))?;
+        let (name, payment_field) = entity_of(ty).ok_or_else(|| FactsError::NotAboutPayment {
+            what: "event",
+            name: ty.into(),
+        })?;
         let path = format!("payload.{name}.entity");
         let entity = entity(payload, name)
             .filter(|e| e.is_object())
-            .ok_or_else(|| format!("{path} is missing or not an object"))?;
+            .ok_or_else(|| FactsError::NoObject(path.clone()))?;
         let payment_id = non_empty(entity.get(payment_field))
-            .ok_or_else(|| format!("{path}.{payment_field} is missing"))?;
+            .ok_or_else(|| FactsError::Missing(format!("{path}.{payment_field}")))?;
         let stated = amount(entity, &path)?;
         let refund = match name {
             "refund" => Some(Refund {
-                id: non_empty(entity.get("id")).ok_or_else(|| format!("{path}.id is missing"))?,
-                amount: stated.ok_or_else(|| format!("{path}.amount is missing"))?,
+                id: non_empty(entity.get("id"))
+                    .ok_or_else(|| FactsError::Missing(format!("{path}.id")))?,
+                amount: stated.ok_or_else(|| FactsError::Missing(format!("{path}.amount")))?,
             }),
             _ => None,
         };
@@ -168,7 +157,7 @@ impl Provider for Razorpay {
             },
             refund,
         };
-        facts.storable()
+        storable(facts)
     }
 
     fn index_fields(&self, payload: &Value) -> IndexFields {
@@ -184,7 +173,7 @@ impl Provider for Razorpay {
 }
 
 impl Simulator for Razorpay {
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
         Ok(Signed::headers(vec![
             SIGNED.sign(key, &[body]),
             (EVENT_ID.to_string(), envelope.event_id.to_string()),
@@ -192,13 +181,12 @@ impl Simulator for Razorpay {
     }
 
     /// An event id derived from the body's content.
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
         Ok(body.content_id())
     }
 
-    fn signing_type(&self, body: &Body<'_>) -> Result<String, String> {
-        body.text("event")
-            .ok_or_else(|| "a Razorpay body needs an \"event\"".into())
+    fn signing_type(&self, body: &Body<'_>) -> Result<String, SigningError> {
+        body.member("event", "a Razorpay body")
     }
 
     /// 14 characters, as Razorpay's event ids are; the header carries it.

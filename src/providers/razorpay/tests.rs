@@ -1,66 +1,33 @@
-use std::time::Duration;
-
-use serde::Deserialize;
 use serde_json::json;
 
 use super::*;
-use crate::providers::{Scheme, Verifier, sign};
-use crate::signature::Secret;
+use crate::providers::Scheme;
+use crate::providers::test_kit::{self, Vectors, header};
+use crate::signature::SignatureError;
 
 const NOW: i64 = 1_700_000_000;
 
 fn verify(secrets: &[&str], signature: &str, body: &[u8], now: i64) -> Result<i32, SignatureError> {
-    let secrets: Vec<Secret> = secrets.iter().map(|s| Secret::new(*s)).collect();
     let headers = vec![(SIGNATURE.to_string(), signature.to_string())];
-    Verifier {
-        scheme: &Scheme::Razorpay,
-        secrets: &secrets,
-        tolerance: Duration::from_secs(300),
-    }
-    .verify(&headers, body, now)
-    .map(|v| v.signed_with)
+    test_kit::verify(&Scheme::Razorpay, secrets, &headers, body, now).map(|v| v.signed_with)
 }
 
 /// The headers hookd sends with `body`, signed with `secret`.
 fn signed(secret: &str, body: &[u8], event_id: &str) -> Vec<(String, String)> {
-    let envelope = Envelope {
-        event_id,
-        event_type: "payment.captured",
-        timestamp: NOW,
-    };
-    sign(&Scheme::Razorpay, &Secret::new(secret), body, &envelope)
-        .expect("sign")
-        .headers
+    let event = (event_id, "payment.captured");
+    test_kit::signed(&Scheme::Razorpay, secret, body, event, NOW).headers
 }
 
 fn signature(secret: &str, body: &[u8]) -> String {
-    signed(secret, body, "evt")
-        .as_slice()
-        .header(SIGNATURE)
-        .expect("signature")
-        .to_string()
+    header(&signed(secret, body, "evt"), SIGNATURE)
 }
 
 // --- Known answers from Razorpay's own SDK (tests/vectors/razorpay.json) ---
 
-#[derive(Deserialize)]
-struct Vectors {
-    cases: Vec<Case>,
-    quirks: Vec<Case>,
-}
+type Case = test_kit::SecretCase;
 
-#[derive(Deserialize)]
-struct Case {
-    name: String,
-    secret: String,
-    body: String,
-    signature: String,
-    signed_with_secret: Option<String>,
-    valid: bool,
-}
-
-fn vectors() -> Vectors {
-    serde_json::from_str(include_str!("../../../tests/vectors/razorpay.json")).expect("vectors")
+fn vectors() -> Vectors<Case> {
+    test_kit::vectors(include_str!("../../../tests/vectors/razorpay.json"))
 }
 
 fn hookd_accepts(case: &Case) -> bool {
@@ -71,18 +38,7 @@ fn hookd_accepts(case: &Case) -> bool {
 fn every_sdk_case_gets_the_sdks_verdict_and_hookd_signs_as_razorpay_does() {
     let vectors = vectors();
     assert!(vectors.cases.len() >= 6);
-    for case in &vectors.cases {
-        assert_eq!(hookd_accepts(case), case.valid, "{}", case.name);
-        if case.valid || case.signed_with_secret.is_some() {
-            let secret = case.signed_with_secret.as_deref().unwrap_or(&case.secret);
-            assert_eq!(
-                signature(secret, case.body.as_bytes()),
-                case.signature,
-                "{}",
-                case.name
-            );
-        }
-    }
+    test_kit::sdk_verdicts(&vectors.cases, hookd_accepts, signature);
 }
 
 #[test]
@@ -163,12 +119,8 @@ fn the_event_id_travels_unsigned_beside_the_body() {
 
 #[test]
 fn the_missing_or_unreadable_header_says_so() {
-    let secrets = [Secret::new("secret-a")];
-    let verifier = Verifier {
-        scheme: &Scheme::Razorpay,
-        secrets: &secrets,
-        tolerance: Duration::from_secs(300),
-    };
+    let secrets = test_kit::secrets(&["secret-a"]);
+    let verifier = test_kit::verifier(&Scheme::Razorpay, &secrets);
     let none: Vec<(String, String)> = Vec::new();
     assert_eq!(
         verifier.verify(&none, BODY, NOW),
@@ -318,13 +270,7 @@ fn malformed_entities_say_why() {
             "event \"order.paid\" is not about a payment",
         ),
     ];
-    for (payload, reason) in cases {
-        assert_eq!(
-            Razorpay.payment_facts(&payload),
-            Err(reason.into()),
-            "{payload}"
-        );
-    }
+    test_kit::refuses_facts(&Razorpay, cases.into());
 }
 
 #[test]

@@ -16,17 +16,16 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::errors::{FactsError, SecretError, Signing, SigningError, minor_amount, storable};
 use super::hmac::HeaderHmac;
 use super::shape::IndexFields;
 use super::{
-    Body, Encoding, Missing, Provider, Scheme, Simulator, body_member, kind_table, non_empty,
-    uuid_from,
+    Body, Encoding, Missing, Provider, Scheme, Signature, Simulator, body_identity, kind_table,
+    non_empty, uuid_from,
 };
 use crate::config_keys::{self as keys, Problem};
 use crate::domain::{PaymentFacts, PaymentKind, Refund};
-use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
-};
+use crate::signature::{Envelope, Headers, KeyFormat, Secret, Signed};
 
 const SIGNATURE: &str = "x-square-hmacsha256-signature";
 /// The padded base64 tag of the notification URL and raw body, compared as
@@ -103,22 +102,17 @@ fn payment_of(event_type: &str) -> Option<(&'static str, &'static str)> {
 
 /// An amount in minor units, if stated: `money` is `amount_money`, or a
 /// payment's `total_money` (the amount with the tip, which a refund may return).
-fn amount(object: &Value, money: &str, path: &str) -> Result<Option<i64>, String> {
-    match object.pointer(&format!("/{money}/amount")) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_i64()
-            .filter(|v| *v >= 0)
-            .map(Some)
-            .ok_or_else(|| format!("{path}.{money}.amount is not a non-negative integer")),
-    }
+fn amount(object: &Value, money: &str, path: &str) -> Result<Option<i64>, FactsError> {
+    minor_amount(object.pointer(&format!("/{money}/amount")), || {
+        format!("{path}.{money}.amount")
+    })
 }
 
 impl KeyFormat for Square {
     /// The signature key is used as written; the SDK refuses an empty one.
-    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
+    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, SecretError> {
         if secret.expose().is_empty() {
-            return Err("is empty".into());
+            return Err(SecretError::Empty);
         }
         Ok(Cow::Borrowed(secret.expose().as_bytes()))
     }
@@ -157,21 +151,15 @@ impl Provider for Square {
 
     /// The header is compared as sent, like Square's SDK: no trimming, padded
     /// base64 only.
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        _now: i64,
-    ) -> Result<Verified, SignatureError> {
-        SIGNED.verify(keys, headers, &[self.notification_url.as_bytes(), body])
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::Header {
+            hmac: SIGNED,
+            signed_before: self.notification_url.as_bytes(),
+        })
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id =
-            body_member(payload, "event_id").ok_or_else(|| Missing::Id("body.event_id".into()))?;
-        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
-        Ok((id, ty))
+        body_identity(payload, "event_id", "type")
     }
 
     /// The event's `created_at`.
@@ -201,16 +189,20 @@ impl Provider for Square {
 
     /// A payment states its amount and customer; a refund its own id and
     /// amount; a dispute only which payment it is about.
-    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, String> {
+    fn payment_facts(&self, payload: &Value) -> Result<PaymentFacts, FactsError> {
         let event_type = payload.get("type").and_then(Value::as_str).unwrap_or("");
-        let (name, payment_pointer) = payment_of(event_type)
-            .ok_or_else(|| format!("type {event_type:?} is not about a payment"))?;
+        let (name, payment_pointer) =
+            payment_of(event_type).ok_or_else(|| FactsError::NotAboutPayment {
+                what: "type",
+                name: event_type.into(),
+            })?;
         let path = format!("data.object.{name}");
         let object = object(payload, name)
             .filter(|o| o.is_object())
-            .ok_or_else(|| format!("{path} is missing or not an object"))?;
-        let payment_id = non_empty(object.pointer(payment_pointer))
-            .ok_or_else(|| format!("{path}{} is missing", payment_pointer.replace('/', ".")))?;
+            .ok_or_else(|| FactsError::NoObject(path.clone()))?;
+        let payment_id = non_empty(object.pointer(payment_pointer)).ok_or_else(|| {
+            FactsError::Missing(format!("{path}{}", payment_pointer.replace('/', ".")))
+        })?;
         let stated = match object.get("total_money") {
             Some(_) if name == "payment" => amount(object, "total_money", &path)?,
             _ => amount(object, "amount_money", &path)?,
@@ -219,8 +211,10 @@ impl Provider for Square {
         let completed = object.get("status").and_then(Value::as_str) == Some("COMPLETED");
         let refund = match name {
             "refund" if completed => Some(Refund {
-                id: non_empty(object.get("id")).ok_or_else(|| format!("{path}.id is missing"))?,
-                amount: stated.ok_or_else(|| format!("{path}.amount_money.amount is missing"))?,
+                id: non_empty(object.get("id"))
+                    .ok_or_else(|| FactsError::Missing(format!("{path}.id")))?,
+                amount: stated
+                    .ok_or_else(|| FactsError::Missing(format!("{path}.amount_money.amount")))?,
             }),
             _ => None,
         };
@@ -232,7 +226,7 @@ impl Provider for Square {
             customer_id: non_empty(object.get("customer_id")),
             refund,
         };
-        facts.storable()
+        storable(facts)
     }
 
     fn index_fields(&self, payload: &Value) -> IndexFields {
@@ -249,7 +243,7 @@ impl Provider for Square {
 }
 
 impl Simulator for Square {
-    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Result<Signed, String> {
+    fn sign(&self, key: &[u8], body: &[u8], _: &Envelope<'_>) -> Signing<Signed> {
         Ok(Signed::headers(vec![
             SIGNED.sign(key, &[self.notification_url.as_bytes(), body]),
         ]))
@@ -260,9 +254,8 @@ impl Simulator for Square {
         Secret::new(URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>()))
     }
 
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
-        body.text("event_id")
-            .ok_or_else(|| "a Square body needs an \"event_id\"".into())
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
+        body.member("event_id", "a Square body")
     }
 
     fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {

@@ -3,8 +3,6 @@
 //! until none comes back. The seller's Events API must be enabled first
 //! (`PUT /v2/events/enable`); Square keeps 28 days.
 
-use std::time::Duration;
-
 use chrono::SecondsFormat;
 use reqwest::Method;
 use serde::Deserialize;
@@ -12,21 +10,14 @@ use serde_json::json;
 
 use crate::providers::api::{ApiError, Call, Client, CursorList, Cursored, Listed, Lister, Page};
 
-const PATH: &str = "/v2/events";
-
 /// Square's list API, as reconcile asks it.
-pub static LISTER: Lister = Lister {
-    title: "Square",
-    default_base: "https://connect.squareup.com",
-    max_window: Duration::from_secs(28 * 24 * 3600),
-    newest_first: false,
-    token_path: None,
-    pager: |since, _until| {
+pub static LISTER: Lister =
+    Lister::new("Square", "https://connect.squareup.com", 28, |since, _| {
         Box::new(Cursored::new(Events {
             since: since.to_rfc3339_opts(SecondsFormat::Secs, true),
         }))
-    },
-};
+    })
+    .oldest_first();
 
 struct Events {
     since: String,
@@ -54,13 +45,12 @@ impl CursorList for Events {
         }
         let call = Call {
             method: Method::POST,
-            path: PATH,
+            path: "/v2/events",
             query: Vec::new(),
             json: Some(search),
             headers: &[],
         };
-        let body = api.send(&call).await?;
-        let list: List = serde_json::from_slice(&body).map_err(|e| api.malformed(PATH, &e))?;
+        let list: List = crate::providers::api::ask(api, &call).await?;
         Ok(Listed {
             next: list.cursor.filter(|c| !c.is_empty()),
             last: list.events.is_empty(),

@@ -1,11 +1,10 @@
-use std::time::Duration;
-
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::*;
-use crate::providers::{Verifier, sign};
+use crate::providers::test_kit::{self, Vectors, header, verifier};
+use crate::signature::{SignatureError, Verified};
 
 const URL: &str = "https://hooks.example.com/hooks/square";
 const NOW: i64 = 1_700_000_000;
@@ -17,44 +16,17 @@ fn scheme(url: &str) -> Scheme {
 }
 
 fn verify(scheme: &Scheme, keys: &[&str], signature: &str, body: &[u8], now: i64) -> bool {
-    let secrets: Vec<Secret> = keys.iter().map(|k| Secret::new(*k)).collect();
     let headers = vec![(SIGNATURE.to_string(), signature.to_string())];
-    verifier(scheme, &secrets)
-        .verify(&headers, body, now)
-        .is_ok()
-}
-
-fn verifier<'a>(scheme: &'a Scheme, secrets: &'a [Secret]) -> Verifier<'a> {
-    Verifier {
-        scheme,
-        secrets,
-        tolerance: Duration::from_secs(300),
-    }
+    test_kit::verify(scheme, keys, &headers, body, now).is_ok()
 }
 
 /// The signature hookd sends with `body`, signed with `key`.
 fn signature(scheme: &Scheme, key: &str, body: &[u8]) -> String {
-    let envelope = Envelope {
-        event_id: "e",
-        event_type: "payment.updated",
-        timestamp: NOW,
-    };
-    let signed = sign(scheme, &Secret::new(key), body, &envelope).expect("sign");
-    signed
-        .headers
-        .as_slice()
-        .header(SIGNATURE)
-        .expect("header")
-        .to_string()
+    let signed = test_kit::signed(scheme, key, body, ("e", "payment.updated"), NOW);
+    header(&signed.headers, SIGNATURE)
 }
 
 // --- Known answers from Square's own SDK (tests/vectors/square.json) ---
-
-#[derive(Deserialize)]
-struct Vectors {
-    cases: Vec<Case>,
-    quirks: Vec<Case>,
-}
 
 #[derive(Deserialize)]
 struct Case {
@@ -68,8 +40,8 @@ struct Case {
     valid: bool,
 }
 
-fn vectors() -> Vectors {
-    serde_json::from_str(include_str!("../../../tests/vectors/square.json")).expect("vectors")
+fn vectors() -> Vectors<Case> {
+    test_kit::vectors(include_str!("../../../tests/vectors/square.json"))
 }
 
 fn hookd_accepts(case: &Case) -> bool {
@@ -388,9 +360,7 @@ fn malformed_payment_objects_say_why() {
             "data.object.refund is missing or not an object",
         ),
     ];
-    for (payload, reason) in cases {
-        assert_eq!(ANY.payment_facts(&payload), Err(reason.into()), "{payload}");
-    }
+    test_kit::refuses_facts(&ANY, cases.into());
 }
 
 #[test]

@@ -10,7 +10,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::Value;
 
-use super::{Body, Missing, Provider, Simulator, body_member, non_empty_str};
+use super::errors::{SecretError, Signing, SigningError};
+use super::{Body, Missing, Provider, Simulator, non_empty_str, type_in_body};
 use crate::signature::{
     Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
     parse_unix_seconds,
@@ -23,15 +24,18 @@ const SIGNATURE: [&str; 2] = ["webhook-signature", "svix-signature"];
 pub struct Standard;
 
 impl KeyFormat for Standard {
-    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, String> {
+    fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, SecretError> {
         let encoded = secret
             .expose()
             .strip_prefix("whsec_")
             .unwrap_or(secret.expose());
         match BASE64.decode(encoded) {
             Ok(key) if !key.is_empty() => Ok(Cow::Owned(key)),
-            Ok(_) => Err("is empty after the whsec_ prefix".to_string()),
-            Err(_) => Err("is not base64 after the whsec_ prefix".to_string()),
+            Ok(_) => Err(SecretError::EmptyAfter("whsec_")),
+            Err(_) => Err(SecretError::NotEncoded {
+                encoding: "base64",
+                prefix: "whsec_",
+            }),
         }
     }
 }
@@ -127,13 +131,13 @@ impl Provider for Standard {
         let id = event_id(headers)
             .and_then(non_empty_str)
             .ok_or_else(|| Missing::Id("webhook-id header".into()))?;
-        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
+        let ty = type_in_body(payload, "type")?;
         Ok((id, ty))
     }
 }
 
 impl Simulator for Standard {
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
         let t = envelope.timestamp.to_string();
         let id = envelope.event_id;
         let tag = hmac_sha256(key, &[id.as_bytes(), b".", t.as_bytes(), b".", body]);
@@ -154,7 +158,7 @@ impl Simulator for Standard {
     }
 
     /// The body's `id`, or one derived from its content.
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
         Ok(body
             .text("id")
             .unwrap_or_else(|| format!("msg_{}", body.content_id())))

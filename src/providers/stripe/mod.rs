@@ -17,15 +17,30 @@ use rand::RngExt;
 use serde_json::Value;
 
 use super::api::Fetch;
+use super::errors::{FetchError, Signing, SigningError};
+use super::hmac::{Refusals, TimedTags};
 use super::shape::PaymentShape;
-use super::{Body, Missing, Provider, Simulator, body_member, kind_table};
+use super::{Body, Missing, Provider, Signature, Simulator, body_identity, kind_table};
 use crate::domain::PaymentKind;
-use crate::signature::{
-    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified, hmac_sha256,
-    parse_unix_seconds,
-};
+use crate::signature::{Envelope, Headers, KeyFormat, Secret, Signed};
 
 const HEADER: &str = "Stripe-Signature";
+/// `t=T,v1=HEX[,v1=HEX…]`, each part trimmed.
+const SIGNED: TimedTags = TimedTags {
+    header: HEADER,
+    separator: ',',
+    lenient: false,
+    timestamp: "t",
+    tag: "v1",
+    joiner: ".",
+    refusals: Refusals {
+        unpaired: "expected key=value pairs",
+        two_timestamps: "more than one timestamp",
+        not_hex: "v1 is not hex",
+        no_timestamp: "no t=",
+        no_tag: "no v1 signature",
+    },
+};
 /// The `object` of a thin event.
 const THIN: &str = "v2.core.event";
 /// Where a thin event's event is read, and the API version `/v2` asks for.
@@ -89,57 +104,19 @@ impl Provider for Stripe {
         vec![HEADER]
     }
 
-    fn verify(
-        &self,
-        keys: &Keys<'_>,
-        headers: &dyn Headers,
-        body: &[u8],
-        now: i64,
-    ) -> Result<Verified, SignatureError> {
-        let value = headers
-            .header(HEADER)
-            .ok_or_else(|| SignatureError::Missing(HEADER.to_string()))?;
-        let mut timestamp = None;
-        let mut candidates = Vec::new();
-        for item in value.split(',') {
-            let Some((key, val)) = item.trim().split_once('=') else {
-                return Err(SignatureError::malformed(
-                    HEADER,
-                    "expected key=value pairs",
-                ));
-            };
-            match key {
-                "t" if timestamp.is_none() => timestamp = Some(val),
-                "t" => return Err(SignatureError::malformed(HEADER, "more than one timestamp")),
-                "v1" => {
-                    let tag = hex::decode(val)
-                        .map_err(|_| SignatureError::malformed(HEADER, "v1 is not hex"))?;
-                    candidates.push(tag);
-                }
-                _ => {}
-            }
-        }
-        let timestamp_text = timestamp.ok_or_else(|| SignatureError::malformed(HEADER, "no t="))?;
-        if candidates.is_empty() {
-            return Err(SignatureError::malformed(HEADER, "no v1 signature"));
-        }
-        let timestamp = parse_unix_seconds(HEADER, timestamp_text)?;
-        let verified = keys.find_signer(&[timestamp_text.as_bytes(), b".", body], &candidates)?;
-        keys.check_timestamp(timestamp, now)?;
-        Ok(verified)
+    fn signature(&self) -> Option<Signature<'_>> {
+        Some(Signature::Timed(SIGNED))
     }
 
     fn identity(&self, _: &dyn Headers, payload: &Value) -> Result<(String, String), Missing> {
-        let id = body_member(payload, "id").ok_or_else(|| Missing::Id("body.id".into()))?;
-        let ty = body_member(payload, "type").ok_or_else(|| Missing::Type("body.type".into()))?;
-        Ok((id, ty))
+        body_identity(payload, "id", "type")
     }
 
     fn default_event_types(&self) -> HashMap<String, String> {
         kind_table(&EVENT_TYPES)
     }
 
-    fn event_fetch(&self, payload: &Value) -> Option<Result<Fetch, String>> {
+    fn event_fetch(&self, payload: &Value) -> Option<Result<Fetch, FetchError>> {
         if !thin(payload) {
             return None;
         }
@@ -169,13 +146,8 @@ impl Provider for Stripe {
 }
 
 impl Simulator for Stripe {
-    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Result<Signed, String> {
-        let t = envelope.timestamp.to_string();
-        let tag = hmac_sha256(key, &[t.as_bytes(), b".", body]);
-        Ok(Signed::headers(vec![(
-            HEADER.to_string(),
-            format!("t={t},v1={}", hex::encode(tag)),
-        )]))
+    fn sign(&self, key: &[u8], body: &[u8], envelope: &Envelope<'_>) -> Signing<Signed> {
+        Ok(SIGNED.sign(key, body, envelope.timestamp))
     }
 
     /// `whsec_` and 32 letters and digits (the whole string is the key).
@@ -188,9 +160,8 @@ impl Simulator for Stripe {
         Secret::new(format!("whsec_{tail}"))
     }
 
-    fn signing_id(&self, body: &Body<'_>) -> Result<String, String> {
-        body.text("id")
-            .ok_or_else(|| "a Stripe body needs an \"id\"".into())
+    fn signing_id(&self, body: &Body<'_>) -> Result<String, SigningError> {
+        body.member("id", "a Stripe body")
     }
 
     fn new_id(&self, random: &[u8; 16]) -> (String, Option<String>) {

@@ -140,7 +140,10 @@ fn malformed_payment_payloads_say_why() {
         ),
     ];
     for (payload, reason) in cases {
-        let err = SHAPE.payment_facts(&payload).expect_err("malformed");
+        let err = SHAPE
+            .payment_facts(&payload)
+            .expect_err("malformed")
+            .to_string();
         assert!(err.contains(reason), "{err} should mention {reason}");
     }
 }
