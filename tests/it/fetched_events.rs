@@ -473,6 +473,14 @@ async fn a_mollie_webhook_is_the_payment_fetched_for_its_id() {
     let asked = api.seen().len();
     let (status, _) = post_form(&hookd.base, "..%2Fv2%2Fmethods").await;
     assert_eq!(status, 400);
+    // Only a payment's id is asked for.
+    for other in [
+        "ord_kEn1PlbGa",
+        "sub_8JfGzs6v3K",
+        &format!("tr_{}", "x".repeat(62)),
+    ] {
+        assert_eq!(post_form(&hookd.base, other).await.0, 400, "{other}");
+    }
     assert_eq!(api.seen().len(), asked);
 
     // Reconcile lists the payments: the one never notified is recovered once.

@@ -82,6 +82,9 @@ fn change(payment: &Value) -> Option<String> {
     status(payment)
 }
 
+/// A payment id's length at most (Mollie's are `tr_` and ten characters).
+const MAX_PAYMENT_ID: usize = 64;
+
 impl Provider for Mollie {
     fn lister(&self) -> Result<&'static super::Lister, &'static str> {
         Ok(&reconcile::LISTER)
@@ -125,6 +128,11 @@ impl Provider for Mollie {
             .map(|(_, id)| id.into_owned());
         Some(match id {
             None => Err(FetchError::NoId),
+            // Only a payment's id is asked for: anything else would spend a
+            // call of the merchant's key on a 404 (or another resource).
+            Some(id) if !id.starts_with("tr_") || id.len() > MAX_PAYMENT_ID => {
+                Err(FetchError::Unaskable(id))
+            }
             Some(id) => Fetch::of(PAYMENTS, &id, &[])
                 .map(|fetch| (fetch, json!({"id": id, "status": UNKNOWN}))),
         })
