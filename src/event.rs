@@ -96,7 +96,7 @@ impl IncomingEvent {
         headers: &(impl Headers + ?Sized),
         body: &[u8],
     ) -> Result<Self, EventError> {
-        let provider = providers::of(&source.scheme);
+        let provider = source.scheme.provider();
         let payload = provider.payload(body).map_err(EventError::NotJson)?;
         let verbatim = provider.payload_is_body();
         Self::from_parts(source, &AnyHeaders(headers), body, payload, verbatim)
@@ -110,7 +110,7 @@ impl IncomingEvent {
         headers: &(impl Headers + ?Sized),
         body: &[u8],
     ) -> Result<Vec<Self>, EventError> {
-        let provider = providers::of(&source.scheme);
+        let provider = source.scheme.provider();
         let payload = provider.payload(body).map_err(EventError::NotJson)?;
         let verbatim = provider.payload_is_body();
         let items = provider
@@ -152,7 +152,7 @@ impl IncomingEvent {
         // PostgreSQL text cannot hold some: refused the same way on every resend.
         let (event_id, event_type) = (EventId::parse(event_id)?, EventType::parse(event_type)?);
         let kind = source.kind_of(&event_type, &payload).map(Kind::configured);
-        let fields = providers::of(&source.scheme).index_fields(&payload);
+        let fields = source.scheme.provider().index_fields(&payload);
         let signature_headers = source
             .scheme
             .signed_header_names()
@@ -224,7 +224,9 @@ fn identity(
     headers: &dyn Headers,
     payload: &Value,
 ) -> Result<(String, String), EventError> {
-    providers::of(&source.scheme)
+    source
+        .scheme
+        .provider()
         .identity(headers, payload)
         .map_err(|missing| match missing {
             Missing::Id(what) => EventError::MissingId(what),

@@ -282,7 +282,7 @@ impl Certificates {
         body: &[u8],
         now: i64,
     ) -> Result<Verified, SignatureError> {
-        let provider = providers::of(verifier.scheme);
+        let provider = verifier.scheme.provider();
         let headers_of = providers::AnyHeaders(headers);
         if provider.to_fetch(&headers_of)?.is_none() {
             return Err(SignatureError::Mismatch);
@@ -334,7 +334,8 @@ impl Certificates {
         let state = self.state.clone();
         let task = tokio::spawn(async move {
             let result = match fetch_certificate(&connection.client, &url).await {
-                Ok(pem) => providers::of(&scheme)
+                Ok(pem) => scheme
+                    .provider()
                     .fetched(&url, &pem, &connection.roots)
                     .map_err(|e| match e {
                         SignatureError::Unavailable(why) => CertificateError::Unusable(why),

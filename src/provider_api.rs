@@ -75,7 +75,7 @@ impl Api {
     /// for a fetch in a handler's run, which its backoff retries. The error
     /// says what the source lacks.
     pub fn for_fetch(source: &crate::config::Source) -> Result<Self, ApiError> {
-        let provider = crate::providers::of(&source.scheme);
+        let provider = source.scheme.provider();
         let credential = source.reconcile.credential.clone().ok_or_else(|| {
             ApiError(format!(
                 "source {:?} has no api_key to fetch the event from {}'s API",

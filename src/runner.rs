@@ -435,7 +435,7 @@ impl Runner {
         let Some(source) = settings.source(event.source) else {
             return Ok(None);
         };
-        let Some(fetch) = crate::providers::of(&source.scheme).event_fetch(event.payload) else {
+        let Some(fetch) = source.scheme.provider().event_fetch(event.payload) else {
             return Ok(None);
         };
         let why = |problem: &dyn std::fmt::Display| {

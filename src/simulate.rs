@@ -52,7 +52,7 @@ pub fn sign_delivery(
 ) -> Result<SignedDelivery, SignError> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| SignError::NotJson(e.to_string()))?;
-    let provider = providers::of(&source.scheme);
+    let provider = source.scheme.provider();
     let body_of = Body {
         bytes: body,
         value: &value,
@@ -96,7 +96,7 @@ pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, String), Si
     let mut value: Value =
         serde_json::from_slice(body).map_err(|e| SignError::NotJson(e.to_string()))?;
     let random: [u8; 16] = rand::random();
-    let (id, placed) = providers::of(&source.scheme).renew_ids(&mut value, &random);
+    let (id, placed) = source.scheme.provider().renew_ids(&mut value, &random);
     // A source that dedupes on the body would take the same body under a new id
     // for a resend: the fresh id goes into the body too.
     if !placed

@@ -11,7 +11,6 @@ use serde_json::Value;
 use super::CliError;
 use super::sign::{event_name_from_path, source};
 use crate::config::{Settings, Source};
-use crate::providers;
 use crate::simulate::{Hints, SignError, sign_delivery, with_new_id};
 
 #[derive(Debug, Clone)]
@@ -208,7 +207,7 @@ struct Prepared {
 fn prepare(source: &Source, file: &Path, new_ids: bool) -> Result<Prepared, ReplayError> {
     let body = std::fs::read(file).map_err(|e| ReplayError::Unreadable(e.to_string()))?;
     serde_json::from_slice::<Value>(&body).map_err(|e| ReplayError::NotJson(e.to_string()))?;
-    let event_type = if providers::of(&source.scheme).names_events_by_file() {
+    let event_type = if source.scheme.provider().names_events_by_file() {
         event_name_from_path(file)
     } else {
         None

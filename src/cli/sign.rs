@@ -5,7 +5,6 @@ use std::path::Path;
 
 use super::CliError;
 use crate::config::{Settings, Source};
-use crate::providers;
 use crate::simulate::{Hints, sign_delivery};
 
 /// The GitHub event name for a fixture file: its stem (`push.json` → `push`).
@@ -33,7 +32,7 @@ pub fn run(settings: &Settings, source_name: &str, file: &Path) -> Result<(), Cl
         std::fs::read(file).map_err(|e| CliError::Other(format!("{}: {e}", file.display())))?;
     let name = event_name_from_path(file);
     let hints = Hints {
-        event_type: if providers::of(&source.scheme).names_events_by_file() {
+        event_type: if source.scheme.provider().names_events_by_file() {
             name.as_deref()
         } else {
             None

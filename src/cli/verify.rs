@@ -6,7 +6,6 @@ use std::path::Path;
 use super::CliError;
 use super::sign::source;
 use crate::config::{Settings, Source};
-use crate::providers;
 use crate::signature::{SignatureError, Verified};
 
 /// The headers of a file with one `Name: value` per line (what `hookd sign`
@@ -62,7 +61,7 @@ pub fn verdict(
     headers: &[(String, String)],
     outcome: Result<Verified, SignatureError>,
 ) -> Result<String, CliError> {
-    let provider = providers::of(&source.scheme);
+    let provider = source.scheme.provider();
     let count = source.secrets.len();
     match outcome {
         // Mollie's: an unsigned request naming its event, fetched at receipt.

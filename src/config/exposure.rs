@@ -5,7 +5,6 @@
 use std::os::unix::fs::PermissionsExt;
 
 use super::{ConfigError, MIN_TOKEN_LEN, Settings, is_development_credential};
-use crate::providers;
 use crate::signature::Secret;
 
 impl Settings {
@@ -25,7 +24,9 @@ impl Settings {
             match source.secrets.iter().position(is_dev) {
                 Some(j) => Some((format!("{}[{j}]", source.secrets_key), source)),
                 // PayPal's shipped certificate and signing key.
-                None => providers::of(&source.scheme)
+                None => source
+                    .scheme
+                    .provider()
                     .development_credential()
                     .map(|key| (format!("sources[{i}].{key}"), source)),
             }

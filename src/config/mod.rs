@@ -179,7 +179,7 @@ impl Source {
         if let Some(kind) = self.event_types.get(event_type) {
             return Some(kind);
         }
-        if let Some(kind) = providers::of(&self.scheme).kind_of(event_type, payload) {
+        if let Some(kind) = self.scheme.provider().kind_of(event_type, payload) {
             return Some(kind.as_str());
         }
         PaymentKind::parse(event_type).map(PaymentKind::as_str)
@@ -291,7 +291,7 @@ impl Settings {
             || self
                 .sources
                 .iter()
-                .any(|s| providers::of(&s.scheme).development_credential().is_some())
+                .any(|s| s.scheme.provider().development_credential().is_some())
     }
 }
 

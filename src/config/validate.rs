@@ -253,7 +253,7 @@ impl RawSource {
         let scheme = providers::configure(&self.scheme, scheme_keys, &key, &SOURCE_KEYS)?;
         let secrets_key = self.secrets_env.unwrap_or_else(|| key("secrets"));
         let secrets = secrets(&scheme, self.secrets, &secrets_key)?;
-        let mut event_types = providers::of(&scheme).default_event_types();
+        let mut event_types = scheme.provider().default_event_types();
         for (provider, kind) in self.event_types {
             if kind.trim().is_empty() {
                 return Err((
@@ -265,7 +265,7 @@ impl RawSource {
         }
         let fingerprint_ignore = self
             .fingerprint_ignore
-            .unwrap_or_else(|| providers::of(&scheme).default_fingerprint_ignore());
+            .unwrap_or_else(|| scheme.provider().default_fingerprint_ignore());
         for (j, pointer) in fingerprint_ignore.iter().enumerate() {
             json_pointer(key(&format!("fingerprint_ignore[{j}]")), pointer)?;
         }
@@ -274,11 +274,11 @@ impl RawSource {
         }
         let mut mask = match self.mask_defaults {
             Some(false) => Vec::new(),
-            _ => providers::of(&scheme).default_mask(),
+            _ => scheme.provider().default_mask(),
         };
         mask.extend(self.mask);
         let dedupe_on_body = dedupe_on_body(&scheme, self.dedupe_on_body, &key)?;
-        let tolerance = or(self.tolerance, providers::of(&scheme).default_tolerance());
+        let tolerance = or(self.tolerance, scheme.provider().default_tolerance());
         let expect_events_within = self.expect_events_within.map(Duration::from);
         if expect_events_within.is_some_and(|d| d < MIN_SILENCE) {
             return Err((
@@ -310,7 +310,7 @@ fn dedupe_on_body(
     value: Option<bool>,
     key: &dyn Fn(&str) -> String,
 ) -> Result<bool, Problem> {
-    if providers::of(scheme).leaves_identity_unsigned() {
+    if scheme.provider().leaves_identity_unsigned() {
         return Ok(value.unwrap_or(true));
     }
     match value {
@@ -338,7 +338,7 @@ fn dedupe_on_body(
 /// A source's secrets: at least one, each usable as a key of its scheme (none
 /// for a scheme that takes none).
 fn secrets(scheme: &Scheme, values: Vec<String>, key: &str) -> Result<Vec<Secret>, Problem> {
-    let provider = providers::of(scheme);
+    let provider = scheme.provider();
     if !provider.takes_secrets() {
         if values.is_empty() {
             return Ok(Vec::new());

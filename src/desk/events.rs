@@ -9,7 +9,6 @@ use super::{Desk, Origin};
 use crate::filter;
 use crate::ledger::{self, HandlerState};
 use crate::mask::Cover;
-use crate::providers;
 use crate::store::StoreError;
 use crate::store::audit::{self, Record};
 use crate::store::events::EventStatus;
@@ -201,7 +200,10 @@ impl Desk {
     fn provider_time(&self, detail: &EventDetail) -> Option<ProviderTime> {
         let settings = self.settings.now();
         let source = settings.source(&detail.summary.source)?;
-        let at = providers::of(&source.scheme).unsigned_time(detail.payload.as_ref()?)?;
+        let at = source
+            .scheme
+            .provider()
+            .unsigned_time(detail.payload.as_ref()?)?;
         let key_retention = settings.key_retention;
         let age = (detail.summary.received_at - at)
             .to_std()

@@ -169,7 +169,7 @@ impl Desk {
             .settings
             .now()
             .source(source)
-            .map(|s| crate::providers::of(&s.scheme))
+            .map(|s| s.scheme.provider())
             .filter(|p| p.keeps_request())
             .map(|p| p.request_events());
         match items.and_then(|at| body.pointer_mut(at)?.as_array_mut()) {
@@ -198,7 +198,7 @@ impl Desk {
         let kept_whole = |source: &str| {
             settings
                 .source(source)
-                .is_some_and(|s| crate::providers::of(&s.scheme).keeps_request())
+                .is_some_and(|s| s.scheme.provider().keeps_request())
         };
         let sources: BTreeSet<&str> = events
             .iter()

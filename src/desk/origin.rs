@@ -29,8 +29,8 @@ pub struct Covered {
 impl Covered {
     pub fn for_scheme(scheme: &crate::providers::Scheme) -> Self {
         Covered {
-            id_signed: crate::providers::of(scheme).signs_id(),
-            type_signed: crate::providers::of(scheme).signs_type(),
+            id_signed: scheme.provider().signs_id(),
+            type_signed: scheme.provider().signs_type(),
         }
     }
 

@@ -98,7 +98,7 @@ impl Desk {
             .settings
             .now()
             .source(source)
-            .is_none_or(|s| crate::providers::of(&s.scheme).sends_amounts());
+            .is_none_or(|s| s.scheme.provider().sends_amounts());
         Ok(Some(PaymentView {
             payment,
             amounts_sent,

@@ -8,7 +8,7 @@ use crate::providers::{Encoding, GenericHmac, Locator, Scheme};
 use crate::signature::Secret;
 
 fn source(scheme: Scheme) -> Source {
-    let scheme_leaves_identity_unsigned = providers::of(&scheme).leaves_identity_unsigned();
+    let scheme_leaves_identity_unsigned = scheme.provider().leaves_identity_unsigned();
     let mut event_types = HashMap::new();
     event_types.insert(
         "payment_intent.succeeded".into(),

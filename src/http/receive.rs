@@ -13,7 +13,7 @@ use tracing::{Instrument, Span};
 use super::error::ApiError;
 use super::{AppState, body, client, request_id};
 use crate::intake::{Delivery, Receipt, Seen};
-use crate::providers::{self, Answer};
+use crate::providers::Answer;
 use crate::signature::Headers;
 use crate::store::events::Recorded;
 use crate::traces;
@@ -201,7 +201,7 @@ async fn take_in(
         .receive(settings, delivery)
         .await
         .map_err(|refused| (refused.error.into(), refused.seen))?;
-    let answer = answer(providers::of(&source.scheme).answer(), &receipt);
+    let answer = answer(source.scheme.provider().answer(), &receipt);
     Ok((receipt, answer))
 }
 

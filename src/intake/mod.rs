@@ -223,7 +223,7 @@ impl Intake<'_> {
             forwarded,
             held,
         } = delivery;
-        let provider = providers::of(&source.scheme);
+        let provider = source.scheme.provider();
         let refused = |reason| IntakeError::Signature(reason, provider.refused_signature());
         let span = tracing::trace_span!(
             "verify",

@@ -37,7 +37,10 @@ pub async fn request(
     body: &[u8],
     at: i64,
 ) -> Result<Verified, SignatureError> {
-    providers::of(&source.scheme).authenticate(&providers::AnyHeaders(headers))?;
+    source
+        .scheme
+        .provider()
+        .authenticate(&providers::AnyHeaders(headers))?;
     signature(certificates, source, headers, body, at).await
 }
 
@@ -48,7 +51,5 @@ pub fn signed_with_a_shipped_credential(source: &Source, verified: &Verified) ->
         .ok()
         .and_then(|i| source.secrets.get(i));
     signer.is_some_and(|s| is_development_credential(s.expose()))
-        || providers::of(&source.scheme)
-            .development_credential()
-            .is_some()
+        || source.scheme.provider().development_credential().is_some()
 }

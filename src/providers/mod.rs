@@ -67,22 +67,24 @@ pub enum Scheme {
     Mollie,
 }
 
-/// The provider of a configured scheme.
-pub fn of(scheme: &Scheme) -> &dyn Provider {
-    match scheme {
-        Scheme::Stripe => &stripe::Stripe,
-        Scheme::Standard => &standard::Standard,
-        Scheme::Github => &github::Github,
-        Scheme::Hmac(opts) => opts,
-        Scheme::Adyen(opts) => opts,
-        Scheme::Paddle => &paddle::Paddle,
-        Scheme::Square(opts) => opts,
-        Scheme::Razorpay => &razorpay::Razorpay,
-        Scheme::Checkout(opts) => opts,
-        Scheme::GoCardless => &gocardless::GoCardless,
-        Scheme::PayPal(opts) => opts,
-        Scheme::Braintree => &braintree::Braintree,
-        Scheme::Mollie => &mollie::Mollie,
+impl Scheme {
+    /// The provider of a configured scheme.
+    pub fn provider(&self) -> &dyn Provider {
+        match self {
+            Scheme::Stripe => &stripe::Stripe,
+            Scheme::Standard => &standard::Standard,
+            Scheme::Github => &github::Github,
+            Scheme::Hmac(opts) => opts,
+            Scheme::Adyen(opts) => opts,
+            Scheme::Paddle => &paddle::Paddle,
+            Scheme::Square(opts) => opts,
+            Scheme::Razorpay => &razorpay::Razorpay,
+            Scheme::Checkout(opts) => opts,
+            Scheme::GoCardless => &gocardless::GoCardless,
+            Scheme::PayPal(opts) => opts,
+            Scheme::Braintree => &braintree::Braintree,
+            Scheme::Mollie => &mollie::Mollie,
+        }
     }
 }
 
@@ -199,15 +201,15 @@ pub fn names() -> Vec<&'static str> {
 
 impl Scheme {
     pub fn name(&self) -> &'static str {
-        of(self).name()
+        self.provider().name()
     }
 
     pub fn key_bytes<'s>(&self, secret: &'s Secret) -> Result<Cow<'s, [u8]>, SecretError> {
-        of(self).key_bytes(secret)
+        self.provider().key_bytes(secret)
     }
 
     pub fn signed_header_names(&self) -> Vec<&str> {
-        of(self).signed_header_names()
+        self.provider().signed_header_names()
     }
 }
 
@@ -227,7 +229,7 @@ impl Verifier<'_> {
         body: &[u8],
         now: i64,
     ) -> Result<Verified, SignatureError> {
-        of(self.scheme).authenticate(&AnyHeaders(headers))?;
+        self.scheme.provider().authenticate(&AnyHeaders(headers))?;
         self.verify(headers, body, now)
     }
 
@@ -255,7 +257,7 @@ impl Verifier<'_> {
 
     /// The source's provider, and its secrets as that provider reads them.
     fn keys(&self) -> (&dyn Provider, Keys<'_>) {
-        let provider = of(self.scheme);
+        let provider = self.scheme.provider();
         let keys = Keys {
             format: provider,
             secrets: self.secrets,
@@ -290,7 +292,7 @@ pub fn sign(
     body: &[u8],
     envelope: &Envelope<'_>,
 ) -> Result<Signed, SigningError> {
-    let provider = of(scheme);
+    let provider = scheme.provider();
     let key = provider.key_bytes(secret)?;
     let mut signed = provider.sign(&key, body, envelope)?;
     let typed = signed
@@ -315,7 +317,7 @@ pub fn own_item(
     request: &[u8],
     event_id: &str,
 ) -> Option<(Value, Vec<u8>)> {
-    let provider = of(scheme);
+    let provider = scheme.provider();
     if !provider.keeps_request() {
         return None;
     }

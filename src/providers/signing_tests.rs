@@ -365,7 +365,7 @@ fn only_ids_and_types_read_from_the_body_count_as_signed() {
         (hmac(pointer(), pointer()), true, true),
     ];
     for (scheme, id, event_type) in cases {
-        let provider = crate::providers::of(&scheme);
+        let provider = scheme.provider();
         assert_eq!(
             (provider.signs_id(), provider.signs_type()),
             (id, event_type),

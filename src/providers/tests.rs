@@ -29,7 +29,7 @@ fn every_scheme() -> Vec<Scheme> {
 #[test]
 fn each_scheme_has_its_provider_and_the_list_holds_every_one() {
     for scheme in every_scheme() {
-        let provider = of(&scheme);
+        let provider = scheme.provider();
         assert_eq!(provider.name(), scheme.name());
         let listed = named(scheme.name()).expect("listed");
         assert_eq!(listed.name(), scheme.name());
@@ -61,7 +61,7 @@ fn hookd_secret_takes_the_names_it_always_took() {
 #[test]
 fn only_stripe_has_defaults_and_its_own_payment_shape() {
     for scheme in every_scheme() {
-        let provider = of(&scheme);
+        let provider = scheme.provider();
         let stripe = scheme == Scheme::Stripe;
         // Square's and Braintree's one static type and Paddle's transactions
         // (their others depend on the payload).
@@ -118,12 +118,15 @@ fn schemes_that_sign_no_time_read_the_providers_own_from_the_payload() {
     ];
     for (scheme, payload) in cases {
         assert_eq!(
-            of(&scheme).unsigned_time(&payload),
+            scheme.provider().unsigned_time(&payload),
             Some(at("2024-06-12T10:32:47Z")),
             "{}",
             scheme.name()
         );
-        assert_eq!(of(&scheme).unsigned_time(&serde_json::json!({})), None);
+        assert_eq!(
+            scheme.provider().unsigned_time(&serde_json::json!({})),
+            None
+        );
     }
     // A scheme that signs its time has none to show, whatever the payload says.
     let created =
@@ -135,7 +138,7 @@ fn schemes_that_sign_no_time_read_the_providers_own_from_the_payload() {
         Scheme::PayPal(paypal::ANY.clone()),
     ] {
         assert_eq!(
-            of(&scheme).unsigned_time(&created),
+            scheme.provider().unsigned_time(&created),
             None,
             "{}",
             scheme.name()

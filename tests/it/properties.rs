@@ -625,7 +625,7 @@ fn check_parse(
         }
         prop_assert_eq!(event.fingerprint, fingerprint(&event.payload));
         prop_assert_eq!(event.source.as_str(), source.name.as_str());
-        let provider = hookd::providers::of(&source.scheme);
+        let provider = source.scheme.provider();
         if let Ok(facts) = provider.payment_facts(&event.payload) {
             prop_assert!(!facts.payment_id.is_empty());
             prop_assert!(facts.amount.is_none_or(|a| a >= 0));

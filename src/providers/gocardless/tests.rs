@@ -169,7 +169,7 @@ fn a_refused_signature_is_answered_498_and_amounts_are_not_sent() {
     );
     assert!(!GoCardless.sends_amounts());
     assert_eq!(
-        crate::providers::of(&Scheme::Stripe).refused_signature(),
+        Scheme::Stripe.provider().refused_signature(),
         SignatureRefusal::Unauthorized
     );
 }
