@@ -3,7 +3,7 @@
 //! commit (`LWLock:WALWrite`, `IO:WALSync` in `pg_stat_activity`), two per
 //! request. Here the claims and the stored answers of concurrent requests share
 //! a transaction and its one commit: a write that finds fewer than
-//! `MAX_LEADERS` transactions at work starts one at once (so a lone request
+//! `max_leaders` transactions at work starts one at once (so a lone request
 //! waits for nothing); the writes that arrive meanwhile queue, and a finishing
 //! leader takes them all (up to `MAX_BATCH`) into the next. A batch of one is
 //! its statement alone, autocommitted.
@@ -23,8 +23,17 @@ use tokio::sync::oneshot;
 use crate::store::api_idempotency::{self as keys, ClaimAttempt, StoredAnswer, Taken};
 use crate::store::{self, StoreError};
 
-/// Transactions storing key writes at once, at most.
+/// Transactions storing key writes at once, at most (fewer with a small pool:
+/// `max_leaders`).
 const MAX_LEADERS: usize = 8;
+
+/// Leaders at once with a pool of `pool_size`: a quarter of it, so that with
+/// the deliveries' half (`ingest`) a quarter is always left for retries, the
+/// desk and the purge, however many callers the gateway has (a caller need
+/// not be authenticated to make hookd write a claim).
+fn max_leaders(pool_size: usize) -> usize {
+    (pool_size / 4).clamp(1, MAX_LEADERS)
+}
 /// Writes in one transaction, at most.
 const MAX_BATCH: usize = 64;
 
@@ -36,6 +45,8 @@ pub struct KeyWrites {
 
 struct Shared {
     pool: Pool,
+    /// Transactions at once at most (`max_leaders`).
+    max_leaders: usize,
     queue: Mutex<Queue>,
     /// The runtime hookd was started on: a leader runs there, not on the HTTP
     /// worker whose request started it.
@@ -85,6 +96,7 @@ impl KeyWrites {
     pub fn new(pool: Pool) -> Self {
         KeyWrites {
             shared: Arc::new(Shared {
+                max_leaders: max_leaders(pool.status().max_size),
                 pool,
                 queue: Mutex::new(Queue::default()),
                 runtime: tokio::runtime::Handle::current(),
@@ -126,7 +138,7 @@ impl KeyWrites {
         let lead = {
             let mut queue = self.shared.lock();
             queue.waiting.push(write);
-            let due = queue.leaders < MAX_LEADERS;
+            let due = queue.leaders < self.shared.max_leaders;
             queue.leaders += usize::from(due);
             due
         };
