@@ -12,33 +12,44 @@ use serde::de::{self, Deserialize, Deserializer, Visitor};
 /// The longest duration accepted anywhere: 100 years of 365 days.
 pub const MAX: Duration = Duration::from_secs(36_500 * 86_400);
 
+/// Why a duration's text was refused; each names the text as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("{0:?} needs a unit (ms, s, m, h or d)")]
+    NoUnit(String),
+    #[error("{0:?} is not a duration like 5s, 5m, 1h or 30d")]
+    NotANumber(String),
+    #[error("{0:?} has an unknown unit (use ms, s, m, h or d)")]
+    UnknownUnit(String),
+    #[error("{0:?} is too long (at most {max})", max = format(MAX))]
+    TooLong(String),
+    #[error("{0:?} must be longer than zero")]
+    Zero(String),
+}
+
 /// Parses `250ms`, `5s`, `5m`, `1h`, `30d` (one number, one unit), at most [`MAX`].
-pub fn parse(text: &str) -> Result<Duration, String> {
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("{text:?} needs a unit (ms, s, m, h or d)"))?;
+        .ok_or_else(|| DurationError::NoUnit(text.to_string()))?;
     let (number, unit) = text.split_at(split);
     let number: u64 = number
         .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 5s, 5m, 1h or 30d"))?;
+        .map_err(|_| DurationError::NotANumber(text.to_string()))?;
     let unit_ms: u64 = match unit {
         "ms" => 1,
         "s" => 1000,
         "m" => 60_000,
         "h" => 3_600_000,
         "d" => 86_400_000,
-        _ => {
-            return Err(format!(
-                "{text:?} has an unknown unit (use ms, s, m, h or d)"
-            ));
-        }
+        _ => return Err(DurationError::UnknownUnit(text.to_string())),
     };
     number
         .checked_mul(unit_ms)
         .map(Duration::from_millis)
         .filter(|d| *d <= MAX)
-        .ok_or_else(|| format!("{text:?} is too long (at most {})", format(MAX)))
+        .ok_or_else(|| DurationError::TooLong(text.to_string()))
 }
 
 /// The shortest exact form of a duration in the units `parse` accepts.
@@ -68,21 +79,21 @@ pub struct ZeroOrMore(Duration);
 
 /// A duration key's value type: how its text is read.
 trait ConfigDuration: Sized {
-    fn read(text: &str) -> Result<Self, String>;
+    fn read(text: &str) -> Result<Self, DurationError>;
 }
 
 impl ConfigDuration for Positive {
-    fn read(text: &str) -> Result<Self, String> {
+    fn read(text: &str) -> Result<Self, DurationError> {
         let d = parse(text)?;
         if d.is_zero() {
-            return Err(format!("{text:?} must be longer than zero"));
+            return Err(DurationError::Zero(text.to_string()));
         }
         Ok(Self(d))
     }
 }
 
 impl ConfigDuration for ZeroOrMore {
-    fn read(text: &str) -> Result<Self, String> {
+    fn read(text: &str) -> Result<Self, DurationError> {
         parse(text).map(Self)
     }
 }

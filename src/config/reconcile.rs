@@ -211,7 +211,8 @@ fn duration(text: Option<String>, key: String) -> Result<Option<Duration>, Probl
     let Some(text) = text else {
         return Ok(None);
     };
-    let d = crate::duration::parse(text.trim()).map_err(|problem| (key.clone(), problem))?;
+    let d = crate::duration::parse(text.trim())
+        .map_err(|problem| (key.clone(), problem.to_string()))?;
     if d.is_zero() {
         return Err((key, "must be longer than zero".into()));
     }
