@@ -11,7 +11,7 @@ use hookd_kit::settings::SHIPPED_TOML;
 use serde_json::{Value, json};
 
 use crate::support::upstream::{Reply, Upstream, refusing_url};
-use crate::support::{Answer, Spawn, TestApp, check_config, spawn};
+use crate::support::{Answer, Spawn, TestApp, check_config, spawn, spawn_with_settings};
 
 const AUTH: &str = "Bearer sk_test_alice";
 
@@ -33,11 +33,7 @@ pub fn settings_with(routes: &str) -> Settings {
 
 /// An app whose gateway has these routes.
 pub async fn gateway(routes: &str) -> TestApp {
-    spawn(Spawn {
-        settings: settings_with(routes),
-        ..Spawn::default()
-    })
-    .await
+    spawn_with_settings(settings_with(routes)).await
 }
 
 /// An app whose gateway has one route, `payments` at `/payments`, to `upstream`.

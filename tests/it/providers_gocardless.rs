@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use crate::process::{Hookd, free_port, write_config};
 use crate::support::provider;
 use crate::support::{
-    Answer, Credential, Spawn, TestApp, TestDb, VIEWER, cluster, shipped_settings, spawn, spawn_app,
+    Answer, Credential, TestApp, TestDb, VIEWER, cluster, shipped_settings, spawn_app,
+    spawn_with_settings,
 };
 
 const SOURCE: &str = "gocardless";
@@ -283,11 +284,7 @@ async fn spawn_with(change: impl FnOnce(&mut hookd::config::Source)) -> TestApp 
         .find(|s| s.name == SOURCE)
         .expect("gocardless source");
     change(source);
-    spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await
+    spawn_with_settings(settings).await
 }
 
 /// An operator's retry of `event_id`: processed, and its proof of origin verified.

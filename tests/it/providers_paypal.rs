@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::provider;
-use crate::support::{Spawn, TestApp, spawn, spawn_app, wait_for};
+use crate::support::{Spawn, TestApp, spawn, spawn_app, spawn_with_settings, wait_for};
 
 const SOURCE: &str = "paypal";
 const SHIPPED: &str = include_str!("../../hookd.toml");
@@ -185,11 +185,7 @@ async fn a_paypal_delivery_signed_with_the_second_pinned_certificate_says_so() {
         SHIPPED_CERTIFICATES,
         r#"certificates = ["tests/paypal/cert-2.pem", "fixtures/paypal/dev-certificate.pem"]"#,
     )]);
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_settings(settings).await;
     let body = capture("WH-ROT", "PAYMENT.CAPTURE.COMPLETED", "CAP-ROT", "1.00");
     let answer = app.deliver(SOURCE, &body).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
@@ -266,10 +262,7 @@ async fn tampered_or_foreign_paypal_deliveries_are_401_and_nothing_is_stored() {
             "not SHA256withRSA",
         ),
         (
-            good.iter()
-                .filter(|(n, _)| n != "PAYPAL-TRANSMISSION-SIG")
-                .cloned()
-                .collect(),
+            provider::without_header(&good, "PAYPAL-TRANSMISSION-SIG"),
             body.clone(),
             "missing PAYPAL-TRANSMISSION-SIG header",
         ),

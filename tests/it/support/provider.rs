@@ -5,7 +5,7 @@
 use hookd::providers::{Scheme, sign};
 use hookd::signature::{Envelope, Secret};
 use hookd::simulate::{Hints, sign_delivery};
-use hookd_kit::app::{Answer, Spawn, TestApp, spawn};
+use hookd_kit::app::{Answer, TestApp};
 use hookd_kit::settings::{SHIPPED_TOML, shipped_settings};
 use serde_json::Value;
 
@@ -84,11 +84,12 @@ pub async fn spawn_with_env(name: &str, value: &str) -> TestApp {
         hookd::config::Settings::from_toml("hookd.toml", SHIPPED_TOML, &env.into_iter().collect())
             .expect("settings");
     settings.listen = "127.0.0.1:0".parse().expect("addr");
-    spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await
+    super::spawn_with_settings(settings).await
+}
+
+/// `headers` without the one named `name`.
+pub fn without_header(headers: &[(String, String)], name: &str) -> Vec<(String, String)> {
+    headers.iter().filter(|(k, _)| k != name).cloned().collect()
 }
 
 /// Posts one delivery twice: the second is a duplicate with the first answer,
@@ -136,11 +137,7 @@ pub async fn spawn_rotated(source: &str, newer: &str) -> (TestApp, Secret) {
         .expect("a shipped source");
     let previous = configured.secrets[0].clone();
     configured.secrets = vec![Secret::new(newer), previous.clone()];
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = super::spawn_with_settings(settings).await;
     (app, previous)
 }
 
