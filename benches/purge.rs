@@ -511,79 +511,60 @@ async fn verify(db: &tokio_postgres::Client, outcome: &PurgeOutcome) -> Vec<Stri
         show(&outcome.payloads_dropped),
         show(&expected.payloads),
     );
-    let count = |sql: &'static str| async move {
-        db.query_one(sql, &[])
+    let want_slim = i64::try_from(expected.payloads.values().sum::<u64>()).expect("a count");
+    // What is left, counted, against what should be.
+    let counted = [
+        (
+            "old events past key retention left",
+            "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt\\_old\\_%' \
+             AND received_at < now() - interval '365 days'",
+            0,
+        ),
+        (
+            "slim keys left",
+            "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt\\_old\\_%' \
+             AND payload IS NULL AND last_error IS NULL AND purged_at IS NOT NULL",
+            want_slim,
+        ),
+        (
+            "attempts of old events left",
+            "SELECT count(*) FROM webhook_event_attempts a JOIN webhook_events e \
+             ON e.id = a.webhook_event_id WHERE e.event_id LIKE 'evt\\_old\\_%'",
+            0,
+        ),
+        (
+            "failed events intact",
+            "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt\\_failed\\_%' \
+             AND status = 'failed' AND payload IS NOT NULL AND purged_at IS NULL",
+            FAILED_EVENTS,
+        ),
+        (
+            "attempts of failed events",
+            "SELECT count(*) FROM webhook_event_attempts a JOIN webhook_events e \
+             ON e.id = a.webhook_event_id WHERE e.event_id LIKE 'evt\\_failed\\_%'",
+            FAILED_EVENTS * 3,
+        ),
+        (
+            "recent events intact",
+            "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt\\_recent\\_%' \
+             AND payload IS NOT NULL AND purged_at IS NULL",
+            RECENT_EVENTS,
+        ),
+        (
+            "deliveries during the run not processed or purged",
+            "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt\\_bench\\_%' \
+             AND (status <> 'processed' OR payload IS NULL)",
+            0,
+        ),
+    ];
+    for (what, sql, want) in counted {
+        let got: i64 = db
+            .query_one(sql, &[])
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
-            .get::<_, i64>(0)
-    };
-    let old_keys_left = count(
-        "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt\\_old\\_%' \
-         AND received_at < now() - interval '365 days'",
-    )
-    .await;
-    compare(
-        "old events past key retention left",
-        old_keys_left.to_string(),
-        "0".into(),
-    );
-    let slim = count(
-        "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt\\_old\\_%' \
-         AND payload IS NULL AND last_error IS NULL AND purged_at IS NOT NULL",
-    )
-    .await;
-    let want_slim: u64 = expected.payloads.values().sum();
-    compare("slim keys left", slim.to_string(), want_slim.to_string());
-    let old_attempts = count(
-        "SELECT count(*) FROM webhook_event_attempts a JOIN webhook_events e \
-         ON e.id = a.webhook_event_id WHERE e.event_id LIKE 'evt\\_old\\_%'",
-    )
-    .await;
-    compare(
-        "attempts of old events left",
-        old_attempts.to_string(),
-        "0".into(),
-    );
-    let failed = count(
-        "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt\\_failed\\_%' \
-         AND status = 'failed' AND payload IS NOT NULL AND purged_at IS NULL",
-    )
-    .await;
-    compare(
-        "failed events intact",
-        failed.to_string(),
-        FAILED_EVENTS.to_string(),
-    );
-    let failed_attempts = count(
-        "SELECT count(*) FROM webhook_event_attempts a JOIN webhook_events e \
-         ON e.id = a.webhook_event_id WHERE e.event_id LIKE 'evt\\_failed\\_%'",
-    )
-    .await;
-    compare(
-        "attempts of failed events",
-        failed_attempts.to_string(),
-        (FAILED_EVENTS * 3).to_string(),
-    );
-    let recent = count(
-        "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt\\_recent\\_%' \
-         AND payload IS NOT NULL AND purged_at IS NULL",
-    )
-    .await;
-    compare(
-        "recent events intact",
-        recent.to_string(),
-        RECENT_EVENTS.to_string(),
-    );
-    let unprocessed = count(
-        "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt\\_bench\\_%' \
-         AND (status <> 'processed' OR payload IS NULL)",
-    )
-    .await;
-    compare(
-        "deliveries during the run not processed or purged",
-        unprocessed.to_string(),
-        "0".into(),
-    );
+            .get(0);
+        compare(what, got.to_string(), want.to_string());
+    }
     assert!(
         problems.is_empty(),
         "purge check failed:\n{}",

@@ -66,7 +66,7 @@ struct ShowParams {
 }
 
 /// `?reveal=true`: the payload without its mask, for operators only.
-fn reveal_asked(request: &HttpRequest, who: &Principal) -> Result<bool, ApiError> {
+pub(super) fn reveal_asked(request: &HttpRequest, who: &Principal) -> Result<bool, ApiError> {
     let params = web::Query::<ShowParams>::from_query(request.query_string())
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let reveal = match params.reveal.as_deref() {
@@ -195,20 +195,12 @@ pub async fn retry(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (who, request_id) = (principal.name.clone(), request_id::of_request(&request));
     let id = path.into_inner();
-    let desk = state.app.desk.clone();
-    keyed(
-        &state,
-        &principal,
-        &request,
-        payload,
-        move |_body| async move {
-            let id = event_row_id(&id)?;
-            apply_again(desk, who, request_id, id).await
-        },
-    )
-    .await
+    let work = move |acting: Acting, _body| async move {
+        let id = event_row_id(&id)?;
+        apply_again(acting.desk, acting.who, acting.request_id, id).await
+    };
+    keyed(&state, &principal, &request, payload, work).await
 }
 
 /// Runs a retry to its end even when its request is gone — the client left, or
@@ -252,40 +244,29 @@ pub async fn bulk_retry(
     request: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (who, request_id) = (principal.name.clone(), request_id::of_request(&request));
-    let desk = state.app.desk.clone();
-    keyed(
-        &state,
-        &principal,
-        &request,
-        payload,
-        move |body| async move {
-            let bulk: BulkRequest = if body.iter().all(u8::is_ascii_whitespace) {
-                BulkRequest::default()
-            } else {
-                serde_json::from_slice(&body)
-                    .map_err(|e| ApiError::BadRequest(format!("the body is not a filter: {e}")))?
-            };
-            let params = ListParams {
-                source: bulk.source,
-                kind: bulk.kind,
-                event_type: bulk.event_type,
-                status: bulk.status,
-                since: bulk.since,
-                until: bulk.until,
-                q: bulk.q,
-                limit: None,
-                cursor: None,
-            };
-            let filter = params.to_filter(Utc::now())?;
-            let outcome = desk.bulk_retry(filter, bulk.dry_run, &who).await?;
-            if !bulk.dry_run {
-                desk::log_bulk_retry(&who, &request_id, &outcome);
-            }
-            Ok(outcome)
-        },
-    )
-    .await
+    let work = move |acting: Acting, body: Vec<u8>| async move {
+        let bulk: BulkRequest = body_or_default(&body, "a filter")?;
+        let params = ListParams {
+            source: bulk.source,
+            kind: bulk.kind,
+            event_type: bulk.event_type,
+            status: bulk.status,
+            since: bulk.since,
+            until: bulk.until,
+            q: bulk.q,
+            limit: None,
+            cursor: None,
+        };
+        let filter = params.to_filter(Utc::now())?;
+        let outcome = (acting.desk)
+            .bulk_retry(filter, bulk.dry_run, &acting.who)
+            .await?;
+        if !bulk.dry_run {
+            desk::log_bulk_retry(&acting.who, &acting.request_id, &outcome);
+        }
+        Ok(outcome)
+    };
+    keyed(&state, &principal, &request, payload, work).await
 }
 
 /// What forgetting a customer takes: a source to keep to, and `dry_run`.
@@ -304,32 +285,40 @@ pub async fn forget(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (who, request_id) = (principal.name.clone(), request_id::of_request(&request));
     let customer = path.into_inner();
-    let desk = state.app.desk.clone();
-    keyed(
-        &state,
-        &principal,
-        &request,
-        payload,
-        move |body| async move {
-            let asked: ForgetRequest = if body.iter().all(u8::is_ascii_whitespace) {
-                ForgetRequest::default()
-            } else {
-                serde_json::from_slice(&body).map_err(|e| {
-                    ApiError::BadRequest(format!("the body is not {{source, dry_run}}: {e}"))
-                })?
-            };
-            let outcome = desk
-                .forget(&customer, asked.source.as_deref(), asked.dry_run, &who)
-                .await?;
-            if !asked.dry_run {
-                desk::log_forget(&who, &request_id, &outcome);
-            }
-            Ok(outcome)
-        },
-    )
-    .await
+    let work = move |acting: Acting, body: Vec<u8>| async move {
+        let asked: ForgetRequest = body_or_default(&body, "{source, dry_run}")?;
+        let (source, dry_run) = (asked.source.as_deref(), asked.dry_run);
+        let outcome = (acting.desk)
+            .forget(&customer, source, dry_run, &acting.who)
+            .await?;
+        if !dry_run {
+            desk::log_forget(&acting.who, &acting.request_id, &outcome);
+        }
+        Ok(outcome)
+    };
+    keyed(&state, &principal, &request, payload, work).await
+}
+
+/// A request's JSON body, or `T`'s default when the body is blank; `what`
+/// names what it should be when it is neither.
+fn body_or_default<T: Default + serde::de::DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("the body is not {what}: {e}")))
+}
+
+/// Who runs an operator's change, and for which request: what `keyed` hands
+/// its work.
+struct Acting {
+    desk: Desk,
+    who: String,
+    request_id: String,
 }
 
 /// Runs `work` once per `Idempotency-Key` (when the request has one): a repeat
@@ -344,10 +333,15 @@ async fn keyed<F, Fut, T>(
     work: F,
 ) -> Result<HttpResponse, ApiError>
 where
-    F: FnOnce(Vec<u8>) -> Fut,
+    F: FnOnce(Acting, Vec<u8>) -> Fut,
     Fut: std::future::Future<Output = Result<T, ApiError>> + 'static,
     T: serde::Serialize + 'static,
 {
+    let acting = Acting {
+        desk: state.app.desk.clone(),
+        who: principal.name.clone(),
+        request_id: request_id::of_request(request),
+    };
     let body = body::read(
         &mut payload,
         request,
@@ -369,7 +363,7 @@ where
     let fingerprint =
         Sha256::digest([request.path().as_bytes(), b"\n", body.as_slice()].concat()).to_vec();
     let Some(key) = key else {
-        let work = work(body);
+        let work = work(acting, body);
         let (status, body) = to_completion(async move { Ok(answer(work.await)) }).await?;
         return Ok(respond(status, body, false));
     };
@@ -383,7 +377,7 @@ where
         )),
         Claim::Mismatch => Err(ApiError::IdempotencyKeyReused),
         Claim::Fresh(claim_id) => {
-            let (work, desk, who) = (work(body), desk.clone(), principal.name.clone());
+            let (work, desk, who) = (work(acting, body), desk.clone(), principal.name.clone());
             let (status, body) = to_completion(async move {
                 let result = tokio::select! {
                     result = work => result,

@@ -435,10 +435,11 @@ impl<S: Surface> FromRequest for Operator<S> {
     type Error = actix_web::Error;
     type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
 
-    fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let request = request.clone();
+    /// A viewer who is also an operator.
+    fn from_request(request: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let viewer = Viewer::<S>::from_request(request, payload);
         Box::pin(async move {
-            let who = sign_in::<S>(&request).await?;
+            let Viewer { who, .. } = viewer.await?;
             match who.check_operator() {
                 Ok(()) => Ok(Operator {
                     who,

@@ -12,22 +12,16 @@ struct Part {
     colour: &'static str,
 }
 
-const PROCESSED: Part = Part {
-    name: "processed",
-    colour: "#3a9a3a",
-};
-const FAILED: Part = Part {
-    name: "failed",
-    colour: "#e0a020",
-};
-const DEAD: Part = Part {
-    name: "dead",
-    colour: "#c83232",
-};
-const REJECTED: Part = Part {
-    name: "rejected signatures",
-    colour: "#7a4fb5",
-};
+const PROCESSED: Part = Part::new("processed", "#3a9a3a");
+const FAILED: Part = Part::new("failed", "#e0a020");
+const DEAD: Part = Part::new("dead", "#c83232");
+const REJECTED: Part = Part::new("rejected signatures", "#7a4fb5");
+
+impl Part {
+    const fn new(name: &'static str, colour: &'static str) -> Part {
+        Part { name, colour }
+    }
+}
 
 /// A chart: its bars (a label, shown when `shown`, and one value per part).
 struct Chart<'a> {

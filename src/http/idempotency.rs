@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::AppState;
-use super::admin::page_limit;
+use super::admin::{page_limit, reveal_asked};
 use super::auth::{Operator, Principal, Viewer};
 use super::error::ApiError;
 use super::idempotency_pages as pages;
@@ -80,13 +80,18 @@ impl ListQuery {
     }
 }
 
-async fn page_of(state: &AppState, filter: KeyFilter) -> Result<KeyPage, ApiError> {
-    let client = state
+/// A connection from the pool.
+async fn client_of(state: &AppState) -> Result<deadpool_postgres::Object, ApiError> {
+    Ok(state
         .app
         .pool
         .get()
         .await
-        .map_err(crate::store::StoreError::from)?;
+        .map_err(crate::store::StoreError::from)?)
+}
+
+async fn page_of(state: &AppState, filter: KeyFilter) -> Result<KeyPage, ApiError> {
+    let client = client_of(state).await?;
     let limit = filter.limit;
     let mut rows = keys::list(
         &client,
@@ -167,12 +172,7 @@ async fn detail_of(
     if reveal {
         who.check_operator()?;
     }
-    let client = state
-        .app
-        .pool
-        .get()
-        .await
-        .map_err(crate::store::StoreError::from)?;
+    let client = client_of(state).await?;
     let detail = keys::get(&client, id).await?.ok_or(ApiError::NotFound)?;
     let action = if reveal {
         "revealed_idempotency_key"
@@ -203,21 +203,6 @@ fn audited<'a>(who: &'a str, action: &'a str, key: &KeyView) -> Record<'a> {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct RevealQuery {
-    reveal: Option<String>,
-}
-
-fn reveal_asked(request: &HttpRequest) -> Result<bool, ApiError> {
-    let query = web::Query::<RevealQuery>::from_query(request.query_string())
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    match query.reveal.as_deref() {
-        None | Some("false") => Ok(false),
-        Some("true") => Ok(true),
-        Some(_) => Err(ApiError::BadRequest("reveal must be true or false".into())),
-    }
-}
-
 pub async fn show(
     Viewer { who, .. }: Viewer,
     state: web::Data<AppState>,
@@ -225,7 +210,7 @@ pub async fn show(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = key_id(&path)?;
-    let reveal = reveal_asked(&request)?;
+    let reveal = reveal_asked(&request, &who)?;
     Ok(HttpResponse::Ok().json(detail_of(&state, &who, id, reveal).await?))
 }
 
@@ -233,12 +218,7 @@ pub async fn show(
 /// checked upstream: the next copy reaches upstream again. Audited as
 /// `released_idempotency_key`, in the release's transaction.
 async fn release_key(state: &AppState, who: &Principal, id: i64) -> Result<KeyView, ApiError> {
-    let mut client = state
-        .app
-        .pool
-        .get()
-        .await
-        .map_err(crate::store::StoreError::from)?;
+    let mut client = client_of(state).await?;
     let tx = crate::store::begin(&mut client)
         .await
         .map_err(crate::store::StoreError::from)?;
@@ -286,12 +266,7 @@ pub async fn list_page(
     let result = async {
         let query = ListQuery::parse(&request)?;
         let page = page_of(&state, query.to_filter()?).await?;
-        let client = state
-            .app
-            .pool
-            .get()
-            .await
-            .map_err(crate::store::StoreError::from)?;
+        let client = client_of(&state).await?;
         let attention = keys::needing_attention(&client, LONG_RUNNING, ATTENTION).await?;
         Ok::<_, ApiError>((query, page, attention))
     }
@@ -334,9 +309,7 @@ pub async fn release_page(
     mut payload: web::Payload,
 ) -> HttpResponse {
     let result = async {
-        let body = ui::form_body(&state, &request, &mut payload).await?;
-        ui::check_form(&state, &who, &request, &body)?;
-        who.check_operator()?;
+        ui::operator_form(&state, &who, &request, &mut payload).await?;
         let id = key_id(&path)?;
         release_key(&state, &who, id).await
     }

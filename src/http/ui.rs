@@ -103,7 +103,7 @@ fn instead(response: HttpResponse) -> actix_web::Error {
 }
 
 /// A page form's body (small, and within the body deadline).
-pub(super) async fn form_body(
+async fn form_body(
     state: &AppState,
     request: &HttpRequest,
     payload: &mut web::Payload,
@@ -130,13 +130,27 @@ fn csrf_field(body: &[u8]) -> String {
 }
 
 /// A page POST: same origin (when the browser says) and the session's form token.
-pub(super) fn check_form(
+fn check_form(
     state: &AppState,
     who: &Principal,
     request: &HttpRequest,
     body: &[u8],
 ) -> Result<(), ApiError> {
     auth::check_same_origin(state, request).and_then(|()| who.check_csrf(&csrf_field(body)))
+}
+
+/// An operator's page POST: its body, once the form is checked (before the
+/// role, as for any page POST) and the one posting is an operator.
+pub(super) async fn operator_form(
+    state: &AppState,
+    who: &Principal,
+    request: &HttpRequest,
+    payload: &mut web::Payload,
+) -> Result<Vec<u8>, ApiError> {
+    let body = form_body(state, request, payload).await?;
+    check_form(state, who, request, &body)?;
+    who.check_operator()?;
+    Ok(body)
 }
 
 pub async fn login_form(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
@@ -366,11 +380,8 @@ async fn operator_form_on_event(
     path: &str,
     payload: &mut web::Payload,
 ) -> Result<i64, HttpResponse> {
-    let body = form_body(state, request, payload)
+    operator_form(state, who, request, payload)
         .await
-        .map_err(|error| error_page(&error, Some(who)))?;
-    check_form(state, who, request, &body)
-        .and_then(|()| who.check_operator())
         .map_err(|error| error_page(&error, Some(who)))?;
     path.parse::<i64>()
         .map_err(|_| error_page(&ApiError::NotFound, Some(who)))
@@ -423,9 +434,7 @@ async fn forward_form(
     pause: bool,
 ) -> HttpResponse {
     let changed = async {
-        let body = form_body(state, request, &mut payload).await?;
-        check_form(state, who, request, &body)?;
-        who.check_operator()?;
+        operator_form(state, who, request, &mut payload).await?;
         if !pause {
             super::forwards::resumable(state, name)?;
         }
@@ -555,10 +564,7 @@ pub async fn bulk_post(
     mut payload: web::Payload,
 ) -> HttpResponse {
     let result = async {
-        let body = form_body(&state, &request, &mut payload).await?;
-        // The form is checked before the role, as for any page POST.
-        check_form(&state, &who, &request, &body)?;
-        who.check_operator()?;
+        let body = operator_form(&state, &who, &request, &mut payload).await?;
         let params = ListParams::from_query(&String::from_utf8_lossy(&body))?;
         let filter = params.to_filter(Utc::now())?;
         let (desk, name, request_id) = (

@@ -99,13 +99,14 @@ pub struct ClaimedForward {
     pub planned_at: DateTime<Utc>,
 }
 
-/// The columns `ClaimedForward` is read from (`l`, the leased rows, joined to
-/// their events `e`): the event's as `events::claimed` reads them, then the
-/// forward's runs, lease and name.
-macro_rules! claimed_forward_columns {
+/// The select `ClaimedForward` is read from: `l`, the leased rows, joined to
+/// their events `e`; the event's columns as `events::claimed` reads them, then
+/// the forward's runs, lease and name.
+macro_rules! select_claimed_from_l {
     () => {
-        "e.id, e.source, e.event_id, e.event_type, e.kind, e.payload, e.attempts, e.body, \
-         e.received_at, false, l.attempts, l.lease_until, l.forward, l.created_at"
+        "SELECT e.id, e.source, e.event_id, e.event_type, e.kind, e.payload, e.attempts, e.body, \
+                e.received_at, false, l.attempts, l.lease_until, l.forward, l.created_at
+         FROM l JOIN webhook_events e ON e.id = l.webhook_event_id"
     };
 }
 
@@ -134,11 +135,9 @@ pub async fn claim_due(
                  FROM due
                  WHERE f.webhook_event_id = due.webhook_event_id AND f.forward = $1
                  RETURNING f.webhook_event_id, f.forward, f.attempts, f.lease_until, f.created_at
-             )
-             SELECT ",
-            claimed_forward_columns!(),
-            " FROM l JOIN webhook_events e ON e.id = l.webhook_event_id
-             ORDER BY l.webhook_event_id"
+             ) ",
+            select_claimed_from_l!(),
+            " ORDER BY l.webhook_event_id"
         ),
         params![&forward, &limit, &lease_secs],
     )
@@ -165,11 +164,9 @@ pub async fn lease_for_retry(
                      next_attempt_at = now() + make_interval(secs => $3)
                  WHERE webhook_event_id = $1 AND forward = ANY($2)
                  RETURNING webhook_event_id, forward, attempts, lease_until, created_at
-             )
-             SELECT ",
-            claimed_forward_columns!(),
-            " FROM l JOIN webhook_events e ON e.id = l.webhook_event_id
-             ORDER BY l.forward"
+             ) ",
+            select_claimed_from_l!(),
+            " ORDER BY l.forward"
         ),
         params![&id, &names, &lease_secs],
     )

@@ -14,7 +14,7 @@ use hookd_kit::gate::{GATED_TYPE, RetryGate};
 
 use crate::support::{
     AdminClient, Credential, OPERATOR, Spawn, TestApp, VIEWER, csrf_of, shipped_settings, spawn,
-    spawn_app, stripe_event, wait_for,
+    spawn_app, spawn_with_settings, stripe_event, wait_for,
 };
 
 const SUPPORT: &str = "support-team-token-0123456789";
@@ -62,11 +62,7 @@ async fn spawn_cookie(development: bool, cookie_secure: Option<bool>) -> TestApp
     let mut settings = shipped_settings();
     settings.development = development;
     settings.cookie_secure = cookie_secure;
-    spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await
+    spawn_with_settings(settings).await
 }
 
 #[tokio::test]
@@ -376,11 +372,7 @@ async fn app_behind(trusted_proxies: Option<&[&str]>) -> TestApp {
     if let Some(blocks) = trusted_proxies {
         settings.trusted_proxies = blocks.iter().map(|b| b.parse().expect("cidr")).collect();
     }
-    spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await
+    spawn_with_settings(settings).await
 }
 
 /// The session cookie (`name=value`) of a sign-in with `token` through proxies
@@ -933,11 +925,7 @@ async fn hookd_admin_token_adds_an_operator_named_env_and_the_files_tokens_stay(
         hookd::config::Settings::from_toml("hookd.toml", hookd_kit::settings::SHIPPED_TOML, &env)
             .expect("config");
     settings.listen = "127.0.0.1:0".parse().expect("addr");
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_settings(settings).await;
     let dead = dead_event(&app, "evt_env_token").await;
     let from_env = app.admin(Credential::Bearer(env_token.into()));
     // An operator: it may retry, and the audit trail names it `env`.

@@ -10,7 +10,8 @@ use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::json;
 
 use crate::support::{
-    Spawn, TestApp, TestDb, connect, hold_payment_row, shipped_settings, spawn, stripe_event,
+    Spawn, TestApp, TestDb, connect, hold_payment_row, shipped_settings, spawn,
+    spawn_with_settings, stripe_event,
 };
 
 /// Marks each event it applies; `evt_stuck` never finishes, `evt_broken` fails for
@@ -80,12 +81,7 @@ async fn one_events_failure_never_fails_or_holds_its_batch_mates() {
     }))
     .await;
     for (answer, took) in &answers[1..ids.len()] {
-        assert_eq!(
-            answer.status,
-            200,
-            "{}",
-            String::from_utf8_lossy(&answer.body)
-        );
+        assert_eq!(answer.status, 200, "{}", answer.text());
         // The stuck handler costs its batch-mates at most one handler_timeout.
         assert!(
             *took < Duration::from_millis(3500),
@@ -282,11 +278,7 @@ async fn a_delivery_leads_its_own_transaction_while_others_are_busy() {
 async fn a_payment_merge_held_by_a_lock_costs_its_batch_mates_one_handler_timeout_at_most() {
     let mut settings = shipped_settings();
     settings.handler_timeout = Duration::from_secs(1);
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_settings(settings).await;
     let holder = hold_payment_row(app.db().await, "pi_held").await;
     let mut events: Vec<serde_json::Value> = (0..30)
         .map(|i| payment_event(&format!("evt_free_{i}"), &format!("pi_free_{i}")))

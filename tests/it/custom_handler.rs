@@ -140,12 +140,7 @@ async fn subscriptions_end_the_same_whatever_the_order_duplicates_and_resends() 
                 invoice_event(c, fact, variant, n, case.invoices[n])
             };
             let answer = app.deliver("stripe", &event).await;
-            assert_eq!(
-                answer.status,
-                200,
-                "{}",
-                String::from_utf8_lossy(&answer.body)
-            );
+            assert_eq!(answer.status, 200, "{}", answer.text());
         }
     }
     let rows = app

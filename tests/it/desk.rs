@@ -575,12 +575,7 @@ async fn the_dashboard_counts_the_day_and_says_which_secrets_are_in_use() {
         &[],
     )
     .await;
-    let board = app
-        .app
-        .desk
-        .dashboard(chrono::Utc::now())
-        .await
-        .expect("dashboard");
+    let board = crate::support::dashboard(&app).await;
     assert_eq!(board.last_24h.total, 4);
     assert_eq!((board.dead, board.failed, board.retry_backlog), (2, 0, 0));
     let stripe_secrets = board

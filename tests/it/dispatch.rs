@@ -11,7 +11,9 @@ use deadpool_postgres::Transaction;
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event, wait_for};
+use crate::support::{
+    Spawn, TestApp, shipped_settings, spawn, spawn_with_settings, stripe_event, wait_for,
+};
 
 /// A business effect tests can look for: a `payments` row named `marker`.
 /// Sent unnamed, so it is the handler's very first message: it runs inside the
@@ -418,11 +420,7 @@ async fn unknown_kinds_are_ignored_and_malformed_payments_are_dead() {
     settings.sources[0]
         .event_types
         .insert("invoice.paid".into(), "invoice_paid".into());
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_settings(settings).await;
     let invoice = stripe_event(
         "evt_inv",
         "invoice.paid",
@@ -581,17 +579,7 @@ async fn the_retry_loops_as_serve_runs_them_apply_what_failed() {
     let mut registry = Registry::builtin();
     registry.register("test_loop", flaky);
     // The retry loops run on their own, as in `hookd serve`; nothing here drives them.
-    let app = spawn(Spawn {
-        settings,
-        registry,
-        parts: hookd::app::Parts {
-            dispatcher: true,
-            purge: false,
-            http_workers: Some(2),
-        },
-        ..Spawn::default()
-    })
-    .await;
+    let app = crate::support::spawn_looping(settings, registry).await;
     for i in 0..5 {
         app.deliver_ok("stripe", &test_event(&format!("evt_loop_{i}"), "test_loop"))
             .await;

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 
 use crate::process::{Hookd, free_port, stripe_signer, write_config_setting};
 use crate::support::{
-    FORWARD_SECRET, Receiver, Spawn, TestDb, cluster, shipped_settings, spawn, stripe_event,
-    wait_for,
+    FORWARD_SECRET, Receiver, TestDb, cluster, shipped_settings, spawn_looping,
+    spawn_with_settings, stripe_event, wait_for,
 };
 
 /// The shipped configuration on `port`, retries from `retry_base`, with the
@@ -246,13 +246,7 @@ async fn slow_a_receiver_that_never_answers_delays_no_other_forward_nor_retries(
     settings.retry_base = Duration::from_secs(1);
     let mut registry = Registry::builtin();
     registry.register("payment_failed", Arc::new(FailsFirst::default()));
-    let app = spawn(Spawn {
-        settings,
-        registry,
-        parts: Spawn::LOOPS,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_looping(settings, registry).await;
 
     // 100 events a minute: payments for the healthy receiver, and every fifth a
     // failed payment whose handler fails once and is retried by the loop.
@@ -340,12 +334,7 @@ async fn slow_a_receiver_down_longer_than_max_attempts_loses_nothing_and_gets_th
     settings.forwards = vec![forward];
     settings.max_attempts = 2;
     settings.retry_base = Duration::from_secs(1);
-    let app = spawn(Spawn {
-        settings,
-        parts: Spawn::LOOPS,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_looping(settings, Registry::builtin()).await;
     let ids: Vec<String> = (1..=4).map(|i| format!("evt_down_{i}")).collect();
     for id in &ids {
         app.deliver_ok("stripe", &payment(id)).await;
@@ -413,12 +402,7 @@ async fn a_paused_forward_holds_its_events_until_an_operator_resumes_it() {
     let receiver = Receiver::start(&[]).await;
     let mut settings = shipped_settings();
     settings.forwards = vec![receiver.forward("billing", &["payment_succeeded"], &[])];
-    let app = spawn(Spawn {
-        settings,
-        parts: Spawn::LOOPS,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_looping(settings, Registry::builtin()).await;
     let viewer = app
         .viewer()
         .post("/admin/api/forwards/billing/pause", &[])
@@ -477,11 +461,7 @@ async fn a_forward_paused_in_the_configuration_waits_and_cannot_be_resumed_from_
     let mut forward = receiver.forward("billing", &["payment_succeeded"], &[]);
     forward.paused = true;
     settings.forwards = vec![forward];
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_settings(settings).await;
     app.deliver_ok("stripe", &payment("evt_held")).await;
     assert_eq!(app.send_due_forwards().await, 0, "paused: nothing goes");
     let resumed = app
@@ -509,11 +489,7 @@ async fn a_forward_goes_dead_only_once_both_its_attempts_and_its_time_are_spent(
     forward.retry_for = Duration::from_secs(3);
     settings.forwards = vec![forward];
     settings.max_attempts = 2;
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_settings(settings).await;
     app.deliver_ok("stripe", &payment("evt_for_time")).await;
     for _ in 0..3 {
         app.make_retries_due().await;

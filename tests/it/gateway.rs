@@ -11,7 +11,7 @@ use hookd_kit::settings::SHIPPED_TOML;
 use serde_json::{Value, json};
 
 use crate::support::upstream::{Reply, Upstream, refusing_url};
-use crate::support::{Answer, Spawn, TestApp, check_config, spawn};
+use crate::support::{Answer, Spawn, TestApp, check_config, spawn, spawn_with_settings};
 
 const AUTH: &str = "Bearer sk_test_alice";
 
@@ -33,11 +33,20 @@ pub fn settings_with(routes: &str) -> Settings {
 
 /// An app whose gateway has these routes.
 pub async fn gateway(routes: &str) -> TestApp {
-    spawn(Spawn {
-        settings: settings_with(routes),
-        ..Spawn::default()
-    })
-    .await
+    spawn_with_settings(settings_with(routes)).await
+}
+
+/// An app whose gateway has one route, `payments` at `/payments`, to `upstream`.
+pub async fn payments_gateway(upstream: &str, extra: &str) -> TestApp {
+    gateway(&route("payments", "/payments", upstream, extra)).await
+}
+
+/// An upstream that cuts the first request and then answers 201 with `answer`,
+/// behind a `payments` route that does not resend an unknown outcome.
+pub async fn cut_once_without_resend(answer: &str) -> (Upstream, TestApp) {
+    let upstream = Upstream::start(vec![Reply::Cut], Reply::json(201, answer)).await;
+    let app = payments_gateway(&upstream.url, "resend_unknown = false").await;
+    (upstream, app)
 }
 
 /// A request through the gateway.
@@ -114,13 +123,7 @@ async fn a_new_key_reaches_upstream_once_and_a_copy_gets_its_answer_byte_for_byt
             .with_header("X-Not-Kept", "1"),
     )
     .await;
-    let app = gateway(&route(
-        "payments",
-        "/payments",
-        &upstream.url,
-        "replay_headers = [\"X-Request-Cost\"]",
-    ))
-    .await;
+    let app = payments_gateway(&upstream.url, "replay_headers = [\"X-Request-Cost\"]").await;
     let first = Call::post("/payments", "key-1", ORDER).send(&app).await;
     assert_eq!(first.status, 201);
     assert_eq!(first.body, br#"{"id":"pay_1","status":"succeeded"}"#);
@@ -216,7 +219,7 @@ async fn without_a_key_a_route_that_requires_one_answers_400_and_one_that_does_n
 #[tokio::test]
 async fn a_key_that_is_not_1_to_255_visible_characters_is_400_and_a_quoted_one_is_its_content() {
     let upstream = Upstream::created().await;
-    let app = gateway(&route("payments", "/payments", &upstream.url, "")).await;
+    let app = payments_gateway(&upstream.url, "").await;
     let long = "k".repeat(256);
     for bad in [
         "",
@@ -334,8 +337,7 @@ async fn a_copy_while_the_first_is_in_flight_gets_409_with_retry_after_then_the_
         Reply::json(201, r#"{"id":"pay_slow"}"#).after(Duration::from_secs(2)),
     )
     .await;
-    let app =
-        std::sync::Arc::new(gateway(&route("payments", "/payments", &upstream.url, "")).await);
+    let app = std::sync::Arc::new(payments_gateway(&upstream.url, "").await);
     let first = {
         let app = app.clone();
         tokio::spawn(async move { Call::post("/payments", "slow", ORDER).send(&app).await })
@@ -363,7 +365,7 @@ async fn a_failing_side_effect_is_passed_on_and_released_so_a_retry_succeeds_onc
         Reply::json(201, r#"{"id":"pay_1"}"#),
     )
     .await;
-    let app = gateway(&route("payments", "/payments", &upstream.url, "")).await;
+    let app = payments_gateway(&upstream.url, "").await;
     let failed = Call::post("/payments", "k", ORDER).send(&app).await;
     assert_eq!(failed.status, 500);
     assert_eq!(
@@ -426,13 +428,7 @@ async fn sent_without_an_answer_is_502_unknown_and_a_copy_is_sent_again_with_the
         Reply::json(201, r#"{"id":"pay_1"}"#),
     )
     .await;
-    let app = gateway(&route(
-        "payments",
-        "/payments",
-        &upstream.url,
-        "timeout = \"1s\"",
-    ))
-    .await;
+    let app = payments_gateway(&upstream.url, "timeout = \"1s\"").await;
     // Upstream read the request (and did its work), then the connection went.
     let cut = Call::post("/payments", "k", ORDER).send(&app).await;
     assert_eq!(cut.status, 502);
@@ -464,14 +460,7 @@ async fn sent_without_an_answer_is_502_unknown_and_a_copy_is_sent_again_with_the
 
 #[tokio::test]
 async fn a_copy_of_an_unknown_key_is_409_outcome_unknown_where_the_route_does_not_resend() {
-    let upstream = Upstream::start(vec![Reply::Cut], Reply::json(201, "{}")).await;
-    let app = gateway(&route(
-        "payments",
-        "/payments",
-        &upstream.url,
-        "resend_unknown = false",
-    ))
-    .await;
+    let (upstream, app) = cut_once_without_resend("{}").await;
     assert_eq!(
         Call::post("/payments", "k", ORDER).send(&app).await.status,
         502
@@ -655,7 +644,7 @@ async fn hop_by_hop_headers_pass_neither_way_and_the_rest_pass_unchanged() {
             .with_header("X-Upstream-End", "2"),
     )
     .await;
-    let app = gateway(&route("payments", "/payments", &upstream.url, "")).await;
+    let app = payments_gateway(&upstream.url, "").await;
     let answer = Call::post("/payments", "k", ORDER)
         .header("Connection", "X-Client-Hop")
         .header("X-Client-Hop", "1")
@@ -722,13 +711,7 @@ async fn an_answer_over_1_mib_goes_whole_to_the_first_caller_and_copies_get_its_
 #[tokio::test]
 async fn a_finished_key_expires_through_the_purge_and_a_copy_after_is_a_new_request() {
     let upstream = Upstream::created().await;
-    let app = gateway(&route(
-        "payments",
-        "/payments",
-        &upstream.url,
-        "retention = \"1h\"",
-    ))
-    .await;
+    let app = payments_gateway(&upstream.url, "retention = \"1h\"").await;
     let first = Call::post("/payments", "k", ORDER).send(&app).await;
     Call::post("/payments", "k2", ORDER).send(&app).await;
     // An hour passes for both; the purge removes finished keys past it only.
@@ -1046,14 +1029,7 @@ async fn row_of(app: &TestApp, key: &str) -> i64 {
 #[tokio::test]
 async fn an_operator_releases_an_unknown_key_from_the_desk_audited_and_the_next_copy_reaches_upstream()
  {
-    let upstream = Upstream::start(vec![Reply::Cut], Reply::json(201, r#"{"id":"pay_1"}"#)).await;
-    let app = gateway(&route(
-        "payments",
-        "/payments",
-        &upstream.url,
-        "resend_unknown = false",
-    ))
-    .await;
+    let (upstream, app) = cut_once_without_resend(r#"{"id":"pay_1"}"#).await;
     assert_eq!(
         Call::post("/payments", "lost", ORDER)
             .send(&app)
@@ -1208,14 +1184,7 @@ async fn stored_bodies_are_masked_for_viewers_and_revealed_to_operators_audited(
 
 #[tokio::test]
 async fn the_keys_page_shows_unknown_and_long_running_keys_first_and_releases_by_form() {
-    let upstream = Upstream::start(vec![Reply::Cut], Reply::json(201, "{}")).await;
-    let app = gateway(&route(
-        "payments",
-        "/payments",
-        &upstream.url,
-        "resend_unknown = false",
-    ))
-    .await;
+    let (_upstream, app) = cut_once_without_resend("{}").await;
     Call::post("/payments", "lost-key", ORDER).send(&app).await;
     Call::post("/payments", "done-key", "{}").send(&app).await;
     let id = row_of(&app, "lost-key").await;
@@ -1270,13 +1239,7 @@ async fn gateway_requests_are_counted_by_route_and_outcome_and_unknown_keys_are_
         Reply::json(201, "{}").after(Duration::from_millis(20)),
     )
     .await;
-    let app = gateway(&route(
-        "payments",
-        "/payments",
-        &upstream.url,
-        "resend_unknown = false",
-    ))
-    .await;
+    let app = payments_gateway(&upstream.url, "resend_unknown = false").await;
     Call::post("/payments", "cut", ORDER).send(&app).await; // unknown
     Call::post("/payments", "cut", ORDER).send(&app).await; // unknown (outcome_unknown)
     Call::post("/payments", "busy", ORDER).send(&app).await; // upstream_error

@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 
 use crate::support::{
     Spawn, run_hookd_with, shipped_settings, spawn, spawn_app, spawn_with_admin_listener,
-    stripe_event,
+    spawn_with_settings, stripe_event,
 };
 
 #[tokio::test]
@@ -200,11 +200,7 @@ fn post_head(path: &str, length: usize) -> String {
 async fn a_trickling_body_is_cut_at_the_body_timeout() {
     let mut settings = shipped_settings();
     settings.body_timeout = Duration::from_secs(2);
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_settings(settings).await;
     let addr = app.addr();
     let every = Duration::from_millis(300);
     let (webhook, admin, oversized) = tokio::join!(
@@ -569,11 +565,7 @@ async fn status_within(stream: &mut TcpStream, within: Duration) -> Option<Strin
 async fn large_bodies_that_stall_share_a_memory_budget_and_small_deliveries_never_wait_for_it() {
     let mut settings = shipped_settings();
     settings.max_body_memory = 2 * 1024 * 1024;
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_settings(settings).await;
     let addr = app.addr();
     // Each sends 900 KiB of a 1 MiB body, then stalls: the first two fit the
     // 2 MiB budget (836 KiB each counts, past the first 64 KiB), the rest do not.

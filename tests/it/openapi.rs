@@ -484,18 +484,10 @@ async fn the_real_answers_of_every_route_match_the_document() {
 
 #[tokio::test]
 async fn the_idempotency_routes_answer_as_the_document_says() {
-    use crate::gateway::{Call, gateway, route};
-    use crate::support::upstream::{Reply, Upstream};
+    use crate::gateway::{Call, cut_once_without_resend};
 
     let doc = document();
-    let upstream = Upstream::start(vec![Reply::Cut], Reply::json(201, r#"{"id":"p"}"#)).await;
-    let app = gateway(&route(
-        "payments",
-        "/payments",
-        &upstream.url,
-        "resend_unknown = false",
-    ))
-    .await;
+    let (_upstream, app) = cut_once_without_resend(r#"{"id":"p"}"#).await;
     Call::post("/payments", "lost", "{}").send(&app).await;
     Call::post("/payments", "done", "{}").send(&app).await;
     let ids = app

@@ -8,8 +8,8 @@ use hookd::handlers::Registry;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Credential, OPERATOR, Receiver, Spawn, TestApp, VIEWER, csrf_of, run_hookd, run_hookd_json,
-    shipped_settings, spawn, spawn_app, stripe_event,
+    Credential, OPERATOR, Receiver, TestApp, VIEWER, csrf_of, run_hookd, run_hookd_json,
+    shipped_settings, spawn_app, spawn_looping, stripe_event,
 };
 
 const EMAIL: &str = "jenny.rosen@example.com";
@@ -51,21 +51,6 @@ fn stripe_of(settings: &mut Settings) -> &mut hookd::config::Source {
         .iter_mut()
         .find(|s| s.name == "stripe")
         .expect("stripe")
-}
-
-/// An app with `settings` and `registry` whose dispatcher sends forwards.
-async fn forwarding(settings: Settings, registry: Registry) -> TestApp {
-    spawn(Spawn {
-        settings,
-        registry,
-        parts: hookd::app::Parts {
-            dispatcher: true,
-            purge: false,
-            http_workers: Some(2),
-        },
-        ..Spawn::default()
-    })
-    .await
 }
 
 async fn delivered(app: &TestApp, source: &str, event: &Value) {
@@ -182,7 +167,7 @@ async fn a_sources_own_mask_adds_to_its_providers_defaults_and_forwards_stay_who
     stripe_of(&mut settings)
         .mask
         .push("/data/object/metadata/*".into());
-    let app = forwarding(settings, Registry::builtin()).await;
+    let app = spawn_looping(settings, Registry::builtin()).await;
     delivered(&app, "stripe", &jennys_payment("evt_mask_own", "pi_own")).await;
     let id = app.event_row_id("evt_mask_own").await;
     let shown = app.viewer().event(id).await.json();
@@ -563,7 +548,7 @@ async fn errors_and_answers_are_masked_for_viewers_and_forgetting_leaves_no_colu
         .insert("customer.updated".into(), "test_crm".into());
     let mut registry = Registry::builtin();
     registry.register("test_crm", std::sync::Arc::new(Crm));
-    let app = forwarding(settings, registry).await;
+    let app = spawn_looping(settings, registry).await;
     delivered(&app, "stripe", &jennys_payment("evt_all_pay", "pi_all")).await;
     app.wait_for_count(
         "SELECT count(*) FROM webhook_event_attempts WHERE response IS NOT NULL",

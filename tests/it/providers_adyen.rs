@@ -7,7 +7,7 @@ use hookd::providers::Verifier;
 use hookd::signature::Secret;
 use serde_json::{Value, json};
 
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, spawn_app};
+use crate::support::{TestApp, shipped_settings, spawn_app};
 
 const VECTORS: &str = include_str!("../vectors/adyen.json");
 const MERCHANT: &str = "HookdShopECOM";
@@ -453,29 +453,14 @@ async fn one_genuine_item_resent_with_other_unsigned_fields_keeps_ten_records_an
 
 #[tokio::test]
 async fn basic_credentials_when_configured_are_checked_too() {
-    let env = [(
-        "HOOKD_SOURCE_ADYEN_BASIC_AUTH".to_string(),
-        "adyen-user:s3cret-pass".to_string(),
-    )];
-    let mut settings = hookd::config::Settings::from_toml(
-        "hookd.toml",
-        hookd_kit::settings::SHIPPED_TOML,
-        &env.into_iter().collect(),
+    let app = crate::support::provider::spawn_with_env(
+        "HOOKD_SOURCE_ADYEN_BASIC_AUTH",
+        "adyen-user:s3cret-pass",
     )
-    .expect("settings");
-    settings.listen = "127.0.0.1:0".parse().expect("addr");
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
     .await;
     let (headers, body) = signed(&app, &[item("7001", "AUTHORISATION", true, 1, None)]);
     assert!(headers.iter().any(|(k, _)| k == "Authorization"));
-    let without: Vec<_> = headers
-        .iter()
-        .filter(|(k, _)| k != "Authorization")
-        .cloned()
-        .collect();
+    let without = crate::support::provider::without_header(&headers, "Authorization");
     let mut wrong = without.clone();
     wrong.push((
         "Authorization".into(),

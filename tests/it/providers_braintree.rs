@@ -8,7 +8,7 @@ use hookd::providers::{Scheme, sign};
 use hookd::signature::{Envelope, Secret};
 use serde_json::{Value, json};
 
-use crate::support::provider::{self, refusal};
+use crate::support::provider;
 use crate::support::{TestApp, spawn_app};
 
 const SOURCE: &str = "braintree";
@@ -90,8 +90,7 @@ fn form(pairs: &[(&str, &str)]) -> Vec<u8> {
 #[tokio::test]
 async fn braintree_kinds_follow_the_transaction_type_and_the_rest_is_ignored() {
     let app = spawn_app().await;
-    let processed = |kind: &str| (Some(kind.to_string()), "processed".to_string());
-    let ignored = (None, "ignored".to_string());
+    use provider::{ignored, processed};
     let dispute = notification(
         "dispute_opened",
         TIMESTAMP,
@@ -112,17 +111,17 @@ async fn braintree_kinds_follow_the_transaction_type_and_the_rest_is_ignored() {
                 "1.00",
                 Some("t_a"),
             ),
-            ignored.clone(),
+            ignored(),
         ),
         (sale("t_b"), processed("payment_succeeded")),
         (dispute, processed("dispute_opened")),
         (
             transaction("transaction_disbursed", "t_a", "15.00", None),
-            ignored.clone(),
+            ignored(),
         ),
         (
             notification("check", TIMESTAMP, json!({"check": "true"})),
-            ignored.clone(),
+            ignored(),
         ),
         (
             notification(
@@ -130,7 +129,7 @@ async fn braintree_kinds_follow_the_transaction_type_and_the_rest_is_ignored() {
                 TIMESTAMP,
                 json!({"subscription": {"id": "s_1", "status": "Canceled"}}),
             ),
-            ignored.clone(),
+            ignored(),
         ),
     ];
     let cases = cases.map(|(body, expected)| (event_id(&body), body, expected));
@@ -157,14 +156,7 @@ async fn braintree_kinds_follow_the_transaction_type_and_the_rest_is_ignored() {
         ("t_b", "disputed", 0),
         ("t_c", "failed", 0),
     ];
-    for (payment, status, refunded) in rows {
-        let (s, amount, r, ..) = row(&app, payment).await;
-        assert_eq!(
-            (s.as_str(), amount, r),
-            (status, 1500, refunded),
-            "{payment}"
-        );
-    }
+    provider::assert_rows(&app, SOURCE, 1500, &rows).await;
 }
 
 #[tokio::test]
@@ -184,16 +176,8 @@ async fn braintree_payment_rows_are_minor_units_with_currency_and_customer_whate
             again: Some(again),
         }
     };
-    let expected = |payment: &str| {
-        let customer = Some(format!("cust_{payment}"));
-        (
-            "partially_refunded".into(),
-            1500,
-            750,
-            Some("USD".into()),
-            customer,
-        )
-    };
+    let expected =
+        |payment: &str| provider::partially_refunded(1500, 750, "USD", format!("cust_{payment}"));
     let payments = ["t_after", "t_before"];
     provider::assert_refunds_add_up_whatever_the_order(&app, SOURCE, payments, of, expected).await;
     // Minor units by the currency's exponent; the customer as a nested object.
@@ -264,16 +248,8 @@ async fn tampered_unsigned_or_foreign_braintree_deliveries_are_401_and_nothing_i
             "bt_signature: missing",
         ),
     ];
-    for (bytes, reason) in cases {
-        let (status, error, why) = refusal(&app.post(SOURCE, &headers, bytes).await);
-        assert_eq!(
-            (status, error.as_str()),
-            (401, "invalid_signature"),
-            "{reason}"
-        );
-        assert!(why.contains(reason), "{reason}: {why}");
-    }
-    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
+    let cases = cases.map(|(bytes, reason)| (headers.clone(), bytes, reason));
+    provider::assert_refused(&app, SOURCE, cases).await;
     // Genuine but without a kind: a clear 400, nothing stored either.
     let (_, kindless) = signed(&keys, &json!({"timestamp": TIMESTAMP}));
     let answer = app.post(SOURCE, &headers, kindless).await;

@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 
 use crate::support::provider;
-use crate::support::{Spawn, TestApp, spawn, spawn_app};
+use crate::support::{TestApp, spawn_app};
 
 const SOURCE: &str = "checkout";
 
@@ -51,13 +51,9 @@ async fn count(app: &TestApp, sql: &str) -> i64 {
 #[tokio::test]
 async fn checkout_types_map_to_the_kinds_and_the_rest_is_ignored() {
     let app = spawn_app().await;
-    let processed = |kind: &str| (Some(kind.to_string()), "processed".to_string());
-    let ignored = (None, "ignored".to_string());
+    use provider::{ignored, processed};
     let cases = [
-        (
-            payment("evt_1", "payment_approved", "pay_a"),
-            ignored.clone(),
-        ),
+        (payment("evt_1", "payment_approved", "pay_a"), ignored()),
         (
             payment("evt_2", "payment_captured", "pay_a"),
             processed("payment_succeeded"),
@@ -78,10 +74,10 @@ async fn checkout_types_map_to_the_kinds_and_the_rest_is_ignored() {
             dispute("evt_6", "dispute_evidence_required", "pay_c"),
             processed("dispute_opened"),
         ),
-        (dispute("evt_7", "dispute_won", "pay_a"), ignored.clone()),
+        (dispute("evt_7", "dispute_won", "pay_a"), ignored()),
         (
             event("evt_8", "card_verified", json!({"id": "pay_v"})),
-            ignored.clone(),
+            ignored(),
         ),
     ];
     let cases =
@@ -136,14 +132,7 @@ async fn checkout_payment_rows_are_minor_units_with_currency_and_customer_whatev
         }
     };
     let expected = |payment_id: &str| {
-        let customer = Some(format!("cus_{payment_id}"));
-        (
-            "partially_refunded".into(),
-            6540,
-            2540,
-            Some("EUR".into()),
-            customer,
-        )
+        provider::partially_refunded(6540, 2540, "EUR", format!("cus_{payment_id}"))
     };
     let payments = ["pay_after", "pay_before"];
     provider::assert_refunds_add_up_whatever_the_order(&app, SOURCE, payments, of, expected).await;
@@ -151,47 +140,20 @@ async fn checkout_payment_rows_are_minor_units_with_currency_and_customer_whatev
 
 #[tokio::test]
 async fn the_authorization_key_when_configured_is_checked_too() {
-    let env = [(
-        "HOOKD_SOURCE_CHECKOUT_AUTHORIZATION".to_string(),
-        "cko-auth-0b7e5d2a".to_string(),
-    )];
-    let mut settings = hookd::config::Settings::from_toml(
-        "hookd.toml",
-        hookd_kit::settings::SHIPPED_TOML,
-        &env.into_iter().collect(),
-    )
-    .expect("settings");
-    settings.listen = "127.0.0.1:0".parse().expect("addr");
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app =
+        provider::spawn_with_env("HOOKD_SOURCE_CHECKOUT_AUTHORIZATION", "cko-auth-0b7e5d2a").await;
     let body =
         serde_json::to_vec(&payment("evt_auth", "payment_captured", "pay_auth")).expect("json");
     let headers = app.sign(SOURCE, &body, Default::default());
     assert!(headers.contains(&("Authorization".into(), "cko-auth-0b7e5d2a".into())));
-    let without: Vec<_> = headers
-        .iter()
-        .filter(|(k, _)| k != "Authorization")
-        .cloned()
-        .collect();
+    let without = provider::without_header(&headers, "Authorization");
     let mut wrong = without.clone();
     wrong.push(("Authorization".into(), "cko-auth-0b7e5d2b".into()));
-    for (headers, reason) in [
-        (without, "missing Authorization header"),
-        (wrong, "mismatch"),
-    ] {
-        let (status, error, why) =
-            provider::refusal(&app.post(SOURCE, &headers, body.clone()).await);
-        assert_eq!(
-            (status, error.as_str()),
-            (401, "invalid_signature"),
-            "{reason}"
-        );
-        assert!(why.contains(reason), "{reason}: {why}");
-    }
-    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
+    let cases = [
+        (without, body.clone(), "missing Authorization header"),
+        (wrong, body.clone(), "mismatch"),
+    ];
+    provider::assert_refused(&app, SOURCE, cases).await;
     let answer = app.post(SOURCE, &headers, body).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
     // The key is not kept with the event.

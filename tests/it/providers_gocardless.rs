@@ -4,14 +4,13 @@
 //! a resend's changed event recorded as a conflict, and the request kept once.
 //! (Resends, rotation, tampering and replay of its fixtures: the conformance suite.)
 
-use hookd::providers::{Scheme, sign};
-use hookd::signature::{Envelope, Secret};
 use serde_json::{Value, json};
 
 use crate::process::{Hookd, free_port, write_config};
 use crate::support::provider;
 use crate::support::{
-    Answer, Credential, Spawn, TestApp, TestDb, VIEWER, cluster, shipped_settings, spawn, spawn_app,
+    Answer, Credential, TestApp, TestDb, VIEWER, cluster, shipped_settings, spawn_app,
+    spawn_with_settings,
 };
 
 const SOURCE: &str = "gocardless";
@@ -276,15 +275,6 @@ async fn a_resend_is_all_duplicates_and_a_changed_event_is_recorded_as_a_conflic
     );
 }
 
-fn signed(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {
-    let envelope = Envelope {
-        event_id: "",
-        event_type: "",
-        timestamp: 0,
-    };
-    sign(scheme, key, body, &envelope).expect("sign").headers
-}
-
 /// hookd with the shipped configuration, its `gocardless` source changed.
 async fn spawn_with(change: impl FnOnce(&mut hookd::config::Source)) -> TestApp {
     let mut settings = shipped_settings();
@@ -294,11 +284,7 @@ async fn spawn_with(change: impl FnOnce(&mut hookd::config::Source)) -> TestApp 
         .find(|s| s.name == SOURCE)
         .expect("gocardless source");
     change(source);
-    spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await
+    spawn_with_settings(settings).await
 }
 
 /// An operator's retry of `event_id`: processed, and its proof of origin verified.
@@ -390,7 +376,7 @@ async fn a_request_of_2000_events_is_kept_once_within_a_measured_memory_bound() 
     assert!((950_000..1_048_576).contains(&body.len()), "{}", body.len());
     let settings = shipped_settings();
     let source = settings.source(SOURCE).expect("gocardless source");
-    let headers = signed(&source.scheme, &source.secrets[0], &body);
+    let headers = provider::signed_bare(&source.scheme, &source.secrets[0], &body);
     let http = reqwest::Client::new();
     let post = || async {
         let mut request = http.post(format!("{}/webhooks/{SOURCE}", hookd.base));

@@ -7,7 +7,7 @@ use hookd::providers::{Scheme, sign};
 use hookd::signature::{Envelope, Secret};
 use serde_json::{Value, json};
 
-use crate::support::{Answer, Spawn, TestApp, shipped_settings, spawn, spawn_app};
+use crate::support::{Answer, TestApp, shipped_settings, spawn_app, spawn_with_settings};
 
 const SOURCE: &str = "paddle";
 
@@ -253,11 +253,7 @@ async fn during_rotation_either_secret_and_either_h1_is_taken() {
         .expect("paddle source");
     let old = source.secrets[0].expose().to_string();
     source.secrets.insert(0, Secret::new(NEWER));
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_settings(settings).await;
     let signed_with = |id: &str| {
         let id = id.to_string();
         let app = &app;

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::provider;
-use crate::support::{Spawn, TestApp, spawn, spawn_app, wait_for};
+use crate::support::{Spawn, TestApp, spawn, spawn_app, spawn_with_settings, wait_for};
 
 const SOURCE: &str = "paypal";
 const SHIPPED: &str = include_str!("../../hookd.toml");
@@ -125,12 +125,11 @@ async fn paypal_kinds_payment_rows_and_refunds_in_any_order() {
     ];
     let cases = cases.map(|(body, kind)| {
         let id = body["id"].as_str().expect("id").to_string();
-        let status = if kind.is_some() {
-            "processed"
-        } else {
-            "ignored"
-        };
-        (id, body, (kind.map(String::from), status.to_string()))
+        (
+            id,
+            body,
+            kind.map_or_else(provider::ignored, provider::processed),
+        )
     });
     provider::assert_stored_as(&app, SOURCE, &cases).await;
     for (id, ..) in &cases {
@@ -186,11 +185,7 @@ async fn a_paypal_delivery_signed_with_the_second_pinned_certificate_says_so() {
         SHIPPED_CERTIFICATES,
         r#"certificates = ["tests/paypal/cert-2.pem", "fixtures/paypal/dev-certificate.pem"]"#,
     )]);
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_settings(settings).await;
     let body = capture("WH-ROT", "PAYMENT.CAPTURE.COMPLETED", "CAP-ROT", "1.00");
     let answer = app.deliver(SOURCE, &body).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
@@ -267,24 +262,12 @@ async fn tampered_or_foreign_paypal_deliveries_are_401_and_nothing_is_stored() {
             "not SHA256withRSA",
         ),
         (
-            good.iter()
-                .filter(|(n, _)| n != "PAYPAL-TRANSMISSION-SIG")
-                .cloned()
-                .collect(),
+            provider::without_header(&good, "PAYPAL-TRANSMISSION-SIG"),
             body.clone(),
             "missing PAYPAL-TRANSMISSION-SIG header",
         ),
     ];
-    for (headers, bytes, reason) in cases {
-        let (status, error, why) = provider::refusal(&app.post(SOURCE, &headers, bytes).await);
-        assert_eq!(
-            (status, error.as_str()),
-            (401, "invalid_signature"),
-            "{reason}"
-        );
-        assert!(why.contains(reason), "{reason}: {why}");
-    }
-    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
+    provider::assert_refused(&app, SOURCE, cases).await;
     // A proxy-forwarded delivery to a source with the shipped (public) key is refused.
     let mut forwarded = good.clone();
     forwarded.push(("X-Forwarded-For".into(), "203.0.113.9".into()));

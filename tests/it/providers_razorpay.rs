@@ -53,13 +53,12 @@ async fn count(app: &TestApp, sql: &str) -> i64 {
 #[tokio::test]
 async fn razorpay_events_map_to_the_kinds_and_the_rest_is_ignored() {
     let app = spawn_app().await;
-    let processed = |kind: &str| (Some(kind.to_string()), "processed".to_string());
-    let ignored = (None, "ignored".to_string());
+    use provider::{ignored, processed};
     let cases = [
         (
             "rp_1",
             payment("payment.authorized", "pay_a", "authorized"),
-            ignored.clone(),
+            ignored(),
         ),
         (
             "rp_2",
@@ -74,7 +73,7 @@ async fn razorpay_events_map_to_the_kinds_and_the_rest_is_ignored() {
         (
             "rp_4",
             refund("refund.created", "pay_a", "rfnd_a", 20000),
-            ignored.clone(),
+            ignored(),
         ),
         (
             "rp_5",
@@ -88,7 +87,7 @@ async fn razorpay_events_map_to_the_kinds_and_the_rest_is_ignored() {
                 "order.paid",
                 json!({"order": {"entity": {"id": "order_1"}}}),
             ),
-            ignored.clone(),
+            ignored(),
         ),
     ];
     let cases = cases.map(|(id, body, expected)| (id.to_string(), body, expected));
@@ -124,14 +123,7 @@ async fn razorpay_payment_rows_are_paise_with_currency_and_customer_whatever_the
         again: None,
     };
     let expected = |payment_id: &str| {
-        let customer = Some(format!("cust_{payment_id}"));
-        (
-            "partially_refunded".into(),
-            50000,
-            20000,
-            Some("INR".into()),
-            customer,
-        )
+        provider::partially_refunded(50000, 20000, "INR", format!("cust_{payment_id}"))
     };
     let payments = ["pay_after", "pay_before"];
     provider::assert_refunds_add_up_whatever_the_order(&app, SOURCE, payments, of, expected).await;

@@ -3,11 +3,10 @@
 //! any order, and deliveries signed for another notification URL refused.
 //! (Resends, rotation, tampering and replay of its fixtures: the conformance suite.)
 
-use hookd::providers::{Scheme, sign};
-use hookd::signature::{Envelope, Secret};
+use hookd::providers::Scheme;
 use serde_json::{Value, json};
 
-use crate::support::provider::{self, refusal};
+use crate::support::provider;
 use crate::support::{TestApp, spawn_app};
 
 const SOURCE: &str = "square";
@@ -52,10 +51,6 @@ fn dispute(id: &str, payment: &str) -> Value {
     )
 }
 
-async fn row(app: &TestApp, payment: &str) -> (String, i64, i64, Option<String>, Option<String>) {
-    provider::payment_row(app, SOURCE, payment).await
-}
-
 async fn count(app: &TestApp, sql: &str) -> i64 {
     app.count(sql, &[]).await
 }
@@ -63,12 +58,11 @@ async fn count(app: &TestApp, sql: &str) -> i64 {
 #[tokio::test]
 async fn square_kinds_follow_the_status_and_the_rest_is_ignored() {
     let app = spawn_app().await;
-    let processed = |kind: &str| (Some(kind.to_string()), "processed".to_string());
-    let ignored = (None, "ignored".to_string());
+    use provider::{ignored, processed};
     let cases = [
         (
             payment("sq_1", "payment.created", "p_a", "APPROVED"),
-            ignored.clone(),
+            ignored(),
         ),
         (
             payment("sq_2", "payment.updated", "p_a", "COMPLETED"),
@@ -88,7 +82,7 @@ async fn square_kinds_follow_the_status_and_the_rest_is_ignored() {
         ),
         (
             refund_in("sq_6", "refund.created", "p_a", "r_a", 500, "PENDING"),
-            ignored.clone(),
+            ignored(),
         ),
         (
             refund("sq_7", "refund.updated", "p_a", "r_a", 500),
@@ -100,13 +94,13 @@ async fn square_kinds_follow_the_status_and_the_rest_is_ignored() {
         ),
         (
             refund_in("sq_9", "refund.updated", "p_b", "r_c", 100, "FAILED"),
-            ignored.clone(),
+            ignored(),
         ),
         (dispute("sq_10", "p_b"), processed("dispute_opened")),
         (
             json!({"type": "customer.created", "event_id": "sq_11",
                    "data": {"type": "customer", "object": {"customer": {"id": "cus_x"}}}}),
-            ignored.clone(),
+            ignored(),
         ),
     ];
     let id = |body: &Value| body["event_id"].as_str().expect("id").to_string();
@@ -118,14 +112,7 @@ async fn square_kinds_follow_the_status_and_the_rest_is_ignored() {
         ("p_c", "failed", 0),
         ("p_d", "failed", 0),
     ];
-    for (payment, status, refunded) in rows {
-        let (s, amount, r, ..) = row(&app, payment).await;
-        assert_eq!(
-            (s.as_str(), amount, r),
-            (status, 1500, refunded),
-            "{payment}"
-        );
-    }
+    provider::assert_rows(&app, SOURCE, 1500, &rows).await;
 }
 
 #[tokio::test]
@@ -158,31 +145,14 @@ async fn square_payment_rows_are_minor_units_with_currency_and_customer_whatever
             again: Some(again),
         }
     };
-    let expected = |payment: &str| {
-        let customer = Some(format!("cus_{payment}"));
-        (
-            "partially_refunded".into(),
-            1500,
-            750,
-            Some("USD".into()),
-            customer,
-        )
-    };
+    let expected =
+        |payment: &str| provider::partially_refunded(1500, 750, "USD", format!("cus_{payment}"));
     let payments = ["p_after", "p_before"];
     provider::assert_refunds_add_up_whatever_the_order(&app, SOURCE, payments, of, expected).await;
 }
 
 fn payment_body(id: &str) -> Value {
     payment(&format!("{id}_paid"), "payment.updated", id, "COMPLETED")
-}
-
-fn signed(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {
-    let envelope = Envelope {
-        event_id: "",
-        event_type: "",
-        timestamp: 0,
-    };
-    sign(scheme, key, body, &envelope).expect("sign").headers
 }
 
 #[tokio::test]
@@ -199,28 +169,19 @@ async fn misaddressed_square_deliveries_are_401_and_nothing_is_stored() {
         panic!("a square source");
     };
     elsewhere.notification_url.push_str("?env=other");
-    let misaddressed = signed(&Scheme::Square(elsewhere), &source.secrets[0], &body);
+    let misaddressed = provider::signed_bare(&Scheme::Square(elsewhere), &source.secrets[0], &body);
     let with_trailing_slash = {
         let Scheme::Square(mut s) = source.scheme.clone() else {
             panic!("a square source");
         };
         s.notification_url.push('/');
-        signed(&Scheme::Square(s), &source.secrets[0], &body)
+        provider::signed_bare(&Scheme::Square(s), &source.secrets[0], &body)
     };
     let cases = [
         (misaddressed, body.clone(), "signature mismatch"),
         (with_trailing_slash, body.clone(), "signature mismatch"),
     ];
-    for (headers, bytes, reason) in cases {
-        let (status, error, why) = refusal(&app.post(SOURCE, &headers, bytes).await);
-        assert_eq!(
-            (status, error.as_str()),
-            (401, "invalid_signature"),
-            "{reason}"
-        );
-        assert!(why.contains(reason), "{reason}: {why}");
-    }
-    assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 0);
+    provider::assert_refused(&app, SOURCE, cases).await;
     // The control: the genuine delivery is taken.
     assert_eq!(app.post(SOURCE, &good, body).await.status, 200);
     assert_eq!(count(&app, "SELECT count(*) FROM webhook_events").await, 1);

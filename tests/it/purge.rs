@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 
 use hookd_kit::gate::{GATED_TYPE, RetryGate};
 
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, spawn_app, stripe_event, wait_for};
+use crate::support::{
+    Spawn, TestApp, shipped_settings, spawn, spawn_app, spawn_with_settings, stripe_event, wait_for,
+};
 
 fn event(id: &str, kind: &str) -> Value {
     match kind {
@@ -70,11 +72,7 @@ fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
 async fn small_batches() -> TestApp {
     let mut settings = shipped_settings();
     settings.purge_batch = 2;
-    spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await
+    spawn_with_settings(settings).await
 }
 
 async fn snapshot(app: &TestApp) -> Vec<(String, String, bool, Option<bool>, i64)> {

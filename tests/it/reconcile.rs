@@ -39,16 +39,8 @@ impl Drop for ProviderApi {
 
 impl ProviderApi {
     pub async fn start(handler: impl Fn(&Seen) -> Answer + Send + Sync + 'static) -> ProviderApi {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
         let pki = crate::tls::pki();
-        let certs = vec![CertificateDer::from_pem_slice(pki.server_cert.as_bytes()).expect("cert")];
-        let key = PrivateKeyDer::from_pem_slice(pki.server_key.as_bytes()).expect("key");
-        let config = rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .expect("server config");
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let acceptor = crate::tls::acceptor(&pki);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -342,12 +334,7 @@ async fn what_stripe_never_delivered_is_recovered_once_and_a_later_delivery_is_a
             || page.contains("recovered from the provider's API"),
         "{page}"
     );
-    let board = app
-        .app
-        .desk
-        .dashboard(chrono::Utc::now())
-        .await
-        .expect("dashboard");
+    let board = crate::support::dashboard(&app).await;
     assert_eq!(board.recovered_7_days, 4);
     let page = String::from_utf8_lossy(&app.viewer().get("/admin").await.body).into_owned();
     assert!(page.contains("(last 7 days)"), "{page}");

@@ -262,16 +262,8 @@ async fn slow_the_headers_hookd_sign_prints_are_accepted_by_the_receiver() {
 /// A TLS terminator in front of `app`: https on 127.0.0.1 with a certificate for
 /// `localhost` from a CA made here, each connection piped to the app's plain HTTP.
 async fn https_in_front_of(app: &TestApp, pki: &crate::tls::Pki) -> String {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     hookd::outbound::install_crypto();
-    let certs = vec![CertificateDer::from_pem_slice(pki.server_cert.as_bytes()).expect("cert")];
-    let key = PrivateKeyDer::from_pem_slice(pki.server_key.as_bytes()).expect("key");
-    let config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .expect("server config");
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let acceptor = crate::tls::acceptor(pki);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

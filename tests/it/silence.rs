@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use crate::support::{Spawn, TestApp, shipped_settings, spawn, stripe_event, wait_for};
+use crate::support::{
+    Spawn, TestApp, shipped_settings, spawn, spawn_with_settings, stripe_event, wait_for,
+};
 
 async fn silent(app: &TestApp) -> Option<String> {
     let text = app.get("/metrics").await.text();
@@ -31,11 +33,7 @@ async fn slow_a_source_without_accepted_deliveries_for_its_window_is_silent_unti
             source.expect_events_within = Some(Duration::from_secs(60));
         }
     }
-    let app = spawn(Spawn {
-        settings: settings.clone(),
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_settings(settings.clone()).await;
     // Only watched sources are shown; a new one is not silent yet.
     until_silent_is(&app, "0").await;
     assert!(

@@ -12,6 +12,38 @@ pub use hookd_kit::cluster::{ClusterGuard, connect, pg_ctl_as_cluster_user};
 pub use hookd_kit::metrics::{Exposition, Sample, parse_exposition};
 pub use hookd_kit::settings::shipped_settings;
 
+/// An app with these settings, and the rest as by default.
+pub async fn spawn_with_settings(settings: hookd::config::Settings) -> TestApp {
+    spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await
+}
+
+/// An app with these settings and handlers whose retry loops and forward
+/// lanes run on their own, as `hookd serve` runs them.
+pub async fn spawn_looping(
+    settings: hookd::config::Settings,
+    registry: hookd::handlers::Registry,
+) -> TestApp {
+    spawn(Spawn {
+        settings,
+        registry,
+        parts: Spawn::LOOPS,
+        ..Spawn::default()
+    })
+    .await
+}
+
+/// The desk's dashboard as of now.
+pub async fn dashboard(app: &TestApp) -> hookd::desk::Dashboard {
+    (app.app.desk)
+        .dashboard(chrono::Utc::now())
+        .await
+        .expect("dashboard")
+}
+
 pub mod provider;
 pub mod relay;
 pub mod upstream;

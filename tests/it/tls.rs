@@ -45,6 +45,19 @@ pub fn authority(name: &str) -> CertifiedIssuer<'static, KeyPair> {
 }
 
 /// A server certificate for `localhost` and `127.0.0.1`, from a CA made here.
+/// A TLS acceptor with `pki`'s server certificate (for `localhost` and 127.0.0.1).
+pub fn acceptor(pki: &Pki) -> tokio_rustls::TlsAcceptor {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = vec![CertificateDer::from_pem_slice(pki.server_cert.as_bytes()).expect("cert")];
+    let key = PrivateKeyDer::from_pem_slice(pki.server_key.as_bytes()).expect("key");
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("server config");
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
 pub fn pki() -> Pki {
     let ca = authority("hookd test CA");
     let other_ca = authority("some other CA");

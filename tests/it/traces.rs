@@ -287,6 +287,18 @@ impl Collector {
     }
 }
 
+impl Collector {
+    /// Waits (20 s at most) until a span named `name` has come; `what` names it
+    /// for the failure.
+    async fn wait_for_span(&self, name: &str, what: &str) {
+        wait_for(what, Duration::from_secs(20), || {
+            let spans = &self.got.lock().expect("lock").spans;
+            std::future::ready(spans.iter().any(|s| s.name == name).then_some(()))
+        })
+        .await;
+    }
+}
+
 impl Drop for Collector {
     fn drop(&mut self) {
         drop(self.handle.stop(false));
@@ -354,17 +366,9 @@ async fn one_delivery_and_its_forward(
     assert_eq!(deliver(&served.base, event_id).await, 200);
     let forwarded = receiver.wait_for(1).await;
     // The forward's answer is recorded before its span ends: wait for the span.
-    wait_for("the forward's span", Duration::from_secs(20), || {
-        let done = collector
-            .got
-            .lock()
-            .expect("lock")
-            .spans
-            .iter()
-            .any(|s| s.name == "forward");
-        std::future::ready(done.then_some(()))
-    })
-    .await;
+    collector
+        .wait_for_span("forward", "the forward's span")
+        .await;
     let log = served.stop().await;
     let _ = std::fs::remove_file(&config);
     let lines = log
@@ -497,13 +501,14 @@ fn check_traces(
     assert_eq!(line["span_id"], delivery.span.as_str(), "{line}");
 }
 
-#[tokio::test]
-async fn slow_a_delivery_and_its_forward_are_exported_as_otlp_protobuf_by_default() {
-    let event_id = "evt_trace_protobuf";
-    let (collected, forwarded, lines) = one_delivery_and_its_forward(None, event_id).await;
+/// One delivery and its forward with `OTEL_EXPORTER_OTLP_PROTOCOL` set to
+/// `protocol` (or left out): traced as `check_traces` checks, exported as
+/// `named` in `content_type`.
+async fn exported(protocol: Option<&str>, named: &str, content_type: &str, event_id: &str) {
+    let (collected, forwarded, lines) = one_delivery_and_its_forward(protocol, event_id).await;
     check_traces(
-        "http/protobuf",
-        "application/x-protobuf",
+        named,
+        content_type,
         &collected,
         &forwarded,
         &lines,
@@ -512,18 +517,15 @@ async fn slow_a_delivery_and_its_forward_are_exported_as_otlp_protobuf_by_defaul
 }
 
 #[tokio::test]
+async fn slow_a_delivery_and_its_forward_are_exported_as_otlp_protobuf_by_default() {
+    let event_id = "evt_trace_protobuf";
+    exported(None, "http/protobuf", "application/x-protobuf", event_id).await;
+}
+
+#[tokio::test]
 async fn slow_a_delivery_and_its_forward_are_exported_as_otlp_json() {
     let event_id = "evt_trace_json";
-    let (collected, forwarded, lines) =
-        one_delivery_and_its_forward(Some("http/json"), event_id).await;
-    check_traces(
-        "http/json",
-        "application/json",
-        &collected,
-        &forwarded,
-        &lines,
-        event_id,
-    );
+    exported(Some("http/json"), "http/json", "application/json", event_id).await;
 }
 
 #[tokio::test]
@@ -661,17 +663,9 @@ async fn slow_a_gateway_request_is_one_trace_of_its_claim_its_upstream_call_and_
         .await
         .expect("answer");
     assert_eq!(answer.status(), 201);
-    wait_for("the gateway's span", Duration::from_secs(20), || {
-        let done = collector
-            .got
-            .lock()
-            .expect("lock")
-            .spans
-            .iter()
-            .any(|s| s.name == "gateway");
-        std::future::ready(done.then_some(()))
-    })
-    .await;
+    collector
+        .wait_for_span("gateway", "the gateway's span")
+        .await;
     served.stop().await;
     let _ = std::fs::remove_file(&config);
     let spans = std::mem::take(&mut collector.got.lock().expect("lock").spans);

@@ -7,8 +7,8 @@ use hookd::simulate::Hints;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Answer, Credential, Spawn, TestApp, VIEWER, run_hookd, shipped_settings, spawn, spawn_app,
-    stripe_event,
+    Answer, Credential, TestApp, VIEWER, run_hookd, shipped_settings, spawn_app,
+    spawn_with_settings, stripe_event,
 };
 
 /// A shop payment event in the neutral shape (its topic travels in a header).
@@ -131,11 +131,7 @@ async fn with_dedupe_on_body_off_a_new_id_is_a_new_event_as_before() {
             source.dedupe_on_body = false;
         }
     }
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = spawn_with_settings(settings).await;
     let body = shop_payment("shop_evt_off", "pay_off");
     let first = send(&app, "shop", &body, "w-1", "payments/succeeded").await;
     let again = send(&app, "shop", &body, "w-2", "disputes/create").await;

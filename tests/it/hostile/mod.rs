@@ -42,7 +42,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::{
-    Credential, OPERATOR, Spawn, TestApp, VIEWER, csrf_of, shipped_settings, spawn, stripe_event,
+    Credential, OPERATOR, Spawn, TestApp, VIEWER, csrf_of, shipped_settings, spawn,
+    spawn_with_settings, stripe_event,
 };
 
 const SOURCES: [&str; 4] = ["stripe", "standard", "github", "shop"];
@@ -545,11 +546,7 @@ async fn run(surface: &Surface) {
     let started = Instant::now();
     let mut settings = shipped_settings();
     settings.body_timeout = BODY_TIMEOUT;
-    let anon = spawn(Spawn {
-        settings: settings.clone(),
-        ..Spawn::default()
-    })
-    .await;
+    let anon = spawn_with_settings(settings.clone()).await;
     let authed = spawn(Spawn {
         settings,
         db: anon.db.clone(),

@@ -2,10 +2,11 @@
 //! a payment's row, and why a delivery was refused; and an Adyen request for
 //! tests that need several events in one request.
 
-use hookd::signature::Secret;
+use hookd::providers::{Scheme, sign};
+use hookd::signature::{Envelope, Secret};
 use hookd::simulate::{Hints, sign_delivery};
-use hookd_kit::app::{Answer, Spawn, TestApp, spawn};
-use hookd_kit::settings::shipped_settings;
+use hookd_kit::app::{Answer, TestApp};
+use hookd_kit::settings::{SHIPPED_TOML, shipped_settings};
 use serde_json::Value;
 
 /// The kind and status of the event `source` stored under `event_id`.
@@ -40,6 +41,55 @@ pub fn refusal(answer: &Answer) -> (u16, String, String) {
     let json = answer.json();
     let text = |k: &str| json[k].as_str().unwrap_or_default().to_string();
     (answer.status, text("error"), text("reason"))
+}
+
+/// Posts each `(headers, body, reason)`: each is refused 401 `invalid_signature`
+/// for a reason that contains `reason`, and `source` stores no event.
+pub async fn assert_refused<'r>(
+    app: &TestApp,
+    source: &str,
+    cases: impl IntoIterator<Item = (Vec<(String, String)>, Vec<u8>, &'r str)>,
+) {
+    for (headers, bytes, reason) in cases {
+        let (status, error, why) = refusal(&app.post(source, &headers, bytes).await);
+        assert_eq!(
+            (status, error.as_str()),
+            (401, "invalid_signature"),
+            "{reason}"
+        );
+        assert!(why.contains(reason), "{reason}: {why}");
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        0
+    );
+}
+
+/// `body` signed under `scheme` with `key`, with no event id, type or time
+/// beside it: the headers only.
+pub fn signed_bare(scheme: &Scheme, key: &Secret, body: &[u8]) -> Vec<(String, String)> {
+    let envelope = Envelope {
+        event_id: "",
+        event_type: "",
+        timestamp: 0,
+    };
+    sign(scheme, key, body, &envelope).expect("sign").headers
+}
+
+/// An instance with the shipped configuration read with one environment
+/// variable set (`name` to `value`).
+pub async fn spawn_with_env(name: &str, value: &str) -> TestApp {
+    let env = [(name.to_string(), value.to_string())];
+    let mut settings =
+        hookd::config::Settings::from_toml("hookd.toml", SHIPPED_TOML, &env.into_iter().collect())
+            .expect("settings");
+    settings.listen = "127.0.0.1:0".parse().expect("addr");
+    super::spawn_with_settings(settings).await
+}
+
+/// `headers` without the one named `name`.
+pub fn without_header(headers: &[(String, String)], name: &str) -> Vec<(String, String)> {
+    headers.iter().filter(|(k, _)| k != name).cloned().collect()
 }
 
 /// Posts one delivery twice: the second is a duplicate with the first answer,
@@ -87,11 +137,7 @@ pub async fn spawn_rotated(source: &str, newer: &str) -> (TestApp, Secret) {
         .expect("a shipped source");
     let previous = configured.secrets[0].clone();
     configured.secrets = vec![Secret::new(newer), previous.clone()];
-    let app = spawn(Spawn {
-        settings,
-        ..Spawn::default()
-    })
-    .await;
+    let app = super::spawn_with_settings(settings).await;
     (app, previous)
 }
 
@@ -125,6 +171,36 @@ pub struct Refunded {
 
 /// A payment's row as `payment_row` reads it.
 pub type PaymentRow = (String, i64, i64, Option<String>, Option<String>);
+
+/// The row of a payment of `amount` of which `refunded` was refunded, in
+/// `currency`, by `customer`.
+pub fn partially_refunded(
+    amount: i64,
+    refunded: i64,
+    currency: &str,
+    customer: String,
+) -> PaymentRow {
+    (
+        "partially_refunded".into(),
+        amount,
+        refunded,
+        Some(currency.into()),
+        Some(customer),
+    )
+}
+
+/// Each `(payment, status, refunded)` of `rows`: its row has that status, that
+/// refunded amount, and `amount`.
+pub async fn assert_rows(app: &TestApp, source: &str, amount: i64, rows: &[(&str, &str, i64)]) {
+    for &(payment, status, refunded) in rows {
+        let (s, paid, r, ..) = payment_row(app, source, payment).await;
+        assert_eq!(
+            (s.as_str(), paid, r),
+            (status, amount, refunded),
+            "{payment}"
+        );
+    }
+}
 
 /// For each of `payments` (`of` builds its events), the payment and its two
 /// refunds, the first payment before its refunds and the second after them,
@@ -166,6 +242,16 @@ pub async fn assert_refunds_add_up_whatever_the_order(
 
 /// How a delivery's event is stored: its kind (none when ignored) and status.
 pub type StoredAs = (Option<String>, String);
+
+/// Stored as processed, of `kind`.
+pub fn processed(kind: &str) -> StoredAs {
+    (Some(kind.to_string()), "processed".to_string())
+}
+
+/// Stored as ignored, of no kind.
+pub fn ignored() -> StoredAs {
+    (None, "ignored".to_string())
+}
 
 /// Delivers each `(id, body)` signed as the source's provider would (under
 /// `id` where the id travels beside the body): each is answered as accepted
