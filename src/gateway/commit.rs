@@ -20,7 +20,9 @@ use std::sync::{Arc, Mutex};
 use deadpool_postgres::Pool;
 use tokio::sync::oneshot;
 
-use crate::store::api_idempotency::{self as keys, ClaimAttempt, StoredAnswer, Taken};
+use crate::store::api_idempotency::{
+    self as keys, ClaimAttempt, KeyWrite, KeyWriteDone, StoredAnswer, Taken,
+};
 use crate::store::{self, StoreError};
 
 /// Transactions storing key writes at once, at most (fewer with a small pool:
@@ -77,18 +79,25 @@ enum Write {
 }
 
 impl Write {
+    /// Its statement's values.
+    fn values(&self) -> KeyWrite<'_> {
+        match self {
+            Write::Claim { attempt, .. } => KeyWrite::claim(attempt),
+            Write::Complete {
+                row_id,
+                claim_id,
+                answer,
+                ..
+            } => KeyWrite::complete(*row_id, claim_id, answer),
+        }
+    }
+
     fn order(&self) -> (&str, &[u8], &str) {
         match self {
             Write::Claim { attempt: a, .. } => (&a.route, &a.scope, &a.key),
             Write::Complete { order: o, .. } => (&o.0, &o.1, &o.2),
         }
     }
-}
-
-/// What a write did.
-enum Done {
-    Claimed(Option<Taken>),
-    Completed(bool),
 }
 
 impl KeyWrites {
@@ -223,10 +232,18 @@ async fn in_one_transaction(
         // Alone: autocommitted, without a BEGIN and a COMMIT to wait for.
         return Ok(vec![run(&*client, write).await?]);
     }
-    let tx = store::begin(client).await?;
-    // Sent together, in the batch's order; one commit for all.
-    let done = futures_util::future::try_join_all(batch.iter().map(|w| run(&tx, w))).await?;
-    tx.commit().await?;
+    // Prepared first (once per connection), so that `BEGIN`, every write in
+    // the batch's order and `COMMIT` go together: one round trip, one flush.
+    let values: Vec<KeyWrite<'_>> = batch.iter().map(Write::values).collect();
+    let mut ready = Vec::with_capacity(values.len());
+    for write in &values {
+        ready.push(write.ready(&*client).await?);
+    }
+    let session: &deadpool_postgres::Client = client;
+    let writes = futures_util::future::try_join_all(ready.iter().map(|w| w.run(session)));
+    let (done, committed) = store::one_statement_transaction(session, writes).await;
+    let done = done?;
+    committed?;
     Ok(done)
 }
 
@@ -253,8 +270,16 @@ fn reply(write: Write, done: Result<Done, StoreError>) {
     }
 }
 
-impl Done {
-    // A write's outcome is of its own kind (`run`): the other is never seen.
+/// What a write did.
+type Done = KeyWriteDone;
+
+// A write's outcome is of its own kind (`run`): the other is never seen.
+trait OfItsKind {
+    fn claimed(self) -> Result<Option<Taken>, StoreError>;
+    fn completed(self) -> Result<bool, StoreError>;
+}
+
+impl OfItsKind for Done {
     fn claimed(self) -> Result<Option<Taken>, StoreError> {
         match self {
             Done::Claimed(taken) => Ok(taken),

@@ -126,25 +126,8 @@ pub async fn try_claim(
     client: &impl Session,
     claim: &ClaimAttempt,
 ) -> Result<Option<Taken>, StoreError> {
-    let (lock, retention) = (millis(claim.lock), millis(claim.retention));
-    let row = sql::query_opt(
-        client,
-        CLAIM_KEY,
-        params![
-            &claim.route,
-            &claim.scope,
-            &claim.key,
-            &claim.fingerprint,
-            &claim.operation_id,
-            &claim.claim_id,
-            &claim.method,
-            &claim.target,
-            &lock,
-            &retention,
-            &claim.resend_unknown,
-        ],
-    )
-    .await?;
+    let values = KeyWrite::claim(claim);
+    let row = sql::query_opt(client, CLAIM_KEY, &values.params()).await?;
     Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
 }
 
@@ -222,22 +205,121 @@ pub async fn complete(
     claim_id: &[u8],
     answer: &StoredAnswer,
 ) -> Result<bool, StoreError> {
-    let status = i16::try_from(answer.status).unwrap_or(500);
-    let headers = serde_json::to_value(&answer.headers).unwrap_or(Value::Null);
-    let changed = sql::execute(
-        client,
-        COMPLETE_KEY,
-        params![
-            &id,
-            &claim_id,
-            &status,
-            &headers,
-            &answer.body,
-            &answer.body_omitted
-        ],
-    )
-    .await?;
+    let values = KeyWrite::complete(id, claim_id, answer);
+    let changed = sql::execute(client, COMPLETE_KEY, &values.params()).await?;
     Ok(changed == 1)
+}
+
+/// A claim or a stored answer with its statement's values, so that several
+/// can be prepared first and then sent together in one transaction
+/// (`gateway::commit`), the same statements `try_claim` and `complete` run.
+pub enum KeyWrite<'a> {
+    Claim {
+        claim: &'a ClaimAttempt,
+        lock: i64,
+        retention: i64,
+    },
+    Complete {
+        id: i64,
+        claim_id: &'a [u8],
+        status: i16,
+        headers: Value,
+        answer: &'a StoredAnswer,
+    },
+}
+
+/// What a key write did: the claim's key taken, or whether the answer was stored.
+pub enum KeyWriteDone {
+    Claimed(Option<Taken>),
+    Completed(bool),
+}
+
+impl<'a> KeyWrite<'a> {
+    pub fn claim(claim: &'a ClaimAttempt) -> Self {
+        KeyWrite::Claim {
+            claim,
+            lock: millis(claim.lock),
+            retention: millis(claim.retention),
+        }
+    }
+
+    pub fn complete(id: i64, claim_id: &'a [u8], answer: &'a StoredAnswer) -> Self {
+        KeyWrite::Complete {
+            id,
+            claim_id,
+            status: i16::try_from(answer.status).unwrap_or(500),
+            headers: serde_json::to_value(&answer.headers).unwrap_or(Value::Null),
+            answer,
+        }
+    }
+
+    fn params(&self) -> Vec<sql::Param<'_>> {
+        match self {
+            KeyWrite::Claim {
+                claim,
+                lock,
+                retention,
+            } => params![
+                &claim.route,
+                &claim.scope,
+                &claim.key,
+                &claim.fingerprint,
+                &claim.operation_id,
+                &claim.claim_id,
+                &claim.method,
+                &claim.target,
+                lock,
+                retention,
+                &claim.resend_unknown,
+            ]
+            .to_vec(),
+            KeyWrite::Complete {
+                id,
+                claim_id,
+                status,
+                headers,
+                answer,
+            } => params![
+                id,
+                claim_id,
+                status,
+                headers,
+                &answer.body,
+                &answer.body_omitted
+            ]
+            .to_vec(),
+        }
+    }
+
+    /// Its statement prepared now (once per connection), so that `ReadyKeyWrite::run`
+    /// puts it on the wire when first polled.
+    pub async fn ready(&self, client: &impl Session) -> Result<ReadyKeyWrite<'_>, StoreError> {
+        let text = match self {
+            KeyWrite::Claim { .. } => CLAIM_KEY,
+            KeyWrite::Complete { .. } => COMPLETE_KEY,
+        };
+        Ok(ReadyKeyWrite {
+            claim: matches!(self, KeyWrite::Claim { .. }),
+            statement: sql::ready(client, text, self.params()).await?,
+        })
+    }
+}
+
+/// A key write prepared (`KeyWrite::ready`).
+pub struct ReadyKeyWrite<'p> {
+    claim: bool,
+    statement: sql::Ready<'p>,
+}
+
+impl ReadyKeyWrite<'_> {
+    pub async fn run(&self, client: &impl Session) -> Result<KeyWriteDone, StoreError> {
+        Ok(if self.claim {
+            let rows = self.statement.query(client).await?;
+            KeyWriteDone::Claimed(rows.first().map(|r| (r.get(0), r.get(1), r.get(2))))
+        } else {
+            KeyWriteDone::Completed(self.statement.execute(client).await? == 1)
+        })
+    }
 }
 
 /// Frees the key while `claim_id` still owns it; it expires after its retention.

@@ -300,3 +300,62 @@ fn hint_lines(log: &Path) -> Option<Vec<String>> {
         .collect();
     (!lines.is_empty()).then_some(lines)
 }
+
+#[tokio::test]
+async fn slow_the_gateway_behind_pgbouncer_batches_key_writes_and_each_key_reaches_upstream_once() {
+    // Claims and stored answers of concurrent requests share a transaction
+    // sent whole (BEGIN with the limits, the writes, COMMIT): behind the pooler
+    // nothing of it may lean on the server session.
+    let db = TestDb::empty().await;
+    let bouncer = PgBouncer::start(cluster().postgres(), "gateway");
+    let url = bouncer.url(&db.name, true);
+    assert!(hookd_command(&["migrate"], &url).await.status.success());
+    let upstream = crate::support::upstream::Upstream::created().await;
+    let (port, gateway_port) = (free_port(), free_port());
+    let config = write_config(port, "pooler-gateway");
+    let text = std::fs::read_to_string(&config).expect("config");
+    let route = crate::gateway::route("payments", "/payments", &upstream.url, "");
+    std::fs::write(
+        &config,
+        format!("{text}\n[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\n{route}"),
+    )
+    .expect("config");
+    let _hookd = Hookd::start_against(&config, port, &url, "info").await;
+
+    let http = reqwest::Client::new();
+    let calls: Vec<_> = (0..90)
+        .map(|i| {
+            let http = http.clone();
+            tokio::spawn(async move {
+                http.post(format!("http://127.0.0.1:{gateway_port}/payments"))
+                    .header("Idempotency-Key", format!("pooled-{}", i % 30))
+                    .header("Authorization", "Bearer sk_test_pooled")
+                    .header("Content-Type", "application/json")
+                    .body(r#"{"amount": 1000, "currency": "EUR"}"#)
+                    .send()
+                    .await
+                    .expect("request")
+                    .status()
+                    .as_u16()
+            })
+        })
+        .collect();
+    for call in calls {
+        let status = call.await.expect("call");
+        assert!(matches!(status, 201 | 409), "answered {status}");
+    }
+    assert_eq!(upstream.calls(), 30, "each key once");
+    let log = std::fs::read_to_string(config.with_extension("log")).expect("log");
+    assert!(session_errors(&log).is_empty(), "{log}");
+    // Every key stored its answer.
+    let check = connect(db.config()).await;
+    let completed: i64 = check
+        .query_one(
+            "SELECT count(*) FROM api_idempotency_keys WHERE state = 'completed'",
+            &[],
+        )
+        .await
+        .expect("keys")
+        .get(0);
+    assert_eq!(completed, 30);
+}
