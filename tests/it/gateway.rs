@@ -518,6 +518,47 @@ async fn a_claim_abandoned_past_its_lock_is_taken_over_as_unknown_never_as_new()
 }
 
 #[tokio::test]
+async fn a_client_that_hangs_up_while_its_claim_commits_still_gets_its_request_run_once() {
+    let upstream = Upstream::created().await;
+    let app = payments_gateway(&upstream.url, "").await;
+    // The claim's statement waits behind this lock; the client gives up first.
+    let mut holder = app.db().await;
+    let lock = holder.transaction().await.expect("begin");
+    lock.batch_execute("LOCK TABLE api_idempotency_keys IN SHARE ROW EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    let base = app.gateway_base.clone().expect("the gateway listens");
+    let gone = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .expect("client")
+        .post(format!("{base}/payments"))
+        .header("Idempotency-Key", "left")
+        .header("Authorization", AUTH)
+        .body(ORDER)
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client hung up: {gone:?}");
+    lock.rollback().await.expect("unlock");
+    // The request goes on without its client: claimed, sent once, its answer
+    // stored — never a key left claimed with nobody to run it.
+    let state = crate::support::wait_for("the key settled", Duration::from_secs(10), || async {
+        let state = state_of(&app, "left").await;
+        (state != "in_progress" && state != "none").then_some(state)
+    })
+    .await;
+    assert_eq!(state, "completed");
+    assert_eq!(upstream.calls(), 1);
+    // The client's retry gets that answer, and upstream is not called again.
+    let retry = Call::post("/payments", "left", ORDER).send(&app).await;
+    assert_eq!(
+        (retry.status, retry.header("idempotent-replayed")),
+        (201, Some("true"))
+    );
+    assert_eq!(upstream.calls(), 1);
+}
+
+#[tokio::test]
 async fn the_same_key_in_two_scopes_is_two_keys_and_a_route_without_scope_shares_them() {
     let upstream = Upstream::created().await;
     let routes = route("payments", "/payments", &upstream.url, "")
