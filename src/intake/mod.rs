@@ -87,6 +87,10 @@ impl Receipt {
                 status: Some(status),
                 ..
             } => status.as_str(),
+            Receipt::One {
+                recorded: Recorded::Conflict,
+                ..
+            } => "conflict_recorded",
             Receipt::One { .. } => "accepted",
             Receipt::Several { conflicts, .. } if *conflicts > 0 => "conflict_recorded",
             Receipt::Several {
@@ -272,10 +276,7 @@ impl Intake<'_> {
         {
             return Err(refused(SignatureError::Replayed).into());
         }
-        // A request anyone can send is answered alike whatever it names
-        // (`Answer::Nothing`): an event conflicting with the one stored is kept
-        // beside it, as a several-event request's are, not refused.
-        if events.len() != 1 || provider.answer() == Answer::Nothing {
+        if events.len() != 1 {
             return self.receive_several(events, verified).await;
         }
         let event = events.pop().ok_or(IntakeError::NoEvent)?;
@@ -287,12 +288,22 @@ impl Intake<'_> {
             error,
             seen: seen.clone(),
         };
-        let Ingested { recorded, status } = self
-            .ingester
-            .ingest(event, verified)
-            .await
-            .map_err(|e| refuse(e.into()))?;
-        if matches!(recorded, Recorded::Conflict) {
+        // A request anyone can send is answered alike whatever it names
+        // (`Answer::Nothing`): an event conflicting with the one stored is kept
+        // beside it, as a several-event request's are, not refused.
+        let keeps_conflicts = provider.answer() == Answer::Nothing;
+        let ingested = if keeps_conflicts {
+            self.ingester
+                .ingest_all_keeping_conflicts(vec![event], verified)
+                .await
+                .map(|mut all| all.pop())
+        } else {
+            self.ingester.ingest(event, verified).await.map(Some)
+        };
+        let Ingested { recorded, status } = ingested
+            .map_err(|e| refuse(e.into()))?
+            .ok_or_else(|| refuse(IntakeError::NoEvent))?;
+        if matches!(recorded, Recorded::Conflict) && !keeps_conflicts {
             return Err(refuse(IntakeError::Conflict));
         }
         Ok(Receipt::One {

@@ -437,6 +437,27 @@ async fn a_mollie_webhook_is_the_payment_fetched_for_its_id() {
         .expect("conflicts")
         .get(0);
     assert_eq!(kept, 1);
+    // Counted as any single delivery is: the new event by its status, the
+    // copy as a duplicate, the other reading as a conflict kept.
+    let text = reqwest::get(format!("{}/metrics", hookd.base))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let metrics = crate::support::Exposition::parse(&text);
+    for (outcome, count) in [
+        ("processed", 1.0),
+        ("duplicate", 1.0),
+        ("conflict_recorded", 1.0),
+    ] {
+        let labels = [("source", "mollie"), ("outcome", outcome)];
+        assert_eq!(
+            metrics.value("hookd_deliveries_total", &labels),
+            count,
+            "{outcome}"
+        );
+    }
 
     // A refund: the next change is another event.
     payments.lock().expect("payments")[1] = payment("tr_m1paid", "paid", "4.00");
