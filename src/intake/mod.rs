@@ -19,7 +19,7 @@ use crate::event::{EventError, IncomingEvent};
 use crate::ingest::{Ingested, Ingester};
 use crate::outbound::Certificates;
 use crate::provider_api::Api;
-use crate::providers::{self, Answer, SignatureRefusal};
+use crate::providers::{self, SignatureRefusal};
 use crate::signature::{Headers, SignatureError, Verified};
 use crate::store::events::{EventStatus, Recorded};
 use crate::store::{StoreError, bound_signatures};
@@ -252,7 +252,9 @@ impl Intake<'_> {
             );
             return Err(refused(SignatureError::Mismatch).into());
         }
-        let body = match provider.receipt_fetch(&body) {
+        let fetched_at_receipt = provider.receipt_fetch(&body);
+        let from_the_api = fetched_at_receipt.is_some();
+        let body = match fetched_at_receipt {
             None => body,
             Some(named) => {
                 let Ok(_room) = self.receipt_fetches.try_acquire() else {
@@ -288,10 +290,11 @@ impl Intake<'_> {
             error,
             seen: seen.clone(),
         };
-        // A request anyone can send is answered alike whatever it names
-        // (`Answer::Nothing`): an event conflicting with the one stored is kept
-        // beside it, as a several-event request's are, not refused.
-        let keeps_conflicts = provider.answer() == Answer::Nothing;
+        // The API's reading is the provider's own, as reconcile's is: an event
+        // conflicting with the one stored is kept beside it, not refused (the
+        // provider cannot send another, and a request anyone can post must not
+        // learn what the stored one says).
+        let keeps_conflicts = from_the_api;
         let ingested = if keeps_conflicts {
             self.ingester
                 .ingest_all_keeping_conflicts(vec![event], verified)
