@@ -75,8 +75,7 @@ impl Fetch {
     pub async fn send(&self, api: &mut dyn Client) -> Result<serde_json::Value, ApiError> {
         let mut call = Call::get(&self.path, Vec::new());
         call.headers = self.headers;
-        let body = api.send(&call).await?;
-        serde_json::from_slice(&body).map_err(|e| api.malformed(&self.path, &e))
+        ask(api, &call).await
     }
 }
 
