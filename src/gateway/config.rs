@@ -161,6 +161,10 @@ impl Gateway {
 /// another route's rules, or none.
 fn plain_path(path: &str) -> bool {
     path.split('/').all(|segment| {
+        // Most segments hold nothing that could decode to a dot or a slash.
+        if !segment.contains(['.', '%', '\\']) {
+            return true;
+        }
         let decoded: Vec<u8> = percent_encoding::percent_decode_str(segment).collect();
         decoded != b"." && decoded != b".." && !decoded.iter().any(|b| matches!(b, b'/' | b'\\'))
     })
