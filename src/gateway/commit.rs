@@ -29,10 +29,10 @@ use crate::store::{self, StoreError};
 /// `max_leaders`).
 const MAX_LEADERS: usize = 8;
 
-/// Leaders at once with a pool of `pool_size`: a quarter of it, so that with
-/// the deliveries' half (`ingest`) a quarter is always left for retries, the
-/// desk and the purge, however many callers the gateway has (a caller need
-/// not be authenticated to make hookd write a claim).
+/// Leaders at once with a pool of `pool_size`: a quarter of it, so that
+/// however many callers the gateway has (a caller need not be authenticated
+/// to make hookd write a claim), its batches hold no more of the pool than
+/// that, beside the deliveries' half (`ingest`).
 fn max_leaders(pool_size: usize) -> usize {
     (pool_size / 4).clamp(1, MAX_LEADERS)
 }
@@ -272,25 +272,3 @@ fn reply(write: Write, done: Result<Done, StoreError>) {
 
 /// What a write did.
 type Done = KeyWriteDone;
-
-// A write's outcome is of its own kind (`run`): the other is never seen.
-trait OfItsKind {
-    fn claimed(self) -> Result<Option<Taken>, StoreError>;
-    fn completed(self) -> Result<bool, StoreError>;
-}
-
-impl OfItsKind for Done {
-    fn claimed(self) -> Result<Option<Taken>, StoreError> {
-        match self {
-            Done::Claimed(taken) => Ok(taken),
-            Done::Completed(_) => Err(StoreError::Schema("a claim's write completed".into())),
-        }
-    }
-
-    fn completed(self) -> Result<bool, StoreError> {
-        match self {
-            Done::Completed(stored) => Ok(stored),
-            Done::Claimed(_) => Err(StoreError::Schema("a completion's write claimed".into())),
-        }
-    }
-}

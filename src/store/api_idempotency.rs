@@ -88,7 +88,9 @@ fn millis(d: Duration) -> i64 {
 /// benchmark's pgbench baseline runs this very text. The lock runs from the
 /// statement's own time (`clock_timestamp()`), not its transaction's start: in
 /// a batch of key writes a statement may wait behind another's row, and the
-/// wait must not eat into the margin before a copy may take the key over.
+/// wait must not eat into the margin before a copy may take the key over. The
+/// takeover test (`locked_until < now()`) reads the transaction's start, which
+/// is earlier: it errs toward leaving the key to its claim.
 pub const CLAIM_KEY: &str = "INSERT INTO api_idempotency_keys AS k
      (route, scope, idempotency_key, fingerprint, state, operation_id, claim_id,
       request_method, request_target, locked_until, retention)
@@ -128,7 +130,7 @@ pub async fn try_claim(
 ) -> Result<Option<Taken>, StoreError> {
     let values = KeyWrite::claim(claim);
     let row = sql::query_opt(client, CLAIM_KEY, &values.params()).await?;
-    Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
+    Ok(row.as_ref().map(taken))
 }
 
 /// A key's row as a request that could not claim it judges it.
@@ -210,6 +212,11 @@ pub async fn complete(
     Ok(changed == 1)
 }
 
+/// The key `CLAIM_KEY` took: its row id, operation and runs.
+fn taken(row: &tokio_postgres::Row) -> Taken {
+    (row.get(0), row.get(1), row.get(2))
+}
+
 /// A claim or a stored answer with its statement's values, so that several
 /// can be prepared first and then sent together in one transaction
 /// (`gateway::commit`), the same statements `try_claim` and `complete` run.
@@ -232,6 +239,27 @@ pub enum KeyWrite<'a> {
 pub enum KeyWriteDone {
     Claimed(Option<Taken>),
     Completed(bool),
+}
+
+// A write's outcome is of its own kind: the other is never seen.
+impl KeyWriteDone {
+    pub fn claimed(self) -> Result<Option<Taken>, StoreError> {
+        match self {
+            KeyWriteDone::Claimed(taken) => Ok(taken),
+            KeyWriteDone::Completed(_) => {
+                Err(StoreError::Schema("a claim's write completed".into()))
+            }
+        }
+    }
+
+    pub fn completed(self) -> Result<bool, StoreError> {
+        match self {
+            KeyWriteDone::Completed(stored) => Ok(stored),
+            KeyWriteDone::Claimed(_) => {
+                Err(StoreError::Schema("a completion's write claimed".into()))
+            }
+        }
+    }
 }
 
 impl<'a> KeyWrite<'a> {
@@ -315,7 +343,7 @@ impl ReadyKeyWrite<'_> {
     pub async fn run(&self, client: &impl Session) -> Result<KeyWriteDone, StoreError> {
         Ok(if self.claim {
             let rows = self.statement.query(client).await?;
-            KeyWriteDone::Claimed(rows.first().map(|r| (r.get(0), r.get(1), r.get(2))))
+            KeyWriteDone::Claimed(rows.first().map(taken))
         } else {
             KeyWriteDone::Completed(self.statement.execute(client).await? == 1)
         })
