@@ -302,10 +302,10 @@ fn hint_lines(log: &Path) -> Option<Vec<String>> {
 }
 
 #[tokio::test]
-async fn slow_the_gateway_behind_pgbouncer_batches_key_writes_and_each_key_reaches_upstream_once() {
-    // Claims and stored answers of concurrent requests share a transaction
-    // sent whole (BEGIN with the limits, the writes, COMMIT): behind the pooler
-    // nothing of it may lean on the server session.
+async fn slow_the_gateway_behind_pgbouncer_sends_each_key_upstream_once_and_stores_every_answer() {
+    // Concurrent requests' claims and stored answers, in batches sent whole
+    // (BEGIN with the limits, the writes, COMMIT) or alone: behind the pooler
+    // nothing of either may lean on the server session.
     let db = TestDb::empty().await;
     let bouncer = PgBouncer::start(cluster().postgres(), "gateway");
     let url = bouncer.url(&db.name, true);
