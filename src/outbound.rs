@@ -69,7 +69,10 @@ pub enum CertificateError {
     Refused { url: String, error: SignatureError },
     /// The fetch failed.
     #[error("{url}: {error}")]
-    Unfetched { url: String, error: FetchError },
+    Unfetched {
+        url: String,
+        error: CertificateFetchError,
+    },
     /// The task fetching it ended without an outcome.
     #[error("the certificate fetch stopped: {0}")]
     Stopped(String),
@@ -77,7 +80,7 @@ pub enum CertificateError {
 
 /// Why a certificate could not be fetched.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FetchError {
+pub enum CertificateFetchError {
     #[error("cannot connect: {0}")]
     Connect(String),
     /// Any other answer than 200.
@@ -371,23 +374,23 @@ impl Certificates {
 async fn fetch_certificate(
     client: &reqwest::Client,
     url: &reqwest::Url,
-) -> Result<Vec<u8>, FetchError> {
+) -> Result<Vec<u8>, CertificateFetchError> {
     let mut response = client
         .get(url.clone())
         .send()
         .await
-        .map_err(|e| FetchError::Connect(e.to_string()))?;
+        .map_err(|e| CertificateFetchError::Connect(e.to_string()))?;
     if response.status() != reqwest::StatusCode::OK {
-        return Err(FetchError::Status(response.status()));
+        return Err(CertificateFetchError::Status(response.status()));
     }
     let mut pem = Vec::new();
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|e| FetchError::Read(e.to_string()))?
+        .map_err(|e| CertificateFetchError::Read(e.to_string()))?
     {
         if pem.len() + chunk.len() > MAX_CERTIFICATE_BYTES {
-            return Err(FetchError::TooLarge);
+            return Err(CertificateFetchError::TooLarge);
         }
         pem.extend_from_slice(&chunk);
     }
