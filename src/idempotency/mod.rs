@@ -14,6 +14,7 @@
 //! whose instance died is taken over, once its lock (the timeout + 30 s) is
 //! over, as `unknown`.
 
+mod faithful;
 mod middleware;
 pub mod rules;
 
@@ -29,7 +30,8 @@ pub use store::StoredAnswer;
 
 /// SHA-256 over the method, path, query and body: the body's canonical JSON
 /// (key order and whitespace ignored, `ignore` left out), or the raw bytes when
-/// it is not JSON.
+/// it is not JSON or its canonical form would blur a difference (a member named
+/// twice, a number no double holds as written: see `faithful`).
 pub fn fingerprint(
     method: &str,
     path: &str,
@@ -42,12 +44,12 @@ pub fn fingerprint(
         hash.update(part.as_bytes());
         hash.update(b"\n");
     }
-    match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(json) => {
+    match faithful::parsed(body) {
+        Some(json) => {
             hash.update(b"json:");
             hash.update(crate::event::stable_fingerprint(&json, ignore));
         }
-        Err(_) => {
+        None => {
             hash.update(b"raw:");
             hash.update(Sha256::digest(body));
         }

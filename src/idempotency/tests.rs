@@ -55,6 +55,20 @@ fn the_fingerprint_ignores_key_order_whitespace_and_ignored_fields_only() {
     );
     // Not JSON: the raw bytes.
     assert_ne!(print("amount=100", ""), print("amount=100 ", ""));
+    // A member named twice, or a number no double holds: the raw bytes too, so
+    // a body an upstream may read otherwise is never another's copy.
+    let twice = print(r#"{"amount": 1, "amount": 1000}"#, "");
+    assert_ne!(twice, print(r#"{"amount": 1000}"#, ""));
+    assert_ne!(twice, print(r#"{"amount":1,"amount":1000}"#, ""));
+    assert_ne!(
+        print(r#"{"amount": 100000000000000000001}"#, ""),
+        print(r#"{"amount": 100000000000000000000}"#, "")
+    );
+    // Notation alone is no difference.
+    assert_eq!(
+        print(r#"{"amount": 1.50}"#, ""),
+        print(r#"{"amount":1.5}"#, "")
+    );
 }
 
 #[test]

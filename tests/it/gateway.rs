@@ -331,6 +331,40 @@ async fn the_same_key_for_another_request_is_422_whatever_its_state() {
 }
 
 #[tokio::test]
+async fn a_body_an_upstream_may_read_otherwise_is_never_anothers_copy() {
+    let upstream = Upstream::start(vec![], Reply::json(201, r#"{"id":"pay_1"}"#)).await;
+    let app = payments_gateway(&upstream.url, "").await;
+    // A member named twice: some parsers keep the first, some the last.
+    let twice = r#"{"amount": 1, "amount": 100000}"#;
+    assert_eq!(
+        Call::post("/payments", "k", twice).send(&app).await.status,
+        201
+    );
+    for other in [r#"{"amount": 100000}"#, r#"{"amount": 1}"#] {
+        let reused = Call::post("/payments", "k", other).send(&app).await;
+        assert_eq!(reused.status, 422, "{other}");
+        assert_eq!(
+            error_of(&reused),
+            json!({"error": "idempotency_key_reused"})
+        );
+    }
+    // A number beyond what a double holds, against its neighbour.
+    let big = r#"{"amount": 100000000000000000001}"#;
+    assert_eq!(
+        Call::post("/payments", "b", big).send(&app).await.status,
+        201
+    );
+    let neighbour = Call::post("/payments", "b", r#"{"amount": 100000000000000000000}"#)
+        .send(&app)
+        .await;
+    assert_eq!(neighbour.status, 422);
+    // The same bytes again are the copy they are.
+    let copy = Call::post("/payments", "k", twice).send(&app).await;
+    assert_eq!(copy.header("idempotent-replayed"), Some("true"));
+    assert_eq!(upstream.calls(), 2);
+}
+
+#[tokio::test]
 async fn a_copy_while_the_first_is_in_flight_gets_409_with_retry_after_then_the_answer() {
     let upstream = Upstream::start(
         vec![],
