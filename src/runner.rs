@@ -237,7 +237,7 @@ impl Runner {
         handler: &Arc<dyn Handler>,
         event: &Event<'_>,
     ) -> Result<Run, StoreError> {
-        match self.run_step_or_cut(tx, step, handler, event).await? {
+        match self.run_step_or_cut(tx, step, handler, event, None).await? {
             Ran::Ended(run) => Ok(run),
             Ran::Cut(run) => {
                 store::rollback_to_savepoint(tx).await?;
@@ -247,13 +247,16 @@ impl Runner {
     }
 
     /// `run_step`, but a run cut at `handler_timeout` is left as it is: `tx`
-    /// is to be given up and its session closed (see `Ran::Cut`).
+    /// is to be given up and its session closed (see `Ran::Cut`). `read_first`:
+    /// the event a delivery only names, read before `tx` began (see
+    /// [`Runner::read_named`]); `None` reads it in the run, if it names one.
     pub async fn run_step_or_cut(
         &self,
         tx: &Transaction<'_>,
         step: &Step<'_>,
         handler: &Arc<dyn Handler>,
         event: &Event<'_>,
+        read_first: Option<&Result<Value, HandlerError>>,
     ) -> Result<Ran, StoreError> {
         let started_at = Utc::now();
         let clock = Instant::now();
@@ -265,7 +268,7 @@ impl Runner {
             otel.status_message = Empty,
         );
         let (result, cut) = self
-            .run_local(tx, handler, event)
+            .run_local(tx, handler, event, read_first)
             .instrument(span.clone())
             .await?;
         if let Err(error) = &result {
@@ -300,7 +303,7 @@ impl Runner {
         let fetched_and_applied = async {
             let mut fetched = Vec::with_capacity(events.len());
             for event in events {
-                fetched.push(self.fetched(event).await?);
+                fetched.push(self.fetched(event.source, event.payload).await?);
             }
             let views: Vec<Event<'_>> = events
                 .iter()
@@ -378,13 +381,14 @@ impl Runner {
         tx: &Transaction<'_>,
         handler: &Arc<dyn Handler>,
         event: &Event<'_>,
+        read_first: Option<&Result<Value, HandlerError>>,
     ) -> Result<(Result<(), HandlerError>, bool), StoreError> {
         let timeout = self.settings.now().handler_timeout;
         // SAVEPOINT is sent first and the handler's first statement right behind
         // it, in one round trip (statements on a connection run in the order sent).
         let (saved, applied) = tokio::join!(
             store::savepoint(tx),
-            tokio::time::timeout(timeout, self.apply(tx, handler, event))
+            tokio::time::timeout(timeout, self.apply(tx, handler, event, read_first))
         );
         saved?;
         let result = match applied {
@@ -403,39 +407,58 @@ impl Runner {
     }
 
     /// The handler's run of `event`, on the event it names when the delivery
-    /// only names one (fetched first: a failed fetch is a failed run).
+    /// only names one (read before the run's transaction when `read_first`
+    /// says what the API answered, else fetched now: a failed fetch is a
+    /// failed run).
     async fn apply(
         &self,
         tx: &Transaction<'_>,
         handler: &Arc<dyn Handler>,
         event: &Event<'_>,
+        read_first: Option<&Result<Value, HandlerError>>,
     ) -> Result<(), HandlerError> {
-        match self.fetched(event).await? {
-            Some(payload) => {
-                handler
-                    .apply(
-                        tx,
-                        &Event {
-                            payload: &payload,
-                            ..*event
-                        },
-                    )
-                    .await
+        let fetched_now;
+        let named = match read_first {
+            Some(read) => Some(read.as_ref().map_err(HandlerError::clone)?),
+            None => {
+                fetched_now = self.fetched(event.source, event.payload).await?;
+                fetched_now.as_ref()
             }
+        };
+        match named {
+            Some(payload) => handler.apply(tx, &Event { payload, ..*event }).await,
             None => handler.apply(tx, event).await,
         }
+    }
+
+    /// Whether a delivery only names its event (see `Provider::event_fetch`):
+    /// receiving reads that event before the transaction its handler runs in.
+    pub fn names_its_event(&self, source: &str, payload: &Value) -> bool {
+        let settings = self.settings.now();
+        settings
+            .source(source)
+            .is_some_and(|source| source.scheme.provider().event_fetch(payload).is_some())
+    }
+
+    /// The event a delivery only names, read from its source's API now (no
+    /// transaction open, no session held, so a slow API holds nothing in the
+    /// database); `None` when the payload is the event.
+    pub async fn read_named(&self, event: &IncomingEvent) -> Option<Result<Value, HandlerError>> {
+        self.fetched(&event.source, &event.payload)
+            .await
+            .transpose()
     }
 
     /// The event a delivery only names (see `Provider::event_fetch`), read
     /// from its source's API with its key; `None` when the payload is the
     /// event. A fetch that failed is tried again as a failed run is; one that
     /// can never be asked for is a permanent failure.
-    async fn fetched(&self, event: &Event<'_>) -> Result<Option<Value>, HandlerError> {
+    async fn fetched(&self, source: &str, payload: &Value) -> Result<Option<Value>, HandlerError> {
         let settings = self.settings.now();
-        let Some(source) = settings.source(event.source) else {
+        let Some(source) = settings.source(source) else {
             return Ok(None);
         };
-        let Some(fetch) = source.scheme.provider().event_fetch(event.payload) else {
+        let Some(fetch) = source.scheme.provider().event_fetch(payload) else {
             return Ok(None);
         };
         let why = |problem: &dyn std::fmt::Display| {

@@ -22,6 +22,11 @@
 //! transactions together hold half the pool at most (`max_sessions`). A session
 //! whose handler was cut at `handler_timeout` is closed, never pooled: the
 //! cancel sent for its statement may arrive late, on whatever it runs next.
+//!
+//! **Deliveries that only name their event** (Stripe's thin events) never join
+//! a batch: the event is read from the provider's API first, with no session
+//! held, then stored on its own with its handler run on what was read — so a
+//! slow API delays that delivery alone.
 
 /// A batch in one transaction, and its fallbacks.
 mod batch;
@@ -36,13 +41,13 @@ use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::Pool;
 use tokio::sync::{Semaphore, oneshot};
-use tracing::Span;
+use tracing::{Instrument, Span};
 
 use crate::event::IncomingEvent;
 use crate::runner::{Runner, Step, forward_names};
 use crate::signature::Verified;
 use crate::store::StoreError;
-use crate::store::events::{EventStatus, FirstWrite, Recorded};
+use crate::store::events::{self, EventStatus, FirstWrite, Recorded};
 
 /// Deliveries stored in one transaction at most.
 const MAX_BATCH: usize = 64;
@@ -235,6 +240,20 @@ impl Ingester {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        let runner = &self.core.runner;
+        if events
+            .iter()
+            .any(|event| runner.names_its_event(&event.source, &event.payload))
+        {
+            let core = self.core.clone();
+            let apart = core.ingest_naming(events, verified).in_current_span();
+            return self
+                .core
+                .runtime
+                .spawn(apart)
+                .await
+                .map_err(|_| stopping())?;
+        }
         let span = Span::current();
         let count = u32::try_from(events.len()).map_err(|_| stopping())?;
         // A request larger than the queue waits for all of its room at once.
@@ -276,6 +295,38 @@ impl GroupCommit {
         self.lanes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A request whose events only name theirs (Stripe's thin events), each
+    /// stored on its own: the event it names is read from the source's API
+    /// first, with no session held and no transaction open, then stored and
+    /// its handler run on the read event. Never in a batch, so a slow API holds
+    /// neither a batch's deliveries nor its leader, nor a session, nor a lock.
+    /// A copy of an event already stored is not read again (it is decided a
+    /// duplicate or a conflict without running anything).
+    async fn ingest_naming(
+        self: Arc<Self>,
+        events: Vec<IncomingEvent>,
+        verified: Verified,
+    ) -> Result<Vec<Ingested>, StoreError> {
+        let mut outcomes = Vec::with_capacity(events.len());
+        for event in &events {
+            let stored = {
+                let client = self.pool.get().await?;
+                events::is_stored(&client, &event.source, &event.event_id).await?
+            };
+            let read_first = match stored {
+                true => None,
+                false => self.runner.read_named(event).await,
+            };
+            let _session = self.sessions.acquire().await;
+            let outcome = self
+                .ingest_one(event, verified, read_first.as_ref())
+                .instrument(batch::batch_span(&Span::current(), 1))
+                .await?;
+            outcomes.push(outcome);
+        }
+        Ok(outcomes)
     }
 
     /// Starts a leader that `LeaderQueue::claim` counted.

@@ -4,11 +4,13 @@
 
 use chrono::Utc;
 use deadpool_postgres::Object;
+use serde_json::Value;
 use tracing::Instrument;
 
 use super::batch::batch_span;
 use super::{GroupCommit, Ingested, Job, first_write_for, forward_names};
 use crate::event::IncomingEvent;
+use crate::handlers::HandlerError;
 use crate::ledger::Run;
 use crate::runner::{Ran, Step};
 use crate::signature::Verified;
@@ -22,7 +24,7 @@ impl GroupCommit {
         let stores = jobs.into_iter().map(|job| async move {
             let _session = self.sessions.acquire().await;
             let result = self
-                .ingest_one(&job.event, job.verified)
+                .ingest_one(&job.event, job.verified, None)
                 .instrument(batch_span(&job.span, 1))
                 .await;
             let _ = job.reply.send(result);
@@ -31,18 +33,20 @@ impl GroupCommit {
     }
     /// Stores a verified delivery once and, when it is new, runs its own handler in
     /// a savepoint — one transaction, committed before this returns (run again
-    /// if it lost to a concurrent one).
-    async fn ingest_one(
+    /// if it lost to a concurrent one). `read_first`: the event the delivery
+    /// names, read before (see `Runner::read_named`).
+    pub(super) async fn ingest_one(
         &self,
         event: &IncomingEvent,
         verified: Verified,
+        read_first: Option<&Result<Value, HandlerError>>,
     ) -> Result<Ingested, StoreError> {
         // A body-keyed delivery that met a concurrent one of its id under another
         // body is decided again once that one has committed (a few times at most:
         // each time, another delivery committed).
         let mut races = 0;
         loop {
-            match self.ingest_once(event, verified).await {
+            match self.ingest_once(event, verified, read_first).await {
                 Err(error) if events::lost_id_race(&error) && races < 3 => races += 1,
                 result => return result,
             }
@@ -53,6 +57,7 @@ impl GroupCommit {
         &self,
         event: &IncomingEvent,
         verified: Verified,
+        read_first: Option<&Result<Value, HandlerError>>,
     ) -> Result<Ingested, StoreError> {
         let runner = &self.runner;
         let settings = runner.settings();
@@ -68,7 +73,14 @@ impl GroupCommit {
         let outcome = loop {
             runs += 1;
             let outcome = self
-                .store_one(&mut client, event, verified, &plan, cut.as_ref())
+                .store_one(
+                    &mut client,
+                    event,
+                    verified,
+                    &plan,
+                    cut.as_ref(),
+                    read_first,
+                )
                 .await;
             match outcome {
                 // Cut at `handler_timeout`: the cancel sent for its statement
@@ -105,6 +117,7 @@ impl GroupCommit {
         verified: Verified,
         plan: &[Step<'_>],
         cut: Option<&Run>,
+        read_first: Option<&Result<Value, HandlerError>>,
     ) -> Result<Stored, StoreError> {
         let runner = &self.runner;
         if plan.is_empty() && event.request.is_none() {
@@ -133,7 +146,10 @@ impl GroupCommit {
                             Some(run) => run.clone(),
                             None => {
                                 let view = runner.view_received(event, id, Utc::now());
-                                match runner.run_step_or_cut(&tx, step, handler, &view).await? {
+                                let ran = runner
+                                    .run_step_or_cut(&tx, step, handler, &view, read_first)
+                                    .await?;
+                                match ran {
                                     Ran::Ended(run) => run,
                                     Ran::Cut(run) => return Ok(Stored::Cut(run)),
                                 }

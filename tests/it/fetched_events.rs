@@ -635,3 +635,105 @@ async fn hookd_sign_sends_mollies_form_and_verify_says_nothing_is_signed() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn a_thin_event_waiting_for_a_slow_api_holds_no_session_and_no_other_delivery() {
+    let db = TestDb::create().await;
+    // The API holds every call until the test lets go (each blocks a worker
+    // of its own), then answers the event named.
+    let (asked, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (counting, gate) = (asked.clone(), release.clone());
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        counting.fetch_add(1, Ordering::SeqCst);
+        tokio::task::block_in_place(|| {
+            for _ in 0..600 {
+                if gate.load(Ordering::SeqCst) == 1 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let id = seen.target.trim_start_matches("/v2/core/events/");
+        let event = fetched(id, "v1.payment_intent.succeeded");
+        (200, vec![], event.to_string())
+    })
+    .await;
+    let hookd = serve(&api, &db, "thin-slow-api").await;
+    let sign = stripe_signer();
+    // More thin events at once than receiving has leaders (one per core and
+    // one more): were they stored in batches, every leader would wait.
+    let ids: Vec<String> = (0..4).map(|n| format!("evt_test_65R9slow000{n}")).collect();
+    let thin_posts: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let body = serde_json::to_vec(&thin(id, "v1.payment_intent.succeeded")).expect("json");
+            let (base, headers) = (hookd.base.clone(), sign(&body));
+            tokio::spawn(async move { post(&base, "stripe", &headers, &body).await })
+        })
+        .collect();
+    let client = connect(db.config()).await;
+    wait_for(
+        "the API to be asked for all four",
+        Duration::from_secs(30),
+        || {
+            let asked = asked.clone();
+            async move { (asked.load(Ordering::SeqCst) == 4).then_some(()) }
+        },
+    )
+    .await;
+    // While the API keeps them waiting, hookd holds no transaction open.
+    let open: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 \
+             AND state LIKE 'idle in transaction%'",
+            &[&db.name],
+        )
+        .await
+        .expect("pg_stat_activity")
+        .get(0);
+    assert_eq!(open, 0, "a transaction waits for the provider's API");
+    // And a classic event is stored and answered meanwhile.
+    let classic = json!({
+        "id": "evt_test_65R9classic01", "object": "event", "type": "payment_intent.succeeded",
+        "created": 1_780_000_000, "livemode": false,
+        "data": {"object": {"id": "pi_classic", "object": "payment_intent", "amount": 900,
+                            "amount_received": 900, "currency": "eur", "status": "succeeded"}},
+    });
+    let body = serde_json::to_vec(&classic).expect("json");
+    let answered = tokio::time::timeout(
+        Duration::from_secs(20),
+        post(&hookd.base, "stripe", &sign(&body), &body),
+    )
+    .await
+    .expect("a classic delivery answered while the API keeps the thin ones waiting");
+    assert_eq!(answered.0, 200, "{}", answered.1);
+    assert_eq!(asked.load(Ordering::SeqCst), 4, "the thin ones still wait");
+
+    release.store(1, Ordering::SeqCst);
+    for post in thin_posts {
+        let (status, answer) = post.await.expect("post");
+        assert_eq!(status, 200, "{answer}");
+    }
+    // Each applied at receipt, on the event read before its transaction.
+    for id in &ids {
+        let row = client
+            .query_one(
+                "SELECT e.status, e.attempts, p.amount FROM webhook_events e \
+                 JOIN payments p ON p.source = e.source AND p.payment_id = $2 \
+                 WHERE e.event_id = $1",
+                &[id, &format!("pi_{id}")],
+            )
+            .await
+            .expect("the thin event and its payment");
+        assert_eq!(
+            (
+                row.get::<_, String>(0),
+                row.get::<_, i32>(1),
+                row.get::<_, i64>(2)
+            ),
+            ("processed".to_string(), 1, 2500),
+            "{id}"
+        );
+    }
+    assert_eq!(api.seen().len(), 4);
+}

@@ -144,6 +144,22 @@ pub async fn status_of(client: &impl Session, id: i64) -> Result<Option<EventSta
     Ok(row.and_then(|row| EventStatus::parse(row.get(0))))
 }
 
+/// Whether an event of `source` with `event_id` is stored (a copy of it would
+/// be a duplicate or a conflict, never new).
+pub async fn is_stored(
+    client: &impl Session,
+    source: &str,
+    event_id: &str,
+) -> Result<bool, StoreError> {
+    let row = sql::query_one(
+        client,
+        "SELECT EXISTS (SELECT 1 FROM webhook_events WHERE source = $1 AND event_id = $2)",
+        params![&source, &event_id],
+    )
+    .await?;
+    Ok(row.get(0))
+}
+
 /// Locks event `id` for recording a forward's run in `client`'s transaction;
 /// its attempts so far and when its kind's handler is due again, if it is.
 pub async fn lock_for_forward(
