@@ -22,7 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hookd_kit::bench::{self, Serve};
+use hookd_kit::bench::{self, Cpu, Serve};
 use hookd_kit::load::{KeyedCaller, Keys, MAX_REQUESTS, Report, Summary, ms};
 use hookd_kit::pgbench::{KEY_CALLER, KEY_ROUTE, KeyScript, Pgbench, PgbenchResult};
 use hookd_kit::waits::{WaitSampler, Waits};
@@ -119,6 +119,19 @@ struct Totals {
     pgbench: PgbenchResult,
     waits_hookd: Waits,
     waits_pgbench: Waits,
+    spent: Spent,
+}
+
+/// CPU seconds spent during a level's rounds, by contender.
+#[derive(Default, Clone, Copy)]
+struct Spent {
+    /// `hookd serve`'s own, during hookd's rounds.
+    serve: f64,
+    /// This process (the callers and the upstream) and the cluster, during
+    /// hookd's rounds.
+    beside_hookd: Cpu,
+    /// The cluster and pgbench, during pgbench's rounds.
+    pgbench: Cpu,
 }
 
 struct Level {
@@ -128,6 +141,7 @@ struct Level {
     pgbench: PgbenchResult,
     waits_hookd: Waits,
     waits_pgbench: Waits,
+    spent: Spent,
 }
 
 fn mix(keys: Keys) -> &'static str {
@@ -215,10 +229,14 @@ async fn run(setup: bench::Setup) {
                 }
                 for is_hookd in order {
                     let sampler = WaitSampler::start(cluster.connect().await, cluster.database());
+                    let (cpu_before, serve_before) = (cluster.cpu(), serve.cpu_seconds());
                     if is_hookd {
                         let report = through
                             .closed_loop(keys, concurrency, SLICE, MAX_REQUESTS)
                             .await;
+                        totals.spent.serve += serve.cpu_seconds() - serve_before;
+                        totals.spent.beside_hookd =
+                            totals.spent.beside_hookd + (cluster.cpu() - cpu_before);
                         println!(
                             "{label} hookd   {:<16} {}",
                             mix(keys),
@@ -229,6 +247,7 @@ async fn run(setup: bench::Setup) {
                         totals.waits_hookd.add(sampler.finish().await);
                     } else {
                         let result = pgbench.run(script.name(), concurrency, SLICE, None).await;
+                        totals.spent.pgbench = totals.spent.pgbench + (cluster.cpu() - cpu_before);
                         println!("{label} pgbench {:<16} {}", script.name(), result.line());
                         totals.pgbench.add(result);
                         totals.waits_pgbench.add(sampler.finish().await);
@@ -267,6 +286,7 @@ async fn run(setup: bench::Setup) {
                 pgbench: totals.pgbench,
                 waits_hookd: totals.waits_hookd,
                 waits_pgbench: totals.waits_pgbench,
+                spent: totals.spent,
             });
         }
     }
@@ -315,6 +335,43 @@ async fn run(setup: bench::Setup) {
         let at = format!("c={:<3} {:<12}", level.concurrency, mix(level.keys));
         println!("{at} hookd   {}", level.waits_hookd.line());
         println!("{at} pgbench {}", level.waits_pgbench.line());
+    }
+    println!(
+        "\nthe machine's busy share (CPU seconds of everything measured over the rounds' seconds \
+         × {} cores) and CPU per request in µs: for hookd, `hookd serve` / this process (the \
+         callers and the upstream) / PostgreSQL; for pgbench, PostgreSQL / pgbench",
+        bench::cores()
+    );
+    println!(
+        "{:>11} {:>12} {:>6} {:>24} {:>8} {:>18}",
+        "concurrency", "keys", "hookd", "serve / callers / pg", "pgbench", "pg / client"
+    );
+    for level in &levels {
+        let per = |seconds: f64, n: f64| seconds * 1e6 / n.max(1.0);
+        let spent = level.spent;
+        let (n, np) = (level.hookd.ok as f64, level.pgbench.transactions as f64);
+        let beside = spent.beside_hookd;
+        println!(
+            "{:>11} {:>12} {:>5.0}% {:>24} {:>7.0}% {:>18}",
+            level.concurrency,
+            mix(level.keys),
+            bench::busy(
+                spent.serve + beside.total(),
+                level.hookd.elapsed.as_secs_f64()
+            ),
+            format!(
+                "{:.0} / {:.0} / {:.0}",
+                per(spent.serve, n),
+                per(beside.hookd + beside.rest, n),
+                per(beside.postgres, n)
+            ),
+            bench::busy(spent.pgbench.total(), level.pgbench.seconds),
+            format!(
+                "{:.0} / {:.0}",
+                per(spent.pgbench.postgres, np),
+                per(spent.pgbench.children, np)
+            ),
+        );
     }
     let new_16 = levels
         .iter()

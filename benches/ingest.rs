@@ -184,7 +184,7 @@ async fn run(setup: bench::Setup) {
     println!(
         "\nthe machine's busy share: CPU seconds of everything measured (hookd, the load \
          generator, pgbench, PostgreSQL) over the run's seconds × {} cores",
-        cores()
+        bench::cores()
     );
     println!(
         "{:>11} {:>8} {:>15} {:>13}",
@@ -370,13 +370,7 @@ enum Contender {
     Full,
 }
 
-/// The cores of this machine.
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 /// `cpu` over `seconds` of the whole machine, in percent.
 fn busy(cpu: Cpu, seconds: f64) -> f64 {
-    let spent = cpu.hookd + cpu.rest + cpu.children + cpu.postgres;
-    100.0 * spent / (seconds * cores() as f64).max(1e-9)
+    bench::busy(cpu.total(), seconds)
 }

@@ -301,6 +301,13 @@ impl Serve {
         }
     }
 
+    /// CPU seconds `hookd serve` has spent so far (all its threads).
+    pub fn cpu_seconds(&self) -> f64 {
+        let pid = self.child.id().expect("pid");
+        proc_stat(&PathBuf::from(format!("/proc/{pid}/stat")))
+            .map_or(0.0, |(_, fields)| own_and_children(&fields).0)
+    }
+
     /// Peak resident memory so far (VmHWM, in KiB).
     pub fn peak_rss(&self) -> u64 {
         let pid = self.child.id().expect("pid");
@@ -434,6 +441,23 @@ pub struct Cpu {
     pub children: f64,
     /// The benchmark cluster: postmaster, its backends and background workers.
     pub postgres: f64,
+}
+
+impl Cpu {
+    /// Everything measured, together.
+    pub fn total(&self) -> f64 {
+        self.hookd + self.rest + self.children + self.postgres
+    }
+}
+
+/// The cores of this machine.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `cpu_seconds` over `seconds` of the whole machine, in percent.
+pub fn busy(cpu_seconds: f64, seconds: f64) -> f64 {
+    100.0 * cpu_seconds / (seconds * cores() as f64).max(1e-9)
 }
 
 impl std::ops::Add for Cpu {
