@@ -442,11 +442,18 @@ impl Runner {
 
     /// The event a delivery only names, read from its source's API now (no
     /// transaction open, no session held, so a slow API holds nothing in the
-    /// database); `None` when the payload is the event.
+    /// database); `None` when the payload is the event. Held to
+    /// `handler_timeout`, as a read inside a handler's run is: one that runs
+    /// out of time is a failed run, retried as any.
     pub async fn read_named(&self, event: &IncomingEvent) -> Option<Result<Value, HandlerError>> {
-        self.fetched(&event.source, &event.payload)
-            .await
-            .transpose()
+        let limit = self.settings.now().handler_timeout;
+        match tokio::time::timeout(limit, self.fetched(&event.source, &event.payload)).await {
+            Ok(read) => read.transpose(),
+            Err(_) => Some(Err(HandlerError::Retry(format!(
+                "fetching the event from the provider's API: no answer within {}",
+                duration::format(limit)
+            )))),
+        }
     }
 
     /// The event a delivery only names (see `Provider::event_fetch`), read

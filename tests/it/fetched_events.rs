@@ -737,3 +737,80 @@ async fn a_thin_event_waiting_for_a_slow_api_holds_no_session_and_no_other_deliv
     }
     assert_eq!(api.seen().len(), 4);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thin_event_whose_api_does_not_answer_within_handler_timeout_is_answered_and_retried() {
+    let db = TestDb::create().await;
+    let id = "evt_test_65R9late0001";
+    // The first read never answers in time; the next answers at once.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+            tokio::task::block_in_place(|| std::thread::sleep(Duration::from_secs(4)));
+        }
+        let id = seen.target.trim_start_matches("/v2/core/events/");
+        (
+            200,
+            vec![],
+            fetched(id, "v1.payment_intent.succeeded").to_string(),
+        )
+    })
+    .await;
+    let port = free_port();
+    let config = config_with(port, "thin-late-api", "");
+    let text = std::fs::read_to_string(&config).expect("config");
+    assert!(
+        text.contains("handler_timeout = \"5s\""),
+        "the shipped limit"
+    );
+    let text = text.replace("handler_timeout = \"5s\"", "handler_timeout = \"1s\"");
+    std::fs::write(&config, text).expect("config");
+    let env = api.env("stripe", KEY, cluster().connection_string(&db.name));
+    let hookd = Hookd::start_with_env(&config, port, &env, "info").await;
+    let sign = stripe_signer();
+    let body = serde_json::to_vec(&thin(id, "v1.payment_intent.succeeded")).expect("json");
+    let (status, answer) = post(&hookd.base, "stripe", &sign(&body), &body).await;
+    // Answered once the read ran out of its 1 s: the run failed, saying so.
+    assert_eq!(status, 200, "{answer}");
+    let client = connect(db.config()).await;
+    let first = client
+        .query_one(
+            "SELECT a.error FROM webhook_event_attempts a JOIN webhook_events e \
+             ON e.id = a.webhook_event_id WHERE e.event_id = $1 AND a.attempt = 1",
+            &[&id],
+        )
+        .await
+        .expect("the first run");
+    let error: Option<String> = first.get(0);
+    assert!(
+        error
+            .as_deref()
+            .is_some_and(|e| e.contains("no answer within 1s")),
+        "{error:?}"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "answered before the API was"
+    );
+    // The retry reads it again and applies it.
+    wait_for(
+        "the thin event to be applied on its retry",
+        Duration::from_secs(30),
+        || {
+            let client = &client;
+            async move {
+                let row = client
+                    .query_one(
+                        "SELECT status FROM webhook_events WHERE event_id = $1",
+                        &[&id],
+                    )
+                    .await
+                    .ok()?;
+                (row.get::<_, String>(0) == "processed").then_some(())
+            }
+        },
+    )
+    .await;
+}
