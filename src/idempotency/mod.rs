@@ -30,8 +30,9 @@ pub use store::StoredAnswer;
 
 /// SHA-256 over the method, path, query and body: the body's canonical JSON
 /// (key order and whitespace ignored, `ignore` left out), or the raw bytes when
-/// it is not JSON or its canonical form would blur a difference (a member named
-/// twice, a number no double holds as written: see `faithful`).
+/// it is not JSON or its canonical form would blur a difference outside `ignore`
+/// (a member named twice, a number written with more digits than a double
+/// keeps: see `faithful`).
 pub fn fingerprint(
     method: &str,
     path: &str,
@@ -44,7 +45,7 @@ pub fn fingerprint(
         hash.update(part.as_bytes());
         hash.update(b"\n");
     }
-    match faithful::parsed(body) {
+    match faithful::parsed(body, ignore) {
         Some(json) => {
             hash.update(b"json:");
             hash.update(crate::event::stable_fingerprint(&json, ignore));
