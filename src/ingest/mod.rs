@@ -299,11 +299,12 @@ impl GroupCommit {
 
     /// A request whose events only name theirs (Stripe's thin events), each
     /// stored on its own: the event it names is read from the source's API
-    /// first, with no session held and no transaction open, then stored and
-    /// its handler run on the read event. Never in a batch, so a slow API holds
-    /// neither a batch's deliveries nor its leader, nor a session, nor a lock.
-    /// A copy of an event already stored is not read again (it is decided a
-    /// duplicate or a conflict without running anything).
+    /// first (when its kind has a handler to run on it), with no session held
+    /// and no transaction open, then stored and its handler run on the read
+    /// event. Never in a batch, so a slow API holds neither a batch's
+    /// deliveries nor its leader, nor a session, nor a lock. A copy of an event
+    /// already stored is not read again (it is decided a duplicate or a
+    /// conflict without running anything).
     async fn ingest_naming(
         self: Arc<Self>,
         events: Vec<IncomingEvent>,
@@ -311,13 +312,12 @@ impl GroupCommit {
     ) -> Result<Vec<Ingested>, StoreError> {
         let mut outcomes = Vec::with_capacity(events.len());
         for event in &events {
-            let stored = {
-                let client = self.pool.get().await?;
-                events::is_stored(&client, &event.source, &event.event_id).await?
-            };
-            let read_first = match stored {
-                true => None,
-                false => self.runner.read_named(event).await,
+            let read_first = match self.to_read(event).await? {
+                true => {
+                    let span = tracing::trace_span!("read_named", hookd.event_id = %event.event_id);
+                    self.runner.read_named(event).instrument(span).await
+                }
+                false => None,
             };
             let _session = self.sessions.acquire().await;
             let outcome = self
@@ -327,6 +327,24 @@ impl GroupCommit {
             outcomes.push(outcome);
         }
         Ok(outcomes)
+    }
+
+    /// Whether the event `event` names is to be read before it is stored: its
+    /// kind has a handler here, and no copy of it is stored yet.
+    async fn to_read(&self, event: &IncomingEvent) -> Result<bool, StoreError> {
+        let settings = self.runner.settings();
+        let plan = self.runner.plan(
+            &settings,
+            &event.source,
+            &event.event_type,
+            event.kind.as_deref(),
+        );
+        if !plan.iter().any(|step| matches!(step, Step::Local { .. })) {
+            return Ok(false);
+        }
+        let _session = self.sessions.acquire().await;
+        let client = self.pool.get().await?;
+        Ok(!events::is_stored(&client, &event.source, &event.event_id).await?)
     }
 
     /// Starts a leader that `LeaderQueue::claim` counted.
