@@ -265,7 +265,21 @@ impl Intake<'_> {
                     );
                     return Err(IntakeError::Unfetched.into());
                 };
-                fetched(source, named).await?
+                // Held to `handler_timeout`, as a read in a handler's run is:
+                // the listener answers within twice that.
+                let limit = settings.handler_timeout;
+                match tokio::time::timeout(limit, fetched(source, named)).await {
+                    Ok(fetched) => fetched?,
+                    Err(_) => {
+                        log::warn!(
+                            "{}: fetching the event a delivery names: no answer within {}; \
+                             answered 503 unfetched",
+                            source.name,
+                            crate::duration::format(limit)
+                        );
+                        return Err(IntakeError::Unfetched.into());
+                    }
+                }
             }
         };
         let mut events = IncomingEvent::parse_all(source, headers, &body)?;

@@ -46,24 +46,6 @@ async fn serve(api: &ProviderApi, db: &TestDb, name: &str) -> Hookd {
     serve_source(api, db, name, "stripe", "").await.0
 }
 
-/// `serve`, with the shipped `handler_timeout` changed to `limit`.
-async fn serve_with_handler_timeout(
-    api: &ProviderApi,
-    db: &TestDb,
-    name: &str,
-    limit: &str,
-) -> Hookd {
-    let port = free_port();
-    let config = config_with(port, name, "");
-    let text = std::fs::read_to_string(&config).expect("config");
-    let shipped = "handler_timeout = \"5s\"";
-    assert!(text.contains(shipped), "the shipped limit");
-    let text = text.replace(shipped, &format!("handler_timeout = \"{limit}\""));
-    std::fs::write(&config, text).expect("config");
-    let env = api.env("stripe", KEY, cluster().connection_string(&db.name));
-    Hookd::start_with_env(&config, port, &env, "info").await
-}
-
 /// `hookd serve` on the shipped configuration with `extra` appended, asking
 /// `api` with `KEY` for `source`.
 async fn serve_source(
@@ -73,8 +55,27 @@ async fn serve_source(
     source: &str,
     extra: &str,
 ) -> (Hookd, PathBuf) {
+    serve_source_limited(api, db, name, source, extra, None).await
+}
+
+/// `serve_source`, with the shipped `handler_timeout` changed to `limit`.
+async fn serve_source_limited(
+    api: &ProviderApi,
+    db: &TestDb,
+    name: &str,
+    source: &str,
+    extra: &str,
+    limit: Option<&str>,
+) -> (Hookd, PathBuf) {
     let port = free_port();
     let config = config_with(port, name, extra);
+    if let Some(limit) = limit {
+        let text = std::fs::read_to_string(&config).expect("config");
+        let shipped = "handler_timeout = \"5s\"";
+        assert!(text.contains(shipped), "the shipped limit");
+        let text = text.replace(shipped, &format!("handler_timeout = \"{limit}\""));
+        std::fs::write(&config, text).expect("config");
+    }
     let env = api.env(source, KEY, cluster().connection_string(&db.name));
     (
         Hookd::start_with_env(&config, port, &env, "info").await,
@@ -605,6 +606,35 @@ async fn a_flood_of_mollie_ids_asks_the_api_at_most_8_at_once_and_the_rest_get_5
     assert_eq!(post_form(&hookd.base, "tr_afterflood").await.0, 200);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mollie_payment_the_api_does_not_give_within_handler_timeout_is_answered_503() {
+    let db = TestDb::create().await;
+    // The first call is not answered in time; the next at once.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+            tokio::task::block_in_place(|| std::thread::sleep(Duration::from_secs(4)));
+        }
+        let id = seen.target.trim_start_matches("/v2/payments/");
+        (200, vec![], payment(id, "paid", "").to_string())
+    })
+    .await;
+    let (hookd, _config) =
+        serve_source_limited(&api, &db, "mollie-late", "mollie", MOLLIE, Some("1s")).await;
+    // Unfetched within the 1 s: 503, nothing stored; Mollie calls again.
+    assert_eq!(post_form(&hookd.base, "tr_late1").await.0, 503);
+    let client = connect(db.config()).await;
+    let stored: i64 = client
+        .query_one("SELECT count(*) FROM webhook_events", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(stored, 0);
+    assert_eq!(post_form(&hookd.base, "tr_late1").await.0, 200);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
 #[tokio::test]
 async fn a_mollie_source_without_api_key_stops_startup_in_one_line() {
     let out = crate::support::check_config(MOLLIE, &[]).await;
@@ -694,7 +724,9 @@ async fn a_thin_event_waiting_for_a_slow_api_holds_no_session_and_no_other_deliv
     })
     .await;
     // The reads may wait as long as the test needs (the API lets go within 20 s).
-    let hookd = serve_with_handler_timeout(&api, &db, "thin-slow-api", "30s").await;
+    let hookd = serve_source_limited(&api, &db, "thin-slow-api", "stripe", "", Some("30s"))
+        .await
+        .0;
     let sign = stripe_signer();
     // More thin events at once than receiving has leaders (one per core and
     // one more): were they stored in batches, every leader would wait.
@@ -793,7 +825,9 @@ async fn a_thin_event_whose_api_does_not_answer_within_handler_timeout_is_answer
         )
     })
     .await;
-    let hookd = serve_with_handler_timeout(&api, &db, "thin-late-api", "1s").await;
+    let hookd = serve_source_limited(&api, &db, "thin-late-api", "stripe", "", Some("1s"))
+        .await
+        .0;
     let sign = stripe_signer();
     let body = serde_json::to_vec(&thin(id, "v1.payment_intent.succeeded")).expect("json");
     let (status, answer) = post(&hookd.base, "stripe", &sign(&body), &body).await;
