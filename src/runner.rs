@@ -236,8 +236,12 @@ impl Runner {
         step: &Step<'_>,
         handler: &Arc<dyn Handler>,
         event: &Event<'_>,
+        read_first: Option<&Result<Value, HandlerError>>,
     ) -> Result<Run, StoreError> {
-        match self.run_step_or_cut(tx, step, handler, event, None).await? {
+        match self
+            .run_step_or_cut(tx, step, handler, event, read_first)
+            .await?
+        {
             Ran::Ended(run) => Ok(run),
             Ran::Cut(run) => {
                 store::rollback_to_savepoint(tx).await?;
@@ -445,9 +449,13 @@ impl Runner {
     /// database); `None` when the payload is the event. Held to
     /// `handler_timeout`, as a read inside a handler's run is: one that runs
     /// out of time is a failed run, retried as any.
-    pub async fn read_named(&self, event: &IncomingEvent) -> Option<Result<Value, HandlerError>> {
+    pub async fn read_named(
+        &self,
+        source: &str,
+        payload: &Value,
+    ) -> Option<Result<Value, HandlerError>> {
         let limit = self.settings.now().handler_timeout;
-        match tokio::time::timeout(limit, self.fetched(&event.source, &event.payload)).await {
+        match tokio::time::timeout(limit, self.fetched(source, payload)).await {
             Ok(read) => read.transpose(),
             Err(_) => Some(Err(HandlerError::Retry(format!(
                 "fetching the event from the provider's API: no answer within {}",

@@ -31,6 +31,7 @@ use tracing::Instrument;
 
 use crate::config::Settings;
 use crate::duration;
+use crate::handlers::HandlerError;
 use crate::ledger::{HandlerName, HandlerStanding, HandlerStatus, Standing};
 use crate::providers;
 use crate::runner::{Runner, Step, forward_names};
@@ -43,6 +44,9 @@ pub use lanes::Forwarder;
 
 /// How often an idle dispatcher looks for due retries.
 const POLL: Duration = Duration::from_millis(500);
+/// How long past `handler_timeout` an event whose named event is being read
+/// stays postponed (see `try_dispatch_due`).
+const READ_SLACK: Duration = Duration::from_secs(30);
 /// How long it waits after a database error before trying again.
 const BACKOFF_ON_ERROR: Duration = Duration::from_secs(2);
 /// How long an event whose kind's handler this instance does not have waits
@@ -152,41 +156,112 @@ impl Dispatcher {
     }
 
     /// Claims the most overdue event whose kind's handler is due, if any, and runs it.
+    ///
+    /// An event that only names its event (Stripe's thin events) is read from
+    /// its source's API outside any transaction: the claim postpones it for
+    /// the read's time limit and commits, the read runs holding no session and
+    /// no lock, and the run then locks the event again — unless another run
+    /// took it meanwhile (its attempts changed), or this instance died (it is
+    /// due again once postponed).
     pub async fn try_dispatch_due(&self) -> Result<DispatchStep, StoreError> {
         let settings = self.runner.settings();
         let mut client = self.pool.get().await?;
-        let ran = async {
+        let claimed = async {
             let tx = crate::store::begin(&mut client).await?;
             let Some(claimed) = events::claim_due(&tx).await? else {
                 return Ok(None);
             };
             let claimed = own_item(&settings, claimed);
-            let span = tracing::trace_span!(
-                "dispatch",
-                hookd.row_id = claimed.id,
-                hookd.source = claimed.source.as_str(),
-                hookd.event_id = claimed.event_id.as_str(),
-            );
-            let status = async {
-                let run = self.run_again(&tx, &settings, &claimed, false).await?;
+            if !self.reads_first(&settings, &claimed) {
+                let status = self.run_claimed(&tx, &settings, &claimed, None).await?;
                 tx.commit()
                     .instrument(tracing::trace_span!("commit"))
                     .await?;
-                Ok::<_, StoreError>(run.settled.status)
+                return Ok(Some((claimed, Some(status))));
             }
-            .instrument(span)
-            .await?;
-            Ok(Some((claimed, status)))
+            let hold = settings.handler_timeout + READ_SLACK;
+            events::postpone(&tx, claimed.id, hold.as_secs_f64()).await?;
+            tx.commit().await?;
+            Ok(Some((claimed, None)))
         }
         .await;
-        let Some((claimed, status)) = store::give_back(client, ran)? else {
-            return Ok(DispatchStep::Idle);
+        let (claimed, status) = match store::give_back(client, claimed)? {
+            None => return Ok(DispatchStep::Idle),
+            Some((claimed, Some(status))) => (claimed, status),
+            Some((claimed, None)) => {
+                let Some(payload) = claimed.payload.as_ref() else {
+                    return Ok(DispatchStep::Idle);
+                };
+                let read = self.runner.read_named(&claimed.source, payload).await;
+                match self.run_read(&settings, &claimed, read.as_ref()).await? {
+                    Some(status) => (claimed, status),
+                    None => return Ok(DispatchStep::Idle),
+                }
+            }
         };
         self.runner.count_status(claimed.kind.as_deref(), status);
         Ok(DispatchStep::Attempted {
             id: claimed.id,
             status,
         })
+    }
+
+    /// Whether a claimed event's kind's handler is to run on the event it only
+    /// names, read before the run's transaction.
+    fn reads_first(&self, settings: &Settings, claimed: &ClaimedEvent) -> bool {
+        claimed.payload.as_ref().is_some_and(|payload| {
+            self.runner.names_its_event(&claimed.source, payload)
+                && self.local_step(settings, claimed).is_some()
+        })
+    }
+
+    /// The run of a claimed event in `tx`, under the dispatch's span; its status.
+    async fn run_claimed(
+        &self,
+        tx: &Transaction<'_>,
+        settings: &Settings,
+        claimed: &ClaimedEvent,
+        read_first: Option<&Result<serde_json::Value, HandlerError>>,
+    ) -> Result<EventStatus, StoreError> {
+        let span = tracing::trace_span!(
+            "dispatch",
+            hookd.row_id = claimed.id,
+            hookd.source = claimed.source.as_str(),
+            hookd.event_id = claimed.event_id.as_str(),
+        );
+        let run = self
+            .run_again(tx, settings, claimed, false, read_first)
+            .instrument(span)
+            .await?;
+        Ok(run.settled.status)
+    }
+
+    /// The run of a postponed event on what was `read` for it, once it is
+    /// locked again; `None` when another run took it meanwhile.
+    async fn run_read(
+        &self,
+        settings: &Settings,
+        claimed: &ClaimedEvent,
+        read: Option<&Result<serde_json::Value, HandlerError>>,
+    ) -> Result<Option<EventStatus>, StoreError> {
+        let mut client = self.pool.get().await?;
+        let ran = async {
+            let tx = crate::store::begin(&mut client).await?;
+            let Some(locked) = events::lock_by_id(&tx, claimed.id).await? else {
+                return Ok(None);
+            };
+            if locked.attempts != claimed.attempts || locked.leased {
+                return Ok(None);
+            }
+            let locked = own_item(settings, locked);
+            let status = self.run_claimed(&tx, settings, &locked, read).await?;
+            tx.commit()
+                .instrument(tracing::trace_span!("commit"))
+                .await?;
+            Ok(Some(status))
+        }
+        .await;
+        store::give_back(client, ran)
     }
 
     /// Runs an event's handlers again now, whatever its status (operators'
@@ -229,7 +304,7 @@ impl Dispatcher {
                 tx.commit().await?;
                 return Ok(Err(outcome));
             }
-            let run = self.run_again(&tx, &settings, &event, true).await?;
+            let run = self.run_again(&tx, &settings, &event, true, None).await?;
             let audited = if run.sending.is_empty() {
                 audit_retry(&tx, by, id, source, run.settled.status.as_str()).await?;
                 None
@@ -346,6 +421,7 @@ impl Dispatcher {
         settings: &Settings,
         claimed: &ClaimedEvent,
         operator: bool,
+        read_first: Option<&Result<serde_json::Value, HandlerError>>,
     ) -> Result<RunAgain, StoreError> {
         let runner = &self.runner;
         let history = events::handler_runs(tx, claimed.id).await?;
@@ -379,7 +455,9 @@ impl Dispatcher {
                 } else if let Some(payload) = claimed.payload.as_ref() {
                     attempt += 1;
                     let event = runner.view_claimed(claimed, payload, attempt);
-                    let run = runner.run_step(tx, &step, handler, &event).await?;
+                    let run = runner
+                        .run_step(tx, &step, handler, &event, read_first)
+                        .await?;
                     let after = runner.standing_after(&run, previous + 1);
                     standings.push(standing(name, previous + 1, after));
                     runs.push((attempt, run));

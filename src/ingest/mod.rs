@@ -315,7 +315,10 @@ impl GroupCommit {
             let read_first = match self.to_read(event).await? {
                 true => {
                     let span = tracing::trace_span!("read_named", hookd.event_id = %event.event_id);
-                    self.runner.read_named(event).instrument(span).await
+                    self.runner
+                        .read_named(&event.source, &event.payload)
+                        .instrument(span)
+                        .await
                 }
                 false => None,
             };

@@ -83,6 +83,65 @@ async fn serve_source_limited(
     )
 }
 
+/// The row of event `id` once it is `processed` (30 s at most): its status,
+/// attempts, kind and payload's `object`.
+async fn until_processed(client: &tokio_postgres::Client, id: &str) -> tokio_postgres::Row {
+    wait_for(
+        "the thin event to be applied",
+        Duration::from_secs(30),
+        || async move {
+            let row = client
+                .query_one(
+                    "SELECT status, attempts, kind, payload->>'object' FROM webhook_events \
+                 WHERE event_id = $1",
+                    &[&id],
+                )
+                .await
+                .ok()?;
+            (row.get::<_, String>(0) == "processed").then_some(row)
+        },
+    )
+    .await
+}
+
+/// What the API answers for the event a call names: a payment succeeded.
+fn the_named_event(seen: &Seen) -> Answer {
+    let id = seen.target.trim_start_matches("/v2/core/events/");
+    let event = fetched(id, "v1.payment_intent.succeeded");
+    (200, vec![], event.to_string())
+}
+
+/// A thin `v1.payment_intent.succeeded` naming `id`, signed and posted.
+async fn post_thin(hookd: &Hookd, id: &str) -> (u16, String) {
+    let body = serde_json::to_vec(&thin(id, "v1.payment_intent.succeeded")).expect("json");
+    post(&hookd.base, "stripe", &stripe_signer()(&body), &body).await
+}
+
+/// Blocks the API's worker until the test sets `gate` to 1 (20 s at most).
+fn held_until_let_go(gate: &AtomicUsize) {
+    tokio::task::block_in_place(|| {
+        for _ in 0..400 {
+            if gate.load(Ordering::SeqCst) == 1 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+}
+
+/// The sessions of `db` inside a transaction, waiting for their client.
+async fn open_transactions(client: &tokio_postgres::Client, db: &TestDb) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 \
+             AND state LIKE 'idle in transaction%'",
+            &[&db.name],
+        )
+        .await
+        .expect("pg_stat_activity")
+        .get(0)
+}
+
 /// The shipped configuration on `port` with `extra` appended.
 fn config_with(port: u16, name: &str, extra: &str) -> PathBuf {
     let config = write_config(port, name);
@@ -166,25 +225,7 @@ async fn a_thin_event_is_fetched_before_its_handler_and_a_failed_fetch_is_retrie
     assert_eq!(status, 200, "{first}");
 
     let client = connect(db.config()).await;
-    let row = wait_for(
-        "the thin event to be applied",
-        Duration::from_secs(30),
-        || {
-            let client = &client;
-            async move {
-                let row = client
-                    .query_one(
-                        "SELECT status, attempts, kind, payload->>'object' FROM webhook_events \
-                     WHERE event_id = $1",
-                        &[&id],
-                    )
-                    .await
-                    .ok()?;
-                (row.get::<_, String>(0) == "processed").then_some(row)
-            }
-        },
-    )
-    .await;
+    let row = until_processed(&client, id).await;
     // Stored as delivered (the notification, its signature's proof), with the
     // kind of its classic type; run twice: the failed fetch, then the handler.
     assert_eq!(row.get::<_, i32>(1), 2);
@@ -710,17 +751,8 @@ async fn a_thin_event_waiting_for_a_slow_api_holds_no_session_and_no_other_deliv
     let (counting, gate) = (asked.clone(), release.clone());
     let api = ProviderApi::start(move |seen: &Seen| -> Answer {
         counting.fetch_add(1, Ordering::SeqCst);
-        tokio::task::block_in_place(|| {
-            for _ in 0..400 {
-                if gate.load(Ordering::SeqCst) == 1 {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        let id = seen.target.trim_start_matches("/v2/core/events/");
-        let event = fetched(id, "v1.payment_intent.succeeded");
-        (200, vec![], event.to_string())
+        held_until_let_go(&gate);
+        the_named_event(seen)
     })
     .await;
     // The reads may wait as long as the test needs (the API lets go within 20 s).
@@ -750,16 +782,11 @@ async fn a_thin_event_waiting_for_a_slow_api_holds_no_session_and_no_other_deliv
     )
     .await;
     // While the API keeps them waiting, hookd holds no transaction open.
-    let open: i64 = client
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 \
-             AND state LIKE 'idle in transaction%'",
-            &[&db.name],
-        )
-        .await
-        .expect("pg_stat_activity")
-        .get(0);
-    assert_eq!(open, 0, "a transaction waits for the provider's API");
+    assert_eq!(
+        open_transactions(&client, &db).await,
+        0,
+        "a transaction waits for the provider's API"
+    );
     // And a classic event is stored and answered meanwhile.
     let classic = json!({
         "id": "evt_test_65R9classic01", "object": "event", "type": "payment_intent.succeeded",
@@ -817,20 +844,13 @@ async fn a_thin_event_whose_api_does_not_answer_within_handler_timeout_is_answer
         if counted.fetch_add(1, Ordering::SeqCst) == 0 {
             tokio::task::block_in_place(|| std::thread::sleep(Duration::from_secs(4)));
         }
-        let id = seen.target.trim_start_matches("/v2/core/events/");
-        (
-            200,
-            vec![],
-            fetched(id, "v1.payment_intent.succeeded").to_string(),
-        )
+        the_named_event(seen)
     })
     .await;
     let hookd = serve_source_limited(&api, &db, "thin-late-api", "stripe", "", Some("1s"))
         .await
         .0;
-    let sign = stripe_signer();
-    let body = serde_json::to_vec(&thin(id, "v1.payment_intent.succeeded")).expect("json");
-    let (status, answer) = post(&hookd.base, "stripe", &sign(&body), &body).await;
+    let (status, answer) = post_thin(&hookd, id).await;
     // Answered once the read ran out of its 1 s: the run failed, saying so.
     assert_eq!(status, 200, "{answer}");
     let client = connect(db.config()).await;
@@ -855,22 +875,48 @@ async fn a_thin_event_whose_api_does_not_answer_within_handler_timeout_is_answer
         "answered before the API was"
     );
     // The retry reads it again and applies it.
-    wait_for(
-        "the thin event to be applied on its retry",
-        Duration::from_secs(30),
-        || {
-            let client = &client;
-            async move {
-                let row = client
-                    .query_one(
-                        "SELECT status FROM webhook_events WHERE event_id = $1",
-                        &[&id],
-                    )
-                    .await
-                    .ok()?;
-                (row.get::<_, String>(0) == "processed").then_some(())
-            }
-        },
-    )
+    until_processed(&client, id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thin_events_retry_reads_its_event_holding_no_transaction() {
+    let db = TestDb::create().await;
+    let id = "evt_test_65R9retry0001";
+    // The first read fails (so the event is retried); the retry's read waits
+    // until the test lets go.
+    let (calls, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (counted, gate) = (calls.clone(), release.clone());
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+            return (
+                500,
+                vec![],
+                json!({"error": {"message": "later"}}).to_string(),
+            );
+        }
+        held_until_let_go(&gate);
+        the_named_event(seen)
+    })
     .await;
+    let hookd = serve_source_limited(&api, &db, "thin-retry-read", "stripe", "", Some("30s"))
+        .await
+        .0;
+    let (status, answer) = post_thin(&hookd, id).await;
+    assert_eq!(status, 200, "{answer}");
+    wait_for("the retry's read", Duration::from_secs(30), || {
+        let calls = calls.clone();
+        async move { (calls.load(Ordering::SeqCst) == 2).then_some(()) }
+    })
+    .await;
+    let client = connect(db.config()).await;
+    assert_eq!(
+        open_transactions(&client, &db).await,
+        0,
+        "a transaction waits for the provider's API"
+    );
+    release.store(1, Ordering::SeqCst);
+    let row = until_processed(&client, id).await;
+    // Run twice: the failed read at receipt, then the retry, once.
+    assert_eq!(row.get::<_, i32>(1), 2);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
 }

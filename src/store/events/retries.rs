@@ -83,6 +83,20 @@ pub(in crate::store) fn claimed(row: &tokio_postgres::Row) -> ClaimedEvent {
     }
 }
 
+/// Pushes when event `id`'s kind's handler is due to `secs` from now: a
+/// dispatcher that reads what the event names outside its transaction holds it
+/// so meanwhile (if it dies, the event is due again then).
+pub async fn postpone(client: &impl Session, id: i64, secs: f64) -> Result<(), StoreError> {
+    sql::execute(
+        client,
+        "UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $2) \
+         WHERE id = $1",
+        params![&id, &secs],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Locks one event for a manual retry, waiting for a dispatcher that holds it
 /// (`NO KEY`, as `claim_due`: a purge pass does not wait for it).
 pub async fn lock_by_id(
