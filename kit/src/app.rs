@@ -421,7 +421,7 @@ impl TestApp {
                 .await
                 .expect("dispatch")
             {
-                DispatchStep::Attempted { .. } => ran += 1,
+                DispatchStep::Attempted { .. } | DispatchStep::StoodDown { .. } => ran += 1,
                 DispatchStep::Idle => {}
             }
             ran += self.send_due_forwards().await;

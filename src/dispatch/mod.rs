@@ -101,6 +101,9 @@ pub struct RetryBy<'a> {
 pub enum DispatchStep {
     /// One due event was attempted and now has this status.
     Attempted { id: i64, status: EventStatus },
+    /// One due event's named event was read, but another run settled the
+    /// event meanwhile: nothing ran (others may be due).
+    StoodDown { id: i64 },
     /// Nothing is due.
     Idle,
 }
@@ -177,25 +180,35 @@ impl Dispatcher {
                 tx.commit()
                     .instrument(tracing::trace_span!("commit"))
                     .await?;
-                return Ok(Some((claimed, Some(status))));
+                return Ok(Some((claimed, Ok(status))));
             }
             let hold = settings.handler_timeout + READ_SLACK;
-            events::postpone(&tx, claimed.id, hold.as_secs_f64()).await?;
+            let until = events::postpone(&tx, claimed.id, hold.as_secs_f64()).await?;
             tx.commit().await?;
-            Ok(Some((claimed, None)))
+            Ok(Some((claimed, Err(until))))
         }
         .await;
         let (claimed, status) = match store::give_back(client, claimed)? {
             None => return Ok(DispatchStep::Idle),
-            Some((claimed, Some(status))) => (claimed, status),
-            Some((claimed, None)) => {
-                let Some(payload) = claimed.payload.as_ref() else {
-                    return Ok(DispatchStep::Idle);
-                };
-                let read = self.runner.read_named(&claimed.source, payload).await;
-                match self.run_read(&settings, &claimed, read.as_ref()).await? {
+            Some((claimed, Ok(status))) => (claimed, status),
+            Some((claimed, Err(until))) => {
+                let payload = claimed.payload.as_ref().unwrap_or(&serde_json::Value::Null);
+                let span = tracing::trace_span!(
+                    "read_named",
+                    hookd.row_id = claimed.id,
+                    hookd.event_id = claimed.event_id.as_str(),
+                );
+                let read = self
+                    .runner
+                    .read_named(&claimed.source, payload)
+                    .instrument(span)
+                    .await;
+                match self
+                    .run_read(&settings, &claimed, until, read.as_ref())
+                    .await?
+                {
                     Some(status) => (claimed, status),
-                    None => return Ok(DispatchStep::Idle),
+                    None => return Ok(DispatchStep::StoodDown { id: claimed.id }),
                 }
             }
         };
@@ -207,7 +220,7 @@ impl Dispatcher {
     }
 
     /// Whether a claimed event's kind's handler is to run on the event it only
-    /// names, read before the run's transaction.
+    /// names (it has a payload, then), read before the run's transaction.
     fn reads_first(&self, settings: &Settings, claimed: &ClaimedEvent) -> bool {
         claimed.payload.as_ref().is_some_and(|payload| {
             self.runner.names_its_event(&claimed.source, payload)
@@ -236,23 +249,21 @@ impl Dispatcher {
         Ok(run.settled.status)
     }
 
-    /// The run of a postponed event on what was `read` for it, once it is
-    /// locked again; `None` when another run took it meanwhile.
+    /// The run of an event postponed `until`, on what was `read` for it, once
+    /// it is locked again; `None` when another run settled it meanwhile.
     async fn run_read(
         &self,
         settings: &Settings,
         claimed: &ClaimedEvent,
+        until: chrono::DateTime<Utc>,
         read: Option<&Result<serde_json::Value, HandlerError>>,
     ) -> Result<Option<EventStatus>, StoreError> {
         let mut client = self.pool.get().await?;
         let ran = async {
             let tx = crate::store::begin(&mut client).await?;
-            let Some(locked) = events::lock_by_id(&tx, claimed.id).await? else {
+            let Some(locked) = events::lock_postponed(&tx, claimed.id, until).await? else {
                 return Ok(None);
             };
-            if locked.attempts != claimed.attempts || locked.leased {
-                return Ok(None);
-            }
             let locked = own_item(settings, locked);
             let status = self.run_claimed(&tx, settings, &locked, read).await?;
             tx.commit()
@@ -368,7 +379,7 @@ impl Dispatcher {
     pub async fn run_until_stopped(self, mut shutdown: Shutdown) {
         while !shutdown.is_requested() {
             let pause = match self.try_dispatch_due().await {
-                Ok(DispatchStep::Attempted { .. }) => continue,
+                Ok(DispatchStep::Attempted { .. } | DispatchStep::StoodDown { .. }) => continue,
                 Ok(DispatchStep::Idle) => POLL,
                 Err(error) => {
                     log::warn!("dispatcher: {error}; retrying in {BACKOFF_ON_ERROR:?}");

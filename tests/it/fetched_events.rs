@@ -881,42 +881,109 @@ async fn a_thin_event_whose_api_does_not_answer_within_handler_timeout_is_answer
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thin_events_retry_reads_its_event_holding_no_transaction() {
     let db = TestDb::create().await;
-    let id = "evt_test_65R9retry0001";
-    // The first read fails (so the event is retried); the retry's read waits
-    // until the test lets go.
-    let (calls, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (counted, gate) = (calls.clone(), release.clone());
+    // Per event: the first read fails (so the event is retried); the retry's
+    // read waits until the test lets that event go.
+    let calls: Arc<Mutex<std::collections::HashMap<String, usize>>> = Arc::default();
+    let released: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (counted, gates) = (calls.clone(), released.clone());
     let api = ProviderApi::start(move |seen: &Seen| -> Answer {
-        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
-            return (
-                500,
-                vec![],
-                json!({"error": {"message": "later"}}).to_string(),
-            );
+        let id = seen
+            .target
+            .trim_start_matches("/v2/core/events/")
+            .to_string();
+        let call = {
+            let mut calls = counted.lock().expect("calls");
+            let n = calls.entry(id.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        if call == 1 {
+            let later = json!({"error": {"message": "later"}});
+            return (500, vec![], later.to_string());
         }
-        held_until_let_go(&gate);
+        tokio::task::block_in_place(|| {
+            for _ in 0..400 {
+                if gates.lock().expect("gates").contains(&id) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
         the_named_event(seen)
     })
     .await;
+    let calls_of = |id: &str| calls.lock().expect("calls").get(id).copied().unwrap_or(0);
     let hookd = serve_source_limited(&api, &db, "thin-retry-read", "stripe", "", Some("30s"))
         .await
         .0;
-    let (status, answer) = post_thin(&hookd, id).await;
-    assert_eq!(status, 200, "{answer}");
-    wait_for("the retry's read", Duration::from_secs(30), || {
-        let calls = calls.clone();
-        async move { (calls.load(Ordering::SeqCst) == 2).then_some(()) }
-    })
-    .await;
     let client = connect(db.config()).await;
+    let retry_reading = |id: &'static str| {
+        let (hookd, calls_of) = (&hookd, &calls_of);
+        async move {
+            let (status, answer) = post_thin(hookd, id).await;
+            assert_eq!(status, 200, "{answer}");
+            wait_for("the retry's read", Duration::from_secs(30), || async move {
+                (calls_of(id) == 2).then_some(())
+            })
+            .await;
+        }
+    };
+
+    // A retry whose read waits holds no transaction; a forward's run recorded
+    // meanwhile (it counts an attempt, keeps the handler's time) does not stop it.
+    let forwarded = "evt_test_65R9retry0001";
+    retry_reading(forwarded).await;
     assert_eq!(
         open_transactions(&client, &db).await,
         0,
         "a transaction waits for the provider's API"
     );
-    release.store(1, Ordering::SeqCst);
-    let row = until_processed(&client, id).await;
-    // Run twice: the failed read at receipt, then the retry, once.
-    assert_eq!(row.get::<_, i32>(1), 2);
-    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    client
+        .execute(
+            "UPDATE webhook_events SET attempts = attempts + 1 WHERE event_id = $1",
+            &[&forwarded],
+        )
+        .await
+        .expect("a forward's attempt");
+    released.lock().expect("gates").push(forwarded.into());
+    let row = until_processed(&client, forwarded).await;
+    // The failed read at receipt, the forward's, then the retry, once.
+    assert_eq!(row.get::<_, i32>(1), 3);
+    assert_eq!(calls_of(forwarded), 2);
+
+    // Settled by another run meanwhile (an operator's retry): the read is
+    // dropped and nothing runs again.
+    let settled = "evt_test_65R9retry0002";
+    retry_reading(settled).await;
+    client
+        .execute(
+            "UPDATE webhook_events SET status = 'processed', attempts = attempts + 1, \
+             next_attempt_at = NULL WHERE event_id = $1",
+            &[&settled],
+        )
+        .await
+        .expect("another run");
+    released.lock().expect("gates").push(settled.into());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let applied: i64 = client
+        .query_one(
+            "SELECT count(*) FROM payments WHERE payment_id = $1",
+            &[&format!("pi_{settled}")],
+        )
+        .await
+        .expect("payments")
+        .get(0);
+    assert_eq!(
+        applied, 0,
+        "the handler ran on an event another run settled"
+    );
+    let attempts: i32 = client
+        .query_one(
+            "SELECT attempts FROM webhook_events WHERE event_id = $1",
+            &[&settled],
+        )
+        .await
+        .expect("row")
+        .get(0);
+    assert_eq!(attempts, 2);
 }

@@ -25,8 +25,8 @@ pub use folded::{BoundFoldedStatement, FoldedStatement, MergeRow};
 pub use record::{RECORD_BODY_DELIVERY, RECORD_DELIVERY, lost_id_race, record_delivery};
 pub(super) use retries::claimed;
 pub use retries::{
-    ClaimedEvent, Settled, backlog, claim_due, is_stored, lock_by_id, lock_for_forward, postpone,
-    settle, status_of,
+    ClaimedEvent, Settled, backlog, claim_due, is_stored, lock_by_id, lock_for_forward,
+    lock_postponed, postpone, settle, status_of,
 };
 
 /// Where an event stands: `processed` (every handler done), `ignored` (none

@@ -83,18 +83,42 @@ pub(in crate::store) fn claimed(row: &tokio_postgres::Row) -> ClaimedEvent {
     }
 }
 
-/// Pushes when event `id`'s kind's handler is due to `secs` from now: a
-/// dispatcher that reads what the event names outside its transaction holds it
-/// so meanwhile (if it dies, the event is due again then).
-pub async fn postpone(client: &impl Session, id: i64, secs: f64) -> Result<(), StoreError> {
-    sql::execute(
+/// Pushes when event `id`'s kind's handler is due to `secs` from now, and
+/// returns that time: a dispatcher that reads what the event names outside its
+/// transaction holds it so meanwhile (if it dies, the event is due again then).
+pub async fn postpone(
+    client: &impl Session,
+    id: i64,
+    secs: f64,
+) -> Result<DateTime<Utc>, StoreError> {
+    let row = sql::query_one(
         client,
         "UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $2) \
-         WHERE id = $1",
+         WHERE id = $1 RETURNING next_attempt_at",
         params![&id, &secs],
     )
     .await?;
-    Ok(())
+    Ok(row.get(0))
+}
+
+/// Locks event `id` again after `postpone`, if it is still `failed` and due
+/// when it was postponed to: any run of its kind's handler (a retry, an
+/// operator's) settles it anew, while a forward's keeps that time.
+pub async fn lock_postponed(
+    client: &impl Session,
+    id: i64,
+    until: DateTime<Utc>,
+) -> Result<Option<ClaimedEvent>, StoreError> {
+    let row = sql::query_opt(
+        client,
+        &format!(
+            "SELECT {CLAIMED_COLUMNS} FROM webhook_events \
+             WHERE id = $1 AND status = 'failed' AND next_attempt_at = $2 FOR NO KEY UPDATE"
+        ),
+        params![&id, &until],
+    )
+    .await?;
+    Ok(row.as_ref().map(claimed))
 }
 
 /// Locks one event for a manual retry, waiting for a dispatcher that holds it
