@@ -229,29 +229,8 @@ impl Runner {
 
     /// Runs the kind's handler `step` of `event` in a savepoint of `tx`. Only
     /// database errors outside the handler escape (they abort `tx`). A run cut
-    /// at `handler_timeout` is rolled back to its savepoint and `tx` goes on.
-    pub async fn run_step(
-        &self,
-        tx: &Transaction<'_>,
-        step: &Step<'_>,
-        handler: &Arc<dyn Handler>,
-        event: &Event<'_>,
-        read_first: Option<&Result<Value, HandlerError>>,
-    ) -> Result<Run, StoreError> {
-        match self
-            .run_step_or_cut(tx, step, handler, event, read_first)
-            .await?
-        {
-            Ran::Ended(run) => Ok(run),
-            Ran::Cut(run) => {
-                store::rollback_to_savepoint(tx).await?;
-                Ok(run)
-            }
-        }
-    }
-
-    /// `run_step`, but a run cut at `handler_timeout` is left as it is: `tx`
-    /// is to be given up and its session closed (see `Ran::Cut`). `read_first`:
+    /// at `handler_timeout` is left as it is: `tx` is to be given up and its
+    /// session closed (see `Ran::Cut`). `read_first`:
     /// the event a delivery only names, read before `tx` began (see
     /// [`Runner::read_named`]); `None` reads it in the run, if it names one.
     pub async fn run_step_or_cut(

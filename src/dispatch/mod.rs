@@ -32,9 +32,9 @@ use tracing::Instrument;
 use crate::config::Settings;
 use crate::duration;
 use crate::handlers::HandlerError;
-use crate::ledger::{HandlerName, HandlerStanding, HandlerStatus, Standing};
+use crate::ledger::{HandlerName, HandlerStanding, HandlerStatus, Run, Standing};
 use crate::providers;
-use crate::runner::{Runner, Step, forward_names};
+use crate::runner::{Ran, Runner, Step, forward_names};
 use crate::shutdown::Shutdown;
 use crate::store::audit::{self, Record};
 use crate::store::events::{self, ClaimedEvent, EventStatus, HandlerRuns, Settled};
@@ -108,6 +108,35 @@ pub enum DispatchStep {
     Idle,
 }
 
+/// How a run of an event's handlers in a transaction ended.
+enum Again {
+    Done(RunAgain),
+    /// Its kind's handler was cut at `handler_timeout`: the cancel sent for
+    /// the statement it left running may reach the session late, on whatever
+    /// it runs next, so the transaction is given up, the session closed, and
+    /// the run recorded on another session (see `Ran::Cut`).
+    Cut(Run),
+}
+
+/// What an operator's retry ran: the event, its run, its audit row to
+/// complete once its forwards answered.
+type RetriedRun = (ClaimedEvent, RunAgain, Option<i64>);
+
+/// Why an operator's retry's transaction ran nothing to keep.
+enum Retried {
+    Refused(RetryOutcome),
+    /// Its handler was cut: recorded on another session (see `Again::Cut`).
+    Cut(Run),
+}
+
+/// Where the claim of `try_dispatch_due` left its event.
+enum Claimed {
+    Ran(EventStatus),
+    Cut(Run),
+    /// Postponed to this time while what it names is read.
+    Postponed(chrono::DateTime<Utc>),
+}
+
 /// What a run of an event's handlers left to do.
 struct RunAgain {
     settled: Settled,
@@ -176,22 +205,41 @@ impl Dispatcher {
             };
             let claimed = own_item(&settings, claimed);
             if !self.reads_first(&settings, &claimed) {
-                let status = self.run_claimed(&tx, &settings, &claimed, None).await?;
-                tx.commit()
-                    .instrument(tracing::trace_span!("commit"))
-                    .await?;
-                return Ok(Some((claimed, Ok(status))));
+                let ran = match self
+                    .run_claimed(&tx, &settings, &claimed, None, None)
+                    .await?
+                {
+                    Again::Done(run) => {
+                        tx.commit()
+                            .instrument(tracing::trace_span!("commit"))
+                            .await?;
+                        Claimed::Ran(run.settled.status)
+                    }
+                    Again::Cut(run) => Claimed::Cut(run),
+                };
+                return Ok(Some((claimed, ran)));
             }
             let hold = settings.handler_timeout + READ_SLACK;
             let until = events::postpone(&tx, claimed.id, hold.as_secs_f64()).await?;
             tx.commit().await?;
-            Ok(Some((claimed, Err(until))))
+            Ok(Some((claimed, Claimed::Postponed(until))))
         }
         .await;
-        let (claimed, status) = match store::give_back(client, claimed)? {
+        let claimed = match claimed {
+            Ok(Some((claimed, Claimed::Cut(run)))) => {
+                store::discard(client);
+                Ok(Some((claimed, Claimed::Cut(run))))
+            }
+            other => store::give_back(client, other),
+        };
+        let (claimed, status) = match claimed? {
             None => return Ok(DispatchStep::Idle),
-            Some((claimed, Ok(status))) => (claimed, status),
-            Some((claimed, Err(until))) => {
+            Some((claimed, Claimed::Ran(status))) => (claimed, Some(status)),
+            Some((claimed, Claimed::Cut(run))) => {
+                let status = self.record_cut(&settings, &claimed, None, run).await?;
+                (claimed, status)
+            }
+            Some((claimed, Claimed::Postponed(until))) => {
                 let payload = claimed.payload.as_ref().unwrap_or(&serde_json::Value::Null);
                 let span = tracing::trace_span!(
                     "read_named",
@@ -203,14 +251,14 @@ impl Dispatcher {
                     .read_named(&claimed.source, payload)
                     .instrument(span)
                     .await;
-                match self
+                let status = self
                     .run_read(&settings, &claimed, until, read.as_ref())
-                    .await?
-                {
-                    Some(status) => (claimed, status),
-                    None => return Ok(DispatchStep::StoodDown { id: claimed.id }),
-                }
+                    .await?;
+                (claimed, status)
             }
+        };
+        let Some(status) = status else {
+            return Ok(DispatchStep::StoodDown { id: claimed.id });
         };
         self.runner.count_status(claimed.kind.as_deref(), status);
         Ok(DispatchStep::Attempted {
@@ -235,18 +283,56 @@ impl Dispatcher {
         settings: &Settings,
         claimed: &ClaimedEvent,
         read_first: Option<&Result<serde_json::Value, HandlerError>>,
-    ) -> Result<EventStatus, StoreError> {
+        cut: Option<&Run>,
+    ) -> Result<Again, StoreError> {
         let span = tracing::trace_span!(
             "dispatch",
             hookd.row_id = claimed.id,
             hookd.source = claimed.source.as_str(),
             hookd.event_id = claimed.event_id.as_str(),
         );
-        let run = self
-            .run_again(tx, settings, claimed, false, read_first)
+        self.run_again(tx, settings, claimed, false, read_first, cut)
             .instrument(span)
-            .await?;
-        Ok(run.settled.status)
+            .await
+    }
+
+    /// Records a run of `claimed`'s kind's handler that was cut at
+    /// `handler_timeout`, on a fresh session (the one it ran on is closed), once
+    /// the event is locked again — unless another run took it meanwhile (then
+    /// `None`). `until`: the time it was postponed to, if it was.
+    async fn record_cut(
+        &self,
+        settings: &Settings,
+        claimed: &ClaimedEvent,
+        until: Option<chrono::DateTime<Utc>>,
+        run: Run,
+    ) -> Result<Option<EventStatus>, StoreError> {
+        let mut client = self.pool.get().await?;
+        let recorded = async {
+            let tx = crate::store::begin(&mut client).await?;
+            let locked = match until {
+                Some(until) => events::lock_postponed(&tx, claimed.id, until).await?,
+                None => events::lock_by_id(&tx, claimed.id)
+                    .await?
+                    .filter(|locked| locked.attempts == claimed.attempts),
+            };
+            let Some(locked) = locked else {
+                return Ok(None);
+            };
+            let locked = own_item(settings, locked);
+            let Again::Done(again) = self
+                .run_claimed(&tx, settings, &locked, None, Some(&run))
+                .await?
+            else {
+                return Ok(None);
+            };
+            tx.commit()
+                .instrument(tracing::trace_span!("commit"))
+                .await?;
+            Ok(Some(again.settled.status))
+        }
+        .await;
+        store::give_back(client, recorded)
     }
 
     /// The run of an event postponed `until`, on what was `read` for it, once
@@ -262,17 +348,27 @@ impl Dispatcher {
         let ran = async {
             let tx = crate::store::begin(&mut client).await?;
             let Some(locked) = events::lock_postponed(&tx, claimed.id, until).await? else {
-                return Ok(None);
+                return Ok(Ok(None));
             };
             let locked = own_item(settings, locked);
-            let status = self.run_claimed(&tx, settings, &locked, read).await?;
-            tx.commit()
-                .instrument(tracing::trace_span!("commit"))
-                .await?;
-            Ok(Some(status))
+            match self.run_claimed(&tx, settings, &locked, read, None).await? {
+                Again::Done(again) => {
+                    tx.commit()
+                        .instrument(tracing::trace_span!("commit"))
+                        .await?;
+                    Ok(Ok(Some(again.settled.status)))
+                }
+                Again::Cut(run) => Ok(Err(run)),
+            }
         }
         .await;
-        store::give_back(client, ran)
+        match ran {
+            Ok(Err(run)) => {
+                store::discard(client);
+                self.record_cut(settings, claimed, Some(until), run).await
+            }
+            ran => Ok(store::give_back(client, ran)?.unwrap_or(None)),
+        }
     }
 
     /// Runs an event's handlers again now, whatever its status (operators'
@@ -287,46 +383,23 @@ impl Dispatcher {
 
     async fn retry_now_in(&self, id: i64, by: RetryBy<'_>) -> Result<RetryOutcome, StoreError> {
         let settings = self.runner.settings();
-        let mut client = self.pool.get().await?;
-        let decided = async {
-            let tx = crate::store::begin(&mut client).await?;
-            let Some(event) = events::lock_by_id(&tx, id).await? else {
-                audit_retry(&tx, by, id, None, RetryOutcome::NotFound.name()).await?;
-                tx.commit().await?;
-                return Ok(Err(RetryOutcome::NotFound));
-            };
-            let event = own_item(&settings, event);
-            let rows = forwards::of_event(&tx, id).await?;
-            let refusal = if event.leased {
-                Some(RetryOutcome::InFlight)
-            } else if event.payload.is_none() {
-                Some(RetryOutcome::Gone)
-            } else if self.local_step(&settings, &event).is_none()
-                && rows.is_empty()
-                && self.configured_forwards(&settings, &event).is_empty()
-            {
-                Some(RetryOutcome::NoHandler)
-            } else {
-                None
-            };
-            let source = Some(event.source.as_str());
-            if let Some(outcome) = refusal {
-                audit_retry(&tx, by, id, source, outcome.name()).await?;
-                tx.commit().await?;
-                return Ok(Err(outcome));
+        let mut cut = None;
+        let (client, decided) = loop {
+            let mut client = self.pool.get().await?;
+            let decided = self
+                .retry_in_transaction(&mut client, &settings, id, by, cut.as_ref())
+                .await;
+            match decided {
+                // Recorded on another session (see `Again::Cut`).
+                Ok(Err(Retried::Cut(run))) => {
+                    store::discard(client);
+                    cut = Some(run);
+                }
+                Ok(Err(Retried::Refused(refused))) => break (client, Ok(Err(refused))),
+                Ok(Ok(ran)) => break (client, Ok(Ok(ran))),
+                Err(error) => break (client, Err(error)),
             }
-            let run = self.run_again(&tx, &settings, &event, true, None).await?;
-            let audited = if run.sending.is_empty() {
-                audit_retry(&tx, by, id, source, run.settled.status.as_str()).await?;
-                None
-            } else {
-                // Completed with the status once the forwards have answered.
-                Some(audit_retry(&tx, by, id, source, "sending").await?)
-            };
-            tx.commit().await?;
-            Ok(Ok((event, run, audited)))
-        }
-        .await;
+        };
         // No connection is held while the forwards are sent.
         let (event, run, audited) = match store::give_back(client, decided)? {
             Ok(run) => run,
@@ -347,6 +420,61 @@ impl Dispatcher {
             self.runner.count_status(event.kind.as_deref(), status);
         }
         Ok(RetryOutcome::Applied(status))
+    }
+
+    /// One try of an operator's retry in a transaction on `client` (see
+    /// `retry_now`); `cut`: the run of a try cut at `handler_timeout`, to record
+    /// instead of running the handler again.
+    async fn retry_in_transaction(
+        &self,
+        client: &mut deadpool_postgres::Object,
+        settings: &Settings,
+        id: i64,
+        by: RetryBy<'_>,
+        cut: Option<&Run>,
+    ) -> Result<Result<RetriedRun, Retried>, StoreError> {
+        let tx = crate::store::begin(client).await?;
+        let Some(event) = events::lock_by_id(&tx, id).await? else {
+            audit_retry(&tx, by, id, None, RetryOutcome::NotFound.name()).await?;
+            tx.commit().await?;
+            return Ok(Err(Retried::Refused(RetryOutcome::NotFound)));
+        };
+        let event = own_item(settings, event);
+        let rows = forwards::of_event(&tx, id).await?;
+        let refusal = if event.leased {
+            Some(RetryOutcome::InFlight)
+        } else if event.payload.is_none() {
+            Some(RetryOutcome::Gone)
+        } else if self.local_step(settings, &event).is_none()
+            && rows.is_empty()
+            && self.configured_forwards(settings, &event).is_empty()
+        {
+            Some(RetryOutcome::NoHandler)
+        } else {
+            None
+        };
+        let source = Some(event.source.as_str());
+        if let Some(outcome) = refusal {
+            audit_retry(&tx, by, id, source, outcome.name()).await?;
+            tx.commit().await?;
+            return Ok(Err(Retried::Refused(outcome)));
+        }
+        let run = match self
+            .run_again(&tx, settings, &event, true, None, cut)
+            .await?
+        {
+            Again::Done(run) => run,
+            Again::Cut(run) => return Ok(Err(Retried::Cut(run))),
+        };
+        let audited = if run.sending.is_empty() {
+            audit_retry(&tx, by, id, source, run.settled.status.as_str()).await?;
+            None
+        } else {
+            // Completed with the status once the forwards have answered.
+            Some(audit_retry(&tx, by, id, source, "sending").await?)
+        };
+        tx.commit().await?;
+        Ok(Ok((event, run, audited)))
     }
 
     /// Completes an operator retry's audit row once its forwards answered: the
@@ -433,7 +561,8 @@ impl Dispatcher {
         claimed: &ClaimedEvent,
         operator: bool,
         read_first: Option<&Result<serde_json::Value, HandlerError>>,
-    ) -> Result<RunAgain, StoreError> {
+        cut: Option<&Run>,
+    ) -> Result<Again, StoreError> {
         let runner = &self.runner;
         let history = events::handler_runs(tx, claimed.id).await?;
         let mut rows = forwards::of_event(tx, claimed.id).await?;
@@ -465,10 +594,19 @@ impl Dispatcher {
                     standings.push(standing(name, previous, Standing::before(status)));
                 } else if let Some(payload) = claimed.payload.as_ref() {
                     attempt += 1;
-                    let event = runner.view_claimed(claimed, payload, attempt);
-                    let run = runner
-                        .run_step(tx, &step, handler, &event, read_first)
-                        .await?;
+                    let run = match cut {
+                        Some(run) => run.clone(),
+                        None => {
+                            let event = runner.view_claimed(claimed, payload, attempt);
+                            let ran = runner
+                                .run_step_or_cut(tx, &step, handler, &event, read_first)
+                                .await?;
+                            match ran {
+                                Ran::Ended(run) => run,
+                                Ran::Cut(run) => return Ok(Again::Cut(run)),
+                            }
+                        }
+                    };
                     let after = runner.standing_after(&run, previous + 1);
                     standings.push(standing(name, previous + 1, after));
                     runs.push((attempt, run));
@@ -481,10 +619,10 @@ impl Dispatcher {
                 if let Some(kind) = claimed.kind.as_deref().filter(|_| kind_runs.is_some()) {
                     let Some(waiting) = self.not_here(tx, claimed, kind, status, operator).await?
                     else {
-                        return Ok(RunAgain {
+                        return Ok(Again::Done(RunAgain {
                             settled: self.deferred(claimed, kind),
                             sending: Vec::new(),
-                        });
+                        }));
                     };
                     standings.push(waiting);
                 } else if rows.is_empty() {
@@ -516,7 +654,7 @@ impl Dispatcher {
         runner
             .record(tx, claimed.id, &runs, &standings, &settled)
             .await?;
-        Ok(RunAgain { settled, sending })
+        Ok(Again::Done(RunAgain { settled, sending }))
     }
 
     /// Where the kind's handler of an event stands when this instance's

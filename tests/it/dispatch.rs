@@ -388,16 +388,7 @@ async fn a_handler_over_its_time_limit_is_stopped_and_rolled_back() {
         app.app.dispatcher.try_dispatch_due(),
         the_stuck_query_runs_then_is_cancelled(&app)
     );
-    assert!(
-        matches!(
-            step.expect("dispatch"),
-            hookd::dispatch::DispatchStep::Attempted {
-                status: hookd::store::events::EventStatus::Failed,
-                ..
-            }
-        ),
-        "the retry failed"
-    );
+    crate::support::assert_retry_failed(step);
     let (status, attempts, error, due) = event_state(&app, "evt_stuck").await;
     assert_eq!((status.as_str(), attempts, due), ("failed", 2, true));
     assert!(error.expect("error").contains("timed out after 2s"));

@@ -2,8 +2,8 @@
 //! may reach the server late, and land on whatever that session runs next. A
 //! relay holds the cancels until the test lets them go, while another
 //! delivery's statement runs: the session that was cut must be closed, not
-//! pooled, on the lone delivery's path and on the batch's, so the late cancel
-//! touches nothing else. And a batch stored one by one holds half the pool at
+//! pooled, on the lone delivery's path, the batch's and a retry's, so the late
+//! cancel touches nothing else. And a batch stored one by one holds half the pool at
 //! most.
 
 use std::sync::Arc;
@@ -154,6 +154,23 @@ impl Setup {
         .await;
     }
 
+    /// The next delivery (`id`) takes the session returned last; the late
+    /// cancels held reach the server while its handler waits on a lock, and
+    /// cancel nothing of it.
+    async fn the_next_delivery_is_not_cancelled(&self, id: &str) {
+        let next = async { self.app.deliver("stripe", &locks(id, NEXT)).await };
+        let steps = async {
+            self.until_waiting("the next delivery's handler", "%pg_advisory_xact_lock(%", 1)
+                .await;
+            self.relay.release().await;
+            self.unlock(NEXT).await;
+        };
+        let (answer, ()) = tokio::join!(next, steps);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        assert_eq!(self.cancelled_by_another().await, Vec::<String>::new());
+        assert_eq!(self.app.event_status(id).await, "processed");
+    }
+
     /// The events whose runs were cancelled by someone else's cancel.
     async fn cancelled_by_another(&self) -> Vec<String> {
         self.app
@@ -191,19 +208,40 @@ async fn a_lone_delivery_cut_at_handler_timeout_leaves_no_cancel_for_the_next() 
         .await;
     assert!(error[0].contains("timed out"), "{error:?}");
 
-    // The next delivery takes the session returned last; the late cancel
-    // reaches the server while its handler waits on a lock.
-    let next = async { app.deliver("stripe", &locks("evt_next", NEXT)).await };
-    let steps = async {
-        s.until_waiting("the next delivery's handler", "%pg_advisory_xact_lock(%", 1)
-            .await;
-        s.relay.release().await;
-        s.unlock(NEXT).await;
-    };
-    let (answer, ()) = tokio::join!(next, steps);
+    s.the_next_delivery_is_not_cancelled("evt_next").await;
+}
+
+#[tokio::test]
+async fn a_retry_cut_at_handler_timeout_leaves_no_cancel_for_the_next() {
+    let s = setup().await;
+    let app = &s.app;
+    // Cut at receipt (its late cancel let go at once: it reaches a closed
+    // session), then due again, its lock still held.
+    let cut = async { app.deliver("stripe", &locks("evt_retry_cut", CUT)).await };
+    let (answer, ()) = tokio::join!(cut, s.until_a_cancel_is_held());
     assert_eq!(answer.status, 200, "{}", answer.text());
-    assert_eq!(s.cancelled_by_another().await, Vec::<String>::new());
-    assert_eq!(app.event_status("evt_next").await, "processed");
+    s.relay.release().await;
+    app.execute(
+        "UPDATE webhook_events SET next_attempt_at = now() WHERE event_id = 'evt_retry_cut'",
+        &[],
+    )
+    .await;
+    // The retry loop's step is cut too; its cancel is held.
+    let (step, ()) = tokio::join!(
+        app.app.dispatcher.try_dispatch_due(),
+        s.until_a_cancel_is_held()
+    );
+    crate::support::assert_retry_failed(step);
+    let attempts = app
+        .strings(
+            "SELECT attempts::text FROM webhook_events WHERE event_id = 'evt_retry_cut'",
+            &[],
+        )
+        .await;
+    assert_eq!(attempts, vec!["2".to_string()]);
+
+    s.the_next_delivery_is_not_cancelled("evt_after_retry")
+        .await;
 }
 
 /// An Adyen authorisation of `reference`.

@@ -369,3 +369,17 @@ impl Drop for Receiver {
         drop(self.handle.stop(false));
     }
 }
+
+/// A step of the retry loop that ran an event's handler, which failed.
+pub fn assert_retry_failed(step: Result<hookd::dispatch::DispatchStep, hookd::store::StoreError>) {
+    assert!(
+        matches!(
+            step.expect("dispatch"),
+            hookd::dispatch::DispatchStep::Attempted {
+                status: hookd::store::events::EventStatus::Failed,
+                ..
+            }
+        ),
+        "the retry failed"
+    );
+}
