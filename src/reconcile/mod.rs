@@ -26,6 +26,9 @@ use chrono::{DateTime, Utc};
 
 /// Recovered events stored in one ingest at most.
 const INGEST_CHUNK: usize = 64;
+/// Missing events' bodies a pass holds at most before it stores them: a
+/// window of a busy account can list millions of events.
+const HOLD_BYTES: usize = 8 * 1024 * 1024;
 /// How long a reload may take to add a source to the schedule, at most.
 const IDLE_CHECK: Duration = Duration::from_secs(60);
 
@@ -138,10 +141,7 @@ async fn pass_leased(
         Api::new(base, credential, lister.token_path.unwrap_or_default()).map_err(api_error)?;
     let mut pager = (lister.pager)(since, Utc::now());
     let mut counts = Counts::default();
-    let mut missing: Vec<IncomingEvent> = Vec::new();
-    // Stored with another payload: ingested too, so the conflict is recorded
-    // as a delivery's would be (once per payload).
-    let mut conflicting: Vec<IncomingEvent> = Vec::new();
+    let mut held = Held::default();
     let mut seen: HashSet<String> = HashSet::new();
     let no_headers: Vec<(String, String)> = Vec::new();
     while let Some(items) = pager.next(&mut api).await.map_err(api_error)? {
@@ -171,7 +171,8 @@ async fn pass_leased(
         };
         for event in events {
             match stored.get(event.event_id.as_str()) {
-                None => missing.push(event),
+                None if dry_run => counts.recovered += 1,
+                None => held.missing(event),
                 Some(row) if same_event(row, &event) => counts.present += 1,
                 Some(_) => {
                     log::warn!(
@@ -180,33 +181,77 @@ async fn pass_leased(
                         source.name,
                         event.event_id
                     );
-                    conflicting.push(event);
+                    match dry_run {
+                        true => counts.conflicts += 1,
+                        false => held.conflicting(event),
+                    }
                 }
             }
         }
+        if held.bytes >= HOLD_BYTES {
+            store_held(app, lease, &mut held, lister.newest_first, &mut counts).await?;
+        }
     }
-    // Applied in the order they happened.
-    if lister.newest_first {
-        missing.reverse();
+    store_held(app, lease, &mut held, lister.newest_first, &mut counts).await?;
+    Ok(counts)
+}
+
+/// What a pass found missing and has not stored yet. Bounded by `HOLD_BYTES`:
+/// a pass over more than that stores what it holds and goes on listing.
+#[derive(Default)]
+struct Held {
+    missing: Vec<IncomingEvent>,
+    /// Stored with another payload: ingested too, so the conflict is recorded
+    /// as a delivery's would be (once per payload).
+    conflicting: Vec<IncomingEvent>,
+    /// Their bodies' size, together (their parsed payloads take about as much again).
+    bytes: usize,
+}
+
+impl Held {
+    fn missing(&mut self, event: IncomingEvent) {
+        self.bytes += event.body.len();
+        self.missing.push(event);
     }
-    if dry_run {
-        counts.recovered = missing.len() as u64;
-        counts.conflicts = conflicting.len() as u64;
-        return Ok(counts);
+
+    fn conflicting(&mut self, event: IncomingEvent) {
+        self.bytes += event.body.len();
+        self.conflicting.push(event);
     }
-    missing.extend(conflicting);
-    for chunk in missing.chunks(INGEST_CHUNK) {
+}
+
+/// Stores what the pass holds, the missing events in the order they happened
+/// (of those it holds), then the conflicting ones, and counts them.
+async fn store_held(
+    app: &Instance,
+    lease: Option<&Lease<'_>>,
+    held: &mut Held,
+    newest_first: bool,
+    counts: &mut Counts,
+) -> Result<(), ReconcileError> {
+    let mut events = std::mem::take(&mut held.missing);
+    if newest_first {
+        events.reverse();
+    }
+    events.append(&mut held.conflicting);
+    held.bytes = 0;
+    while !events.is_empty() {
+        let rest = events.split_off(events.len().min(INGEST_CHUNK));
+        let chunk = std::mem::replace(&mut events, rest);
         // A long pass keeps its lease while it stores what it found.
         if let Some(lease) = lease {
             let client = app.pool.get().await.map_err(StoreError::from)?;
             let renewed = lease.renew(&client).await;
             if !store::give_back(client, renewed)? {
-                return Err(unusable(TAKEN_OVER.into()));
+                return Err(ReconcileError::Unusable {
+                    name: chunk[0].source.to_string(),
+                    problem: TAKEN_OVER.into(),
+                });
             }
         }
         let outcomes = app
             .ingester
-            .ingest_all_keeping_conflicts(chunk.to_vec(), Verified::FROM_PROVIDER_API)
+            .ingest_all_keeping_conflicts(chunk, Verified::FROM_PROVIDER_API)
             .await?;
         for outcome in outcomes {
             match outcome.recorded {
@@ -217,7 +262,7 @@ async fn pass_leased(
             }
         }
     }
-    Ok(counts)
+    Ok(())
 }
 
 /// Whether a stored event is the one listed: the same payload, or the same

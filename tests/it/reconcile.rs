@@ -342,6 +342,61 @@ async fn what_stripe_never_delivered_is_recovered_once_and_a_later_delivery_is_a
 }
 
 #[tokio::test]
+async fn a_pass_over_more_than_it_holds_stores_as_it_goes_and_recovers_each_once() {
+    let app = spawn_app().await;
+    // 48 events of 256 KiB, newest first: 12 MiB, more than a pass holds (8 MiB).
+    let pad = "x".repeat(256 * 1024);
+    let listed: Vec<Value> = (1..=48)
+        .rev()
+        .map(|i| {
+            let mut event = paid(&format!("evt_rc_big_{i:02}"), 0);
+            event["data"]["object"]["metadata"] = json!({ "pad": pad });
+            event
+        })
+        .collect();
+    let api = ProviderApi::start(stripe_list(listed, 8)).await;
+
+    let out = reconcile(&api, &app, KEY, &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "48 listed, 0 present, 48 recovered, 0 conflicts\n"
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_events WHERE origin = 'api' AND status = 'processed'",
+            &[]
+        )
+        .await,
+        48
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM payments WHERE payment_id LIKE 'pi_evt_rc_big_%'",
+            &[]
+        )
+        .await,
+        48
+    );
+    // Stored as the pass went: the newest 32 (8 MiB, four pages) once it held
+    // that much, then the 16 older ones.
+    let order = app
+        .strings("SELECT event_id FROM webhook_events ORDER BY id", &[])
+        .await;
+    let (first, then) = order.split_at(32);
+    let named = |range: std::ops::RangeInclusive<i32>| -> Vec<String> {
+        range.map(|i| format!("evt_rc_big_{i:02}")).collect()
+    };
+    let sorted = |ids: &[String]| -> Vec<String> {
+        let mut ids = ids.to_vec();
+        ids.sort();
+        ids
+    };
+    assert_eq!(sorted(first), named(17..=48));
+    assert_eq!(sorted(then), named(1..=16));
+}
+
+#[tokio::test]
 async fn a_dry_run_counts_and_stores_nothing() {
     let app = spawn_app().await;
     let api = ProviderApi::start(stripe_list(vec![paid("evt_rc_dry", 0)], 100)).await;
