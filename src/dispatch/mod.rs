@@ -240,17 +240,7 @@ impl Dispatcher {
                 (claimed, status)
             }
             Some((claimed, Claimed::Postponed(until))) => {
-                let payload = claimed.payload.as_ref().unwrap_or(&serde_json::Value::Null);
-                let span = tracing::trace_span!(
-                    "read_named",
-                    hookd.row_id = claimed.id,
-                    hookd.event_id = claimed.event_id.as_str(),
-                );
-                let read = self
-                    .runner
-                    .read_named(&claimed.source, payload)
-                    .instrument(span)
-                    .await;
+                let read = self.read_named(&claimed).await;
                 let status = self
                     .run_read(&settings, &claimed, until, read.as_ref())
                     .await?;
@@ -383,11 +373,12 @@ impl Dispatcher {
 
     async fn retry_now_in(&self, id: i64, by: RetryBy<'_>) -> Result<RetryOutcome, StoreError> {
         let settings = self.runner.settings();
+        let read = self.read_for_retry(&settings, id).await?;
         let mut cut = None;
         let (client, decided) = loop {
             let mut client = self.pool.get().await?;
             let decided = self
-                .retry_in_transaction(&mut client, &settings, id, by, cut.as_ref())
+                .retry_in_transaction(&mut client, &settings, id, by, read.as_ref(), cut.as_ref())
                 .await;
             match decided {
                 // Recorded on another session (see `Again::Cut`).
@@ -422,8 +413,46 @@ impl Dispatcher {
         Ok(RetryOutcome::Applied(status))
     }
 
+    /// For an operator's retry of an event that only names its event, the
+    /// event read from its source's API before the retry's transaction, with
+    /// nothing held (as the retry loop reads); `None` for any other event.
+    async fn read_for_retry(
+        &self,
+        settings: &Settings,
+        id: i64,
+    ) -> Result<Option<Result<serde_json::Value, HandlerError>>, StoreError> {
+        let event = {
+            let client = self.pool.get().await?;
+            // Autocommitted: the row is locked only while it is read.
+            events::lock_by_id(&client, id).await?
+        };
+        match event.map(|event| own_item(settings, event)) {
+            Some(event) if self.reads_first(settings, &event) => Ok(self.read_named(&event).await),
+            _ => Ok(None),
+        }
+    }
+
+    /// The event `claimed` only names, read from its source's API (see
+    /// `Runner::read_named`), with nothing held.
+    async fn read_named(
+        &self,
+        claimed: &ClaimedEvent,
+    ) -> Option<Result<serde_json::Value, HandlerError>> {
+        let payload = claimed.payload.as_ref().unwrap_or(&serde_json::Value::Null);
+        let span = tracing::trace_span!(
+            "read_named",
+            hookd.row_id = claimed.id,
+            hookd.event_id = claimed.event_id.as_str(),
+        );
+        self.runner
+            .read_named(&claimed.source, payload)
+            .instrument(span)
+            .await
+    }
+
     /// One try of an operator's retry in a transaction on `client` (see
-    /// `retry_now`); `cut`: the run of a try cut at `handler_timeout`, to record
+    /// `retry_now`); `read_first`: what was read for an event that names its
+    /// event; `cut`: the run of a try cut at `handler_timeout`, to record
     /// instead of running the handler again.
     async fn retry_in_transaction(
         &self,
@@ -431,6 +460,7 @@ impl Dispatcher {
         settings: &Settings,
         id: i64,
         by: RetryBy<'_>,
+        read_first: Option<&Result<serde_json::Value, HandlerError>>,
         cut: Option<&Run>,
     ) -> Result<Result<RetriedRun, Retried>, StoreError> {
         let tx = crate::store::begin(client).await?;
@@ -460,7 +490,7 @@ impl Dispatcher {
             return Ok(Err(Retried::Refused(outcome)));
         }
         let run = match self
-            .run_again(&tx, settings, &event, true, None, cut)
+            .run_again(&tx, settings, &event, true, read_first, cut)
             .await?
         {
             Again::Done(run) => run,

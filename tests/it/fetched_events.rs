@@ -987,3 +987,79 @@ async fn a_thin_events_retry_reads_its_event_holding_no_transaction() {
         .get(0);
     assert_eq!(attempts, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operators_retry_of_a_thin_event_reads_it_holding_no_transaction() {
+    let db = TestDb::create().await;
+    let id = "evt_test_65R9oper0001";
+    // The read at receipt fails (the event is left failed); the operator's
+    // retry's read waits until the test lets it go.
+    let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (counted, held) = (calls.clone(), gate.clone());
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+            let later = json!({"error": {"message": "later"}});
+            return (500, vec![], later.to_string());
+        }
+        held_until_let_go(&held);
+        the_named_event(seen)
+    })
+    .await;
+    let hookd = serve(&api, &db, "thin-operator-retry").await;
+    let client = connect(db.config()).await;
+    let (status, answer) = post_thin(&hookd, id).await;
+    assert_eq!(status, 200, "{answer}");
+    // Not due for the retry loop: the operator's retry alone runs it.
+    let row_id: i64 = client
+        .query_one(
+            "UPDATE webhook_events SET next_attempt_at = now() + interval '1 hour' \
+             WHERE event_id = $1 AND status = 'failed' RETURNING id",
+            &[&id],
+        )
+        .await
+        .expect("the failed event")
+        .get(0);
+
+    let retry = tokio::spawn({
+        let url = format!("{}/admin/api/events/{row_id}/retry", hookd.base);
+        async move {
+            let response = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(hookd_kit::admin::OPERATOR_TOKEN)
+                .send()
+                .await
+                .expect("retry");
+            let status = response.status().as_u16();
+            (status, response.text().await.expect("answer"))
+        }
+    });
+    wait_for("the retry's read", Duration::from_secs(30), || {
+        let calls = calls.clone();
+        async move { (calls.load(Ordering::SeqCst) == 2).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        open_transactions(&client, &db).await,
+        0,
+        "an operator's retry holds a transaction while the provider's API answers"
+    );
+    gate.store(1, Ordering::SeqCst);
+    let (status, answer) = retry.await.expect("join");
+    assert_eq!(status, 200, "{answer}");
+    let row = until_processed(&client, id).await;
+    assert_eq!(
+        row.get::<_, i32>(1),
+        2,
+        "the run at receipt, then the retry"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let applied: i64 = client
+        .query_one(
+            "SELECT count(*) FROM payments WHERE payment_id = $1",
+            &[&format!("pi_{id}")],
+        )
+        .await
+        .expect("payments")
+        .get(0);
+    assert_eq!(applied, 1);
+}
