@@ -32,6 +32,8 @@
 mod batch;
 /// A batch of payment merges folded into one statement.
 mod folded;
+/// Reads of named events under way, shared by copies.
+mod reads;
 /// A delivery in a transaction of its own.
 mod single;
 
@@ -75,6 +77,8 @@ struct GroupCommit {
     /// worker whose delivery started it (a worker that stops would take the
     /// transaction of others' deliveries with it).
     runtime: tokio::runtime::Handle,
+    /// The named events being read at receipt.
+    reads: reads::Reads,
 }
 
 /// The queue and the leaders at work, changed together under one lock. Generic
@@ -185,6 +189,7 @@ impl Ingester {
             room: Semaphore::new(QUEUE),
             sessions: Semaphore::new(max_sessions(pool_size)),
             runtime: tokio::runtime::Handle::current(),
+            reads: reads::Reads::default(),
         });
         Ingester { core }
     }
@@ -304,7 +309,8 @@ impl GroupCommit {
     /// event. Never in a batch, so a slow API holds neither a batch's
     /// deliveries nor its leader, nor a session, nor a lock. A copy of an event
     /// already stored is not read again (it is decided a duplicate or a
-    /// conflict without running anything).
+    /// conflict without running anything), nor one arriving while its first
+    /// copy's read is under way (it shares that read).
     async fn ingest_naming(
         self: Arc<Self>,
         events: Vec<IncomingEvent>,
@@ -315,10 +321,7 @@ impl GroupCommit {
             let read_first = match self.to_read(event).await? {
                 true => {
                     let span = tracing::trace_span!("read_named", hookd.event_id = %event.event_id);
-                    self.runner
-                        .read_named(&event.source, &event.payload)
-                        .instrument(span)
-                        .await
+                    self.reads.read(&self.runner, event).instrument(span).await
                 }
                 false => None,
             };

@@ -104,6 +104,30 @@ async fn until_processed(client: &tokio_postgres::Client, id: &str) -> tokio_pos
     .await
 }
 
+/// How many deliveries of event `id` hookd received.
+async fn deliveries_of(client: &tokio_postgres::Client, id: &str) -> i32 {
+    client
+        .query_one(
+            "SELECT deliveries FROM webhook_events WHERE event_id = $1",
+            &[&id],
+        )
+        .await
+        .expect("row")
+        .get(0)
+}
+
+/// How many payment rows the event `id` names made (`pi_{id}`).
+async fn payments_of(client: &tokio_postgres::Client, id: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM payments WHERE payment_id = $1",
+            &[&format!("pi_{id}")],
+        )
+        .await
+        .expect("payments")
+        .get(0)
+}
+
 /// What the API answers for the event a call names: a payment succeeded.
 fn the_named_event(seen: &Seen) -> Answer {
     let id = seen.target.trim_start_matches("/v2/core/events/");
@@ -283,15 +307,7 @@ async fn a_thin_event_is_fetched_before_its_handler_and_a_failed_fetch_is_retrie
     assert_eq!(event_id(&again), event_id(&first));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(calls.load(Ordering::SeqCst), 2);
-    let deliveries: i32 = client
-        .query_one(
-            "SELECT deliveries FROM webhook_events WHERE event_id = $1",
-            &[&id],
-        )
-        .await
-        .expect("row")
-        .get(0);
-    assert_eq!(deliveries, 2);
+    assert_eq!(deliveries_of(&client, id).await, 2);
     assert_eq!(api.seen().len(), 2);
 
     // A thin event of a type no handler here runs on is stored as delivered,
@@ -970,14 +986,7 @@ async fn a_thin_events_retry_reads_its_event_holding_no_transaction() {
         .expect("another run");
     released.lock().expect("gates").push(settled.into());
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let applied: i64 = client
-        .query_one(
-            "SELECT count(*) FROM payments WHERE payment_id = $1",
-            &[&format!("pi_{settled}")],
-        )
-        .await
-        .expect("payments")
-        .get(0);
+    let applied = payments_of(&client, settled).await;
     assert_eq!(
         applied, 0,
         "the handler ran on an event another run settled"
@@ -1058,13 +1067,49 @@ async fn an_operators_retry_of_a_thin_event_reads_it_holding_no_transaction() {
         "the run at receipt, then the retry"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 2);
-    let applied: i64 = client
-        .query_one(
-            "SELECT count(*) FROM payments WHERE payment_id = $1",
-            &[&format!("pi_{id}")],
-        )
-        .await
-        .expect("payments")
-        .get(0);
+    let applied = payments_of(&client, id).await;
     assert_eq!(applied, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn copies_of_a_thin_event_arriving_while_it_is_read_share_the_read() {
+    let db = TestDb::create().await;
+    let id = "evt_test_65R9copy0001";
+    let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (counted, held) = (calls.clone(), gate.clone());
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        counted.fetch_add(1, Ordering::SeqCst);
+        held_until_let_go(&held);
+        the_named_event(seen)
+    })
+    .await;
+    let hookd = serve(&api, &db, "thin-copies").await;
+    // Three copies at once, as a provider redelivering sends them.
+    let copies: Vec<_> = (0..3)
+        .map(|_| {
+            let base = hookd.base.clone();
+            tokio::spawn(async move {
+                let body =
+                    serde_json::to_vec(&thin(id, "v1.payment_intent.succeeded")).expect("json");
+                post(&base, "stripe", &stripe_signer()(&body), &body).await
+            })
+        })
+        .collect();
+    wait_for("the API to be asked", Duration::from_secs(30), || {
+        let calls = calls.clone();
+        async move { (calls.load(Ordering::SeqCst) >= 1).then_some(()) }
+    })
+    .await;
+    // The other copies arrive while the first's read is held.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    gate.store(1, Ordering::SeqCst);
+    for copy in copies {
+        let (status, answer) = copy.await.expect("join");
+        assert_eq!(status, 200, "{answer}");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "each copy read the event");
+    let client = connect(db.config()).await;
+    let row = until_processed(&client, id).await;
+    assert_eq!(row.get::<_, i32>(1), 1, "the handler ran once");
+    assert_eq!(deliveries_of(&client, id).await, 3);
 }
