@@ -47,6 +47,12 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 /// connections for long. Migrations lift the limit on their own session.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+/// While a statement runs, PostgreSQL checks this often that hookd is still
+/// connected, and ends the statement (and its locks) once it is not: a session
+/// hookd closed — cut at `handler_timeout`, its cancel lost on the way — holds
+/// its locks a second, not until `statement_timeout`. (PostgreSQL 14 and
+/// later; older servers have no such setting and keep theirs.)
+const CONNECTION_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -351,11 +357,14 @@ pub enum Scope {
 pub fn session_limits(scope: Scope) -> String {
     format!(
         "SELECT set_config(name, least(NULLIF(reset_val::bigint, 0), CASE name \
-             WHEN 'statement_timeout' THEN {} ELSE {} END)::text, {}) \
+             WHEN 'statement_timeout' THEN {} \
+             WHEN 'idle_in_transaction_session_timeout' THEN {} ELSE {} END)::text, {}) \
          FROM pg_settings \
-         WHERE name IN ('statement_timeout', 'idle_in_transaction_session_timeout')",
+         WHERE name IN ('statement_timeout', 'idle_in_transaction_session_timeout', \
+                        'client_connection_check_interval')",
         STATEMENT_TIMEOUT.as_millis(),
         IDLE_IN_TRANSACTION_TIMEOUT.as_millis(),
+        CONNECTION_CHECK_INTERVAL.as_millis(),
         scope == Scope::Transaction,
     )
 }

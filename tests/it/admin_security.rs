@@ -684,6 +684,7 @@ async fn every_session_has_a_statement_timeout() {
     };
     assert_eq!(show("statement_timeout").await, "30s");
     assert_eq!(show("idle_in_transaction_session_timeout").await, "1min");
+    assert_eq!(show("client_connection_check_interval").await, "1s");
 }
 
 #[tokio::test]

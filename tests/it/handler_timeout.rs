@@ -3,7 +3,8 @@
 //! relay holds the cancels until the test lets them go, while another
 //! delivery's statement runs: the session that was cut must be closed, not
 //! pooled, on the lone delivery's path, the batch's and a retry's, so the late
-//! cancel touches nothing else. And a batch stored one by one holds half the pool at
+//! cancel touches nothing else; a cancel that never arrives holds nothing long
+//! once the session is closed. And a batch stored one by one holds half the pool at
 //! most.
 
 use std::sync::Arc;
@@ -209,6 +210,39 @@ async fn a_lone_delivery_cut_at_handler_timeout_leaves_no_cancel_for_the_next() 
     assert!(error[0].contains("timed out"), "{error:?}");
 
     s.the_next_delivery_is_not_cancelled("evt_next").await;
+}
+
+#[tokio::test]
+async fn a_cut_statement_whose_cancel_is_lost_ends_with_its_closed_session() {
+    let s = setup().await;
+    let app = &s.app;
+    // The cancel never arrives (the relay keeps it) and the lock stays taken:
+    // the statement cut at handler_timeout (5 s) ends because hookd closed its
+    // session, and with it what it held — the new event's row, which the
+    // failed run's record waits for. Otherwise statement_timeout (30 s) ends
+    // it, and the provider waits that long for its answer.
+    let started = std::time::Instant::now();
+    let cut = async { app.deliver("stripe", &locks("evt_lost_cancel", CUT)).await };
+    let (answer, ()) = tokio::join!(cut, s.until_a_cancel_is_held());
+    let waited = started.elapsed();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert!(
+        waited < Duration::from_secs(15),
+        "answered after {waited:?}, past handler_timeout by far"
+    );
+    assert_eq!(app.event_status("evt_lost_cancel").await, "failed");
+    let still_waiting: i64 = s
+        .holder
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND application_name = 'hookd'
+                AND wait_event = 'advisory'",
+            &[],
+        )
+        .await
+        .expect("pg_stat_activity")
+        .get(0);
+    assert_eq!(still_waiting, 0, "the cut statement still waits");
 }
 
 #[tokio::test]
