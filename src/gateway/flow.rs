@@ -153,6 +153,31 @@ async fn through(
     let Some((key, scope)) = keyed else {
         return unkeyed(&state, &route, &request, body).await;
     };
+    // From the claim to its end even if the client leaves (a reset drops this
+    // handler): a key claimed is always sent and settled, never left claimed
+    // with nobody to run it.
+    let work = claimed_through(state.clone(), route, request, body, key, scope)
+        .instrument(Span::current());
+    match actix_web::rt::spawn(work).await {
+        Ok(answered) => answered,
+        Err(error) => failed(
+            ApiError::Internal(format!("a gateway request stopped: {error}")),
+            &state,
+        ),
+    }
+}
+
+/// The claim of a keyed request, then what it decided: a refusal, the stored
+/// answer, or the request sent upstream and its answer stored.
+async fn claimed_through(
+    state: web::Data<AppState>,
+    route: Arc<Route>,
+    request: HttpRequest,
+    body: Vec<u8>,
+    key: String,
+    scope: Vec<u8>,
+) -> Answered {
+    let rules = &route.rules;
     let fingerprint = idempotency::fingerprint(
         request.method().as_str(),
         request.path(),
@@ -187,17 +212,9 @@ async fn through(
         }
         Claim::Run(claimed) => {
             Span::current().record("hookd.operation", claimed.operation_id.as_str());
-            // To its end even if the client leaves: the key is always settled.
-            let key = (rules.route.clone(), scope.to_vec(), key.to_string());
-            let work = run(state.clone(), route.clone(), request, body, claimed, key)
-                .instrument(Span::current());
-            match actix_web::rt::spawn(work).await {
-                Ok(answered) => answered,
-                Err(error) => failed(
-                    ApiError::Internal(format!("a gateway request stopped: {error}")),
-                    &state,
-                ),
-            }
+            let key = (rules.route.clone(), scope.clone(), key.clone());
+            let route = route.clone();
+            run(state, route, request, body, claimed, key).await
         }
     }
 }

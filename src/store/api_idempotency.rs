@@ -90,7 +90,10 @@ fn millis(d: Duration) -> i64 {
 /// a batch of key writes a statement may wait behind another's row, and the
 /// wait must not eat into the margin before a copy may take the key over. The
 /// takeover test (`locked_until < now()`) reads the transaction's start, which
-/// is earlier: it errs toward leaving the key to its claim.
+/// is earlier: it errs toward leaving the key to its claim. The same claim
+/// (its `claim_id`) sent again takes its own key again, counted once: a batch
+/// whose `COMMIT` committed but whose answer was lost is sent again write by
+/// write, and its claims must still run.
 pub const CLAIM_KEY: &str = "INSERT INTO api_idempotency_keys AS k
      (route, scope, idempotency_key, fingerprint, state, operation_id, claim_id,
       request_method, request_target, locked_until, retention)
@@ -99,9 +102,11 @@ pub const CLAIM_KEY: &str = "INSERT INTO api_idempotency_keys AS k
  ON CONFLICT (route, scope, idempotency_key) DO UPDATE
      SET state = 'in_progress', claim_id = EXCLUDED.claim_id,
          locked_until = EXCLUDED.locked_until, retention = EXCLUDED.retention,
-         runs = k.runs + 1, claimed_at = now(), finished_at = NULL, expires_at = NULL
+         runs = k.runs + (k.claim_id IS DISTINCT FROM EXCLUDED.claim_id)::int,
+         claimed_at = now(), finished_at = NULL, expires_at = NULL
      WHERE k.fingerprint = EXCLUDED.fingerprint
        AND (k.state = 'released'
+            OR (k.state = 'in_progress' AND k.claim_id = EXCLUDED.claim_id)
             OR ($11 AND (k.state = 'unknown'
                          OR (k.state = 'in_progress' AND k.locked_until < now()))))
  RETURNING id, operation_id, runs";

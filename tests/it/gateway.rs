@@ -560,16 +560,31 @@ async fn a_claim_abandoned_past_its_lock_is_taken_over_as_unknown_never_as_new()
     assert_eq!(upstream.calls(), 1);
 }
 
+/// A transaction holding `api_idempotency_keys` so that claims wait behind it.
+async fn claims_held(holder: &mut tokio_postgres::Client) -> tokio_postgres::Transaction<'_> {
+    let lock = holder.transaction().await.expect("begin");
+    lock.batch_execute("LOCK TABLE api_idempotency_keys IN SHARE ROW EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    lock
+}
+
+/// Key `key`'s state once it is no longer claimed (10 s at most).
+async fn settled(app: &TestApp, key: &str) -> String {
+    crate::support::wait_for("the key settled", Duration::from_secs(10), || async {
+        let state = state_of(app, key).await;
+        (state != "in_progress" && state != "none").then_some(state)
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_client_that_hangs_up_while_its_claim_commits_still_gets_its_request_run_once() {
     let upstream = Upstream::created().await;
     let app = payments_gateway(&upstream.url, "").await;
     // The claim's statement waits behind this lock; the client gives up first.
     let mut holder = app.db().await;
-    let lock = holder.transaction().await.expect("begin");
-    lock.batch_execute("LOCK TABLE api_idempotency_keys IN SHARE ROW EXCLUSIVE MODE")
-        .await
-        .expect("lock");
+    let lock = claims_held(&mut holder).await;
     let base = app.gateway_base.clone().expect("the gateway listens");
     let gone = reqwest::Client::builder()
         .timeout(Duration::from_millis(500))
@@ -585,12 +600,7 @@ async fn a_client_that_hangs_up_while_its_claim_commits_still_gets_its_request_r
     lock.rollback().await.expect("unlock");
     // The request goes on without its client: claimed, sent once, its answer
     // stored — never a key left claimed with nobody to run it.
-    let state = crate::support::wait_for("the key settled", Duration::from_secs(10), || async {
-        let state = state_of(&app, "left").await;
-        (state != "in_progress" && state != "none").then_some(state)
-    })
-    .await;
-    assert_eq!(state, "completed");
+    assert_eq!(settled(&app, "left").await, "completed");
     assert_eq!(upstream.calls(), 1);
     // The client's retry gets that answer, and upstream is not called again.
     let retry = Call::post("/payments", "left", ORDER).send(&app).await;
@@ -599,6 +609,80 @@ async fn a_client_that_hangs_up_while_its_claim_commits_still_gets_its_request_r
         (201, Some("true"))
     );
     assert_eq!(upstream.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_client_that_resets_its_connection_while_its_claim_commits_still_gets_its_request_run_once()
+ {
+    let upstream = Upstream::created().await;
+    let app = payments_gateway(&upstream.url, "").await;
+    let mut holder = app.db().await;
+    let lock = claims_held(&mut holder).await;
+    // The request whole, then a reset (RST, not a close) while its claim waits.
+    let addr = app.gateway_base.clone().expect("the gateway listens");
+    let addr = addr.trim_start_matches("http://");
+    let socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!(
+        "POST /payments HTTP/1.1\r\nHost: {addr}\r\nIdempotency-Key: reset\r\n\
+         Authorization: {AUTH}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{ORDER}",
+        ORDER.len()
+    );
+    let mut socket = socket;
+    tokio::io::AsyncWriteExt::write_all(&mut socket, request.as_bytes())
+        .await
+        .expect("send");
+    crate::support::wait_for("the claim to wait", Duration::from_secs(10), || async {
+        let waiting = app
+            .count(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND application_name = 'hookd'",
+                &[],
+            )
+            .await;
+        (waiting > 0).then_some(())
+    })
+    .await;
+    socket.set_zero_linger().expect("linger");
+    drop(socket);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    lock.rollback().await.expect("unlock");
+    assert_eq!(settled(&app, "reset").await, "completed");
+    assert_eq!(upstream.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_claim_sent_again_takes_its_own_key_once_and_no_other_claim_does() {
+    // A batch of key writes whose COMMIT committed but whose answer was lost
+    // is sent again write by write: its claims must still be theirs to run.
+    let app = crate::support::spawn_app().await;
+    let client = app.app.pool.get().await.expect("connection");
+    let attempt = |claim_id: &[u8]| hookd::store::api_idempotency::ClaimAttempt {
+        route: "payments".into(),
+        scope: vec![1; 32],
+        key: "again".into(),
+        fingerprint: vec![2; 32],
+        operation_id: format!("op_{}", claim_id[0]),
+        claim_id: claim_id.to_vec(),
+        lock: Duration::from_secs(60),
+        retention: Duration::from_secs(3600),
+        resend_unknown: true,
+        method: "POST".into(),
+        target: "/payments".into(),
+    };
+    let first = attempt(&[1; 16]);
+    let taken = hookd::store::api_idempotency::try_claim(&client, &first)
+        .await
+        .expect("claim")
+        .expect("a new key is taken");
+    let again = hookd::store::api_idempotency::try_claim(&client, &first)
+        .await
+        .expect("claim");
+    assert_eq!(again, Some(taken.clone()), "the same claim, counted once");
+    let other = hookd::store::api_idempotency::try_claim(&client, &attempt(&[9; 16]))
+        .await
+        .expect("claim");
+    assert_eq!(other, None, "another claim of a key in flight");
 }
 
 #[tokio::test]
