@@ -79,9 +79,12 @@ impl Rules {
         self.timeout + TAKEOVER_AFTER_TIMEOUT
     }
 
-    /// Whether a stored answer keeps this header (lower case).
+    /// Whether a stored answer keeps this header (lower case). The body's
+    /// `Content-Encoding` always goes with it: stored bytes an upstream
+    /// compressed mean nothing to a copy without it.
     pub fn keeps_header(&self, name: &str) -> bool {
-        matches!(name, "content-type" | "location") || self.replay_headers.iter().any(|h| h == name)
+        matches!(name, "content-type" | "content-encoding" | "location")
+            || self.replay_headers.iter().any(|h| h == name)
     }
 }
 

@@ -177,6 +177,46 @@ async fn a_new_key_reaches_upstream_once_and_a_copy_gets_its_answer_byte_for_byt
 }
 
 #[tokio::test]
+async fn a_compressed_answer_is_replayed_with_its_encoding() {
+    // `{"id":"pay_gz","status":"succeeded"}`, gzipped as an upstream does for
+    // a client that accepts gzip (the gateway passes bytes on, never decodes).
+    const GZIPPED: [u8; 55] = [
+        31, 139, 8, 0, 0, 0, 0, 0, 2, 3, 171, 86, 202, 76, 81, 178, 82, 42, 72, 172, 140, 79, 175,
+        82, 210, 81, 42, 46, 73, 44, 41, 45, 6, 138, 20, 151, 38, 39, 167, 166, 166, 164, 166, 40,
+        213, 2, 0, 217, 132, 167, 43, 36, 0, 0, 0,
+    ];
+    let upstream = Upstream::start(
+        vec![],
+        Reply::Answer {
+            status: 201,
+            headers: vec![
+                ("Content-Type".into(), "application/json".into()),
+                ("Content-Encoding".into(), "gzip".into()),
+            ],
+            body: GZIPPED.to_vec(),
+            delay: Duration::ZERO,
+        },
+    )
+    .await;
+    let app = payments_gateway(&upstream.url, "").await;
+    let first = Call::post("/payments", "gz", ORDER).send(&app).await;
+    assert_eq!(
+        (first.status, first.header("content-encoding")),
+        (201, Some("gzip"))
+    );
+    assert_eq!(first.body, GZIPPED);
+    let copy = Call::post("/payments", "gz", ORDER).send(&app).await;
+    assert_eq!(copy.header("idempotent-replayed"), Some("true"));
+    assert_eq!(copy.body, GZIPPED);
+    assert_eq!(
+        copy.header("content-encoding"),
+        Some("gzip"),
+        "the stored bytes are gzip: a copy must be told so"
+    );
+    assert_eq!(upstream.calls(), 1);
+}
+
+#[tokio::test]
 async fn without_a_key_a_route_that_requires_one_answers_400_and_one_that_does_not_passes_it_on() {
     let upstream = Upstream::created().await;
     let routes = route("payments", "/payments", &upstream.url, "")
