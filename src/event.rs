@@ -246,6 +246,26 @@ pub fn stable_fingerprint(payload: &Value, ignore: &[String]) -> [u8; 32] {
     Fingerprints::of_payload(payload, ignore).stable
 }
 
+/// Removes the values the JSON pointers name, each as it names it in the
+/// whole value: the later items of an array first, so that removing one never
+/// shifts another pointer onto its neighbour (`/items/0` and `/items/1` remove
+/// those two, never the third).
+fn remove_pointers(value: &mut Value, pointers: &[String]) {
+    let mut ordered: Vec<&String> = pointers.iter().collect();
+    ordered.sort_by(|a, b| pointer_order(b).cmp(&pointer_order(a)));
+    for pointer in ordered {
+        remove_pointer(value, pointer);
+    }
+}
+
+/// A pointer's segments, array indices compared as numbers.
+fn pointer_order(pointer: &str) -> Vec<(Option<usize>, &str)> {
+    pointer
+        .split('/')
+        .map(|segment| (segment.parse().ok(), segment))
+        .collect()
+}
+
 /// Removes the value a JSON pointer names (an object member or an array item).
 fn remove_pointer(value: &mut Value, pointer: &str) {
     let Some((parent, last)) = pointer.rsplit_once('/') else {

@@ -37,9 +37,7 @@ impl Fingerprints {
                 full
             } else {
                 let mut trimmed = payload.clone();
-                for pointer in ignore {
-                    super::remove_pointer(&mut trimmed, pointer);
-                }
+                super::remove_pointers(&mut trimmed, ignore);
                 Self::of_payload(&trimmed, &[]).full
             };
             return Self {
