@@ -146,8 +146,19 @@ async fn through(
         Ok(keyed) => keyed,
         Err(refusal) => return refused(refusal),
     };
-    let body = match body::read(&mut payload, &request, limits.bytes, limits.within).await {
-        Ok(body) => body,
+    // Past its first 64 KiB, a body counts against the gateway's memory budget
+    // (`max_body_memory`) until its request is answered.
+    let budget = &state.gateway_body_memory;
+    let (body, _held) = match body::read_budgeted(
+        &mut payload,
+        &request,
+        limits.bytes,
+        limits.within,
+        budget,
+    )
+    .await
+    {
+        Ok(read) => read,
         Err(error) => return failed(error, &state),
     };
     let Some((key, scope)) = keyed else {

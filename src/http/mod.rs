@@ -28,6 +28,9 @@ pub struct AppState {
     pub guard: auth::Guard,
     /// Webhook body bytes being read, one permit a byte (see `body::read_budgeted`).
     pub body_memory: tokio::sync::Semaphore,
+    /// The same for the gateway's request bodies: a budget of its own, so that
+    /// its callers cannot spend the webhooks'.
+    pub gateway_body_memory: tokio::sync::Semaphore,
     /// The last readiness check: what was wrong (`None`: ready).
     pub readiness: crate::metrics::fresh::Fresh<Option<&'static str>>,
     /// A stop was asked for: `/readyz` answers 503 whatever the database says.
@@ -38,16 +41,20 @@ impl AppState {
     pub fn new(app: Instance) -> Self {
         // Both fixed at start: a reload keeps their running values.
         let settings = app.settings.now();
-        let body_memory = tokio::sync::Semaphore::new(
-            settings
-                .max_body_memory
-                .min(tokio::sync::Semaphore::MAX_PERMITS),
-        );
+        let budget = || {
+            tokio::sync::Semaphore::new(
+                settings
+                    .max_body_memory
+                    .min(tokio::sync::Semaphore::MAX_PERMITS),
+            )
+        };
+        let (body_memory, gateway_body_memory) = (budget(), budget());
         let guard = auth::Guard::new(settings.trusted_proxies.clone());
         AppState {
             app,
             guard,
             body_memory,
+            gateway_body_memory,
             readiness: Default::default(),
             stopping: Default::default(),
         }

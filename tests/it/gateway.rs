@@ -726,6 +726,62 @@ async fn a_claim_sent_again_takes_its_own_key_once_and_no_other_claim_does() {
 }
 
 #[tokio::test]
+async fn large_request_bodies_that_stall_share_a_memory_budget() {
+    let upstream = Upstream::created().await;
+    let mut settings = settings_with(&route("payments", "/payments", &upstream.url, ""));
+    settings.max_body_memory = 256 * 1024;
+    let app = spawn_with_settings(settings).await;
+    let base = app.gateway_base.clone().expect("the gateway listens");
+    let addr = base.trim_start_matches("http://").to_string();
+    // 300 KiB of a 512 KiB body, then a stall: 236 KiB of the budget held.
+    let mut stalled = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /payments HTTP/1.1\r\nHost: {addr}\r\nIdempotency-Key: stalled\r\n\
+         Authorization: {AUTH}\r\nContent-Length: {}\r\n\r\n",
+        512 * 1024
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut stalled, head.as_bytes())
+        .await
+        .expect("head");
+    tokio::io::AsyncWriteExt::write_all(&mut stalled, &vec![b'x'; 300 * 1024])
+        .await
+        .expect("body");
+    let large = |key: &'static str| {
+        let (http, url) = (app.http.clone(), format!("{base}/payments"));
+        async move {
+            let response = http
+                .post(url)
+                .header("Idempotency-Key", key)
+                .header("Authorization", AUTH)
+                .body(vec![b'y'; 200 * 1024])
+                .send()
+                .await
+                .expect("send");
+            response.status().as_u16()
+        }
+    };
+    // Another 136 KiB does not fit: refused at once, upstream never called.
+    crate::support::wait_for(
+        "the budget to be spent",
+        Duration::from_secs(10),
+        || async { (large("refused").await == 503).then_some(()) },
+    )
+    .await;
+    assert_eq!(upstream.calls(), 0);
+    // Once the stalled body is gone, it fits again.
+    drop(stalled);
+    crate::support::wait_for(
+        "a large request to be taken",
+        Duration::from_secs(10),
+        || async { (large("taken").await == 201).then_some(()) },
+    )
+    .await;
+    assert_eq!(upstream.calls(), 1);
+}
+
+#[tokio::test]
 async fn the_same_key_in_two_scopes_is_two_keys_and_a_route_without_scope_shares_them() {
     let upstream = Upstream::created().await;
     let routes = route("payments", "/payments", &upstream.url, "")
