@@ -139,6 +139,27 @@ fn key_id(path: &str) -> Result<i64, ApiError> {
 
 /// The stored body as viewers see it: the route's `mask` over its JSON (all
 /// of it when the route sets none or is gone), text only when nothing is masked.
+/// The stored answer's headers: a route's `replay_headers` may keep a cookie
+/// or a token, so unless revealed only the body's type and encoding and its
+/// `Location` are shown as stored, the others masked.
+fn shown_headers(headers: Vec<(String, String)>, reveal: bool) -> Vec<(String, String)> {
+    if reveal {
+        return headers;
+    }
+    headers
+        .into_iter()
+        .map(|(name, value)| {
+            let plain = ["content-type", "content-encoding", "location"]
+                .iter()
+                .any(|kept| name.eq_ignore_ascii_case(kept));
+            match plain {
+                true => (name, value),
+                false => (name, mask::MASKED.to_string()),
+            }
+        })
+        .collect()
+}
+
 fn shown_body(state: &AppState, route: &str, body: Option<Vec<u8>>, reveal: bool) -> Value {
     let Some(body) = body.filter(|b| !b.is_empty()) else {
         return Value::Null;
@@ -183,7 +204,7 @@ async fn detail_of(
     let body = shown_body(state, &detail.view.route, detail.body, reveal);
     Ok(KeyDetailView {
         key: detail.view,
-        headers: detail.headers,
+        headers: shown_headers(detail.headers, reveal),
         body,
         masked: !reveal,
     })

@@ -748,6 +748,18 @@ async fn large_request_bodies_that_stall_share_a_memory_budget() {
     tokio::io::AsyncWriteExt::write_all(&mut stalled, &vec![b'x'; 300 * 1024])
         .await
         .expect("body");
+    // Still being read, unanswered (which also gives hookd the time to read
+    // what was sent).
+    let mut buf = [0u8; 64];
+    let answer = tokio::time::timeout(
+        Duration::from_millis(500),
+        tokio::io::AsyncReadExt::read(&mut stalled, &mut buf),
+    )
+    .await;
+    assert!(
+        answer.is_err(),
+        "the stalled request was answered: {answer:?}"
+    );
     let large = |key: &'static str| {
         let (http, url) = (app.http.clone(), format!("{base}/payments"));
         async move {
@@ -763,12 +775,7 @@ async fn large_request_bodies_that_stall_share_a_memory_budget() {
         }
     };
     // Another 136 KiB does not fit: refused at once, upstream never called.
-    crate::support::wait_for(
-        "the budget to be spent",
-        Duration::from_secs(10),
-        || async { (large("refused").await == 503).then_some(()) },
-    )
-    .await;
+    assert_eq!(large("refused").await, 503);
     assert_eq!(upstream.calls(), 0);
     // Once the stalled body is gone, it fits again.
     drop(stalled);
@@ -778,7 +785,6 @@ async fn large_request_bodies_that_stall_share_a_memory_budget() {
         || async { (large("taken").await == 201).then_some(()) },
     )
     .await;
-    assert_eq!(upstream.calls(), 1);
 }
 
 #[tokio::test]
@@ -1392,12 +1398,16 @@ async fn an_operator_releases_an_unknown_key_from_the_desk_audited_and_the_next_
 async fn stored_bodies_are_masked_for_viewers_and_revealed_to_operators_audited() {
     let answer =
         r#"{"id":"pay_1","card":{"last4":"4242","brand":"visa"},"email":"ann@example.com"}"#;
-    let upstream = Upstream::start(vec![], Reply::json(201, answer)).await;
+    let upstream = Upstream::start(
+        vec![],
+        Reply::json(201, answer).with_header("Set-Cookie", "session=s3cret"),
+    )
+    .await;
     let routes = route(
         "payments",
         "/payments",
         &upstream.url,
-        "mask = [\"/card/last4\", \"/email\"]",
+        "mask = [\"/card/last4\", \"/email\"]\nreplay_headers = [\"Set-Cookie\"]",
     ) + &route("refunds", "/refunds", &upstream.url, "");
     let app = gateway(&routes).await;
     Call::post("/payments", "masked", ORDER).send(&app).await;
@@ -1410,9 +1420,15 @@ async fn stored_bodies_are_masked_for_viewers_and_revealed_to_operators_audited(
         viewed["body"],
         json!({"id": "pay_1", "card": {"last4": "•••", "brand": "visa"}, "email": "•••@example.com"})
     );
-    assert_eq!(
-        viewed["headers"],
-        json!([["content-type", "application/json"]])
+    // A header a route keeps may be a secret: masked too.
+    let headers = viewed["headers"].as_array().expect("headers");
+    assert!(
+        headers.contains(&json!(["content-type", "application/json"])),
+        "{headers:?}"
+    );
+    assert!(
+        headers.contains(&json!(["set-cookie", "•••"])),
+        "{headers:?}"
     );
     // A route that names no mask: all of it.
     let other = app
@@ -1431,6 +1447,11 @@ async fn stored_bodies_are_masked_for_viewers_and_revealed_to_operators_audited(
         .await
         .json();
     assert_eq!(revealed["masked"], false);
+    let headers = revealed["headers"].as_array().expect("headers");
+    assert!(
+        headers.contains(&json!(["set-cookie", "session=s3cret"])),
+        "{headers:?}"
+    );
     assert_eq!(
         revealed["body"],
         serde_json::from_str::<Value>(answer).expect("json")
