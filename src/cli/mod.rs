@@ -118,7 +118,7 @@ pub enum Command {
     },
     /// Print a fresh random secret in a scheme's format (or, with hmac, an admin token).
     Secret {
-        /// stripe, standard (or svix), github or hmac.
+        /// The scheme whose secret format to print (hmac: an admin token too).
         #[arg(long, value_parser = crate::providers::names())]
         scheme: String,
     },
