@@ -482,9 +482,16 @@ fn check_config(settings: &Settings) -> Result<(), CliError> {
         Some(addr) => format!("admin pages on {addr}"),
         None => "admin pages on the same listener".into(),
     };
+    let gateway = match settings.gateway.listen {
+        Some(addr) => format!(
+            ", the gateway on {addr} ({} route(s))",
+            settings.gateway.routes.len()
+        ),
+        None => String::new(),
+    };
     println!(
-        "ok: {}: {} source(s) ({}), {} forward(s), {} admin token(s); webhooks on {}, {admin}; \
-         database: {database}",
+        "ok: {}: {} source(s) ({}), {} forward(s), {} admin token(s); webhooks on {}, {admin}\
+         {gateway}; database: {database}",
         settings.origin,
         names.len(),
         names.join(", "),

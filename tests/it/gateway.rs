@@ -1028,7 +1028,13 @@ async fn slow_check_config_refuses_a_bad_gateway_key_in_one_line_naming_it_with_
         "[gateway]\nlisten = \"127.0.0.1:8090\"\n{}",
         route("payments", "/payments", "http://127.0.0.1:9000", "")
     );
-    assert_eq!(check_config(&good, &[]).await.status.code(), Some(0));
+    let checked = check_config(&good, &[]).await;
+    assert_eq!(checked.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        said.contains(", the gateway on 127.0.0.1:8090 (1 route(s)); database:"),
+        "{said}"
+    );
     for (gateway, key, says) in [
         (
             good.replace("/payments\"", "payments\""),
