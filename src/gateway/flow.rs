@@ -147,9 +147,9 @@ async fn through(
         Err(refusal) => return refused(refusal),
     };
     // Past its first 64 KiB, a body counts against the gateway's memory budget
-    // (`max_body_memory`) until its request is answered.
+    // (`max_body_memory`) for as long as it is held.
     let budget = &state.gateway_body_memory;
-    let (body, _held) = match body::read_budgeted(
+    let (body, held) = match body::read_budgeted(
         &mut payload,
         &request,
         limits.bytes,
@@ -161,20 +161,51 @@ async fn through(
         Ok(read) => read,
         Err(error) => return failed(error, &state),
     };
+    let share = BodyShare::of(&state, held);
     let Some((key, scope)) = keyed else {
         return unkeyed(&state, &route, &request, body).await;
     };
     // From the claim to its end even if the client leaves (a reset drops this
     // handler): a key claimed is always sent and settled, never left claimed
-    // with nobody to run it.
-    let work = claimed_through(state.clone(), route, request, body, key, scope)
-        .instrument(Span::current());
+    // with nobody to run it. The body's share of the budget goes with it.
+    let (on, work_state) = (share, state.clone());
+    let work = async move {
+        let _share = on;
+        claimed_through(work_state, route, request, body, key, scope).await
+    };
+    let work = work.instrument(Span::current());
     match actix_web::rt::spawn(work).await {
         Ok(answered) => answered,
         Err(error) => failed(
             ApiError::Internal(format!("a gateway request stopped: {error}")),
             &state,
         ),
+    }
+}
+
+/// A body's share of the gateway's memory budget, given back when it is
+/// dropped: it goes with the body into the task a keyed request runs in, which
+/// a client that left does not end.
+struct BodyShare {
+    held: Option<(web::Data<AppState>, usize)>,
+}
+
+impl BodyShare {
+    fn of(state: &web::Data<AppState>, held: Option<tokio::sync::SemaphorePermit<'_>>) -> Self {
+        let held = held.map(|permit| {
+            let permits = permit.num_permits();
+            permit.forget();
+            (state.clone(), permits)
+        });
+        BodyShare { held }
+    }
+}
+
+impl Drop for BodyShare {
+    fn drop(&mut self) {
+        if let Some((state, permits)) = self.held.take() {
+            state.gateway_body_memory.add_permits(permits);
+        }
     }
 }
 

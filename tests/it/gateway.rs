@@ -725,29 +725,44 @@ async fn a_claim_sent_again_takes_its_own_key_once_and_no_other_claim_does() {
     assert_eq!(other, None, "another claim of a key in flight");
 }
 
+/// A gateway to `upstream` whose request bodies share a 256 KiB budget.
+async fn with_body_budget(upstream: &str) -> TestApp {
+    let mut settings = settings_with(&route("payments", "/payments", upstream, ""));
+    settings.max_body_memory = 256 * 1024;
+    spawn_with_settings(settings).await
+}
+
+/// A keyed POST to `/payments` on a socket of its own, announcing `length`
+/// bytes of body and sending `sent` of them.
+async fn keyed_body_on_a_socket(
+    app: &TestApp,
+    key: &str,
+    length: usize,
+    sent: usize,
+) -> tokio::net::TcpStream {
+    let base = app.gateway_base.clone().expect("the gateway listens");
+    let addr = base.trim_start_matches("http://");
+    let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "POST /payments HTTP/1.1\r\nHost: {addr}\r\nIdempotency-Key: {key}\r\n\
+         Authorization: {AUTH}\r\nContent-Length: {length}\r\n\r\n"
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut socket, head.as_bytes())
+        .await
+        .expect("head");
+    tokio::io::AsyncWriteExt::write_all(&mut socket, &vec![b'x'; sent])
+        .await
+        .expect("body");
+    socket
+}
+
 #[tokio::test]
 async fn large_request_bodies_that_stall_share_a_memory_budget() {
     let upstream = Upstream::created().await;
-    let mut settings = settings_with(&route("payments", "/payments", &upstream.url, ""));
-    settings.max_body_memory = 256 * 1024;
-    let app = spawn_with_settings(settings).await;
+    let app = with_body_budget(&upstream.url).await;
     let base = app.gateway_base.clone().expect("the gateway listens");
-    let addr = base.trim_start_matches("http://").to_string();
     // 300 KiB of a 512 KiB body, then a stall: 236 KiB of the budget held.
-    let mut stalled = tokio::net::TcpStream::connect(&addr)
-        .await
-        .expect("connect");
-    let head = format!(
-        "POST /payments HTTP/1.1\r\nHost: {addr}\r\nIdempotency-Key: stalled\r\n\
-         Authorization: {AUTH}\r\nContent-Length: {}\r\n\r\n",
-        512 * 1024
-    );
-    tokio::io::AsyncWriteExt::write_all(&mut stalled, head.as_bytes())
-        .await
-        .expect("head");
-    tokio::io::AsyncWriteExt::write_all(&mut stalled, &vec![b'x'; 300 * 1024])
-        .await
-        .expect("body");
+    let mut stalled = keyed_body_on_a_socket(&app, "stalled", 512 * 1024, 300 * 1024).await;
     // Still being read, unanswered (which also gives hookd the time to read
     // what was sent).
     let mut buf = [0u8; 64];
@@ -785,6 +800,33 @@ async fn large_request_bodies_that_stall_share_a_memory_budget() {
         || async { (large("taken").await == 201).then_some(()) },
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_large_body_whose_client_left_holds_its_budget_until_its_request_ends() {
+    let upstream = Upstream::start(
+        vec![],
+        Reply::json(201, r#"{"id":"pay_1"}"#).after(Duration::from_secs(3)),
+    )
+    .await;
+    let app = with_body_budget(&upstream.url).await;
+    // A whole 200 KiB request (136 KiB of the budget), then a reset while
+    // upstream takes its time: the request goes on without its client, and
+    // so does its body's share.
+    let gone = keyed_body_on_a_socket(&app, "gone", 200 * 1024, 200 * 1024).await;
+    upstream.wait_for_calls(1).await;
+    gone.set_zero_linger().expect("linger");
+    drop(gone);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let body = "y".repeat(200 * 1024);
+    let large = Call::post("/payments", "another", &body);
+    assert_eq!(
+        large.send(&app).await.status,
+        503,
+        "a client that left gave back a share its request still holds"
+    );
+    assert_eq!(settled(&app, "gone").await, "completed");
+    assert_eq!(large.send(&app).await.status, 201);
 }
 
 #[tokio::test]
