@@ -137,8 +137,6 @@ fn key_id(path: &str) -> Result<i64, ApiError> {
     path.parse::<i64>().map_err(|_| ApiError::NotFound)
 }
 
-/// The stored body as viewers see it: the route's `mask` over its JSON (all
-/// of it when the route sets none or is gone), text only when nothing is masked.
 /// The stored answer's headers: a route's `replay_headers` may keep a cookie
 /// or a token, so unless revealed only the body's type and encoding and its
 /// `Location` are shown as stored, the others masked.
@@ -160,6 +158,8 @@ fn shown_headers(headers: Vec<(String, String)>, reveal: bool) -> Vec<(String, S
         .collect()
 }
 
+/// The stored body as viewers see it: the route's `mask` over its JSON (all
+/// of it when the route sets none or is gone), text only when nothing is masked.
 fn shown_body(state: &AppState, route: &str, body: Option<Vec<u8>>, reveal: bool) -> Value {
     let Some(body) = body.filter(|b| !b.is_empty()) else {
         return Value::Null;

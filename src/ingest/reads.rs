@@ -17,7 +17,8 @@ use crate::runner::Runner;
 /// What a read gave (see `Runner::read_named`).
 type Read = Option<Result<Value, HandlerError>>;
 
-/// A copy is the same source, event id and payload.
+/// A copy is the same source and event id, and the same payload but for the
+/// fields its source's `fingerprint_ignore` leaves out (as a duplicate is).
 type Key = (String, String, [u8; 32]);
 
 #[derive(Default)]
@@ -41,7 +42,7 @@ impl Reads {
         let key: Key = (
             event.source.to_string(),
             event.event_id.to_string(),
-            event.fingerprint,
+            event.stable_fingerprint,
         );
         let (read, _first) = {
             let mut under_way = self.under_way();

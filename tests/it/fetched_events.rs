@@ -141,6 +141,25 @@ async fn post_thin(hookd: &Hookd, id: &str) -> (u16, String) {
     post(&hookd.base, "stripe", &stripe_signer()(&body), &body).await
 }
 
+/// The provider's API answering the event each call names once the test
+/// sets the gate to 1 (each call blocking a worker of its own until then), and
+/// with a 500 at once to the first call when `fail_first`; with the count of
+/// calls and the gate.
+async fn held_api(fail_first: bool) -> (ProviderApi, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (counted, held) = (calls.clone(), gate.clone());
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        if counted.fetch_add(1, Ordering::SeqCst) == 0 && fail_first {
+            let later = json!({"error": {"message": "later"}});
+            return (500, vec![], later.to_string());
+        }
+        held_until_let_go(&held);
+        the_named_event(seen)
+    })
+    .await;
+    (api, calls, gate)
+}
+
 /// Blocks the API's worker until the test sets `gate` to 1 (20 s at most).
 fn held_until_let_go(gate: &AtomicUsize) {
     tokio::task::block_in_place(|| {
@@ -768,14 +787,7 @@ async fn a_thin_event_waiting_for_a_slow_api_holds_no_session_and_no_other_deliv
     let db = TestDb::create().await;
     // The API holds every call until the test lets go (each blocks a worker
     // of its own), then answers the event named.
-    let (asked, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (counting, gate) = (asked.clone(), release.clone());
-    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
-        counting.fetch_add(1, Ordering::SeqCst);
-        held_until_let_go(&gate);
-        the_named_event(seen)
-    })
-    .await;
+    let (api, asked, release) = held_api(false).await;
     // The reads may wait as long as the test needs (the API lets go within 20 s).
     let hookd = serve_source_limited(&api, &db, "thin-slow-api", "stripe", "", Some("30s"))
         .await
@@ -1008,17 +1020,7 @@ async fn an_operators_retry_of_a_thin_event_reads_it_holding_no_transaction() {
     let id = "evt_test_65R9oper0001";
     // The read at receipt fails (the event is left failed); the operator's
     // retry's read waits until the test lets it go.
-    let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (counted, held) = (calls.clone(), gate.clone());
-    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
-        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
-            let later = json!({"error": {"message": "later"}});
-            return (500, vec![], later.to_string());
-        }
-        held_until_let_go(&held);
-        the_named_event(seen)
-    })
-    .await;
+    let (api, calls, gate) = held_api(true).await;
     let hookd = serve(&api, &db, "thin-operator-retry").await;
     let client = connect(db.config()).await;
     let (status, answer) = post_thin(&hookd, id).await;
@@ -1075,14 +1077,7 @@ async fn an_operators_retry_of_a_thin_event_reads_it_holding_no_transaction() {
 async fn copies_of_a_thin_event_arriving_while_it_is_read_share_the_read() {
     let db = TestDb::create().await;
     let id = "evt_test_65R9copy0001";
-    let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (counted, held) = (calls.clone(), gate.clone());
-    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
-        counted.fetch_add(1, Ordering::SeqCst);
-        held_until_let_go(&held);
-        the_named_event(seen)
-    })
-    .await;
+    let (api, calls, gate) = held_api(false).await;
     let hookd = serve(&api, &db, "thin-copies").await;
     // Three copies at once, as a provider redelivering sends them.
     let copies: Vec<_> = (0..3)
