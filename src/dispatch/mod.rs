@@ -415,7 +415,9 @@ impl Dispatcher {
 
     /// For an operator's retry of an event that only names its event, the
     /// event read from its source's API before the retry's transaction, with
-    /// nothing held (as the retry loop reads); `None` for any other event.
+    /// nothing held (as the retry loop reads); `None` for any other event, and
+    /// for one the retry will refuse whatever is read (its forwards in flight:
+    /// the transaction decides again).
     async fn read_for_retry(
         &self,
         settings: &Settings,
@@ -427,7 +429,9 @@ impl Dispatcher {
             events::lock_by_id(&client, id).await?
         };
         match event.map(|event| own_item(settings, event)) {
-            Some(event) if self.reads_first(settings, &event) => Ok(self.read_named(&event).await),
+            Some(event) if !event.leased && self.reads_first(settings, &event) => {
+                Ok(self.read_named(&event).await)
+            }
             _ => Ok(None),
         }
     }

@@ -141,6 +141,22 @@ async fn post_thin(hookd: &Hookd, id: &str) -> (u16, String) {
     post(&hookd.base, "stripe", &stripe_signer()(&body), &body).await
 }
 
+/// Posts the thin event `id`, whose read at receipt fails, and puts its retry
+/// an hour ahead, so that the operator's retry alone runs it; its row id.
+async fn failed_for_the_operator(hookd: &Hookd, client: &tokio_postgres::Client, id: &str) -> i64 {
+    let (status, answer) = post_thin(hookd, id).await;
+    assert_eq!(status, 200, "{answer}");
+    client
+        .query_one(
+            "UPDATE webhook_events SET next_attempt_at = now() + interval '1 hour' \
+             WHERE event_id = $1 AND status = 'failed' RETURNING id",
+            &[&id],
+        )
+        .await
+        .expect("the failed event")
+        .get(0)
+}
+
 /// The provider's API answering the event each call names once the test
 /// sets the gate to 1 (each call blocking a worker of its own until then), and
 /// with a 500 at once to the first call when `fail_first`; with the count of
@@ -1023,18 +1039,7 @@ async fn an_operators_retry_of_a_thin_event_reads_it_holding_no_transaction() {
     let (api, calls, gate) = held_api(true).await;
     let hookd = serve(&api, &db, "thin-operator-retry").await;
     let client = connect(db.config()).await;
-    let (status, answer) = post_thin(&hookd, id).await;
-    assert_eq!(status, 200, "{answer}");
-    // Not due for the retry loop: the operator's retry alone runs it.
-    let row_id: i64 = client
-        .query_one(
-            "UPDATE webhook_events SET next_attempt_at = now() + interval '1 hour' \
-             WHERE event_id = $1 AND status = 'failed' RETURNING id",
-            &[&id],
-        )
-        .await
-        .expect("the failed event")
-        .get(0);
+    let row_id = failed_for_the_operator(&hookd, &client, id).await;
 
     let retry = tokio::spawn({
         let url = format!("{}/admin/api/events/{row_id}/retry", hookd.base);
@@ -1071,6 +1076,50 @@ async fn an_operators_retry_of_a_thin_event_reads_it_holding_no_transaction() {
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     let applied = payments_of(&client, id).await;
     assert_eq!(applied, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operators_retry_refused_as_in_flight_does_not_read_the_event_first() {
+    let db = TestDb::create().await;
+    let id = "evt_test_65R9oper0002";
+    // The read at receipt fails; any later read would wait for the gate,
+    // which this test never opens.
+    let (api, calls, _gate) = held_api(true).await;
+    let hookd = serve(&api, &db, "thin-retry-in-flight").await;
+    let client = connect(db.config()).await;
+    let row_id = failed_for_the_operator(&hookd, &client, id).await;
+    // A forward of the event is being sent (its lease runs): a retry now is
+    // refused, whatever the API would answer.
+    client
+        .execute(
+            "INSERT INTO event_forwards (webhook_event_id, forward, next_attempt_at, lease_until) \
+             VALUES ($1, 'elsewhere', now() + interval '1 hour', now() + interval '1 hour')",
+            &[&row_id],
+        )
+        .await
+        .expect("a leased forward");
+
+    let started = std::time::Instant::now();
+    let response = reqwest::Client::new()
+        .post(format!("{}/admin/api/events/{row_id}/retry", hookd.base))
+        .bearer_auth(hookd_kit::admin::OPERATOR_TOKEN)
+        .send()
+        .await
+        .expect("retry");
+    let status = response.status().as_u16();
+    let answer = response.text().await.expect("answer");
+    assert_eq!(status, 409, "{answer}");
+    assert!(answer.contains("in_flight"), "{answer}");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "a retry that is refused asked the provider's API for the event first"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the refusal waited for the provider's API: {:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
