@@ -127,6 +127,10 @@ enum Retried {
     Refused(RetryOutcome),
     /// Its handler was cut: recorded on another session (see `Again::Cut`).
     Cut(Run),
+    /// It names its event, which was not read before the transaction (its
+    /// forwards were in flight then, no longer): to be read, with nothing
+    /// held, and tried again.
+    Unread,
 }
 
 /// Where the claim of `try_dispatch_due` left its event.
@@ -373,7 +377,7 @@ impl Dispatcher {
 
     async fn retry_now_in(&self, id: i64, by: RetryBy<'_>) -> Result<RetryOutcome, StoreError> {
         let settings = self.runner.settings();
-        let read = self.read_for_retry(&settings, id).await?;
+        let mut read = self.read_for_retry(&settings, id, false).await?;
         let mut cut = None;
         let (client, decided) = loop {
             let mut client = self.pool.get().await?;
@@ -385,6 +389,10 @@ impl Dispatcher {
                 Ok(Err(Retried::Cut(run))) => {
                     store::discard(client);
                     cut = Some(run);
+                }
+                Ok(Err(Retried::Unread)) => {
+                    drop(client);
+                    read = self.read_for_retry(&settings, id, true).await?;
                 }
                 Ok(Err(Retried::Refused(refused))) => break (client, Ok(Err(refused))),
                 Ok(Ok(ran)) => break (client, Ok(Ok(ran))),
@@ -415,13 +423,15 @@ impl Dispatcher {
 
     /// For an operator's retry of an event that only names its event, the
     /// event read from its source's API before the retry's transaction, with
-    /// nothing held (as the retry loop reads); `None` for any other event, and
-    /// for one the retry will refuse whatever is read (its forwards in flight:
-    /// the transaction decides again).
+    /// nothing held (as the retry loop reads); `None` for any other event, and,
+    /// unless `despite_lease`, for one the retry will refuse whatever is read
+    /// (its forwards in flight: the transaction decides again, and asks for
+    /// the read with `Retried::Unread` if they no longer are).
     async fn read_for_retry(
         &self,
         settings: &Settings,
         id: i64,
+        despite_lease: bool,
     ) -> Result<Option<Result<serde_json::Value, HandlerError>>, StoreError> {
         let event = {
             let client = self.pool.get().await?;
@@ -429,7 +439,9 @@ impl Dispatcher {
             events::lock_by_id(&client, id).await?
         };
         match event.map(|event| own_item(settings, event)) {
-            Some(event) if !event.leased && self.reads_first(settings, &event) => {
+            Some(event)
+                if (despite_lease || !event.leased) && self.reads_first(settings, &event) =>
+            {
                 Ok(self.read_named(&event).await)
             }
             _ => Ok(None),
@@ -492,6 +504,10 @@ impl Dispatcher {
             audit_retry(&tx, by, id, source, outcome.name()).await?;
             tx.commit().await?;
             return Ok(Err(Retried::Refused(outcome)));
+        }
+        // Never read inside the transaction, holding the row.
+        if read_first.is_none() && self.reads_first(settings, &event) {
+            return Ok(Err(Retried::Unread));
         }
         let run = match self
             .run_again(&tx, settings, &event, true, read_first, cut)

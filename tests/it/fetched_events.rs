@@ -141,6 +141,54 @@ async fn post_thin(hookd: &Hookd, id: &str) -> (u16, String) {
     post(&hookd.base, "stripe", &stripe_signer()(&body), &body).await
 }
 
+/// Waits for the operator's `retry` to read the event (the API's second call),
+/// checks no transaction waits on that read (`why` if one does), lets the API
+/// answer, and checks the retry's 200.
+async fn answered_after_a_read_holding_nothing(
+    retry: tokio::task::JoinHandle<(u16, String)>,
+    calls: &Arc<AtomicUsize>,
+    gate: &AtomicUsize,
+    client: &tokio_postgres::Client,
+    db: &TestDb,
+    why: &str,
+) {
+    wait_for("the retry's read", Duration::from_secs(30), || {
+        let calls = calls.clone();
+        async move { (calls.load(Ordering::SeqCst) == 2).then_some(()) }
+    })
+    .await;
+    assert_eq!(open_transactions(client, db).await, 0, "{why}");
+    gate.store(1, Ordering::SeqCst);
+    let (status, answer) = retry.await.expect("join");
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// A forward of event row `row_id` being sent, its lease running for `lease`
+/// (an interval), by a lane no instance here has.
+async fn lease_a_forward(client: &tokio_postgres::Client, row_id: i64, lease: &str) {
+    client
+        .execute(
+            "INSERT INTO event_forwards (webhook_event_id, forward, next_attempt_at, lease_until) \
+             VALUES ($1, 'elsewhere', now() + interval '1 hour', now() + $2::text::interval)",
+            &[&row_id, &lease],
+        )
+        .await
+        .expect("a leased forward");
+}
+
+/// An operator's retry of the event row `row_id` through the admin API: its
+/// status and answer.
+async fn operator_retry(base: String, row_id: i64) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/admin/api/events/{row_id}/retry"))
+        .bearer_auth(hookd_kit::admin::OPERATOR_TOKEN)
+        .send()
+        .await
+        .expect("retry");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("answer"))
+}
+
 /// Posts the thin event `id`, whose read at receipt fails, and puts its retry
 /// an hour ahead, so that the operator's retry alone runs it; its row id.
 async fn failed_for_the_operator(hookd: &Hookd, client: &tokio_postgres::Client, id: &str) -> i64 {
@@ -1041,32 +1089,16 @@ async fn an_operators_retry_of_a_thin_event_reads_it_holding_no_transaction() {
     let client = connect(db.config()).await;
     let row_id = failed_for_the_operator(&hookd, &client, id).await;
 
-    let retry = tokio::spawn({
-        let url = format!("{}/admin/api/events/{row_id}/retry", hookd.base);
-        async move {
-            let response = reqwest::Client::new()
-                .post(url)
-                .bearer_auth(hookd_kit::admin::OPERATOR_TOKEN)
-                .send()
-                .await
-                .expect("retry");
-            let status = response.status().as_u16();
-            (status, response.text().await.expect("answer"))
-        }
-    });
-    wait_for("the retry's read", Duration::from_secs(30), || {
-        let calls = calls.clone();
-        async move { (calls.load(Ordering::SeqCst) == 2).then_some(()) }
-    })
+    let retry = tokio::spawn(operator_retry(hookd.base.clone(), row_id));
+    answered_after_a_read_holding_nothing(
+        retry,
+        &calls,
+        &gate,
+        &client,
+        &db,
+        "an operator's retry holds a transaction while the provider's API answers",
+    )
     .await;
-    assert_eq!(
-        open_transactions(&client, &db).await,
-        0,
-        "an operator's retry holds a transaction while the provider's API answers"
-    );
-    gate.store(1, Ordering::SeqCst);
-    let (status, answer) = retry.await.expect("join");
-    assert_eq!(status, 200, "{answer}");
     let row = until_processed(&client, id).await;
     assert_eq!(
         row.get::<_, i32>(1),
@@ -1090,24 +1122,10 @@ async fn an_operators_retry_refused_as_in_flight_does_not_read_the_event_first()
     let row_id = failed_for_the_operator(&hookd, &client, id).await;
     // A forward of the event is being sent (its lease runs): a retry now is
     // refused, whatever the API would answer.
-    client
-        .execute(
-            "INSERT INTO event_forwards (webhook_event_id, forward, next_attempt_at, lease_until) \
-             VALUES ($1, 'elsewhere', now() + interval '1 hour', now() + interval '1 hour')",
-            &[&row_id],
-        )
-        .await
-        .expect("a leased forward");
+    lease_a_forward(&client, row_id, "1 hour").await;
 
     let started = std::time::Instant::now();
-    let response = reqwest::Client::new()
-        .post(format!("{}/admin/api/events/{row_id}/retry", hookd.base))
-        .bearer_auth(hookd_kit::admin::OPERATOR_TOKEN)
-        .send()
-        .await
-        .expect("retry");
-    let status = response.status().as_u16();
-    let answer = response.text().await.expect("answer");
+    let (status, answer) = operator_retry(hookd.base.clone(), row_id).await;
     assert_eq!(status, 409, "{answer}");
     assert!(answer.contains("in_flight"), "{answer}");
     assert_eq!(
@@ -1120,6 +1138,44 @@ async fn an_operators_retry_refused_as_in_flight_does_not_read_the_event_first()
         "the refusal waited for the provider's API: {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operators_retry_whose_forward_lease_ends_meanwhile_still_reads_holding_nothing() {
+    let db = TestDb::create().await;
+    let id = "evt_test_65R9oper0003";
+    let (api, calls, gate) = held_api(true).await;
+    let hookd = serve(&api, &db, "thin-retry-lease-ends").await;
+    let mut client = connect(db.config()).await;
+    let row_id = failed_for_the_operator(&hookd, &client, id).await;
+    // A forward's lease ends in two seconds; the retry's first look at the
+    // event waits behind a lock until after that, still seeing the lease (its
+    // statement began before), so it does not read: its transaction then
+    // finds the lease over.
+    lease_a_forward(&client, row_id, "2 seconds").await;
+    let lock = client.transaction().await.expect("begin");
+    lock.execute(
+        "SELECT 1 FROM webhook_events WHERE id = $1 FOR NO KEY UPDATE",
+        &[&row_id],
+    )
+    .await
+    .expect("lock");
+    let retry = tokio::spawn(operator_retry(hookd.base.clone(), row_id));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    lock.commit().await.expect("release");
+
+    answered_after_a_read_holding_nothing(
+        retry,
+        &calls,
+        &gate,
+        &client,
+        &db,
+        "the retry read the provider's API inside its transaction",
+    )
+    .await;
+    // Applied (the event itself waits for its forward, which no lane here sends).
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(payments_of(&client, id).await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
