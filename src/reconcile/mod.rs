@@ -93,6 +93,25 @@ pub fn earliest(source: &Source, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     crate::duration::before(now, lister.max_window())
 }
 
+/// A pass that stopped on an error, and what it had counted (and stored)
+/// before: a pass stores as it goes, so a failure late in a long pass comes
+/// after events already recovered.
+#[derive(Debug)]
+pub struct Stopped {
+    pub error: ReconcileError,
+    pub counts: Counts,
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.counts == Counts::default() {
+            write!(f, "{}", self.error)
+        } else {
+            write!(f, "{} (before it stopped: {})", self.error, self.counts)
+        }
+    }
+}
+
 /// One pass over `source`'s events since `since`: stores the missing ones
 /// (unless `dry_run`, which only counts them as recovered).
 pub async fn pass(
@@ -100,7 +119,7 @@ pub async fn pass(
     source: &Source,
     since: DateTime<Utc>,
     dry_run: bool,
-) -> Result<Counts, ReconcileError> {
+) -> Result<Counts, Stopped> {
     pass_leased(app, source, since, dry_run, None).await
 }
 
@@ -110,7 +129,23 @@ async fn pass_leased(
     since: DateTime<Utc>,
     dry_run: bool,
     lease: Option<&Lease<'_>>,
-) -> Result<Counts, ReconcileError> {
+) -> Result<Counts, Stopped> {
+    let mut counts = Counts::default();
+    match walk(app, source, since, dry_run, lease, &mut counts).await {
+        Ok(()) => Ok(counts),
+        Err(error) => Err(Stopped { error, counts }),
+    }
+}
+
+/// `pass_leased`, counting into `counts` as it goes.
+async fn walk(
+    app: &Instance,
+    source: &Source,
+    since: DateTime<Utc>,
+    dry_run: bool,
+    lease: Option<&Lease<'_>>,
+    counts: &mut Counts,
+) -> Result<(), ReconcileError> {
     let unusable = |problem: String| ReconcileError::Unusable {
         name: source.name.to_string(),
         problem,
@@ -140,11 +175,20 @@ async fn pass_leased(
     let mut api =
         Api::new(base, credential, lister.token_path.unwrap_or_default()).map_err(api_error)?;
     let mut pager = (lister.pager)(since, Utc::now());
-    let mut counts = Counts::default();
     let mut held = Held::default();
     let mut seen: HashSet<String> = HashSet::new();
     let no_headers: Vec<(String, String)> = Vec::new();
-    while let Some(items) = pager.next(&mut api).await.map_err(api_error)? {
+    loop {
+        let items = match pager.next(&mut api).await {
+            Ok(Some(items)) => items,
+            Ok(None) => break,
+            Err(error) => {
+                // What was found missing before the provider failed is stored
+                // still: the next pass would only find it missing again.
+                store_held(app, lease, &mut held, lister.newest_first, counts).await?;
+                return Err(api_error(error));
+            }
+        };
         let mut events = Vec::with_capacity(items.len());
         for item in &items {
             match IncomingEvent::parse(source, &no_headers, item.get().as_bytes()) {
@@ -189,11 +233,10 @@ async fn pass_leased(
             }
         }
         if held.bytes >= HOLD_BYTES {
-            store_held(app, lease, &mut held, lister.newest_first, &mut counts).await?;
+            store_held(app, lease, &mut held, lister.newest_first, counts).await?;
         }
     }
-    store_held(app, lease, &mut held, lister.newest_first, &mut counts).await?;
-    Ok(counts)
+    store_held(app, lease, &mut held, lister.newest_first, counts).await
 }
 
 /// What a pass found missing and has not stored yet. Bounded by `HOLD_BYTES`:
@@ -379,7 +422,13 @@ impl Reconciler {
                     log::info!("reconcile {}: {counts}", source.name);
                 }
             }
-            Err(error) => self.failed(source, &error.to_string()),
+            Err(stopped) => {
+                // What it stored before it stopped was recovered all the same.
+                self.app
+                    .metrics
+                    .reconcile_recovered(&source.name, stopped.counts.recovered);
+                self.failed(source, &stopped.to_string());
+            }
         }
     }
 

@@ -187,6 +187,20 @@ fn stripe_list(events: Vec<Value>, page: usize) -> impl Fn(&Seen) -> Answer + Se
     }
 }
 
+/// 48 events of 256 KiB (12 MiB, more than a pass holds), `PREFIX48` to
+/// `PREFIX01`: newest first, as Stripe lists them.
+fn large_events(prefix: &str) -> Vec<Value> {
+    let pad = "x".repeat(256 * 1024);
+    (1..=48)
+        .rev()
+        .map(|i| {
+            let mut event = paid(&format!("{prefix}{i:02}"), 0);
+            event["data"]["object"]["metadata"] = json!({ "pad": pad });
+            event
+        })
+        .collect()
+}
+
 async fn reconcile(
     api: &ProviderApi,
     app: &TestApp,
@@ -345,15 +359,7 @@ async fn what_stripe_never_delivered_is_recovered_once_and_a_later_delivery_is_a
 async fn a_pass_over_more_than_it_holds_stores_as_it_goes_and_recovers_each_once() {
     let app = spawn_app().await;
     // 48 events of 256 KiB, newest first: 12 MiB, more than a pass holds (8 MiB).
-    let pad = "x".repeat(256 * 1024);
-    let listed: Vec<Value> = (1..=48)
-        .rev()
-        .map(|i| {
-            let mut event = paid(&format!("evt_rc_big_{i:02}"), 0);
-            event["data"]["object"]["metadata"] = json!({ "pad": pad });
-            event
-        })
-        .collect();
+    let listed = large_events("evt_rc_big_");
     let api = ProviderApi::start(stripe_list(listed, 8)).await;
 
     let out = reconcile(&api, &app, KEY, &[]).await;
@@ -394,6 +400,42 @@ async fn a_pass_over_more_than_it_holds_stores_as_it_goes_and_recovers_each_once
     };
     assert_eq!(sorted(first), named(17..=48));
     assert_eq!(sorted(then), named(1..=16));
+}
+
+#[tokio::test]
+async fn a_pass_the_api_fails_late_in_stores_what_it_found_and_says_so() {
+    let app = spawn_app().await;
+    // 48 events of 256 KiB, newest first, 8 a page; the sixth page (after 40
+    // events, 10 MiB) is a 500 every time.
+    let listed = large_events("evt_rc_late_");
+    let list = stripe_list(listed, 8);
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        if param(seen, "starting_after").as_deref() == Some("evt_rc_late_09") {
+            let body = json!({"error": {"type": "api_error", "message": "Something went wrong"}});
+            return (500, vec![], body.to_string());
+        }
+        list(seen)
+    })
+    .await;
+
+    let out = reconcile(&api, &app, KEY, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let said = stderr(&out);
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    assert!(said.contains("500"), "{said}");
+    // The 32 stored once it held 8 MiB, and the 8 it held when the API failed.
+    assert!(
+        said.contains("before it stopped: 40 listed, 0 present, 40 recovered, 0 conflicts"),
+        "{said}"
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_events WHERE origin = 'api' AND status = 'processed'",
+            &[]
+        )
+        .await,
+        40
+    );
 }
 
 #[tokio::test]
