@@ -50,7 +50,11 @@ pub trait Client: Send {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fetch {
     pub path: String,
-    pub headers: &'static [(&'static str, &'static str)],
+    pub headers: Vec<(&'static str, String)>,
+    /// For a read of the resource the delivery names (not of an event), the
+    /// delivery: the event handlers see is it with the resource as its
+    /// `data.object`, where a classic event carries it.
+    pub object_of: Option<serde_json::Value>,
 }
 
 impl Fetch {
@@ -67,15 +71,50 @@ impl Fetch {
         }
         Ok(Fetch {
             path: format!("{prefix}{id}"),
-            headers,
+            headers: headers.iter().map(|(k, v)| (*k, v.to_string())).collect(),
+            object_of: None,
         })
     }
 
-    /// What the API answers for it, as JSON.
+    /// A GET of the resource at `path` that `delivery` names, when the path
+    /// is `/` and segments of letters, digits, `_` and `-` (nothing else is
+    /// asked of the source's API with its key).
+    pub fn resource(
+        path: &str,
+        headers: Vec<(&'static str, String)>,
+        delivery: &serde_json::Value,
+    ) -> Result<Fetch, super::FetchError> {
+        let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        let segments = path.strip_prefix('/').map(|rest| rest.split('/'));
+        let asked = segments.is_some_and(|mut segments| {
+            segments.all(|segment| !segment.is_empty() && segment.chars().all(plain))
+        });
+        if !asked {
+            return Err(super::FetchError::Unaskable(path.to_string()));
+        }
+        Ok(Fetch {
+            path: path.to_string(),
+            headers,
+            object_of: Some(delivery.clone()),
+        })
+    }
+
+    /// What the API answers for it, as JSON: the event (for a resource, the
+    /// delivery with it as `data.object`).
     pub async fn send(&self, api: &mut dyn Client) -> Result<serde_json::Value, ApiError> {
         let mut call = Call::get(&self.path, Vec::new());
-        call.headers = self.headers;
-        ask(api, &call).await
+        let headers: Vec<(&str, &str)> =
+            self.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        call.headers = &headers;
+        let answer: serde_json::Value = ask(api, &call).await?;
+        Ok(match &self.object_of {
+            Some(delivery) => {
+                let mut event = delivery.clone();
+                event["data"] = serde_json::json!({ "object": answer });
+                event
+            }
+            None => answer,
+        })
     }
 }
 

@@ -33,12 +33,20 @@ fn thin(id: &str, event_type: &str) -> Value {
     })
 }
 
-/// The event `GET /v2/core/events/{id}` answers: the notification's fields and its data.
-fn fetched(id: &str, event_type: &str) -> Value {
-    let mut event = thin(id, event_type);
-    event["data"] = json!({"object": {"id": format!("pi_{id}"), "object": "payment_intent",
-        "amount": 2500, "amount_received": 2500, "currency": "eur", "status": "succeeded"}});
-    event
+/// What `GET /v1/payment_intents/pi_{id}` answers for the payment intent a
+/// thin event `id` names (its `related_object.url`): the resource as it is
+/// now. (Stripe's `GET /v2/core/events/{id}` carries no v1 object: hookd
+/// reads the resource.)
+fn fetched(id: &str) -> Value {
+    json!({"id": format!("pi_{id}"), "object": "payment_intent",
+        "amount": 2500, "amount_received": 2500, "currency": "eur", "status": "succeeded"})
+}
+
+/// The thin event's id in a read of the resource it names.
+fn named_in(target: &str) -> &str {
+    target
+        .strip_prefix("/v1/payment_intents/pi_")
+        .unwrap_or_else(|| panic!("hookd asked for {target}, not the payment intent"))
 }
 
 /// `hookd serve` asking `api` with `KEY` for the shipped `stripe` source.
@@ -130,9 +138,7 @@ async fn payments_of(client: &tokio_postgres::Client, id: &str) -> i64 {
 
 /// What the API answers for the event a call names: a payment succeeded.
 fn the_named_event(seen: &Seen) -> Answer {
-    let id = seen.target.trim_start_matches("/v2/core/events/");
-    let event = fetched(id, "v1.payment_intent.succeeded");
-    (200, vec![], event.to_string())
+    (200, vec![], fetched(named_in(&seen.target)).to_string())
 }
 
 /// A thin `v1.payment_intent.succeeded` naming `id`, signed and posted.
@@ -312,7 +318,7 @@ async fn a_thin_event_is_fetched_before_its_handler_and_a_failed_fetch_is_retrie
         // Counted first: a call the asserts below refuse still counts.
         let call = counted.fetch_add(1, Ordering::SeqCst);
         assert_eq!(seen.method, "GET");
-        assert_eq!(seen.target, format!("/v2/core/events/{id}"));
+        assert_eq!(seen.target, format!("/v1/payment_intents/pi_{id}"));
         assert_eq!(
             seen.header("authorization"),
             Some(format!("Bearer {KEY}").as_str())
@@ -323,11 +329,7 @@ async fn a_thin_event_is_fetched_before_its_handler_and_a_failed_fetch_is_retrie
             let body = json!({"error": {"message": "try again"}});
             return (500, vec![], body.to_string());
         }
-        (
-            200,
-            vec![],
-            fetched(id, "v1.payment_intent.succeeded").to_string(),
-        )
+        (200, vec![], fetched(id).to_string())
     })
     .await;
     let hookd = serve(&api, &db, "thin-events").await;
@@ -406,6 +408,42 @@ async fn a_thin_event_is_fetched_before_its_handler_and_a_failed_fetch_is_retrie
         calls.load(Ordering::SeqCst),
         2,
         "nothing read for a type without a handler"
+    );
+}
+
+#[tokio::test]
+async fn a_connected_accounts_thin_event_is_read_in_its_context_as_the_resource_it_names() {
+    let db = TestDb::create().await;
+    let id = "evt_test_65R9ctx00001";
+    // Each read: what was asked, and its `Stripe-Context`.
+    type Asked = Vec<(String, Option<String>)>;
+    let asked: Arc<Mutex<Asked>> = Arc::default();
+    let seen_by = asked.clone();
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        let context = seen.header("stripe-context").map(str::to_string);
+        seen_by
+            .lock()
+            .expect("asked")
+            .push((seen.target.clone(), context));
+        the_named_event(seen)
+    })
+    .await;
+    let hookd = serve(&api, &db, "thin-context").await;
+    let client = connect(db.config()).await;
+    let mut event = thin(id, "v1.payment_intent.succeeded");
+    event["context"] = json!("acct_1Connected0001");
+    let body = serde_json::to_vec(&event).expect("json");
+    let (status, answer) = post(&hookd.base, "stripe", &stripe_signer()(&body), &body).await;
+    assert_eq!(status, 200, "{answer}");
+    until_processed(&client, id).await;
+    assert_eq!(payments_of(&client, id).await, 1);
+    assert_eq!(
+        *asked.lock().expect("asked"),
+        vec![(
+            format!("/v1/payment_intents/pi_{id}"),
+            Some("acct_1Connected0001".to_string())
+        )],
+        "one read of the resource the event names, in the account's context"
     );
 }
 
@@ -984,10 +1022,7 @@ async fn a_thin_events_retry_reads_its_event_holding_no_transaction() {
     let released: Arc<Mutex<Vec<String>>> = Arc::default();
     let (counted, gates) = (calls.clone(), released.clone());
     let api = ProviderApi::start(move |seen: &Seen| -> Answer {
-        let id = seen
-            .target
-            .trim_start_matches("/v2/core/events/")
-            .to_string();
+        let id = named_in(&seen.target).to_string();
         let call = {
             let mut calls = counted.lock().expect("calls");
             let n = calls.entry(id.clone()).or_default();
