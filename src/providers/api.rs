@@ -51,10 +51,10 @@ pub trait Client: Send {
 pub struct Fetch {
     pub path: String,
     pub headers: Vec<(&'static str, String)>,
-    /// For a read of the resource the delivery names (not of an event), the
-    /// delivery: the event handlers see is it with the resource as its
-    /// `data.object`, where a classic event carries it.
-    pub object_of: Option<serde_json::Value>,
+    /// Whether an event read without a `data.object` gets, as its
+    /// `data.object`, the resource its `related_object.url` names, read too
+    /// (Stripe's v2 events name a v1 resource without carrying it).
+    pub related_object: bool,
 }
 
 impl Fetch {
@@ -63,59 +63,61 @@ impl Fetch {
     pub fn of(
         prefix: &str,
         id: &str,
-        headers: &'static [(&'static str, &'static str)],
+        headers: Vec<(&'static str, String)>,
     ) -> Result<Fetch, super::FetchError> {
-        let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-        if id.is_empty() || !id.chars().all(plain) {
+        if !plain_segment(id) {
             return Err(super::FetchError::Unaskable(id.to_string()));
         }
         Ok(Fetch {
             path: format!("{prefix}{id}"),
-            headers: headers.iter().map(|(k, v)| (*k, v.to_string())).collect(),
-            object_of: None,
-        })
-    }
-
-    /// A GET of the resource at `path` that `delivery` names, when the path
-    /// is `/` and segments of letters, digits, `_` and `-` (nothing else is
-    /// asked of the source's API with its key).
-    pub fn resource(
-        path: &str,
-        headers: Vec<(&'static str, String)>,
-        delivery: &serde_json::Value,
-    ) -> Result<Fetch, super::FetchError> {
-        let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-        let segments = path.strip_prefix('/').map(|rest| rest.split('/'));
-        let asked = segments.is_some_and(|mut segments| {
-            segments.all(|segment| !segment.is_empty() && segment.chars().all(plain))
-        });
-        if !asked {
-            return Err(super::FetchError::Unaskable(path.to_string()));
-        }
-        Ok(Fetch {
-            path: path.to_string(),
             headers,
-            object_of: Some(delivery.clone()),
+            related_object: false,
         })
     }
 
-    /// What the API answers for it, as JSON: the event (for a resource, the
-    /// delivery with it as `data.object`).
+    /// What the API answers for it, as JSON (with the related object, when
+    /// `related_object` asks for it).
     pub async fn send(&self, api: &mut dyn Client) -> Result<serde_json::Value, ApiError> {
-        let mut call = Call::get(&self.path, Vec::new());
+        let mut event: serde_json::Value = self.get(api, &self.path).await?;
+        if !self.related_object || event.pointer("/data/object").is_some() {
+            return Ok(event);
+        }
+        let url = event
+            .pointer("/related_object/url")
+            .and_then(|u| u.as_str());
+        let Some(url) = url.map(str::to_string) else {
+            return Ok(event);
+        };
+        // Nothing but a plain path of the source's own API is asked for.
+        let plain = url
+            .strip_prefix('/')
+            .is_some_and(|rest| rest.split('/').all(plain_segment));
+        if !plain {
+            return Err(api.malformed(&self.path, &format!("related_object.url {url:?}")));
+        }
+        let object = self.get(api, &url).await?;
+        if !event["data"].is_object() {
+            event["data"] = serde_json::json!({});
+        }
+        event["data"]["object"] = object;
+        Ok(event)
+    }
+
+    async fn get(&self, api: &mut dyn Client, path: &str) -> Result<serde_json::Value, ApiError> {
+        let mut call = Call::get(path, Vec::new());
         let headers: Vec<(&str, &str)> =
             self.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
         call.headers = &headers;
-        let answer: serde_json::Value = ask(api, &call).await?;
-        Ok(match &self.object_of {
-            Some(delivery) => {
-                let mut event = delivery.clone();
-                event["data"] = serde_json::json!({ "object": answer });
-                event
-            }
-            None => answer,
-        })
+        ask(api, &call).await
     }
+}
+
+/// A path segment asked for as it is: letters, digits, `_` and `-`.
+fn plain_segment(segment: &str) -> bool {
+    !segment.is_empty()
+        && segment
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// One page's events, each as the API wrote it.

@@ -34,19 +34,24 @@ fn thin(id: &str, event_type: &str) -> Value {
 }
 
 /// What `GET /v1/payment_intents/pi_{id}` answers for the payment intent a
-/// thin event `id` names (its `related_object.url`): the resource as it is
-/// now. (Stripe's `GET /v2/core/events/{id}` carries no v1 object: hookd
-/// reads the resource.)
+/// thin event `id` names (its `related_object.url`): the resource as it is now.
 fn fetched(id: &str) -> Value {
     json!({"id": format!("pi_{id}"), "object": "payment_intent",
         "amount": 2500, "amount_received": 2500, "currency": "eur", "status": "succeeded"})
 }
 
-/// The thin event's id in a read of the resource it names.
-fn named_in(target: &str) -> &str {
-    target
-        .strip_prefix("/v1/payment_intents/pi_")
-        .unwrap_or_else(|| panic!("hookd asked for {target}, not the payment intent"))
+/// The thin event a read names, and whether it reads the event
+/// (`/v2/core/events/{id}`) rather than the resource it names.
+fn named_in(target: &str) -> (&str, bool) {
+    match target.strip_prefix("/v2/core/events/") {
+        Some(id) => (id, true),
+        None => {
+            let id = target
+                .strip_prefix("/v1/payment_intents/pi_")
+                .unwrap_or_else(|| panic!("hookd asked for {target}"));
+            (id, false)
+        }
+    }
 }
 
 /// `hookd serve` asking `api` with `KEY` for the shipped `stripe` source.
@@ -138,7 +143,17 @@ async fn payments_of(client: &tokio_postgres::Client, id: &str) -> i64 {
 
 /// What the API answers for the event a call names: a payment succeeded.
 fn the_named_event(seen: &Seen) -> Answer {
-    (200, vec![], fetched(named_in(&seen.target)).to_string())
+    // The v2 event as Stripe documents it: it names its v1 resource
+    // (`related_object`) without carrying it.
+    let answer = match named_in(&seen.target) {
+        (id, true) => {
+            let mut event = thin(id, "v1.payment_intent.succeeded");
+            event["data"] = Value::Null;
+            event
+        }
+        (id, false) => fetched(id),
+    };
+    (200, vec![], answer.to_string())
 }
 
 /// A thin `v1.payment_intent.succeeded` naming `id`, signed and posted.
@@ -214,11 +229,16 @@ async fn failed_for_the_operator(hookd: &Hookd, client: &tokio_postgres::Client,
 /// The provider's API answering the event each call names once the test
 /// sets the gate to 1 (each call blocking a worker of its own until then), and
 /// with a 500 at once to the first call when `fail_first`; with the count of
-/// calls and the gate.
+/// calls and the gate. (Reads of the payment intent an event names answer at
+/// once, uncounted.)
 async fn held_api(fail_first: bool) -> (ProviderApi, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let (counted, held) = (calls.clone(), gate.clone());
     let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        // Reads of the event are counted and held; of its resource, not.
+        if !named_in(&seen.target).1 {
+            return the_named_event(seen);
+        }
         if counted.fetch_add(1, Ordering::SeqCst) == 0 && fail_first {
             let later = json!({"error": {"message": "later"}});
             return (500, vec![], later.to_string());
@@ -315,10 +335,14 @@ async fn a_thin_event_is_fetched_before_its_handler_and_a_failed_fetch_is_retrie
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = calls.clone();
     let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        assert_eq!(seen.method, "GET");
+        let (named, event) = named_in(&seen.target);
+        assert_eq!(named, id);
+        if !event {
+            return the_named_event(seen);
+        }
         // Counted first: a call the asserts below refuse still counts.
         let call = counted.fetch_add(1, Ordering::SeqCst);
-        assert_eq!(seen.method, "GET");
-        assert_eq!(seen.target, format!("/v1/payment_intents/pi_{id}"));
         assert_eq!(
             seen.header("authorization"),
             Some(format!("Bearer {KEY}").as_str())
@@ -329,7 +353,7 @@ async fn a_thin_event_is_fetched_before_its_handler_and_a_failed_fetch_is_retrie
             let body = json!({"error": {"message": "try again"}});
             return (500, vec![], body.to_string());
         }
-        (200, vec![], fetched(id).to_string())
+        the_named_event(seen)
     })
     .await;
     let hookd = serve(&api, &db, "thin-events").await;
@@ -393,7 +417,8 @@ async fn a_thin_event_is_fetched_before_its_handler_and_a_failed_fetch_is_retrie
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     assert_eq!(deliveries_of(&client, id).await, 2);
-    assert_eq!(api.seen().len(), 2);
+    // The failed read; then the event, and the payment intent it names.
+    assert_eq!(api.seen().len(), 3);
 
     // A thin event of a type no handler here runs on is stored as delivered,
     // and nothing is read for it.
@@ -412,7 +437,7 @@ async fn a_thin_event_is_fetched_before_its_handler_and_a_failed_fetch_is_retrie
 }
 
 #[tokio::test]
-async fn a_connected_accounts_thin_event_is_read_in_its_context_as_the_resource_it_names() {
+async fn a_connected_accounts_thin_event_and_its_resource_are_read_in_its_context() {
     let db = TestDb::create().await;
     let id = "evt_test_65R9ctx00001";
     // Each read: what was asked, and its `Stripe-Context`.
@@ -439,12 +464,40 @@ async fn a_connected_accounts_thin_event_is_read_in_its_context_as_the_resource_
     assert_eq!(payments_of(&client, id).await, 1);
     assert_eq!(
         *asked.lock().expect("asked"),
-        vec![(
-            format!("/v1/payment_intents/pi_{id}"),
-            Some("acct_1Connected0001".to_string())
-        )],
-        "one read of the resource the event names, in the account's context"
+        vec![
+            (
+                format!("/v2/core/events/{id}"),
+                Some("acct_1Connected0001".to_string())
+            ),
+            (
+                format!("/v1/payment_intents/pi_{id}"),
+                Some("acct_1Connected0001".to_string())
+            ),
+        ],
+        "the event, then the resource it names, each read once in the account's context"
     );
+}
+
+#[tokio::test]
+async fn an_event_read_with_its_object_is_not_read_again_for_it() {
+    let db = TestDb::create().await;
+    let id = "evt_test_65R9whole001";
+    // An API whose v2 event carries its object: nothing more is asked.
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        let (named, _) = named_in(&seen.target);
+        let mut event = thin(named, "v1.payment_intent.succeeded");
+        event["data"] = json!({ "object": fetched(named) });
+        (200, vec![], event.to_string())
+    })
+    .await;
+    let hookd = serve(&api, &db, "thin-whole").await;
+    let client = connect(db.config()).await;
+    let (status, answer) = post_thin(&hookd, id).await;
+    assert_eq!(status, 200, "{answer}");
+    until_processed(&client, id).await;
+    assert_eq!(payments_of(&client, id).await, 1);
+    let asked: Vec<String> = api.seen().into_iter().map(|s| s.target).collect();
+    assert_eq!(asked, vec![format!("/v2/core/events/{id}")]);
 }
 
 #[tokio::test]
@@ -965,7 +1018,8 @@ async fn a_thin_event_waiting_for_a_slow_api_holds_no_session_and_no_other_deliv
             "{id}"
         );
     }
-    assert_eq!(api.seen().len(), 4);
+    // Each event, and the payment intent it names, read once.
+    assert_eq!(api.seen().len(), 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1022,7 +1076,11 @@ async fn a_thin_events_retry_reads_its_event_holding_no_transaction() {
     let released: Arc<Mutex<Vec<String>>> = Arc::default();
     let (counted, gates) = (calls.clone(), released.clone());
     let api = ProviderApi::start(move |seen: &Seen| -> Answer {
-        let id = named_in(&seen.target).to_string();
+        let (id, event) = named_in(&seen.target);
+        if !event {
+            return the_named_event(seen);
+        }
+        let id = id.to_string();
         let call = {
             let mut calls = counted.lock().expect("calls");
             let n = calls.entry(id.clone()).or_default();

@@ -133,7 +133,7 @@ impl Provider for Mollie {
             Some(id) if !id.starts_with("tr_") || id.len() > MAX_PAYMENT_ID => {
                 Err(FetchError::Unaskable(id))
             }
-            Some(id) => Fetch::of(PAYMENTS, &id, &[])
+            Some(id) => Fetch::of(PAYMENTS, &id, Vec::new())
                 .map(|fetch| (fetch, json!({"id": id, "status": UNKNOWN}))),
         })
     }

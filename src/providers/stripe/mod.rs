@@ -5,11 +5,10 @@
 //! letters and digits.
 //!
 //! A thin event (an event destination's notification, `"object":
-//! "v2.core.event"`) is signed the same way but only names its event: for a
-//! `v1.` type handlers see the notification with the resource it names
-//! (`related_object.url`, read with the source's `api_key`) as `data.object`,
-//! for any other the event read from `GET /v2/core/events/{id}`; a `v1.`
-//! type's kind is its classic type's.
+//! "v2.core.event"`) is signed the same way but only names its event: handlers
+//! see the event read from `GET /v2/core/events/{id}` with the source's
+//! `api_key` (for a `v1.` type, with the resource its `related_object.url`
+//! names as `data.object`), and a `v1.` type's kind is its classic type's.
 
 mod reconcile;
 
@@ -118,11 +117,11 @@ impl Provider for Stripe {
         kind_table(&EVENT_TYPES)
     }
 
-    /// A thin event of a `v1.` type is read as the resource it names
-    /// (`related_object.url`, as Stripe's v2 events carry no v1 object), and
-    /// handlers get it as the event's `data.object`; any other thin event is
-    /// read from `/v2/core/events/{id}`. Either carries `Stripe-Context` when
-    /// the notification names one (a connected account's event).
+    /// A thin event is read from `/v2/core/events/{id}`; for a `v1.` type, whose
+    /// v2 event names its v1 resource without carrying it, the resource its
+    /// `related_object.url` names is read too, as the event's `data.object`.
+    /// Both carry `Stripe-Context` when the notification names one (a
+    /// connected account's event).
     fn event_fetch(&self, payload: &Value) -> Option<Result<Fetch, FetchError>> {
         if !thin(payload) {
             return None;
@@ -136,15 +135,11 @@ impl Provider for Stripe {
             headers.push(("Stripe-Context", context.to_string()));
         }
         let classic = text("/type").is_some_and(|t| t.starts_with("v1."));
-        match text("/related_object/url") {
-            Some(url) if classic => Some(Fetch::resource(url, headers, payload)),
-            _ => Some(
-                Fetch::of(EVENTS_V2, text("/id").unwrap_or_default(), &[]).map(|mut fetch| {
-                    fetch.headers = headers;
-                    fetch
-                }),
-            ),
-        }
+        let fetch = Fetch::of(EVENTS_V2, text("/id").unwrap_or_default(), headers);
+        Some(fetch.map(|fetch| Fetch {
+            related_object: classic,
+            ..fetch
+        }))
     }
 
     /// A thin event's `v1.` type has the kind of the classic type it names.
