@@ -138,8 +138,8 @@ fn key_id(path: &str) -> Result<i64, ApiError> {
 }
 
 /// The stored answer's headers: a route's `replay_headers` may keep a cookie
-/// or a token, so unless revealed only the body's type and encoding and its
-/// `Location` are shown as stored, the others masked.
+/// or a token, so unless revealed only those every answer keeps
+/// (`idempotency::ALWAYS_KEPT`) are shown as stored, the others masked.
 fn shown_headers(headers: Vec<(String, String)>, reveal: bool) -> Vec<(String, String)> {
     if reveal {
         return headers;
@@ -147,7 +147,7 @@ fn shown_headers(headers: Vec<(String, String)>, reveal: bool) -> Vec<(String, S
     headers
         .into_iter()
         .map(|(name, value)| {
-            let plain = ["content-type", "content-encoding", "location"]
+            let plain = crate::idempotency::ALWAYS_KEPT
                 .iter()
                 .any(|kept| name.eq_ignore_ascii_case(kept));
             match plain {

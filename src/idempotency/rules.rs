@@ -59,6 +59,12 @@ pub struct Rules {
     pub replay_headers: Vec<String>,
 }
 
+/// The headers every stored answer keeps (lower case): the body's type and
+/// encoding (stored bytes an upstream compressed mean nothing to a copy
+/// without it) and `Location`. Nothing in them is a secret, so viewers of the
+/// desk see them as stored.
+pub const ALWAYS_KEPT: [&str; 3] = ["content-type", "content-encoding", "location"];
+
 impl Rules {
     /// The rules' defaults for a route of this name (as the gateway's).
     pub fn new(route: impl Into<String>) -> Self {
@@ -79,12 +85,10 @@ impl Rules {
         self.timeout + TAKEOVER_AFTER_TIMEOUT
     }
 
-    /// Whether a stored answer keeps this header (lower case). The body's
-    /// `Content-Encoding` always goes with it: stored bytes an upstream
-    /// compressed mean nothing to a copy without it.
+    /// Whether a stored answer keeps this header (lower case): those it
+    /// always keeps (`ALWAYS_KEPT`) and the route's `replay_headers`.
     pub fn keeps_header(&self, name: &str) -> bool {
-        matches!(name, "content-type" | "content-encoding" | "location")
-            || self.replay_headers.iter().any(|h| h == name)
+        ALWAYS_KEPT.contains(&name) || self.replay_headers.iter().any(|h| h == name)
     }
 }
 
