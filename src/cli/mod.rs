@@ -506,6 +506,11 @@ fn check_config(settings: &Settings) -> Result<(), CliError> {
 /// may read, and a database connection that may stay unencrypted.
 fn warn_about_exposure(settings: &Settings) {
     settings.warn_readable_secret_files();
+    for source in &settings.sources {
+        if let Some(exposure) = source.scheme.provider().exposure() {
+            log::warn!("source {}: {exposure}", source.name);
+        }
+    }
     if settings
         .database_url
         .as_ref()

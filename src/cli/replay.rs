@@ -122,7 +122,10 @@ pub async fn run(settings: &Settings, options: &ReplayOptions) -> Result<(), Cli
         .url
         .clone()
         .unwrap_or_else(|| default_base(settings));
-    let url = format!("{}/webhooks/{}", base.trim_end_matches('/'), source.name);
+    let mut url = format!("{}/webhooks/{}", base.trim_end_matches('/'), source.name);
+    if let Some(query) = source.scheme.provider().delivery_query() {
+        url = format!("{url}?{query}");
+    }
     let files = collect_files(&options.paths)?;
     if files.is_empty() {
         return Err(CliError::Other("no .json files in the given paths".into()));

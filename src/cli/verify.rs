@@ -99,6 +99,9 @@ pub fn verdict(
                         }
                     )
                 }
+                SignatureError::MissingQuery(name) => {
+                    format!("the source's requests must carry ?{name}= in their URL")
+                }
                 SignatureError::Malformed { .. } => format!(
                     "the header is there but not as the {} scheme writes it",
                     source.scheme.name()

@@ -157,7 +157,7 @@ pub(super) struct RawSource {
 
 /// The keys of a scheme that hold a credential: each may come from
 /// `HOOKD_SOURCE_<NAME>_<KEY>` (or its `_FILE`) instead of the file.
-pub(super) const CREDENTIAL_KEYS: [&str; 2] = ["basic_auth", "authorization"];
+pub(super) const CREDENTIAL_KEYS: [&str; 3] = ["basic_auth", "authorization", "url_tokens"];
 
 /// The keys every source takes, whatever its scheme (each provider adds its own).
 pub(super) const SOURCE_KEYS: [&str; 10] = [
@@ -220,7 +220,7 @@ impl RawSettings {
     /// Whether a secret or token still comes from the configuration text (not
     /// replaced by the environment), other than the public development values.
     pub(super) fn holds_secrets(&self) -> bool {
-        let secret = |value: &String| !is_development_credential(value);
+        let secret = |value: &str| !is_development_credential(value);
         let sources = self
             .sources
             .iter()
@@ -246,15 +246,21 @@ impl RawSettings {
                 .iter()
                 .chain(&reconcile::SECRET_KEYS)
                 .filter(|key| !s.credentials_from_env.contains(key))
-                .filter_map(|key| match s.scheme_keys.get(*key) {
-                    Some(toml::Value::String(value)) => Some(value),
-                    _ => None,
+                .filter_map(|key| s.scheme_keys.get(*key))
+                .flat_map(|value| match value {
+                    toml::Value::String(value) => vec![value.as_str()],
+                    // A list of them (Mollie's `url_tokens`).
+                    toml::Value::Array(values) => {
+                        values.iter().filter_map(toml::Value::as_str).collect()
+                    }
+                    _ => Vec::new(),
                 })
         });
         sources
             .chain(forwards)
             .chain(tokens)
             .chain(metrics)
+            .map(String::as_str)
             .chain(credentials)
             .any(secret)
     }

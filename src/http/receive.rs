@@ -18,11 +18,16 @@ use crate::signature::Headers;
 use crate::store::events::Recorded;
 use crate::traces;
 
-struct RequestHeaders<'a>(&'a HeaderMap);
+/// A request's headers, and its URL's query.
+struct RequestHeaders<'a>(&'a HeaderMap, Option<&'a str>);
 
 impl Headers for RequestHeaders<'_> {
     fn header(&self, name: &str) -> Option<&str> {
         self.0.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.1
     }
 }
 
@@ -189,7 +194,7 @@ async fn take_in(
     .map_err(unseen)?;
     let delivery = Delivery {
         source,
-        headers: &RequestHeaders(request.headers()),
+        headers: &RequestHeaders(request.headers(), request.uri().query()),
         body,
         arrived,
         forwarded: client::is_forwarded(request),

@@ -64,7 +64,7 @@ pub enum Scheme {
     GoCardless,
     PayPal(paypal::PayPal),
     Braintree,
-    Mollie,
+    Mollie(mollie::Mollie),
 }
 
 impl Scheme {
@@ -83,7 +83,7 @@ impl Scheme {
             Scheme::GoCardless => &gocardless::GoCardless,
             Scheme::PayPal(opts) => opts,
             Scheme::Braintree => &braintree::Braintree,
-            Scheme::Mollie => &mollie::Mollie,
+            Scheme::Mollie(opts) => opts,
         }
     }
 }
@@ -140,7 +140,7 @@ pub static REGISTRY: [Entry; 13] = [
     keyless!(gocardless::GoCardless, Scheme::GoCardless),
     with_keys!(paypal),
     keyless!(braintree::Braintree, Scheme::Braintree),
-    keyless!(mollie::Mollie, Scheme::Mollie),
+    with_keys!(mollie),
 ];
 
 /// The scheme a source names, configured from its own keys.
@@ -279,6 +279,10 @@ pub struct AnyHeaders<'a, H: ?Sized>(pub &'a H);
 impl<H: Headers + ?Sized> Headers for AnyHeaders<'_, H> {
     fn header(&self, name: &str) -> Option<&str> {
         self.0.header(name)
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.0.query()
     }
 }
 

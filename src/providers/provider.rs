@@ -130,6 +130,19 @@ pub trait Provider: KeyFormat + Simulator + Sync {
         Ok(())
     }
 
+    /// What `serve` warns of at startup for a source as configured (one line
+    /// after the source's name): a way in that costs the merchant.
+    fn exposure(&self) -> Option<String> {
+        None
+    }
+
+    /// The query a request to this source must carry besides what
+    /// [`Simulator::sign`] gives (Mollie's URL token), as `hookd replay`
+    /// adds it to the source's URL.
+    fn delivery_query(&self) -> Option<String> {
+        None
+    }
+
     /// The key (in the source's table) of a shipped development credential the
     /// source uses beyond its secrets (PayPal's signing key or shipped
     /// certificate): refused as the shipped secrets are.

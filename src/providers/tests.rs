@@ -14,7 +14,7 @@ fn every_scheme() -> Vec<Scheme> {
         Scheme::GoCardless,
         Scheme::PayPal(paypal::ANY.clone()),
         Scheme::Braintree,
-        Scheme::Mollie,
+        Scheme::Mollie(mollie::ANY.clone()),
         Scheme::Hmac(GenericHmac {
             signature_header: "X-Sig".into(),
             encoding: Encoding::Hex,
@@ -76,7 +76,7 @@ fn only_stripe_has_defaults_and_its_own_payment_shape() {
         assert_eq!(!provider.default_event_types().is_empty(), typed);
         // Stripe's volatile fields, Paddle's id of each notification, and the
         // parts of a Mollie payment that change without a call.
-        let volatile = stripe || scheme == Scheme::Paddle || scheme == Scheme::Mollie;
+        let volatile = stripe || scheme == Scheme::Paddle || matches!(scheme, Scheme::Mollie(_));
         assert_eq!(!provider.default_fingerprint_ignore().is_empty(), volatile);
         assert_eq!(provider.payment_shape() != PaymentShape::NEUTRAL, stripe);
         assert_eq!(provider.names_events_by_file(), scheme == Scheme::Github);

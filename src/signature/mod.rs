@@ -69,6 +69,13 @@ pub enum SecretError {
 /// Read access to request headers, case-insensitive, whatever the HTTP library.
 pub trait Headers {
     fn header(&self, name: &str) -> Option<&str>;
+
+    /// The request URL's query, for a request that came over HTTP: what a
+    /// provider whose requests are unsigned may carry a secret in (Mollie's
+    /// URL token). Never kept with an event.
+    fn query(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl Headers for [(String, String)] {
@@ -104,6 +111,8 @@ impl Verified {
 pub enum SignatureError {
     #[error("missing {0} header")]
     Missing(String),
+    #[error("missing {0} query parameter")]
+    MissingQuery(&'static str),
     #[error("malformed {header} header: {detail}")]
     Malformed {
         header: String,
@@ -145,7 +154,7 @@ impl SignatureError {
     /// A short, stable label for metrics.
     pub fn label(&self) -> &'static str {
         match self {
-            SignatureError::Missing(_) => "missing",
+            SignatureError::Missing(_) | SignatureError::MissingQuery(_) => "missing",
             SignatureError::Malformed { .. } | SignatureError::InBody { .. } => "malformed",
             SignatureError::Mismatch => "mismatch",
             SignatureError::Unavailable(_) => "unavailable",

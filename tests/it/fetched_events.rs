@@ -540,6 +540,17 @@ async fn a_thin_event_of_a_source_without_api_key_fails_saying_so() {
     );
 }
 
+/// What `GET /metrics` of the hookd at `base` says.
+async fn metrics_of(base: &str) -> crate::support::Exposition {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    crate::support::Exposition::parse(&text)
+}
+
 /// A Mollie source, its key and API from the environment.
 const MOLLIE: &str = "[[sources]]\nname = \"mollie\"\nscheme = \"mollie\"\n";
 
@@ -564,8 +575,13 @@ fn payment(id: &str, status: &str, refunded: &str) -> Value {
 /// Mollie's call for `id`: the status and the answer, which must be the
 /// same empty 200 whatever the API said (a prober learns nothing).
 async fn post_form(base: &str, id: &str) -> (u16, String) {
+    post_form_to(&format!("{base}/webhooks/mollie"), id).await
+}
+
+/// `post_form` to `url`, the webhookUrl the payment was created with.
+async fn post_form_to(url: &str, id: &str) -> (u16, String) {
     let response = reqwest::Client::new()
-        .post(format!("{base}/webhooks/mollie"))
+        .post(url)
         .header("Content-Type", "application/x-www-form-urlencoded")
         .body(format!("id={id}"))
         .send()
@@ -711,13 +727,7 @@ async fn a_mollie_webhook_is_the_payment_fetched_for_its_id() {
     assert_eq!(kept, 1);
     // Counted as any single delivery is: the new event by its status, the
     // copy as a duplicate, the other reading as a conflict kept.
-    let text = reqwest::get(format!("{}/metrics", hookd.base))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    let metrics = crate::support::Exposition::parse(&text);
+    let metrics = metrics_of(&hookd.base).await;
     for (outcome, count) in [
         ("processed", 1.0),
         ("duplicate", 1.0),
@@ -842,6 +852,105 @@ async fn a_flood_of_mollie_ids_asks_the_api_at_most_8_at_once_and_the_rest_get_5
     assert_eq!(post_form(&hookd.base, "tr_afterflood").await.0, 200);
 }
 
+/// Two URL tokens: the newest, and one payments made before a rotation carry.
+const NEW_TOKEN: &str = "mollie-url-token-2026-12-new";
+const OLD_TOKEN: &str = "mollie-url-token-2026-06-old";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn a_mollie_source_with_url_tokens_refuses_a_request_naming_none_before_asking_the_api() {
+    let db = TestDb::create().await;
+    let api = ProviderApi::start(|seen: &Seen| -> Answer {
+        let id = seen.target.trim_start_matches("/v2/payments/");
+        (200, vec![], payment(id, "paid", "").to_string())
+    })
+    .await;
+    let tokens = format!("{MOLLIE}url_tokens = [\"{NEW_TOKEN}\", \"{OLD_TOKEN}\"]\n");
+    let (hookd, config) = serve_source(&api, &db, "mollie-tokens", "mollie", &tokens).await;
+    let url = format!("{}/webhooks/mollie", hookd.base);
+    // A flood of made-up ids without the token: each refused at once, the
+    // API never asked (its key spends nothing), nothing stored.
+    let posts: Vec<_> = (0..30)
+        .map(|n| {
+            let url = url.clone();
+            tokio::spawn(async move { post_form_to(&url, &format!("tr_flood{n}")).await })
+        })
+        .collect();
+    for post in posts {
+        let (status, answer) = post.await.expect("post");
+        assert_eq!(status, 401, "{answer}");
+        let answer: Value = serde_json::from_str(&answer).expect("json");
+        assert_eq!(answer["error"], "invalid_signature", "{answer}");
+    }
+    for wrong in [
+        format!("{url}?token=mollie-url-token-2026-12-neW"),
+        format!("{url}?token="),
+        format!("{url}?other={NEW_TOKEN}"),
+    ] {
+        assert_eq!(post_form_to(&wrong, "tr_wrong01").await.0, 401, "{wrong}");
+    }
+    assert_eq!(api.seen().len(), 0, "a refused request never asked the API");
+    let client = connect(db.config()).await;
+    let stored = || async {
+        client
+            .query_one("SELECT count(*) FROM webhook_events", &[])
+            .await
+            .expect("count")
+            .get::<_, i64>(0)
+    };
+    assert_eq!(stored().await, 0);
+    let metrics = metrics_of(&hookd.base).await;
+    let failures = |reason| {
+        metrics.value(
+            "hookd_signature_failures_total",
+            &[("source", "mollie"), ("reason", reason)],
+        )
+    };
+    assert_eq!((failures("missing"), failures("mismatch")), (31.0, 2.0));
+
+    // A payment made before the rotation still names the old token; a new
+    // one the newest: both fetched and stored, as `api` events.
+    let (status, answer) = post_form_to(&format!("{url}?token={OLD_TOKEN}"), "tr_oldtoken1").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        post_form_to(&format!("{url}?token={NEW_TOKEN}"), "tr_newtoken1")
+            .await
+            .0,
+        200
+    );
+    assert_eq!(api.seen().len(), 2);
+    let origins: Vec<String> = client
+        .query("SELECT origin FROM webhook_events ORDER BY event_id", &[])
+        .await
+        .expect("rows")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(origins, ["api", "api"]);
+
+    // `hookd replay` sends to the URL with the newest token.
+    let dir = config.with_extension("replay");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("payment.json");
+    std::fs::write(&file, payment("tr_replayed1", "paid", "").to_string()).expect("file");
+    let env = api.env("mollie", KEY, cluster().connection_string(&db.name));
+    let out = run_ok(
+        &config,
+        &["replay", "--source", "mollie", file.to_str().expect("path")],
+        &env,
+    )
+    .await;
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("200"),
+        "{out:?}"
+    );
+    assert_eq!(
+        api.seen().last().map(|seen| seen.target.clone()),
+        Some("/v2/payments/tr_replayed1".to_string())
+    );
+    assert_eq!(stored().await, 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_mollie_payment_the_api_does_not_give_within_handler_timeout_is_answered_503() {
     let db = TestDb::create().await;
@@ -872,7 +981,7 @@ async fn a_mollie_payment_the_api_does_not_give_within_handler_timeout_is_answer
 }
 
 #[tokio::test]
-async fn a_mollie_source_without_api_key_stops_startup_in_one_line() {
+async fn a_mollie_sources_keys_are_checked_at_startup_each_problem_in_one_line() {
     let out = crate::support::check_config(MOLLIE, &[]).await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -882,6 +991,38 @@ async fn a_mollie_source_without_api_key_stops_startup_in_one_line() {
             && stderr.trim().lines().count() == 1,
         "{stderr}"
     );
+    // Keyed, but without url_tokens: it starts, and says what that leaves open.
+    let keyed = format!("{MOLLIE}api_key = \"test_key\"\n");
+    let out = crate::support::check_config(&keyed, &[]).await;
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("source mollie: no url_tokens"),
+        "{out:?}"
+    );
+    let tokened = format!("{keyed}url_tokens = [\"{NEW_TOKEN}\"]\n");
+    let out = crate::support::check_config(&tokened, &[]).await;
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("url_tokens"),
+        "{out:?}"
+    );
+    // A token easy to guess, or one a URL would have to escape: one line each.
+    for (token, problem) in [
+        ("short", "shorter than 16 characters"),
+        ("a token with spaces in it", "only letters, digits"),
+    ] {
+        let out =
+            crate::support::check_config(&format!("{keyed}url_tokens = [\"{token}\"]\n"), &[])
+                .await;
+        assert_eq!(out.status.code(), Some(78), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("url_tokens[0]")
+                && stderr.contains(problem)
+                && stderr.trim().lines().count() == 1,
+            "{stderr}"
+        );
+    }
     // Nor does it take secrets: nothing in its webhooks is signed.
     let with_secret = format!("{MOLLIE}api_key = \"test_key\"\nsecrets = [\"whsec_x\"]\n");
     let out = crate::support::check_config(&with_secret, &[]).await;

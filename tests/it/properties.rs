@@ -61,7 +61,7 @@ fn has_timestamp(scheme: &Scheme) -> bool {
         | Scheme::Checkout(_)
         | Scheme::GoCardless
         | Scheme::Braintree
-        | Scheme::Mollie => false,
+        | Scheme::Mollie(_) => false,
         Scheme::PayPal(_) => true,
         Scheme::Hmac(opts) => opts.timestamp_header.is_some(),
     }

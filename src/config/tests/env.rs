@@ -178,3 +178,42 @@ fn credential_keys_in_the_file_are_secrets_unless_the_environment_replaced_them(
         in_file.source("cko").map(|c| &c.scheme)
     );
 }
+
+#[test]
+fn mollies_url_tokens_are_secrets_and_come_from_the_environment_separated_by_commas() {
+    let mollie = "[[sources]]\nname = \"mollie\"\nscheme = \"mollie\"\napi_key = \"test_x\"\n";
+    let listed =
+        format!("{mollie}url_tokens = [\"token-new-0123456789\", \"token-old-0123456789\"]\n");
+    let holds =
+        |text: &str, env: &[(&str, &str)]| load_env(text, env).expect("valid").file_holds_secrets;
+    let from_file = load_env(&listed, &[("HOOKD_SOURCE_MOLLIE_API_KEY", "test_y")]).expect("valid");
+    assert!(from_file.file_holds_secrets, "the tokens are in the file");
+    let env = [
+        ("HOOKD_SOURCE_MOLLIE_API_KEY", "test_y"),
+        (
+            "HOOKD_SOURCE_MOLLIE_URL_TOKENS",
+            " token-new-0123456789, token-old-0123456789 ",
+        ),
+    ];
+    let from_env = load_env(&listed, &env).expect("valid");
+    assert!(
+        !from_env.file_holds_secrets,
+        "the environment replaced them"
+    );
+    assert_eq!(
+        from_env.source("mollie").map(|s| &s.scheme),
+        from_file.source("mollie").map(|s| &s.scheme),
+        "the same two tokens, in order"
+    );
+    assert!(!holds(mollie, &[("HOOKD_SOURCE_MOLLIE_API_KEY", "test_y")]));
+    // A short one in the environment is refused as one in the file is.
+    let short = [
+        ("HOOKD_SOURCE_MOLLIE_API_KEY", "test_y"),
+        (
+            "HOOKD_SOURCE_MOLLIE_URL_TOKENS",
+            "token-new-0123456789,short",
+        ),
+    ];
+    let refused = load_env(mollie, &short).expect_err("short");
+    assert!(refused.to_string().contains("url_tokens[1]"), "{refused}");
+}

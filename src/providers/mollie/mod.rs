@@ -10,19 +10,34 @@
 //! (`"10.00"`), in minor units once read; refunds and chargebacks are read
 //! from the payment's own `amountRefunded` and `amountChargedBack` totals.
 //! An id the API does not know is stored, ignored, as `{id}:unknown`.
+//!
+//! Anyone can post an id, and each post spends a call of the merchant's key.
+//! Mollie calls the `webhookUrl` the merchant gave when creating the payment,
+//! so that URL can carry a secret: with `url_tokens`, a request must name one
+//! of them as its `token` query parameter (`…/webhooks/mollie?token=…`) or it
+//! is refused before anything is fetched. A payment keeps its URL for life
+//! (refunds and chargebacks come months later), so rotation adds a token and
+//! keeps the old one for as long as payments made with it may still change.
 
 mod reconcile;
 
+use serde::Deserialize;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use super::api::Fetch;
 use super::errors::{FactsError, FetchError, Signing, SigningError, storable};
 use super::shape::IndexFields;
 use super::{
-    Answer, Body, Capabilities, Missing, Provider, Simulator, body_member, id_in_body, non_empty,
+    Answer, Body, Capabilities, Missing, Provider, Scheme, Simulator, body_member, id_in_body,
+    non_empty,
 };
+use crate::config_keys::{self as keys, Problem};
 use crate::domain::{PaymentFacts, PaymentKind};
-use crate::signature::{Envelope, Headers, KeyFormat, Keys, SignatureError, Signed, Verified};
+use crate::signature::{
+    Envelope, Headers, KeyFormat, Keys, Secret, SignatureError, Signed, Verified,
+};
 
 const FORM: &str = "application/x-www-form-urlencoded";
 /// A body to sign, as messages name it.
@@ -31,7 +46,85 @@ const PAYMENTS: &str = "/v2/payments/";
 /// The status an id the API does not know is stored with.
 const UNKNOWN: &str = "unknown";
 
-pub struct Mollie;
+/// The query parameter a request names its URL token in.
+pub const TOKEN: &str = "token";
+/// A URL token's length at least: it is all that keeps the key's calls for
+/// Mollie's requests.
+const MIN_TOKEN: usize = 16;
+
+/// A source of scheme `mollie`, with its own keys.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Mollie {
+    /// The tokens a request's `token` query parameter may name (none: any
+    /// request is fetched).
+    pub url_tokens: Vec<Secret>,
+}
+
+impl std::fmt::Debug for Mollie {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mollie")
+            .field("url_tokens", &self.url_tokens.len())
+            .finish()
+    }
+}
+
+/// A Mollie source with no keys of its own, for what does not depend on them.
+pub static ANY: Mollie = Mollie {
+    url_tokens: Vec::new(),
+};
+
+/// The keys only scheme `mollie` takes.
+pub const KEYS: &[&str] = &["url_tokens"];
+
+/// The tokens as the file lists them, or as `HOOKD_SOURCE_<NAME>_URL_TOKENS`
+/// gives them (separated by commas).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawTokens {
+    Listed(Vec<String>),
+    Joined(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMollie {
+    url_tokens: Option<RawTokens>,
+}
+
+pub fn configure(table: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Scheme, Problem> {
+    let raw: RawMollie = keys::read(table, key)?;
+    let tokens = match raw.url_tokens {
+        None => Vec::new(),
+        Some(RawTokens::Listed(tokens)) => tokens,
+        Some(RawTokens::Joined(tokens)) => tokens
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+            .collect(),
+    };
+    let mut url_tokens: Vec<Secret> = Vec::with_capacity(tokens.len());
+    for (i, token) in tokens.into_iter().enumerate() {
+        let at = || key(&format!("url_tokens[{i}]"));
+        if token.len() < MIN_TOKEN {
+            return Err((
+                at(),
+                format!("is shorter than {MIN_TOKEN} characters; easy to guess"),
+            ));
+        }
+        // What can stand in a URL as it is, so the webhookUrl given to Mollie
+        // needs no escaping.
+        let unreserved = |c: char| c.is_ascii_alphanumeric() || "-._~".contains(c);
+        if !token.chars().all(unreserved) {
+            return Err((at(), "must use only letters, digits, -, ., _ and ~".into()));
+        }
+        if url_tokens.iter().any(|t| t.expose() == token) {
+            return Err((at(), "is the same as another token".into()));
+        }
+        url_tokens.push(Secret::new(token));
+    }
+    Ok(Scheme::Mollie(Mollie { url_tokens }))
+}
 
 impl KeyFormat for Mollie {}
 
@@ -109,6 +202,50 @@ impl Provider for Mollie {
 
     fn signed_header_names(&self) -> Vec<&str> {
         Vec::new()
+    }
+
+    /// With `url_tokens`, the request's `token` query parameter must be one
+    /// of them. Compared as digests, so the time taken tells nothing of a
+    /// token's length or how much of it matched; every token is tried.
+    fn authenticate(&self, headers: &dyn Headers) -> Result<(), SignatureError> {
+        if self.url_tokens.is_empty() {
+            return Ok(());
+        }
+        let given = headers
+            .query()
+            .and_then(|query| {
+                form_urlencoded::parse(query.as_bytes())
+                    .find(|(name, _)| name == TOKEN)
+                    .map(|(_, token)| Sha256::digest(token.as_bytes()))
+            })
+            .ok_or(SignatureError::MissingQuery(TOKEN))?;
+        let matched = self.url_tokens.iter().fold(false, |matched, token| {
+            matched | bool::from(given.ct_eq(&Sha256::digest(token.expose().as_bytes())))
+        });
+        if matched {
+            Ok(())
+        } else {
+            Err(SignatureError::Mismatch)
+        }
+    }
+
+    fn exposure(&self) -> Option<String> {
+        self.url_tokens.is_empty().then(|| {
+            "no url_tokens: anyone who can reach the listener can make hookd spend calls of \
+             api_key (one for each id posted); give Mollie webhookUrls carrying ?token= and \
+             list the token in url_tokens"
+                .to_string()
+        })
+    }
+
+    /// What `hookd replay` adds to the source's URL: its newest token.
+    fn delivery_query(&self) -> Option<String> {
+        let token = self.url_tokens.first()?;
+        Some(
+            form_urlencoded::Serializer::new(String::new())
+                .append_pair(TOKEN, token.expose())
+                .finish(),
+        )
     }
 
     /// Nothing to verify: the fetch at receipt is the proof.
