@@ -10,7 +10,7 @@
 //! `reconcile = true` every `reconcile_interval` (jittered), one instance at a
 //! time per source (a job lease, as the purge has).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::config::Source;
@@ -29,6 +29,8 @@ const INGEST_CHUNK: usize = 64;
 /// Missing events' bodies a pass holds at most before it stores them: a
 /// window of a busy account can list millions of events.
 const HOLD_BYTES: usize = 8 * 1024 * 1024;
+/// Listed ids a pass remembers, to count an event listed twice once.
+const REMEMBERED: usize = 50_000;
 /// How long a reload may take to add a source to the schedule, at most.
 const IDLE_CHECK: Duration = Duration::from_secs(60);
 
@@ -176,7 +178,7 @@ async fn walk(
         Api::new(base, credential, lister.token_path.unwrap_or_default()).map_err(api_error)?;
     let mut pager = (lister.pager)(since, Utc::now());
     let mut held = Held::default();
-    let mut seen: HashSet<String> = HashSet::new();
+    let mut seen = RecentIds::new(REMEMBERED);
     let no_headers: Vec<(String, String)> = Vec::new();
     loop {
         let items = match pager.next(&mut api).await {
@@ -192,7 +194,7 @@ async fn walk(
         let mut events = Vec::with_capacity(items.len());
         for item in &items {
             match IncomingEvent::parse(source, &no_headers, item.get().as_bytes()) {
-                Ok(event) if seen.insert(event.event_id.to_string()) => events.push(event),
+                Ok(event) if seen.insert(&event.event_id) => events.push(event),
                 // Listed twice (an event created while paging): counted once.
                 Ok(_) => {}
                 Err(error) => log::warn!(
@@ -237,6 +239,43 @@ async fn walk(
         }
     }
     store_held(app, lease, &mut held, lister.newest_first, counts).await
+}
+
+/// The ids a pass listed last, `capacity` at most. A list that changes while
+/// it is paged (an event created meanwhile) shows an event again a page or so
+/// later: remembered, it is counted once. Bounded, so a pass over millions of
+/// events keeps a few MB rather than every id: an event listed again beyond
+/// them is found stored (counted present once more) or, still held, stored
+/// once all the same (the ingest keeps one row of copies in a batch).
+struct RecentIds {
+    ids: HashSet<String>,
+    order: VecDeque<String>,
+    capacity: usize,
+}
+
+impl RecentIds {
+    fn new(capacity: usize) -> Self {
+        RecentIds {
+            ids: HashSet::new(),
+            order: VecDeque::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Whether `id` is new among the remembered; it is remembered now.
+    fn insert(&mut self, id: &str) -> bool {
+        if self.ids.contains(id) {
+            return false;
+        }
+        if self.order.len() == self.capacity
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.ids.remove(&oldest);
+        }
+        self.ids.insert(id.to_string());
+        self.order.push_back(id.to_string());
+        true
+    }
 }
 
 /// What a pass found missing and has not stored yet. Bounded by `HOLD_BYTES`:
@@ -445,4 +484,22 @@ impl Reconciler {
 /// A random share of `up_to`.
 fn jittered(up_to: Duration) -> Duration {
     up_to.mul_f64(rand::random::<f64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RecentIds;
+
+    #[test]
+    fn an_id_listed_again_is_new_only_once_it_is_forgotten() {
+        let mut seen = RecentIds::new(3);
+        assert!(seen.insert("evt_1"));
+        assert!(!seen.insert("evt_1"), "listed again a page later");
+        assert!(seen.insert("evt_2") && seen.insert("evt_3"));
+        // A fourth id forgets the oldest; the rest are still known.
+        assert!(seen.insert("evt_4"));
+        assert!(!seen.insert("evt_3") && !seen.insert("evt_4"));
+        assert!(seen.insert("evt_1"), "forgotten: new again");
+        assert_eq!((seen.ids.len(), seen.order.len()), (3, 3));
+    }
 }

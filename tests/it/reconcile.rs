@@ -403,6 +403,42 @@ async fn a_pass_over_more_than_it_holds_stores_as_it_goes_and_recovers_each_once
 }
 
 #[tokio::test]
+async fn an_event_listed_again_on_the_next_page_is_counted_and_stored_once() {
+    let app = spawn_app().await;
+    // A list that shifted while it was paged: evt_rc_shift_3 ends page one
+    // and starts page two.
+    let events: Vec<Value> = (1..=5)
+        .rev()
+        .map(|i| paid(&format!("evt_rc_shift_{i}"), 0))
+        .collect();
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        let page: Vec<&Value> = match param(seen, "starting_after") {
+            None => events[..3].iter().collect(),
+            Some(_) => events[2..].iter().collect(),
+        };
+        let more = param(seen, "starting_after").is_none();
+        let body = json!({"object": "list", "url": "/v1/events", "has_more": more, "data": page});
+        (200, vec![], body.to_string())
+    })
+    .await;
+
+    let out = reconcile(&api, &app, KEY, &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "5 listed, 0 present, 5 recovered, 0 conflicts\n"
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM webhook_events WHERE origin = 'api'",
+            &[]
+        )
+        .await,
+        5
+    );
+}
+
+#[tokio::test]
 async fn a_pass_the_api_fails_late_in_stores_what_it_found_and_says_so() {
     let app = spawn_app().await;
     // 48 events of 256 KiB, newest first, 8 a page; the sixth page (after 40
