@@ -624,6 +624,13 @@ async fn a_mollie_webhook_is_the_payment_fetched_for_its_id() {
             );
         }
         let payments = known.lock().expect("payments").clone();
+        // No refunds or chargebacks of payments before the window.
+        for name in ["refunds", "chargebacks"] {
+            if seen.target.starts_with(&format!("/v2/{name}?")) {
+                let body = json!({"count": 0, "_embedded": {name: []}, "_links": {"next": null}});
+                return (200, vec![], body.to_string());
+            }
+        }
         if let Some(query) = seen.target.strip_prefix("/v2/payments?") {
             assert!(query.contains("limit=250"), "{query}");
             let body = json!({"count": payments.len(), "_embedded": {"payments": payments},
@@ -1446,4 +1453,102 @@ async fn copies_of_a_thin_event_arriving_while_it_is_read_share_the_read() {
     let row = until_processed(&client, id).await;
     assert_eq!(row.get::<_, i32>(1), 1, "the handler ran once");
     assert_eq!(deliveries_of(&client, id).await, 3);
+}
+
+#[tokio::test]
+async fn mollie_reconcile_reads_the_payments_the_windows_refunds_and_chargebacks_name() {
+    let db = TestDb::create().await;
+    let at = |age: chrono::Duration| json!((chrono::Utc::now() - age).to_rfc3339());
+    let (old, recent) = (chrono::Duration::days(10), chrono::Duration::hours(1));
+    let created = |mut payment: Value, age| {
+        payment["createdAt"] = at(age);
+        payment
+    };
+    // Newest first: a payment of the window, refunded; then three created ten
+    // days ago, before the window — one refunded an hour ago, one charged
+    // back an hour ago, one refunded ten days ago.
+    let mut charged = payment("tr_oldcharge", "paid", "");
+    charged["amountChargedBack"] = json!({"value": "10.00", "currency": "EUR"});
+    let payments = vec![
+        created(payment("tr_newrefund", "paid", "2.00"), recent),
+        created(payment("tr_oldrefund", "paid", "3.00"), old),
+        created(charged, old),
+        created(payment("tr_oldquiet", "paid", "1.00"), old),
+    ];
+    let change = |id: &str, payment: &str, age| {
+        json!({"resource": "refund", "id": id, "paymentId": payment, "createdAt": at(age),
+               "amount": {"value": "1.00", "currency": "EUR"}, "status": "refunded"})
+    };
+    let refunds = vec![
+        change("re_new", "tr_newrefund", recent),
+        change("re_old", "tr_oldrefund", recent),
+        change("re_quiet", "tr_oldquiet", old),
+    ];
+    let chargebacks = vec![change("chb_old", "tr_oldcharge", recent)];
+    let api = ProviderApi::start(move |seen: &Seen| -> Answer {
+        let (path, query) = seen.target.split_once('?').unwrap_or((&seen.target, ""));
+        let list = |name: &str, items: &Vec<Value>| {
+            assert!(query.contains("limit=250"), "{query}");
+            let body = json!({"count": items.len(), "_embedded": {name: items},
+                              "_links": {"next": null}});
+            (200, vec![], body.to_string())
+        };
+        match path {
+            "/v2/payments" => list("payments", &payments),
+            "/v2/refunds" => list("refunds", &refunds),
+            "/v2/chargebacks" => list("chargebacks", &chargebacks),
+            _ => {
+                let id = path.strip_prefix("/v2/payments/").expect("a payment");
+                let payment = payments.iter().find(|p| p["id"] == id).expect("known");
+                (200, vec![], payment.to_string())
+            }
+        }
+    })
+    .await;
+    let (_hookd, config) = serve_source(&api, &db, "mollie-changes", "mollie", MOLLIE).await;
+    let env = api.env("mollie", KEY, cluster().connection_string(&db.name));
+    let pass = || run_ok(&config, &["reconcile", "--source", "mollie"], &env);
+    let read = || {
+        let mut read: Vec<String> = api
+            .seen()
+            .iter()
+            .filter_map(|seen| seen.target.strip_prefix("/v2/payments/").map(String::from))
+            .collect();
+        read.sort();
+        read
+    };
+
+    let out = pass().await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "3 listed, 0 present, 3 recovered, 0 conflicts\n"
+    );
+    // Read: the two payments older than the window that changed in it; not
+    // the one the first list gave, nor the one whose refund is older.
+    assert_eq!(read(), ["tr_oldcharge", "tr_oldrefund"]);
+    let client = connect(db.config()).await;
+    let rows: Vec<(String, String, String)> = client
+        .query(
+            "SELECT event_id, kind, status FROM webhook_events ORDER BY event_id",
+            &[],
+        )
+        .await
+        .expect("rows")
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    let row = |id: &str, kind: &str| (id.to_string(), kind.to_string(), "processed".to_string());
+    assert_eq!(
+        rows,
+        [
+            row("tr_newrefund:paid:refunded=2.00", "payment_refunded"),
+            row("tr_oldcharge:paid:charged_back=10.00", "dispute_opened"),
+            row("tr_oldrefund:paid:refunded=3.00", "payment_refunded"),
+        ]
+    );
+    let out = pass().await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "3 listed, 3 present, 0 recovered, 0 conflicts\n"
+    );
 }
