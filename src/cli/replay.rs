@@ -230,6 +230,15 @@ fn prepare(source: &Source, file: &Path, new_ids: bool) -> Result<Prepared, Repl
     })
 }
 
+/// The URL as messages show it: without its query, which may carry a
+/// source's token (Mollie's `?token=`).
+fn shown(url: &str) -> String {
+    match url.split_once('?') {
+        Some((path, _)) => format!("{path}?…"),
+        None => url.to_string(),
+    }
+}
+
 async fn send(
     http: &reqwest::Client,
     url: &str,
@@ -287,13 +296,11 @@ async fn send(
             })
         }
         Err(error) if error.is_connect() => Err(ReplayError::Connect {
-            url: url.to_string(),
+            url: shown(url),
             cause: tls_cause(&error),
         }),
-        Err(error) if error.is_timeout() => Err(ReplayError::Timeout {
-            url: url.to_string(),
-        }),
-        Err(error) => Err(ReplayError::Send(error.to_string())),
+        Err(error) if error.is_timeout() => Err(ReplayError::Timeout { url: shown(url) }),
+        Err(error) => Err(ReplayError::Send(error.without_url().to_string())),
     };
     Delivery {
         file: file.to_string(),

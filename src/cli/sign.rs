@@ -42,8 +42,15 @@ pub fn run(settings: &Settings, source_name: &str, file: &Path) -> Result<(), Cl
     let signed = sign_delivery(source, &body, hints, chrono::Utc::now().timestamp())
         .map_err(|e| CliError::Other(format!("{}: {e}", file.display())))?;
     if let Some(query) = source.scheme.provider().delivery_query() {
-        // The source takes calls only at a URL carrying its token (Mollie's).
-        eprintln!("send to /webhooks/{}?{query}", source.name);
+        // The source takes calls only at a URL carrying its token (Mollie's);
+        // the token itself is not printed (terminals and CI logs keep it).
+        let name = query
+            .split_once('=')
+            .map_or(query.as_str(), |(name, _)| name);
+        eprintln!(
+            "send to /webhooks/{}?{name}=<one of the source's url_tokens>",
+            source.name
+        );
     }
     if signed.body != body {
         // The provider signs inside the body (Adyen): the signed body is what to

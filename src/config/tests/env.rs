@@ -216,4 +216,16 @@ fn mollies_url_tokens_are_secrets_and_come_from_the_environment_separated_by_com
     ];
     let refused = load_env(mollie, &short).expect_err("short");
     assert!(refused.to_string().contains("url_tokens[1]"), "{refused}");
+    // Set but naming none (an emptied file, a stray comma): refused, never
+    // taken as "no tokens", which would open the source to every call.
+    let file = secret_file("url-tokens", "\n");
+    for env in [
+        vec![("HOOKD_SOURCE_MOLLIE_URL_TOKENS", ",")],
+        vec![("HOOKD_SOURCE_MOLLIE_URL_TOKENS_FILE", file.as_str())],
+    ] {
+        let refused = load_env(mollie, &env).expect_err("no token");
+        assert!(refused.to_string().contains("names no token"), "{refused}");
+    }
+    let refused = load_env(&format!("{mollie}url_tokens = []\n"), &[]).expect_err("empty");
+    assert!(refused.to_string().contains("names no token"), "{refused}");
 }

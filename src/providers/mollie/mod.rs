@@ -93,6 +93,7 @@ struct RawMollie {
 
 pub fn configure(table: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Scheme, Problem> {
     let raw: RawMollie = keys::read(table, key)?;
+    let given = raw.url_tokens.is_some();
     let tokens = match raw.url_tokens {
         None => Vec::new(),
         Some(RawTokens::Listed(tokens)) => tokens,
@@ -103,6 +104,14 @@ pub fn configure(table: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Sch
             .map(String::from)
             .collect(),
     };
+    // Set but naming none (an emptied token file, a stray comma) must not
+    // quietly open the source to every call.
+    if given && tokens.is_empty() {
+        return Err((
+            key("url_tokens"),
+            "names no token; leave the key out to take every call".into(),
+        ));
+    }
     let mut url_tokens: Vec<Secret> = Vec::with_capacity(tokens.len());
     for (i, token) in tokens.into_iter().enumerate() {
         let at = || key(&format!("url_tokens[{i}]"));
