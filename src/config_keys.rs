@@ -16,6 +16,17 @@ pub fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The items of a comma-separated value, as an environment variable lists
+/// several (`HOOKD_SOURCE_<NAME>_SECRETS`, `…_URL_TOKENS`): trimmed, empty
+/// ones left out.
+pub fn comma_separated(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(String::from)
+        .collect()
+}
+
 /// Refuses a value that is not a JSON pointer.
 pub fn json_pointer(key: String, pointer: &str) -> Result<(), Problem> {
     if pointer.starts_with('/') {

@@ -64,12 +64,7 @@ pub(super) fn apply_env(
             continue;
         };
         source.secrets_env = Some(from);
-        source.secrets = value
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect();
+        source.secrets = crate::config_keys::comma_separated(&value);
     }
     for key in CREDENTIAL_KEYS.into_iter().chain(reconcile::KEYS) {
         let suffix = format!("_{}", key.to_ascii_uppercase());
