@@ -13,7 +13,7 @@ use std::fmt;
 use std::time::Duration;
 
 use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 /// A shared secret. Its `Debug` never shows the value, so it cannot leak through logs.
@@ -27,6 +27,14 @@ impl Secret {
 
     pub fn expose(&self) -> &str {
         &self.0
+    }
+
+    /// Whether `given` is this secret, compared as SHA-256 digests in
+    /// constant time: the time taken tells nothing of its length or of how
+    /// much of it matched (a credential sent as it is: Adyen's Basic
+    /// credentials, Mollie's URL token).
+    pub fn is(&self, given: &[u8]) -> bool {
+        bool::from(Sha256::digest(given).ct_eq(&Sha256::digest(self.0.as_bytes())))
     }
 }
 
