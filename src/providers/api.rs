@@ -3,6 +3,7 @@
 //! redirect, a bounded answer, 429 waited out; see `reconcile::api`), and a
 //! provider's list of past events as data ([`Lister`], [`Pager`]).
 
+use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -352,4 +353,59 @@ pub fn cursor(link: &str, name: &str) -> Option<String> {
     form_urlencoded::parse(query.as_bytes())
         .find(|(key, _)| key == name)
         .map(|(_, value)| value.into_owned())
+}
+
+/// The ids a list gave last, `capacity` at most: what a reconcile pass
+/// remembers to count an event listed twice once (a list that changes while
+/// it is paged shows an event again a page or so later), and what a lister
+/// remembers not to read one thing twice. Bounded, so a pass over millions of
+/// events keeps a few MB rather than every id; one given again beyond them is
+/// new again.
+pub struct RecentIds {
+    ids: HashSet<String>,
+    order: VecDeque<String>,
+    capacity: usize,
+}
+
+impl RecentIds {
+    pub fn new(capacity: usize) -> Self {
+        RecentIds {
+            ids: HashSet::new(),
+            order: VecDeque::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Whether `id` is new among the remembered; it is remembered now.
+    pub fn insert(&mut self, id: &str) -> bool {
+        if self.ids.contains(id) {
+            return false;
+        }
+        if self.order.len() == self.capacity
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.ids.remove(&oldest);
+        }
+        self.ids.insert(id.to_string());
+        self.order.push_back(id.to_string());
+        true
+    }
+}
+
+#[cfg(test)]
+mod recent_ids_tests {
+    use super::RecentIds;
+
+    #[test]
+    fn an_id_listed_again_is_new_only_once_it_is_forgotten() {
+        let mut seen = RecentIds::new(3);
+        assert!(seen.insert("evt_1"));
+        assert!(!seen.insert("evt_1"), "listed again a page later");
+        assert!(seen.insert("evt_2") && seen.insert("evt_3"));
+        // A fourth id forgets the oldest; the rest are still known.
+        assert!(seen.insert("evt_4"));
+        assert!(!seen.insert("evt_3") && !seen.insert("evt_4"));
+        assert!(seen.insert("evt_1"), "forgotten: new again");
+        assert_eq!((seen.ids.len(), seen.order.len()), (3, 3));
+    }
 }

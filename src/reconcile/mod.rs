@@ -10,7 +10,7 @@
 //! `reconcile = true` every `reconcile_interval` (jittered), one instance at a
 //! time per source (a job lease, as the purge has).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::config::Source;
@@ -18,6 +18,7 @@ use crate::event::{IncomingEvent, SourceName};
 use crate::instance::Instance;
 use crate::provider_api::Api;
 pub use crate::provider_api::ApiError;
+use crate::providers::api::RecentIds;
 use crate::shutdown::Shutdown;
 use crate::signature::Verified;
 use crate::store::events::Recorded;
@@ -241,43 +242,6 @@ async fn walk(
     store_held(app, lease, &mut held, lister.newest_first, counts).await
 }
 
-/// The ids a pass listed last, `capacity` at most. A list that changes while
-/// it is paged (an event created meanwhile) shows an event again a page or so
-/// later: remembered, it is counted once. Bounded, so a pass over millions of
-/// events keeps a few MB rather than every id: an event listed again beyond
-/// them is found stored (counted present once more) or, still held, stored
-/// once all the same (the ingest keeps one row of copies in a batch).
-struct RecentIds {
-    ids: HashSet<String>,
-    order: VecDeque<String>,
-    capacity: usize,
-}
-
-impl RecentIds {
-    fn new(capacity: usize) -> Self {
-        RecentIds {
-            ids: HashSet::new(),
-            order: VecDeque::new(),
-            capacity: capacity.max(1),
-        }
-    }
-
-    /// Whether `id` is new among the remembered; it is remembered now.
-    fn insert(&mut self, id: &str) -> bool {
-        if self.ids.contains(id) {
-            return false;
-        }
-        if self.order.len() == self.capacity
-            && let Some(oldest) = self.order.pop_front()
-        {
-            self.ids.remove(&oldest);
-        }
-        self.ids.insert(id.to_string());
-        self.order.push_back(id.to_string());
-        true
-    }
-}
-
 /// What a pass found missing and has not stored yet. Bounded by `HOLD_BYTES`:
 /// a pass over more than that stores what it holds and goes on listing.
 #[derive(Default)]
@@ -484,22 +448,4 @@ impl Reconciler {
 /// A random share of `up_to`.
 fn jittered(up_to: Duration) -> Duration {
     up_to.mul_f64(rand::random::<f64>())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::RecentIds;
-
-    #[test]
-    fn an_id_listed_again_is_new_only_once_it_is_forgotten() {
-        let mut seen = RecentIds::new(3);
-        assert!(seen.insert("evt_1"));
-        assert!(!seen.insert("evt_1"), "listed again a page later");
-        assert!(seen.insert("evt_2") && seen.insert("evt_3"));
-        // A fourth id forgets the oldest; the rest are still known.
-        assert!(seen.insert("evt_4"));
-        assert!(!seen.insert("evt_3") && !seen.insert("evt_4"));
-        assert!(seen.insert("evt_1"), "forgotten: new again");
-        assert_eq!((seen.ids.len(), seen.order.len()), (3, 3));
-    }
 }

@@ -10,22 +10,20 @@
 //! reads the payment each names (`GET /v2/payments/{paymentId}`) unless the
 //! first list gave it: its current state is the event.
 
-use std::collections::HashSet;
-
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::PAYMENTS;
 use crate::providers::api::{
-    self, ApiError, Client, Cursored, Fetch, GetList, Listed, Lister, Page, Pager,
+    self, ApiError, Client, Cursored, Fetch, GetList, Listed, Lister, Page, Pager, RecentIds,
 };
 
 const PATH: &str = "/v2/payments";
 const REFUNDS: &str = "/v2/refunds";
 const CHARGEBACKS: &str = "/v2/chargebacks";
-/// Payment ids the first list gave that the pass remembers (not to read them
-/// again for a refund): past these, a payment may be read once more.
+/// Payment ids the pass remembers (not to read one again for a refund),
+/// the last ones given: past these, a payment may be read once more.
 const REMEMBERED: usize = 50_000;
 
 /// Mollie's list API, as reconcile asks it.
@@ -41,7 +39,7 @@ pub static LISTER: Lister = Lister::new("Mollie", "https://api.mollie.com", 90, 
             }),
         ],
         at: 0,
-        listed: HashSet::new(),
+        listed: RecentIds::new(REMEMBERED),
     })
 });
 
@@ -85,21 +83,8 @@ struct Changed {
     lists: Vec<Cursored<GetList<List>>>,
     /// The list being paged.
     at: usize,
-    /// The payments read so far.
-    listed: HashSet<String>,
-}
-
-impl Changed {
-    /// Remembers a payment's id; whether it was new.
-    fn remember(&mut self, id: &str) -> bool {
-        if self.listed.contains(id) {
-            return false;
-        }
-        if self.listed.len() < REMEMBERED {
-            self.listed.insert(id.to_string());
-        }
-        true
-    }
+    /// The payments listed or read so far (the last `REMEMBERED`).
+    listed: RecentIds,
 }
 
 #[derive(Deserialize)]
@@ -128,7 +113,7 @@ impl Pager for Changed {
                     serde_json::from_str(item.get()).map_err(|e| api.malformed(path, &e))?;
                 if self.at == 0 {
                     if let Some(id) = &named.id {
-                        self.remember(id);
+                        self.listed.insert(id);
                     }
                     page.push(item);
                     continue;
@@ -136,7 +121,7 @@ impl Pager for Changed {
                 let Some(id) = named.payment_id else {
                     return Err(api.malformed(path, &"an item names no paymentId"));
                 };
-                if !self.remember(&id) {
+                if !self.listed.insert(&id) {
                     continue;
                 }
                 let fetch =
