@@ -16,11 +16,12 @@ pub fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The items of a comma-separated value, as an environment variable lists
-/// several (`HOOKD_SOURCE_<NAME>_SECRETS`, `…_URL_TOKENS`): trimmed, empty
-/// ones left out.
-pub fn comma_separated(text: &str) -> Vec<String> {
-    text.split(',')
+/// The items of a value listing several, as an environment variable or the
+/// file its `_FILE` form names does (`HOOKD_SOURCE_<NAME>_SECRETS`,
+/// `…_URL_TOKENS`): separated by commas or line breaks (a file may hold one a
+/// line), trimmed, empty ones left out.
+pub fn listed(text: &str) -> Vec<String> {
+    text.split([',', '\n'])
         .map(str::trim)
         .filter(|item| !item.is_empty())
         .map(String::from)

@@ -64,7 +64,7 @@ pub(super) fn apply_env(
             continue;
         };
         source.secrets_env = Some(from);
-        source.secrets = crate::config_keys::comma_separated(&value);
+        source.secrets = crate::config_keys::listed(&value);
     }
     for key in CREDENTIAL_KEYS.into_iter().chain(reconcile::KEYS) {
         let suffix = format!("_{}", key.to_ascii_uppercase());
@@ -73,10 +73,10 @@ pub(super) fn apply_env(
                 log::warn!("{var}: no configured source is named {upper}; ignored");
                 continue;
             };
-            let Some((_, value)) = read(&format!("HOOKD_SOURCE_{upper}{suffix}"))? else {
+            let Some((from, value)) = read(&format!("HOOKD_SOURCE_{upper}{suffix}"))? else {
                 continue;
             };
-            source.credentials_from_env.push(key);
+            source.credentials_from_env.push((key, from));
             source
                 .scheme_keys
                 .insert(key.into(), toml::Value::String(value.trim().to_string()));

@@ -240,7 +240,18 @@ impl RawToken {
 
 impl RawSource {
     fn validate(self, index: usize) -> Result<Source, Problem> {
-        let key = |field: &str| format!("sources[{index}].{field}");
+        let from_env = self.credentials_from_env;
+        // A key the environment set is named as its variable (`…_URL_TOKENS_FILE[1]`).
+        let key = |field: &str| {
+            for (set, var) in &from_env {
+                if let Some(rest) = field.strip_prefix(set)
+                    && (rest.is_empty() || rest.starts_with('['))
+                {
+                    return format!("{var}{rest}");
+                }
+            }
+            format!("sources[{index}].{field}")
+        };
         // The name is a URL path segment: unreserved characters only.
         check_name(
             key("name"),

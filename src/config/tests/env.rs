@@ -71,6 +71,16 @@ fn secrets_and_the_admin_token_can_come_from_files() {
     )
     .expect("valid");
     assert_eq!(s.sources[0].secrets[0].expose(), "whsec_file1");
+
+    // Or one a line, as a secrets manager writes a list (CRLF too).
+    let lines = secret_file("secrets-lines", "whsec_file1\r\nwhsec_file2\r\n\n");
+    let s = load_env(
+        MINIMAL,
+        &[("HOOKD_SOURCE_STRIPE_SECRETS_FILE", lines.as_str())],
+    )
+    .expect("valid");
+    let stripe: Vec<_> = s.sources[0].secrets.iter().map(|x| x.expose()).collect();
+    assert_eq!(stripe, ["whsec_file1", "whsec_file2"]);
 }
 
 #[test]
@@ -180,7 +190,7 @@ fn credential_keys_in_the_file_are_secrets_unless_the_environment_replaced_them(
 }
 
 #[test]
-fn mollies_url_tokens_are_secrets_and_come_from_the_environment_separated_by_commas() {
+fn mollies_url_tokens_are_secrets_and_come_from_the_environment_separated_by_commas_or_lines() {
     let mollie = "[[sources]]\nname = \"mollie\"\nscheme = \"mollie\"\napi_key = \"test_x\"\n";
     let listed =
         format!("{mollie}url_tokens = [\"token-new-0123456789\", \"token-old-0123456789\"]\n");
@@ -215,7 +225,43 @@ fn mollies_url_tokens_are_secrets_and_come_from_the_environment_separated_by_com
         ),
     ];
     let refused = load_env(mollie, &short).expect_err("short");
-    assert!(refused.to_string().contains("url_tokens[1]"), "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains("HOOKD_SOURCE_MOLLIE_URL_TOKENS[1]: is shorter"),
+        "the message names the variable the token came from: {refused}"
+    );
+    // A file may hold one a line (as a secrets manager writes a list).
+    let lines = secret_file(
+        "url-tokens-lines",
+        "token-new-0123456789\ntoken-old-0123456789\n",
+    );
+    let from_lines = load_env(
+        &listed,
+        &[
+            ("HOOKD_SOURCE_MOLLIE_API_KEY", "test_y"),
+            ("HOOKD_SOURCE_MOLLIE_URL_TOKENS_FILE", lines.as_str()),
+        ],
+    )
+    .expect("valid");
+    assert_eq!(
+        from_lines.source("mollie").map(|s| &s.scheme),
+        from_file.source("mollie").map(|s| &s.scheme),
+        "one a line reads as the same two tokens, in order"
+    );
+    let short_line = secret_file("url-tokens-short", "token-new-0123456789\nshort\n");
+    let refused = load_env(
+        mollie,
+        &[("HOOKD_SOURCE_MOLLIE_URL_TOKENS_FILE", short_line.as_str())],
+    )
+    .expect_err("short");
+    assert!(
+        refused
+            .to_string()
+            .contains("HOOKD_SOURCE_MOLLIE_URL_TOKENS_FILE[1]: is shorter"),
+        "{refused}"
+    );
+    assert!(!refused.to_string().contains("token-new"), "{refused}");
     // Set but naming none (an emptied file, a stray comma): refused, never
     // taken as "no tokens", which would open the source to every call.
     let file = secret_file("url-tokens", "\n");

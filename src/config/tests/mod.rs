@@ -374,20 +374,43 @@ fn the_metrics_token_and_trusted_proxies_are_read_and_checked() {
 
 #[test]
 fn debug_output_never_shows_a_secret_a_token_or_the_database_password() {
+    // Every kind of credential a source holds: Mollie's URL tokens and API
+    // key from the file, Adyen's and Checkout.com's from the environment.
+    let shipped = include_str!("../../../hookd.toml");
+    let with_mollie = format!(
+        "{shipped}\n[[sources]]\nname = \"mollie\"\nscheme = \"mollie\"\n\
+         api_key = \"test_mollie-key-0123456789\"\n\
+         url_tokens = [\"url-token-0123456789abcdef\"]\n"
+    );
     let settings = load_env(
-        include_str!("../../../hookd.toml"),
+        &with_mollie,
         &[
             ("DATABASE_URL", "postgres://hookd:db-password-42@db/hookd"),
             ("HOOKD_ADMIN_TOKEN", "env-token-0123456789abcdef"),
             ("HOOKD_METRICS_TOKEN", "metrics-token-0123456789abcdef"),
+            (
+                "HOOKD_SOURCE_ADYEN_BASIC_AUTH",
+                "adyen-user:basic-password-42",
+            ),
+            (
+                "HOOKD_SOURCE_CHECKOUT_AUTHORIZATION",
+                "cko-authorization-42",
+            ),
+            ("HOOKD_SOURCE_STRIPE_API_KEY", "sk_test_stripe-key-42"),
         ],
     )
     .expect("valid");
+    assert!(settings.source("mollie").is_some());
     let printed = format!("{settings:?}");
     for value in development_credentials().chain([
         "db-password-42",
         "env-token-0123456789abcdef",
         "metrics-token-0123456789abcdef",
+        "mollie-key-0123456789",
+        "url-token-0123456789abcdef",
+        "basic-password-42",
+        "cko-authorization-42",
+        "stripe-key-42",
     ]) {
         assert!(!printed.contains(value), "{value} in {printed}");
     }

@@ -95,7 +95,7 @@ pub fn configure(table: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Sch
     let tokens = match raw.url_tokens {
         None => Vec::new(),
         Some(RawTokens::Listed(tokens)) => tokens,
-        Some(RawTokens::Joined(tokens)) => keys::comma_separated(&tokens),
+        Some(RawTokens::Joined(tokens)) => keys::listed(&tokens),
     };
     // Set but naming none (an emptied token file, a stray comma) must not
     // quietly open the source to every call.
