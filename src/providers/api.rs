@@ -4,6 +4,7 @@
 //! provider's list of past events as data ([`Lister`], [`Pager`]).
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -360,10 +361,10 @@ pub fn cursor(link: &str, name: &str) -> Option<String> {
 /// it is paged shows an event again a page or so later), and what a lister
 /// remembers not to read one thing twice. Bounded, so a pass over millions of
 /// events keeps a few MB rather than every id; one given again beyond them is
-/// new again.
+/// new again. The set and the order share each id's one copy.
 pub struct RecentIds {
-    ids: HashSet<String>,
-    order: VecDeque<String>,
+    ids: HashSet<Arc<str>>,
+    order: VecDeque<Arc<str>>,
     capacity: usize,
 }
 
@@ -386,8 +387,9 @@ impl RecentIds {
         {
             self.ids.remove(&oldest);
         }
-        self.ids.insert(id.to_string());
-        self.order.push_back(id.to_string());
+        let id: Arc<str> = Arc::from(id);
+        self.ids.insert(Arc::clone(&id));
+        self.order.push_back(id);
         true
     }
 }
@@ -407,5 +409,11 @@ mod recent_ids_tests {
         assert!(!seen.insert("evt_3") && !seen.insert("evt_4"));
         assert!(seen.insert("evt_1"), "forgotten: new again");
         assert_eq!((seen.ids.len(), seen.order.len()), (3, 3));
+        // One copy of each id, shared by the set and the order.
+        assert!(
+            seen.order
+                .iter()
+                .all(|id| std::sync::Arc::strong_count(id) == 2)
+        );
     }
 }
