@@ -32,7 +32,7 @@ impl Secret {
     /// Whether `given` is this secret, compared as SHA-256 digests in
     /// constant time: the time taken tells nothing of its length or of how
     /// much of it matched (a credential sent as it is: Adyen's Basic
-    /// credentials, Mollie's URL token).
+    /// credentials, Checkout.com's authorization key, Mollie's URL token).
     pub fn is(&self, given: &[u8]) -> bool {
         bool::from(Sha256::digest(given).ct_eq(&Sha256::digest(self.0.as_bytes())))
     }

@@ -147,11 +147,21 @@ async fn the_authorization_key_when_configured_is_checked_too() {
     let headers = app.sign(SOURCE, &body, Default::default());
     assert!(headers.contains(&("Authorization".into(), "cko-auth-0b7e5d2a".into())));
     let without = provider::without_header(&headers, "Authorization");
-    let mut wrong = without.clone();
-    wrong.push(("Authorization".into(), "cko-auth-0b7e5d2b".into()));
+    let with = |key: &str| {
+        let mut headers = without.clone();
+        headers.push(("Authorization".into(), key.into()));
+        headers
+    };
+    // Another key, the key cut short, the key and more: each refused alike.
     let cases = [
-        (without, body.clone(), "missing Authorization header"),
-        (wrong, body.clone(), "mismatch"),
+        (
+            without.clone(),
+            body.clone(),
+            "missing Authorization header",
+        ),
+        (with("cko-auth-0b7e5d2b"), body.clone(), "mismatch"),
+        (with("cko-auth-0b7e5d2"), body.clone(), "mismatch"),
+        (with("cko-auth-0b7e5d2a0"), body.clone(), "mismatch"),
     ];
     provider::assert_refused(&app, SOURCE, cases).await;
     let answer = app.post(SOURCE, &headers, body).await;

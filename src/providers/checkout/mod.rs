@@ -10,7 +10,6 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde_json::Value;
-use subtle::ConstantTimeEq;
 
 use super::errors::{FactsError, Signing, SigningError, minor_amount, storable};
 use super::hmac::HeaderHmac;
@@ -149,7 +148,7 @@ impl Provider for Checkout {
         let given = headers
             .header(AUTHORIZATION)
             .ok_or_else(|| SignatureError::Missing(AUTHORIZATION.into()))?;
-        if bool::from(given.as_bytes().ct_eq(expected.expose().as_bytes())) {
+        if expected.is(given.as_bytes()) {
             Ok(())
         } else {
             Err(SignatureError::Mismatch)
