@@ -76,7 +76,7 @@ pub(super) fn apply_env(
             let Some((from, value)) = read(&format!("HOOKD_SOURCE_{upper}{suffix}"))? else {
                 continue;
             };
-            source.credentials_from_env.push((key, from));
+            source.keys_from_env.push((key, from));
             source
                 .scheme_keys
                 .insert(key.into(), toml::Value::String(value.trim().to_string()));

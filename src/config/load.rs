@@ -150,10 +150,10 @@ pub(super) struct RawSource {
     /// The environment variable that replaced `secrets`, if one did.
     #[serde(skip)]
     pub(super) secrets_env: Option<String>,
-    /// The credential keys (see [`CREDENTIAL_KEYS`]) the environment set, each
+    /// The credential and reconcile keys the environment set, each
     /// with the variable it came from, which messages about it then name.
     #[serde(skip)]
-    pub(super) credentials_from_env: Vec<(&'static str, String)>,
+    pub(super) keys_from_env: Vec<(&'static str, String)>,
 }
 
 /// The keys of a scheme that hold a credential: each may come from
@@ -246,7 +246,7 @@ impl RawSettings {
             CREDENTIAL_KEYS
                 .iter()
                 .chain(&reconcile::SECRET_KEYS)
-                .filter(|key| !s.credentials_from_env.iter().any(|(set, _)| set == *key))
+                .filter(|key| !s.keys_from_env.iter().any(|(set, _)| set == *key))
                 .filter_map(|key| s.scheme_keys.get(*key))
                 .flat_map(|value| match value {
                     toml::Value::String(value) => vec![value.as_str()],

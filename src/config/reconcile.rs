@@ -1,7 +1,8 @@
 //! A source's keys for asking its provider's API for the events it may never
 //! have delivered (`hookd reconcile`, and `serve`'s pass with `reconcile = true`):
 //! `api_key` (or PayPal's `client_id` and `client_secret`), `api_base`,
-//! `reconcile`, `reconcile_interval` and `reconcile_window`. Each may come from
+//! `reconcile`, `reconcile_interval`, `reconcile_window` and `reconcile_types`.
+//! Each may come from
 //! `HOOKD_SOURCE_<NAME>_<KEY>` (or its `_FILE`) instead of the file.
 
 use std::time::Duration;
@@ -11,7 +12,7 @@ pub use crate::providers::Lister;
 use crate::signature::Secret;
 
 /// The keys of this module, as a source's table and the environment name them.
-pub const KEYS: [&str; 7] = [
+pub const KEYS: [&str; 8] = [
     "api_key",
     "api_base",
     "client_id",
@@ -19,6 +20,7 @@ pub const KEYS: [&str; 7] = [
     "reconcile",
     "reconcile_interval",
     "reconcile_window",
+    "reconcile_types",
 ];
 
 /// Of those, the ones holding a credential.
@@ -52,6 +54,68 @@ pub struct Reconcile {
     pub interval: Duration,
     /// How far back a pass looks.
     pub window: Duration,
+    /// The event types a pass takes (`reconcile_types`): those the provider
+    /// sends this source. Every type unless set.
+    pub types: Types,
+}
+
+/// `reconcile_types`: event types as the provider names them, each exact or
+/// ending in `*` (every type that starts with what comes before it:
+/// `payment_intent.*`). Empty: every type.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Types(Vec<String>);
+
+impl Types {
+    /// Whether a pass takes an event of `event_type`.
+    pub fn takes(&self, event_type: &str) -> bool {
+        self.0.is_empty()
+            || self
+                .0
+                .iter()
+                .any(|pattern| match pattern.strip_suffix('*') {
+                    Some(prefix) => event_type.starts_with(prefix),
+                    None => event_type == pattern,
+                })
+    }
+
+    /// The key's value: a list, or (from the environment) one text listing
+    /// them.
+    fn read(value: Option<toml::Value>, key: &dyn Fn(&str) -> String) -> Result<Self, Problem> {
+        let name = "reconcile_types";
+        let patterns = match value {
+            None => return Ok(Types::default()),
+            Some(toml::Value::String(text)) => crate::config_keys::listed(&text),
+            Some(toml::Value::Array(items)) => items
+                .into_iter()
+                .map(|item| match item {
+                    toml::Value::String(text) => Ok(text.trim().to_string()),
+                    _ => Err((key(name), "must be a list of event types".to_string())),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err((key(name), "must be a list of event types".into())),
+        };
+        // Set but naming none must not quietly mean every type.
+        if patterns.is_empty() {
+            return Err((
+                key(name),
+                "names no event type; leave the key out to take every type".into(),
+            ));
+        }
+        for (i, pattern) in patterns.iter().enumerate() {
+            let at = || key(&format!("{name}[{i}]"));
+            let wildcard = pattern.find('*');
+            if pattern.is_empty() || pattern.chars().any(char::is_whitespace) {
+                return Err((at(), format!("{pattern:?} is not an event type")));
+            }
+            if wildcard.is_some_and(|at| at != pattern.len() - 1) {
+                return Err((
+                    at(),
+                    format!("{pattern:?}: `*` may only end a type (`payment_intent.*`)"),
+                ));
+            }
+        }
+        Ok(Types(patterns))
+    }
 }
 
 impl Reconcile {
@@ -78,6 +142,7 @@ impl Reconcile {
         let reconcile = text("reconcile")?;
         let interval = text("reconcile_interval")?;
         let window = text("reconcile_window")?;
+        let types = Types::read(table.remove("reconcile_types"), key)?;
         let lister = Lister::of(scheme);
         let enabled = match reconcile.as_deref().map(str::trim) {
             None | Some("false") => false,
@@ -94,7 +159,15 @@ impl Reconcile {
                     format!("scheme {scheme:?} cannot reconcile: {instead}"),
                 ));
             }
-            (Err(_), false) => None,
+            (Err(instead), false) => {
+                if types != Types::default() {
+                    return Err((
+                        key("reconcile_types"),
+                        format!("scheme {scheme:?} cannot reconcile: {instead}"),
+                    ));
+                }
+                None
+            }
         };
         let credential = credential(lister, api_key, client_id, client_secret, key)?;
         let names_only = crate::providers::named(scheme).is_some_and(|p| p.names_only());
@@ -148,6 +221,7 @@ impl Reconcile {
             enabled,
             interval,
             window: window.unwrap_or(DEFAULT_WINDOW.min(max)),
+            types,
         })
     }
 
@@ -338,6 +412,63 @@ mod tests {
         assert!(e.contains("only applies to scheme \"paypal\""), "{e}");
         assert!(source("stripe", "api_base = \"http://localhost:8443\"", &[]).is_ok());
         assert!(source("stripe", "api_base = \"http://[::1]:8443\"", &[]).is_ok());
+    }
+
+    #[test]
+    fn reconcile_types_take_exact_types_and_prefixes_ending_in_a_star() {
+        let r = source("stripe", "", &[]).expect("valid");
+        assert!(r.types.takes("customer.created"), "unset: every type");
+        let r = source(
+            "stripe",
+            "reconcile_types = [\"payment_intent.*\", \"charge.refunded\"]",
+            &[],
+        )
+        .expect("valid");
+        for (event_type, taken) in [
+            ("payment_intent.succeeded", true),
+            ("payment_intent.payment_failed", true),
+            ("charge.refunded", true),
+            ("charge.refunded.updated", false),
+            ("charge.succeeded", false),
+            ("payment_intent_x.created", false),
+            ("customer.created", false),
+        ] {
+            assert_eq!(r.types.takes(event_type), taken, "{event_type}");
+        }
+        let everything = source("paddle", "reconcile_types = [\"*\"]", &[]).expect("valid");
+        assert!(everything.types.takes("transaction.completed"));
+        // From the environment: commas or lines.
+        let r = source(
+            "stripe",
+            "",
+            &[(
+                "HOOKD_SOURCE_S_RECONCILE_TYPES",
+                "payment_intent.*\ncharge.refunded",
+            )],
+        )
+        .expect("valid");
+        assert!(r.types.takes("charge.refunded") && !r.types.takes("charge.captured"));
+
+        let refused = |keys: &str| source("stripe", keys, &[]).expect_err("refused");
+        let e = refused("reconcile_types = []");
+        assert!(
+            e.contains("sources[0].reconcile_types") && e.contains("names no event type"),
+            "{e}"
+        );
+        let e = refused("reconcile_types = [\"payment_*.succeeded\"]");
+        assert!(
+            e.contains("sources[0].reconcile_types[0]") && e.contains("end"),
+            "{e}"
+        );
+        let e = refused("reconcile_types = [\"a.b\", \"\"]");
+        assert!(e.contains("sources[0].reconcile_types[1]"), "{e}");
+        let e = refused("reconcile_types = 5");
+        assert!(e.contains("must be a list"), "{e}");
+        let e = source("adyen", "reconcile_types = [\"AUTHORISATION\"]", &[]).expect_err("adyen");
+        assert!(
+            e.contains("sources[0].reconcile_types") && e.contains("cannot reconcile"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -240,7 +240,7 @@ impl RawToken {
 
 impl RawSource {
     fn validate(self, index: usize) -> Result<Source, Problem> {
-        let from_env = self.credentials_from_env;
+        let from_env = self.keys_from_env;
         // A key the environment set is named as its variable (`…_URL_TOKENS_FILE[1]`).
         let key = |field: &str| {
             for (set, var) in &from_env {

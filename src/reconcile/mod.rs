@@ -195,6 +195,9 @@ async fn walk(
         let mut events = Vec::with_capacity(items.len());
         for item in &items {
             match IncomingEvent::parse(source, &no_headers, item.get().as_bytes()) {
+                // A type the provider does not send this source (the account's
+                // other events): not this source's to recover.
+                Ok(event) if !source.reconcile.types.takes(&event.event_type) => {}
                 Ok(event) if seen.insert(&event.event_id) => events.push(event),
                 // Listed twice (an event created while paging): counted once.
                 Ok(_) => {}

@@ -503,6 +503,69 @@ async fn a_dry_run_counts_and_stores_nothing() {
 }
 
 #[tokio::test]
+async fn a_pass_takes_only_the_types_the_source_is_sent() {
+    let app = spawn_app().await;
+    // The account's list holds every event; the endpoint is sent payment
+    // intents' only.
+    let of_type = |id: &str, event_type: &str| {
+        let mut event = paid(id, 0);
+        event["type"] = json!(event_type);
+        event
+    };
+    let listed = vec![
+        of_type("evt_rc_types_customer", "customer.created"),
+        paid("evt_rc_types_paid", 0),
+        of_type("evt_rc_types_invoice", "invoice.paid"),
+        of_type("evt_rc_types_created", "payment_intent.created"),
+    ];
+    let api = ProviderApi::start(stripe_list(listed, 100)).await;
+    let mut env = api.env("stripe", KEY, app.database_url());
+    env.push((
+        "HOOKD_SOURCE_STRIPE_RECONCILE_TYPES",
+        "payment_intent.*, charge.dispute.created".into(),
+    ));
+    let args = ["reconcile", "--source", "stripe"];
+    let out = run_hookd_with(&args, &env).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "2 listed, 0 present, 2 recovered, 0 conflicts\n"
+    );
+    let stored = app
+        .count(
+            "SELECT count(*) FROM webhook_events WHERE event_type LIKE 'payment_intent.%'",
+            &[],
+        )
+        .await;
+    assert_eq!(stored, 2);
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        2,
+        "the other types are not stored"
+    );
+    let out = run_hookd_with(&args, &env).await;
+    assert_eq!(
+        stdout(&out),
+        "2 listed, 2 present, 0 recovered, 0 conflicts\n"
+    );
+
+    // Set but naming none: refused before asking, in one line naming the variable.
+    let asked = api.seen().len();
+    env.retain(|(name, _)| *name != "HOOKD_SOURCE_STRIPE_RECONCILE_TYPES");
+    env.push(("HOOKD_SOURCE_STRIPE_RECONCILE_TYPES", " , ".into()));
+    let out = run_hookd_with(&args, &env).await;
+    assert_ne!(out.status.code(), Some(0));
+    let said = stderr(&out);
+    assert!(
+        said.contains("HOOKD_SOURCE_STRIPE_RECONCILE_TYPES")
+            && said.contains("names no event type"),
+        "{said}"
+    );
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    assert_eq!(api.seen().len(), asked);
+}
+
+#[tokio::test]
 async fn a_wrong_key_or_an_unreachable_api_fails_in_one_line_without_the_key() {
     let app = spawn_app().await;
     let api = ProviderApi::start(stripe_list(vec![paid("evt_rc_never", 0)], 100)).await;
@@ -946,7 +1009,7 @@ async fn reconcile_on_a_provider_without_a_list_of_past_events_stops_check_confi
         let lines: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
         assert_eq!(lines.len(), 1, "{said}");
         assert!(
-            lines[0].contains(".reconcile") && lines[0].contains(offers),
+            lines[0].contains(&format!("{var}: ")) && lines[0].contains(offers),
             "{said}"
         );
     }
