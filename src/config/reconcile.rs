@@ -78,6 +78,15 @@ impl Types {
                 })
     }
 
+    /// The types taken, when each is exact (no `*`): what a list API that
+    /// filters by type can be asked for. Empty otherwise.
+    pub fn exact(&self) -> &[String] {
+        match self.0.iter().any(|pattern| pattern.ends_with('*')) {
+            true => &[],
+            false => &self.0,
+        }
+    }
+
     /// The key's value: a list, or (from the environment) one text listing
     /// them.
     fn read(value: Option<toml::Value>, key: &dyn Fn(&str) -> String) -> Result<Self, Problem> {

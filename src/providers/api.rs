@@ -237,8 +237,19 @@ pub struct Lister {
     /// exchanged for a token, for a provider whose API takes them instead of
     /// an `api_key`.
     pub token_path: Option<&'static str>,
-    /// The list of the window from `since` to `until`, page by page.
-    pub pager: fn(DateTime<Utc>, DateTime<Utc>) -> Box<dyn Pager>,
+    /// The list of a window, page by page.
+    pub pager: fn(&Window<'_>) -> Box<dyn Pager>,
+}
+
+/// What a pass asks a provider's list for: the events from `since` to
+/// `until`, and, when the source takes only some exact types, those types (a
+/// list API that can filter by them is asked to; whatever it lists, reconcile
+/// keeps only the types the source takes).
+pub struct Window<'a> {
+    pub since: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    /// Empty: every type.
+    pub exact_types: &'a [String],
 }
 
 impl Lister {
@@ -248,7 +259,7 @@ impl Lister {
         title: &'static str,
         default_base: &'static str,
         days: u64,
-        pager: fn(DateTime<Utc>, DateTime<Utc>) -> Box<dyn Pager>,
+        pager: fn(&Window<'_>) -> Box<dyn Pager>,
     ) -> Lister {
         Lister {
             title,

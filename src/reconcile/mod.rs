@@ -18,7 +18,7 @@ use crate::event::{IncomingEvent, SourceName};
 use crate::instance::Instance;
 use crate::provider_api::Api;
 pub use crate::provider_api::ApiError;
-use crate::providers::api::RecentIds;
+use crate::providers::api::{RecentIds, Window};
 use crate::shutdown::Shutdown;
 use crate::signature::Verified;
 use crate::store::events::Recorded;
@@ -177,7 +177,11 @@ async fn walk(
     };
     let mut api =
         Api::new(base, credential, lister.token_path.unwrap_or_default()).map_err(api_error)?;
-    let mut pager = (lister.pager)(since, Utc::now());
+    let mut pager = (lister.pager)(&Window {
+        since,
+        until: Utc::now(),
+        exact_types: source.reconcile.types.exact(),
+    });
     let mut held = Held::default();
     let mut seen = RecentIds::new(REMEMBERED);
     let no_headers: Vec<(String, String)> = Vec::new();

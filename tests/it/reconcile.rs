@@ -135,6 +135,15 @@ pub fn query_of(seen: &Seen) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The types a request to Stripe's list asked for (`types[]`).
+fn types_asked(seen: &Seen) -> Vec<String> {
+    query_of(seen)
+        .into_iter()
+        .filter(|(k, _)| k == "types[]")
+        .map(|(_, v)| v)
+        .collect()
+}
+
 pub fn param(seen: &Seen, name: &str) -> Option<String> {
     query_of(seen)
         .into_iter()
@@ -158,8 +167,8 @@ fn paid(id: &str, pending_webhooks: i64) -> Value {
     event
 }
 
-/// Stripe's `GET /v1/events`, newest first, `page` events a page, refusing
-/// any key but `KEY`.
+/// Stripe's `GET /v1/events`, newest first, `page` events a page, of the
+/// `types[]` asked for if any, refusing any key but `KEY`.
 fn stripe_list(events: Vec<Value>, page: usize) -> impl Fn(&Seen) -> Answer + Send + Sync {
     move |seen: &Seen| {
         if seen.header("authorization") != Some(&format!("Bearer {KEY}")) {
@@ -169,6 +178,11 @@ fn stripe_list(events: Vec<Value>, page: usize) -> impl Fn(&Seen) -> Answer + Se
             return (401, vec![], body.to_string());
         }
         assert!(seen.target.starts_with("/v1/events?"), "{}", seen.target);
+        let types = types_asked(seen);
+        let events: Vec<&Value> = events
+            .iter()
+            .filter(|e| types.is_empty() || types.iter().any(|t| e["type"] == t.as_str()))
+            .collect();
         let start = match param(seen, "starting_after") {
             Some(after) => {
                 events
@@ -179,7 +193,7 @@ fn stripe_list(events: Vec<Value>, page: usize) -> impl Fn(&Seen) -> Answer + Se
             }
             None => 0,
         };
-        let data: Vec<&Value> = events.iter().skip(start).take(page).collect();
+        let data: Vec<&&Value> = events.iter().skip(start).take(page).collect();
         let has_more = start + data.len() < events.len();
         let body =
             json!({"object": "list", "url": "/v1/events", "has_more": has_more, "data": data});
@@ -543,10 +557,36 @@ async fn a_pass_takes_only_the_types_the_source_is_sent() {
         2,
         "the other types are not stored"
     );
+    let customer = app
+        .count(
+            "SELECT count(*) FROM webhook_events WHERE event_type = 'customer.created'",
+            &[],
+        )
+        .await;
+    assert_eq!(customer, 0);
     let out = run_hookd_with(&args, &env).await;
     assert_eq!(
         stdout(&out),
         "2 listed, 2 present, 0 recovered, 0 conflicts\n"
+    );
+    // With a `*`, Stripe is asked for every type (its wildcard is not
+    // hookd's); with exact types only, for those alone (`types[]`).
+    assert!(api.seen().iter().all(|seen| types_asked(seen).is_empty()));
+    let mut exact = env.clone();
+    exact.retain(|(name, _)| *name != "HOOKD_SOURCE_STRIPE_RECONCILE_TYPES");
+    exact.push((
+        "HOOKD_SOURCE_STRIPE_RECONCILE_TYPES",
+        "payment_intent.succeeded,invoice.paid".into(),
+    ));
+    let out = run_hookd_with(&args, &exact).await;
+    assert_eq!(
+        stdout(&out),
+        "2 listed, 1 present, 1 recovered, 0 conflicts\n"
+    );
+    let last = api.seen().pop().expect("asked");
+    assert_eq!(
+        types_asked(&last),
+        ["payment_intent.succeeded", "invoice.paid"]
     );
 
     // Set but naming none: refused before asking, in one line naming the variable.

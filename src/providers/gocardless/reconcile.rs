@@ -8,34 +8,30 @@ use serde::Deserialize;
 use crate::providers::api::{GetList, Listed, Lister, Page};
 
 /// GoCardless's list API, as reconcile asks it.
-pub static LISTER: Lister = Lister::new(
-    "GoCardless",
-    "https://api.gocardless.com",
-    30,
-    |since, _| {
-        GetList {
-            path: "/events",
-            query: vec![
-                ("limit", "500".to_string()),
-                (
-                    "created_at[gte]",
-                    since.to_rfc3339_opts(SecondsFormat::Millis, true),
-                ),
-            ],
-            cursor: "after",
-            headers: &[("GoCardless-Version", "2015-07-06")],
-            since,
-            read: |list: List, _, _| {
-                Ok(Listed {
-                    next: list.meta.cursors.after.filter(|a| !a.is_empty()),
-                    last: list.events.is_empty(),
-                    events: list.events,
-                })
-            },
-        }
-        .pager()
-    },
-);
+pub static LISTER: Lister = Lister::new("GoCardless", "https://api.gocardless.com", 30, |window| {
+    let since = window.since;
+    GetList {
+        path: "/events",
+        query: vec![
+            ("limit", "500".to_string()),
+            (
+                "created_at[gte]",
+                since.to_rfc3339_opts(SecondsFormat::Millis, true),
+            ),
+        ],
+        cursor: "after",
+        headers: &[("GoCardless-Version", "2015-07-06")],
+        since,
+        read: |list: List, _, _| {
+            Ok(Listed {
+                next: list.meta.cursors.after.filter(|a| !a.is_empty()),
+                last: list.events.is_empty(),
+                events: list.events,
+            })
+        },
+    }
+    .pager()
+});
 
 #[derive(Deserialize)]
 struct List {

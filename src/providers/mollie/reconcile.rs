@@ -27,7 +27,8 @@ const CHARGEBACKS: &str = "/v2/chargebacks";
 const REMEMBERED: usize = 50_000;
 
 /// Mollie's list API, as reconcile asks it.
-pub static LISTER: Lister = Lister::new("Mollie", "https://api.mollie.com", 90, |since, _| {
+pub static LISTER: Lister = Lister::new("Mollie", "https://api.mollie.com", 90, |window| {
+    let since = window.since;
     Box::new(Changed {
         lists: vec![
             list(PATH, since, |list, since, api| page(list, since, api, PATH)),

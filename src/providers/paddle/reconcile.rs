@@ -10,7 +10,8 @@ use crate::providers::api::{self, GetList, Listed, Lister, Page};
 const PATH: &str = "/events";
 
 /// Paddle's list API, as reconcile asks it.
-pub static LISTER: Lister = Lister::new("Paddle", "https://api.paddle.com", 90, |since, _| {
+pub static LISTER: Lister = Lister::new("Paddle", "https://api.paddle.com", 90, |window| {
+    let since = window.since;
     GetList {
         path: PATH,
         query: vec![

@@ -11,11 +11,10 @@ use crate::providers::api::{self, ApiError, Call, Client, Lister, Page};
 const PATH: &str = "/v1/notifications/webhooks-events";
 
 /// PayPal's list API, as reconcile asks it.
-pub static LISTER: Lister =
-    Lister::new("PayPal", "https://api-m.paypal.com", 30, |since, until| {
-        Box::new(Pager::new(since, until))
-    })
-    .with_token("/v1/oauth2/token");
+pub static LISTER: Lister = Lister::new("PayPal", "https://api-m.paypal.com", 30, |window| {
+    Box::new(Pager::new(window.since, window.until))
+})
+.with_token("/v1/oauth2/token");
 
 pub struct Pager {
     /// The next request's query; `None` once the last page was read.

@@ -11,13 +11,13 @@ use serde_json::json;
 use crate::providers::api::{ApiError, Call, Client, CursorList, Cursored, Listed, Lister, Page};
 
 /// Square's list API, as reconcile asks it.
-pub static LISTER: Lister =
-    Lister::new("Square", "https://connect.squareup.com", 28, |since, _| {
-        Box::new(Cursored::new(Events {
-            since: since.to_rfc3339_opts(SecondsFormat::Secs, true),
-        }))
-    })
-    .oldest_first();
+pub static LISTER: Lister = Lister::new("Square", "https://connect.squareup.com", 28, |window| {
+    let since = window.since;
+    Box::new(Cursored::new(Events {
+        since: since.to_rfc3339_opts(SecondsFormat::Secs, true),
+    }))
+})
+.oldest_first();
 
 struct Events {
     since: String,
