@@ -1009,6 +1009,14 @@ async fn square_searches_with_its_cursor_and_the_same_query() {
             search["query"]["filter"]["created_at"]["start_at"].is_string(),
             "{search}"
         );
+        // SearchEventsSort's members, as Square's API reference names them
+        // (`field`, `order`); a field Square does not know is a 400.
+        let sort = &search["query"]["sort"];
+        if sort != &json!({"field": "DEFAULT", "order": "ASC"}) {
+            let body = json!({"errors": [{"category": "INVALID_REQUEST_ERROR",
+                "code": "BAD_REQUEST", "detail": format!("Unrecognized sort: {sort}")}]});
+            return (400, vec![], body.to_string());
+        }
         let start: usize = search["cursor"]
             .as_str()
             .map_or(0, |c| c.parse().expect("cursor"));

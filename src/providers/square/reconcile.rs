@@ -37,7 +37,7 @@ impl CursorList for Events {
             "limit": 100,
             "query": {
                 "filter": {"created_at": {"start_at": self.since}},
-                "sort": {"sort_field": "DEFAULT", "order": "ASC"},
+                "sort": {"field": "DEFAULT", "order": "ASC"},
             },
         });
         if let Some(cursor) = cursor {
