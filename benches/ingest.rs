@@ -27,6 +27,11 @@ use hookd_kit::waits::{WaitSampler, Waits};
 use sha2::{Digest, Sha256};
 
 const CONCURRENCIES: [usize; 4] = [4, 16, 32, 64];
+/// pgbench's clients for the open-loop floor: enough that one client's
+/// stall (a flush) does not hold the schedule of a quarter of the load, as
+/// 4 would (it was `CONCURRENCIES[0]`, 16 until 4 senders were added, and
+/// 4 from 2026-12-04 08:00 to 2026-12-05 08:30 UTC).
+const FLOOR_CLIENTS: usize = 16;
 const WARM_UP: Duration = Duration::from_secs(3);
 /// Each contender runs ROUNDS slices of SLICE per concurrency, alternating order,
 /// so a burst of outside load falls on all of them alike.
@@ -255,8 +260,14 @@ async fn run(setup: bench::Setup) {
         .iter()
         .map(|(_, summary, _)| summary.throughput())
         .fold(0.0, f64::max);
+    // Each open-loop window starts from a checkpoint, so both meet the same
+    // WAL distance to the next one: a checkpoint's sync phase in one window
+    // and not the other decides a p99 more than either contender does.
+    db.batch_execute("CHECKPOINT").await.expect("checkpoint");
     let open_started_at = chrono::Utc::now();
+    let sampler = WaitSampler::start(cluster.connect().await, cluster.database());
     let half = open_loop(sender.clone(), peak / 2.0, OPEN_LOOP, None).await;
+    let half_waits = sampler.finish().await;
     let half_summary = half.summary();
     accepted += half_summary.ok;
     println!(
@@ -271,26 +282,33 @@ async fn run(setup: bench::Setup) {
         half.p99_timeline(Duration::from_secs(1)),
         cluster.checkpoints_since(open_started_at)
     );
+    println!(
+        "open loop, what hookd's sessions wait for: {}",
+        half_waits.line()
+    );
     // The same rate for the database alone, doing the least a receiver that
     // commits each event on its own must: one durable dedupe INSERT per event,
     // each its own transaction, with pgbench's light client. How far hookd's tail is from what this machine's PostgreSQL
     // gives at that rate.
+    db.batch_execute("CHECKPOINT").await.expect("checkpoint");
     let floor_started_at = chrono::Utc::now();
     // pgbench's first second is left out: its schedule starts as its clients
     // connect, and fresh backends take tens of ms over their first transactions
     // (hookd's pooled connections are long warm).
+    let sampler = WaitSampler::start(cluster.connect().await, cluster.database());
     let floor = pgbench
         .run(
             Script::Insert.name(),
-            CONCURRENCIES[0],
+            FLOOR_CLIENTS,
             OPEN_LOOP + FLOOR_SKIP,
             Some(peak / 2.0),
         )
         .await
         .after(FLOOR_SKIP);
+    let floor_waits = sampler.finish().await;
     println!(
         "pgbench insert, open loop at the same rate ({} clients) for {} s: {}",
-        CONCURRENCIES[0],
+        FLOOR_CLIENTS,
         OPEN_LOOP.as_secs(),
         floor.line()
     );
@@ -298,6 +316,10 @@ async fn run(setup: bench::Setup) {
         "pgbench insert p99 per second, ms: {}; checkpoints (s after its start): {}",
         floor.p99_timeline(Duration::from_secs(1)),
         cluster.checkpoints_since(floor_started_at)
+    );
+    println!(
+        "pgbench insert, what its sessions wait for: {}",
+        floor_waits.line()
     );
     println!(
         "open loop p99, hookd / pgbench insert at the same rate: {:.2}",
