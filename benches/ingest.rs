@@ -286,6 +286,14 @@ async fn run(setup: bench::Setup) {
         "open loop, what hookd's sessions wait for: {}",
         half_waits.line()
     );
+    // Whether the worst second's stall was the database's or not: what its
+    // sessions did then, and in the second after (the backlog draining).
+    let worst = worst_second(&half);
+    for (label, second) in [("its worst second", worst), ("the second after", worst + 1)] {
+        if let Some(waits) = half_waits.seconds.get(second) {
+            println!("open loop, {label} (s {second}): {}", waits.line());
+        }
+    }
     // The same rate for the database alone, doing the least a receiver that
     // commits each event on its own must: one durable dedupe INSERT per event,
     // each its own transaction, with pgbench's light client. How far hookd's tail is from what this machine's PostgreSQL
@@ -395,4 +403,26 @@ enum Contender {
 /// `cpu` over `seconds` of the whole machine, in percent.
 fn busy(cpu: Cpu, seconds: f64) -> f64 {
     bench::busy(cpu.total(), seconds)
+}
+
+/// The second (counted from the start, by when deliveries were due) whose
+/// p99 is the highest.
+fn worst_second(report: &Report) -> usize {
+    let mut by_second: Vec<Vec<Duration>> = Vec::new();
+    for sample in &report.samples {
+        let second = sample.due.as_secs() as usize;
+        if by_second.len() <= second {
+            by_second.resize_with(second + 1, Vec::new);
+        }
+        by_second[second].push(sample.latency);
+    }
+    by_second
+        .iter_mut()
+        .map(|latencies| {
+            latencies.sort();
+            percentile(latencies, 0.99)
+        })
+        .enumerate()
+        .max_by_key(|&(_, p99)| p99)
+        .map_or(0, |(second, _)| second)
 }

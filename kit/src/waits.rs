@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often the sessions are looked at.
 const EVERY: Duration = Duration::from_millis(5);
@@ -29,11 +29,13 @@ pub struct WaitSampler {
     task: tokio::task::JoinHandle<Waits>,
 }
 
-/// Counts per wait, over every sample.
+/// Counts per wait, over every sample, and per second of the run (to say what
+/// the sessions did in a second whose latencies stand out).
 #[derive(Debug, Default, Clone)]
 pub struct Waits {
     pub counts: BTreeMap<String, u64>,
     pub looks: u64,
+    pub seconds: Vec<Waits>,
 }
 
 impl WaitSampler {
@@ -43,16 +45,20 @@ impl WaitSampler {
         let (flag, dbname) = (stop.clone(), dbname.to_string());
         let task = tokio::spawn(async move {
             let mut waits = Waits::default();
+            let started = Instant::now();
             let statement = client
                 .prepare(SAMPLE)
                 .await
                 .expect("the sampling statement");
             while !flag.load(Ordering::Relaxed) {
                 if let Ok(rows) = client.query(&statement, &[&dbname]).await {
-                    waits.looks += 1;
-                    for row in rows {
-                        *waits.counts.entry(row.get::<_, String>(0)).or_default() += 1;
+                    let second = started.elapsed().as_secs() as usize;
+                    if waits.seconds.len() <= second {
+                        waits.seconds.resize_with(second + 1, Waits::default);
                     }
+                    let words: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+                    waits.seconds[second].count(&words);
+                    waits.count(&words);
                 }
                 tokio::time::sleep(EVERY).await;
             }
@@ -68,6 +74,14 @@ impl WaitSampler {
 }
 
 impl Waits {
+    /// One look at the sessions, a word each.
+    fn count(&mut self, words: &[String]) {
+        self.looks += 1;
+        for word in words {
+            *self.counts.entry(word.clone()).or_default() += 1;
+        }
+    }
+
     /// Adds another run's samples.
     pub fn add(&mut self, other: Waits) {
         self.looks += other.looks;
