@@ -105,6 +105,7 @@ impl Purger {
             cutoffs.payloads,
             cutoffs.keys,
             cutoffs.idempotency_keys,
+            cutoffs.now,
         )
         .await
     }

@@ -590,6 +590,10 @@ async fn purge(settings: Settings, hookd: Extensions, dry_run: bool) -> Result<(
                 "would delete expired idempotency keys: {}",
                 preview.idempotency_keys
             );
+            println!(
+                "would delete expired gateway keys: {}",
+                preview.gateway_keys
+            );
         } else {
             let outcome = app.purger.run_once(None).await?;
             if outcome.skipped {
@@ -600,6 +604,10 @@ async fn purge(settings: Settings, hookd: Extensions, dry_run: bool) -> Result<(
                 println!(
                     "deleted expired idempotency keys: {}",
                     outcome.idempotency_keys_deleted
+                );
+                println!(
+                    "deleted expired gateway keys: {}",
+                    outcome.api_idempotency_keys_deleted
                 );
             }
         }

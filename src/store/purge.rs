@@ -331,6 +331,8 @@ pub struct Preview {
     pub payloads: ByStatus,
     pub keys: ByStatus,
     pub idempotency_keys: u64,
+    /// The gateway's finished keys past their route's retention.
+    pub gateway_keys: u64,
 }
 
 pub async fn preview(
@@ -338,6 +340,7 @@ pub async fn preview(
     payload_cutoff: DateTime<Utc>,
     key_cutoff: DateTime<Utc>,
     idempotency_cutoff: DateTime<Utc>,
+    now: DateTime<Utc>,
 ) -> Result<Preview, StoreError> {
     // Payloads: what the walk will meet past its watermark, and the pending events
     // that have finished; keys: everything finished before the key cut-off.
@@ -382,5 +385,14 @@ pub async fn preview(
     .await?
     .get(0);
     preview.idempotency_keys = expired.unsigned_abs();
+    let gateway: i64 = sql::query_one(
+        client,
+        "SELECT count(*) FROM api_idempotency_keys
+         WHERE state IN ('completed', 'released') AND expires_at < $1",
+        params![&now],
+    )
+    .await?
+    .get(0);
+    preview.gateway_keys = gateway.unsigned_abs();
     Ok(preview)
 }

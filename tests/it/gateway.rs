@@ -1046,8 +1046,28 @@ async fn a_finished_key_expires_through_the_purge_and_a_copy_after_is_a_new_requ
         &[],
     )
     .await;
-    let outcome = app.app.purger.run_once(None).await.expect("purge");
-    assert_eq!(outcome.api_idempotency_keys_deleted, 1);
+    // `hookd purge`, as cron runs it: first what it would remove, then a pass.
+    let purge =
+        |args: &'static [&'static str]| crate::support::run_hookd(args, Some(app.database_url()));
+    let dry = purge(&["purge", "--dry-run"]).await;
+    let said = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        said.lines()
+            .any(|l| l == "would delete expired gateway keys: 1"),
+        "{said}"
+    );
+    assert_eq!(
+        state_of(&app, "k").await,
+        "completed",
+        "a dry run removes nothing"
+    );
+    let pass = purge(&["purge"]).await;
+    let said = String::from_utf8_lossy(&pass.stdout);
+    assert!(
+        pass.status.success() && said.lines().any(|l| l == "deleted expired gateway keys: 1"),
+        "{said}{}",
+        String::from_utf8_lossy(&pass.stderr)
+    );
     assert_eq!(state_of(&app, "k").await, "none");
     assert_eq!(
         state_of(&app, "k2").await,
