@@ -823,11 +823,21 @@ async fn paddle_is_paged_by_its_after_cursor_and_a_later_notification_is_a_dupli
             return refused();
         }
         assert_eq!(param(seen, "order_by").as_deref(), Some("id[DESC]"));
+        // `event_type`: Paddle's filter, a comma-separated list.
+        let types = param(seen, "event_type");
+        let served: Vec<&Value> = served
+            .iter()
+            .filter(|e| {
+                types.as_deref().is_none_or(|types| {
+                    types.split(',').any(|t| e["event_type"] == t)
+                })
+            })
+            .collect();
         let start = match param(seen, "after") {
             Some(after) => served.iter().position(|e| e["event_id"] == after.as_str()).expect("id") + 1,
             None => 0,
         };
-        let data: Vec<&Value> = served.iter().skip(start).take(2).collect();
+        let data: Vec<&Value> = served.iter().skip(start).take(2).copied().collect();
         let last = data.last().map(|e| e["event_id"].clone()).unwrap_or_default();
         let has_more = start + data.len() < served.len();
         let next = format!("https://api.paddle.com/events?after={}", last.as_str().unwrap_or(""));
@@ -863,6 +873,33 @@ async fn paddle_is_paged_by_its_after_cursor_and_a_later_notification_is_a_dupli
     assert_eq!(
         stdout(&out),
         "3 listed, 3 present, 0 recovered, 0 conflicts\n"
+    );
+
+    // A source sent only some exact types asks Paddle for those alone.
+    let asked = api.seen().len();
+    let mut typed = key.to_vec();
+    typed.push((
+        "HOOKD_SOURCE_PADDLE_RECONCILE_TYPES",
+        "transaction.completed,customer.created".to_string(),
+    ));
+    let out = reconcile_source(&api, &app, "paddle", &typed).await;
+    assert_eq!(
+        stdout(&out),
+        "3 listed, 3 present, 0 recovered, 0 conflicts\n"
+    );
+    assert_eq!(
+        param(&api.seen()[asked], "event_type").as_deref(),
+        Some("transaction.completed,customer.created")
+    );
+    typed.pop();
+    typed.push((
+        "HOOKD_SOURCE_PADDLE_RECONCILE_TYPES",
+        "transaction.completed".to_string(),
+    ));
+    let out = reconcile_source(&api, &app, "paddle", &typed).await;
+    assert_eq!(
+        stdout(&out),
+        "0 listed, 0 present, 0 recovered, 0 conflicts\n"
     );
 }
 
