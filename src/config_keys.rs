@@ -28,6 +28,34 @@ pub fn listed(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// A key that lists several texts: a list in the file, or one text as the
+/// environment gives it (items separated as [`listed`] reads them).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Listed {
+    Items(Vec<String>),
+    Joined(String),
+}
+
+impl Listed {
+    /// Its items, or a problem naming `key` when it is set but names none (an
+    /// emptied file, a stray comma, `[]`): set, it must never quietly mean
+    /// what leaving it out means. `leave_out` says what that is.
+    pub fn items(self, key: String, none: &str, leave_out: &str) -> Result<Vec<String>, Problem> {
+        let items = match self {
+            Listed::Items(items) => items,
+            Listed::Joined(text) => listed(&text),
+        };
+        if items.is_empty() {
+            return Err((
+                key,
+                format!("names no {none}; leave the key out to {leave_out}"),
+            ));
+        }
+        Ok(items)
+    }
+}
+
 /// Refuses a value that is not a JSON pointer.
 pub fn json_pointer(key: String, pointer: &str) -> Result<(), Problem> {
     if pointer.starts_with('/') {

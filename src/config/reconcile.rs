@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::config_keys::Problem;
+use crate::config_keys::{Listed, Problem};
 pub use crate::providers::Lister;
 use crate::signature::Secret;
 
@@ -91,32 +91,22 @@ impl Types {
     /// them.
     fn read(value: Option<toml::Value>, key: &dyn Fn(&str) -> String) -> Result<Self, Problem> {
         let name = "reconcile_types";
-        let patterns = match value {
-            None => return Ok(Types::default()),
-            Some(toml::Value::String(text)) => crate::config_keys::listed(&text),
-            Some(toml::Value::Array(items)) => items
-                .into_iter()
-                .map(|item| match item {
-                    toml::Value::String(text) => Ok(text.trim().to_string()),
-                    _ => Err((key(name), "must be a list of event types".to_string())),
-                })
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err((key(name), "must be a list of event types".into())),
+        let Some(value) = value else {
+            return Ok(Types::default());
         };
-        // Set but naming none must not quietly mean every type.
-        if patterns.is_empty() {
-            return Err((
-                key(name),
-                "names no event type; leave the key out to take every type".into(),
-            ));
-        }
+        let listed: Listed = value
+            .try_into()
+            .map_err(|_| (key(name), "must be a list of event types".to_string()))?;
+        let patterns = listed.items(key(name), "event type", "take every type")?;
         for (i, pattern) in patterns.iter().enumerate() {
             let at = || key(&format!("{name}[{i}]"));
-            let wildcard = pattern.find('*');
             if pattern.is_empty() || pattern.chars().any(char::is_whitespace) {
                 return Err((at(), format!("{pattern:?} is not an event type")));
             }
-            if wildcard.is_some_and(|at| at != pattern.len() - 1) {
+            if pattern
+                .find('*')
+                .is_some_and(|star| star != pattern.len() - 1)
+            {
                 return Err((
                     at(),
                     format!("{pattern:?}: `*` may only end a type (`payment_intent.*`)"),

@@ -74,37 +74,20 @@ pub static ANY: Mollie = Mollie {
 /// The keys only scheme `mollie` takes.
 pub const KEYS: &[&str] = &["url_tokens"];
 
-/// The tokens as the file lists them, or as `HOOKD_SOURCE_<NAME>_URL_TOKENS`
-/// gives them (separated by commas).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawTokens {
-    Listed(Vec<String>),
-    Joined(String),
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawMollie {
-    url_tokens: Option<RawTokens>,
+    /// As the file lists them, or as `HOOKD_SOURCE_<NAME>_URL_TOKENS` gives them.
+    url_tokens: Option<keys::Listed>,
 }
 
 pub fn configure(table: toml::Table, key: &dyn Fn(&str) -> String) -> Result<Scheme, Problem> {
     let raw: RawMollie = keys::read(table, key)?;
-    let given = raw.url_tokens.is_some();
+    // Set but naming none must not quietly open the source to every call.
     let tokens = match raw.url_tokens {
         None => Vec::new(),
-        Some(RawTokens::Listed(tokens)) => tokens,
-        Some(RawTokens::Joined(tokens)) => keys::listed(&tokens),
+        Some(listed) => listed.items(key("url_tokens"), "token", "take every call")?,
     };
-    // Set but naming none (an emptied token file, a stray comma) must not
-    // quietly open the source to every call.
-    if given && tokens.is_empty() {
-        return Err((
-            key("url_tokens"),
-            "names no token; leave the key out to take every call".into(),
-        ));
-    }
     let mut url_tokens: Vec<Secret> = Vec::with_capacity(tokens.len());
     for (i, token) in tokens.into_iter().enumerate() {
         let at = || key(&format!("url_tokens[{i}]"));
