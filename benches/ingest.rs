@@ -288,7 +288,7 @@ async fn run(setup: bench::Setup) {
     );
     // Whether the worst second's stall was the database's or not: what its
     // sessions did then, and in the second after (the backlog draining).
-    let worst = worst_second(&half);
+    let (worst, _) = half.worst_step(Duration::from_secs(1));
     for (label, second) in [("its worst second", worst), ("the second after", worst + 1)] {
         if let Some(waits) = half_waits.seconds.get(second) {
             println!("open loop, {label} (s {second}): {}", waits.line());
@@ -403,26 +403,4 @@ enum Contender {
 /// `cpu` over `seconds` of the whole machine, in percent.
 fn busy(cpu: Cpu, seconds: f64) -> f64 {
     bench::busy(cpu.total(), seconds)
-}
-
-/// The second (counted from the start, by when deliveries were due) whose
-/// p99 is the highest.
-fn worst_second(report: &Report) -> usize {
-    let mut by_second: Vec<Vec<Duration>> = Vec::new();
-    for sample in &report.samples {
-        let second = sample.due.as_secs() as usize;
-        if by_second.len() <= second {
-            by_second.resize_with(second + 1, Vec::new);
-        }
-        by_second[second].push(sample.latency);
-    }
-    by_second
-        .iter_mut()
-        .map(|latencies| {
-            latencies.sort();
-            percentile(latencies, 0.99)
-        })
-        .enumerate()
-        .max_by_key(|&(_, p99)| p99)
-        .map_or(0, |(second, _)| second)
 }

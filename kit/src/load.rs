@@ -445,9 +445,22 @@ impl Report {
 
     /// p99 of each `step` of a report, to see when latency rose.
     pub fn p99_timeline(&self, step: Duration) -> String {
-        let points: Vec<(Duration, Duration)> =
-            self.samples.iter().map(|s| (s.due, s.latency)).collect();
-        p99_timeline(&points, step)
+        p99_timeline(&self.points(), step)
+    }
+
+    /// The step (counted from the start, by when deliveries were due) whose
+    /// p99 is the highest, and that p99.
+    pub fn worst_step(&self, step: Duration) -> (usize, Duration) {
+        p99_by_step(&self.points(), step)
+            .into_iter()
+            .enumerate()
+            .max_by_key(|&(_, p99)| p99)
+            .unwrap_or_default()
+    }
+
+    /// Each delivery's due time and latency.
+    fn points(&self) -> Vec<(Duration, Duration)> {
+        self.samples.iter().map(|s| (s.due, s.latency)).collect()
     }
 
     pub fn summary(&self) -> Summary {
@@ -525,8 +538,17 @@ impl Summary {
 /// pairs, `due` counted from the run's start. Every `step` up to the last due one
 /// is listed, an empty one as 0.
 pub fn p99_timeline(points: &[(Duration, Duration)], step: Duration) -> String {
+    let parts: Vec<String> = p99_by_step(points, step)
+        .into_iter()
+        .map(|p99| format!("{:.0}", p99.as_secs_f64() * 1000.0))
+        .collect();
+    parts.join(" ")
+}
+
+/// The p99 latency of each `step` of `(due, latency)` points, in order.
+fn p99_by_step(points: &[(Duration, Duration)], step: Duration) -> Vec<Duration> {
     let end = points.iter().map(|&(due, _)| due).max().unwrap_or_default();
-    let mut parts = Vec::new();
+    let mut p99s = Vec::new();
     let mut from = Duration::ZERO;
     while from <= end {
         let mut window: Vec<Duration> = points
@@ -535,13 +557,10 @@ pub fn p99_timeline(points: &[(Duration, Duration)], step: Duration) -> String {
             .map(|&(_, latency)| latency)
             .collect();
         window.sort();
-        parts.push(format!(
-            "{:.0}",
-            percentile(&window, 0.99).as_secs_f64() * 1000.0
-        ));
+        p99s.push(percentile(&window, 0.99));
         from += step;
     }
-    parts.join(" ")
+    p99s
 }
 
 /// Nearest-rank percentile of sorted values.

@@ -82,7 +82,7 @@ impl Waits {
         }
     }
 
-    /// Adds another run's samples.
+    /// Adds another run's samples (to the totals: its seconds are its own).
     pub fn add(&mut self, other: Waits) {
         self.looks += other.looks;
         for (wait, n) in other.counts {
