@@ -13,7 +13,8 @@
 //! - `bench`: a durable cluster with hookd in-process, CPU accounting, bulk fills;
 //! - `pgbench`: the ingest and gateway benchmarks' baselines, made from the store's
 //!   statements, and the runner that measures them;
-//! - `waits`: what PostgreSQL's sessions wait for during a run.
+//! - `waits`: what PostgreSQL's sessions wait for during a run;
+//! - `stall`: an open loop's worst moment, slot by slot, beside those waits.
 
 pub mod admin;
 pub mod app;
@@ -25,4 +26,5 @@ pub mod metrics;
 pub mod pgbench;
 pub mod pooler;
 pub mod settings;
+pub mod stall;
 pub mod waits;

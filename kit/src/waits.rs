@@ -4,6 +4,8 @@
 //! runs with none, and by `in transaction, waiting for its client` between a
 //! transaction's statements — the share that says the database waits on hookd,
 //! not hookd on it. Idle sessions (a pool's spare ones) are counted apart.
+//! Each look is kept too (`Look`), with the session in its statement the
+//! longest and the background processes at work, for `stall::trace`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,20 +15,58 @@ use std::time::{Duration, Instant};
 /// How often the sessions are looked at.
 const EVERY: Duration = Duration::from_millis(5);
 
-/// One sample per backend and look: its state and wait event, as a word.
-const SAMPLE: &str = "SELECT CASE
+/// One sample per backend and look: whether it is one of the database's
+/// client sessions, its kind, its state and wait event as a word (a background
+/// process in its main loop or a throttling sleep is `idle`), for how long its
+/// statement (or, between statements, its transaction's wait) has lasted, and
+/// what an autovacuum worker works on.
+const SAMPLE: &str = "SELECT backend_type = 'client backend' AND datname = $1,
+       backend_type,
+       CASE
          WHEN state = 'active' AND wait_event IS NULL THEN 'CPU'
          WHEN state = 'active' THEN wait_event_type || ':' || wait_event
          WHEN state LIKE 'idle in transaction%' THEN 'in transaction, waiting for its client'
+         WHEN state IS NULL AND wait_event IS NULL THEN 'CPU'
+         WHEN state IS NULL AND wait_event_type NOT IN ('Activity', 'Timeout')
+           THEN wait_event_type || ':' || wait_event
          ELSE 'idle'
-       END
+       END,
+       (extract(epoch FROM clock_timestamp()
+          - CASE WHEN state = 'active' THEN query_start ELSE state_change END) * 1e6)::float8,
+       CASE WHEN backend_type = 'autovacuum worker' THEN nullif(left(query, 60), '') END
   FROM pg_stat_activity
- WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND datname = $1";
+ WHERE pid <> pg_backend_pid()";
 
 /// A sampler running until [`WaitSampler::finish`].
 pub struct WaitSampler {
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Waits>,
+    started: Instant,
+    started_wall: std::time::SystemTime,
+}
+
+/// One look at the cluster's backends.
+#[derive(Debug, Clone)]
+pub struct Look {
+    /// When, from the sampler's start.
+    pub at: Duration,
+    /// The database's client sessions not idle.
+    pub busy: u32,
+    /// The client session in its statement (or idle in its transaction) the
+    /// longest: for how long, and its word.
+    pub longest: Option<(Duration, String)>,
+    /// Background processes at work, each with its word.
+    pub background: Vec<Background>,
+}
+
+/// A background process at work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Background {
+    /// Its kind, and for an autovacuum worker what it works on:
+    /// `autovacuum worker (autovacuum: VACUUM public.webhook_events)`.
+    pub process: String,
+    /// `CPU` or its wait event.
+    pub word: String,
 }
 
 /// Counts per wait, over every sample, and per second of the run (to say what
@@ -36,6 +76,8 @@ pub struct Waits {
     pub counts: BTreeMap<String, u64>,
     pub looks: u64,
     pub seconds: Vec<Waits>,
+    /// Every look, in order (a run's own: `add` leaves them out).
+    pub timeline: Vec<Look>,
 }
 
 impl WaitSampler {
@@ -43,28 +85,77 @@ impl WaitSampler {
     pub fn start(client: tokio_postgres::Client, dbname: &str) -> WaitSampler {
         let stop = Arc::new(AtomicBool::new(false));
         let (flag, dbname) = (stop.clone(), dbname.to_string());
+        let (started, started_wall) = (Instant::now(), std::time::SystemTime::now());
         let task = tokio::spawn(async move {
             let mut waits = Waits::default();
-            let started = Instant::now();
             let statement = client
                 .prepare(SAMPLE)
                 .await
                 .expect("the sampling statement");
             while !flag.load(Ordering::Relaxed) {
                 if let Ok(rows) = client.query(&statement, &[&dbname]).await {
-                    let second = started.elapsed().as_secs() as usize;
+                    let at = started.elapsed();
+                    let second = at.as_secs() as usize;
                     if waits.seconds.len() <= second {
                         waits.seconds.resize_with(second + 1, Waits::default);
                     }
-                    let words: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+                    let mut look = Look {
+                        at,
+                        busy: 0,
+                        longest: None,
+                        background: Vec::new(),
+                    };
+                    let mut words = Vec::new();
+                    for row in &rows {
+                        let word: String = row.get(2);
+                        if !row.get::<_, bool>(0) {
+                            if word != "idle" {
+                                let kind: String = row.get(1);
+                                let what: Option<String> = row.get(4);
+                                look.background.push(Background {
+                                    process: match what {
+                                        Some(what) => format!("{kind} ({what})"),
+                                        None => kind,
+                                    },
+                                    word,
+                                });
+                            }
+                            continue;
+                        }
+                        if word != "idle" {
+                            look.busy += 1;
+                            let lasted = row.get::<_, Option<f64>>(3).unwrap_or(0.0).max(0.0);
+                            let lasted = Duration::from_micros(lasted as u64);
+                            if look.longest.as_ref().is_none_or(|(l, _)| lasted > *l) {
+                                look.longest = Some((lasted, word.clone()));
+                            }
+                        }
+                        words.push(word);
+                    }
                     waits.seconds[second].count(&words);
                     waits.count(&words);
+                    waits.timeline.push(look);
                 }
                 tokio::time::sleep(EVERY).await;
             }
             waits
         });
-        WaitSampler { stop, task }
+        WaitSampler {
+            stop,
+            task,
+            started,
+            started_wall,
+        }
+    }
+
+    /// When sampling began (looks are counted from it).
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// The same moment on the wall clock (pgbench stamps its transactions so).
+    pub fn started_wall(&self) -> std::time::SystemTime {
+        self.started_wall
     }
 
     pub async fn finish(self) -> Waits {
