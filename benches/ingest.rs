@@ -283,6 +283,7 @@ async fn run(setup: bench::Setup) {
         // contender.
         settle(&db).await;
         let since = chrono::Utc::now();
+        let wal_from = wal_position(&db).await;
         let sampler = WaitSampler::start(cluster.connect().await, cluster.database());
         let (label, line, p99s, points) = match contender {
             Open::Hookd => {
@@ -328,7 +329,15 @@ async fn run(setup: bench::Setup) {
             }
         };
         let waits = sampler.finish().await;
+        let wal = wal_written_since(&db, &wal_from).await;
         println!("\n{}. {label}: {line}", round + 1);
+        // What each commit's flush has to write: more WAL a second, longer
+        // flushes when the disk is slow.
+        println!(
+            "   WAL written: {:.1} MiB, {:.2} KiB per delivery",
+            wal / 1_048_576.0,
+            wal / 1024.0 / points.len().max(1) as f64
+        );
         // A tail is a stall or a queue: when it happened, and what ran then.
         println!(
             "   p99 per second, ms: {p99s}; checkpoints (s after its start): {}",
@@ -440,6 +449,25 @@ async fn settle(db: &tokio_postgres::Client) {
         .await
         .expect("vacuum analyze");
     db.batch_execute("CHECKPOINT").await.expect("checkpoint");
+}
+
+/// Where the WAL is now.
+async fn wal_position(db: &tokio_postgres::Client) -> String {
+    db.query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .expect("wal position")
+        .get(0)
+}
+
+/// Bytes of WAL written since `from` (`wal_position`).
+async fn wal_written_since(db: &tokio_postgres::Client, from: &str) -> f64 {
+    db.query_one(
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)::float8",
+        &[&from],
+    )
+    .await
+    .expect("wal written")
+    .get(0)
 }
 
 /// `cpu` over `seconds` of the whole machine, in percent.
