@@ -1041,10 +1041,20 @@ async fn square_searches_with_its_cursor_and_the_same_query() {
                 "code": "BAD_REQUEST", "detail": format!("Unrecognized sort: {sort}")}]});
             return (400, vec![], body.to_string());
         }
+        // `filter.event_types`: Square's own filter, as its API reference names it.
+        let types = &search["query"]["filter"]["event_types"];
+        let listed: Vec<&Value> = listed
+            .iter()
+            .filter(|e| {
+                types
+                    .as_array()
+                    .is_none_or(|types| types.contains(&e["type"]))
+            })
+            .collect();
         let start: usize = search["cursor"]
             .as_str()
             .map_or(0, |c| c.parse().expect("cursor"));
-        let events: Vec<&Value> = listed.iter().skip(start).take(2).collect();
+        let events: Vec<&&Value> = listed.iter().skip(start).take(2).collect();
         let mut body = json!({"events": events, "metadata": []});
         if start + events.len() < listed.len() {
             body["cursor"] = json!((start + events.len()).to_string());
@@ -1064,6 +1074,27 @@ async fn square_searches_with_its_cursor_and_the_same_query() {
     );
     assert_eq!(api.seen().len(), 2);
     assert_eq!(recovered_of(&app, "square").await, 3);
+
+    // A source sent only some exact types asks Square for those alone.
+    let asked = api.seen().len();
+    let mut typed = key.to_vec();
+    typed.push((
+        "HOOKD_SOURCE_SQUARE_RECONCILE_TYPES",
+        "payment.updated".to_string(),
+    ));
+    let out = reconcile_source(&api, &app, "square", &typed).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "0 listed, 0 present, 0 recovered, 0 conflicts
+"
+    );
+    let search: Value = serde_json::from_slice(&api.seen()[asked].body).expect("json");
+    assert_eq!(
+        search["query"]["filter"]["event_types"],
+        json!(["payment.updated"])
+    );
+    assert_eq!(api.seen().len(), asked + 1, "one page, already empty");
 }
 
 #[tokio::test]

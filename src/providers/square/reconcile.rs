@@ -1,7 +1,8 @@
 //! Square's event search: `POST /v2/events` with a `created_at` filter, oldest
 //! first, 100 a page, paged on with the answer's `cursor` (and the same query)
 //! until none comes back. The seller's Events API must be enabled first
-//! (`PUT /v2/events/enable`); Square keeps 28 days.
+//! (`PUT /v2/events/enable`); Square keeps 28 days. A source taking only some
+//! exact types asks for those alone (`filter.event_types`).
 
 use chrono::SecondsFormat;
 use reqwest::Method;
@@ -15,12 +16,15 @@ pub static LISTER: Lister = Lister::new("Square", "https://connect.squareup.com"
     let since = window.since;
     Box::new(Cursored::new(Events {
         since: since.to_rfc3339_opts(SecondsFormat::Secs, true),
+        types: window.exact_types.to_vec(),
     }))
 })
 .oldest_first();
 
 struct Events {
     since: String,
+    /// Empty: every type.
+    types: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -40,6 +44,9 @@ impl CursorList for Events {
                 "sort": {"field": "DEFAULT", "order": "ASC"},
             },
         });
+        if !self.types.is_empty() {
+            search["query"]["filter"]["event_types"] = json!(self.types);
+        }
         if let Some(cursor) = cursor {
             search["cursor"] = json!(cursor);
         }
