@@ -905,11 +905,18 @@ async fn gocardless_is_paged_by_its_cursor_with_its_version_header() {
             return refused();
         }
         assert!(param(seen, "created_at[gte]").is_some(), "{}", seen.target);
+        // GoCardless's own filters: one resource type, one action.
+        let (resource, action) = (param(seen, "resource_type"), param(seen, "action"));
+        let listed: Vec<&Value> = listed
+            .iter()
+            .filter(|e| resource.as_deref().is_none_or(|r| e["resource_type"] == r))
+            .filter(|e| action.as_deref().is_none_or(|a| e["action"] == a))
+            .collect();
         let start = match param(seen, "after") {
             Some(after) => listed.iter().position(|e| e["id"] == after.as_str()).expect("id") + 1,
             None => 0,
         };
-        let events: Vec<&Value> = listed.iter().skip(start).take(2).collect();
+        let events: Vec<&&Value> = listed.iter().skip(start).take(2).collect();
         let after = if start + events.len() < listed.len() {
             events.last().map(|e| e["id"].clone()).unwrap_or(Value::Null)
         } else {
@@ -939,6 +946,36 @@ async fn gocardless_is_paged_by_its_cursor_with_its_version_header() {
         .await,
         3
     );
+
+    // A source sent only some exact types asks GoCardless for what they share.
+    for (types, resource, action, counted) in [
+        (
+            "payments.confirmed",
+            "payments",
+            Some("confirmed"),
+            "3 listed, 3 present",
+        ),
+        (
+            "mandates.created,mandates.cancelled",
+            "mandates",
+            None,
+            "0 listed, 0 present",
+        ),
+    ] {
+        let asked = api.seen().len();
+        let mut typed = key.to_vec();
+        typed.push(("HOOKD_SOURCE_GOCARDLESS_RECONCILE_TYPES", types.to_string()));
+        let out = reconcile_source(&api, &app, "gocardless", &typed).await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            format!("{counted}, 0 recovered, 0 conflicts\n"),
+            "{types}"
+        );
+        let seen = &api.seen()[asked];
+        assert_eq!(param(seen, "resource_type").as_deref(), Some(resource));
+        assert_eq!(param(seen, "action").as_deref(), action, "{types}");
+    }
 }
 
 #[tokio::test]
