@@ -1005,6 +1005,12 @@ async fn paypal_exchanges_its_client_credentials_and_follows_the_next_link() {
             return refused();
         }
         assert!(param(seen, "start_time").is_some() && param(seen, "end_time").is_some());
+        // `event_type`: PayPal's filter, one type.
+        let only = param(seen, "event_type");
+        let listed: Vec<&Value> = listed
+            .iter()
+            .filter(|e| only.as_deref().is_none_or(|t| e["event_type"] == t))
+            .collect();
         let page: usize = param(seen, "page").map_or(0, |p| p.parse().expect("page"));
         let mut links = vec![];
         if page + 1 < listed.len() {
@@ -1016,7 +1022,8 @@ async fn paypal_exchanges_its_client_credentials_and_follows_the_next_link() {
             );
             links.push(json!({"href": next, "rel": "next", "method": "GET"}));
         }
-        let body = json!({"events": [listed[page]], "count": 1, "links": links});
+        let events: Vec<&&Value> = listed.get(page).into_iter().collect();
+        let body = json!({"events": events, "count": events.len(), "links": links});
         (200, vec![], body.to_string())
     })
     .await;
@@ -1033,6 +1040,34 @@ async fn paypal_exchanges_its_client_credentials_and_follows_the_next_link() {
     // The token once, then two pages.
     assert_eq!(api.seen().len(), 3);
     assert_eq!(recovered_of(&app, "paypal").await, 2);
+
+    // A source sent one exact type asks PayPal for it alone; two, for every type.
+    for (types, asked_for, counted) in [
+        (
+            "PAYMENT.CAPTURE.DENIED",
+            Some("PAYMENT.CAPTURE.DENIED"),
+            "0 listed, 0 present",
+        ),
+        (
+            "PAYMENT.CAPTURE.COMPLETED,PAYMENT.CAPTURE.DENIED",
+            None,
+            "2 listed, 2 present",
+        ),
+    ] {
+        let asked = api.seen().len();
+        let mut typed = credentials.to_vec();
+        typed.push(("HOOKD_SOURCE_PAYPAL_RECONCILE_TYPES", types.to_string()));
+        let out = reconcile_source(&api, &app, "paypal", &typed).await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            format!("{counted}, 0 recovered, 0 conflicts\n"),
+            "{types}"
+        );
+        // After the token, the first page.
+        let seen = &api.seen()[asked + 1];
+        assert_eq!(param(seen, "event_type").as_deref(), asked_for, "{types}");
+    }
 
     // A wrong secret: PayPal's answer, not the secret.
     let wrong = [

@@ -2,6 +2,8 @@
 //! with `start_time` and `end_time`, newest first, paged on by the `links`
 //! entry whose `rel` is `next` (its query, sent to the source's `api_base`).
 //! The bearer token comes from the client credentials (`POST /v1/oauth2/token`).
+//! PayPal filters the list on one `event_type`: a source taking one exact
+//! type asks for it alone.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Deserialize;
@@ -12,7 +14,7 @@ const PATH: &str = "/v1/notifications/webhooks-events";
 
 /// PayPal's list API, as reconcile asks it.
 pub static LISTER: Lister = Lister::new("PayPal", "https://api-m.paypal.com", 30, |window| {
-    Box::new(Pager::new(window.since, window.until))
+    Box::new(Pager::new(window.since, window.until, window.exact_types))
 })
 .with_token("/v1/oauth2/token");
 
@@ -36,15 +38,19 @@ struct Link {
 }
 
 impl Pager {
-    pub fn new(since: DateTime<Utc>, until: DateTime<Utc>) -> Self {
+    /// The list of `[since, until]`; of `exact_types`' only type when there
+    /// is one (empty: every type).
+    pub fn new(since: DateTime<Utc>, until: DateTime<Utc>, exact_types: &[String]) -> Self {
         let time = |t: DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
-        Pager {
-            query: Some(vec![
-                ("page_size".into(), "300".into()),
-                ("start_time".into(), time(since)),
-                ("end_time".into(), time(until)),
-            ]),
+        let mut query = vec![
+            ("page_size".into(), "300".into()),
+            ("start_time".into(), time(since)),
+            ("end_time".into(), time(until)),
+        ];
+        if let [only] = exact_types {
+            query.push(("event_type".into(), only.clone()));
         }
+        Pager { query: Some(query) }
     }
 }
 
