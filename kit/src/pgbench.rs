@@ -423,8 +423,10 @@ impl<'a> Pgbench<'a> {
 
     /// Each transaction's due time and latency from pgbench's `--log` files:
     /// `client transaction time script epoch_s epoch_us [schedule_lag]`, times in
-    /// µs, the epoch when it ended. The latency counts from when it was due: its
-    /// own time plus, in an open loop, how late it started (`schedule_lag`).
+    /// µs, the epoch when it ended. The latency counts from when it was due:
+    /// under `--rate` pgbench's `time` already counts from the scheduled start
+    /// (`schedule_lag` is the part of it spent waiting to start), so it is
+    /// taken as it is. Before 2026-12-05 13:45 UTC the lag was added again.
     fn logged_transactions(&self, prefix: &str) -> Vec<(Duration, Duration)> {
         let mut transactions = Vec::new();
         for entry in std::fs::read_dir(&self.work).expect("pgbench logs") {
@@ -443,7 +445,7 @@ impl<'a> Pgbench<'a> {
                     .map(|f| f.parse().ok())
                     .collect::<Option<_>>()?;
                 let (time, epoch_s, epoch_us) = (*fields.get(2)?, *fields.get(4)?, *fields.get(5)?);
-                let latency = Duration::from_micros(time + fields.get(6).copied().unwrap_or(0));
+                let latency = Duration::from_micros(time);
                 let ended = Duration::from_secs(epoch_s) + Duration::from_micros(epoch_us);
                 Some((ended.checked_sub(latency)?, latency))
             }));
