@@ -771,6 +771,29 @@ async fn reconcile_source(
     run_hookd_with(&["reconcile", "--source", source], &env).await
 }
 
+/// A pass of `source` sent only `types` (its `…_RECONCILE_TYPES`), which
+/// must succeed: its one line, and the requests it sent the provider.
+async fn typed_pass(
+    api: &ProviderApi,
+    app: &TestApp,
+    source: &str,
+    credentials: &[(&'static str, String)],
+    types: &str,
+) -> (String, Vec<Seen>) {
+    let before = api.seen().len();
+    let mut typed = credentials.to_vec();
+    typed.push((
+        leak(format!(
+            "HOOKD_SOURCE_{}_RECONCILE_TYPES",
+            source.to_ascii_uppercase()
+        )),
+        types.to_string(),
+    ));
+    let out = reconcile_source(api, app, source, &typed).await;
+    assert!(out.status.success(), "{types}: {}", stderr(&out));
+    (stdout(&out), api.seen()[before..].to_vec())
+}
+
 fn an_hour_ago() -> String {
     (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339()
 }
@@ -863,31 +886,12 @@ async fn paddle_is_paged_by_its_after_cursor_and_a_later_notification_is_a_dupli
     );
 
     // A source sent only some exact types asks Paddle for those alone.
-    let asked = api.seen().len();
-    let mut typed = key.to_vec();
-    typed.push((
-        "HOOKD_SOURCE_PADDLE_RECONCILE_TYPES",
-        "transaction.completed,customer.created".to_string(),
-    ));
-    let out = reconcile_source(&api, &app, "paddle", &typed).await;
-    assert_eq!(
-        stdout(&out),
-        "3 listed, 3 present, 0 recovered, 0 conflicts\n"
-    );
-    assert_eq!(
-        param(&api.seen()[asked], "event_type").as_deref(),
-        Some("transaction.completed,customer.created")
-    );
-    typed.pop();
-    typed.push((
-        "HOOKD_SOURCE_PADDLE_RECONCILE_TYPES",
-        "transaction.completed".to_string(),
-    ));
-    let out = reconcile_source(&api, &app, "paddle", &typed).await;
-    assert_eq!(
-        stdout(&out),
-        "0 listed, 0 present, 0 recovered, 0 conflicts\n"
-    );
+    let types = "transaction.completed,customer.created";
+    let (said, sent) = typed_pass(&api, &app, "paddle", &key, types).await;
+    assert_eq!(said, "3 listed, 3 present, 0 recovered, 0 conflicts\n");
+    assert_eq!(param(&sent[0], "event_type").as_deref(), Some(types));
+    let (said, _) = typed_pass(&api, &app, "paddle", &key, "transaction.completed").await;
+    assert_eq!(said, "0 listed, 0 present, 0 recovered, 0 conflicts\n");
 }
 
 #[tokio::test]
@@ -962,19 +966,14 @@ async fn gocardless_is_paged_by_its_cursor_with_its_version_header() {
             "0 listed, 0 present",
         ),
     ] {
-        let asked = api.seen().len();
-        let mut typed = key.to_vec();
-        typed.push(("HOOKD_SOURCE_GOCARDLESS_RECONCILE_TYPES", types.to_string()));
-        let out = reconcile_source(&api, &app, "gocardless", &typed).await;
-        assert!(out.status.success(), "{}", stderr(&out));
+        let (said, sent) = typed_pass(&api, &app, "gocardless", &key, types).await;
         assert_eq!(
-            stdout(&out),
+            said,
             format!("{counted}, 0 recovered, 0 conflicts\n"),
             "{types}"
         );
-        let seen = &api.seen()[asked];
-        assert_eq!(param(seen, "resource_type").as_deref(), Some(resource));
-        assert_eq!(param(seen, "action").as_deref(), action, "{types}");
+        assert_eq!(param(&sent[0], "resource_type").as_deref(), Some(resource));
+        assert_eq!(param(&sent[0], "action").as_deref(), action, "{types}");
     }
 }
 
@@ -1054,19 +1053,18 @@ async fn paypal_exchanges_its_client_credentials_and_follows_the_next_link() {
             "2 listed, 2 present",
         ),
     ] {
-        let asked = api.seen().len();
-        let mut typed = credentials.to_vec();
-        typed.push(("HOOKD_SOURCE_PAYPAL_RECONCILE_TYPES", types.to_string()));
-        let out = reconcile_source(&api, &app, "paypal", &typed).await;
-        assert!(out.status.success(), "{}", stderr(&out));
+        let (said, sent) = typed_pass(&api, &app, "paypal", &credentials, types).await;
         assert_eq!(
-            stdout(&out),
+            said,
             format!("{counted}, 0 recovered, 0 conflicts\n"),
             "{types}"
         );
         // After the token, the first page.
-        let seen = &api.seen()[asked + 1];
-        assert_eq!(param(seen, "event_type").as_deref(), asked_for, "{types}");
+        assert_eq!(
+            param(&sent[1], "event_type").as_deref(),
+            asked_for,
+            "{types}"
+        );
     }
 
     // A wrong secret: PayPal's answer, not the secret.
@@ -1147,26 +1145,24 @@ async fn square_searches_with_its_cursor_and_the_same_query() {
     assert_eq!(api.seen().len(), 2);
     assert_eq!(recovered_of(&app, "square").await, 3);
 
-    // A source sent only some exact types asks Square for those alone.
-    let asked = api.seen().len();
-    let mut typed = key.to_vec();
-    typed.push((
-        "HOOKD_SOURCE_SQUARE_RECONCILE_TYPES",
-        "payment.updated".to_string(),
-    ));
-    let out = reconcile_source(&api, &app, "square", &typed).await;
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(
-        stdout(&out),
-        "0 listed, 0 present, 0 recovered, 0 conflicts
-"
-    );
-    let search: Value = serde_json::from_slice(&api.seen()[asked].body).expect("json");
-    assert_eq!(
-        search["query"]["filter"]["event_types"],
-        json!(["payment.updated"])
-    );
-    assert_eq!(api.seen().len(), asked + 1, "one page, already empty");
+    let event_types = |seen: &Seen| {
+        let search: Value = serde_json::from_slice(&seen.body).expect("json");
+        search["query"]["filter"]["event_types"].clone()
+    };
+    // Without reconcile_types, every type.
+    assert!(api.seen().iter().all(|seen| event_types(seen).is_null()));
+
+    // A source sent only some exact types asks Square for those alone, the
+    // next page with the same query.
+    let (said, sent) = typed_pass(&api, &app, "square", &key, "customer.created").await;
+    assert_eq!(said, "3 listed, 3 present, 0 recovered, 0 conflicts\n");
+    assert_eq!(sent.len(), 2);
+    for seen in &sent {
+        assert_eq!(event_types(seen), json!(["customer.created"]));
+    }
+    let (said, sent) = typed_pass(&api, &app, "square", &key, "payment.updated").await;
+    assert_eq!(said, "0 listed, 0 present, 0 recovered, 0 conflicts\n");
+    assert_eq!(sent.len(), 1, "one page, already empty");
 }
 
 #[tokio::test]
