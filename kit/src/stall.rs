@@ -44,7 +44,10 @@ pub fn trace(points: &[(Duration, Duration)], looks: &[Look]) -> Vec<String> {
     }
     let from = due.saturating_sub(BEFORE);
     let to = drained + BEFORE;
-    let slot = SLOT.max((to - from) / SLOTS);
+    // Whole milliseconds, so the header says the slot's width exactly.
+    let slot = SLOT.max(Duration::from_millis(
+        u64::try_from((to - from).as_millis().div_ceil(u128::from(SLOTS))).unwrap_or(u64::MAX),
+    ));
     let mut lines = vec![format!(
         "the slowest: due at {:.3} s, answered after {:.1} ms; per {} ms from {:.3} s:",
         due.as_secs_f64(),
@@ -235,6 +238,18 @@ mod tests {
         // From 50 ms before the slowest to 50 ms after the last late answer
         // (due at 398 ms, answered at 438 ms): 440 ms in 10-ms slots.
         assert_eq!(lines.len(), 1 + 44, "{lines:#?}");
+    }
+
+    #[test]
+    fn a_long_moment_is_cut_in_whole_milliseconds_into_sixty_slots_at_most() {
+        // 1 s held, traced from 50 ms before to 50 ms after: 1,100 ms.
+        let lines = trace(&[(ms(100), ms(1000))], &[]);
+        assert!(
+            lines[0].ends_with("per 19 ms from 0.050 s:"),
+            "{}",
+            lines[0]
+        );
+        assert_eq!(lines.len(), 1 + 58);
     }
 
     #[test]

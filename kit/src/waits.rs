@@ -16,26 +16,29 @@ use std::time::{Duration, Instant};
 const EVERY: Duration = Duration::from_millis(5);
 
 /// One sample per backend and look: whether it is one of the database's
-/// client sessions, its kind, its state and wait event as a word (a background
-/// process in its main loop or a throttling sleep is `idle`), for how long its
-/// statement (or, between statements, its transaction's wait) has lasted, and
-/// what an autovacuum worker works on.
-const SAMPLE: &str = "SELECT backend_type = 'client backend' AND datname = $1,
+/// client sessions (`false`, not NULL, for one still connecting), its kind,
+/// its state and wait event as a word (a background process in its main loop
+/// or in a throttling sleep — a checkpoint's write delay, a vacuum's cost
+/// delay — is `idle`), for how long its statement (or, between statements,
+/// its transaction's wait) has lasted, and what an autovacuum worker works
+/// on. Other databases' sessions are left out.
+const SAMPLE: &str = "SELECT coalesce(backend_type = 'client backend' AND datname = $1, false),
        backend_type,
        CASE
+         WHEN backend_type <> 'client backend' AND wait_event_type IN ('Activity', 'Timeout')
+           THEN 'idle'
          WHEN state = 'active' AND wait_event IS NULL THEN 'CPU'
          WHEN state = 'active' THEN wait_event_type || ':' || wait_event
          WHEN state LIKE 'idle in transaction%' THEN 'in transaction, waiting for its client'
          WHEN state IS NULL AND wait_event IS NULL THEN 'CPU'
-         WHEN state IS NULL AND wait_event_type NOT IN ('Activity', 'Timeout')
-           THEN wait_event_type || ':' || wait_event
+         WHEN state IS NULL THEN wait_event_type || ':' || wait_event
          ELSE 'idle'
        END,
        (extract(epoch FROM clock_timestamp()
           - CASE WHEN state = 'active' THEN query_start ELSE state_change END) * 1e6)::float8,
        CASE WHEN backend_type = 'autovacuum worker' THEN nullif(left(query, 60), '') END
   FROM pg_stat_activity
- WHERE pid <> pg_backend_pid()";
+ WHERE pid <> pg_backend_pid() AND (backend_type <> 'client backend' OR datname = $1)";
 
 /// A sampler running until [`WaitSampler::finish`].
 pub struct WaitSampler {
@@ -93,8 +96,10 @@ impl WaitSampler {
                 .await
                 .expect("the sampling statement");
             while !flag.load(Ordering::Relaxed) {
+                // Stamped as it is asked: an answer that comes back late (a
+                // starved sampler) still lands in the moment it describes.
+                let at = started.elapsed();
                 if let Ok(rows) = client.query(&statement, &[&dbname]).await {
-                    let at = started.elapsed();
                     let second = at.as_secs() as usize;
                     if waits.seconds.len() <= second {
                         waits.seconds.resize_with(second + 1, Waits::default);
