@@ -155,10 +155,12 @@ impl Gateway {
 }
 
 /// Whether `path` means what it says: no segment that is `.` or `..` and no
-/// slash or backslash, once percent-decoded. The upstream URL is resolved (and
-/// most servers decode) after the route is chosen, so `/orders/../admin` or
-/// `/orders/%2e%2e/admin` would match `/orders/*` and reach `/admin` under
-/// another route's rules, or none.
+/// slash, backslash or NUL, once percent-decoded — nor one that is `.` or `..`
+/// before a `;` (servers that take `;` as the start of a segment's parameters,
+/// Tomcat and Jetty among them, resolve `/orders/..;/admin` to `/admin`). The
+/// upstream URL is resolved (and most servers decode) after the route is
+/// chosen, so `/orders/../admin` or `/orders/%2e%2e/admin` would match
+/// `/orders/*` and reach `/admin` under another route's rules, or none.
 fn plain_path(path: &str) -> bool {
     path.split('/').all(|segment| {
         // Most segments hold nothing that could decode to a dot or a slash.
@@ -166,7 +168,8 @@ fn plain_path(path: &str) -> bool {
             return true;
         }
         let decoded: Vec<u8> = percent_encoding::percent_decode_str(segment).collect();
-        decoded != b"." && decoded != b".." && !decoded.iter().any(|b| matches!(b, b'/' | b'\\'))
+        let name = decoded.split(|b| *b == b';').next().unwrap_or_default();
+        name != b"." && name != b".." && !decoded.iter().any(|b| matches!(b, b'/' | b'\\' | 0))
     })
 }
 
@@ -502,11 +505,18 @@ mod tests {
             "/orders/a%2f..%2fadmin",
             "/orders/a%5c..%5cadmin",
             "/orders/a\\b",
+            "/orders/..;/admin",
+            "/orders/..%3b/admin",
+            "/orders/.;x=1/1",
+            "/orders/%2e%2e;jsessionid=1/admin",
+            "/orders/a%00b",
         ] {
             assert!(gateway.route_for("POST", path).is_none(), "{path}");
         }
         // Dots inside a segment are a name like any other.
         assert!(gateway.route_for("POST", "/orders/v1.2...x").is_some());
         assert!(gateway.route_for("POST", "/orders/%41").is_some());
+        assert!(gateway.route_for("POST", "/orders/a;b=1").is_some());
+        assert!(gateway.route_for("POST", "/orders/...;x").is_some());
     }
 }
