@@ -486,8 +486,10 @@ impl Dispatcher {
             return Ok(Err(Retried::Refused(RetryOutcome::NotFound)));
         };
         let event = own_item(settings, event);
-        let rows = forwards::of_event(&tx, id).await?;
-        let refusal = if event.leased {
+        // Locked, so no lane claims one of them while the handler runs (the
+        // retry then leases them itself), and a claim under way is waited out.
+        let rows = forwards::lock_of_event(&tx, id).await?;
+        let refusal = if event.leased || rows.iter().any(|f| f.leased) {
             Some(RetryOutcome::InFlight)
         } else if event.payload.is_none() {
             Some(RetryOutcome::Gone)

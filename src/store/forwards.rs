@@ -184,18 +184,31 @@ fn claimed_forward(row: &tokio_postgres::Row) -> ClaimedForward {
     }
 }
 
-/// The forwards of event `id`, by name.
-pub async fn of_event(client: &impl Session, id: i64) -> Result<Vec<ForwardRow>, StoreError> {
-    let rows = sql::query(
-        client,
+/// The select of an event's forwards, by name, with whether each is leased now.
+macro_rules! select_of_event {
+    () => {
         "SELECT forward, state, attempts, last_error, next_attempt_at,
                 COALESCE(lease_until > now(), false)
-             FROM event_forwards WHERE webhook_event_id = $1 ORDER BY forward",
-        params![&id],
-    )
-    .await?;
-    Ok(rows
-        .iter()
+             FROM event_forwards WHERE webhook_event_id = $1 ORDER BY forward"
+    };
+}
+
+/// The forwards of event `id`, by name.
+pub async fn of_event(client: &impl Session, id: i64) -> Result<Vec<ForwardRow>, StoreError> {
+    let rows = sql::query(client, select_of_event!(), params![&id]).await?;
+    Ok(forward_rows(&rows))
+}
+
+/// The forwards of event `id`, by name, locked for `tx` (an operator's retry):
+/// a lane's claim skips them until `tx` ends, and one under way when they were
+/// asked for is waited out, so the leases read here are the last word.
+pub async fn lock_of_event(tx: &impl Session, id: i64) -> Result<Vec<ForwardRow>, StoreError> {
+    let rows = sql::query(tx, concat!(select_of_event!(), " FOR UPDATE"), params![&id]).await?;
+    Ok(forward_rows(&rows))
+}
+
+fn forward_rows(rows: &[tokio_postgres::Row]) -> Vec<ForwardRow> {
+    rows.iter()
         .map(|row| ForwardRow {
             forward: row.get(0),
             state: ForwardState::parse(row.get(1)),
@@ -204,7 +217,7 @@ pub async fn of_event(client: &impl Session, id: i64) -> Result<Vec<ForwardRow>,
             next_attempt_at: row.get(4),
             leased: row.get(5),
         })
-        .collect())
+        .collect()
 }
 
 /// How a forward's run ended, to record.

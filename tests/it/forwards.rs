@@ -626,3 +626,72 @@ async fn an_event_of_a_batch_or_a_form_is_forwarded_as_its_own_json() {
     assert_eq!(forwarded["kind"], "transaction_settled", "{forwarded}");
     assert!(got[2].verified);
 }
+
+/// Fails at receipt; on a retry, says so and waits to be let go before it
+/// succeeds — so the test acts while the retry's transaction is open.
+#[derive(Default)]
+struct HeldOnRetry {
+    entered: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl hookd::handlers::Handler for HeldOnRetry {
+    async fn apply(
+        &self,
+        _tx: &deadpool_postgres::Transaction<'_>,
+        event: &hookd::handlers::Event<'_>,
+    ) -> Result<(), hookd::handlers::HandlerError> {
+        if event.attempt == 1 {
+            return Err(hookd::handlers::HandlerError::Retry("not yet".into()));
+        }
+        self.entered.notify_one();
+        self.release.notified().await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_lane_never_sends_a_forward_an_operators_retry_is_about_to_send() {
+    let receiver = Receiver::start(&[]).await;
+    let mut settings = shipped_settings();
+    settings.forwards = vec![receiver.forward("billing", &["payment_succeeded"], &[])];
+    let held = Arc::new(HeldOnRetry::default());
+    let mut registry = Registry::builtin();
+    registry.register("payment_succeeded", held.clone());
+    let app = spawn(Spawn {
+        settings,
+        registry,
+        parts: Parts {
+            dispatcher: false,
+            purge: false,
+            http_workers: Some(2),
+        },
+        ..Spawn::default()
+    })
+    .await;
+    app.deliver_ok("stripe", &paid("evt_race", "pi_race")).await;
+    assert_eq!(app.event_status("evt_race").await, "failed");
+    let id = app
+        .count(
+            "SELECT id FROM webhook_events WHERE event_id = 'evt_race'",
+            &[],
+        )
+        .await;
+    // The operator's retry checks that no lane is sending the forward, then
+    // runs the kind's handler, which takes its time…
+    let operator = app.operator();
+    let (answer, stepped) = tokio::join!(operator.retry(id, Some("key-race")), async {
+        held.entered.notified().await;
+        // …meanwhile the forward's lane looks for due rows: it must leave this
+        // one to the retry, which sends it.
+        let stepped = forwarder_step(&app).await;
+        held.release.notify_one();
+        stepped
+    });
+    assert_eq!(stepped, 0, "the lane took the retry's row");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(app.event_status("evt_race").await, "processed");
+    assert_eq!(receiver.received().len(), 1, "sent once, not twice at once");
+    assert_eq!(forwarder_step(&app).await, 0, "nothing left to send");
+}
