@@ -34,6 +34,18 @@ pub async fn run(
             crate::duration::format(lister.max_window())
         )));
     }
+    if since < crate::reconcile::keys_kept_since(settings.key_retention, now) {
+        return Err(CliError::Other(format!(
+            "--since: events before {} ago may have had their keys purged (key_retention {}); \
+             recovering them would apply them again",
+            crate::duration::format(
+                settings
+                    .key_retention
+                    .saturating_sub(crate::reconcile::KEY_MARGIN)
+            ),
+            crate::duration::format(settings.key_retention)
+        )));
+    }
     let counts = crate::reconcile::pass(app, source, since, dry_run)
         .await
         .map_err(|e| CliError::Other(format!("reconcile {}: {e}", source.name)))?;

@@ -414,6 +414,31 @@ mod tests {
     }
 
     #[test]
+    fn a_scheduled_pass_reaches_no_further_back_than_the_keys_are_kept() {
+        let settings = |keys: &str| {
+            let text = format!(
+                "retention = \"1d\"\nkey_retention = \"2d\"\n[[sources]]\nname = \"s\"\n\
+                 scheme = \"stripe\"\nsecrets = [\"whsec_a\"]\n{keys}\n"
+            );
+            Settings::from_toml("test.toml", &text, &HashMap::new()).map_err(|e| e.to_string())
+        };
+        // The default window (3 days) outlives keys kept 2 days.
+        let e = settings("api_key = \"rk_1\"\nreconcile = true").expect_err("refused");
+        assert!(
+            e.contains("sources[0].reconcile_window") && e.contains("key_retention 2d"),
+            "{e}"
+        );
+        let e = settings("api_key = \"rk_1\"\nreconcile = true\nreconcile_window = \"2d\"")
+            .expect_err("refused: within the margin");
+        assert!(e.contains("reconcile_window"), "{e}");
+        assert!(
+            settings("api_key = \"rk_1\"\nreconcile = true\nreconcile_window = \"47h\"").is_ok()
+        );
+        // No scheduled pass: nothing reaches back.
+        assert!(settings("api_key = \"rk_1\"").is_ok());
+    }
+
+    #[test]
     fn reconcile_types_take_exact_types_and_prefixes_ending_in_a_star() {
         let r = source("stripe", "", &[]).expect("valid");
         assert!(r.types.takes("customer.created"), "unset: every type");

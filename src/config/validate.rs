@@ -42,6 +42,7 @@ impl RawSettings {
         let (retry_base, retry_cap) = retry_delays(self.retry_base, self.retry_cap)?;
         let (retention, key_retention) = retention_windows(self.retention, self.key_retention)?;
         let sources = unique_names("sources", self.sources, RawSource::validate, |s| &s.name)?;
+        reconcile_within_keys(&sources, key_retention)?;
         let forwards = unique_names(
             "forwards",
             self.forwards,
@@ -193,6 +194,28 @@ fn retention_windows(
         ));
     }
     Ok((events, keys))
+}
+
+/// A scheduled reconcile pass looks back no further than the keys are kept
+/// (`key_retention`, less `reconcile::KEY_MARGIN`): an event received before
+/// that may have had its key purged, and recovering it would apply it again.
+fn reconcile_within_keys(sources: &[Source], key_retention: Duration) -> Result<(), Problem> {
+    let reach = key_retention.saturating_sub(crate::reconcile::KEY_MARGIN);
+    for (i, source) in sources.iter().enumerate() {
+        if source.reconcile.enabled && source.reconcile.window > reach {
+            return Err((
+                format!("sources[{i}].reconcile_window"),
+                format!(
+                    "{} reaches past the keys kept (key_retention {}, less {}): an event \
+                     older than its purged key would be recovered and applied again",
+                    crate::duration::format(source.reconcile.window),
+                    crate::duration::format(key_retention),
+                    crate::duration::format(crate::reconcile::KEY_MARGIN)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn admin_tokens(raws: Vec<RawToken>) -> Result<Vec<AdminToken>, Problem> {

@@ -96,6 +96,18 @@ pub fn earliest(source: &Source, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     crate::duration::before(now, lister.max_window())
 }
 
+/// How much nearer than `key_retention` a pass stays: for clocks that differ
+/// and for the pass's own length.
+pub const KEY_MARGIN: Duration = Duration::from_secs(3600);
+
+/// The earliest `since` whose events' keys are surely still kept, as of
+/// `now`: an event is received no earlier than the provider made it, and its
+/// key is purged `key_retention` after it was received. Before this, an event
+/// received once may have been purged and would be stored and applied again.
+pub fn keys_kept_since(key_retention: Duration, now: DateTime<Utc>) -> DateTime<Utc> {
+    crate::duration::before(now, key_retention.saturating_sub(KEY_MARGIN)).unwrap_or(now)
+}
+
 /// A pass that stopped on an error, and what it had counted (and stored)
 /// before: a pass stores as it goes, so a failure late in a long pass comes
 /// after events already recovered.
@@ -134,6 +146,10 @@ async fn pass_leased(
     lease: Option<&Lease<'_>>,
 ) -> Result<Counts, Stopped> {
     let mut counts = Counts::default();
+    // Never further back than the keys are kept, whatever asked (the
+    // configuration is checked for it, the command line refused).
+    let kept = keys_kept_since(app.settings.now().key_retention, Utc::now());
+    let since = since.max(kept);
     match walk(app, source, since, dry_run, lease, &mut counts).await {
         Ok(()) => Ok(counts),
         Err(error) => Err(Stopped { error, counts }),

@@ -517,6 +517,51 @@ async fn a_dry_run_counts_and_stores_nothing() {
 }
 
 #[tokio::test]
+async fn a_pass_never_reaches_back_past_the_keys_kept() {
+    let app = spawn_app().await;
+    let api = ProviderApi::start(stripe_list(vec![paid("evt_rc_keys", 0)], 100)).await;
+    // Keys kept two days: an event from three days ago may have been received
+    // and its key purged, so recovering it would apply it twice.
+    let config = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "keys-{}-{}.toml",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let text = format!(
+        "retention = \"1d\"\nkey_retention = \"2d\"\n{}",
+        hookd_kit::settings::shipped_toml_anywhere()
+            .replace("retention = \"30d\"", "")
+            .replace("key_retention = \"365d\"", "")
+    );
+    std::fs::write(&config, text).expect("write");
+    let run = |since: &'static str| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
+        command
+            .args(["reconcile", "--source", "stripe", "--since", since])
+            .arg("--config")
+            .arg(&config)
+            .env_remove("DATABASE_URL")
+            .env_remove("HOOKD_CONFIG")
+            .env("RUST_LOG", "warn")
+            .envs(api.env("stripe", KEY, app.database_url()));
+        tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
+    };
+    let out = run("3d").await.expect("join");
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("key_retention 2d") && stderr(&out).lines().count() == 1,
+        "{}",
+        stderr(&out)
+    );
+    assert!(api.seen().is_empty(), "refused before asking the API");
+    // Within the keys kept, the pass runs.
+    let out = run("1d").await.expect("join");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(api.seen().len(), 1);
+    let _ = std::fs::remove_file(&config);
+}
+
+#[tokio::test]
 async fn a_pass_takes_only_the_types_the_source_is_sent() {
     let app = spawn_app().await;
     // The account's list holds every event; the endpoint is sent payment
