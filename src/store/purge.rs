@@ -301,10 +301,13 @@ impl Expiring {
                  WHERE id IN (SELECT id FROM event_conflicts WHERE received_at < $1
                               ORDER BY received_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
             }
+            // Each expiry was set by the database's clock: never purged
+            // before that clock says so, however far ahead hookd's runs.
             Expiring::ApiIdempotencyKeys => {
                 "DELETE FROM api_idempotency_keys
                  WHERE id IN (SELECT id FROM api_idempotency_keys
-                              WHERE state IN ('completed', 'released') AND expires_at < $1
+                              WHERE state IN ('completed', 'released')
+                                AND expires_at < LEAST($1, now())
                               LIMIT $2 FOR UPDATE SKIP LOCKED)"
             }
         }
@@ -388,7 +391,7 @@ pub async fn preview(
     let gateway: i64 = sql::query_one(
         client,
         "SELECT count(*) FROM api_idempotency_keys
-         WHERE state IN ('completed', 'released') AND expires_at < $1",
+         WHERE state IN ('completed', 'released') AND expires_at < LEAST($1, now())",
         params![&now],
     )
     .await?

@@ -1084,6 +1084,27 @@ async fn a_finished_key_expires_through_the_purge_and_a_copy_after_is_a_new_requ
         first.header("idempotency-operation")
     );
     assert_eq!(upstream.calls(), 3);
+
+    // A purge whose clock runs ahead of the database's (an hour here) still
+    // keeps a key until the database's clock, which set its expiry, says so.
+    app.execute(
+        "UPDATE api_idempotency_keys SET expires_at = now() + interval '10 minutes'
+         WHERE idempotency_key = 'k'",
+        &[],
+    )
+    .await;
+    let mut client = app.app.pool.get().await.expect("connection");
+    let ahead = chrono::Utc::now() + chrono::Duration::hours(1);
+    let purged = hookd::store::purge::delete_expired_batch(
+        &mut client,
+        hookd::store::purge::Expiring::ApiIdempotencyKeys,
+        ahead,
+        100,
+    )
+    .await
+    .expect("purge");
+    assert_eq!(purged, 0);
+    assert_eq!(state_of(&app, "k").await, "completed");
 }
 
 #[tokio::test]
