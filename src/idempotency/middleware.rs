@@ -160,21 +160,29 @@ impl Idempotent {
         H: for<'c, 't> FnOnce(&'c Operation<'t>) -> Handled<'c>,
     {
         let client = self.pool.get().await?;
-        let claim = super::claim(&client, request).await;
-        let claim = store::give_back(client, claim)?;
+        let claim = match super::claim(&client, request).await {
+            Ok(claim) => claim,
+            Err(error) => return store::give_back(client, Err(error)),
+        };
         match claim {
             Claim::Refused(refusal) => Ok(refused(refusal)),
             Claim::Replay(answer, operation) => Ok(replay(answer, &operation)),
-            Claim::Run(claimed) => self.execute(claimed, handler).await,
+            // On the session that claimed it: the claim's lock runs from its
+            // statement, so no wait for a pooled session may eat into it.
+            Claim::Run(claimed) => self.execute(client, claimed, handler).await,
         }
     }
 
     /// The claimed run: the handler in its transaction, its answer stored there.
-    async fn execute<H>(&self, claimed: Claimed, handler: H) -> Result<HttpResponse, StoreError>
+    async fn execute<H>(
+        &self,
+        mut client: deadpool_postgres::Object,
+        claimed: Claimed,
+        handler: H,
+    ) -> Result<HttpResponse, StoreError>
     where
         H: for<'c, 't> FnOnce(&'c Operation<'t>) -> Handled<'c>,
     {
-        let mut client = self.pool.get().await?;
         let id = claimed.operation_id.clone();
         let (transaction, ran) = self
             .in_transaction(&mut client, id, claimed.runs, handler)
