@@ -41,7 +41,7 @@ pub async fn run(
             crate::duration::format(
                 settings
                     .key_retention
-                    .saturating_sub(crate::reconcile::KEY_MARGIN)
+                    .saturating_sub(crate::config::KEY_MARGIN)
             ),
             crate::duration::format(settings.key_retention)
         )));

@@ -31,6 +31,9 @@ const MIN_INTERVAL: Duration = Duration::from_secs(10);
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(15 * 60);
 /// How far back a pass looks unless the source says (or its provider keeps less).
 const DEFAULT_WINDOW: Duration = Duration::from_secs(72 * 3600);
+/// How much nearer than `key_retention` a reconcile pass stays: for clocks
+/// that differ and for the pass's own length.
+pub const KEY_MARGIN: Duration = Duration::from_secs(3600);
 
 /// How hookd authenticates to the provider's API.
 #[derive(Debug, Clone)]

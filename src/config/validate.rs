@@ -197,10 +197,10 @@ fn retention_windows(
 }
 
 /// A scheduled reconcile pass looks back no further than the keys are kept
-/// (`key_retention`, less `reconcile::KEY_MARGIN`): an event received before
+/// (`key_retention`, less `KEY_MARGIN`): an event received before
 /// that may have had its key purged, and recovering it would apply it again.
 fn reconcile_within_keys(sources: &[Source], key_retention: Duration) -> Result<(), Problem> {
-    let reach = key_retention.saturating_sub(crate::reconcile::KEY_MARGIN);
+    let reach = key_retention.saturating_sub(super::KEY_MARGIN);
     for (i, source) in sources.iter().enumerate() {
         if source.reconcile.enabled && source.reconcile.window > reach {
             return Err((
@@ -210,7 +210,7 @@ fn reconcile_within_keys(sources: &[Source], key_retention: Duration) -> Result<
                      older than its purged key would be recovered and applied again",
                     crate::duration::format(source.reconcile.window),
                     crate::duration::format(key_retention),
-                    crate::duration::format(crate::reconcile::KEY_MARGIN)
+                    crate::duration::format(super::KEY_MARGIN)
                 ),
             ));
         }

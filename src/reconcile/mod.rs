@@ -96,16 +96,13 @@ pub fn earliest(source: &Source, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     crate::duration::before(now, lister.max_window())
 }
 
-/// How much nearer than `key_retention` a pass stays: for clocks that differ
-/// and for the pass's own length.
-pub const KEY_MARGIN: Duration = Duration::from_secs(3600);
-
 /// The earliest `since` whose events' keys are surely still kept, as of
 /// `now`: an event is received no earlier than the provider made it, and its
 /// key is purged `key_retention` after it was received. Before this, an event
 /// received once may have been purged and would be stored and applied again.
 pub fn keys_kept_since(key_retention: Duration, now: DateTime<Utc>) -> DateTime<Utc> {
-    crate::duration::before(now, key_retention.saturating_sub(KEY_MARGIN)).unwrap_or(now)
+    let reach = key_retention.saturating_sub(crate::config::KEY_MARGIN);
+    crate::duration::before(now, reach).unwrap_or(now)
 }
 
 /// A pass that stopped on an error, and what it had counted (and stored)
