@@ -34,15 +34,14 @@ pub async fn run(
             crate::duration::format(lister.max_window())
         )));
     }
-    if since < crate::reconcile::keys_kept_since(settings.key_retention, now) {
+    let reach = crate::config::keys_reach(settings.key_retention);
+    if let Some(kept) = crate::duration::before(now, reach)
+        && since < kept
+    {
         return Err(CliError::Other(format!(
             "--since: events before {} ago may have had their keys purged (key_retention {}); \
              recovering them would apply them again",
-            crate::duration::format(
-                settings
-                    .key_retention
-                    .saturating_sub(crate::config::KEY_MARGIN)
-            ),
+            crate::duration::format(reach),
             crate::duration::format(settings.key_retention)
         )));
     }

@@ -25,7 +25,7 @@ mod validate;
 pub use cidr::Cidr;
 pub use env::env_name;
 pub use live::LiveSettings;
-pub use reconcile::{Credential, KEY_MARGIN, Lister, Reconcile};
+pub use reconcile::{Credential, Lister, Reconcile, keys_reach};
 
 use crate::config_keys::Names;
 use crate::domain::PaymentKind;

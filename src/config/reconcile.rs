@@ -33,7 +33,16 @@ const DEFAULT_INTERVAL: Duration = Duration::from_secs(15 * 60);
 const DEFAULT_WINDOW: Duration = Duration::from_secs(72 * 3600);
 /// How much nearer than `key_retention` a reconcile pass stays: for clocks
 /// that differ and for the pass's own length.
-pub const KEY_MARGIN: Duration = Duration::from_secs(3600);
+pub(super) const KEY_MARGIN: Duration = Duration::from_secs(3600);
+
+/// How far back a reconcile pass may look while keys are kept for
+/// `key_retention`: an event is received no earlier than the provider made
+/// it, and its key is purged `key_retention` after it was received, so one
+/// older than this may have been received, applied and purged — recovering
+/// it would apply it again.
+pub fn keys_reach(key_retention: Duration) -> Duration {
+    key_retention.saturating_sub(KEY_MARGIN)
+}
 
 /// How hookd authenticates to the provider's API.
 #[derive(Debug, Clone)]

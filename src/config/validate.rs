@@ -197,10 +197,9 @@ fn retention_windows(
 }
 
 /// A scheduled reconcile pass looks back no further than the keys are kept
-/// (`key_retention`, less `KEY_MARGIN`): an event received before
-/// that may have had its key purged, and recovering it would apply it again.
+/// (`keys_reach`).
 fn reconcile_within_keys(sources: &[Source], key_retention: Duration) -> Result<(), Problem> {
-    let reach = key_retention.saturating_sub(super::KEY_MARGIN);
+    let reach = super::keys_reach(key_retention);
     for (i, source) in sources.iter().enumerate() {
         if source.reconcile.enabled && source.reconcile.window > reach {
             return Err((
@@ -210,7 +209,7 @@ fn reconcile_within_keys(sources: &[Source], key_retention: Duration) -> Result<
                      older than its purged key would be recovered and applied again",
                     crate::duration::format(source.reconcile.window),
                     crate::duration::format(key_retention),
-                    crate::duration::format(super::KEY_MARGIN)
+                    crate::duration::format(super::reconcile::KEY_MARGIN)
                 ),
             ));
         }

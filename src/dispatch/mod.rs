@@ -489,7 +489,9 @@ impl Dispatcher {
         // Locked, so no lane claims one of them while the handler runs (the
         // retry then leases them itself), and a claim under way is waited out.
         let rows = forwards::lock_of_event(&tx, id).await?;
-        let refusal = if event.leased || rows.iter().any(|f| f.leased) {
+        // (These rows, read under the lock, say more than `event.leased`,
+        // read before it.)
+        let refusal = if rows.iter().any(|f| f.leased) {
             Some(RetryOutcome::InFlight)
         } else if event.payload.is_none() {
             Some(RetryOutcome::Gone)

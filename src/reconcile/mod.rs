@@ -96,15 +96,6 @@ pub fn earliest(source: &Source, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     crate::duration::before(now, lister.max_window())
 }
 
-/// The earliest `since` whose events' keys are surely still kept, as of
-/// `now`: an event is received no earlier than the provider made it, and its
-/// key is purged `key_retention` after it was received. Before this, an event
-/// received once may have been purged and would be stored and applied again.
-pub fn keys_kept_since(key_retention: Duration, now: DateTime<Utc>) -> DateTime<Utc> {
-    let reach = key_retention.saturating_sub(crate::config::KEY_MARGIN);
-    crate::duration::before(now, reach).unwrap_or(now)
-}
-
 /// A pass that stopped on an error, and what it had counted (and stored)
 /// before: a pass stores as it goes, so a failure late in a long pass comes
 /// after events already recovered.
@@ -143,10 +134,6 @@ async fn pass_leased(
     lease: Option<&Lease<'_>>,
 ) -> Result<Counts, Stopped> {
     let mut counts = Counts::default();
-    // Never further back than the keys are kept, whatever asked (the
-    // configuration is checked for it, the command line refused).
-    let kept = keys_kept_since(app.settings.now().key_retention, Utc::now());
-    let since = since.max(kept);
     match walk(app, source, since, dry_run, lease, &mut counts).await {
         Ok(()) => Ok(counts),
         Err(error) => Err(Stopped { error, counts }),
