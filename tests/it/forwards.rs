@@ -46,6 +46,24 @@ async fn app_forwarding_to(
     .await
 }
 
+/// An app (no loops: the test steps them) whose `payment_succeeded` kind runs
+/// `handler`, forwarding that kind to `receiver` as `billing`.
+async fn app_with_payment_handler(
+    receiver: &Receiver,
+    handler: Arc<dyn hookd::handlers::Handler>,
+) -> TestApp {
+    let mut settings = shipped_settings();
+    settings.forwards = vec![receiver.forward("billing", &["payment_succeeded"], &[])];
+    let mut registry = Registry::builtin();
+    registry.register("payment_succeeded", handler);
+    spawn(Spawn {
+        settings,
+        registry,
+        ..Spawn::default()
+    })
+    .await
+}
+
 /// (handler, outcome, http_status) of every attempt of an event, in order.
 async fn attempts(app: &TestApp, event_id: &str) -> Vec<(String, String, Option<i32>)> {
     app.query(
@@ -238,16 +256,7 @@ impl hookd::handlers::Handler for FailsTwice {
 #[tokio::test]
 async fn a_failing_handler_is_retried_without_forwarding_again() {
     let receiver = Receiver::start(&[]).await;
-    let mut settings = shipped_settings();
-    settings.forwards = vec![receiver.forward("billing", &["payment_succeeded"], &[])];
-    let mut registry = Registry::builtin();
-    registry.register("payment_succeeded", Arc::new(FailsTwice(0.into())));
-    let app = spawn(Spawn {
-        settings,
-        registry,
-        ..Spawn::default()
-    })
-    .await;
+    let app = app_with_payment_handler(&receiver, Arc::new(FailsTwice(0.into()))).await;
     assert_eq!(
         app.deliver("stripe", &paid("evt_local", "pi_local"))
             .await
@@ -654,22 +663,8 @@ impl hookd::handlers::Handler for HeldOnRetry {
 #[tokio::test]
 async fn a_lane_never_sends_a_forward_an_operators_retry_is_about_to_send() {
     let receiver = Receiver::start(&[]).await;
-    let mut settings = shipped_settings();
-    settings.forwards = vec![receiver.forward("billing", &["payment_succeeded"], &[])];
     let held = Arc::new(HeldOnRetry::default());
-    let mut registry = Registry::builtin();
-    registry.register("payment_succeeded", held.clone());
-    let app = spawn(Spawn {
-        settings,
-        registry,
-        parts: Parts {
-            dispatcher: false,
-            purge: false,
-            http_workers: Some(2),
-        },
-        ..Spawn::default()
-    })
-    .await;
+    let app = app_with_payment_handler(&receiver, held.clone()).await;
     app.deliver_ok("stripe", &paid("evt_race", "pi_race")).await;
     assert_eq!(app.event_status("evt_race").await, "failed");
     let id = app
