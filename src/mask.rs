@@ -196,6 +196,26 @@ pub fn cover_all(payload: &mut Value, how: Cover) {
     how.hide(payload);
 }
 
+/// A request target (`/path?query`) as viewers see it: the path whole, every
+/// query parameter's value masked, its name kept (a query may carry a token
+/// or an e-mail address; its names say what was asked). A parameter without
+/// `=` is a value of its own, masked too.
+pub fn cover_query(target: &str) -> String {
+    let Some((path, query)) = target.split_once('?') else {
+        return target.to_string();
+    };
+    let covered: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, "")) => format!("{name}="),
+            Some((name, _)) => format!("{name}={MASKED}"),
+            None if pair.is_empty() => String::new(),
+            None => MASKED.to_string(),
+        })
+        .collect();
+    format!("{path}?{}", covered.join("&"))
+}
+
 /// Covers every value that reads as `text`, wherever it is (a customer's own
 /// id: see `reads_as`).
 pub fn cover_text(payload: &mut Value, text: &str, how: Cover) {
@@ -376,5 +396,17 @@ mod tests {
         for text in ["@b.io", "a@b", "a@b@c.io", "a b@c.io", "Jenny"] {
             assert_eq!(email_domain(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn a_query_shows_its_names_and_masks_its_values() {
+        assert_eq!(cover_query("/payments"), "/payments");
+        assert_eq!(cover_query("/payments?"), "/payments?");
+        assert_eq!(
+            cover_query("/payments/pay_1?api_key=sk_live_1&email=a%40b.c&expand=&debug"),
+            "/payments/pay_1?api_key=•••&email=•••&expand=&•••"
+        );
+        // Only the first `?` ends the path; a value may hold `=`.
+        assert_eq!(cover_query("/p?a=b=c&&x=?y"), "/p?a=•••&&x=•••");
     }
 }

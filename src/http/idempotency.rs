@@ -108,9 +108,18 @@ async fn page_of(state: &AppState, filter: KeyFilter) -> Result<KeyPage, ApiErro
         None
     };
     Ok(KeyPage {
-        keys: rows,
+        keys: rows.into_iter().map(shown_key).collect(),
         next_cursor,
     })
+}
+
+/// A key as a list shows it, to viewers and operators alike: its target's
+/// query values masked (`?reveal=true` on the key itself shows them).
+fn shown_key(key: KeyView) -> KeyView {
+    KeyView {
+        target: mask::cover_query(&key.target),
+        ..key
+    }
 }
 
 pub async fn list(
@@ -202,8 +211,12 @@ async fn detail_of(
     };
     audit::record(&client, &audited(&who.name, action, &detail.view)).await?;
     let body = shown_body(state, &detail.view.route, detail.body, reveal);
+    let key = match reveal {
+        true => detail.view,
+        false => shown_key(detail.view),
+    };
     Ok(KeyDetailView {
-        key: detail.view,
+        key,
         headers: shown_headers(detail.headers, reveal),
         body,
         masked: !reveal,
@@ -266,7 +279,7 @@ async fn release_key(state: &AppState, who: &Principal, id: i64) -> Result<KeyVi
         key.route,
         key.operation
     );
-    Ok(key)
+    Ok(shown_key(key))
 }
 
 pub async fn release(
@@ -288,7 +301,11 @@ pub async fn list_page(
         let query = ListQuery::parse(&request)?;
         let page = page_of(&state, query.to_filter()?).await?;
         let client = client_of(&state).await?;
-        let attention = keys::needing_attention(&client, LONG_RUNNING, ATTENTION).await?;
+        let attention = keys::needing_attention(&client, LONG_RUNNING, ATTENTION)
+            .await?
+            .into_iter()
+            .map(shown_key)
+            .collect::<Vec<_>>();
         Ok::<_, ApiError>((query, page, attention))
     }
     .await;

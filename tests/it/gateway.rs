@@ -1501,11 +1501,30 @@ async fn stored_bodies_are_masked_for_viewers_and_revealed_to_operators_audited(
         "mask = [\"/card/last4\", \"/email\"]\nreplay_headers = [\"Set-Cookie\"]",
     ) + &route("refunds", "/refunds", &upstream.url, "");
     let app = gateway(&routes).await;
-    Call::post("/payments", "masked", ORDER).send(&app).await;
+    // A query may carry a token or an address: its values are masked too.
+    let target = "/payments?token=tok_s3cret&email=ann%40example.com&expand=";
+    let sent = Call::post(target, "masked", ORDER).send(&app).await;
+    assert_eq!(sent.status, 201);
+    assert_eq!(upstream.seen()[0].target, target);
     Call::post("/refunds", "all-masked", ORDER).send(&app).await;
     let id = row_of(&app, "masked").await;
+    let covered = "/payments?token=•••&email=•••&expand=";
+    let listed = app.viewer().idempotency_keys("q=masked").await.json();
+    assert_eq!(listed["keys"][0]["target"], covered, "{listed}");
+    let cookie = app.sign_in(crate::support::VIEWER).await;
+    let page = app
+        .admin(crate::support::Credential::Cookie(cookie))
+        .get("/admin/idempotency")
+        .await
+        .text();
+    let escaped = covered.replace('&', "&amp;");
+    assert!(
+        page.contains(&escaped) && !page.contains("s3cret"),
+        "{page}"
+    );
     let viewed = app.viewer().idempotency_key(id, "").await.json();
     assert_eq!(viewed["masked"], true);
+    assert_eq!(viewed["target"], covered);
     assert_eq!(viewed["upstream_status"], 201);
     assert_eq!(
         viewed["body"],
@@ -1538,6 +1557,7 @@ async fn stored_bodies_are_masked_for_viewers_and_revealed_to_operators_audited(
         .await
         .json();
     assert_eq!(revealed["masked"], false);
+    assert_eq!(revealed["target"], target);
     let headers = revealed["headers"].as_array().expect("headers");
     assert!(
         headers.contains(&json!(["set-cookie", "session=s3cret"])),
