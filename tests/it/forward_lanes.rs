@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::process::{Hookd, free_port, stripe_signer, write_config_setting};
 use crate::support::{
-    FORWARD_SECRET, Receiver, TestDb, cluster, shipped_settings, spawn_looping,
+    FORWARD_SECRET, Receiver, Spawn, TestDb, cluster, shipped_settings, spawn, spawn_looping,
     spawn_with_settings, stripe_event, wait_for,
 };
 
@@ -153,64 +153,111 @@ async fn slow_serve_retries_a_failing_forward_until_its_receiver_takes_it() {
 }
 
 #[tokio::test]
-async fn slow_an_instance_without_the_forward_leaves_its_retries_to_one_that_has_it() {
-    let db = TestDb::create().await;
-    let url = cluster().connection_string(&db.name);
-    let receiver = Receiver::start(&[500, 500]).await;
-    // Retries far enough apart that the instance stops before its own second try.
-    let (port_a, port_b) = (free_port(), free_port());
-    let with_forward = config(port_a, "lanes-with", "5s", Some(&receiver));
-    let a = Hookd::start_against(&with_forward, port_a, &url, "warn").await;
-    deliver(&a, &invoice("evt_inv_moved")).await;
-    deliver(&a, &payment("evt_pi_moved")).await;
-    receiver.wait_for(2).await;
-    a.signal(Signal::SIGTERM);
-    assert!(a.wait().await.success());
-
-    // Another instance, whose configuration has no such forward (a rolling
-    // deploy, a second file), runs its retry loops over the same database.
-    let b = Hookd::start_against(
-        &config(port_b, "lanes-without", "1s", None),
-        port_b,
-        &url,
-        "warn",
-    )
+async fn an_instance_without_the_forward_retries_the_handler_and_leaves_the_forward_to_one_that_has_it()
+ {
+    let receiver = Receiver::start(&[]).await;
+    // Instance A has the forward `erp`; its payment handler fails each event's
+    // first run. It runs no loops: nothing it planned is sent yet.
+    let mut with_forward = shipped_settings();
+    let mut erp = receiver.forward("erp", &["payment_succeeded"], &["invoice.paid"]);
+    erp.sources = vec!["stripe".into()];
+    with_forward.forwards = vec![erp];
+    let mut registry = Registry::builtin();
+    registry.register("payment_succeeded", Arc::new(FailsFirst::default()));
+    let a = spawn(Spawn {
+        settings: with_forward,
+        registry,
+        ..Spawn::default()
+    })
     .await;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    a.deliver_ok("stripe", &invoice("evt_inv_moved")).await;
+    a.deliver_ok("stripe", &payment("evt_pi_moved")).await;
+    assert_eq!(
+        a.strings(
+            "SELECT a.outcome FROM webhook_event_attempts a
+             JOIN webhook_events e ON e.id = a.webhook_event_id
+             WHERE e.event_id = 'evt_pi_moved'",
+            &[]
+        )
+        .await,
+        ["failed"],
+        "the handler's first run failed at receipt"
+    );
+
+    // Instance B, on the same database, has no such forward (a rolling deploy,
+    // a second file) and runs serve's loops: its retry loop runs the payment's
+    // handler again, and nothing of `erp` is sent, dropped or let go.
+    let b = spawn(Spawn {
+        parts: Spawn::LOOPS,
+        db: a.db.clone(),
+        ..Spawn::default()
+    })
+    .await;
+    a.make_retries_due().await;
+    let retried = "SELECT count(*) FROM webhook_event_attempts a
+                   JOIN webhook_events e ON e.id = a.webhook_event_id
+                   WHERE e.event_id = 'evt_pi_moved' AND a.handler = 'payment_succeeded'
+                     AND a.outcome = 'processed'";
+    b.wait_for_count(retried, 1, Duration::from_secs(20)).await;
+    drop(b);
+    let forwards = "SELECT e.event_id, e.status, f.state, f.attempts FROM event_forwards f
+                    JOIN webhook_events e ON e.id = f.webhook_event_id
+                    WHERE f.forward = 'erp' ORDER BY e.event_id";
+    let rows: Vec<(String, String, String, i32)> = a
+        .query(forwards, &[])
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let waiting = |id: &str| (id.to_string(), "failed".into(), "pending".into(), 0);
+    assert_eq!(rows, [waiting("evt_inv_moved"), waiting("evt_pi_moved")]);
+    assert_eq!(
+        a.count(
+            "SELECT count(*) FROM webhook_event_attempts WHERE handler = 'forward:erp'",
+            &[]
+        )
+        .await,
+        0
+    );
+    assert!(receiver.received().is_empty(), "nothing sent by B");
+    assert_eq!(
+        a.count(
+            "SELECT count(*) FROM payments WHERE payment_id = 'pi_evt_pi_moved'",
+            &[]
+        )
+        .await,
+        1,
+        "B's handler applied the payment"
+    );
+
+    // A's loops send each forward once; the payment's handler does not run again.
+    a.run_due_retries().await;
+    let got = receiver.wait_for(2).await;
+    assert_eq!(got.len(), 2);
     for event_id in ["evt_inv_moved", "evt_pi_moved"] {
         assert_eq!(
-            status(&db, event_id).await,
-            "failed",
-            "{event_id} still to go"
+            a.strings(
+                "SELECT status FROM webhook_events WHERE event_id = $1",
+                &[&event_id]
+            )
+            .await,
+            ["processed"]
         );
     }
     assert_eq!(
-        receiver.received().len(),
-        2,
-        "nothing sent by the other instance"
-    );
-    b.signal(Signal::SIGTERM);
-    assert!(b.wait().await.success());
-
-    // Back with the forward: each is delivered, the payment applied once.
-    let a = Hookd::start_against(&with_forward, port_a, &url, "warn").await;
-    until_processed(&db, "evt_inv_moved").await;
-    until_processed(&db, "evt_pi_moved").await;
-    assert_eq!(
-        attempts(&db, "evt_inv_moved").await,
-        [forward("failed", 500), forward("processed", 200)]
-    );
-    assert_eq!(
-        attempts(&db, "evt_pi_moved").await,
+        a.strings(
+            "SELECT a.handler || ' ' || a.outcome FROM webhook_event_attempts a
+             JOIN webhook_events e ON e.id = a.webhook_event_id
+             WHERE e.event_id = 'evt_pi_moved' ORDER BY a.attempt",
+            &[]
+        )
+        .await,
         [
-            ("payment_succeeded".into(), "processed".into(), None),
-            forward("failed", 500),
-            forward("processed", 200)
+            "payment_succeeded failed",
+            "payment_succeeded processed",
+            "forward:erp processed"
         ]
     );
-    assert_eq!(receiver.received().len(), 4);
-    a.signal(Signal::SIGTERM);
-    assert!(a.wait().await.success());
 }
 
 /// Fails each event's first run, then succeeds.
