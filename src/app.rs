@@ -44,6 +44,12 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error(
+        "no database: DATABASE_URL is unset and no embedded cluster is in {EMBEDDED_DIR} here \
+         (hookd serve makes it there); set DATABASE_URL as the service has it, or run this \
+         where serve runs"
+    )]
+    NoDatabase,
 }
 
 /// The database hookd talks to, and the embedded cluster behind it, if any.
@@ -91,6 +97,17 @@ impl Database {
             connector: store::DbConnector::Plain,
             embedded: Some(cluster),
         })
+    }
+
+    /// `open`, for a command run beside `serve`: without `DATABASE_URL` it uses
+    /// only an embedded cluster `serve` made here, never a new, empty one (a
+    /// command run without the service's environment would otherwise answer
+    /// from a database of its own: no events, or events recovered into it).
+    pub async fn open_existing(settings: &Settings) -> Result<Self, StartError> {
+        if settings.database_url.is_none() && !embedded_pg::made_for(Path::new(EMBEDDED_DIR)) {
+            return Err(StartError::NoDatabase);
+        }
+        Self::open(settings).await
     }
 
     /// Closes the pool and stops the embedded cluster if this process started it.

@@ -450,7 +450,8 @@ pub const EX_CONFIG: u8 = 78;
 impl CliError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            CliError::Config(_) | CliError::Start(StartError::DatabaseUrl(_)) => {
+            CliError::Config(_)
+            | CliError::Start(StartError::DatabaseUrl(_) | StartError::NoDatabase) => {
                 ExitCode::from(EX_CONFIG)
             }
             _ => ExitCode::FAILURE,
@@ -546,7 +547,7 @@ fn warn_unhandled_kinds(settings: &Settings, hookd: &Extensions) {
 }
 
 async fn migrate(settings: Settings, hookd: &Extensions) -> Result<(), CliError> {
-    let database = Database::open(&settings).await?;
+    let database = Database::open_existing(&settings).await?;
     let result = store::migrate_with(&database.pool, hookd.migrations).await;
     database.close().await;
     let applied = result?;
@@ -557,13 +558,29 @@ async fn migrate(settings: Settings, hookd: &Extensions) -> Result<(), CliError>
     Ok(())
 }
 
-/// Runs `work` against the configured database (migrated first), then closes it.
+/// Runs `work` against the configured database (migrated first), then closes
+/// it: for a command beside `serve`, which never makes an embedded cluster of
+/// its own (`Database::open_existing`).
 async fn with_app<F, Fut>(settings: Settings, hookd: Extensions, work: F) -> Result<(), CliError>
 where
     F: FnOnce(Instance) -> Fut,
     Fut: std::future::Future<Output = Result<(), CliError>>,
 {
-    let database = Database::open(&settings).await?;
+    let database = Database::open_existing(&settings).await?;
+    on_database(database, settings, hookd, work).await
+}
+
+/// `with_app` on `database`.
+async fn on_database<F, Fut>(
+    database: Database,
+    settings: Settings,
+    hookd: Extensions,
+    work: F,
+) -> Result<(), CliError>
+where
+    F: FnOnce(Instance) -> Fut,
+    Fut: std::future::Future<Output = Result<(), CliError>>,
+{
     let result = async {
         store::migrate_with(&database.pool, hookd.migrations).await?;
         let app = Instance::new(

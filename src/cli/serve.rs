@@ -8,7 +8,7 @@ use std::path::Path;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use super::{CliError, reload, with_app};
+use super::{CliError, on_database, reload};
 use crate::app::Parts;
 use crate::config::Settings;
 use crate::duration;
@@ -37,7 +37,9 @@ pub async fn serve(
     let mut hangup = signal(SignalKind::hangup())
         .map_err(|e| CliError::Other(format!("cannot watch SIGHUP: {e}")))?;
     let extensions = hookd.clone();
-    with_app(settings, hookd, |app| async move {
+    // serve makes the embedded cluster when there is none yet.
+    let database = crate::app::Database::open(&settings).await?;
+    on_database(database, settings, hookd, |app| async move {
         let running = app.start(Parts::ALL)?;
         log::info!("hookd listening on http://{}", running.addr);
         let first = loop {

@@ -313,6 +313,12 @@ fn prepare_preferred(dir: &Path, run_as: Option<RunAs>) -> Result<(), String> {
     }
 }
 
+/// Whether a cluster was made for `preferred`: in it, or in a fallback its
+/// record names. Only looks: creates nothing.
+pub(super) fn made_for(preferred: &Path) -> bool {
+    preferred.join("PG_VERSION").is_file() || location_record(preferred).is_file()
+}
+
 /// `./.hookd/pg` → `./.hookd/pg.location`.
 fn location_record(preferred: &Path) -> PathBuf {
     let mut name = preferred

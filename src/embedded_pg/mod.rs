@@ -69,6 +69,12 @@ pub struct EmbeddedPostgres {
     ownership: Ownership,
 }
 
+/// Whether `EmbeddedPostgres::start(preferred_dir, …)` would find a cluster
+/// made earlier (rather than make a new one).
+pub fn made_for(preferred_dir: &Path) -> bool {
+    folder::made_for(preferred_dir)
+}
+
 impl EmbeddedPostgres {
     /// Starts (initialising on first use) the cluster in `preferred_dir`, or reuses it
     /// when it is already running. Falls back to a private folder under the system

@@ -67,6 +67,8 @@ pub fn write_config_setting(port: u16, name: &str, keys: &[(&str, &str)]) -> Pat
 impl Hookd {
     /// The child serving on `port`, once it answers `/readyz` (within `within`).
     async fn started(child: Child, port: u16, within: Duration) -> Hookd {
+        // A test run alone may build no other client first.
+        hookd::outbound::install_crypto();
         let hookd = Hookd {
             child: Some(child),
             base: format!("http://127.0.0.1:{port}"),
@@ -712,6 +714,24 @@ async fn slow_serve_runs_its_own_cluster_shares_it_and_adopts_one_a_killed_serve
     let port = free_port();
     let config = dir.join("hookd.toml");
     std::fs::write(&config, hookd_kit::settings::shipped_toml_on_port(port)).expect("config");
+
+    // Before serve made a cluster here, a command without DATABASE_URL is
+    // refused in one line (exit 78) and makes none of its own.
+    for args in [
+        &["events", "list"][..],
+        &["migrate"],
+        &["purge", "--dry-run"],
+    ] {
+        let refused = command_in(&dir, args).await;
+        let said = String::from_utf8_lossy(&refused.stderr).to_string();
+        assert_eq!(refused.status.code(), Some(78), "{args:?}: {said}");
+        assert!(
+            said.trim().lines().count() == 1 && said.contains("DATABASE_URL is unset"),
+            "{args:?}: {said}"
+        );
+        assert!(refused.stdout.is_empty(), "{args:?}");
+    }
+    assert!(!dir.join(".hookd").exists(), "no cluster made");
 
     let first = serve_in(&dir, port).await;
     let log = std::fs::read_to_string(dir.join("serve.log")).expect("log");
