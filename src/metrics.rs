@@ -31,6 +31,7 @@ pub struct Metrics {
     ingest_batches: Family<Counter, 0>,
     ingest_batched_deliveries: Family<Counter, 0>,
     purged_rows: Family<Counter, 1>,
+    purge_runs: Family<Counter, 1>,
     config_reloads: Family<Counter, 1>,
     gateway_requests: Family<Counter, 2>,
     gateway_upstream: Family<Histogram, 1>,
@@ -104,6 +105,9 @@ const RELOAD_RESULTS: [&str; 2] = ["ok", "error"];
 /// The results of a reconciliation pass.
 const RECONCILE_RESULTS: [&str; 2] = ["ok", "error"];
 
+/// The results of a retention purge pass.
+const PURGE_RESULTS: [&str; 2] = ["ok", "error"];
+
 /// The open label values known before the first delivery.
 #[derive(Debug, Default)]
 struct Known<'a> {
@@ -128,6 +132,7 @@ pub enum Metric {
     IngestBatches,
     IngestBatchedDeliveries,
     PurgedRows,
+    PurgeRuns,
     ConfigReloads,
     GatewayRequests,
     GatewayUpstreamSeconds,
@@ -153,7 +158,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 33] = [
+    pub const ALL: [Metric; 34] = [
         Metric::Deliveries,
         Metric::DeliveryDuration,
         Metric::SignatureFailures,
@@ -165,6 +170,7 @@ impl Metric {
         Metric::IngestBatches,
         Metric::IngestBatchedDeliveries,
         Metric::PurgedRows,
+        Metric::PurgeRuns,
         Metric::ConfigReloads,
         Metric::GatewayRequests,
         Metric::GatewayUpstreamSeconds,
@@ -202,6 +208,7 @@ impl Metric {
             Metric::IngestBatches => "hookd_ingest_batches_total",
             Metric::IngestBatchedDeliveries => "hookd_ingest_batched_deliveries_total",
             Metric::PurgedRows => "hookd_purged_rows_total",
+            Metric::PurgeRuns => "hookd_purge_runs_total",
             Metric::ConfigReloads => "hookd_config_reloads_total",
             Metric::GatewayRequests => "hookd_gateway_requests_total",
             Metric::GatewayUpstreamSeconds => "hookd_gateway_upstream_seconds",
@@ -242,6 +249,7 @@ impl Metric {
             | Metric::IngestBatches
             | Metric::IngestBatchedDeliveries
             | Metric::PurgedRows
+            | Metric::PurgeRuns
             | Metric::ConfigReloads
             | Metric::GatewayRequests
             | Metric::ReconcileRuns
@@ -274,6 +282,9 @@ impl Metric {
                 "Deliveries stored by those transactions (divided by the batches: the average batch)."
             }
             Metric::PurgedRows => "Rows removed by retention purges, by what was removed.",
+            Metric::PurgeRuns => {
+                "Retention purge passes this instance ran, by result: ok (also one cut short by shutdown), or error."
+            }
             Metric::ConfigReloads => {
                 "Configuration reloads (SIGHUP), by result: ok, or error (the running one kept)."
             }
@@ -399,6 +410,7 @@ impl Metrics {
             ingest_batches: Family::new([], []),
             ingest_batched_deliveries: Family::new([], []),
             purged_rows: Family::new(["what"], [Values::new(Purged::ALL.map(Purged::as_str))]),
+            purge_runs: Family::new(["result"], [Values::new(PURGE_RESULTS)]),
             config_reloads: Family::new(["result"], [Values::new(RELOAD_RESULTS)]),
             gateway_requests: Family::new(
                 ["route", "outcome"],
@@ -428,6 +440,9 @@ impl Metrics {
         metrics.internal_errors.with([], |c| c.add(0));
         for result in RELOAD_RESULTS {
             metrics.config_reloads.with([result], |c| c.add(0));
+        }
+        for result in PURGE_RESULTS {
+            metrics.purge_runs.with([result], |c| c.add(0));
         }
         metrics
     }
@@ -489,6 +504,12 @@ impl Metrics {
         self.purged_rows.with([what.as_str()], |c| c.add(rows));
     }
 
+    /// A retention purge pass ended, well (`true`) or not.
+    pub fn purge_run(&self, ok: bool) {
+        let result = PURGE_RESULTS[usize::from(!ok)];
+        self.purge_runs.with([result], |c| c.add(1));
+    }
+
     /// A configuration reload, put in force (`true`) or refused.
     pub fn config_reload(&self, ok: bool) {
         let result = RELOAD_RESULTS[usize::from(!ok)];
@@ -512,8 +533,16 @@ impl Metrics {
         self.reconcile_runs.with([source, result], |c| c.add(1));
     }
 
-    /// Events of `source` a pass recovered (counted from 0, so an alert sees
-    /// the first as an increase).
+    /// `source`'s passes are scheduled: its series are shown from 0, so an
+    /// alert sees the first failure or recovery as an increase.
+    pub fn reconcile_scheduled(&self, source: &str) {
+        for result in RECONCILE_RESULTS {
+            self.reconcile_runs.with([source, result], |c| c.add(0));
+        }
+        self.reconcile_recovered.with([source], |c| c.add(0));
+    }
+
+    /// Events of `source` a pass recovered.
     pub fn reconcile_recovered(&self, source: &str, events: u64) {
         self.reconcile_recovered.with([source], |c| c.add(events));
     }
@@ -549,6 +578,7 @@ impl Metrics {
                     self.ingest_batched_deliveries.render(name, &mut out)
                 }
                 Metric::PurgedRows => self.purged_rows.render(name, &mut out),
+                Metric::PurgeRuns => self.purge_runs.render(name, &mut out),
                 Metric::ConfigReloads => self.config_reloads.render(name, &mut out),
                 Metric::GatewayRequests => self.gateway_requests.render(name, &mut out),
                 Metric::GatewayUpstreamSeconds => self.gateway_upstream.render(name, &mut out),

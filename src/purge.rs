@@ -113,22 +113,36 @@ impl Purger {
     /// One pass; `shutdown` (if any) is checked between batches.
     pub async fn run_once(&self, shutdown: Option<&Shutdown>) -> Result<PurgeOutcome, StoreError> {
         let started = Instant::now();
+        // What a pass removed before it failed is reported too: those rows are gone.
+        let mut outcome = PurgeOutcome::default();
+        let ended = self.pass(shutdown, &mut outcome).await;
+        if !outcome.skipped {
+            self.report(&outcome, started.elapsed(), ended.as_ref().err());
+            self.metrics.purge_run(ended.is_ok());
+        }
+        ended.map(|()| outcome)
+    }
+
+    /// The pass under the purge lease (`outcome.skipped` when another
+    /// instance holds it).
+    async fn pass(
+        &self,
+        shutdown: Option<&Shutdown>,
+        outcome: &mut PurgeOutcome,
+    ) -> Result<(), StoreError> {
         let cutoffs = Cutoffs::at(Utc::now(), &self.settings.now());
         let mut client = self.pool.get().await?;
         let holder: [u8; 16] = rand::random();
         if !purge::lease(&client, &holder, LEASE_TERM).await? {
             log::info!("purge: another instance is purging; skipped");
-            return Ok(PurgeOutcome {
-                skipped: true,
-                ..PurgeOutcome::default()
-            });
+            outcome.skipped = true;
+            return Ok(());
         }
-        let result = self.batches(&mut client, &holder, cutoffs, shutdown).await;
+        let result = self
+            .batches(&mut client, &holder, cutoffs, shutdown, outcome)
+            .await;
         let released = purge::release(&client, &holder).await;
-        let outcome = result?;
-        released?;
-        self.report(&outcome, started.elapsed());
-        Ok(outcome)
+        result.and(released)
     }
 
     async fn batches(
@@ -137,9 +151,9 @@ impl Purger {
         holder: &[u8],
         cutoffs: Cutoffs,
         shutdown: Option<&Shutdown>,
-    ) -> Result<PurgeOutcome, StoreError> {
+        outcome: &mut PurgeOutcome,
+    ) -> Result<(), StoreError> {
         let limit = self.settings.now().purge_batch;
-        let mut outcome = PurgeOutcome::default();
         for step in [
             Step::Keys,
             Step::Pending,
@@ -156,7 +170,7 @@ impl Purger {
                 if !purge::lease(&*client, holder, LEASE_TERM).await? {
                     log::warn!("purge: the lease ran out and another instance took it; stopped");
                     outcome.interrupted = true;
-                    return Ok(outcome);
+                    return Ok(());
                 }
                 let started = Instant::now();
                 // Each batch is a transaction of its own: row locks are brief.
@@ -217,14 +231,16 @@ impl Purger {
                 }
                 if !breathe(started.elapsed(), shutdown).await {
                     outcome.interrupted = true;
-                    return Ok(outcome);
+                    return Ok(());
                 }
             }
         }
-        Ok(outcome)
+        Ok(())
     }
 
-    fn report(&self, outcome: &PurgeOutcome, took: Duration) {
+    /// Counts and logs what a pass removed; a pass that failed (`error`) is
+    /// logged as a warning, with what it had removed before.
+    fn report(&self, outcome: &PurgeOutcome, took: Duration, error: Option<&StoreError>) {
         let payloads = PurgeOutcome::total(&outcome.payloads_dropped);
         let keys = PurgeOutcome::total(&outcome.keys_deleted);
         for (what, n) in [
@@ -240,8 +256,8 @@ impl Purger {
         ] {
             self.metrics.purged(what, n);
         }
-        log::info!(
-            "purge: dropped {payloads} payloads ({}), deleted {keys} keys ({}) and {} idempotency keys in {:.1} s{}{}",
+        let removed = format!(
+            "dropped {payloads} payloads ({}), deleted {keys} keys ({}) and {} idempotency keys in {:.1} s{}",
             describe(&outcome.payloads_dropped),
             describe(&outcome.keys_deleted),
             outcome.idempotency_keys_deleted,
@@ -250,12 +266,12 @@ impl Purger {
                 0 => String::new(),
                 n => format!("; {n} expired gateway keys"),
             },
-            if outcome.interrupted {
-                "; interrupted by shutdown"
-            } else {
-                ""
-            }
         );
+        match error {
+            Some(error) => log::warn!("purge: failed: {error}; before it, {removed}"),
+            None if outcome.interrupted => log::info!("purge: {removed}; interrupted by shutdown"),
+            None => log::info!("purge: {removed}"),
+        }
     }
 
     /// A pass at start, then one every `purge_interval`, until shutdown.
@@ -263,8 +279,8 @@ impl Purger {
         loop {
             let result = self.run_once(Some(&shutdown)).await;
             let interval = self.settings.now().purge_interval;
-            if let Err(error) = result {
-                log::warn!("purge: {error}; next pass in {interval:?}");
+            if result.is_err() {
+                log::info!("purge: next pass in {}", crate::duration::format(interval));
             }
             if !shutdown.sleep(interval).await {
                 return;

@@ -37,6 +37,7 @@ fn count_the_golden_calls(m: &Metrics) {
     ] {
         m.purged(what, n);
     }
+    m.purge_run(true);
     m.config_reload(true);
     m.config_reload(false);
     m.config_reload(true);
@@ -74,7 +75,7 @@ fn the_exposition_is_the_one_scrapers_read_before() {
 }
 
 #[test]
-fn nothing_but_the_internal_errors_and_the_reloads_is_shown_before_counting() {
+fn nothing_but_the_internal_errors_the_reloads_and_the_purges_is_shown_before_counting() {
     let text = configured().render(&[]);
     let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
     let version = format!(
@@ -86,6 +87,8 @@ fn nothing_but_the_internal_errors_and_the_reloads_is_shown_before_counting() {
         samples,
         [
             "hookd_internal_errors_total 0",
+            "hookd_purge_runs_total{result=\"error\"} 0",
+            "hookd_purge_runs_total{result=\"ok\"} 0",
             "hookd_config_reloads_total{result=\"error\"} 0",
             "hookd_config_reloads_total{result=\"ok\"} 0",
             version.as_str()

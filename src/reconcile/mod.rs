@@ -358,8 +358,7 @@ impl Reconciler {
             for source in &sources {
                 // The first pass soon after start, instances spread apart.
                 due.entry(source.name.clone()).or_insert_with(|| {
-                    // Shown from 0, so an alert sees the first recovery as a rise.
-                    self.app.metrics.reconcile_recovered(&source.name, 0);
+                    self.app.metrics.reconcile_scheduled(&source.name);
                     now + jittered(source.reconcile.interval / 10)
                 });
             }

@@ -242,6 +242,8 @@ fn alert_rules_read_only_what_hookd_exposes_and_cover_what_matters() {
         "HookdDatabasePoolSaturated",
         "HookdForwardOpen",
         "HookdSourceSilent",
+        "HookdPurgeFailing",
+        "HookdReconcileFailing",
     ] {
         assert!(alerts.contains(required), "{required} is missing");
     }

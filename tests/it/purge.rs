@@ -569,20 +569,25 @@ async fn payloads_left(app: &TestApp, prefix: &str) -> i64 {
     .await
 }
 
-#[tokio::test]
-async fn serve_runs_a_pass_as_it_starts() {
-    let first = spawn_app().await;
-    old_events(&first, "evt_boot", 3, 40).await;
-    // An instance whose next scheduled pass is an hour away.
+/// Another instance on `first`'s database running serve's purge loop: its
+/// pass at start, the next an hour away.
+async fn purging_beside(first: &TestApp) -> TestApp {
     let mut settings = shipped_settings();
     settings.purge_interval = std::time::Duration::from_secs(3600);
-    let second = spawn(Spawn {
+    spawn(Spawn {
         settings,
         db: first.db.clone(),
         parts: PURGING,
         ..Spawn::default()
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn serve_runs_a_pass_as_it_starts() {
+    let first = spawn_app().await;
+    old_events(&first, "evt_boot", 3, 40).await;
+    let second = purging_beside(&first).await;
     let app = &second;
     wait_for(
         "the pass at start",
@@ -596,6 +601,56 @@ async fn serve_runs_a_pass_as_it_starts() {
             .value("hookd_purged_rows_total", &[("what", "payload")]),
         3.0
     );
+}
+
+#[tokio::test]
+async fn a_failing_pass_is_counted_an_error_with_what_it_removed_before() {
+    let first = spawn_app().await;
+    old_events(&first, "evt_fails", 3, 40).await;
+    // The pass drops the payloads, then fails at the audit entries (a missing
+    // grant, a lock timeout: here a trigger that refuses the delete).
+    first
+        .db()
+        .await
+        .batch_execute(
+            "INSERT INTO admin_audit (at, who, action)
+             VALUES (now() - interval '40 days', 'operator', 'retried');
+             CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'permission denied for table admin_audit'; END $$;
+             CREATE TRIGGER refuse_delete BEFORE DELETE ON admin_audit
+               FOR EACH ROW EXECUTE FUNCTION refuse_delete();",
+        )
+        .await
+        .expect("trigger");
+    let second = purging_beside(&first).await;
+    let app = &second;
+    let runs = |result: &'static str| async move {
+        app.metrics()
+            .await
+            .value("hookd_purge_runs_total", &[("result", result)])
+    };
+    wait_for(
+        "the failed pass",
+        std::time::Duration::from_secs(20),
+        || async move { (runs("error").await == 1.0).then_some(()) },
+    )
+    .await;
+    assert_eq!(runs("ok").await, 0.0);
+    assert_eq!(payloads_left(app, "evt_fails").await, 0);
+    assert_eq!(
+        app.metrics()
+            .await
+            .value("hookd_purged_rows_total", &[("what", "payload")]),
+        3.0,
+        "what the failed pass removed is counted"
+    );
+    // Mended, the next pass succeeds.
+    app.execute("DROP TRIGGER refuse_delete ON admin_audit", &[])
+        .await;
+    let next = app.app.purger.run_once(None).await.expect("next pass");
+    assert_eq!(next.audit_entries_deleted, 1);
+    assert_eq!(runs("ok").await, 1.0);
+    assert_eq!(runs("error").await, 1.0);
 }
 
 #[tokio::test]

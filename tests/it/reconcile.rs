@@ -759,16 +759,22 @@ async fn serve_runs_the_pass_itself_under_its_lease() {
         1
     );
     // The pass counts itself once its last page is stored, after the rows (its
-    // runs appear then; its recoveries are shown from 0 at start).
+    // runs and recoveries are shown from 0 at start, for an alert to see the
+    // first failure as a rise).
+    let ok = "hookd_reconcile_runs_total{source=\"stripe\",result=\"ok\"} 1";
     let text = wait_for(
         "serve's pass to count itself",
         Duration::from_secs(10),
         || async {
             let (status, text) = metrics_text(&hookd.base).await;
-            (status == 200 && text.contains("hookd_reconcile_runs_total{")).then_some(text)
+            (status == 200 && text.contains(ok)).then_some(text)
         },
     )
     .await;
+    assert!(
+        text.contains("hookd_reconcile_runs_total{source=\"stripe\",result=\"error\"} 0"),
+        "{text}"
+    );
     assert!(
         text.contains("hookd_reconcile_recovered_total{source=\"stripe\"} 2"),
         "{text}"
