@@ -47,17 +47,17 @@ pub async fn list(app: &Instance, params: &ListParams, as_json: bool) -> Result<
     let filter = params.to_filter(Utc::now())?;
     let page = app.desk.list(filter).await?;
     if as_json {
-        println!("{}", json_of(&page));
+        say!("{}", json_of(&page))?;
         return Ok(());
     }
-    print_table(&page.events);
+    print_table(&page.events)?;
     if let Some(cursor) = page.next_cursor {
-        println!("more: --cursor {cursor}");
+        say!("more: --cursor {cursor}")?;
     }
     Ok(())
 }
 
-fn print_table(events: &[EventSummary]) {
+fn print_table(events: &[EventSummary]) -> Result<(), CliError> {
     let header = [
         "ID", "RECEIVED", "SOURCE", "EVENT ID", "TYPE", "STATUS", "ATT", "DEL", "PAYMENT",
     ];
@@ -89,15 +89,16 @@ fn print_table(events: &[EventSummary]) {
             .zip(widths)
             .map(|(cell, width)| format!("{cell:width$}"))
             .collect();
-        println!("{}", padded.join("  ").trim_end());
+        say!("{}", padded.join("  ").trim_end())
     };
-    line(header.to_vec());
+    line(header.to_vec())?;
     for row in &rows {
-        line(row.iter().map(String::as_str).collect());
+        line(row.iter().map(String::as_str).collect())?;
     }
     if rows.is_empty() {
-        println!("(no events match)");
+        say!("(no events match)")?;
     }
+    Ok(())
 }
 
 pub async fn show(app: &Instance, id: i64, reveal: bool, as_json: bool) -> Result<(), CliError> {
@@ -107,9 +108,9 @@ pub async fn show(app: &Instance, id: i64, reveal: bool, as_json: bool) -> Resul
         .await?
         .ok_or_else(|| CliError::Other(format!("no event with id {id}")))?;
     if as_json {
-        println!("{}", json_of(&view));
+        say!("{}", json_of(&view))?;
     } else {
-        print_detail(&view);
+        print_detail(&view)?;
     }
     Ok(())
 }
@@ -130,7 +131,7 @@ fn origin_line(origin: &Origin) -> String {
     }
 }
 
-fn print_detail(view: &EventView) {
+fn print_detail(view: &EventView) -> Result<(), CliError> {
     let (event, handlers) = (&view.detail, &view.handlers);
     let e = &event.summary;
     let time = |t: Option<chrono::DateTime<Utc>>| t.map(|t| t.to_rfc3339()).unwrap_or_default();
@@ -155,26 +156,26 @@ fn print_detail(view: &EventView) {
         ("purged_at", time(e.purged_at)),
     ];
     for (name, value) in fields {
-        println!("{name:17} {value}");
+        say!("{name:17} {value}")?;
     }
-    println!(
+    say!(
         "\npayload{}:",
         if view.masked {
             " (personal data masked; --reveal shows it)"
         } else {
             " (revealed)"
         }
-    );
+    )?;
     match &event.payload {
-        Some(payload) => println!(
+        Some(payload) => say!(
             "{}",
             serde_json::to_string_pretty(payload).unwrap_or_default()
-        ),
-        None => println!("(purged)"),
+        )?,
+        None => say!("(purged)")?,
     }
-    println!("\nhandlers:");
+    say!("\nhandlers:")?;
     for h in handlers {
-        println!(
+        say!(
             "  {:24} {:9} {} run(s){}{}",
             h.handler,
             h.status,
@@ -186,11 +187,11 @@ fn print_detail(view: &EventView) {
                 .as_deref()
                 .map(|e| format!("  {e}"))
                 .unwrap_or_default()
-        );
+        )?;
     }
-    println!("\nattempts:");
+    say!("\nattempts:")?;
     for a in &event.attempts {
-        println!(
+        say!(
             "  #{} {} {:24} {:>8.1} ms  {}{}  {}",
             a.attempt,
             a.started_at.to_rfc3339(),
@@ -199,11 +200,12 @@ fn print_detail(view: &EventView) {
             a.outcome,
             a.http_status.map(|s| format!(" ({s})")).unwrap_or_default(),
             a.error.as_deref().unwrap_or("")
-        );
+        )?;
     }
     if event.attempts.is_empty() {
-        println!("  (none)");
+        say!("  (none)")?;
     }
+    Ok(())
 }
 
 pub async fn retry(app: &Instance, id: i64, as_json: bool) -> Result<(), CliError> {
@@ -230,9 +232,9 @@ pub async fn retry(app: &Instance, id: i64, as_json: bool) -> Result<(), CliErro
         .await?
         .ok_or_else(|| CliError::Other(format!("no event with id {id}")))?;
     if as_json {
-        println!("{}", json_of(&event));
+        say!("{}", json_of(&event))?;
     } else {
-        println!(
+        say!(
             "event {id}: {} after attempt {}{}",
             event.status,
             event.attempts,
@@ -241,7 +243,7 @@ pub async fn retry(app: &Instance, id: i64, as_json: bool) -> Result<(), CliErro
                 .as_deref()
                 .map(|e| format!(" ({e})"))
                 .unwrap_or_default()
-        );
+        )?;
     }
     Ok(())
 }
@@ -260,16 +262,16 @@ pub async fn bulk_retry(
         crate::desk::log_bulk_retry(&who, "-", &outcome);
     }
     if as_json {
-        println!("{}", json_of(&outcome));
+        say!("{}", json_of(&outcome))?;
     } else if dry_run {
-        println!("{} events match; none retried (dry run)", outcome.matched);
+        say!("{} events match; none retried (dry run)", outcome.matched)?;
     } else {
         let outcomes: Vec<String> = outcome
             .outcomes
             .iter()
             .map(|(name, n)| format!("{name} {n}"))
             .collect();
-        println!(
+        say!(
             "{} events matched, {} retried: {}",
             outcome.matched,
             outcome.retried,
@@ -278,7 +280,7 @@ pub async fn bulk_retry(
             } else {
                 outcomes.join(", ")
             }
-        );
+        )?;
     }
     Ok(())
 }
@@ -297,11 +299,11 @@ pub async fn forget(
         crate::desk::log_forget(&who, "-", &outcome);
     }
     if as_json {
-        println!("{}", json_of(&outcome));
+        say!("{}", json_of(&outcome))?;
         return Ok(());
     }
     let verb = if dry_run { "would erase" } else { "erased" };
-    println!(
+    say!(
         "{verb} the customer's personal data from {} events ({} payloads, {} bodies rewritten, \
          {} bodies that are not JSON dropped, {} conflicting items) and their id from {} payments",
         outcome.events,
@@ -310,7 +312,7 @@ pub async fn forget(
         outcome.bodies_dropped,
         outcome.conflicts,
         outcome.payments
-    );
+    )?;
     Ok(())
 }
 
@@ -321,9 +323,9 @@ pub async fn verify(app: &Instance, id: i64, as_json: bool) -> Result<(), CliErr
     }
     let origin = app.desk.verify_origin(id).await?;
     if as_json {
-        println!("{}", json_of(&origin));
+        say!("{}", json_of(&origin))?;
     } else {
-        println!("event {id}: {}", origin_line(&origin));
+        say!("event {id}: {}", origin_line(&origin))?;
     }
     match origin.verdict {
         Verdict::Verified { .. } | Verdict::ProviderApi { .. } => Ok(()),
@@ -345,14 +347,14 @@ pub async fn payment(
         .await?
         .ok_or_else(|| CliError::Other(format!("no payment {payment_id} from {source}")))?;
     if as_json {
-        println!("{}", json_of(&view));
+        say!("{}", json_of(&view))?;
     } else {
-        print_payment(&view);
+        print_payment(&view)?;
     }
     Ok(())
 }
 
-fn print_payment(view: &PaymentView) {
+fn print_payment(view: &PaymentView) -> Result<(), CliError> {
     let p = &view.payment;
     let fields = [
         ("source", p.source.clone()),
@@ -375,11 +377,11 @@ fn print_payment(view: &PaymentView) {
         ("updated_at", p.updated_at.to_rfc3339()),
     ];
     for (name, value) in fields {
-        println!("{name:16} {value}");
+        say!("{name:16} {value}")?;
     }
-    println!("\nevents, oldest first:");
+    say!("\nevents, oldest first:")?;
     for (event, runs) in &view.events {
-        println!(
+        say!(
             "  #{} {} {} {} {} ({} deliveries)",
             event.id,
             event.received_at.to_rfc3339(),
@@ -387,9 +389,9 @@ fn print_payment(view: &PaymentView) {
             event.event_id,
             event.status,
             event.deliveries
-        );
+        )?;
         for a in runs {
-            println!(
+            say!(
                 "      run {} {} {}{}",
                 a.attempt,
                 a.handler,
@@ -398,10 +400,11 @@ fn print_payment(view: &PaymentView) {
                     .as_deref()
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default()
-            );
+            )?;
         }
     }
     if view.events.is_empty() {
-        println!("  (none kept)");
+        say!("  (none kept)")?;
     }
+    Ok(())
 }

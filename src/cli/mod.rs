@@ -1,6 +1,15 @@
 //! The `hookd` command line. Each command loads the configuration, does its one
 //! job, and reports failure as one line on stderr with a non-zero exit.
 
+/// `println!` for a command's output: a reader that went away (`hookd events
+/// list | head`) ends the command quietly (`CliError::Closed`) instead of
+/// panicking; another write error is the command's error.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::cli::write_line(format_args!($($arg)*))
+    };
+}
+
 mod events;
 mod reconcile;
 mod reload;
@@ -298,6 +307,23 @@ pub enum CliError {
     Store(#[from] store::StoreError),
     #[error("{0}")]
     Other(String),
+    /// Whoever read the output went away: nothing more to say, nothing failed.
+    #[error("stdout closed")]
+    Closed,
+}
+
+/// One line of a command's output on stdout (see `say!`).
+pub(crate) fn write_line(line: std::fmt::Arguments<'_>) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}").map_err(written)
+}
+
+fn written(error: std::io::Error) -> CliError {
+    match error.kind() {
+        std::io::ErrorKind::BrokenPipe => CliError::Closed,
+        _ => CliError::Other(format!("cannot write to stdout: {error}")),
+    }
 }
 
 /// What a team adds to hookd (through `Hookd`): its handlers and its migrations.
@@ -435,7 +461,8 @@ pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
         }
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        // A reader that stopped reading (`| head`) took what it wanted.
+        Ok(()) | Err(CliError::Closed) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("hookd: {error}");
             error.exit_code()
@@ -490,7 +517,7 @@ fn check_config(settings: &Settings) -> Result<(), CliError> {
         ),
         None => String::new(),
     };
-    println!(
+    say!(
         "ok: {}: {} source(s) ({}), {} forward(s), {} admin token(s); webhooks on {}, {admin}\
          {gateway}; database: {database}",
         settings.origin,
@@ -499,7 +526,7 @@ fn check_config(settings: &Settings) -> Result<(), CliError> {
         settings.forwards.len(),
         settings.admin_tokens.len(),
         settings.listen,
-    );
+    )?;
     Ok(())
 }
 
@@ -551,10 +578,10 @@ async fn migrate(settings: Settings, hookd: &Extensions) -> Result<(), CliError>
     let result = store::migrate_with(&database.pool, hookd.migrations).await;
     database.close().await;
     let applied = result?;
-    println!(
+    say!(
         "applied {applied} migration(s); schema at version {}",
         latest_version()
-    );
+    )?;
     Ok(())
 }
 
@@ -601,31 +628,31 @@ async fn purge(settings: Settings, hookd: Extensions, dry_run: bool) -> Result<(
     with_app(settings, hookd, |app| async move {
         if dry_run {
             let preview = app.purger.preview().await?;
-            println!("would drop payloads: {}", describe(&preview.payloads));
-            println!("would delete keys:   {}", describe(&preview.keys));
-            println!(
+            say!("would drop payloads: {}", describe(&preview.payloads))?;
+            say!("would delete keys:   {}", describe(&preview.keys))?;
+            say!(
                 "would delete expired idempotency keys: {}",
                 preview.idempotency_keys
-            );
-            println!(
+            )?;
+            say!(
                 "would delete expired gateway keys: {}",
                 preview.gateway_keys
-            );
+            )?;
         } else {
             let outcome = app.purger.run_once(None).await?;
             if outcome.skipped {
-                println!("another instance is purging; nothing done");
+                say!("another instance is purging; nothing done")?;
             } else {
-                println!("dropped payloads: {}", describe(&outcome.payloads_dropped));
-                println!("deleted keys:     {}", describe(&outcome.keys_deleted));
-                println!(
+                say!("dropped payloads: {}", describe(&outcome.payloads_dropped))?;
+                say!("deleted keys:     {}", describe(&outcome.keys_deleted))?;
+                say!(
                     "deleted expired idempotency keys: {}",
                     outcome.idempotency_keys_deleted
-                );
-                println!(
+                )?;
+                say!(
                     "deleted expired gateway keys: {}",
                     outcome.api_idempotency_keys_deleted
-                );
+                )?;
             }
         }
         Ok(())
@@ -637,7 +664,7 @@ fn secret(scheme: &str) -> Result<(), CliError> {
     let secret = crate::providers::named(scheme)
         .map(|provider| provider.new_secret())
         .ok_or_else(|| CliError::Other(format!("no scheme named {scheme:?}")))?;
-    println!("{}", secret.expose());
+    say!("{}", secret.expose())?;
     Ok(())
 }
 
@@ -670,7 +697,7 @@ fn print_bytes(bytes: &[u8]) -> Result<(), CliError> {
     stdout
         .write_all(bytes)
         .and_then(|()| stdout.flush())
-        .map_err(|e| CliError::Other(format!("cannot write to stdout: {e}")))
+        .map_err(written)
 }
 
 fn latest_version() -> i32 {

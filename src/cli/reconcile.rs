@@ -57,9 +57,9 @@ pub async fn run(
             "recovered": counts.recovered,
             "conflicts": counts.conflicts,
         });
-        println!("{value}");
+        say!("{value}")?;
     } else {
-        println!("{counts}");
+        say!("{counts}")?;
     }
     Ok(())
 }

@@ -63,7 +63,7 @@ pub fn run(settings: &Settings, source_name: &str, file: &Path) -> Result<(), Cl
         return Ok(());
     }
     for (name, value) in signed.headers {
-        println!("{name}: {value}");
+        say!("{name}: {value}")?;
     }
     Ok(())
 }

@@ -50,7 +50,7 @@ pub async fn run(
     let certificates = crate::outbound::Certificates::new();
     let verified =
         crate::intake::verify::signature(&certificates, source, &headers, &body, now).await;
-    println!("{}", verdict(source, &headers, verified)?);
+    say!("{}", verdict(source, &headers, verified)?)?;
     Ok(())
 }
 
