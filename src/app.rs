@@ -46,7 +46,7 @@ pub enum StartError {
     },
     #[error(
         "no database: DATABASE_URL is unset and no embedded cluster is in {EMBEDDED_DIR} here \
-         (hookd serve makes it there); set DATABASE_URL as the service has it, or run this \
+         (hookd serve or migrate makes it there); set DATABASE_URL as the service has it, or run this \
          where serve runs"
     )]
     NoDatabase,

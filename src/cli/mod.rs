@@ -574,7 +574,8 @@ fn warn_unhandled_kinds(settings: &Settings, hookd: &Extensions) {
 }
 
 async fn migrate(settings: Settings, hookd: &Extensions) -> Result<(), CliError> {
-    let database = Database::open_existing(&settings).await?;
+    // Preparing the database is this command's job: it may make the cluster.
+    let database = Database::open(&settings).await?;
     let result = store::migrate_with(&database.pool, hookd.migrations).await;
     database.close().await;
     let applied = result?;

@@ -719,7 +719,7 @@ async fn slow_serve_runs_its_own_cluster_shares_it_and_adopts_one_a_killed_serve
     // refused in one line (exit 78) and makes none of its own.
     for args in [
         &["events", "list"][..],
-        &["migrate"],
+        &["payments", "show", "stripe", "pi_1"],
         &["purge", "--dry-run"],
     ] {
         let refused = command_in(&dir, args).await;
