@@ -208,12 +208,7 @@ async fn a_forward_refused_with_a_4xx_is_dead_and_an_operator_retry_sends_only_i
         error[0].contains("forward:billing") && error[0].contains("422"),
         "{error:?}"
     );
-    let id = app
-        .count(
-            "SELECT id FROM webhook_events WHERE event_id = 'evt_4xx'",
-            &[],
-        )
-        .await;
+    let id = app.event_row_id("evt_4xx").await;
     let retried = app.operator().retry(id, None).await;
     assert_eq!(retried.json()["status"], "processed");
     let handlers: Vec<String> = attempts(&app, "evt_4xx")
@@ -321,12 +316,7 @@ async fn slow_each_handlers_state_shows_in_the_api_the_page_and_the_terminal() {
         200
     );
     assert_eq!(app.send_due_forwards().await, 1, "one send");
-    let id = app
-        .count(
-            "SELECT id FROM webhook_events WHERE event_id = 'evt_states'",
-            &[],
-        )
-        .await;
+    let id = app.event_row_id("evt_states").await;
     let operator = app.operator();
     let detail = operator.event(id).await.json();
     assert_eq!(detail["status"], "failed");
@@ -502,12 +492,7 @@ async fn a_forward_under_way_is_leased_and_a_send_cut_off_is_sent_again_once_the
     let app = app_forwarding_to(&receiver, &["payment_succeeded"], &[], false).await;
     app.deliver_ok("stripe", &paid("evt_lease", "pi_lease"))
         .await;
-    let id = app
-        .count(
-            "SELECT id FROM webhook_events WHERE event_id = 'evt_lease'",
-            &[],
-        )
-        .await;
+    let id = app.event_row_id("evt_lease").await;
     let forwarder = app.app.dispatcher.forwarder().clone();
     let first = tokio::spawn(async move { forwarder.try_send_due("billing").await });
     receiver.wait_for(1).await;
@@ -667,12 +652,7 @@ async fn a_lane_never_sends_a_forward_an_operators_retry_is_about_to_send() {
     let app = app_with_payment_handler(&receiver, held.clone()).await;
     app.deliver_ok("stripe", &paid("evt_race", "pi_race")).await;
     assert_eq!(app.event_status("evt_race").await, "failed");
-    let id = app
-        .count(
-            "SELECT id FROM webhook_events WHERE event_id = 'evt_race'",
-            &[],
-        )
-        .await;
+    let id = app.event_row_id("evt_race").await;
     // The operator's retry checks that no lane is sending the forward, then
     // runs the kind's handler, which takes its time…
     let operator = app.operator();
@@ -689,4 +669,131 @@ async fn a_lane_never_sends_a_forward_an_operators_retry_is_about_to_send() {
     assert_eq!(app.event_status("evt_race").await, "processed");
     assert_eq!(receiver.received().len(), 1, "sent once, not twice at once");
     assert_eq!(forwarder_step(&app).await, 0, "nothing left to send");
+}
+
+#[tokio::test]
+async fn an_operators_retry_on_an_instance_without_the_forward_lets_its_backlog_go() {
+    let receiver = Receiver::start(&[]).await;
+    // Planned on an instance with `billing` whose lanes never ran.
+    let with_forward = app_forwarding_to(&receiver, &["payment_succeeded"], &[], false).await;
+    with_forward
+        .deliver_ok("stripe", &paid("evt_let_go", "pi_let_go"))
+        .await;
+    assert_eq!(with_forward.event_status("evt_let_go").await, "failed");
+    let id = with_forward.event_row_id("evt_let_go").await;
+    // The forward was removed; an operator retries on an instance without it:
+    // the documented way to let a removed forward's backlog go.
+    let without = spawn(Spawn {
+        db: with_forward.db.clone(),
+        ..Spawn::default()
+    })
+    .await;
+    let answer = without.operator().retry(id, Some("let-go-1")).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let event = answer.json();
+    assert_eq!(event["status"], "dead", "{event}");
+    assert!(
+        event["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("forward billing is not in this instance's configuration")),
+        "{event}"
+    );
+    assert_eq!(
+        without
+            .strings(
+                "SELECT state FROM event_forwards WHERE forward = 'billing'",
+                &[]
+            )
+            .await,
+        ["dead"]
+    );
+    assert!(receiver.received().is_empty(), "nothing sent");
+    // The payment's handler was done at receipt and is not run again.
+    assert_eq!(
+        attempts(&without, "evt_let_go").await,
+        [
+            ("payment_succeeded".into(), "processed".into(), None),
+            ("forward:billing".into(), "dead".into(), None),
+        ]
+    );
+    // The instance with the forward has nothing left to send.
+    assert_eq!(with_forward.run_due_retries().await, 0);
+    assert!(receiver.received().is_empty());
+}
+
+#[tokio::test]
+async fn an_event_stored_before_plans_were_kept_takes_the_forwards_not_yet_done() {
+    // Two forwards of payments: `erp` had taken the event, `billing` had not.
+    let erp = Receiver::start(&[]).await;
+    let billing = Receiver::start(&[]).await;
+    let mut settings = shipped_settings();
+    settings.forwards = vec![
+        erp.forward("erp", &["payment_succeeded"], &[]),
+        billing.forward("billing", &["payment_succeeded"], &[]),
+    ];
+    let mut registry = Registry::builtin();
+    registry.register("payment_succeeded", Arc::new(FailsTwice(1.into())));
+    let app = spawn(Spawn {
+        settings,
+        registry,
+        ..Spawn::default()
+    })
+    .await;
+    app.deliver_ok("stripe", &paid("evt_unplanned", "pi_unplanned"))
+        .await;
+    // As an older version left it: the handler failed, `erp` delivered,
+    // `billing` failed, and no plan written down but the migration's '*' row.
+    app.db()
+        .await
+        .batch_execute(
+            "DELETE FROM event_forwards;
+             INSERT INTO event_forwards (webhook_event_id, forward)
+               SELECT id, '*' FROM webhook_events WHERE event_id = 'evt_unplanned';
+             INSERT INTO webhook_event_attempts
+               (webhook_event_id, attempt, handler, started_at, finished_at, outcome, http_status)
+               SELECT id, 2, 'forward:erp', now(), now(), 'processed', 200
+               FROM webhook_events WHERE event_id = 'evt_unplanned';
+             INSERT INTO webhook_event_attempts
+               (webhook_event_id, attempt, handler, started_at, finished_at, outcome, error, http_status)
+               SELECT id, 3, 'forward:billing', now(), now(), 'failed', 'answer 503', 503
+               FROM webhook_events WHERE event_id = 'evt_unplanned';
+             UPDATE webhook_events SET attempts = 3 WHERE event_id = 'evt_unplanned';",
+        )
+        .await
+        .expect("an older version's rows");
+    // serve's retry loop and lanes, stepped.
+    app.run_due_retries().await;
+    assert_eq!(app.event_status("evt_unplanned").await, "processed");
+    assert!(erp.received().is_empty(), "erp had it: not sent again");
+    assert_eq!(billing.received().len(), 1, "billing sent once");
+    let rows: Vec<(String, String)> = app
+        .query(
+            "SELECT forward, state FROM event_forwards ORDER BY forward",
+            &[],
+        )
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("billing".to_string(), "delivered".to_string()),
+            ("erp".to_string(), "delivered".to_string())
+        ]
+    );
+    assert_eq!(
+        app.strings(
+            "SELECT handler || ' ' || outcome FROM webhook_event_attempts ORDER BY attempt",
+            &[]
+        )
+        .await,
+        [
+            "payment_succeeded failed",
+            "forward:erp processed",
+            "forward:billing failed",
+            "payment_succeeded processed",
+            "forward:billing processed"
+        ]
+    );
 }
