@@ -531,9 +531,22 @@ fn check_config(settings: &Settings) -> Result<(), CliError> {
 }
 
 /// What `serve` and `check-config` say, without refusing: secrets in files others
-/// may read, and a database connection that may stay unencrypted.
+/// may read, a database connection that may stay unencrypted, and a gateway
+/// route that may outwait a stop's grace.
 fn warn_about_exposure(settings: &Settings) {
     settings.warn_readable_secret_files();
+    for route in &settings.gateway.routes {
+        if route.rules.timeout > settings.shutdown_grace {
+            log::warn!(
+                "gateway route {}: timeout {} is longer than shutdown_grace {}: a request still \
+                 waiting for upstream when a stop's grace ends is cut, and its key becomes \
+                 unknown; raise shutdown_grace (and the stop timeout around it) to the timeout",
+                route.name(),
+                crate::duration::format(route.rules.timeout),
+                crate::duration::format(settings.shutdown_grace)
+            );
+        }
+    }
     for source in &settings.sources {
         if let Some(exposure) = source.scheme.provider().exposure() {
             log::warn!("source {}: {exposure}", source.name);

@@ -1120,6 +1120,18 @@ async fn slow_check_config_refuses_a_bad_gateway_key_in_one_line_naming_it_with_
         said.contains(", the gateway on 127.0.0.1:8090 (1 route(s)); database:"),
         "{said}"
     );
+    assert!(checked.stderr.is_empty(), "{checked:?}");
+    // A route that may wait on upstream past a stop's grace (30s): said, not refused.
+    let patient = check_config(&(good.clone() + "timeout = \"2m\"\n"), &[]).await;
+    assert_eq!(patient.status.code(), Some(0));
+    let warned = String::from_utf8_lossy(&patient.stderr);
+    assert!(
+        warned.contains(
+            "gateway route payments: timeout 2m is longer than shutdown_grace 30s: a request \
+             still waiting for upstream when a stop's grace ends is cut, and its key becomes unknown"
+        ),
+        "{warned}"
+    );
     for (gateway, key, says) in [
         (
             good.replace("/payments\"", "payments\""),
