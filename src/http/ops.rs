@@ -29,6 +29,9 @@ pub async fn healthz() -> HttpResponse {
 /// query a second.
 const FRESH_FOR: Duration = Duration::from_secs(1);
 
+/// The readiness check's time limit (probes default to a 1–3 s timeout).
+const READY_WITHIN: Duration = Duration::from_secs(2);
+
 /// Why this instance is not ready, if it is not.
 async fn readiness(state: &AppState) -> Option<&'static str> {
     if state.stopping.load(std::sync::atomic::Ordering::Relaxed) {
@@ -37,7 +40,17 @@ async fn readiness(state: &AppState) -> Option<&'static str> {
     state
         .readiness
         .get(FRESH_FOR, || async {
-            match store::is_ready(&state.app.pool, state.app.migrations).await {
+            let check = store::is_ready(&state.app.pool, state.app.migrations);
+            // A server that stopped answering (no reset) must not hold every
+            // probe and scrape waiting behind this check.
+            let Ok(ready) = tokio::time::timeout(READY_WITHIN, check).await else {
+                log::warn!(
+                    "not ready: the database gave no answer within {}",
+                    crate::duration::format(READY_WITHIN)
+                );
+                return Some("database unreachable");
+            };
+            match ready {
                 Ok(()) => None,
                 Err(error) => {
                     log::warn!("not ready: {error}");
@@ -64,6 +77,14 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
+/// `read`, or `None` once `deadline` has passed.
+async fn within<T>(
+    deadline: tokio::time::Instant,
+    read: impl std::future::Future<Output = Option<T>>,
+) -> Option<T> {
+    tokio::time::timeout_at(deadline, read).await.ok().flatten()
+}
+
 /// The scrape. With `metrics_token` set, it wants `Authorization: Bearer` with
 /// that token (401 otherwise, before anything is read).
 pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
@@ -82,13 +103,18 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
     ];
     let ready = readiness(&state).await.is_none();
     gauges.push((Metric::Ready, if ready { 1.0 } else { 0.0 }));
+    // The gauges read from the database share one time limit: a server that
+    // stopped answering leaves them out rather than hold the scrape.
+    let deadline = tokio::time::Instant::now() + READY_WITHIN;
     let backlog = state
         .app
         .metrics
         .backlog
-        .get(FRESH_FOR, || async {
-            let client = state.app.pool.get().await.ok()?;
-            store::events::backlog(&client).await.ok()
+        .get(FRESH_FOR, || {
+            within(deadline, async {
+                let client = state.app.pool.get().await.ok()?;
+                store::events::backlog(&client).await.ok()
+            })
         })
         .await;
     if let Some((failed, dead)) = backlog {
@@ -100,9 +126,11 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
             .app
             .metrics
             .gateway_unknown
-            .get(FRESH_FOR, || async {
-                let client = state.app.pool.get().await.ok()?;
-                store::api_idempotency::unknown_count(&client).await.ok()
+            .get(FRESH_FOR, || {
+                within(deadline, async {
+                    let client = state.app.pool.get().await.ok()?;
+                    store::api_idempotency::unknown_count(&client).await.ok()
+                })
             })
             .await;
         if let Some(unknown) = unknown {
@@ -114,14 +142,16 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
         .app
         .metrics
         .forward_states
-        .get(FRESH_FOR, || async {
-            let views = state.app.dispatcher.forwarder().overview().await.ok()?;
-            let configured = views.into_iter().filter(|v| v.state != "not_configured");
-            Some(
-                configured
-                    .map(|v| (v.name, lanes::state_gauge(v.state)))
-                    .collect(),
-            )
+        .get(FRESH_FOR, || {
+            within(deadline, async {
+                let views = state.app.dispatcher.forwarder().overview().await.ok()?;
+                let configured = views.into_iter().filter(|v| v.state != "not_configured");
+                Some(
+                    configured
+                        .map(|v| (v.name, lanes::state_gauge(v.state)))
+                        .collect(),
+                )
+            })
         })
         .await
         .unwrap_or_default();
@@ -129,9 +159,11 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
         .app
         .metrics
         .silences
-        .get(FRESH_FOR, || async {
-            let client = state.app.pool.get().await.ok()?;
-            store::activity::silences(&client).await.ok()
+        .get(FRESH_FOR, || {
+            within(deadline, async {
+                let client = state.app.pool.get().await.ok()?;
+                store::activity::silences(&client).await.ok()
+            })
         })
         .await;
     let silent = silences

@@ -37,6 +37,11 @@ pub use tls::{DbConnector, Pooler};
 /// How long a request waits for a connection before the database counts as unavailable.
 const POOL_WAIT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Data sent to PostgreSQL and not acknowledged for this long ends the link
+/// (`TCP_USER_TIMEOUT`, where the URL sets none): a server host lost without a
+/// reset is given up in seconds, not after the kernel's ~15 minutes of
+/// retransmissions (keepalives are not sent while data waits).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Keepalive probes on an idle TCP link to PostgreSQL, where the URL sets none.
 const KEEPALIVES_IDLE: Duration = Duration::from_secs(60);
 const KEEPALIVES_INTERVAL: Duration = Duration::from_secs(10);
@@ -259,6 +264,9 @@ pub fn pool_through(
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
     probe_idle_links(&mut config);
     config.application_name("hookd");
     let manager = tls.manager(
@@ -385,10 +393,28 @@ impl From<tokio_postgres::Error> for NotReady {
     }
 }
 
+/// How long readiness waits for a pooled session before it finds every one
+/// busy (a burst of deliveries: the database answers them, so ready).
+const READY_POOL_WAIT: Duration = Duration::from_secs(1);
+
 /// Reachable, taking writes, and migrated to the schema this binary (and the
-/// application) expects: what readiness reports.
+/// application) expects: what readiness reports. A pool whose every session is
+/// open and busy counts as reachable: under a burst, readiness must not take
+/// every instance out of the balancer at once.
 pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), NotReady> {
-    let client = pool.get().await.map_err(StoreError::from)?;
+    let wait = deadpool_postgres::Timeouts {
+        wait: Some(READY_POOL_WAIT),
+        ..pool.timeouts()
+    };
+    let client = match pool.timeout_get(&wait).await {
+        Ok(client) => client,
+        Err(deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Wait))
+            if pool.status().size >= pool.status().max_size =>
+        {
+            return Ok(());
+        }
+        Err(error) => return Err(StoreError::from(error).into()),
+    };
     // A standby (or a database set read-only) takes no delivery: not ready, so a
     // balancer sends them elsewhere; the session is closed so the next one can
     // find the new primary.

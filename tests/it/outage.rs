@@ -9,9 +9,10 @@ use hookd::embedded_pg::{ClusterOptions, EmbeddedPostgres};
 use hookd::store;
 use serde_json::json;
 
+use crate::support::relay::StallRelay;
 use crate::support::{
-    ClusterGuard, Spawn, TestApp, connect, pg_ctl_as_cluster_user, spawn, spawn_app, stripe_event,
-    wait_for,
+    ClusterGuard, Spawn, TestApp, TestDb, connect, pg_ctl_as_cluster_user, spawn, spawn_app,
+    stripe_event, wait_for,
 };
 
 async fn start_cluster(dir: PathBuf) -> EmbeddedPostgres {
@@ -92,6 +93,49 @@ async fn slow_a_stopped_database_gives_503_then_recovers_by_itself() {
 
 /// Waits (3 s at most: readiness is cached for a second) until `/readyz`
 /// answers `status`.
+#[tokio::test]
+async fn a_database_that_stops_answering_makes_readyz_answer_503_and_come_back() {
+    let db = TestDb::create().await;
+    let relay = StallRelay::to(db.config()).await;
+    let app = spawn(Spawn {
+        database: Some(relay.config()),
+        ..Spawn::default()
+    })
+    .await;
+    readyz_becomes(&app, 200).await;
+    // The server's host is lost without a reset: nothing answers, nothing closes.
+    relay.stall();
+    let stalled = tokio::time::timeout(
+        std::time::Duration::from_secs(15),
+        readyz_becomes(&app, 503),
+    )
+    .await;
+    assert!(stalled.is_ok(), "/readyz kept waiting on the database");
+    let scraped = tokio::time::timeout(std::time::Duration::from_secs(15), app.metrics()).await;
+    let metrics = scraped.expect("a scrape answered while the database is silent");
+    assert_eq!(metrics.value("hookd_ready", &[]), 0.0);
+    relay.resume();
+    readyz_becomes(&app, 200).await;
+}
+
+#[tokio::test]
+async fn readiness_with_every_pooled_session_busy_is_ready() {
+    let app = spawn_app().await;
+    readyz_becomes(&app, 200).await;
+    // A burst: every session of the pool is open and in use.
+    let pool = &app.app.pool;
+    let size = pool.status().max_size;
+    let mut held = Vec::with_capacity(size);
+    for _ in 0..size {
+        held.push(pool.get().await.expect("a session"));
+    }
+    // Past the cached answer's second, readiness is asked again: the database
+    // answers every session it has, so this instance stays in the balancer.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(app.get("/readyz").await.status, 200);
+    drop(held);
+}
+
 async fn readyz_becomes(app: &TestApp, status: u16) {
     let what = format!("/readyz to answer {status}");
     wait_for(&what, std::time::Duration::from_secs(3), || async {

@@ -116,3 +116,76 @@ impl CancelRelay {
         }
     }
 }
+
+/// Relays connections to a test database until `stall`, then holds every byte
+/// either way (the connections stay open): a server host lost without a reset,
+/// or a link that stopped carrying anything. `resume` lets them flow again.
+pub struct StallRelay {
+    port: u16,
+    upstream: tokio_postgres::Config,
+    stalled: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallRelay {
+    pub async fn to(upstream: tokio_postgres::Config) -> StallRelay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (config, held) = (upstream.clone(), stalled.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (config, held) = (config.clone(), held.clone());
+                tokio::spawn(async move {
+                    let server = connect(&config).await;
+                    let (client_in, client_out) = client.into_split();
+                    let (server_in, server_out) = tokio::io::split(server);
+                    tokio::join!(
+                        pump(client_in, server_out, held.clone()),
+                        pump(server_in, client_out, held)
+                    );
+                });
+            }
+        });
+        StallRelay {
+            port,
+            upstream,
+            stalled,
+        }
+    }
+
+    /// The upstream database's settings, through the relay.
+    pub fn config(&self) -> tokio_postgres::Config {
+        through(self.port, &self.upstream)
+    }
+
+    pub fn stall(&self) {
+        self.stalled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn resume(&self) {
+        self.stalled
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to`, holding what it read while `stalled`.
+async fn pump(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    stalled: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => read,
+        };
+        while stalled.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        if to.write_all(&buffer[..read]).await.is_err() {
+            return;
+        }
+    }
+}
