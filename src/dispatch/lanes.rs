@@ -522,6 +522,26 @@ impl Forwarder {
         Ok(views)
     }
 
+    /// Each configured forward's state (`closed`, `open` or `paused`), read
+    /// without counting its backlog: a scrape's `hookd_forward_state`.
+    pub async fn states(&self) -> Result<Vec<(String, &'static str)>, StoreError> {
+        let settings = self.runner.settings();
+        let client = self.pool.get().await?;
+        let rows = forwards::states(&client).await;
+        let rows = store::give_back(client, rows)?;
+        Ok(settings
+            .forwards
+            .iter()
+            .map(|forward| {
+                let row = rows.iter().find(|r| r.forward == forward.name);
+                (
+                    forward.name.clone(),
+                    view(Some(forward), &forward.name, row).state,
+                )
+            })
+            .collect())
+    }
+
     /// Pauses (`pause`) or resumes a configured forward for every instance,
     /// audited as `paused_forward` or `resumed_forward` by `who`; its view after.
     pub async fn set_paused(

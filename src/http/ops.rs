@@ -144,11 +144,11 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
         .forward_states
         .get(FRESH_FOR, || {
             within(deadline, async {
-                let views = state.app.dispatcher.forwarder().overview().await.ok()?;
-                let configured = views.into_iter().filter(|v| v.state != "not_configured");
+                let states = state.app.dispatcher.forwarder().states().await.ok()?;
                 Some(
-                    configured
-                        .map(|v| (v.name, lanes::state_gauge(v.state)))
+                    states
+                        .into_iter()
+                        .map(|(name, state)| (name, lanes::state_gauge(state)))
                         .collect(),
                 )
             })
