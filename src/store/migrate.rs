@@ -119,6 +119,15 @@ async fn check_encoding(client: &deadpool_postgres::Object) -> Result<(), StoreE
     Ok(())
 }
 
+/// How long a migration waits for a table's lock before it lets go and tries
+/// again: a lock request queued behind a long reader (a `pg_dump`, a report)
+/// would hold every delivery's statement behind it for as long.
+const LOCK_WAIT: &str = "SET LOCAL lock_timeout = '3s'";
+/// Tries at one migration before it gives up (about two minutes in all).
+const LOCK_TRIES: u32 = 24;
+/// The pause between two tries, while deliveries run.
+const LOCK_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Applies `migrations` one transaction at a time, until none is pending.
 async fn apply_pending(
     client: &mut deadpool_postgres::Object,
@@ -126,6 +135,7 @@ async fn apply_pending(
     migrations: &[Migration],
 ) -> Result<usize, StoreError> {
     let mut count = 0;
+    let mut tries = 0;
     loop {
         let tx = client.transaction().await?;
         // Waiting for another instance's migration, or building an index on a
@@ -145,9 +155,33 @@ async fn apply_pending(
             warn_if_newer(ledger, migrations, &applied);
             return Ok(count);
         };
-        tx.batch_execute(migration.sql)
-            .await
-            .map_err(|e| needs_owner(e, ledger.whose, migration.name))?;
+        // Only the migration's own statements give up on a lock (the
+        // advisory one above waits for another instance's migration).
+        tx.batch_execute(LOCK_WAIT).await?;
+        if let Err(error) = tx.batch_execute(migration.sql).await {
+            if error.code() != Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) {
+                return Err(needs_owner(error, ledger.whose, migration.name));
+            }
+            tx.rollback().await?;
+            tries += 1;
+            if tries >= LOCK_TRIES {
+                return Err(StoreError::Schema(format!(
+                    "{} migration {}: a table it changes stayed locked by another session \
+                     (a long query, a dump) for {LOCK_TRIES} tries; run it again once that ends",
+                    ledger.whose, migration.name
+                )));
+            }
+            log::warn!(
+                "{} migration {}: a table it changes is locked by another session (a long \
+                 query, a dump); trying again in {} ({tries} of {LOCK_TRIES})",
+                ledger.whose,
+                migration.name,
+                crate::duration::format(LOCK_PAUSE)
+            );
+            tokio::time::sleep(LOCK_PAUSE).await;
+            continue;
+        }
+        tries = 0;
         // The table names are hookd's own constants, never input.
         sql::execute(
             &tx,

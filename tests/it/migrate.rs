@@ -98,3 +98,79 @@ async fn slow_a_bad_configuration_stops_startup_with_one_line() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn slow_a_migration_behind_a_long_reader_never_holds_deliveries_behind_it() {
+    let db = crate::support::TestDb::create().await;
+    let pool = store::pool(db.config(), store::DbConnector::Plain, 2);
+    store::migrate(&pool).await.expect("migrate");
+    // A long reader (a dump, a report) holds the events table's weakest lock.
+    let reader = connect(db.config()).await;
+    reader
+        .batch_execute("BEGIN; SELECT count(*) FROM webhook_events;")
+        .await
+        .expect("reader");
+    // An application migration that needs the table to itself.
+    const ALTER: &[store::Migration] = &[store::Migration {
+        version: 1,
+        name: "0001_note.sql",
+        sql: "ALTER TABLE webhook_events ADD COLUMN note text",
+    }];
+    let migrating = tokio::spawn({
+        let pool = pool.clone();
+        async move { store::migrate_with(&pool, ALTER).await }
+    });
+    // Once the migration asks for its lock, a delivery's statement: before,
+    // it queued behind that request for as long as the reader read.
+    let watcher = connect(db.config()).await;
+    crate::support::wait_for(
+        "the migration to wait for its lock",
+        std::time::Duration::from_secs(10),
+        || async {
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE webhook_events%'",
+                    &[],
+                )
+                .await
+                .expect("activity")
+                .get(0);
+            (waiting == 1).then_some(())
+        },
+    )
+    .await;
+    let writer = connect(db.config()).await;
+    let insert = writer.execute(
+        "INSERT INTO webhook_events
+             (source, event_id, event_type, status, payload, payload_sha256, signed_with)
+         VALUES ('stripe', 'evt_during_migration', 't', 'ignored', '{}', '\\x00', 0)",
+        &[],
+    );
+    let written = tokio::time::timeout(std::time::Duration::from_secs(20), insert).await;
+    assert_eq!(
+        written
+            .expect("the insert waited for the migration")
+            .expect("insert"),
+        1
+    );
+    assert!(
+        !migrating.is_finished(),
+        "the migration waits for the reader"
+    );
+    // The reader ends: the migration goes through on a later try.
+    reader.batch_execute("COMMIT").await.expect("commit");
+    let applied = migrating.await.expect("join").expect("migrated");
+    assert_eq!(applied, 1);
+    let column = connect(db.config())
+        .await
+        .query_one(
+            "SELECT count(*) FROM information_schema.columns
+             WHERE table_name = 'webhook_events' AND column_name = 'note'",
+            &[],
+        )
+        .await
+        .expect("column")
+        .get::<_, i64>(0);
+    assert_eq!(column, 1);
+}
