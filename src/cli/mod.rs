@@ -608,7 +608,18 @@ where
     Fut: std::future::Future<Output = Result<(), CliError>>,
 {
     let database = Database::open_existing(&settings).await?;
-    on_database(database, settings, hookd, work).await
+    on_database(database, settings, hookd, Schema::Check, work).await
+}
+
+/// What a command does about the schema before its work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Schema {
+    /// Brings it up to date (`serve`).
+    Migrate,
+    /// Wants it current, and changes nothing: a newer binary run for a
+    /// look (`events list` on a bastion host) must not change the schema
+    /// under the running instances as a side effect.
+    Check,
 }
 
 /// `with_app` on `database`.
@@ -616,6 +627,7 @@ async fn on_database<F, Fut>(
     database: Database,
     settings: Settings,
     hookd: Extensions,
+    schema: Schema,
     work: F,
 ) -> Result<(), CliError>
 where
@@ -623,7 +635,22 @@ where
     Fut: std::future::Future<Output = Result<(), CliError>>,
 {
     let result = async {
-        store::migrate_with(&database.pool, hookd.migrations).await?;
+        match schema {
+            Schema::Migrate => {
+                store::migrate_with(&database.pool, hookd.migrations).await?;
+            }
+            Schema::Check => {
+                let client = database.pool.get().await.map_err(store::StoreError::from)?;
+                store::check_schema(&client, hookd.migrations)
+                    .await
+                    .map_err(|error| match error {
+                        store::StoreError::Schema(why) => store::StoreError::Schema(format!(
+                            "{why}: run `hookd migrate` (as the role that owns the schema) first"
+                        )),
+                        other => other,
+                    })?;
+            }
+        }
         let app = Instance::new(
             settings,
             database.pool.clone(),

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use super::{CliError, on_database, reload};
+use super::{CliError, Schema, on_database, reload};
 use crate::app::Parts;
 use crate::config::Settings;
 use crate::duration;
@@ -39,7 +39,7 @@ pub async fn serve(
     let extensions = hookd.clone();
     // serve makes the embedded cluster when there is none yet.
     let database = crate::app::Database::open(&settings).await?;
-    on_database(database, settings, hookd, |app| async move {
+    on_database(database, settings, hookd, Schema::Migrate, |app| async move {
         let running = app.start(Parts::ALL)?;
         log::info!("hookd listening on http://{}", running.addr);
         let first = loop {

@@ -429,6 +429,16 @@ pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), NotR
         discard(client);
         return Err(NotReady::ReadOnly);
     }
+    check_schema(&client, application).await?;
+    Ok(())
+}
+
+/// Whether the schema is the one this build (and the application) expects:
+/// `StoreError::Schema` naming the version found and the one needed if not.
+pub async fn check_schema(
+    client: &impl sql::Session,
+    application: &[Migration],
+) -> Result<(), StoreError> {
     let wanted = [
         ("hookd_schema_migrations", "hookd", MIGRATIONS.last()),
         (
@@ -440,7 +450,7 @@ pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), NotR
     for (table, whose, newest) in wanted {
         let Some(newest) = newest else { continue };
         let exists: bool = sql::query_one(
-            &client,
+            client,
             "SELECT to_regclass($1) IS NOT NULL",
             params![&table],
         )
@@ -449,7 +459,7 @@ pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), NotR
         // The table names are constants, never input.
         let applied: Option<i32> = if exists {
             sql::query_one(
-                &client,
+                client,
                 &format!("SELECT max(version) FROM {table}"),
                 params![],
             )
@@ -459,11 +469,11 @@ pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), NotR
             None
         };
         if applied.is_none_or(|v| v < newest.version) {
-            return Err(NotReady::Store(StoreError::Schema(format!(
+            return Err(StoreError::Schema(format!(
                 "{whose}'s schema is at version {}, this build needs {}",
                 applied.unwrap_or(0),
                 newest.version
-            ))));
+            )));
         }
     }
     Ok(())

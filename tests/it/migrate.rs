@@ -50,7 +50,28 @@ async fn slow_hookd_migrate_applies_the_schema_and_says_so() {
     let name = format!("mcli_{}", std::process::id());
     empty_database(&name).await;
     let url = cluster().connection_string(&name);
-    let output = crate::support::run_hookd(&["migrate"], Some(url)).await;
+    // Any other command wants the schema current and changes nothing.
+    for args in [&["events", "list"][..], &["purge", "--dry-run"]] {
+        let refused = crate::support::run_hookd(args, Some(url.clone())).await;
+        let said = String::from_utf8_lossy(&refused.stderr).trim().to_string();
+        assert!(!refused.status.success(), "{args:?}");
+        assert_eq!(said.lines().count(), 1, "{said}");
+        assert!(
+            said.contains(&format!(
+                "hookd's schema is at version 0, this build needs {}",
+                store::MIGRATIONS.len()
+            )) && said.contains("run `hookd migrate`"),
+            "{said}"
+        );
+    }
+    let untouched: bool = connect(cluster().config(&name))
+        .await
+        .query_one("SELECT to_regclass('hookd_schema_migrations') IS NULL", &[])
+        .await
+        .expect("query")
+        .get(0);
+    assert!(untouched, "no table made by a command that only looks");
+    let output = crate::support::run_hookd(&["migrate"], Some(url.clone())).await;
     assert!(
         output.status.success(),
         "{}",
@@ -76,6 +97,8 @@ async fn slow_hookd_migrate_applies_the_schema_and_says_so() {
         assert!(exists, "{table}");
     }
     drop(db);
+    let listed = crate::support::run_hookd(&["events", "list"], Some(url)).await;
+    assert!(listed.status.success(), "{listed:?}");
     drop_database(&name).await;
 }
 
