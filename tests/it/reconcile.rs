@@ -722,12 +722,7 @@ async fn serve_runs_the_pass_itself_under_its_lease() {
         1,
     ))
     .await;
-    let port = crate::process::free_port();
-    let config = crate::process::write_config(port, "reconcile-serve");
-    let mut env = api.env("stripe", KEY, database.clone());
-    env.push(("HOOKD_SOURCE_STRIPE_RECONCILE", "true".into()));
-    env.push(("HOOKD_SOURCE_STRIPE_RECONCILE_INTERVAL", "10s".into()));
-    let hookd = crate::process::Hookd::start_with_env(&config, port, &env, "info").await;
+    let (hookd, config) = serve_reconciling(&api, database.clone(), "reconcile-serve").await;
     let client = crate::support::connect(db.config()).await;
     let count = |sql: &'static str| {
         let client = &client;
@@ -762,15 +757,7 @@ async fn serve_runs_the_pass_itself_under_its_lease() {
     // runs and recoveries are shown from 0 at start, for an alert to see the
     // first failure as a rise).
     let ok = "hookd_reconcile_runs_total{source=\"stripe\",result=\"ok\"} 1";
-    let text = wait_for(
-        "serve's pass to count itself",
-        Duration::from_secs(10),
-        || async {
-            let (status, text) = metrics_text(&hookd.base).await;
-            (status == 200 && text.contains(ok)).then_some(text)
-        },
-    )
-    .await;
+    let text = scraped_with(&hookd.base, ok).await;
     assert!(
         text.contains("hookd_reconcile_runs_total{source=\"stripe\",result=\"error\"} 0"),
         "{text}"
@@ -792,6 +779,66 @@ async fn serve_runs_the_pass_itself_under_its_lease() {
         "{log}"
     );
     assert!(!log.contains(KEY));
+}
+
+#[tokio::test]
+async fn a_pass_serve_cannot_make_is_counted_an_error_for_the_alert() {
+    let db = crate::support::TestDb::create().await;
+    let database = crate::support::cluster().connection_string(&db.name);
+    // A key the provider refuses (revoked, or a typo in the secret).
+    let api = ProviderApi::start(|_: &Seen| -> Answer {
+        let body = json!({"error": {"type": "invalid_request_error", "message": "Invalid API Key provided"}});
+        (401, vec![], body.to_string())
+    })
+    .await;
+    let (hookd, config) = serve_reconciling(&api, database, "reconcile-serve-fails").await;
+    let error = "hookd_reconcile_runs_total{source=\"stripe\",result=\"error\"} 1";
+    let text = scraped_with(&hookd.base, error).await;
+    assert!(
+        text.contains("hookd_reconcile_runs_total{source=\"stripe\",result=\"ok\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hookd_reconcile_recovered_total{source=\"stripe\"} 0"),
+        "{text}"
+    );
+    drop(hookd);
+    let log = std::fs::read_to_string(config.with_extension("log")).expect("log");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("reconcile stripe:") && l.contains("401")),
+        "{log}"
+    );
+    assert!(!log.contains(KEY));
+}
+
+/// `hookd serve` on `database` whose Stripe source reconciles against `api`
+/// every 10 s; its configuration's path (the log is beside it).
+async fn serve_reconciling(
+    api: &ProviderApi,
+    database: String,
+    name: &str,
+) -> (crate::process::Hookd, std::path::PathBuf) {
+    let port = crate::process::free_port();
+    let config = crate::process::write_config(port, name);
+    let mut env = api.env("stripe", KEY, database);
+    env.push(("HOOKD_SOURCE_STRIPE_RECONCILE", "true".into()));
+    env.push(("HOOKD_SOURCE_STRIPE_RECONCILE_INTERVAL", "10s".into()));
+    let hookd = crate::process::Hookd::start_with_env(&config, port, &env, "info").await;
+    (hookd, config)
+}
+
+/// The first scrape of `base` holding `sample` (30 s at most).
+async fn scraped_with(base: &str, sample: &str) -> String {
+    wait_for(
+        &format!("a scrape with {sample}"),
+        Duration::from_secs(30),
+        || async {
+            let (status, text) = metrics_text(base).await;
+            (status == 200 && text.contains(sample)).then_some(text)
+        },
+    )
+    .await
 }
 
 async fn metrics_text(base: &str) -> (u16, String) {
