@@ -445,6 +445,91 @@ async fn slow_a_receiver_down_longer_than_max_attempts_loses_nothing_and_gets_th
 }
 
 #[tokio::test]
+async fn a_refusal_resets_the_breaker_and_a_failed_probe_keeps_it_open_a_minute() {
+    // Five events; the receiver fails, fails, refuses one (422), fails, fails.
+    let receiver = Receiver::start(&[503, 503, 422, 503, 503, 503, 503]).await;
+    let mut settings = shipped_settings();
+    let mut forward = receiver.forward("billing", &["payment_succeeded"], &[]);
+    forward.concurrency = 1;
+    forward.open_after = 3;
+    forward.retry_for = Duration::from_secs(3600);
+    settings.forwards = vec![forward];
+    // A failed send is not due again during the test unless the test says so.
+    settings.retry_base = Duration::from_secs(3600);
+    let app = spawn_with_settings(settings).await;
+    for i in 1..=5 {
+        app.deliver_ok("stripe", &payment(&format!("evt_brk_{i}")))
+            .await;
+    }
+    let breaker = || async {
+        let row = &app
+            .query(
+                "SELECT consecutive_failures, opened_at IS NOT NULL,
+                        extract(epoch FROM probe_at - now())::float8
+                 FROM forward_states WHERE forward = 'billing'",
+                &[],
+            )
+            .await[0];
+        (
+            row.get::<_, i32>(0),
+            row.get::<_, bool>(1),
+            row.get::<_, Option<f64>>(2),
+        )
+    };
+    // The lane's steps, one send each, in the order the events came.
+    for _ in 1..=5 {
+        assert_eq!(app.send_due_forwards().await, 1);
+    }
+    // A refusal is the receiver answering: it breaks the run of failures, so
+    // four failures in all never made three in a row.
+    assert_eq!(breaker().await, (2, false, None));
+    assert_eq!(
+        app.event_status("evt_brk_3").await,
+        "dead",
+        "refused: not retried"
+    );
+    assert_eq!(app.event_status("evt_brk_1").await, "failed");
+
+    // One more failure in a row opens it.
+    app.execute(
+        "UPDATE event_forwards SET next_attempt_at = now()
+         WHERE webhook_event_id = (SELECT id FROM webhook_events WHERE event_id = 'evt_brk_1')",
+        &[],
+    )
+    .await;
+    assert_eq!(app.send_due_forwards().await, 1);
+    let (failures, open, probe) = breaker().await;
+    assert_eq!((failures, open), (3, true));
+    assert!(
+        probe.is_some_and(|s| (50.0..=60.0).contains(&s)),
+        "{probe:?}"
+    );
+    assert_eq!(forward_view(&app, "billing").await["state"], "open");
+
+    // Its probe is due: one send, though four events are due; it fails, and
+    // the breaker stays open, the next probe a minute away.
+    app.make_retries_due().await;
+    app.execute(
+        "UPDATE forward_states SET probe_at = now() WHERE forward = 'billing'",
+        &[],
+    )
+    .await;
+    assert_eq!(app.send_due_forwards().await, 1, "only the probe");
+    assert_eq!(receiver.received().len(), 7);
+    let (failures, open, probe) = breaker().await;
+    assert_eq!((failures, open), (4, true));
+    assert!(
+        probe.is_some_and(|s| (50.0..=60.0).contains(&s)),
+        "{probe:?}"
+    );
+    assert_eq!(
+        app.send_due_forwards().await,
+        0,
+        "nothing until the next probe"
+    );
+}
+
+#[tokio::test]
 async fn a_paused_forward_holds_its_events_until_an_operator_resumes_it() {
     let receiver = Receiver::start(&[]).await;
     let mut settings = shipped_settings();
