@@ -45,11 +45,15 @@ pub async fn run(
             crate::duration::format(settings.key_retention)
         )));
     }
-    let counts = crate::reconcile::pass(app, source, since, dry_run)
-        .await
-        .map_err(|e| CliError::Other(format!("reconcile {}: {e}", source.name)))?;
+    let passed = crate::reconcile::pass(app, source, since, dry_run).await;
+    let (counts, error) = match passed {
+        Ok(counts) => (counts, None),
+        Err(stopped) => (stopped.counts, Some(stopped.to_string())),
+    };
     if json {
-        let value = serde_json::json!({
+        // A pass that stopped half-way still says what it stored (in JSON too,
+        // for a script), with the error beside the counts.
+        let mut value = serde_json::json!({
             "source": source.name,
             "since": since.to_rfc3339_opts(SecondsFormat::Secs, true),
             "listed": counts.listed,
@@ -57,9 +61,18 @@ pub async fn run(
             "recovered": counts.recovered,
             "conflicts": counts.conflicts,
         });
+        if let Some(error) = &error {
+            value["error"] = serde_json::Value::String(error.clone());
+        }
         say!("{value}")?;
-    } else {
+    } else if error.is_none() {
         say!("{counts}")?;
     }
-    Ok(())
+    match error {
+        Some(error) => Err(CliError::Other(format!(
+            "reconcile {}: {error}",
+            source.name
+        ))),
+        None => Ok(()),
+    }
 }

@@ -486,6 +486,23 @@ async fn a_pass_the_api_fails_late_in_stores_what_it_found_and_says_so() {
         .await,
         40
     );
+    // With --json the counts come on stdout too, the error beside them.
+    let again = reconcile(&api, &app, KEY, &["--json"]).await;
+    assert_eq!(again.status.code(), Some(1));
+    let printed: Value = serde_json::from_str(&stdout(&again)).expect("one JSON object");
+    assert_eq!(
+        (
+            &printed["listed"],
+            &printed["present"],
+            &printed["recovered"]
+        ),
+        (&json!(40), &json!(40), &json!(0)),
+        "{printed}"
+    );
+    assert!(
+        printed["error"].as_str().is_some_and(|e| e.contains("500")),
+        "{printed}"
+    );
 }
 
 #[tokio::test]
