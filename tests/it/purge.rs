@@ -474,11 +474,24 @@ async fn only_one_instance_purges_at_a_time() {
 async fn serve_purges_on_its_schedule_and_stops_promptly() {
     let mut settings = shipped_settings();
     settings.purge_interval = std::time::Duration::from_millis(200);
-    let mut app = spawn(Spawn {
+    let app = spawn(Spawn {
         settings,
         parts: PURGING,
         ..Spawn::default()
     })
+    .await;
+    let passes = || async {
+        app.metrics()
+            .await
+            .value("hookd_purge_runs_total", &[("result", "ok")])
+    };
+    // The pass at start has run; an event aged after it is purged by a
+    // scheduled one.
+    wait_for(
+        "the pass at start",
+        std::time::Duration::from_secs(10),
+        || async { (passes().await >= 1.0).then_some(()) },
+    )
     .await;
     app.deliver_ok("stripe", &event("evt_sched", "ignored"))
         .await;
@@ -487,19 +500,36 @@ async fn serve_purges_on_its_schedule_and_stops_promptly() {
         &[],
     )
     .await;
-    // A scheduled pass runs.
+    let before = passes().await;
     app.wait_for_count(
         "SELECT count(*) FROM webhook_events WHERE purged_at IS NULL",
         0,
         std::time::Duration::from_secs(10),
     )
     .await;
-    let stopping = std::time::Instant::now();
-    app.stop().await;
-    assert!(
-        stopping.elapsed() < std::time::Duration::from_secs(5),
-        "the schedule's sleep is interruptible"
-    );
+    assert!(passes().await > before, "a scheduled pass");
+
+    // An instance whose next pass is an hour away stops without waiting for it.
+    let mut settings = shipped_settings();
+    settings.purge_interval = std::time::Duration::from_secs(3600);
+    let mut idle = spawn(Spawn {
+        settings,
+        db: app.db.clone(),
+        parts: PURGING,
+        ..Spawn::default()
+    })
+    .await;
+    wait_for(
+        "its pass at start",
+        std::time::Duration::from_secs(10),
+        || async {
+            let m = idle.metrics().await;
+            (m.value("hookd_purge_runs_total", &[("result", "ok")]) >= 1.0).then_some(())
+        },
+    )
+    .await;
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(30), idle.stop()).await;
+    assert!(stopped.is_ok(), "the schedule's sleep is interruptible");
 }
 
 #[tokio::test]
