@@ -47,7 +47,14 @@ impl Reads {
         let (read, _first) = {
             let mut under_way = self.under_way();
             match under_way.get(&key) {
-                Some(read) => (read.clone(), None),
+                Some(read) => {
+                    log::debug!(
+                        "{} event {:?}: its first copy's read is under way; this copy waits for it",
+                        event.source,
+                        event.event_id
+                    );
+                    (read.clone(), None)
+                }
                 None => {
                     let (runner, source, payload) =
                         (runner.clone(), key.0.clone(), event.payload.clone());

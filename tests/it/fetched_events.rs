@@ -1437,7 +1437,10 @@ async fn copies_of_a_thin_event_arriving_while_it_is_read_share_the_read() {
     let db = TestDb::create().await;
     let id = "evt_test_65R9copy0001";
     let (api, calls, gate) = held_api(false).await;
-    let hookd = serve(&api, &db, "thin-copies").await;
+    let port = free_port();
+    let config = config_with(port, "thin-copies", "");
+    let env = api.env("stripe", KEY, cluster().connection_string(&db.name));
+    let hookd = Hookd::start_with_env(&config, port, &env, "info,hookd::ingest=debug").await;
     // Three copies at once, as a provider redelivering sends them.
     let copies: Vec<_> = (0..3)
         .map(|_| {
@@ -1454,8 +1457,21 @@ async fn copies_of_a_thin_event_arriving_while_it_is_read_share_the_read() {
         async move { (calls.load(Ordering::SeqCst) >= 1).then_some(()) }
     })
     .await;
-    // The other copies arrive while the first's read is held.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The other copies arrive while the first's read is held, and wait for it.
+    let log = config.with_extension("log");
+    wait_for(
+        "both later copies to join the read",
+        Duration::from_secs(30),
+        || {
+            let log = log.clone();
+            async move {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let waiting = text.matches("this copy waits for it").count();
+                (waiting == 2).then_some(())
+            }
+        },
+    )
+    .await;
     gate.store(1, Ordering::SeqCst);
     for copy in copies {
         let (status, answer) = copy.await.expect("join");
