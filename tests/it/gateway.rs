@@ -1689,3 +1689,63 @@ async fn gateway_requests_are_counted_by_route_and_outcome_and_unknown_keys_are_
     // An upstream 500 is upstream's, not hookd's.
     assert_eq!(metrics.value("hookd_internal_errors_total", &[]), 0.0);
 }
+
+#[tokio::test]
+async fn an_answer_the_database_cannot_store_still_reaches_its_client_and_the_key_goes_unknown() {
+    let upstream = Upstream::created().await;
+    let app = payments_gateway(&upstream.url, "").await;
+    // Storing an answer fails (a disk full, a lost primary): here a trigger
+    // refusing the write that completes a key.
+    app.db()
+        .await
+        .batch_execute(
+            "CREATE FUNCTION refuse_completion() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'; END $$;
+             CREATE TRIGGER refuse_completion BEFORE UPDATE ON api_idempotency_keys
+               FOR EACH ROW WHEN (NEW.state = 'completed') EXECUTE FUNCTION refuse_completion();",
+        )
+        .await
+        .expect("trigger");
+    let first = Call::post("/payments", "unstored", ORDER).send(&app).await;
+    // Upstream did the work: its answer is the client's, stored or not.
+    assert_eq!(first.status, 201);
+    assert_eq!(first.body, br#"{"id":"pay_1"}"#);
+    let operation = first
+        .header("idempotency-operation")
+        .expect("operation")
+        .to_string();
+    assert_eq!(upstream.calls(), 1);
+    assert_eq!(state_of(&app, "unstored").await, "in_progress");
+    // A copy meanwhile is told the request is in progress, not sent again.
+    let copy = Call::post("/payments", "unstored", ORDER).send(&app).await;
+    assert_eq!(copy.status, 409);
+    assert_eq!(upstream.calls(), 1);
+
+    // The database mended and the claim's lock over: the outcome is unknown,
+    // so the next copy is sent again with the same operation (this route
+    // resends an unknown outcome), and its answer is stored.
+    app.execute(
+        "DROP TRIGGER refuse_completion ON api_idempotency_keys",
+        &[],
+    )
+    .await;
+    app.execute(
+        "UPDATE api_idempotency_keys SET locked_until = now() - interval '1 second'
+         WHERE idempotency_key = 'unstored'",
+        &[],
+    )
+    .await;
+    let again = Call::post("/payments", "unstored", ORDER).send(&app).await;
+    assert_eq!(again.status, 201);
+    assert_eq!(
+        again.header("idempotency-operation"),
+        Some(operation.as_str())
+    );
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        seen[1].header("idempotency-operation"),
+        Some(operation.as_str())
+    );
+    assert_eq!(state_of(&app, "unstored").await, "completed");
+}
