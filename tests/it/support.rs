@@ -146,7 +146,6 @@ pub async fn check_config(extra: &str, env: &[(&str, &str)]) -> std::process::Ou
 /// One request a `Receiver` got.
 #[derive(Debug, Clone)]
 pub struct Received {
-    pub at: std::time::Instant,
     pub webhook_id: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -276,7 +275,6 @@ impl Receiver {
                             .unwrap_or_default()
                             .to_string();
                         got.lock().expect("lock").push(Received {
-                            at: std::time::Instant::now(),
                             webhook_id,
                             headers,
                             body: body.to_vec(),
