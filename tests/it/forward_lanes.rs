@@ -318,14 +318,7 @@ async fn slow_a_receiver_that_never_answers_delays_no_other_forward_nor_retries(
     app.wait_for_count(held, 4, Duration::from_secs(20)).await;
     // While it stays full, the healthy receiver gets every payment and the
     // handlers' retries run.
-    let got = healthy.wait_for(payments.len()).await;
-    let mut ids: Vec<String> = got
-        .iter()
-        .map(|r| {
-            let body: Value = serde_json::from_slice(&r.body).expect("json");
-            body["id"].as_str().expect("id").to_string()
-        })
-        .collect();
+    let mut ids = taken(&healthy.wait_for(payments.len()).await, 0);
     ids.sort();
     assert_eq!(ids, payments);
     let retried = "SELECT count(*) FROM webhook_event_attempts
@@ -686,14 +679,7 @@ async fn slow_serve_holds_a_forward_paused_in_its_configuration_and_drains_it_on
     hookd.signal(Signal::SIGHUP);
     until_processed(&db, "evt_inv_held").await;
     until_processed(&db, "evt_pi_held").await;
-    let mut got: Vec<String> = receiver
-        .received()
-        .iter()
-        .map(|r| {
-            let body: Value = serde_json::from_slice(&r.body).expect("json");
-            body["id"].as_str().expect("id").to_string()
-        })
-        .collect();
+    let mut got = taken(&receiver.received(), 0);
     got.sort();
     assert_eq!(got, ["evt_inv_held", "evt_pi_held"]);
     hookd.signal(Signal::SIGTERM);
