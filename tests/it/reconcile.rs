@@ -739,7 +739,8 @@ async fn serve_runs_the_pass_itself_under_its_lease() {
         1,
     ))
     .await;
-    let (hookd, config) = serve_reconciling(&api, database.clone(), "reconcile-serve").await;
+    let (hookd, config) =
+        serve_reconciling(&api, database.clone(), "reconcile-serve", "info").await;
     let client = crate::support::connect(db.config()).await;
     let count = |sql: &'static str| {
         let client = &client;
@@ -808,7 +809,7 @@ async fn a_pass_serve_cannot_make_is_counted_an_error_for_the_alert() {
         (401, vec![], body.to_string())
     })
     .await;
-    let (hookd, config) = serve_reconciling(&api, database, "reconcile-serve-fails").await;
+    let (hookd, config) = serve_reconciling(&api, database, "reconcile-serve-fails", "info").await;
     let error = "hookd_reconcile_runs_total{source=\"stripe\",result=\"error\"} 1";
     let text = scraped_with(&hookd.base, error).await;
     assert!(
@@ -829,19 +830,67 @@ async fn a_pass_serve_cannot_make_is_counted_an_error_for_the_alert() {
     assert!(!log.contains(KEY));
 }
 
+#[tokio::test]
+async fn serve_leaves_the_pass_to_the_instance_holding_its_lease() {
+    let db = crate::support::TestDb::create().await;
+    let database = crate::support::cluster().connection_string(&db.name);
+    let api = ProviderApi::start(stripe_list(vec![paid("evt_rc_leased", 0)], 10)).await;
+    // Another instance holds this source's pass for the next hour.
+    crate::support::connect(db.config())
+        .await
+        .execute(
+            "INSERT INTO hookd_job_leases (job, holder, expires_at)
+             VALUES ('reconcile:stripe', '\\x0123', now() + interval '1 hour')",
+            &[],
+        )
+        .await
+        .expect("lease");
+    let level = "info,hookd::reconcile=debug";
+    let (hookd, config) = serve_reconciling(&api, database, "reconcile-leased", level).await;
+    let log = config.with_extension("log");
+    wait_for(
+        "the pass left to the lease's holder",
+        Duration::from_secs(30),
+        || {
+            let log = log.clone();
+            async move {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                text.contains("reconcile stripe: another instance holds the pass")
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    assert!(api.seen().is_empty(), "the API was not asked");
+    let (_, text) = metrics_text(&hookd.base).await;
+    for result in ["ok", "error"] {
+        let sample =
+            format!("hookd_reconcile_runs_total{{source=\"stripe\",result=\"{result}\"}} 0");
+        assert!(text.contains(&sample), "{text}");
+    }
+    let stored = crate::support::connect(db.config())
+        .await
+        .query_one("SELECT count(*) FROM webhook_events", &[])
+        .await
+        .expect("count")
+        .get::<_, i64>(0);
+    assert_eq!(stored, 0);
+}
+
 /// `hookd serve` on `database` whose Stripe source reconciles against `api`
 /// every 10 s; its configuration's path (the log is beside it).
 async fn serve_reconciling(
     api: &ProviderApi,
     database: String,
     name: &str,
+    level: &str,
 ) -> (crate::process::Hookd, std::path::PathBuf) {
     let port = crate::process::free_port();
     let config = crate::process::write_config(port, name);
     let mut env = api.env("stripe", KEY, database);
     env.push(("HOOKD_SOURCE_STRIPE_RECONCILE", "true".into()));
     env.push(("HOOKD_SOURCE_STRIPE_RECONCILE_INTERVAL", "10s".into()));
-    let hookd = crate::process::Hookd::start_with_env(&config, port, &env, "info").await;
+    let hookd = crate::process::Hookd::start_with_env(&config, port, &env, level).await;
     (hookd, config)
 }
 
