@@ -1458,20 +1458,8 @@ async fn copies_of_a_thin_event_arriving_while_it_is_read_share_the_read() {
     })
     .await;
     // The other copies arrive while the first's read is held, and wait for it.
-    let log = config.with_extension("log");
-    wait_for(
-        "both later copies to join the read",
-        Duration::from_secs(30),
-        || {
-            let log = log.clone();
-            async move {
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                let waiting = text.matches("this copy waits for it").count();
-                (waiting == 2).then_some(())
-            }
-        },
-    )
-    .await;
+    let joined = "this copy waits for it";
+    crate::support::wait_for_log(&config.with_extension("log"), joined, 2).await;
     gate.store(1, Ordering::SeqCst);
     for copy in copies {
         let (status, answer) = copy.await.expect("join");

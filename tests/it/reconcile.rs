@@ -847,20 +847,8 @@ async fn serve_leaves_the_pass_to_the_instance_holding_its_lease() {
         .expect("lease");
     let level = "info,hookd::reconcile=debug";
     let (hookd, config) = serve_reconciling(&api, database, "reconcile-leased", level).await;
-    let log = config.with_extension("log");
-    wait_for(
-        "the pass left to the lease's holder",
-        Duration::from_secs(30),
-        || {
-            let log = log.clone();
-            async move {
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                text.contains("reconcile stripe: another instance holds the pass")
-                    .then_some(())
-            }
-        },
-    )
-    .await;
+    let skipped = "reconcile stripe: another instance holds the pass";
+    crate::support::wait_for_log(&config.with_extension("log"), skipped, 1).await;
     assert!(api.seen().is_empty(), "the API was not asked");
     let (_, text) = metrics_text(&hookd.base).await;
     for result in ["ok", "error"] {

@@ -143,6 +143,18 @@ pub async fn check_config(extra: &str, env: &[(&str, &str)]) -> std::process::Ou
         .expect("join")
 }
 
+/// Waits (30 s at most) until the log at `path` holds `needle` `times` times:
+/// a process's own word that it reached a point (a debug line), rather than a
+/// sleep that hopes it did.
+pub async fn wait_for_log(path: &std::path::Path, needle: &str, times: usize) {
+    let what = format!("{times} × {needle:?} in {}", path.display());
+    wait_for(&what, std::time::Duration::from_secs(30), || async move {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        (text.matches(needle).count() >= times).then_some(())
+    })
+    .await;
+}
+
 /// One request a `Receiver` got.
 #[derive(Debug, Clone)]
 pub struct Received {
