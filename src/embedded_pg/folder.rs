@@ -313,10 +313,14 @@ fn prepare_preferred(dir: &Path, run_as: Option<RunAs>) -> Result<(), String> {
     }
 }
 
-/// Whether a cluster was made for `preferred`: in it, or in a fallback its
-/// record names. Only looks: creates nothing.
+/// Whether a cluster was made for `preferred` and is still there: in it, or in
+/// the fallback its record names (a record whose folder the system emptied at
+/// reboot names none). Only looks: creates nothing.
 pub(super) fn made_for(preferred: &Path) -> bool {
-    preferred.join("PG_VERSION").is_file() || location_record(preferred).is_file()
+    let made_in = |dir: &Path| dir.join("PG_VERSION").is_file();
+    made_in(preferred)
+        || read_no_follow(&location_record(preferred))
+            .is_ok_and(|recorded| made_in(Path::new(&recorded)))
 }
 
 /// `./.hookd/pg` → `./.hookd/pg.location`.
@@ -407,6 +411,33 @@ fn write_record(record: &Path, fallback: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_counts_as_made_only_where_its_files_still_are() {
+        let project = std::env::temp_dir().join(format!(
+            "hookd-made-for-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        let preferred = project.join(".hookd/pg");
+        fs::create_dir_all(&preferred).expect("folder");
+        assert!(!made_for(&preferred), "an empty folder");
+        // A record naming a fallback the system emptied at reboot.
+        let fallback = project.join("fallback");
+        fs::create_dir_all(&fallback).expect("fallback");
+        fs::write(
+            location_record(&preferred),
+            fallback.to_str().expect("utf-8"),
+        )
+        .expect("record");
+        assert!(!made_for(&preferred), "a record of an emptied folder");
+        fs::write(fallback.join("PG_VERSION"), "15\n").expect("version");
+        assert!(made_for(&preferred), "the recorded cluster");
+        fs::remove_file(location_record(&preferred)).expect("no record");
+        fs::write(preferred.join("PG_VERSION"), "15\n").expect("version");
+        assert!(made_for(&preferred), "the preferred folder's cluster");
+        let _ = fs::remove_dir_all(&project);
+    }
 
     #[test]
     fn the_record_sits_next_to_the_preferred_folder() {

@@ -31,6 +31,9 @@ const FRESH_FOR: Duration = Duration::from_secs(1);
 
 /// The readiness check's time limit (probes default to a 1–3 s timeout).
 const READY_WITHIN: Duration = Duration::from_secs(2);
+/// A pool busy to its last session is a busy database, not a silent one, while
+/// deliveries committed this recently.
+const PROGRESS_WITHIN: Duration = Duration::from_secs(10);
 
 /// Why this instance is not ready, if it is not.
 async fn readiness(state: &AppState) -> Option<&'static str> {
@@ -40,7 +43,8 @@ async fn readiness(state: &AppState) -> Option<&'static str> {
     state
         .readiness
         .get(FRESH_FOR, || async {
-            let check = store::is_ready(&state.app.pool, state.app.migrations);
+            let progressing = state.app.ingester.committed_within(PROGRESS_WITHIN);
+            let check = store::is_ready(&state.app.pool, state.app.migrations, progressing);
             // A server that stopped answering (no reset) must not hold every
             // probe and scrape waiting behind this check.
             let Ok(ready) = tokio::time::timeout(READY_WITHIN, check).await else {

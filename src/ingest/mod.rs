@@ -79,6 +79,11 @@ struct GroupCommit {
     runtime: tokio::runtime::Handle,
     /// The named events being read at receipt.
     reads: reads::Reads,
+    /// When a delivery's transaction last committed (ms after `started`):
+    /// readiness's sign that a pool busy to the last session is busy with a
+    /// database that answers.
+    committed_at: std::sync::atomic::AtomicU64,
+    started: std::time::Instant,
 }
 
 /// The queue and the leaders at work, changed together under one lock. Generic
@@ -190,6 +195,8 @@ impl Ingester {
             sessions: Semaphore::new(max_sessions(pool_size)),
             runtime: tokio::runtime::Handle::current(),
             reads: reads::Reads::default(),
+            committed_at: std::sync::atomic::AtomicU64::new(0),
+            started: std::time::Instant::now(),
         });
         Ingester { core }
     }
@@ -290,7 +297,17 @@ impl Ingester {
         for answer in answers {
             outcomes.push(answer.await.unwrap_or_else(|_| Err(stopping()))?);
         }
+        let core = &self.core;
+        let now = u64::try_from(core.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        core.committed_at.fetch_max(now, Ordering::Relaxed);
         Ok(outcomes)
+    }
+
+    /// Whether a delivery's transaction committed within `recently`.
+    pub fn committed_within(&self, recently: std::time::Duration) -> bool {
+        let at = self.core.committed_at.load(Ordering::Relaxed);
+        let now = self.core.started.elapsed().as_millis();
+        at > 0 && now.saturating_sub(u128::from(at)) <= recently.as_millis()
     }
 }
 

@@ -399,9 +399,15 @@ const READY_POOL_WAIT: Duration = Duration::from_secs(1);
 
 /// Reachable, taking writes, and migrated to the schema this binary (and the
 /// application) expects: what readiness reports. A pool whose every session is
-/// open and busy counts as reachable: under a burst, readiness must not take
-/// every instance out of the balancer at once.
-pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), NotReady> {
+/// open and busy counts as reachable when `progressing` (the instance's
+/// deliveries commit): under a burst, readiness must not take every instance
+/// out of the balancer at once — but sessions held by a server that stopped
+/// answering are busy too, and commit nothing.
+pub async fn is_ready(
+    pool: &Pool,
+    application: &[Migration],
+    progressing: bool,
+) -> Result<(), NotReady> {
     let wait = deadpool_postgres::Timeouts {
         wait: Some(READY_POOL_WAIT),
         ..pool.timeouts()
@@ -409,7 +415,7 @@ pub async fn is_ready(pool: &Pool, application: &[Migration]) -> Result<(), NotR
     let client = match pool.timeout_get(&wait).await {
         Ok(client) => client,
         Err(deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Wait))
-            if pool.status().size >= pool.status().max_size =>
+            if progressing && pool.status().size >= pool.status().max_size =>
         {
             return Ok(());
         }

@@ -37,7 +37,7 @@ async fn instances_starting_together_migrate_once() {
         store::MIGRATIONS.len(),
         "{applied:?}"
     );
-    store::is_ready(&pools[0], &[]).await.expect("ready");
+    store::is_ready(&pools[0], &[], false).await.expect("ready");
     assert_eq!(store::migrate(&pools[0]).await.expect("again"), 0);
     for pool in pools {
         pool.close();

@@ -119,18 +119,30 @@ async fn a_database_that_stops_answering_makes_readyz_answer_503_and_come_back()
 }
 
 #[tokio::test]
-async fn readiness_with_every_pooled_session_busy_is_ready() {
+async fn a_pool_busy_to_its_last_session_is_ready_only_while_deliveries_commit() {
     let app = spawn_app().await;
     readyz_becomes(&app, 200).await;
-    // A burst: every session of the pool is open and in use.
     let pool = &app.app.pool;
     let size = pool.status().max_size;
-    let mut held = Vec::with_capacity(size);
-    for _ in 0..size {
-        held.push(pool.get().await.expect("a session"));
-    }
+    // Every session held and nothing committing (a server that stopped
+    // answering looks the same from here): not ready.
+    let held: Vec<_> = futures_util::future::join_all((0..size).map(|_| pool.get()))
+        .await
+        .into_iter()
+        .map(|session| session.expect("a session"))
+        .collect();
+    readyz_becomes(&app, 503).await;
+    drop(held);
+    readyz_becomes(&app, 200).await;
+    // A burst: deliveries commit, and every session is in use.
+    app.deliver_ok("stripe", &customer_event("evt_burst")).await;
+    let held: Vec<_> = futures_util::future::join_all((0..size).map(|_| pool.get()))
+        .await
+        .into_iter()
+        .map(|session| session.expect("a session"))
+        .collect();
     // Past the cached answer's second, readiness is asked again: the database
-    // answers every session it has, so this instance stays in the balancer.
+    // answers this instance's deliveries, so it stays in the balancer.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     assert_eq!(app.get("/readyz").await.status, 200);
     drop(held);

@@ -65,7 +65,7 @@ async fn a_role_that_may_only_read_and_write_rows_serves_everything_once_migrate
             .expect("migrate"),
         0
     );
-    hookd::store::is_ready(&served.app.pool, &[])
+    hookd::store::is_ready(&served.app.pool, &[], false)
         .await
         .expect("ready");
 
@@ -185,7 +185,9 @@ async fn applying_a_migration_needs_the_owner_and_says_so() {
         "{text}"
     );
     assert!(
-        hookd::store::is_ready(&served.app.pool, &[]).await.is_err(),
+        hookd::store::is_ready(&served.app.pool, &[], false)
+            .await
+            .is_err(),
         "not ready while a migration is pending"
     );
 }
