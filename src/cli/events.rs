@@ -322,10 +322,11 @@ pub async fn verify(app: &Instance, id: i64, as_json: bool) -> Result<(), CliErr
         return Err(CliError::Other(format!("no event with id {id}")));
     }
     let origin = app.desk.verify_origin(id).await?;
+    // The verdict is the exit code, read or not.
     if as_json {
-        say!("{}", json_of(&origin))?;
+        say!("{}", json_of(&origin)).or_else(super::unheard)?;
     } else {
-        say!("event {id}: {}", origin_line(&origin))?;
+        say!("event {id}: {}", origin_line(&origin)).or_else(super::unheard)?;
     }
     match origin.verdict {
         Verdict::Verified { .. } | Verdict::ProviderApi { .. } => Ok(()),

@@ -319,6 +319,15 @@ pub(crate) fn write_line(line: std::fmt::Arguments<'_>) -> Result<(), CliError> 
     writeln!(stdout, "{line}").map_err(written)
 }
 
+/// For a line beside work whose outcome still counts (a replay's sends, a
+/// verdict's exit code): a reader gone away stops nothing.
+pub(crate) fn unheard(error: CliError) -> Result<(), CliError> {
+    match error {
+        CliError::Closed => Ok(()),
+        other => Err(other),
+    }
+}
+
 fn written(error: std::io::Error) -> CliError {
     match error.kind() {
         std::io::ErrorKind::BrokenPipe => CliError::Closed,

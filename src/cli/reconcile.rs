@@ -64,7 +64,8 @@ pub async fn run(
         if let Some(error) = &error {
             value["error"] = serde_json::Value::String(error.clone());
         }
-        say!("{value}")?;
+        // A failed pass exits 1, read or not.
+        say!("{value}").or_else(super::unheard)?;
     } else if error.is_none() {
         say!("{counts}")?;
     }

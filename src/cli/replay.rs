@@ -139,7 +139,7 @@ pub async fn run(settings: &Settings, options: &ReplayOptions) -> Result<(), Cli
         let prepared = match prepare(source, file, options.new_ids) {
             Ok(prepared) => prepared,
             Err(error) => {
-                say!("{name}  error: {error}")?;
+                say!("{name}  error: {error}").or_else(super::unheard)?;
                 unreadable += 1;
                 continue;
             }
@@ -148,13 +148,13 @@ pub async fn run(settings: &Settings, options: &ReplayOptions) -> Result<(), Cli
             let copies =
                 (0..options.parallel.max(1)).map(|_| send(&http, &url, source, &name, &prepared));
             for delivery in futures_util::future::join_all(copies).await {
-                say!("{}", delivery.line())?;
+                say!("{}", delivery.line()).or_else(super::unheard)?;
                 deliveries.push(delivery);
             }
         }
     }
     let failed = deliveries.iter().filter(|d| !d.succeeded()).count() + unreadable;
-    say!("{}", summary(&deliveries, unreadable))?;
+    say!("{}", summary(&deliveries, unreadable)).or_else(super::unheard)?;
     if failed > 0 {
         return Err(CliError::Other(format!(
             "{failed} of {} deliveries were not accepted",

@@ -114,10 +114,17 @@ async fn page_of(state: &AppState, filter: KeyFilter) -> Result<KeyPage, ApiErro
 }
 
 /// A key as a list shows it, to viewers and operators alike: its target's
-/// query values masked (`?reveal=true` on the key itself shows them).
+/// query values masked, and its fingerprint cut to its first 8 hex digits
+/// (whole, it is an unsalted hash of the request, against which a guess of a
+/// masked value can be checked); `?reveal=true` on the key itself shows both.
 fn shown_key(key: KeyView) -> KeyView {
+    let fingerprint = match key.fingerprint.get(..8) {
+        Some(start) => format!("{start}…"),
+        None => key.fingerprint.clone(),
+    };
     KeyView {
         target: mask::cover_query(&key.target),
+        fingerprint,
         ..key
     }
 }

@@ -1538,6 +1538,11 @@ async fn stored_bodies_are_masked_for_viewers_and_revealed_to_operators_audited(
     let viewed = app.viewer().idempotency_key(id, "").await.json();
     assert_eq!(viewed["masked"], true);
     assert_eq!(viewed["target"], covered);
+    // The whole fingerprint would let a guess of a masked value be checked.
+    let short = viewed["fingerprint"].as_str().expect("fingerprint");
+    assert_eq!(short.chars().count(), 9, "{short}");
+    assert!(short.ends_with('…'));
+    assert_eq!(listed["keys"][0]["fingerprint"], short);
     assert_eq!(viewed["upstream_status"], 201);
     assert_eq!(
         viewed["body"],
@@ -1571,6 +1576,9 @@ async fn stored_bodies_are_masked_for_viewers_and_revealed_to_operators_audited(
         .json();
     assert_eq!(revealed["masked"], false);
     assert_eq!(revealed["target"], target);
+    let whole = revealed["fingerprint"].as_str().expect("fingerprint");
+    assert_eq!(whole.len(), 64);
+    assert!(whole.starts_with(short.trim_end_matches('…')));
     let headers = revealed["headers"].as_array().expect("headers");
     assert!(
         headers.contains(&json!(["set-cookie", "session=s3cret"])),

@@ -416,3 +416,54 @@ async fn slow_braintree_replays_under_its_event_ids_and_anew_with_new_subjects()
         6
     );
 }
+
+#[tokio::test]
+async fn a_replay_whose_reader_went_away_still_sends_every_file() {
+    let app = spawn_app().await;
+    let files = std::fs::read_dir(format!("{MANIFEST}/fixtures/stripe"))
+        .expect("fixtures")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "json"))
+        })
+        .count();
+    // `hookd replay fixtures/stripe … | head -0`: the reader is gone before
+    // the first line.
+    let base = app.base.clone();
+    let replayed = tokio::task::spawn_blocking(move || {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .args(["replay", "fixtures/stripe", "--source", "stripe", "--url"])
+            .arg(base)
+            .args([
+                "--config",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
+            ])
+            .current_dir(MANIFEST)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        drop(child.stdout.take());
+        child.wait_with_output().expect("wait")
+    })
+    .await
+    .expect("join");
+    assert!(
+        replayed.status.success(),
+        "{:?}: {}",
+        replayed.status,
+        String::from_utf8_lossy(&replayed.stderr)
+    );
+    let stored = app
+        .count(
+            "SELECT count(*) FROM webhook_events WHERE source = 'stripe'",
+            &[],
+        )
+        .await;
+    assert_eq!(
+        stored,
+        i64::try_from(files).expect("small"),
+        "every file sent"
+    );
+}
