@@ -552,23 +552,8 @@ async fn a_listing_whose_reader_went_away_ends_quietly() {
     let app = spawn_app().await;
     dead_events(&app, 3).await;
     // `hookd events list | head -0`: the reader is gone before the first line.
-    let url = app.database_url();
-    let listed = tokio::task::spawn_blocking(move || {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .args(["events", "list", "--config"])
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"))
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env("DATABASE_URL", url)
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        drop(child.stdout.take());
-        child.wait_with_output().expect("wait")
-    })
-    .await
-    .expect("join");
+    let env = [("DATABASE_URL", app.database_url())];
+    let listed = crate::support::run_hookd_unread(&["events", "list"], &env).await;
     let said = String::from_utf8_lossy(&listed.stderr);
     assert!(listed.status.success(), "{:?}: {said}", listed.status);
     assert!(said.is_empty(), "{said}");

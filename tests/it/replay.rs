@@ -429,26 +429,15 @@ async fn a_replay_whose_reader_went_away_still_sends_every_file() {
         .count();
     // `hookd replay fixtures/stripe … | head -0`: the reader is gone before
     // the first line.
-    let base = app.base.clone();
-    let replayed = tokio::task::spawn_blocking(move || {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .args(["replay", "fixtures/stripe", "--source", "stripe", "--url"])
-            .arg(base)
-            .args([
-                "--config",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
-            ])
-            .current_dir(MANIFEST)
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        drop(child.stdout.take());
-        child.wait_with_output().expect("wait")
-    })
-    .await
-    .expect("join");
+    let args = [
+        "replay",
+        "fixtures/stripe",
+        "--source",
+        "stripe",
+        "--url",
+        &app.base,
+    ];
+    let replayed = crate::support::run_hookd_unread(&args, &[]).await;
     assert!(
         replayed.status.success(),
         "{:?}: {}",

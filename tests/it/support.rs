@@ -94,26 +94,42 @@ pub async fn run_hookd_json(args: &[&str], database: String) -> serde_json::Valu
     serde_json::from_slice(&out.stdout).expect("json")
 }
 
+/// The real binary with `args`, the shipped configuration, in the checkout,
+/// without the caller's `DATABASE_URL`, with `env` on top.
+fn hookd_command(args: &[&str], env: &[(&str, String)]) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
+    command
+        .args(args)
+        .args([
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    command
+}
+
 /// `run_hookd` with environment variables of the test's choosing.
 pub async fn run_hookd_with(args: &[&str], env: &[(&str, String)]) -> std::process::Output {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let env: Vec<(String, String)> = env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
+    let mut command = hookd_command(args, env);
+    tokio::task::spawn_blocking(move || command.output().expect("run hookd"))
+        .await
+        .expect("join")
+}
+
+/// `run_hookd_with`, its stdout closed before it writes a line (`| head -0`).
+pub async fn run_hookd_unread(args: &[&str], env: &[(&str, String)]) -> std::process::Output {
+    let mut command = hookd_command(args, env);
     tokio::task::spawn_blocking(move || {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
-        command
-            .args(&args)
-            .args([
-                "--config",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"),
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env_remove("DATABASE_URL")
-            .env("RUST_LOG", "warn")
-            .envs(env);
-        command.output().expect("run hookd")
+        let mut child = command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn hookd");
+        drop(child.stdout.take());
+        child.wait_with_output().expect("wait")
     })
     .await
     .expect("join")
