@@ -107,28 +107,22 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
     ];
     let ready = readiness(&state).await.is_none();
     gauges.push((Metric::Ready, if ready { 1.0 } else { 0.0 }));
-    // The gauges read from the database share one time limit: a server that
+    // The gauges read from the database share one time limit, read side by
+    // side so a slow one does not spend the others' time: a server that
     // stopped answering leaves them out rather than hold the scrape.
     let deadline = tokio::time::Instant::now() + READY_WITHIN;
-    let backlog = state
-        .app
-        .metrics
-        .backlog
-        .get(FRESH_FOR, || {
-            within(deadline, async {
-                let client = state.app.pool.get().await.ok()?;
-                store::events::backlog(&client).await.ok()
-            })
+    let metrics = &state.app.metrics;
+    let backlog = metrics.backlog.get(FRESH_FOR, || {
+        within(deadline, async {
+            let client = state.app.pool.get().await.ok()?;
+            store::events::backlog(&client).await.ok()
         })
-        .await;
-    if let Some((failed, dead)) = backlog {
-        gauges.push((Metric::RetryBacklog, failed as f64));
-        gauges.push((Metric::DeadEvents, dead as f64));
-    }
-    if !state.app.settings.now().gateway.routes.is_empty() {
-        let unknown = state
-            .app
-            .metrics
+    });
+    let unknown = async {
+        if state.app.settings.now().gateway.routes.is_empty() {
+            return None;
+        }
+        metrics
             .gateway_unknown
             .get(FRESH_FOR, || {
                 within(deadline, async {
@@ -136,40 +130,35 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
                     store::api_idempotency::unknown_count(&client).await.ok()
                 })
             })
-            .await;
-        if let Some(unknown) = unknown {
-            gauges.push((Metric::GatewayUnknownKeys, unknown as f64));
-        }
+            .await
+    };
+    let forwards = metrics.forward_states.get(FRESH_FOR, || {
+        within(deadline, async {
+            let states = state.app.dispatcher.forwarder().states().await.ok()?;
+            Some(
+                states
+                    .into_iter()
+                    .map(|(name, state)| (name, lanes::state_gauge(state)))
+                    .collect(),
+            )
+        })
+    });
+    let silences = metrics.silences.get(FRESH_FOR, || {
+        within(deadline, async {
+            let client = state.app.pool.get().await.ok()?;
+            store::activity::silences(&client).await.ok()
+        })
+    });
+    let (backlog, unknown, forwards, silences) = tokio::join!(backlog, unknown, forwards, silences);
+    if let Some((failed, dead)) = backlog {
+        gauges.push((Metric::RetryBacklog, failed as f64));
+        gauges.push((Metric::DeadEvents, dead as f64));
+    }
+    if let Some(unknown) = unknown {
+        gauges.push((Metric::GatewayUnknownKeys, unknown as f64));
     }
     gauges.extend(crate::metrics::process::read());
-    let forwards = state
-        .app
-        .metrics
-        .forward_states
-        .get(FRESH_FOR, || {
-            within(deadline, async {
-                let states = state.app.dispatcher.forwarder().states().await.ok()?;
-                Some(
-                    states
-                        .into_iter()
-                        .map(|(name, state)| (name, lanes::state_gauge(state)))
-                        .collect(),
-                )
-            })
-        })
-        .await
-        .unwrap_or_default();
-    let silences = state
-        .app
-        .metrics
-        .silences
-        .get(FRESH_FOR, || {
-            within(deadline, async {
-                let client = state.app.pool.get().await.ok()?;
-                store::activity::silences(&client).await.ok()
-            })
-        })
-        .await;
+    let forwards: Vec<(String, f64)> = forwards.unwrap_or_default();
     let silent = silences
         .map(|since| crate::silence::silent_sources(&state.app.settings.now(), &since))
         .unwrap_or_default();
