@@ -317,7 +317,13 @@ fn prepare_preferred(dir: &Path, run_as: Option<RunAs>) -> Result<(), String> {
 /// the fallback its record names (a record whose folder the system emptied at
 /// reboot names none). Only looks: creates nothing.
 pub(super) fn made_for(preferred: &Path) -> bool {
-    let made_in = |dir: &Path| dir.join("PG_VERSION").is_file();
+    let made_in = |dir: &Path| match fs::metadata(dir.join("data/PG_VERSION")) {
+        Ok(meta) => meta.is_file(),
+        // The cluster user's folder, closed to this one (root without the
+        // right to enter it): it is there, and not this user's to look into.
+        Err(error) if error.kind() == io::ErrorKind::PermissionDenied => dir.is_dir(),
+        Err(_) => false,
+    };
     made_in(preferred)
         || read_no_follow(&location_record(preferred))
             .is_ok_and(|recorded| made_in(Path::new(&recorded)))
@@ -431,10 +437,12 @@ mod tests {
         )
         .expect("record");
         assert!(!made_for(&preferred), "a record of an emptied folder");
-        fs::write(fallback.join("PG_VERSION"), "15\n").expect("version");
+        fs::create_dir_all(fallback.join("data")).expect("data");
+        fs::write(fallback.join("data/PG_VERSION"), "15\n").expect("version");
         assert!(made_for(&preferred), "the recorded cluster");
         fs::remove_file(location_record(&preferred)).expect("no record");
-        fs::write(preferred.join("PG_VERSION"), "15\n").expect("version");
+        fs::create_dir_all(preferred.join("data")).expect("data");
+        fs::write(preferred.join("data/PG_VERSION"), "15\n").expect("version");
         assert!(made_for(&preferred), "the preferred folder's cluster");
         let _ = fs::remove_dir_all(&project);
     }
