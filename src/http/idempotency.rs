@@ -155,7 +155,8 @@ fn key_id(path: &str) -> Result<i64, ApiError> {
 
 /// The stored answer's headers: a route's `replay_headers` may keep a cookie
 /// or a token, so unless revealed only those every answer keeps
-/// (`idempotency::ALWAYS_KEPT`) are shown as stored, the others masked.
+/// (`idempotency::ALWAYS_KEPT`) are shown as stored (`Location` with its
+/// query's values masked, as the request's target), the others masked.
 fn shown_headers(headers: Vec<(String, String)>, reveal: bool) -> Vec<(String, String)> {
     if reveal {
         return headers;
@@ -167,6 +168,11 @@ fn shown_headers(headers: Vec<(String, String)>, reveal: bool) -> Vec<(String, S
                 .iter()
                 .any(|kept| name.eq_ignore_ascii_case(kept));
             match plain {
+                // A `Location` may carry a query as the request did.
+                true if name.eq_ignore_ascii_case("location") => {
+                    let value = mask::cover_query(&value);
+                    (name, value)
+                }
                 true => (name, value),
                 false => (name, mask::MASKED.to_string()),
             }

@@ -1504,7 +1504,9 @@ async fn stored_bodies_are_masked_for_viewers_and_revealed_to_operators_audited(
         r#"{"id":"pay_1","card":{"last4":"4242","brand":"visa"},"email":"ann@example.com"}"#;
     let upstream = Upstream::start(
         vec![],
-        Reply::json(201, answer).with_header("Set-Cookie", "session=s3cret"),
+        Reply::json(201, answer)
+            .with_header("Set-Cookie", "session=s3cret")
+            .with_header("Location", "/payments/pay_1?receipt=rct_s3cret"),
     )
     .await;
     let routes = route(
@@ -1558,6 +1560,10 @@ async fn stored_bodies_are_masked_for_viewers_and_revealed_to_operators_audited(
         headers.contains(&json!(["set-cookie", "•••"])),
         "{headers:?}"
     );
+    assert!(
+        headers.contains(&json!(["location", "/payments/pay_1?receipt=•••"])),
+        "{headers:?}"
+    );
     // A route that names no mask: all of it.
     let other = app
         .viewer()
@@ -1582,6 +1588,10 @@ async fn stored_bodies_are_masked_for_viewers_and_revealed_to_operators_audited(
     let headers = revealed["headers"].as_array().expect("headers");
     assert!(
         headers.contains(&json!(["set-cookie", "session=s3cret"])),
+        "{headers:?}"
+    );
+    assert!(
+        headers.contains(&json!(["location", "/payments/pay_1?receipt=rct_s3cret"])),
         "{headers:?}"
     );
     assert_eq!(
