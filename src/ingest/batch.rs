@@ -113,6 +113,7 @@ impl GroupCommit {
         drop(prepared);
         match batched {
             Ok(results) => {
+                self.note_commit();
                 let mut apart = Vec::new();
                 for (job, result) in batch.into_iter().zip(results) {
                     match result {

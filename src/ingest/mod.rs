@@ -297,9 +297,6 @@ impl Ingester {
         for answer in answers {
             outcomes.push(answer.await.unwrap_or_else(|_| Err(stopping()))?);
         }
-        let core = &self.core;
-        let now = u64::try_from(core.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        core.committed_at.fetch_max(now, Ordering::Relaxed);
         Ok(outcomes)
     }
 
@@ -312,6 +309,13 @@ impl Ingester {
 }
 
 impl GroupCommit {
+    /// A transaction storing deliveries committed (once per transaction, by
+    /// its leader: not on each delivery's path).
+    fn note_commit(&self) {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.committed_at.fetch_max(now, Ordering::Relaxed);
+    }
+
     fn lock_lanes(&self) -> std::sync::MutexGuard<'_, LeaderQueue<Job>> {
         // A panic while holding it cannot leave the lanes half-changed.
         self.lanes

@@ -27,6 +27,9 @@ impl GroupCommit {
                 .ingest_one(&job.event, job.verified, None)
                 .instrument(batch_span(&job.span, 1))
                 .await;
+            if result.is_ok() {
+                self.note_commit();
+            }
             let _ = job.reply.send(result);
         });
         futures_util::future::join_all(stores).await;
