@@ -499,12 +499,35 @@ pub fn state_gauge(state: &str) -> f64 {
     }
 }
 
+/// What a look at the forwards reads.
+#[derive(Debug, Clone, Copy)]
+enum Reading {
+    /// Their states and the events each has still to go (the desk).
+    WithBacklog,
+    /// Their states only (a scrape).
+    StatesOnly,
+}
+
 impl Forwarder {
     /// Every configured forward, and any other that events wait for.
     pub async fn overview(&self) -> Result<Vec<ForwardView>, StoreError> {
+        self.views(Reading::WithBacklog).await
+    }
+
+    /// Each configured forward's view without its backlog (`backlog` 0): its
+    /// state from the few rows of `forward_states`, for a scrape's
+    /// `hookd_forward_state`, without counting every event still to go.
+    pub async fn states(&self) -> Result<Vec<ForwardView>, StoreError> {
+        self.views(Reading::StatesOnly).await
+    }
+
+    async fn views(&self, reading: Reading) -> Result<Vec<ForwardView>, StoreError> {
         let settings = self.runner.settings();
         let client = self.pool.get().await?;
-        let rows = forwards::overview(&client).await;
+        let rows = match reading {
+            Reading::WithBacklog => forwards::overview(&client).await,
+            Reading::StatesOnly => forwards::states(&client).await,
+        };
         let rows = store::give_back(client, rows)?;
         let mut views: Vec<ForwardView> = settings
             .forwards
@@ -520,26 +543,6 @@ impl Forwarder {
                 .map(|r| view(None, &r.forward, Some(r))),
         );
         Ok(views)
-    }
-
-    /// Each configured forward's state (`closed`, `open` or `paused`), read
-    /// without counting its backlog: a scrape's `hookd_forward_state`.
-    pub async fn states(&self) -> Result<Vec<(String, &'static str)>, StoreError> {
-        let settings = self.runner.settings();
-        let client = self.pool.get().await?;
-        let rows = forwards::states(&client).await;
-        let rows = store::give_back(client, rows)?;
-        Ok(settings
-            .forwards
-            .iter()
-            .map(|forward| {
-                let row = rows.iter().find(|r| r.forward == forward.name);
-                (
-                    forward.name.clone(),
-                    view(Some(forward), &forward.name, row).state,
-                )
-            })
-            .collect())
     }
 
     /// Pauses (`pause`) or resumes a configured forward for every instance,

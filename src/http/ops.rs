@@ -134,11 +134,11 @@ pub async fn metrics(state: web::Data<AppState>, request: HttpRequest) -> HttpRe
     };
     let forwards = metrics.forward_states.get(FRESH_FOR, || {
         within(deadline, async {
-            let states = state.app.dispatcher.forwarder().states().await.ok()?;
+            let views = state.app.dispatcher.forwarder().states().await.ok()?;
             Some(
-                states
+                views
                     .into_iter()
-                    .map(|(name, state)| (name, lanes::state_gauge(state)))
+                    .map(|v| (v.name, lanes::state_gauge(v.state)))
                     .collect(),
             )
         })
