@@ -357,17 +357,23 @@ fn taken(received: &[crate::support::Received], answers_before: usize) -> Vec<St
         .collect()
 }
 
+/// `billing` to `receiver` for payments, one send at a time, its breaker
+/// opening after `open_after` failures in a row, retried for an hour.
+fn one_at_a_time(receiver: &Receiver, open_after: i32) -> hookd::config::Forward {
+    let mut forward = receiver.forward("billing", &["payment_succeeded"], &[]);
+    forward.concurrency = 1;
+    forward.open_after = open_after;
+    forward.retry_for = Duration::from_secs(3600);
+    forward
+}
+
 #[tokio::test]
 async fn slow_a_receiver_down_longer_than_max_attempts_loses_nothing_and_gets_the_backlog_in_order()
 {
     // Down for five sends; the breaker opens after five failures in a row.
     let receiver = Receiver::start(&[503; 5]).await;
     let mut settings = shipped_settings();
-    let mut forward = receiver.forward("billing", &["payment_succeeded"], &[]);
-    forward.concurrency = 1;
-    forward.open_after = 5;
-    forward.retry_for = Duration::from_secs(3600);
-    settings.forwards = vec![forward];
+    settings.forwards = vec![one_at_a_time(&receiver, 5)];
     settings.max_attempts = 2;
     settings.retry_base = Duration::from_secs(1);
     let app = spawn_looping(settings, Registry::builtin()).await;
@@ -438,11 +444,7 @@ async fn a_refusal_resets_the_breaker_and_a_failed_probe_keeps_it_open_a_minute(
     // Five events; the receiver fails, fails, refuses one (422), fails, fails.
     let receiver = Receiver::start(&[503, 503, 422, 503, 503, 503, 503]).await;
     let mut settings = shipped_settings();
-    let mut forward = receiver.forward("billing", &["payment_succeeded"], &[]);
-    forward.concurrency = 1;
-    forward.open_after = 3;
-    forward.retry_for = Duration::from_secs(3600);
-    settings.forwards = vec![forward];
+    settings.forwards = vec![one_at_a_time(&receiver, 3)];
     // A failed send is not due again during the test unless the test says so.
     settings.retry_base = Duration::from_secs(3600);
     let app = spawn_with_settings(settings).await;
