@@ -114,17 +114,11 @@ async fn page_of(state: &AppState, filter: KeyFilter) -> Result<KeyPage, ApiErro
 }
 
 /// A key as a list shows it, to viewers and operators alike: its target's
-/// query values masked, and its fingerprint cut to its first 8 hex digits
-/// (whole, it is an unsalted hash of the request, against which a guess of a
-/// masked value can be checked); `?reveal=true` on the key itself shows both.
+/// query values masked (`?reveal=true` on the key itself shows them). The
+/// fingerprint stays whole: it is a field of the desk's contract.
 fn shown_key(key: KeyView) -> KeyView {
-    let fingerprint = match key.fingerprint.get(..8) {
-        Some(start) => format!("{start}…"),
-        None => key.fingerprint.clone(),
-    };
     KeyView {
         target: mask::cover_query(&key.target),
-        fingerprint,
         ..key
     }
 }
