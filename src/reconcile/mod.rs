@@ -421,7 +421,6 @@ impl Reconciler {
         let since = crate::duration::before(now, source.reconcile.window).unwrap_or(now);
         match pass_leased(&self.app, source, since, false, Some(&lease)).await {
             Ok(counts) => {
-                self.app.metrics.reconcile_run(&source.name, true);
                 self.app
                     .metrics
                     .reconcile_recovered(&source.name, counts.recovered);
@@ -430,6 +429,8 @@ impl Reconciler {
                 } else {
                     log::info!("reconcile {}: {counts}", source.name);
                 }
+                // Counted last: whoever sees the run counted sees all of it.
+                self.app.metrics.reconcile_run(&source.name, true);
             }
             Err(stopped) => {
                 // What it stored before it stopped was recovered all the same.
@@ -442,12 +443,13 @@ impl Reconciler {
     }
 
     fn failed(&self, source: &Source, problem: &str) {
-        self.app.metrics.reconcile_run(&source.name, false);
         log::warn!(
             "reconcile {}: {problem}; next pass in about {}",
             source.name,
             crate::duration::format(source.reconcile.interval)
         );
+        // Counted last, as a pass that finished.
+        self.app.metrics.reconcile_run(&source.name, false);
     }
 }
 

@@ -82,11 +82,9 @@ async fn one_events_failure_never_fails_or_holds_its_batch_mates() {
     .await;
     for (answer, took) in &answers[1..ids.len()] {
         assert_eq!(answer.status, 200, "{}", answer.text());
-        // The stuck handler costs its batch-mates at most one handler_timeout.
-        assert!(
-            *took < Duration::from_millis(3500),
-            "answered after {took:?}"
-        );
+        // The stuck handler (60 s) costs its batch-mates one handler_timeout
+        // (1 s) at most; the rest of the bound is a loaded machine's slack.
+        assert!(*took < Duration::from_secs(5), "answered after {took:?}");
     }
     let mut pair = [answers[0].0.status, answers[ids.len()].0.status];
     pair.sort_unstable();
@@ -248,7 +246,7 @@ async fn a_delivery_leads_its_own_transaction_while_others_are_busy() {
     }
     // The next delivery does not queue behind them: it leads its own.
     let answer = tokio::time::timeout(
-        Duration::from_secs(5),
+        Duration::from_secs(20),
         app.deliver(
             "stripe",
             &serde_json::from_str::<serde_json::Value>(&hookd_kit::load::stripe_payment_succeeded(
@@ -292,11 +290,12 @@ async fn a_payment_merge_held_by_a_lock_costs_its_batch_mates_one_handler_timeou
     .await;
     for (answer, took) in &answers {
         assert_eq!(answer.status, 200, "{}", answer.text());
-        assert!(*took < Duration::from_secs(5), "answered after {took:?}");
+        assert!(*took < Duration::from_secs(10), "answered after {took:?}");
     }
+    // One handler_timeout (1 s) at most, and a loaded machine's slack.
     for (_, took) in &answers[..30] {
         assert!(
-            *took < Duration::from_millis(3500),
+            *took < Duration::from_secs(5),
             "a batch-mate answered after {took:?}"
         );
     }

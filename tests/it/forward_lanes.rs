@@ -565,7 +565,7 @@ async fn a_paused_forward_holds_its_events_until_an_operator_resumes_it() {
     app.wait_for_count(
         "SELECT count(*) FROM webhook_events WHERE status = 'processed'",
         1,
-        Duration::from_secs(5),
+        Duration::from_secs(20),
     )
     .await;
     let audited = app

@@ -415,11 +415,8 @@ async fn a_body_an_upstream_may_read_otherwise_is_never_anothers_copy() {
 
 #[tokio::test]
 async fn a_copy_while_the_first_is_in_flight_gets_409_with_retry_after_then_the_answer() {
-    let upstream = Upstream::start(
-        vec![],
-        Reply::json(201, r#"{"id":"pay_slow"}"#).after(Duration::from_secs(2)),
-    )
-    .await;
+    let upstream = Upstream::start(vec![], Reply::json(201, r#"{"id":"pay_slow"}"#)).await;
+    upstream.hold();
     let app = std::sync::Arc::new(payments_gateway(&upstream.url, "").await);
     let first = {
         let app = app.clone();
@@ -430,6 +427,7 @@ async fn a_copy_while_the_first_is_in_flight_gets_409_with_retry_after_then_the_
     assert_eq!(copy.status, 409);
     assert_eq!(error_of(&copy), json!({"error": "request_in_progress"}));
     assert_eq!(copy.header("retry-after"), Some("1"));
+    upstream.let_go();
     let first = first.await.expect("first");
     assert_eq!(first.status, 201);
     let later = Call::post("/payments", "slow", ORDER).send(&app).await;
@@ -609,6 +607,21 @@ async fn claims_held(holder: &mut tokio_postgres::Client) -> tokio_postgres::Tra
     lock
 }
 
+/// Waits (10 s at most) until a claim's statement waits behind `claims_held`.
+async fn claim_waits_for_its_lock(app: &TestApp) {
+    crate::support::wait_for("the claim to wait", Duration::from_secs(10), || async {
+        let waiting = app
+            .count(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND application_name = 'hookd'",
+                &[],
+            )
+            .await;
+        (waiting > 0).then_some(())
+    })
+    .await;
+}
+
 /// Key `key`'s state once it is no longer claimed (10 s at most).
 async fn settled(app: &TestApp, key: &str) -> String {
     crate::support::wait_for("the key settled", Duration::from_secs(10), || async {
@@ -626,17 +639,22 @@ async fn a_client_that_hangs_up_while_its_claim_commits_still_gets_its_request_r
     let mut holder = app.db().await;
     let lock = claims_held(&mut holder).await;
     let base = app.gateway_base.clone().expect("the gateway listens");
-    let gone = reqwest::Client::builder()
-        .timeout(Duration::from_millis(500))
-        .build()
-        .expect("client")
-        .post(format!("{base}/payments"))
-        .header("Idempotency-Key", "left")
-        .header("Authorization", AUTH)
-        .body(ORDER)
-        .send()
-        .await;
-    assert!(gone.is_err(), "the client hung up: {gone:?}");
+    let client = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{base}/payments"))
+            .header("Idempotency-Key", "left")
+            .header("Authorization", AUTH)
+            .body(ORDER)
+            .send()
+            .await
+    });
+    claim_waits_for_its_lock(&app).await;
+    // The client gives up: its request and its connection are dropped.
+    client.abort();
+    assert!(
+        client.await.is_err_and(|e| e.is_cancelled()),
+        "the client hung up"
+    );
     lock.rollback().await.expect("unlock");
     // The request goes on without its client: claimed, sent once, its answer
     // stored — never a key left claimed with nobody to run it.
@@ -672,17 +690,7 @@ async fn a_client_that_resets_its_connection_while_its_claim_commits_still_gets_
     tokio::io::AsyncWriteExt::write_all(&mut socket, request.as_bytes())
         .await
         .expect("send");
-    crate::support::wait_for("the claim to wait", Duration::from_secs(10), || async {
-        let waiting = app
-            .count(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND wait_event_type = 'Lock' AND application_name = 'hookd'",
-                &[],
-            )
-            .await;
-        (waiting > 0).then_some(())
-    })
-    .await;
+    claim_waits_for_its_lock(&app).await;
     socket.set_zero_linger().expect("linger");
     drop(socket);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -767,7 +775,7 @@ async fn large_request_bodies_that_stall_share_a_memory_budget() {
     // what was sent).
     let mut buf = [0u8; 64];
     let answer = tokio::time::timeout(
-        Duration::from_millis(500),
+        Duration::from_secs(2),
         tokio::io::AsyncReadExt::read(&mut stalled, &mut buf),
     )
     .await;
@@ -804,11 +812,8 @@ async fn large_request_bodies_that_stall_share_a_memory_budget() {
 
 #[tokio::test]
 async fn a_large_body_whose_client_left_holds_its_budget_until_its_request_ends() {
-    let upstream = Upstream::start(
-        vec![],
-        Reply::json(201, r#"{"id":"pay_1"}"#).after(Duration::from_secs(3)),
-    )
-    .await;
+    let upstream = Upstream::created().await;
+    upstream.hold();
     let app = with_body_budget(&upstream.url).await;
     // A whole 200 KiB request (136 KiB of the budget), then a reset while
     // upstream takes its time: the request goes on without its client, and
@@ -825,6 +830,7 @@ async fn a_large_body_whose_client_left_holds_its_budget_until_its_request_ends(
         503,
         "a client that left gave back a share its request still holds"
     );
+    upstream.let_go();
     assert_eq!(settled(&app, "gone").await, "completed");
     assert_eq!(large.send(&app).await.status, 201);
 }

@@ -271,7 +271,7 @@ async fn a_trickling_head_is_cut_too() {
 }
 
 #[tokio::test]
-async fn with_400_trickling_connections_open_deliveries_still_get_200_within_2_seconds() {
+async fn with_400_trickling_connections_open_deliveries_still_get_200_promptly() {
     let app = spawn_app().await;
     let addr = app.addr();
     let mut tricklers = Vec::new();
@@ -300,8 +300,10 @@ async fn with_400_trickling_connections_open_deliveries_still_get_200_within_2_s
         );
         let answer = app.deliver("stripe", &event).await;
         assert_eq!(answer.status, 200);
+        // A delivery queued behind the tricklers would wait for their 10 s
+        // body timeout; the bound leaves a loaded machine its slack.
         assert!(
-            started.elapsed() < Duration::from_secs(2),
+            started.elapsed() < Duration::from_secs(5),
             "{:?}",
             started.elapsed()
         );
@@ -582,12 +584,18 @@ async fn large_bodies_that_stall_share_a_memory_budget_and_small_deliveries_neve
             .expect("body");
         stalled.push(stream);
     }
+    // Read side by side: a refusal comes at once, long before the 10 s body
+    // timeout; the bound is a loaded machine's slack.
+    let answers = futures_util::future::join_all(
+        stalled
+            .iter_mut()
+            .map(|stream| status_within(stream, Duration::from_secs(5))),
+    )
+    .await;
     let mut refused = 0;
-    for stream in &mut stalled {
-        if let Some(status) = status_within(stream, Duration::from_secs(2)).await {
-            assert!(status.contains(" 503 "), "{status}");
-            refused += 1;
-        }
+    for status in answers.into_iter().flatten() {
+        assert!(status.contains(" 503 "), "{status}");
+        refused += 1;
     }
     assert_eq!(
         refused, 4,

@@ -226,14 +226,16 @@ async fn a_failing_bank_releases_the_key_so_a_retry_charges_once() {
 #[tokio::test]
 async fn a_copy_while_the_first_runs_is_409_with_retry_after() {
     let shop = Arc::new(Shop::start(Rules::new("payments")).await);
-    shop.bank.answer_after(Duration::from_millis(1500));
+    // Long enough for the copy below to be answered while the first waits,
+    // however loaded the machine.
+    shop.bank.answer_after(Duration::from_secs(5));
     let first = tokio::spawn({
         let shop = shop.clone();
         async move { shop.pay(Some("order-5"), Some(SHOP), ORDER).await }
     });
     // The first has claimed the key once the bank has its call.
     while shop.bank.calls() == 0 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let copy = shop.pay(Some("order-5"), Some(SHOP), ORDER).await;
     assert_eq!(

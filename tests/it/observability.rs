@@ -501,10 +501,17 @@ async fn scrapes_cost_the_database_one_count_a_second_whatever_their_number() {
         delivered.iter().all(|status| *status == 200),
         "{delivered:?}"
     );
+    // A scrape whose database read missed its 2 s limit leaves the gauge out
+    // (never a wrong value); on a loaded machine some may.
+    let mut shown = 0;
     for (status, text) in &scraped {
         assert_eq!(*status, 200);
-        assert_eq!(Exposition::parse(text).value("hookd_dead_events", &[]), 1.0);
+        if let Some(dead) = Exposition::parse(text).series("hookd_dead_events", &[]) {
+            assert_eq!(dead, 1.0);
+            shown += 1;
+        }
     }
+    assert!(shown > 0, "no scrape showed the backlog");
     // A count at most every second: the first, then one per second passed.
     assert!(
         counts >= 1 && counts <= elapsed.as_secs() + 1,

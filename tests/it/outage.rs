@@ -150,7 +150,7 @@ async fn a_pool_busy_to_its_last_session_is_ready_only_while_deliveries_commit()
 
 async fn readyz_becomes(app: &TestApp, status: u16) {
     let what = format!("/readyz to answer {status}");
-    wait_for(&what, std::time::Duration::from_secs(3), || async {
+    wait_for(&what, std::time::Duration::from_secs(10), || async {
         (app.get("/readyz").await.status == status).then_some(())
     })
     .await;
@@ -213,7 +213,7 @@ async fn slow_a_read_only_standby_gives_503_never_500_and_its_sessions_are_close
     // Each session that met the read-only server was closed, not pooled.
     wait_for(
         "hookd's sessions on the standby to be closed",
-        std::time::Duration::from_secs(5),
+        std::time::Duration::from_secs(20),
         || async { (hookd_sessions(&server).await == 0).then_some(()) },
     )
     .await;

@@ -563,7 +563,8 @@ async fn metrics_count_deliveries_failures_duplicates_and_events() {
             Duration::from_secs(5),
             || async {
                 let metrics = app.metrics().await;
-                (metrics.value("hookd_retry_backlog", &[]) == f64::from(n)).then_some(metrics)
+                (metrics.series("hookd_retry_backlog", &[]) == Some(f64::from(n)))
+                    .then_some(metrics)
             },
         )
         .await;

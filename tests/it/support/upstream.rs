@@ -71,6 +71,8 @@ impl Seen {
 pub struct Upstream {
     pub url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// While `true`, answers wait (each request is read and kept first).
+    held: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -90,12 +92,28 @@ impl Upstream {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let script: Script = Arc::new(Mutex::new((script.into(), then)));
         let kept = seen.clone();
+        let (held, holding) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
-                tokio::spawn(serve(socket, kept.clone(), script.clone()));
+                tokio::spawn(serve(socket, kept.clone(), script.clone(), holding.clone()));
             }
         });
-        Upstream { url, seen, task }
+        Upstream {
+            url,
+            seen,
+            held,
+            task,
+        }
+    }
+
+    /// Answers wait until `let_go`: a request stays in flight as long as the
+    /// test needs, however slow the machine.
+    pub fn hold(&self) {
+        self.held.send_replace(true);
+    }
+
+    pub fn let_go(&self) {
+        self.held.send_replace(false);
     }
 
     /// Answers every request `201 {"id":"pay_1"}`.
@@ -129,7 +147,12 @@ pub fn refusing_url() -> String {
     url
 }
 
-async fn serve(mut socket: TcpStream, seen: Arc<Mutex<Vec<Seen>>>, script: Script) {
+async fn serve(
+    mut socket: TcpStream,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    script: Script,
+    mut holding: tokio::sync::watch::Receiver<bool>,
+) {
     let mut buffer = Vec::new();
     loop {
         let Some(request) = read_request(&mut socket, &mut buffer).await else {
@@ -150,6 +173,9 @@ async fn serve(mut socket: TcpStream, seen: Arc<Mutex<Vec<Seen>>>, script: Scrip
                 delay,
             } => {
                 tokio::time::sleep(delay).await;
+                if holding.wait_for(|held| !held).await.is_err() {
+                    return;
+                }
                 let mut head = format!(
                     "HTTP/1.1 {status} Whatever\r\ncontent-length: {}\r\n",
                     body.len()
