@@ -264,10 +264,7 @@ impl Serve {
         name: &str,
         extra_toml: &str,
     ) -> Serve {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+        let port = crate::pooler::free_port();
         let config = cluster.socket_dir().with_extension(format!("{name}.toml"));
         let text = format!(
             "{}\n{extra_toml}",

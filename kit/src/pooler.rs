@@ -116,8 +116,33 @@ impl Drop for PgBouncer {
     }
 }
 
-/// A loopback port nobody listens on now.
+/// A loopback port nobody listens on now, for a process started later to
+/// bind. Taken below the kernel's ephemeral range: a port `bind(0)` gives is
+/// free only until an outgoing connection takes it as its own end (the tests
+/// make thousands, side by side), while one below the range stays free until
+/// a listener binds it.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOWEST: u32 = 10_000;
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
+        .min(u32::from(u16::MAX));
+    let span = ephemeral_from.saturating_sub(LOWEST);
+    // Each process starts elsewhere in the span, then takes the next port.
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..span.min(1_000) {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let Ok(port) = u16::try_from(LOWEST + start.wrapping_add(n) % span) else {
+            continue;
+        };
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    // No room below the range: a port from it, as a last resort.
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

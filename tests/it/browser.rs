@@ -78,10 +78,7 @@ impl Browser {
                 "the browser test needs Chromium and its driver: \
                  apt-get install chromium chromium-driver (CI installs them)",
             );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+        let port = hookd_kit::pooler::free_port();
         let driver = Command::new(driver_path)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())

@@ -115,10 +115,7 @@ impl Served {
     /// With the configuration file `config`.
     pub(crate) async fn start_configured(config: &str, env: &[(&str, &str)]) -> Served {
         let db = TestDb::create().await;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("free port");
+        let port = hookd_kit::pooler::free_port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args(["serve", "--config", config])
             .env("DATABASE_URL", cluster().connection_string(&db.name))

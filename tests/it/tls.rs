@@ -151,10 +151,7 @@ impl TlsCluster {
         let pki = pki();
         write_owned(&data.join("server.crt"), &pki.server_cert, 0o644, &owner);
         write_owned(&data.join("server.key"), &pki.server_key, 0o600, &owner);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("free port")
-            .port();
+        let port = hookd_kit::pooler::free_port();
         // postgresql.auto.conf is read last, so this overrides hookd's
         // `listen_addresses = ''`.
         let auto_conf = data.join("postgresql.auto.conf");
