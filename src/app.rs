@@ -127,6 +127,8 @@ impl Database {
 pub struct Parts {
     pub dispatcher: bool,
     pub purge: bool,
+    /// The sources' activity, written every few seconds (silence alerts).
+    pub activity: bool,
     /// HTTP worker threads; `None` = one per core.
     pub http_workers: Option<usize>,
 }
@@ -135,6 +137,7 @@ impl Parts {
     pub const ALL: Parts = Parts {
         dispatcher: true,
         purge: true,
+        activity: true,
         http_workers: None,
     };
 }
@@ -197,11 +200,13 @@ impl Instance {
                     .run_until_stopped(stop.clone()),
             ));
         }
-        loops.push(tokio::spawn(self.activity.clone().run_until_stopped(
-            self.pool.clone(),
-            self.settings.clone(),
-            stop.clone(),
-        )));
+        if parts.activity {
+            loops.push(tokio::spawn(self.activity.clone().run_until_stopped(
+                self.pool.clone(),
+                self.settings.clone(),
+                stop.clone(),
+            )));
+        }
         if parts.purge {
             loops.push(tokio::spawn(
                 self.purger.clone().run_until_stopped(stop.clone()),

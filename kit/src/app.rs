@@ -160,6 +160,7 @@ impl Spawn {
     pub const LOOPS: Parts = Parts {
         dispatcher: true,
         purge: false,
+        activity: true,
         http_workers: Some(2),
     };
 }
@@ -172,6 +173,7 @@ impl Default for Spawn {
             parts: Parts {
                 dispatcher: false,
                 purge: false,
+                activity: true,
                 http_workers: Some(2),
             },
             db: None,
@@ -535,6 +537,25 @@ impl TestApp {
         let answer = self.get("/metrics").await;
         assert_eq!(answer.status, 200, "/metrics");
         Exposition::parse(&String::from_utf8(answer.body).expect("utf-8 metrics"))
+    }
+
+    /// The first scrape (30 s at most) that shows a sample of `name`: the
+    /// gauges read from the database are left out of a scrape whose read
+    /// missed its limit, as a loaded machine's may.
+    pub async fn metrics_showing(&self, name: &str) -> Exposition {
+        wait_for(
+            &format!("a scrape showing {name}"),
+            std::time::Duration::from_secs(30),
+            || async {
+                let metrics = self.metrics().await;
+                metrics
+                    .samples
+                    .iter()
+                    .any(|s| s.name == name)
+                    .then_some(metrics)
+            },
+        )
+        .await
     }
 
     /// Fails unless some deliveries shared a transaction (group commit).

@@ -164,6 +164,7 @@ impl Hookd {
                     .start(Parts {
                         dispatcher: false,
                         purge: false,
+                        activity: true,
                         http_workers: None,
                     })
                     .expect("start hookd");

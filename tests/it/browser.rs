@@ -179,7 +179,7 @@ impl Browser {
         self.script("window.hookdOldPage = true").await;
         self.call("POST", &format!("/element/{element}/click"), json!({}))
             .await;
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while self
             .script("return window.hookdOldPage === true || document.readyState !== 'complete'")
             .await
@@ -187,7 +187,7 @@ impl Browser {
         {
             assert!(
                 Instant::now() < deadline,
-                "clicking {css} did not load another page within 10 s"
+                "clicking {css} did not load another page within 30 s"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

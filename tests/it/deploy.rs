@@ -879,7 +879,7 @@ fn the_package_ships_the_binary_unit_configuration_and_manual() {
 #[test]
 fn slow_version_completions_and_manual_come_from_the_command_line() {
     let hookd = |args: &[&str]| {
-        let output = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        let output = crate::support::hookd_binary()
             .args(args)
             .output()
             .expect("run hookd");
@@ -1014,7 +1014,7 @@ fn slow_the_systemd_unit_is_hardened_and_never_restarts_a_configuration_error() 
     let man = copy.with_file_name("man");
     let pages = man.join("man1");
     std::fs::create_dir_all(&pages).expect("folder");
-    let status = Command::new(env!("CARGO_BIN_EXE_hookd"))
+    let status = crate::support::hookd_binary()
         .arg("man")
         .arg("--dir")
         .arg(&pages)
@@ -1078,7 +1078,7 @@ fn slow_the_packaged_configuration_holds_no_secret_and_passes_check_config() {
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("credentials-{}", std::process::id()));
     std::fs::create_dir_all(&folder).expect("folder");
     let check = |config: &Path, env: &[(String, String)]| {
-        let output = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        let output = crate::support::hookd_binary()
             .args(["check-config", "--config"])
             .arg(config)
             .env_remove("DATABASE_URL")

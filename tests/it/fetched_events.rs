@@ -294,7 +294,7 @@ async fn run_ok(
     args: &[&str],
     env: &[(&'static str, String)],
 ) -> std::process::Output {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
+    let mut command = crate::support::hookd_binary();
     command
         .args(args)
         .arg("--config")

@@ -39,6 +39,7 @@ async fn app_forwarding_to(
         parts: Parts {
             dispatcher,
             purge: false,
+            activity: true,
             http_workers: Some(2),
         },
         ..Spawn::default()
@@ -406,13 +407,17 @@ async fn a_consumer_slower_than_the_idle_timeout_is_recorded_retried_with_backof
         );
         assert_eq!(receiver.received().len(), run + 1, "sent once per run");
         if expected == EventStatus::Failed {
-            // Equal jitter on a 10 s base: the next try comes 5 s to 10 s later.
+            // Equal jitter on a 10 s base: the next try comes 5 s to 10 s
+            // after the send ended (measured from its end, however long the
+            // test took to ask).
             let backoff = app
                 .count(
                     "SELECT count(*) FROM event_forwards f
                      JOIN webhook_events e ON e.id = f.webhook_event_id
                      WHERE e.event_id = 'evt_slow' AND f.state = 'pending'
-                       AND f.next_attempt_at >= now() + interval '4 seconds'
+                       AND f.next_attempt_at >= interval '4.5 seconds' + (
+                           SELECT max(a.finished_at) FROM webhook_event_attempts a
+                           WHERE a.webhook_event_id = e.id AND a.handler = 'forward:billing')
                        AND f.lease_until IS NULL",
                     &[],
                 )

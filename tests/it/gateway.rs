@@ -1680,7 +1680,7 @@ async fn gateway_requests_are_counted_by_route_and_outcome_and_unknown_keys_are_
     let mut missing = Call::post("/payments", "x", ORDER);
     missing.key = None;
     missing.send(&app).await; // missing_key
-    let metrics = app.metrics().await;
+    let metrics = app.metrics_showing("hookd_gateway_unknown_keys").await;
     for (outcome, n) in [
         ("unknown", 2.0),
         ("upstream_error", 1.0),

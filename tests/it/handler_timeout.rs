@@ -140,7 +140,7 @@ impl Setup {
     }
 
     async fn until_waiting(&self, what: &str, query: &str, sessions: i64) {
-        wait_for(what, Duration::from_secs(10), || async move {
+        wait_for(what, Duration::from_secs(30), || async move {
             (self.waiting(query).await >= sessions).then_some(())
         })
         .await;
@@ -149,7 +149,7 @@ impl Setup {
     async fn until_a_cancel_is_held(&self) {
         wait_for(
             "the cancel of the statement cut",
-            Duration::from_secs(10),
+            Duration::from_secs(30),
             || async { (self.relay.held() > 0).then_some(()) },
         )
         .await;

@@ -2,7 +2,6 @@
 //! credentials, bounded inputs that never panic the server, slow clients cut off,
 //! and a signed event never answered with a 5xx.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -52,7 +51,7 @@ async fn slow_the_shipped_credentials_need_development_true_even_on_loopback() {
     for command in ["serve", "check-config"] {
         // Loopback, as a TCP-mode proxy or an ssh tunnel would reach it. A serve
         // that started instead is killed at the deadline.
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+        let child = tokio::process::Command::from(crate::support::hookd_binary())
             .args([command, "--config"])
             .arg(&config)
             .env_remove("DATABASE_URL")
@@ -87,7 +86,7 @@ async fn slow_the_shipped_credentials_need_development_true_even_on_loopback() {
 #[test]
 fn slow_hookd_secret_prints_a_fresh_secret_in_the_scheme_format_without_a_config() {
     let run = |scheme: &str| {
-        let output = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        let output = crate::support::hookd_binary()
             .args([
                 "secret",
                 "--scheme",
@@ -113,7 +112,7 @@ fn slow_hookd_secret_prints_a_fresh_secret_in_the_scheme_format_without_a_config
     .expect("base64");
     assert_eq!(key.len(), 32);
     assert_eq!(run("github").len(), 64);
-    let unknown = Command::new(env!("CARGO_BIN_EXE_hookd"))
+    let unknown = crate::support::hookd_binary()
         .args(["secret", "--scheme", "nosuchprovider"])
         .output()
         .expect("run");

@@ -107,7 +107,7 @@ async fn slow_a_bad_configuration_stops_startup_with_one_line() {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let path = dir.join(format!("bad-{}.toml", std::process::id()));
     std::fs::write(&path, "retention = \"1h\"\n").expect("write");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+    let output = crate::support::hookd_binary()
         .arg("serve")
         .arg("--config")
         .arg(&path)

@@ -2,7 +2,7 @@
 //! lines as text or JSON from the real binary, and the metrics parsed from
 //! `/metrics` as Prometheus would read them.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -116,7 +116,7 @@ impl Served {
     pub(crate) async fn start_configured(config: &str, env: &[(&str, &str)]) -> Served {
         let db = TestDb::create().await;
         let port = hookd_kit::pooler::free_port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        let mut child = crate::support::hookd_binary()
             .args(["serve", "--config", config])
             .env("DATABASE_URL", cluster().connection_string(&db.name))
             .env("HOOKD_LISTEN", format!("127.0.0.1:{port}"))
@@ -295,7 +295,7 @@ async fn slow_json_logs_are_one_object_per_line_with_the_deliverys_fields_and_te
 
 #[test]
 fn slow_an_unknown_log_format_is_a_configuration_error() {
-    let output = Command::new(env!("CARGO_BIN_EXE_hookd"))
+    let output = crate::support::hookd_binary()
         .args(["check-config", "--config"])
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"))
         .env("HOOKD_LOG_FORMAT", "yaml")
@@ -353,10 +353,7 @@ async fn metrics_expose_delivery_latency_dead_events_the_pool_the_process_and_th
     assert_eq!(app.deliver("stripe", &dead).await.status, 200);
     assert_eq!(app.post("nope", &[], b"{}".to_vec()).await.status, 404);
 
-    let answer = app.get("/metrics").await;
-    assert_eq!(answer.status, 200);
-    let text = String::from_utf8(answer.body).expect("utf-8");
-    let exposition = Exposition::parse(&text);
+    let exposition = app.metrics_showing("hookd_dead_events").await;
     let (types, helps, samples) = (&exposition.types, &exposition.helps, &exposition.samples);
 
     // Every metric is declared once, with its type and help, and every sample

@@ -143,8 +143,10 @@ async fn a_pool_busy_to_its_last_session_is_ready_only_while_deliveries_commit()
         .collect();
     // Past the cached answer's second, readiness is asked again: the database
     // answers this instance's deliveries, so it stays in the balancer.
+    // (A check that missed its limit on a loaded machine may answer 503 once;
+    // a full pool taken for a dead database would answer 503 throughout.)
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    assert_eq!(app.get("/readyz").await.status, 200);
+    readyz_becomes(&app, 200).await;
     drop(held);
 }
 

@@ -553,7 +553,7 @@ async fn errors_and_answers_are_masked_for_viewers_and_forgetting_leaves_no_colu
     app.wait_for_count(
         "SELECT count(*) FROM webhook_event_attempts WHERE response IS NOT NULL",
         1,
-        std::time::Duration::from_secs(10),
+        std::time::Duration::from_secs(30),
     )
     .await;
     let customer = stripe_event(

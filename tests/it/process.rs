@@ -5,7 +5,7 @@
 //! command run beside `serve`, and adopted after a `serve` was killed.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -102,7 +102,7 @@ impl Hookd {
         level: &str,
     ) -> Hookd {
         let log = std::fs::File::create(config.with_extension("log")).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        let child = crate::support::hookd_binary()
             .args(["serve", "--config"])
             .arg(config)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -676,7 +676,7 @@ impl Drop for Project {
 /// `hookd serve` in `dir` with the embedded cluster, logging to `dir/serve.log`.
 async fn serve_in(dir: &Path, port: u16) -> Hookd {
     let log = std::fs::File::create(dir.join("serve.log")).expect("log");
-    let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+    let child = crate::support::hookd_binary()
         .args(["serve"])
         .current_dir(dir)
         .env_remove("DATABASE_URL")
@@ -691,7 +691,7 @@ async fn serve_in(dir: &Path, port: u16) -> Hookd {
 
 /// Another hookd command in `dir`, beside or after `serve`.
 async fn command_in(dir: &Path, args: &[&str]) -> std::process::Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hookd"));
+    let mut command = crate::support::hookd_binary();
     command
         .args(args)
         .current_dir(dir)
@@ -873,7 +873,7 @@ async fn slow_a_cluster_that_cannot_live_in_the_project_goes_under_tmpdir_and_is
     }
     let _tmpdir_goes = Remove(tmpdir.clone());
     let migrate = || {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_hookd"));
+        let mut command = crate::support::hookd_binary();
         command
             .args(["migrate", "--config"])
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hookd.toml"))
@@ -957,7 +957,7 @@ async fn slow_serve_warns_at_startup_about_what_may_be_a_mistake() {
     std::fs::write(&config, text).expect("config");
     let log_path = config.with_extension("log");
     let log = std::fs::File::create(&log_path).expect("log file");
-    let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+    let child = crate::support::hookd_binary()
         .args(["serve", "--config"])
         .arg(&config)
         .env("DATABASE_URL", cluster().connection_string(&db.name))

@@ -4,7 +4,7 @@
 //! others may read), and `hookd verify` — all through the real binary.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use hookd::simulate::{Hints, sign_delivery};
 
@@ -35,7 +35,7 @@ fn one_source_config(name: &str, port: u16, source: &str) -> PathBuf {
 
 /// The binary with exactly these arguments and variables (no `--config` added).
 async fn hookd(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hookd"));
+    let mut command = crate::support::hookd_binary();
     command
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))

@@ -906,7 +906,7 @@ async fn verify(config: &Path, headers: &[(String, String)], body: &[u8]) -> Str
     .map(String::from)
     .to_vec();
     let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+        crate::support::hookd_binary()
             .args(&args)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .env_remove("DATABASE_URL")

@@ -954,5 +954,6 @@ async fn age_and_purge(app: &TestApp, days: i32) -> PurgeOutcome {
 const PURGING: hookd::app::Parts = hookd::app::Parts {
     dispatcher: false,
     purge: true,
+    activity: true,
     http_workers: Some(1),
 };

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use hookd::config::{Settings, Source};
@@ -69,7 +69,7 @@ impl Served {
             .collect();
         let db = TestDb::create().await;
         let log = std::fs::File::create(dir.join("hookd.log")).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+        let child = crate::support::hookd_binary()
             .args(["serve", "--config"])
             .arg(dir.join("hookd.toml"))
             .env("DATABASE_URL", cluster().connection_string(&db.name))

@@ -94,10 +94,30 @@ pub async fn run_hookd_json(args: &[&str], database: String) -> serde_json::Valu
     serde_json::from_slice(&out.stdout).expect("json")
 }
 
+/// The real binary, clear of what the test runner's own environment could
+/// change in it: hookd's settings (`HOOKD_*`, `DATABASE_URL`), the log's
+/// level, a trace collector (`OTEL_*`), a proxy for its outgoing calls. Each
+/// test sets what it means to.
+pub fn hookd_binary() -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
+    for (name, _) in std::env::vars_os() {
+        let text = name.to_string_lossy().to_ascii_uppercase();
+        if text.starts_with("HOOKD_")
+            || text.starts_with("OTEL_")
+            || text.ends_with("_PROXY")
+            || text == "DATABASE_URL"
+            || text == "RUST_LOG"
+        {
+            command.env_remove(&name);
+        }
+    }
+    command
+}
+
 /// The real binary with `args`, the shipped configuration, in the checkout,
 /// without the caller's `DATABASE_URL`, with `env` on top.
 fn hookd_command(args: &[&str], env: &[(&str, String)]) -> std::process::Command {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
+    let mut command = crate::support::hookd_binary();
     command
         .args(args)
         .args([
@@ -145,7 +165,7 @@ pub async fn check_config(extra: &str, env: &[(&str, &str)]) -> std::process::Ou
     ));
     let text = format!("{}\n{extra}", hookd_kit::settings::shipped_toml_anywhere());
     std::fs::write(&path, text).expect("write");
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
+    let mut command = crate::support::hookd_binary();
     command
         .arg("check-config")
         .arg("--config")
@@ -355,9 +375,10 @@ impl Receiver {
         self.got.lock().expect("lock").clone()
     }
 
-    /// Waits (up to 10 s) until `count` requests have arrived.
+    /// Waits (up to 30 s: a lane's poll, a send, perhaps a process's start on
+    /// a loaded machine) until `count` requests have arrived.
     pub async fn wait_for(&self, count: usize) -> Vec<Received> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
             let got = self.received();
             if got.len() >= count {

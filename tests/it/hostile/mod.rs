@@ -496,7 +496,20 @@ async fn run_case(addr: SocketAddr, case: &Case) -> Outcome {
 
 /// What is wrong with an outcome, if anything.
 fn judge(case: &Case, outcome: &Outcome) -> Option<String> {
-    if let Some(bad) = outcome.statuses.iter().find(|s| **s >= 500) {
+    // Readiness may say "not ready" (503) when its check of the database
+    // missed its limit on a loaded machine: that is its answer, not a fault,
+    // for as many readiness requests as the case makes.
+    let readiness = case
+        .bytes
+        .windows(b"GET /readyz".len())
+        .filter(|w| *w == b"GET /readyz")
+        .count();
+    let not_ready = outcome.statuses.iter().filter(|s| **s == 503).count();
+    let bad = outcome
+        .statuses
+        .iter()
+        .find(|s| **s >= 500 && !(**s == 503 && not_ready <= readiness));
+    if let Some(bad) = bad {
         return Some(format!("answered {bad} (statuses {:?})", outcome.statuses));
     }
     if case.target == Target::Authed && outcome.statuses.iter().any(|s| *s == 401 || *s == 429) {

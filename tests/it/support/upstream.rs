@@ -139,12 +139,10 @@ impl Upstream {
     }
 }
 
-/// A URL where nothing listens: connecting is refused.
+/// A URL where nothing listens: connecting is refused. (A port from below
+/// the ephemeral range, which no other test's `bind(0)` can be given.)
 pub fn refusing_url() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    drop(listener);
-    url
+    format!("http://127.0.0.1:{}", hookd_kit::pooler::free_port())
 }
 
 async fn serve(
