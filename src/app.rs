@@ -44,12 +44,6 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error(
-        "no database: DATABASE_URL is unset and no embedded cluster is in {EMBEDDED_DIR} here \
-         (hookd serve or migrate makes it there); set DATABASE_URL as the service has it, or run this \
-         where serve runs"
-    )]
-    NoDatabase,
 }
 
 /// The database hookd talks to, and the embedded cluster behind it, if any.
@@ -99,13 +93,18 @@ impl Database {
         })
     }
 
-    /// `open`, for a command run beside `serve`: without `DATABASE_URL` it uses
-    /// only an embedded cluster `serve` made here, never a new, empty one (a
-    /// command run without the service's environment would otherwise answer
-    /// from a database of its own: no events, or events recovered into it).
-    pub async fn open_existing(settings: &Settings) -> Result<Self, StartError> {
+    /// `open`, for a command run beside `serve`. Without `DATABASE_URL` and
+    /// with no embedded cluster here yet, it makes one as `serve` would, and
+    /// warns that it is new and empty: a command run without the service's
+    /// environment (an operator's shell that never read `/etc/default/hookd`)
+    /// would otherwise answer from it — "no events match" — without a word.
+    pub async fn open_for_command(settings: &Settings) -> Result<Self, StartError> {
         if settings.database_url.is_none() && !embedded_pg::made_for(Path::new(EMBEDDED_DIR)) {
-            return Err(StartError::NoDatabase);
+            log::warn!(
+                "DATABASE_URL is unset and no embedded cluster is in {EMBEDDED_DIR} here: \
+                 making a new, empty one; set DATABASE_URL as the service has it to reach \
+                 the service's database"
+            );
         }
         Self::open(settings).await
     }

@@ -486,8 +486,7 @@ pub const EX_CONFIG: u8 = 78;
 impl CliError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            CliError::Config(_)
-            | CliError::Start(StartError::DatabaseUrl(_) | StartError::NoDatabase) => {
+            CliError::Config(_) | CliError::Start(StartError::DatabaseUrl(_)) => {
                 ExitCode::from(EX_CONFIG)
             }
             _ => ExitCode::FAILURE,
@@ -608,15 +607,14 @@ async fn migrate(settings: Settings, hookd: &Extensions) -> Result<(), CliError>
     Ok(())
 }
 
-/// Runs `work` against the configured database (migrated first), then closes
-/// it: for a command beside `serve`, which never makes an embedded cluster of
-/// its own (`Database::open_existing`).
+/// Runs `work` against the configured database, then closes it: for a
+/// command beside `serve` (`Database::open_for_command`).
 async fn with_app<F, Fut>(settings: Settings, hookd: Extensions, work: F) -> Result<(), CliError>
 where
     F: FnOnce(Instance) -> Fut,
     Fut: std::future::Future<Output = Result<(), CliError>>,
 {
-    let database = Database::open_existing(&settings).await?;
+    let database = Database::open_for_command(&settings).await?;
     on_database(database, settings, hookd, Schema::Check, work).await
 }
 
@@ -625,9 +623,11 @@ where
 enum Schema {
     /// Brings it up to date (`serve`).
     Migrate,
-    /// Wants it current, and changes nothing: a newer binary run for a
-    /// look (`events list` on a bastion host) must not change the schema
-    /// under the running instances as a side effect.
+    /// Wants it current: a database no hookd has used yet is migrated (no
+    /// instance runs on it), one that an older or newer build migrated is
+    /// left as it is and refused — a newer binary run for a look (`events
+    /// list` on a bastion host) must not change the schema under the running
+    /// instances as a side effect.
     Check,
 }
 
@@ -646,6 +646,9 @@ where
     let result = async {
         match schema {
             Schema::Migrate => {
+                store::migrate_with(&database.pool, hookd.migrations).await?;
+            }
+            Schema::Check if store::never_migrated(&database.pool).await? => {
                 store::migrate_with(&database.pool, hookd.migrations).await?;
             }
             Schema::Check => {

@@ -439,6 +439,19 @@ pub async fn is_ready(
     Ok(())
 }
 
+/// Whether no hookd has migrated this database (its migrations' table is
+/// not there).
+pub async fn never_migrated(pool: &Pool) -> Result<bool, StoreError> {
+    let client = pool.get().await?;
+    Ok(sql::query_one(
+        &client,
+        "SELECT to_regclass('hookd_schema_migrations') IS NULL",
+        params![],
+    )
+    .await?
+    .get(0))
+}
+
 /// Whether the schema is the one this build (and the application) expects:
 /// `StoreError::Schema` naming the version found and the one needed if not.
 pub async fn check_schema(

@@ -50,27 +50,6 @@ async fn slow_hookd_migrate_applies_the_schema_and_says_so() {
     let name = format!("mcli_{}", std::process::id());
     empty_database(&name).await;
     let url = cluster().connection_string(&name);
-    // Any other command wants the schema current and changes nothing.
-    for args in [&["events", "list"][..], &["purge", "--dry-run"]] {
-        let refused = crate::support::run_hookd(args, Some(url.clone())).await;
-        let said = String::from_utf8_lossy(&refused.stderr).trim().to_string();
-        assert!(!refused.status.success(), "{args:?}");
-        assert_eq!(said.lines().count(), 1, "{said}");
-        assert!(
-            said.contains(&format!(
-                "hookd's schema is at version 0, this build needs {}",
-                store::MIGRATIONS.len()
-            )) && said.contains("run `hookd migrate`"),
-            "{said}"
-        );
-    }
-    let untouched: bool = connect(cluster().config(&name))
-        .await
-        .query_one("SELECT to_regclass('hookd_schema_migrations') IS NULL", &[])
-        .await
-        .expect("query")
-        .get(0);
-    assert!(untouched, "no table made by a command that only looks");
     let output = crate::support::run_hookd(&["migrate"], Some(url.clone())).await;
     assert!(
         output.status.success(),
@@ -96,9 +75,74 @@ async fn slow_hookd_migrate_applies_the_schema_and_says_so() {
             .get(0);
         assert!(exists, "{table}");
     }
-    drop(db);
-    let listed = crate::support::run_hookd(&["events", "list"], Some(url)).await;
+    let listed = crate::support::run_hookd(&["events", "list"], Some(url.clone())).await;
     assert!(listed.status.success(), "{listed:?}");
+
+    // A schema another build left behind (here: its newest migration not
+    // recorded) is refused by any other command, which changes nothing: a
+    // newer binary run for a look must not migrate under running instances.
+    let versions: Vec<i32> = store::MIGRATIONS.iter().map(|m| m.version).collect();
+    let (previous, newest) = (versions[versions.len() - 2], versions[versions.len() - 1]);
+    db.execute(
+        "DELETE FROM hookd_schema_migrations WHERE version = $1",
+        &[&newest],
+    )
+    .await
+    .expect("an older schema");
+    for args in [&["events", "list"][..], &["purge", "--dry-run"]] {
+        let refused = crate::support::run_hookd(args, Some(url.clone())).await;
+        let said = String::from_utf8_lossy(&refused.stderr).trim().to_string();
+        assert!(!refused.status.success(), "{args:?}");
+        assert_eq!(said.lines().count(), 1, "{said}");
+        assert!(
+            said.contains(&format!(
+                "hookd's schema is at version {previous}, this build needs {newest}"
+            )) && said.contains("run `hookd migrate`"),
+            "{said}"
+        );
+    }
+    let recorded: i32 = db
+        .query_one("SELECT max(version) FROM hookd_schema_migrations", &[])
+        .await
+        .expect("query")
+        .get(0);
+    assert_eq!(
+        recorded, previous,
+        "the command that only looks changed nothing"
+    );
+    drop(db);
+    drop_database(&name).await;
+}
+
+#[tokio::test]
+async fn slow_a_command_on_a_database_no_hookd_has_used_migrates_it_first() {
+    let name = format!("mfresh_{}", std::process::id());
+    empty_database(&name).await;
+    let url = cluster().connection_string(&name);
+    let listed = crate::support::run_hookd(&["events", "list"], Some(url.clone())).await;
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).ends_with(
+            "
+(no events match)
+"
+        ),
+        "{}",
+        String::from_utf8_lossy(&listed.stdout)
+    );
+    let recorded: i64 = connect(cluster().config(&name))
+        .await
+        .query_one("SELECT count(*) FROM hookd_schema_migrations", &[])
+        .await
+        .expect("the schema made")
+        .get(0);
+    assert_eq!(recorded, store::MIGRATIONS.len() as i64);
+    let preview = crate::support::run_hookd(&["purge", "--dry-run"], Some(url)).await;
+    assert!(preview.status.success(), "{preview:?}");
     drop_database(&name).await;
 }
 
