@@ -44,6 +44,25 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error(
+        "no database: DATABASE_URL is unset and no embedded cluster is in {EMBEDDED_DIR} here \
+         (hookd serve or migrate makes it there); set DATABASE_URL as the service has it, or run this \
+         where serve runs"
+    )]
+    NoDatabase,
+}
+
+/// What a command does where `DATABASE_URL` is unset and no embedded cluster
+/// is here yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmade {
+    /// Makes it, as `serve` would, and warns that it is new and empty: a
+    /// look (`events`, `payments`) or a pass (`purge`) is harmless there.
+    Make,
+    /// Refuses in one line (exit 78): a command whose work would be lost in
+    /// a new cluster — an erasure that erases nothing (`forget`), events
+    /// recovered where nothing serves them (`reconcile`).
+    Refuse,
 }
 
 /// The database hookd talks to, and the embedded cluster behind it, if any.
@@ -94,19 +113,31 @@ impl Database {
     }
 
     /// `open`, for a command run beside `serve`. Without `DATABASE_URL` and
-    /// with no embedded cluster here yet, it makes one as `serve` would, and
-    /// warns that it is new and empty: a command run without the service's
-    /// environment (an operator's shell that never read `/etc/default/hookd`)
-    /// would otherwise answer from it — "no events match" — without a word.
-    pub async fn open_for_command(settings: &Settings) -> Result<Self, StartError> {
-        if settings.database_url.is_none() && !embedded_pg::made_for(Path::new(EMBEDDED_DIR)) {
+    /// with no embedded cluster here yet, it does as `unmade` says; a cluster
+    /// it makes is announced as new and empty: a command run without the
+    /// service's environment (an operator's shell that never read
+    /// `/etc/default/hookd`) would otherwise answer from it — "no events
+    /// match" — without a word.
+    pub async fn open_for_command(settings: &Settings, unmade: Unmade) -> Result<Self, StartError> {
+        let unmade_here =
+            settings.database_url.is_none() && !embedded_pg::made_for(Path::new(EMBEDDED_DIR));
+        if unmade_here && unmade == Unmade::Refuse {
+            return Err(StartError::NoDatabase);
+        }
+        let database = Self::open(settings).await?;
+        if unmade_here {
             log::warn!(
-                "DATABASE_URL is unset and no embedded cluster is in {EMBEDDED_DIR} here: \
-                 making a new, empty one; set DATABASE_URL as the service has it to reach \
-                 the service's database"
+                "DATABASE_URL is unset and no embedded cluster was in {EMBEDDED_DIR} here: \
+                 made a new, empty one; set DATABASE_URL as the service has it to reach the \
+                 service's database"
             );
         }
-        Self::open(settings).await
+        Ok(database)
+    }
+
+    /// Whether this is the embedded cluster.
+    pub fn is_embedded(&self) -> bool {
+        self.embedded.is_some()
     }
 
     /// Closes the pool and stops the embedded cluster if this process started it.

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::app::{Database, Instance, StartError};
+use crate::app::{Database, Instance, StartError, Unmade};
 use crate::config::Settings;
 use crate::purge::describe;
 use crate::store;
@@ -375,7 +375,7 @@ pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
             Command::Migrate => migrate(settings, &hookd).await,
             Command::Purge { dry_run } => purge(settings, hookd, dry_run).await,
             Command::Events { action } => {
-                with_app(settings, hookd, |app| async move {
+                with_app(settings, hookd, Unmade::Make, |app| async move {
                     match action {
                         EventsAction::List(args) => {
                             let (params, json) = args.into_params();
@@ -412,7 +412,7 @@ pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
                 .await
             }
             Command::Payments { action } => {
-                with_app(settings, hookd, |app| async move {
+                with_app(settings, hookd, Unmade::Make, |app| async move {
                     match action {
                         PaymentsAction::Show {
                             source,
@@ -429,7 +429,7 @@ pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
                 dry_run,
                 json,
             } => {
-                with_app(settings, hookd, |app| async move {
+                with_app(settings, hookd, Unmade::Refuse, |app| async move {
                     events::forget(&app, &customer, source.as_deref(), dry_run, json).await
                 })
                 .await
@@ -440,7 +440,7 @@ pub fn run(cli: Cli, hookd: Extensions) -> ExitCode {
                 dry_run,
                 json,
             } => {
-                with_app(settings, hookd, |app| async move {
+                with_app(settings, hookd, Unmade::Refuse, |app| async move {
                     reconcile::run(&app, &source, since.as_deref(), dry_run, json).await
                 })
                 .await
@@ -486,7 +486,8 @@ pub const EX_CONFIG: u8 = 78;
 impl CliError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            CliError::Config(_) | CliError::Start(StartError::DatabaseUrl(_)) => {
+            CliError::Config(_)
+            | CliError::Start(StartError::DatabaseUrl(_) | StartError::NoDatabase) => {
                 ExitCode::from(EX_CONFIG)
             }
             _ => ExitCode::FAILURE,
@@ -609,12 +610,17 @@ async fn migrate(settings: Settings, hookd: &Extensions) -> Result<(), CliError>
 
 /// Runs `work` against the configured database, then closes it: for a
 /// command beside `serve` (`Database::open_for_command`).
-async fn with_app<F, Fut>(settings: Settings, hookd: Extensions, work: F) -> Result<(), CliError>
+async fn with_app<F, Fut>(
+    settings: Settings,
+    hookd: Extensions,
+    unmade: Unmade,
+    work: F,
+) -> Result<(), CliError>
 where
     F: FnOnce(Instance) -> Fut,
     Fut: std::future::Future<Output = Result<(), CliError>>,
 {
-    let database = Database::open_for_command(&settings).await?;
+    let database = Database::open_for_command(&settings, unmade).await?;
     on_database(database, settings, hookd, Schema::Check, work).await
 }
 
@@ -624,10 +630,10 @@ enum Schema {
     /// Brings it up to date (`serve`).
     Migrate,
     /// Wants it current: a database no hookd has used yet is migrated (no
-    /// instance runs on it), one that an older or newer build migrated is
-    /// left as it is and refused — a newer binary run for a look (`events
-    /// list` on a bastion host) must not change the schema under the running
-    /// instances as a side effect.
+    /// instance runs on it); one an older build migrated is left as it is
+    /// and refused — a newer binary run for a look (`events list` on a
+    /// bastion host) must not change the schema under the running instances
+    /// as a side effect.
     Check,
 }
 
@@ -649,6 +655,15 @@ where
                 store::migrate_with(&database.pool, hookd.migrations).await?;
             }
             Schema::Check if store::never_migrated(&database.pool).await? => {
+                // Said loudly for a database named by DATABASE_URL: a
+                // mistyped name or a missing search_path shows here.
+                let saying = "the database has no hookd schema yet: applying hookd's \
+                              migrations first, as `hookd migrate` would";
+                if database.is_embedded() {
+                    log::info!("{saying}");
+                } else {
+                    log::warn!("{saying}");
+                }
                 store::migrate_with(&database.pool, hookd.migrations).await?;
             }
             Schema::Check => {
@@ -678,7 +693,7 @@ where
 }
 
 async fn purge(settings: Settings, hookd: Extensions, dry_run: bool) -> Result<(), CliError> {
-    with_app(settings, hookd, |app| async move {
+    with_app(settings, hookd, Unmade::Make, |app| async move {
         if dry_run {
             let preview = app.purger.preview().await?;
             say!("would drop payloads: {}", describe(&preview.payloads))?;

@@ -833,7 +833,9 @@ async fn a_flood_of_mollie_ids_asks_the_api_at_most_8_at_once_and_the_rest_get_5
         (200, vec![], payment(id, "paid", "").to_string())
     })
     .await;
-    let (hookd, _config) = serve_source(&api, &db, "mollie", "mollie", MOLLIE).await;
+    // The held reads may wait as long as the test needs (30 s at most).
+    let (hookd, _config) =
+        serve_source_limited(&api, &db, "mollie", "mollie", MOLLIE, Some("30s")).await;
     let posts: Vec<_> = (0..30)
         .map(|n| {
             let base = hookd.base.clone();

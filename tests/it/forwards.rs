@@ -407,24 +407,30 @@ async fn a_consumer_slower_than_the_idle_timeout_is_recorded_retried_with_backof
         );
         assert_eq!(receiver.received().len(), run + 1, "sent once per run");
         if expected == EventStatus::Failed {
-            // Equal jitter on a 10 s base: the next try comes 5 s to 10 s
-            // after the send ended (measured from its end, however long the
-            // test took to ask).
-            let backoff = app
-                .count(
-                    "SELECT count(*) FROM event_forwards f
-                     JOIN webhook_events e ON e.id = f.webhook_event_id
-                     WHERE e.event_id = 'evt_slow' AND f.state = 'pending'
-                       AND f.next_attempt_at >= interval '4.5 seconds' + (
-                           SELECT max(a.finished_at) FROM webhook_event_attempts a
-                           WHERE a.webhook_event_id = e.id AND a.handler = 'forward:billing')
-                       AND f.lease_until IS NULL",
+            // Equal jitter on a 10 s base doubling each run: the next try
+            // comes 5–10 s after the first send ended, 10–20 s after the
+            // second (measured from its end, however long the test took to
+            // ask).
+            let base = 10.0 * f64::from(1u32 << run);
+            let waits: Vec<(Option<f64>, bool)> = app
+                .query(
+                    "SELECT extract(epoch FROM f.next_attempt_at - (
+                                SELECT max(a.finished_at) FROM webhook_event_attempts a
+                                WHERE a.webhook_event_id = e.id
+                                  AND a.handler = 'forward:billing'))::float8,
+                            f.lease_until IS NULL
+                     FROM event_forwards f JOIN webhook_events e ON e.id = f.webhook_event_id
+                     WHERE e.event_id = 'evt_slow' AND f.state = 'pending'",
                     &[],
                 )
-                .await;
-            assert_eq!(
-                backoff, 1,
-                "run {run}: retried with backoff, the lease ended"
+                .await
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            assert!(
+                matches!(waits[..], [(Some(wait), true)]
+                    if (base / 2.0 - 0.5..=base + 0.5).contains(&wait)),
+                "run {run}: retried with backoff, the lease ended: {waits:?}"
             );
         }
     }
@@ -488,10 +494,19 @@ async fn a_consumer_flooding_its_answer_costs_hookd_only_the_256_bytes_it_keeps(
 
 #[tokio::test]
 async fn a_forward_under_way_is_leased_and_a_send_cut_off_is_sent_again_once_the_lease_ends() {
-    // Slow enough that the checks below run while it answers, within the
-    // forward's 5 s timeout.
+    // Slow enough that the checks below run while it answers, well within
+    // the forward's timeout (30 s here).
     let receiver = Receiver::slow(Duration::from_secs(4), &[]).await;
-    let app = app_forwarding_to(&receiver, &["payment_succeeded"], &[], false).await;
+    let mut settings = shipped_settings();
+    settings.forwards = vec![hookd::config::Forward {
+        timeout: Duration::from_secs(30),
+        ..receiver.forward("billing", &["payment_succeeded"], &[])
+    }];
+    let app = spawn(Spawn {
+        settings,
+        ..Spawn::default()
+    })
+    .await;
     app.deliver_ok("stripe", &paid("evt_lease", "pi_lease"))
         .await;
     let id = app.event_row_id("evt_lease").await;

@@ -126,11 +126,7 @@ async fn slow_a_command_on_a_database_no_hookd_has_used_migrates_it_first() {
         String::from_utf8_lossy(&listed.stderr)
     );
     assert!(
-        String::from_utf8_lossy(&listed.stdout).ends_with(
-            "
-(no events match)
-"
-        ),
+        String::from_utf8_lossy(&listed.stdout).ends_with("\n(no events match)\n"),
         "{}",
         String::from_utf8_lossy(&listed.stdout)
     );

@@ -494,21 +494,38 @@ async fn run_case(addr: SocketAddr, case: &Case) -> Outcome {
     }
 }
 
+/// For each request line in `bytes`, in order, whether it asks readiness
+/// (`GET` or `HEAD` of `/readyz`, with or without a query).
+fn readiness_requests(bytes: &[u8]) -> Vec<bool> {
+    String::from_utf8_lossy(bytes)
+        .split("\r\n")
+        .filter_map(|line| {
+            let mut parts = line.split(' ');
+            let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
+            let request = parts.next().is_none()
+                && version.starts_with("HTTP/")
+                && !method.is_empty()
+                && method.bytes().all(|b| b.is_ascii_uppercase());
+            request.then(|| {
+                let path = target.split('?').next().unwrap_or_default();
+                (method == "GET" || method == "HEAD") && path == "/readyz"
+            })
+        })
+        .collect()
+}
+
 /// What is wrong with an outcome, if anything.
 fn judge(case: &Case, outcome: &Outcome) -> Option<String> {
     // Readiness may say "not ready" (503) when its check of the database
-    // missed its limit on a loaded machine: that is its answer, not a fault,
-    // for as many readiness requests as the case makes.
-    let readiness = case
-        .bytes
-        .windows(b"GET /readyz".len())
-        .filter(|w| *w == b"GET /readyz")
-        .count();
-    let not_ready = outcome.statuses.iter().filter(|s| **s == 503).count();
+    // missed its limit on a loaded machine: that is its answer, not a fault
+    // — for the answer to a request for `/readyz` itself, matched by its place.
+    let readiness = readiness_requests(&case.bytes);
     let bad = outcome
         .statuses
         .iter()
-        .find(|s| **s >= 500 && !(**s == 503 && not_ready <= readiness));
+        .enumerate()
+        .find(|(at, s)| **s >= 500 && !(**s == 503 && readiness.get(*at) == Some(&true)))
+        .map(|(_, s)| s);
     if let Some(bad) = bad {
         return Some(format!("answered {bad} (statuses {:?})", outcome.statuses));
     }
