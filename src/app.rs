@@ -125,7 +125,13 @@ impl Database {
             return Err(StartError::NoDatabase);
         }
         let database = Self::open(settings).await?;
-        if unmade_here {
+        // (Made by this process: another one started beside it may have made
+        // it meanwhile.)
+        if database
+            .embedded
+            .as_ref()
+            .is_some_and(EmbeddedPostgres::made_now)
+        {
             log::warn!(
                 "DATABASE_URL is unset and no embedded cluster was in {EMBEDDED_DIR} here: \
                  made a new, empty one; set DATABASE_URL as the service has it to reach the \

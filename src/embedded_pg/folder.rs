@@ -313,6 +313,45 @@ fn prepare_preferred(dir: &Path, run_as: Option<RunAs>) -> Result<(), String> {
     }
 }
 
+/// Holds, until dropped, the right to make or start the cluster for
+/// `preferred`: two hookd processes started together (two commands, or a
+/// command and `serve`) would otherwise both run initdb on one folder, or
+/// both start it. A lock file beside it (`.hookd/pg.lock`), taken in turn;
+/// `None` where no lock file can be made (the folder's own checks then
+/// decide, as before).
+pub(super) fn lock_making(
+    preferred: &Path,
+) -> Result<Option<nix::fcntl::Flock<File>>, EmbeddedError> {
+    let preferred = absolute(preferred)?;
+    let Some(home) = preferred.parent() else {
+        return Ok(None);
+    };
+    check_home(home)?;
+    let path = preferred.with_extension("lock");
+    let file = match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path)
+    {
+        Ok(file) => file,
+        Err(error) => {
+            log::debug!("no lock file {}: {error}", path.display());
+            return Ok(None);
+        }
+    };
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive) {
+        Ok(locked) => Ok(Some(locked)),
+        Err((_, errno)) => {
+            log::debug!("cannot lock {}: {errno}", path.display());
+            Ok(None)
+        }
+    }
+}
+
 /// Whether a cluster was made for `preferred` and is still there: in it, or in
 /// the fallback its record names (a record whose folder the system emptied at
 /// reboot names none). Only looks: creates nothing.

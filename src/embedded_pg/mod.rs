@@ -67,6 +67,8 @@ pub struct EmbeddedPostgres {
     folder: ClusterFolder,
     bin: PathBuf,
     ownership: Ownership,
+    /// This process ran initdb: the cluster is new and empty.
+    made_now: bool,
 }
 
 /// Whether `EmbeddedPostgres::start(preferred_dir, …)` would find a cluster
@@ -82,13 +84,16 @@ impl EmbeddedPostgres {
     pub fn start(preferred_dir: &Path, options: ClusterOptions) -> Result<Self, EmbeddedError> {
         let bin = binaries::folder().ok_or(EmbeddedError::NoBinaries)?;
         let run_as = RunAs::for_this_process()?;
+        // Held until the cluster runs: one process at a time makes or starts it.
+        let _making = folder::lock_making(preferred_dir)?;
         let folder = ClusterFolder::choose(preferred_dir, run_as)?;
         let mut cluster = EmbeddedPostgres {
             folder,
             bin,
             ownership: Ownership::Borrowed,
+            made_now: false,
         };
-        cluster.init_if_needed(options)?;
+        cluster.made_now = cluster.init_if_needed(options)?;
         cluster.write_settings(options)?;
         if cluster.is_running() {
             let orphaned = cluster.owner().is_none_or(|pid| !process_alive(pid));
@@ -137,6 +142,11 @@ impl EmbeddedPostgres {
             }
         );
         Ok(cluster)
+    }
+
+    /// Whether this process made the cluster (ran initdb): it is new and empty.
+    pub fn made_now(&self) -> bool {
+        self.made_now
     }
 
     /// The folder holding the data directory and the socket.
@@ -226,9 +236,10 @@ impl EmbeddedPostgres {
             .unwrap_or(false)
     }
 
-    fn init_if_needed(&self, options: ClusterOptions) -> Result<(), EmbeddedError> {
+    /// Whether it made the cluster now.
+    fn init_if_needed(&self, options: ClusterOptions) -> Result<bool, EmbeddedError> {
         if self.folder.read("data/PG_VERSION").is_some() {
-            return Ok(());
+            return Ok(false);
         }
         let data_arg = self.data_dir().to_string_lossy().into_owned();
         let mut args = vec![
@@ -255,7 +266,8 @@ impl EmbeddedPostgres {
             "data/postgresql.conf",
             "\n# hookd rewrites hookd.conf at every start\ninclude_if_exists = 'hookd.conf'\n",
             true,
-        )
+        )?;
+        Ok(true)
     }
 
     fn write_settings(&self, options: ClusterOptions) -> Result<(), EmbeddedError> {

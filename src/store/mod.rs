@@ -440,12 +440,20 @@ pub async fn is_ready(
 }
 
 /// Whether no hookd has migrated this database (its migrations' table is
-/// not there).
+/// not in the search path).
 pub async fn never_migrated(pool: &Pool) -> Result<bool, StoreError> {
     let client = pool.get().await?;
+    // Read from the catalog's rows rather than with `to_regclass`, whose
+    // "not there" the session would remember: the migration that may follow
+    // on this session, once another hookd started beside it has made the
+    // table, would then be told it is still missing.
     Ok(sql::query_one(
         &client,
-        "SELECT to_regclass('hookd_schema_migrations') IS NULL",
+        "SELECT NOT EXISTS (
+             SELECT 1 FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.relname = 'hookd_schema_migrations'
+               AND n.nspname = ANY (pg_catalog.current_schemas(false)))",
         params![],
     )
     .await?
@@ -511,9 +519,20 @@ pub async fn create_database_if_missing(
         .await?
         .is_some();
     if !exists {
-        client
+        let created = client
             .batch_execute(&format!("CREATE DATABASE {}", quote_identifier(name)))
-            .await?;
+            .await;
+        // Another hookd started beside this one may have created it first.
+        let made_by_another = |e: &tokio_postgres::Error| {
+            e.code().is_some_and(|code| {
+                *code == tokio_postgres::error::SqlState::DUPLICATE_DATABASE
+                    || *code == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
+            })
+        };
+        match created {
+            Err(e) if !made_by_another(&e) => return Err(e.into()),
+            _ => {}
+        }
     }
     drop(client);
     let _ = task.await;
