@@ -703,18 +703,24 @@ async fn command_in(dir: &Path, args: &[&str]) -> std::process::Output {
         .expect("join")
 }
 
-/// A project folder of its own with the shipped configuration and no
-/// cluster yet (removed, with any cluster made for it, when dropped).
-fn fresh_project(name: &str) -> (Project, PathBuf) {
+/// An empty project folder of its own (removed, with any cluster made for
+/// it, when dropped).
+fn project_folder(name: &str) -> (Project, PathBuf) {
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
+    (Project { dir: dir.clone() }, dir)
+}
+
+/// A project folder with the shipped configuration and no cluster yet.
+fn fresh_project(name: &str) -> (Project, PathBuf) {
+    let (project, dir) = project_folder(name);
     std::fs::write(
         dir.join("hookd.toml"),
         hookd_kit::settings::shipped_toml_on_port(free_port()),
     )
     .expect("config");
-    (Project { dir: dir.clone() }, dir)
+    (project, dir)
 }
 
 #[tokio::test]
@@ -813,10 +819,7 @@ async fn slow_two_commands_started_together_where_no_cluster_is_make_one_between
 
 #[tokio::test]
 async fn slow_serve_runs_its_own_cluster_shares_it_and_adopts_one_a_killed_serve_left_behind() {
-    let dir =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("embedded-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let project = Project { dir: dir.clone() };
+    let (project, dir) = project_folder("embedded");
     // A project folder closed to others (as root, the postgres user cannot enter
     // it, so the cluster must live in a private folder of its own).
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
@@ -890,10 +893,7 @@ async fn slow_serve_runs_its_own_cluster_shares_it_and_adopts_one_a_killed_serve
 
 #[tokio::test]
 async fn slow_serve_beyond_loopback_wants_database_url_unless_embedded_database_is_true() {
-    let dir =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("exposed-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let project = Project { dir: dir.clone() };
+    let (project, dir) = project_folder("exposed");
     // An address of no machine here (TEST-NET-1): past the checks, binding fails,
     // so nothing ever listens beyond loopback.
     let config = |extra: &str| {
