@@ -219,10 +219,7 @@ async fn read_ledger(
 ) -> Result<Vec<(i32, Vec<u8>)>, StoreError> {
     let table = ledger.table;
     // Checked first rather than `IF NOT EXISTS`, which logs a notice at every start.
-    let exists: bool = sql::query_one(tx, "SELECT to_regclass($1) IS NOT NULL", params![&table])
-        .await?
-        .get(0);
-    if !exists {
+    if !super::table_in_search_path(tx, table).await? {
         tx.batch_execute(&format!(
             "CREATE TABLE {table} (
                 version    integer PRIMARY KEY,

@@ -443,18 +443,25 @@ pub async fn is_ready(
 /// not in the search path).
 pub async fn never_migrated(pool: &Pool) -> Result<bool, StoreError> {
     let client = pool.get().await?;
-    // Read from the catalog's rows rather than with `to_regclass`, whose
-    // "not there" the session would remember: the migration that may follow
-    // on this session, once another hookd started beside it has made the
-    // table, would then be told it is still missing.
+    Ok(!table_in_search_path(&client, "hookd_schema_migrations").await?)
+}
+
+/// Whether a table of this name is in the search path. Read from the
+/// catalog's rows rather than with `to_regclass`, whose "not there" a session
+/// remembers until its next transaction: a migration that waited for another
+/// instance's lock would then be told the ledger that instance made meanwhile
+/// is still missing, and make it again.
+pub(crate) async fn table_in_search_path(
+    client: &impl sql::Session,
+    table: &str,
+) -> Result<bool, StoreError> {
     Ok(sql::query_one(
-        &client,
-        "SELECT NOT EXISTS (
+        client,
+        "SELECT EXISTS (
              SELECT 1 FROM pg_catalog.pg_class c
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-             WHERE c.relname = 'hookd_schema_migrations'
-               AND n.nspname = ANY (pg_catalog.current_schemas(false)))",
-        params![],
+             WHERE c.relname = $1 AND n.nspname = ANY (pg_catalog.current_schemas(false)))",
+        params![&table],
     )
     .await?
     .get(0))
@@ -476,13 +483,7 @@ pub async fn check_schema(
     ];
     for (table, whose, newest) in wanted {
         let Some(newest) = newest else { continue };
-        let exists: bool = sql::query_one(
-            client,
-            "SELECT to_regclass($1) IS NOT NULL",
-            params![&table],
-        )
-        .await?
-        .get(0);
+        let exists = table_in_search_path(client, table).await?;
         // The table names are constants, never input.
         let applied: Option<i32> = if exists {
             sql::query_one(
