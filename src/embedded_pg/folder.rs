@@ -327,7 +327,7 @@ pub(super) fn lock_making(
         return Ok(None);
     };
     check_home(home)?;
-    let path = preferred.with_extension("lock");
+    let path = beside(&preferred, ".lock");
     let file = match OpenOptions::new()
         .read(true)
         .write(true)
@@ -370,11 +370,17 @@ pub(super) fn made_for(preferred: &Path) -> bool {
 
 /// `./.hookd/pg` → `./.hookd/pg.location`.
 fn location_record(preferred: &Path) -> PathBuf {
+    beside(preferred, ".location")
+}
+
+/// A file next to the preferred folder, named after it: `./.hookd/pg` and
+/// `.lock` → `./.hookd/pg.lock`.
+fn beside(preferred: &Path, suffix: &str) -> PathBuf {
     let mut name = preferred
         .file_name()
         .map(|n| n.to_os_string())
         .unwrap_or_default();
-    name.push(".location");
+    name.push(suffix);
     preferred.with_file_name(name)
 }
 
