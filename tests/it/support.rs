@@ -95,9 +95,9 @@ pub async fn run_hookd_json(args: &[&str], database: String) -> serde_json::Valu
 }
 
 /// The real binary, clear of what the test runner's own environment could
-/// change in it: hookd's settings (`HOOKD_*`, `DATABASE_URL`), the log's
-/// level, a trace collector (`OTEL_*`), a proxy for its outgoing calls. Each
-/// test sets what it means to.
+/// change in it: hookd's settings (`HOOKD_*`, `DATABASE_URL`, systemd's
+/// `CREDENTIALS_DIRECTORY`), the log's level, a trace collector (`OTEL_*`), a
+/// proxy for its outgoing calls. Each test sets what it means to.
 pub fn hookd_binary() -> std::process::Command {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"));
     for (name, _) in std::env::vars_os() {
@@ -106,6 +106,7 @@ pub fn hookd_binary() -> std::process::Command {
             || text.starts_with("OTEL_")
             || text.ends_with("_PROXY")
             || text == "DATABASE_URL"
+            || text == "CREDENTIALS_DIRECTORY"
             || text == "RUST_LOG"
         {
             command.env_remove(&name);
