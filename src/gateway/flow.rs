@@ -16,7 +16,7 @@ use super::config::Route;
 use super::upstream::{self, Body, Failure};
 use crate::http::AppState;
 use crate::http::error::ApiError;
-use crate::http::{body, request_id};
+use crate::http::{body, client, request_id};
 use crate::idempotency::{
     self, Claim, Claimed, OPERATION_HEADER, Outcome, Refusal, Settle, StoredAnswer,
 };
@@ -287,7 +287,8 @@ async fn unkeyed(
     body: Vec<u8>,
 ) -> Answered {
     let started = Instant::now();
-    let sent = upstream::send(route, request, body, None)
+    let forwarding = forwarding(state, request);
+    let sent = upstream::send(route, request, &forwarding, body, None)
         .instrument(upstream_span())
         .await;
     state
@@ -314,6 +315,11 @@ async fn unkeyed(
     }
 }
 
+/// What upstream is told of who sent `request` (`X-Forwarded-*`).
+fn forwarding(state: &AppState, request: &HttpRequest) -> client::Forwarding {
+    client::forwarding(request, &state.app.settings.now().trusted_proxies)
+}
+
 fn upstream_span() -> Span {
     tracing::trace_span!(
         "upstream",
@@ -336,7 +342,9 @@ async fn run(
     let name = route.name();
     let started = Instant::now();
     let span = upstream_span();
-    let sent = upstream::send(&route, &request, body, Some(&claimed.operation_id))
+    let forwarding = forwarding(&state, &request);
+    let operation = Some(claimed.operation_id.as_str());
+    let sent = upstream::send(&route, &request, &forwarding, body, operation)
         .instrument(span.clone())
         .await;
     state.app.metrics.gateway_upstream(name, started.elapsed());

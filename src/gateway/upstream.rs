@@ -1,5 +1,6 @@
 //! The call to upstream: the request as the client sent it (but the hop-by-hop
-//! headers, with `Idempotency-Operation` and `traceparent` set by hookd), and
+//! headers, with `Idempotency-Operation`, `traceparent` and the forwarding
+//! headers set by hookd, as a reverse proxy sets them), and
 //! its answer read into memory up to `MAX_STORED_BODY`, the rest streamed on.
 //! A failure is sorted by what upstream may have seen: nothing (the connection
 //! was never made), or possibly all of it.
@@ -11,6 +12,7 @@ use actix_web::http::header::HeaderMap;
 use reqwest::header::{HeaderName, HeaderValue};
 
 use super::config::{HOP_BY_HOP, MAX_TIMEOUT, Route};
+use crate::http::client::Forwarding;
 use crate::idempotency::{MAX_STORED_BODY, OPERATION_HEADER};
 
 /// One client for every route: connections to each upstream are reused.
@@ -45,11 +47,13 @@ pub enum Failure {
 }
 
 /// Sends `request` (with `body`) to `route`'s upstream; `operation` goes as
-/// `Idempotency-Operation`. Waits `route`'s timeout at most, for the answer and
-/// its first `MAX_STORED_BODY` bytes.
+/// `Idempotency-Operation`, `forwarding` as the `X-Forwarded-*` headers. Waits
+/// `route`'s timeout at most, for the answer and its first `MAX_STORED_BODY`
+/// bytes.
 pub async fn send(
     route: &Route,
     request: &HttpRequest,
+    forwarding: &Forwarding,
     body: Vec<u8>,
     operation: Option<&str>,
 ) -> Result<Answer, Failure> {
@@ -61,7 +65,8 @@ pub async fn send(
     let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes())
         .map_err(|e| Failure::NothingSent(e.to_string()))?;
     let traceparent = crate::traces::traceparent();
-    let mut headers = passed_on(request.headers(), traceparent.is_some());
+    let mut headers = passed_on(request.headers(), traceparent.is_some(), forwarding.trusted);
+    add_forwarding(&mut headers, forwarding);
     if let Some(operation) = operation.and_then(|o| HeaderValue::from_str(o).ok()) {
         headers.insert(HeaderName::from_static(OPERATION_HEADER), operation);
     }
@@ -150,10 +155,23 @@ fn hop_by_hop(name: &str, named: &[String]) -> bool {
     HOP_BY_HOP.contains(&name) || name.starts_with("proxy-") || named.iter().any(|n| n == name)
 }
 
+/// Headers that say who a request came from and how, which hookd sets
+/// (`add_forwarding`).
+const SET_HERE: [&str; 3] = ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"];
+
+/// Of those a proxy adds, the ones hookd passes on from a trusted proxy only.
+const FROM_A_PROXY: [&str; 2] = ["forwarded", "x-real-ip"];
+
 /// The client's headers upstream gets: all but the hop-by-hop ones, `Expect`,
-/// any `Idempotency-Operation` of the client's (hookd sets it), and the
-/// client's `traceparent` when hookd's span continues the trace instead.
-fn passed_on(headers: &HeaderMap, own_traceparent: bool) -> reqwest::header::HeaderMap {
+/// any `Idempotency-Operation` of the client's (hookd sets it), the client's
+/// `traceparent` when hookd's span continues the trace instead, the
+/// forwarding headers hookd sets, and unless the peer is a trusted proxy
+/// the other forwarding headers (the client's to invent).
+fn passed_on(
+    headers: &HeaderMap,
+    own_traceparent: bool,
+    from_a_trusted_proxy: bool,
+) -> reqwest::header::HeaderMap {
     let named = connection_names(headers.get_all("connection").map(|v| v.as_bytes()));
     let mut out = reqwest::header::HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
@@ -162,6 +180,8 @@ fn passed_on(headers: &HeaderMap, own_traceparent: bool) -> reqwest::header::Hea
             || name == "expect"
             || name == OPERATION_HEADER
             || (own_traceparent && name == "traceparent")
+            || SET_HERE.contains(&name)
+            || (!from_a_trusted_proxy && FROM_A_PROXY.contains(&name))
         {
             continue;
         }
@@ -173,6 +193,21 @@ fn passed_on(headers: &HeaderMap, own_traceparent: bool) -> reqwest::header::Hea
         }
     }
     out
+}
+
+/// `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host` as
+/// `forwarding` says (a value a header cannot hold is left out).
+fn add_forwarding(headers: &mut reqwest::header::HeaderMap, forwarding: &Forwarding) {
+    let values = [
+        ("x-forwarded-for", Some(&forwarding.chain)),
+        ("x-forwarded-proto", Some(&forwarding.proto)),
+        ("x-forwarded-host", forwarding.host.as_ref()),
+    ];
+    for (name, value) in values {
+        if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
 }
 
 /// Upstream's headers the client gets: all but the hop-by-hop ones (the
@@ -222,7 +257,7 @@ mod tests {
             names.sort();
             names
         };
-        let passed = passed_on(&headers, false);
+        let passed = passed_on(&headers, false, true);
         assert_eq!(
             names(&passed),
             [
@@ -232,6 +267,6 @@ mod tests {
                 "traceparent"
             ]
         );
-        assert!(!names(&passed_on(&headers, true)).contains(&"traceparent".to_string()));
+        assert!(!names(&passed_on(&headers, true, true)).contains(&"traceparent".to_string()));
     }
 }

@@ -108,6 +108,64 @@ pub fn requested_host<'r>(request: &'r HttpRequest, trusted: &[Cidr]) -> &'r str
         .unwrap_or_default()
 }
 
+/// What a proxy tells the service behind it about a request it passes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forwarding {
+    /// `X-Forwarded-For`: the addresses the request came through, the peer's last.
+    pub chain: String,
+    /// `X-Forwarded-Proto`.
+    pub proto: String,
+    /// `X-Forwarded-Host`: the host the client asked for.
+    pub host: Option<String>,
+    /// Whether the peer is a trusted proxy: its other forwarding headers
+    /// (`Forwarded`, `X-Real-IP`) are then passed on; anyone else's are the
+    /// client's to invent, and stay behind.
+    pub trusted: bool,
+}
+
+/// The forwarding headers for `request`, as a reverse proxy sets them: a
+/// trusted peer's `X-Forwarded-For` with the peer's address added, its
+/// `X-Forwarded-Proto` and `X-Forwarded-Host` kept; from anyone else, the
+/// peer's address alone, `http` (hookd listens without TLS) and the `Host` it
+/// asked for, whatever the client wrote in those headers.
+pub fn forwarding(request: &HttpRequest, trusted: &[Cidr]) -> Forwarding {
+    let address = peer(request);
+    let trusted = is_trusted(address, trusted);
+    let header = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let mut chain: Vec<String> = Vec::new();
+    if trusted {
+        for value in request.headers().get_all("X-Forwarded-For") {
+            let value = String::from_utf8_lossy(value.as_bytes());
+            chain.extend(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|entry| !entry.is_empty())
+                    .map(str::to_string),
+            );
+        }
+    }
+    chain.push(address.to_string());
+    let from_proxy = |name| trusted.then(|| header(name)).flatten();
+    Forwarding {
+        chain: chain.join(", "),
+        proto: from_proxy("X-Forwarded-Proto")
+            .unwrap_or("http")
+            .to_string(),
+        host: from_proxy("X-Forwarded-Host")
+            .or_else(|| header(HOST.as_str()))
+            .map(str::to_string),
+        trusted,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use actix_web::test::TestRequest;
@@ -237,5 +295,48 @@ mod tests {
             .to_http_request();
         assert_eq!(address(&direct, &LOOPBACK), address(&request, &LOOPBACK));
         assert!(!is_forwarded(&direct));
+    }
+
+    #[test]
+    fn a_trusted_proxy_s_chain_is_carried_on_with_its_address_added() {
+        let request = TestRequest::default()
+            .peer_addr("127.0.0.1:5000".parse().expect("addr"))
+            .insert_header(("Host", "gateway.internal"))
+            .append_header(("X-Forwarded-For", "198.51.100.1, 203.0.113.9"))
+            .append_header(("X-Forwarded-For", "192.0.2.44"))
+            .insert_header(("X-Forwarded-Proto", "https"))
+            .insert_header(("X-Forwarded-Host", "pay.example"))
+            .to_http_request();
+        let forwarding = forwarding(&request, &LOOPBACK);
+        assert_eq!(
+            forwarding,
+            Forwarding {
+                chain: "198.51.100.1, 203.0.113.9, 192.0.2.44, 127.0.0.1".into(),
+                proto: "https".into(),
+                host: Some("pay.example".into()),
+                trusted: true,
+            }
+        );
+    }
+
+    #[test]
+    fn anyone_else_is_told_as_its_address_whatever_it_wrote() {
+        let request = TestRequest::default()
+            .peer_addr("[::ffff:203.0.113.7]:5000".parse().expect("addr"))
+            .insert_header(("Host", "gateway.internal"))
+            .insert_header(("X-Forwarded-For", "10.0.0.1"))
+            .insert_header(("X-Forwarded-Proto", "https"))
+            .insert_header(("X-Forwarded-Host", "admin.example"))
+            .to_http_request();
+        let forwarding = forwarding(&request, &LOOPBACK);
+        assert_eq!(
+            forwarding,
+            Forwarding {
+                chain: "203.0.113.7".into(),
+                proto: "http".into(),
+                host: Some("gateway.internal".into()),
+                trusted: false,
+            }
+        );
     }
 }

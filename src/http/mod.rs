@@ -4,7 +4,7 @@ mod admin;
 mod auth;
 pub mod body;
 mod charts;
-mod client;
+pub(crate) mod client;
 pub mod error;
 mod forwards;
 mod idempotency;

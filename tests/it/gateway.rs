@@ -994,6 +994,56 @@ async fn hop_by_hop_headers_pass_neither_way_and_the_rest_pass_unchanged() {
 }
 
 #[tokio::test]
+async fn upstream_is_told_who_the_client_was_as_a_reverse_proxy_tells_it() {
+    let upstream = Upstream::start(vec![], Reply::json(201, "{}")).await;
+    let forwarded = |call: Call<'static>| {
+        call.header("X-Forwarded-For", "198.51.100.7, 203.0.113.9")
+            .header("X-Forwarded-Proto", "https")
+            .header("X-Forwarded-Host", "pay.example")
+            .header("X-Real-IP", "198.51.100.7")
+            .header("Forwarded", "for=198.51.100.7;proto=https")
+    };
+    // Behind a proxy on this machine (loopback is trusted by default): its
+    // chain goes on with its address added, its other headers as it wrote them.
+    let app = payments_gateway(&upstream.url, "").await;
+    let answer = forwarded(Call::post("/payments", "behind", ORDER))
+        .send(&app)
+        .await;
+    assert_eq!(answer.status, 201);
+    let seen = &upstream.seen()[0];
+    assert_eq!(
+        seen.header("x-forwarded-for"),
+        Some("198.51.100.7, 203.0.113.9, 127.0.0.1")
+    );
+    assert_eq!(seen.header("x-forwarded-proto"), Some("https"));
+    assert_eq!(seen.header("x-forwarded-host"), Some("pay.example"));
+    assert_eq!(seen.header("x-real-ip"), Some("198.51.100.7"));
+    assert_eq!(
+        seen.header("forwarded"),
+        Some("for=198.51.100.7;proto=https")
+    );
+    // A client that is no trusted proxy cannot choose what upstream is told.
+    let mut settings = settings_with(&route("payments", "/payments", &upstream.url, ""));
+    settings.trusted_proxies = vec!["10.0.0.0/8".parse().expect("cidr")];
+    let app = spawn_with_settings(settings).await;
+    let answer = forwarded(Call::post("/payments", "direct", ORDER))
+        .send(&app)
+        .await;
+    assert_eq!(answer.status, 201);
+    let seen = &upstream.seen()[1];
+    assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+    assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
+    let base = app.gateway_base.as_deref().expect("the gateway listens");
+    assert_eq!(
+        seen.header("x-forwarded-host"),
+        Some(base.trim_start_matches("http://"))
+    );
+    for gone in ["x-real-ip", "forwarded"] {
+        assert_eq!(seen.header(gone), None, "{gone}");
+    }
+}
+
+#[tokio::test]
 async fn an_answer_over_1_mib_goes_whole_to_the_first_caller_and_copies_get_its_status_and_headers()
 {
     let large: String = "x".repeat(1024 * 1024 + 512 * 1024);
