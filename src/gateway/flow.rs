@@ -117,9 +117,9 @@ fn refused(refusal: Refusal) -> Answered {
 
 /// A refusal of a claimed key's request, with its operation id: what the
 /// client quotes when it asks what became of it.
-fn refused_for(refusal: Refusal, claimed: &Claimed) -> Answered {
+fn refused_for(refusal: Refusal, operation: &str) -> Answered {
     (
-        idempotency::refused_for(refusal, &claimed.operation_id),
+        idempotency::refused_for(refusal, operation),
         Some(refusal.outcome()),
     )
 }
@@ -244,7 +244,8 @@ async fn claimed_through(
         Err(error) => return failed(error.into(), &state),
     };
     match claim {
-        Claim::Refused(refusal) => refused(refusal),
+        Claim::Refused(refusal, None) => refused(refusal),
+        Claim::Refused(refusal, Some(operation)) => refused_for(refusal, &operation),
         Claim::Replay(answer, operation) => {
             Span::current().record("hookd.operation", operation.as_str());
             (
@@ -357,7 +358,7 @@ async fn run(
             );
             traces::fail(&span, &why);
             release(&state, &claimed).await;
-            return refused_for(Refusal::UpstreamUnavailable, &claimed);
+            return refused_for(Refusal::UpstreamUnavailable, &claimed.operation_id);
         }
         Err(Failure::NoAnswer(why)) => {
             log::warn!(
@@ -366,7 +367,7 @@ async fn run(
             );
             traces::fail(&span, &why);
             mark_unknown(&state, &claimed).await;
-            return refused_for(Refusal::UpstreamOutcomeUnknown, &claimed);
+            return refused_for(Refusal::UpstreamOutcomeUnknown, &claimed.operation_id);
         }
     };
     span.record("http.response.status_code", answer.status);

@@ -165,7 +165,8 @@ impl Idempotent {
             Err(error) => return store::give_back(client, Err(error)),
         };
         match claim {
-            Claim::Refused(refusal) => Ok(refused(refusal)),
+            Claim::Refused(refusal, None) => Ok(refused(refusal)),
+            Claim::Refused(refusal, Some(operation)) => Ok(refused_for(refusal, &operation)),
             Claim::Replay(answer, operation) => Ok(replay(answer, &operation)),
             // On the session that claimed it: the claim's lock runs from its
             // statement, so no wait for a pooled session may eat into it.

@@ -76,7 +76,9 @@ pub enum Claim {
     Run(Claimed),
     /// The stored answer, with the key's operation id.
     Replay(StoredAnswer, String),
-    Refused(Refusal),
+    /// Refused, with the key's operation id when its row was read: every
+    /// answer to a request with a key carries it back.
+    Refused(Refusal, Option<String>),
 }
 
 /// The request a claim is for.
@@ -136,7 +138,8 @@ pub async fn claim_after(
                 Decision::Answer(claim) => return Ok(claim),
                 Decision::MarkUnknown => {
                     store::mark_abandoned_unknown(client, row.id).await?;
-                    return Ok(Claim::Refused(Refusal::OutcomeUnknown));
+                    let operation = Some(row.operation_id.clone());
+                    return Ok(Claim::Refused(Refusal::OutcomeUnknown, operation));
                 }
                 Decision::ClaimAgain => {}
             }
@@ -146,7 +149,7 @@ pub async fn claim_after(
         }
         taken = store::try_claim(client, attempt).await?;
     }
-    Ok(Claim::Refused(Refusal::InProgress))
+    Ok(Claim::Refused(Refusal::InProgress, None))
 }
 
 /// The key `attempt` took.
@@ -171,8 +174,10 @@ enum Decision {
 }
 
 fn decide(row: &StoredKey, fingerprint: &[u8], resend_unknown: bool) -> Decision {
+    let refused =
+        |refusal| Decision::Answer(Claim::Refused(refusal, Some(row.operation_id.clone())));
     if row.fingerprint != fingerprint {
-        return Decision::Answer(Claim::Refused(Refusal::Reused));
+        return refused(Refusal::Reused);
     }
     match (row.state, row.locked) {
         (KeyState::Completed, _) => match &row.answer {
@@ -181,11 +186,9 @@ fn decide(row: &StoredKey, fingerprint: &[u8], resend_unknown: bool) -> Decision
             }
             None => Decision::ClaimAgain,
         },
-        (KeyState::InProgress, true) => Decision::Answer(Claim::Refused(Refusal::InProgress)),
+        (KeyState::InProgress, true) => refused(Refusal::InProgress),
         (KeyState::InProgress, false) if !resend_unknown => Decision::MarkUnknown,
-        (KeyState::Unknown, _) if !resend_unknown => {
-            Decision::Answer(Claim::Refused(Refusal::OutcomeUnknown))
-        }
+        (KeyState::Unknown, _) if !resend_unknown => refused(Refusal::OutcomeUnknown),
         (KeyState::InProgress | KeyState::Unknown | KeyState::Released, _) => Decision::ClaimAgain,
     }
 }

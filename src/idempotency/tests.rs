@@ -114,7 +114,7 @@ fn row(state: KeyState, locked: bool) -> StoredKey {
 #[test]
 fn a_row_that_could_not_be_claimed_is_judged_by_the_table() {
     let same = [1; 32];
-    let refused = |r| Decision::Answer(Claim::Refused(r));
+    let refused = |r| Decision::Answer(Claim::Refused(r, Some("op_x".to_string())));
     // Another fingerprint: 422 whatever the state.
     for state in KeyState::ALL {
         assert_eq!(

@@ -362,11 +362,16 @@ async fn the_same_key_for_another_request_is_422_whatever_its_state() {
         .send(&app)
         .await;
     assert_eq!(retried.status, 201);
-    // Completed: the same.
+    // Completed: the same, and the answer names the key's operation.
     let reused = Call::post("/orders/1", "k", r#"{"amount": 5}"#)
         .send(&app)
         .await;
     assert_eq!(reused.status, 422);
+    assert_eq!(
+        reused.header("idempotency-operation"),
+        retried.header("idempotency-operation")
+    );
+    assert!(reused.header("idempotency-operation").is_some());
     assert_eq!(upstream.calls(), 2);
 }
 
@@ -427,6 +432,12 @@ async fn a_copy_while_the_first_is_in_flight_gets_409_with_retry_after_then_the_
     assert_eq!(copy.status, 409);
     assert_eq!(error_of(&copy), json!({"error": "request_in_progress"}));
     assert_eq!(copy.header("retry-after"), Some("1"));
+    // Every answer to a request with a key carries the key's operation back.
+    let operation = upstream.seen()[0]
+        .header("idempotency-operation")
+        .map(str::to_string);
+    assert!(operation.is_some());
+    assert_eq!(copy.header("idempotency-operation"), operation.as_deref());
     upstream.let_go();
     let first = first.await.expect("first");
     assert_eq!(first.status, 201);
@@ -542,14 +553,16 @@ async fn sent_without_an_answer_is_502_unknown_and_a_copy_is_sent_again_with_the
 #[tokio::test]
 async fn a_copy_of_an_unknown_key_is_409_outcome_unknown_where_the_route_does_not_resend() {
     let (upstream, app) = cut_once_without_resend("{}").await;
-    assert_eq!(
-        Call::post("/payments", "k", ORDER).send(&app).await.status,
-        502
-    );
+    let cut = Call::post("/payments", "k", ORDER).send(&app).await;
+    assert_eq!(cut.status, 502);
+    let operation = cut
+        .header("idempotency-operation")
+        .expect("the key's operation");
     for _ in 0..2 {
         let copy = Call::post("/payments", "k", ORDER).send(&app).await;
         assert_eq!(copy.status, 409);
         assert_eq!(error_of(&copy), json!({"error": "outcome_unknown"}));
+        assert_eq!(copy.header("idempotency-operation"), Some(operation));
     }
     assert_eq!(upstream.calls(), 1);
 }
@@ -587,6 +600,7 @@ async fn a_claim_abandoned_past_its_lock_is_taken_over_as_unknown_never_as_new()
     );
     let refused = Call::post("/b", "dead", ORDER).send(&app).await;
     assert_eq!(error_of(&refused), json!({"error": "outcome_unknown"}));
+    assert_eq!(refused.header("idempotency-operation"), Some("op_dead"));
     assert_eq!(
         app.strings(
             "SELECT state FROM api_idempotency_keys WHERE route = 'careful'",

@@ -148,10 +148,8 @@ async fn the_same_key_twice_charges_once_and_the_copy_gets_the_answer_byte_for_b
 #[tokio::test]
 async fn the_same_key_with_other_data_is_422_and_nothing_runs() {
     let shop = Shop::start(Rules::new("payments")).await;
-    assert_eq!(
-        shop.pay(Some("order-2"), Some(SHOP), ORDER).await.status,
-        201
-    );
+    let first = shop.pay(Some("order-2"), Some(SHOP), ORDER).await;
+    assert_eq!(first.status, 201);
     let other = shop
         .pay(
             Some("order-2"),
@@ -161,6 +159,12 @@ async fn the_same_key_with_other_data_is_422_and_nothing_runs() {
         .await;
     assert_eq!(other.status, 422);
     assert_eq!(error_of(&other), "idempotency_key_reused");
+    // The refusal names the key's operation, as every answer with a key does.
+    assert!(first.header("idempotency-operation").is_some());
+    assert_eq!(
+        other.header("idempotency-operation"),
+        first.header("idempotency-operation")
+    );
     // Key order and spaces are not another request.
     let same = shop
         .pay(
