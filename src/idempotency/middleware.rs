@@ -213,7 +213,7 @@ impl Idempotent {
             // Taken over meanwhile (this run outlived its lock): the other run's
             // effects stand, not these.
             transaction.rollback().await?;
-            return Ok(refused(Refusal::InProgress));
+            return Ok(refused_for(Refusal::InProgress, &claimed.operation_id));
         }
         let committed = transaction.commit().await;
         if let Err(error) = committed {
