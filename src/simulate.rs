@@ -91,8 +91,9 @@ pub const REPLAY_ID_FIELD: &str = "hookd_replay_id";
 
 /// Gives the body a fresh event id where the scheme keeps it in the body (or, for
 /// a source that dedupes on the body and has no such place, in a member of its
-/// own), and returns the new id for the schemes that carry it in a header.
-pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, String), SignError> {
+/// own), and returns the new id when the body does not carry it (the schemes
+/// that send it in a header).
+pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, Option<String>), SignError> {
     let mut value: Value =
         serde_json::from_slice(body).map_err(|e| SignError::NotJson(e.to_string()))?;
     let random: [u8; 16] = rand::random();
@@ -106,5 +107,7 @@ pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, String), Si
         map.insert(REPLAY_ID_FIELD.into(), Value::String(id.clone()));
     }
     let body = serde_json::to_vec(&value).map_err(|e| SignError::Encode(e.to_string()))?;
-    Ok((body, id))
+    // An id the body now carries is read from it as the provider's event id
+    // (Adyen's is made of the item's pspReference, code and success).
+    Ok((body, (!placed).then_some(id)))
 }

@@ -146,7 +146,9 @@ pub enum Command {
     /// Load and check the configuration (environment included) without touching the
     /// database; exit 78 with one line if it is bad.
     CheckConfig,
-    /// Print the headers the provider would send with FILE (for curl -H @headers).
+    /// Print the headers the provider would send with FILE (for curl -H @headers);
+    /// for a provider that signs inside the body (Adyen, Braintree), the signed
+    /// body, and on stderr the header to send it with.
     Sign {
         /// Source whose scheme and first secret sign the file.
         #[arg(long)]

@@ -134,7 +134,7 @@ pub async fn run(settings: &Settings, options: &ReplayOptions) -> Result<(), Cli
         .map_err(|e| CliError::Other(e.to_string()))?;
     let mut deliveries = Vec::new();
     let mut unreadable = 0;
-    for file in &files {
+    for (at, file) in files.iter().enumerate() {
         let name = display_name(file);
         let prepared = match prepare(source, file, options.new_ids) {
             Ok(prepared) => prepared,
@@ -147,9 +147,23 @@ pub async fn run(settings: &Settings, options: &ReplayOptions) -> Result<(), Cli
         for _ in 0..options.times.max(1) {
             let copies =
                 (0..options.parallel.max(1)).map(|_| send(&http, &url, source, &name, &prepared));
-            for delivery in futures_util::future::join_all(copies).await {
+            let sent = futures_util::future::join_all(copies).await;
+            let refused = sent.iter().find_map(|d| match &d.result {
+                Err(error @ ReplayError::Connect { .. }) => Some(error.to_string()),
+                _ => None,
+            });
+            for delivery in sent {
                 say!("{}", delivery.line()).or_else(super::unheard)?;
                 deliveries.push(delivery);
+            }
+            // Nobody listens there: every other file would say the same.
+            if let Some(refused) = refused {
+                let left = files.len() - at - 1;
+                return Err(CliError::Other(if left == 0 {
+                    refused
+                } else {
+                    format!("{refused}; the {left} other file(s) were not sent")
+                }));
             }
         }
     }
@@ -216,11 +230,11 @@ fn prepare(source: &Source, file: &Path, new_ids: bool) -> Result<Prepared, Repl
         None
     };
     if new_ids {
-        let (body, id) = with_new_id(source, &body)?;
+        let (body, event_id) = with_new_id(source, &body)?;
         return Ok(Prepared {
             body,
             event_type,
-            event_id: Some(id),
+            event_id,
         });
     }
     Ok(Prepared {

@@ -23,6 +23,19 @@ pub const KEYS: [&str; 8] = [
     "reconcile_types",
 ];
 
+/// Of `KEYS`, those a source of `scheme` takes: PayPal's API takes a client id
+/// and secret, every other one a key.
+pub fn keys_for(scheme: &str) -> Vec<&'static str> {
+    let client = scheme == Lister::client_scheme();
+    KEYS.into_iter()
+        .filter(|key| match *key {
+            "api_key" => !client,
+            "client_id" | "client_secret" => client,
+            _ => true,
+        })
+        .collect()
+}
+
 /// Of those, the ones holding a credential.
 pub const SECRET_KEYS: [&str; 2] = ["api_key", "client_secret"];
 

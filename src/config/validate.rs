@@ -283,7 +283,10 @@ impl RawSource {
         )?;
         let mut scheme_keys = self.scheme_keys;
         let reconcile = Reconcile::take(&mut scheme_keys, &self.scheme, &key)?;
-        let scheme = providers::configure(&self.scheme, scheme_keys, &key, &SOURCE_KEYS)?;
+        // What an unknown key's message lists: every key this source takes.
+        let mut common = SOURCE_KEYS.to_vec();
+        common.extend(super::reconcile::keys_for(&self.scheme));
+        let scheme = providers::configure(&self.scheme, scheme_keys, &key, &common)?;
         let secrets_key = self.secrets_env.unwrap_or_else(|| key("secrets"));
         let secrets = secrets(&scheme, self.secrets, &secrets_key)?;
         let mut event_types = scheme.provider().default_event_types();

@@ -179,6 +179,22 @@ async fn slow_replay_failures_are_one_line_each_and_a_non_zero_exit() {
     let stdout = String::from_utf8_lossy(&refused.stdout);
     assert!(stdout.contains("error: cannot connect"), "{stdout}");
     assert!(!String::from_utf8_lossy(&refused.stderr).contains("panicked"));
+    // A folder stops at the first refused connection, in one line.
+    let folder = hookd(&["replay", "fixtures/stripe", "--url", "http://127.0.0.1:9"]).await;
+    assert!(!folder.status.success());
+    let stdout = String::from_utf8_lossy(&folder.stdout);
+    assert_eq!(
+        stdout.matches("error: cannot connect").count(),
+        1,
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&folder.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot connect to http://127.0.0.1:9")
+            && stderr.contains("the 7 other file(s) were not sent"),
+        "{stderr}"
+    );
 
     let missing = hookd(&[
         "replay",
@@ -455,4 +471,25 @@ async fn a_replay_whose_reader_went_away_still_sends_every_file() {
         i64::try_from(files).expect("small"),
         "every file sent"
     );
+}
+
+#[tokio::test]
+async fn slow_new_ids_are_shown_as_the_event_ids_stored() {
+    let app = spawn_app().await;
+    // Adyen's event id is made of the item's fresh pspReference, its code and
+    // its success: the line names that, not the bare reference.
+    let (ok, lines) = replay(&app, "adyen", &["--new-ids"]).await;
+    assert!(ok, "{lines:#?}");
+    let stored = app
+        .strings(
+            "SELECT event_id FROM webhook_events WHERE source = 'adyen'",
+            &[],
+        )
+        .await;
+    let sent = delivery_lines(&lines);
+    assert!(!sent.is_empty());
+    for line in sent {
+        let shown = line.split("  ").nth(1).expect("the event id");
+        assert!(stored.iter().any(|id| id == shown), "{shown} of {stored:?}");
+    }
 }

@@ -103,6 +103,12 @@ fn unknown_keys_are_refused_with_their_path() {
     let e = error(&format!("{MINIMAL}sceme = \"stripe\"\n"));
     assert!(e.contains("sources[0]") && e.contains("sceme"), "{e}");
     assert!(!e.contains('\n'));
+    // The keys it lists are every key the source takes: the API's too.
+    assert!(
+        e.contains("`api_key`") && e.contains("`api_base`") && e.contains("`reconcile_types`"),
+        "{e}"
+    );
+    assert!(!e.contains("`client_id`"), "{e}");
 }
 
 #[test]
