@@ -40,6 +40,8 @@
 #[doc(hidden)]
 pub mod app;
 mod builder;
+/// Address blocks (`trusted_proxies`).
+mod cidr;
 #[doc(hidden)]
 pub mod cli;
 #[doc(hidden)]
@@ -89,6 +91,8 @@ pub mod outbound;
 pub mod provider_api;
 #[doc(hidden)]
 pub mod providers;
+/// The headers proxies set to describe a client.
+mod proxy_headers;
 #[doc(hidden)]
 pub mod purge;
 #[doc(hidden)]

@@ -158,6 +158,7 @@ pub async fn run(settings: &Settings, options: &ReplayOptions) -> Result<(), Cli
             }
             // Nobody listens there: every other file would say the same.
             if let Some(refused) = refused {
+                say!("{}", summary(&deliveries, unreadable)).or_else(super::unheard)?;
                 let left = files.len() - at - 1;
                 return Err(CliError::Other(if left == 0 {
                     refused

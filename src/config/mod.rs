@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-mod cidr;
 mod env;
 mod exposure;
 mod live;
@@ -22,7 +21,7 @@ mod load;
 mod reconcile;
 mod validate;
 
-pub use cidr::Cidr;
+pub use crate::cidr::Cidr;
 pub use env::env_name;
 pub use live::LiveSettings;
 pub use reconcile::{Credential, Lister, Reconcile, keys_reach};

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::cidr::Cidr;
 use crate::config_keys::{
     Names, Problem, check_name, json_pointer, one_of, socket_address, unique_names,
 };
@@ -43,6 +44,9 @@ pub const HOP_BY_HOP: [&str; 9] = [
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Gateway {
     pub listen: Option<SocketAddr>,
+    /// The callers believed about their client (`X-Forwarded-*`): none unless
+    /// listed, since the gateway's callers are clients, not proxies.
+    pub trusted_proxies: Vec<Cidr>,
     /// Shared with each request that takes one.
     pub routes: Vec<Arc<Route>>,
 }
@@ -178,6 +182,8 @@ fn plain_path(path: &str) -> bool {
 pub struct RawGateway {
     listen: Option<String>,
     #[serde(default)]
+    trusted_proxies: Vec<String>,
+    #[serde(default)]
     routes: Vec<RawRoute>,
 }
 
@@ -230,6 +236,15 @@ impl RawGateway {
                 format!("{addr} is already listen or admin_listen: the gateway needs its own"),
             ));
         }
+        let trusted_proxies = self
+            .trusted_proxies
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                text.parse()
+                    .map_err(|problem| (format!("gateway.trusted_proxies[{i}]"), problem))
+            })
+            .collect::<Result<Vec<Cidr>, Problem>>()?;
         let routes = unique_names(
             "gateway.routes",
             self.routes,
@@ -253,7 +268,11 @@ impl RawGateway {
                 ));
             }
         }
-        Ok(Gateway { listen, routes })
+        Ok(Gateway {
+            listen,
+            trusted_proxies,
+            routes,
+        })
     }
 }
 
@@ -368,9 +387,18 @@ fn scope_rule(text: &str) -> Result<ScopeRule, String> {
     let bad = || format!("{text:?} is not \"header:NAME\" or \"none\"");
     let name = text.strip_prefix("header:").ok_or_else(bad)?.trim();
     let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
-    if HOP_BY_HOP.contains(&name.as_str()) || name == "idempotency-key" {
+    if HOP_BY_HOP.contains(&name.as_str())
+        || name == "idempotency-key"
+        || name.as_str().starts_with("proxy-")
+    {
         return Err(format!(
             "{text:?} names a header that cannot tell callers apart"
+        ));
+    }
+    if crate::proxy_headers::is_forwarding_header(name.as_str()) {
+        return Err(format!(
+            "{text:?} names a header proxies set, which a caller may write as it likes: \
+             it cannot tell callers apart"
         ));
     }
     Ok(ScopeRule::Header(name.as_str().to_string()))

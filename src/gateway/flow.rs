@@ -318,7 +318,7 @@ async fn unkeyed(
 
 /// What upstream is told of who sent `request` (`X-Forwarded-*`).
 fn forwarding(state: &AppState, request: &HttpRequest) -> client::Forwarding {
-    client::forwarding(request, &state.app.settings.now().trusted_proxies)
+    client::forwarding(request, &state.app.settings.now().gateway.trusted_proxies)
 }
 
 fn upstream_span() -> Span {

@@ -157,10 +157,12 @@ fn hop_by_hop(name: &str, named: &[String]) -> bool {
 
 /// Headers that say who a request came from and how, which hookd sets
 /// (`add_forwarding`).
-const SET_HERE: [&str; 3] = ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"];
-
-/// Of those a proxy adds, the ones hookd passes on from a trusted proxy only.
-const FROM_A_PROXY: [&str; 2] = ["forwarded", "x-real-ip"];
+const SET_HERE: [&str; 4] = [
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-real-ip",
+];
 
 /// The client's headers upstream gets: all but the hop-by-hop ones, `Expect`,
 /// any `Idempotency-Operation` of the client's (hookd sets it), the client's
@@ -181,7 +183,7 @@ fn passed_on(
             || name == OPERATION_HEADER
             || (own_traceparent && name == "traceparent")
             || SET_HERE.contains(&name)
-            || (!from_a_trusted_proxy && FROM_A_PROXY.contains(&name))
+            || (!from_a_trusted_proxy && crate::proxy_headers::is_forwarding_header(name))
         {
             continue;
         }
@@ -195,13 +197,15 @@ fn passed_on(
     out
 }
 
-/// `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host` as
-/// `forwarding` says (a value a header cannot hold is left out).
+/// `X-Forwarded-For`, `X-Forwarded-Proto`, `X-Forwarded-Host` and `X-Real-IP`
+/// as `forwarding` says (a value a header cannot hold is left out).
 fn add_forwarding(headers: &mut reqwest::header::HeaderMap, forwarding: &Forwarding) {
+    let client = forwarding.client.to_string();
     let values = [
         ("x-forwarded-for", Some(&forwarding.chain)),
         ("x-forwarded-proto", Some(&forwarding.proto)),
         ("x-forwarded-host", forwarding.host.as_ref()),
+        ("x-real-ip", Some(&client)),
     ];
     for (name, value) in values {
         if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {

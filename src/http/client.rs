@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use actix_web::HttpRequest;
 use actix_web::http::header::HOST;
 
-use crate::config::Cidr;
+use crate::cidr::Cidr;
 
 /// Headers a proxy adds; their presence means the request came from beyond it.
 const FORWARDING_HEADERS: [&str; 4] = [
@@ -44,6 +44,18 @@ pub fn is_forwarded(request: &HttpRequest) -> bool {
 /// taken at its address. IPv6 clients count per /64, the block one subscriber
 /// usually holds.
 pub fn address(request: &HttpRequest, trusted: &[Cidr]) -> IpAddr {
+    match resolved(request, trusted) {
+        IpAddr::V6(v6) => {
+            let mut segments = v6.segments();
+            segments[4..].fill(0);
+            IpAddr::from(segments)
+        }
+        v4 => v4,
+    }
+}
+
+/// The client's address, as `address` finds it, whole.
+fn resolved(request: &HttpRequest, trusted: &[Cidr]) -> IpAddr {
     let mut client = peer(request);
     if is_trusted(client, trusted) {
         let headers: Vec<String> = request
@@ -62,14 +74,7 @@ pub fn address(request: &HttpRequest, trusted: &[Cidr]) -> IpAddr {
             }
         }
     }
-    match client {
-        IpAddr::V6(v6) => {
-            let mut segments = v6.segments();
-            segments[4..].fill(0);
-            IpAddr::from(segments)
-        }
-        v4 => v4,
-    }
+    client
 }
 
 /// An `X-Forwarded-For` entry's address: `IP`, or `IP:port` / `[IPv6]:port` as
@@ -113,13 +118,15 @@ pub fn requested_host<'r>(request: &'r HttpRequest, trusted: &[Cidr]) -> &'r str
 pub struct Forwarding {
     /// `X-Forwarded-For`: the addresses the request came through, the peer's last.
     pub chain: String,
+    /// `X-Real-IP`: the client, found as `address` finds it (whole).
+    pub client: IpAddr,
     /// `X-Forwarded-Proto`.
     pub proto: String,
     /// `X-Forwarded-Host`: the host the client asked for.
     pub host: Option<String>,
     /// Whether the peer is a trusted proxy: its other forwarding headers
-    /// (`Forwarded`, `X-Real-IP`) are then passed on; anyone else's are the
-    /// client's to invent, and stay behind.
+    /// (`Forwarded`, `X-Forwarded-Port`, …) are then passed on; anyone else's
+    /// are the client's to invent, and stay behind.
     pub trusted: bool,
 }
 
@@ -127,10 +134,11 @@ pub struct Forwarding {
 /// trusted peer's `X-Forwarded-For` with the peer's address added, its
 /// `X-Forwarded-Proto` and `X-Forwarded-Host` kept; from anyone else, the
 /// peer's address alone, `http` (hookd listens without TLS) and the `Host` it
-/// asked for, whatever the client wrote in those headers.
-pub fn forwarding(request: &HttpRequest, trusted: &[Cidr]) -> Forwarding {
+/// asked for, whatever the client wrote in those headers. `X-Real-IP` is the
+/// client as hookd finds it either way.
+pub fn forwarding(request: &HttpRequest, trusted_blocks: &[Cidr]) -> Forwarding {
     let address = peer(request);
-    let trusted = is_trusted(address, trusted);
+    let trusted = is_trusted(address, trusted_blocks);
     let header = |name: &str| {
         request
             .headers()
@@ -156,6 +164,7 @@ pub fn forwarding(request: &HttpRequest, trusted: &[Cidr]) -> Forwarding {
     let from_proxy = |name| trusted.then(|| header(name)).flatten();
     Forwarding {
         chain: chain.join(", "),
+        client: resolved(request, trusted_blocks),
         proto: from_proxy("X-Forwarded-Proto")
             .unwrap_or("http")
             .to_string(),
@@ -312,6 +321,7 @@ mod tests {
             forwarding,
             Forwarding {
                 chain: "198.51.100.1, 203.0.113.9, 192.0.2.44, 127.0.0.1".into(),
+                client: ip("192.0.2.44"),
                 proto: "https".into(),
                 host: Some("pay.example".into()),
                 trusted: true,
@@ -333,6 +343,7 @@ mod tests {
             forwarding,
             Forwarding {
                 chain: "203.0.113.7".into(),
+                client: ip("203.0.113.7"),
                 proto: "http".into(),
                 host: Some("gateway.internal".into()),
                 trusted: false,

@@ -129,11 +129,14 @@ pub async fn claim_after(
 ) -> Result<Claim, StoreError> {
     // A few times at most: between the claim and the read, the row may be
     // purged, released or taken over.
+    // The operation of the row last read: a refusal names it.
+    let mut operation = None;
     for round in 0..3 {
         if let Some(taken) = taken {
             return Ok(Claim::Run(claimed(attempt, taken)));
         }
         if let Some(row) = store::read_key(client, attempt).await? {
+            operation = Some(row.operation_id.clone());
             match decide(&row, request.fingerprint, request.rules.resend_unknown) {
                 Decision::Answer(claim) => return Ok(claim),
                 Decision::MarkUnknown => {
@@ -149,7 +152,7 @@ pub async fn claim_after(
         }
         taken = store::try_claim(client, attempt).await?;
     }
-    Ok(Claim::Refused(Refusal::InProgress, None))
+    Ok(Claim::Refused(Refusal::InProgress, operation))
 }
 
 /// The key `attempt` took.

@@ -1014,46 +1014,76 @@ async fn upstream_is_told_who_the_client_was_as_a_reverse_proxy_tells_it() {
         call.header("X-Forwarded-For", "198.51.100.7, 203.0.113.9")
             .header("X-Forwarded-Proto", "https")
             .header("X-Forwarded-Host", "pay.example")
+            .header("X-Forwarded-Ssl", "on")
             .header("X-Real-IP", "198.51.100.7")
+            .header("True-Client-IP", "198.51.100.7")
             .header("Forwarded", "for=198.51.100.7;proto=https")
     };
-    // Behind a proxy on this machine (loopback is trusted by default): its
-    // chain goes on with its address added, its other headers as it wrote them.
+    // By default no caller is believed: a client cannot choose what upstream
+    // is told of it, whatever it writes.
     let app = payments_gateway(&upstream.url, "").await;
-    let answer = forwarded(Call::post("/payments", "behind", ORDER))
-        .send(&app)
-        .await;
-    assert_eq!(answer.status, 201);
-    let seen = &upstream.seen()[0];
-    assert_eq!(
-        seen.header("x-forwarded-for"),
-        Some("198.51.100.7, 203.0.113.9, 127.0.0.1")
-    );
-    assert_eq!(seen.header("x-forwarded-proto"), Some("https"));
-    assert_eq!(seen.header("x-forwarded-host"), Some("pay.example"));
-    assert_eq!(seen.header("x-real-ip"), Some("198.51.100.7"));
-    assert_eq!(
-        seen.header("forwarded"),
-        Some("for=198.51.100.7;proto=https")
-    );
-    // A client that is no trusted proxy cannot choose what upstream is told.
-    let mut settings = settings_with(&route("payments", "/payments", &upstream.url, ""));
-    settings.trusted_proxies = vec!["10.0.0.0/8".parse().expect("cidr")];
-    let app = spawn_with_settings(settings).await;
     let answer = forwarded(Call::post("/payments", "direct", ORDER))
         .send(&app)
         .await;
     assert_eq!(answer.status, 201);
-    let seen = &upstream.seen()[1];
+    let seen = &upstream.seen()[0];
     assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+    assert_eq!(seen.header("x-real-ip"), Some("127.0.0.1"));
     assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
     let base = app.gateway_base.as_deref().expect("the gateway listens");
     assert_eq!(
         seen.header("x-forwarded-host"),
         Some(base.trim_start_matches("http://"))
     );
-    for gone in ["x-real-ip", "forwarded"] {
+    for gone in ["x-forwarded-ssl", "true-client-ip", "forwarded"] {
         assert_eq!(seen.header(gone), None, "{gone}");
+    }
+    // Behind a proxy listed in [gateway] trusted_proxies: its chain goes on with
+    // its address added, the client found past it, its other headers as it
+    // wrote them.
+    let mut settings = settings_with(&route("payments", "/payments", &upstream.url, ""));
+    settings.gateway.trusted_proxies = vec!["127.0.0.0/8".parse().expect("cidr")];
+    let app = spawn_with_settings(settings).await;
+    let answer = forwarded(Call::post("/payments", "behind", ORDER))
+        .send(&app)
+        .await;
+    assert_eq!(answer.status, 201);
+    let seen = &upstream.seen()[1];
+    assert_eq!(
+        seen.header("x-forwarded-for"),
+        Some("198.51.100.7, 203.0.113.9, 127.0.0.1")
+    );
+    assert_eq!(seen.header("x-real-ip"), Some("203.0.113.9"));
+    assert_eq!(seen.header("x-forwarded-proto"), Some("https"));
+    assert_eq!(seen.header("x-forwarded-host"), Some("pay.example"));
+    assert_eq!(seen.header("x-forwarded-ssl"), Some("on"));
+    assert_eq!(
+        seen.header("forwarded"),
+        Some("for=198.51.100.7;proto=https")
+    );
+}
+
+#[test]
+fn a_route_cannot_scope_its_keys_by_a_header_proxies_set() {
+    for header in [
+        "X-Forwarded-For",
+        "X-Real-IP",
+        "Forwarded",
+        "Proxy-Authorization",
+    ] {
+        let text = format!(
+            "{SHIPPED_TOML}\n[gateway]\nlisten = \"127.0.0.1:0\"\n{}",
+            route(
+                "p",
+                "/p",
+                "http://127.0.0.1:9",
+                &format!("scope = \"header:{header}\"")
+            )
+        );
+        let error = Settings::from_toml("hookd.toml", &text, &Default::default())
+            .expect_err(header)
+            .to_string();
+        assert!(error.contains("cannot tell callers apart"), "{error}");
     }
 }
 

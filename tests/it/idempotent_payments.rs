@@ -250,6 +250,12 @@ async fn a_copy_while_the_first_runs_is_409_with_retry_after() {
     let first = first.await.expect("first");
     assert_eq!(first.status, 201);
     assert_eq!(shop.bank.calls(), 1);
+    // The refusal named the operation the first was running.
+    assert!(first.header("idempotency-operation").is_some());
+    assert_eq!(
+        copy.header("idempotency-operation"),
+        first.header("idempotency-operation")
+    );
 }
 
 #[tokio::test]
