@@ -273,4 +273,43 @@ mod tests {
         );
         assert!(!names(&passed_on(&headers, true, true)).contains(&"traceparent".to_string()));
     }
+
+    #[test]
+    fn a_caller_that_is_no_trusted_proxy_keeps_none_of_its_forwarding_headers() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-prefix", "/admin"),
+            ("x-original-url", "/admin"),
+            ("forwarded", "for=10.0.0.1"),
+            ("x-real-ip", "10.0.0.1"),
+            ("true-client-ip", "10.0.0.1"),
+            ("authorization", "Bearer sk"),
+        ] {
+            headers.append(
+                actix_web::http::header::HeaderName::from_static(name),
+                actix_web::http::header::HeaderValue::from_static(value),
+            );
+        }
+        let kept = |trusted| -> Vec<String> {
+            let mut names: Vec<String> = passed_on(&headers, false, trusted)
+                .keys()
+                .map(|k| k.to_string())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(kept(false), ["authorization"]);
+        // A trusted proxy's pass, but those hookd sets itself.
+        assert_eq!(
+            kept(true),
+            [
+                "authorization",
+                "forwarded",
+                "true-client-ip",
+                "x-forwarded-prefix",
+                "x-original-url"
+            ]
+        );
+    }
 }

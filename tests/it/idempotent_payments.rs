@@ -359,3 +359,40 @@ async fn a_finished_key_expires_through_the_purge_and_a_copy_after_is_a_new_paym
     // the clients' retries.
     assert_eq!(shop.bank.charges(), 2);
 }
+
+#[tokio::test]
+async fn a_run_that_outlived_its_lock_yields_to_the_one_that_took_over_and_names_its_operation() {
+    let shop = Arc::new(Shop::start(Rules::new("payments")).await);
+    // Long enough for the copy to take the key over while the first waits,
+    // however loaded the machine.
+    shop.bank.answer_after(Duration::from_secs(5));
+    let first = tokio::spawn({
+        let shop = shop.clone();
+        async move { shop.pay(Some("order-t"), Some(SHOP), ORDER).await }
+    });
+    while shop.bank.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The first run's instance is taken for dead: its lock is over (brought
+    // forward, not waited out), and a copy takes the key over.
+    shop.app
+        .execute(
+            "UPDATE api_idempotency_keys SET locked_until = now() - interval '1 second'
+             WHERE idempotency_key = 'order-t'",
+            &[],
+        )
+        .await;
+    let copy = shop.pay(Some("order-t"), Some(SHOP), ORDER).await;
+    let first = first.await.expect("first");
+    // The run that took over stands; the first, which lost its claim, is
+    // refused, naming the operation both ran under.
+    assert_eq!(copy.status, 201, "{}", copy.text());
+    assert_eq!(
+        (first.status, error_of(&first)),
+        (409, "request_in_progress".into())
+    );
+    let operation = copy.header("idempotency-operation").expect("operation");
+    assert_eq!(first.header("idempotency-operation"), Some(operation));
+    assert_eq!(shop.payments().await, [operation.to_string()]);
+    assert_eq!(shop.state_of("order-t").await, "completed");
+}
