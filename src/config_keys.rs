@@ -56,6 +56,19 @@ impl Listed {
     }
 }
 
+/// `values` as address blocks (`trusted_proxies`), an error naming the one
+/// that is not (`key[i]`).
+pub fn address_blocks(key: &str, values: &[String]) -> Result<Vec<crate::cidr::Cidr>, Problem> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            text.parse()
+                .map_err(|problem| (format!("{key}[{i}]"), problem))
+        })
+        .collect()
+}
+
 /// Refuses a value that is not a JSON pointer.
 pub fn json_pointer(key: String, pointer: &str) -> Result<(), Problem> {
     if pointer.starts_with('/') {

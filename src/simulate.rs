@@ -91,8 +91,8 @@ pub const REPLAY_ID_FIELD: &str = "hookd_replay_id";
 
 /// Gives the body a fresh event id where the scheme keeps it in the body (or, for
 /// a source that dedupes on the body and has no such place, in a member of its
-/// own), and returns the new id when the body does not carry it (the schemes
-/// that send it in a header).
+/// own), and returns the new id when the provider does not read it from the
+/// body (the schemes that send it in a header).
 pub fn with_new_id(source: &Source, body: &[u8]) -> Result<(Vec<u8>, Option<String>), SignError> {
     let mut value: Value =
         serde_json::from_slice(body).map_err(|e| SignError::NotJson(e.to_string()))?;

@@ -148,7 +148,7 @@ pub async fn run(settings: &Settings, options: &ReplayOptions) -> Result<(), Cli
             let copies =
                 (0..options.parallel.max(1)).map(|_| send(&http, &url, source, &name, &prepared));
             let sent = futures_util::future::join_all(copies).await;
-            let refused = sent.iter().find_map(|d| match &d.result {
+            let unreachable = sent.iter().find_map(|d| match &d.result {
                 Err(error @ ReplayError::Connect { .. }) => Some(error.to_string()),
                 _ => None,
             });
@@ -156,14 +156,15 @@ pub async fn run(settings: &Settings, options: &ReplayOptions) -> Result<(), Cli
                 say!("{}", delivery.line()).or_else(super::unheard)?;
                 deliveries.push(delivery);
             }
-            // Nobody listens there: every other file would say the same.
-            if let Some(refused) = refused {
+            // No connection could be made (refused, no such host, a TLS
+            // handshake refused): every other file would say the same.
+            if let Some(unreachable) = unreachable {
                 say!("{}", summary(&deliveries, unreadable)).or_else(super::unheard)?;
                 let left = files.len() - at - 1;
                 return Err(CliError::Other(if left == 0 {
-                    refused
+                    unreachable
                 } else {
-                    format!("{refused}; the {left} other file(s) were not sent")
+                    format!("{unreachable}; the {left} other file(s) were not sent")
                 }));
             }
         }

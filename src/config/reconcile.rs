@@ -26,7 +26,7 @@ pub const KEYS: [&str; 8] = [
 /// Of `KEYS`, those a source of `scheme` takes: PayPal's API takes a client id
 /// and secret, every other one a key.
 pub fn keys_for(scheme: &str) -> Vec<&'static str> {
-    let client = scheme == Lister::client_scheme();
+    let client = Lister::of(scheme).is_ok_and(Lister::takes_client);
     KEYS.into_iter()
         .filter(|key| match *key {
             "api_key" => !client,

@@ -131,14 +131,7 @@ fn trusted_proxies(values: Option<Vec<String>>) -> Result<Vec<Cidr>, Problem> {
     let Some(values) = values else {
         return Ok(vec![Cidr::LOOPBACK_V4, Cidr::LOOPBACK_V6]);
     };
-    values
-        .iter()
-        .enumerate()
-        .map(|(i, text)| {
-            text.parse()
-                .map_err(|problem| (format!("trusted_proxies[{i}]"), problem))
-        })
-        .collect()
+    crate::config_keys::address_blocks("trusted_proxies", &values)
 }
 
 fn pool_size(value: Option<i64>) -> Result<usize, Problem> {
@@ -284,9 +277,9 @@ impl RawSource {
         let mut scheme_keys = self.scheme_keys;
         let reconcile = Reconcile::take(&mut scheme_keys, &self.scheme, &key)?;
         // What an unknown key's message lists: every key this source takes.
-        let mut common = SOURCE_KEYS.to_vec();
-        common.extend(super::reconcile::keys_for(&self.scheme));
-        let scheme = providers::configure(&self.scheme, scheme_keys, &key, &common)?;
+        let mut known = SOURCE_KEYS.to_vec();
+        known.extend(super::reconcile::keys_for(&self.scheme));
+        let scheme = providers::configure(&self.scheme, scheme_keys, &key, &known)?;
         let secrets_key = self.secrets_env.unwrap_or_else(|| key("secrets"));
         let secrets = secrets(&scheme, self.secrets, &secrets_key)?;
         let mut event_types = scheme.provider().default_event_types();

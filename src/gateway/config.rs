@@ -236,15 +236,8 @@ impl RawGateway {
                 format!("{addr} is already listen or admin_listen: the gateway needs its own"),
             ));
         }
-        let trusted_proxies = self
-            .trusted_proxies
-            .iter()
-            .enumerate()
-            .map(|(i, text)| {
-                text.parse()
-                    .map_err(|problem| (format!("gateway.trusted_proxies[{i}]"), problem))
-            })
-            .collect::<Result<Vec<Cidr>, Problem>>()?;
+        let trusted_proxies =
+            crate::config_keys::address_blocks("gateway.trusted_proxies", &self.trusted_proxies)?;
         let routes = unique_names(
             "gateway.routes",
             self.routes,

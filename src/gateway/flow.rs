@@ -13,10 +13,11 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::config::Route;
+use super::forwarding::Forwarding;
 use super::upstream::{self, Body, Failure};
 use crate::http::AppState;
 use crate::http::error::ApiError;
-use crate::http::{body, client, request_id};
+use crate::http::{body, request_id};
 use crate::idempotency::{
     self, Claim, Claimed, OPERATION_HEADER, Outcome, Refusal, Settle, StoredAnswer,
 };
@@ -115,8 +116,8 @@ fn refused(refusal: Refusal) -> Answered {
     )
 }
 
-/// A refusal of a claimed key's request, with its operation id: what the
-/// client quotes when it asks what became of it.
+/// A refusal naming the key's operation id: what the client quotes when it
+/// asks what became of it.
 fn refused_for(refusal: Refusal, operation: &str) -> Answered {
     (
         idempotency::refused_for(refusal, operation),
@@ -316,9 +317,10 @@ async fn unkeyed(
     }
 }
 
-/// What upstream is told of who sent `request` (`X-Forwarded-*`).
-fn forwarding(state: &AppState, request: &HttpRequest) -> client::Forwarding {
-    client::forwarding(request, &state.app.settings.now().gateway.trusted_proxies)
+/// What upstream is told of who sent `request` (`X-Forwarded-*`), under the
+/// configuration in force (a reload changes `[gateway] trusted_proxies`).
+fn forwarding(state: &AppState, request: &HttpRequest) -> Forwarding {
+    Forwarding::of(request, &state.app.settings.now().gateway.trusted_proxies)
 }
 
 fn upstream_span() -> Span {

@@ -9,6 +9,8 @@
 mod commit;
 pub mod config;
 mod flow;
+/// What upstream is told of the client (`X-Forwarded-*`, `X-Real-IP`).
+mod forwarding;
 mod upstream;
 
 use std::time::Duration;

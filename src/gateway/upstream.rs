@@ -12,7 +12,7 @@ use actix_web::http::header::HeaderMap;
 use reqwest::header::{HeaderName, HeaderValue};
 
 use super::config::{HOP_BY_HOP, MAX_TIMEOUT, Route};
-use crate::http::client::Forwarding;
+use super::forwarding::{Forwarding, SET_HERE};
 use crate::idempotency::{MAX_STORED_BODY, OPERATION_HEADER};
 
 /// One client for every route: connections to each upstream are reused.
@@ -66,7 +66,7 @@ pub async fn send(
         .map_err(|e| Failure::NothingSent(e.to_string()))?;
     let traceparent = crate::traces::traceparent();
     let mut headers = passed_on(request.headers(), traceparent.is_some(), forwarding.trusted);
-    add_forwarding(&mut headers, forwarding);
+    forwarding.set(&mut headers);
     if let Some(operation) = operation.and_then(|o| HeaderValue::from_str(o).ok()) {
         headers.insert(HeaderName::from_static(OPERATION_HEADER), operation);
     }
@@ -155,19 +155,10 @@ fn hop_by_hop(name: &str, named: &[String]) -> bool {
     HOP_BY_HOP.contains(&name) || name.starts_with("proxy-") || named.iter().any(|n| n == name)
 }
 
-/// Headers that say who a request came from and how, which hookd sets
-/// (`add_forwarding`).
-const SET_HERE: [&str; 4] = [
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "x-real-ip",
-];
-
 /// The client's headers upstream gets: all but the hop-by-hop ones, `Expect`,
 /// any `Idempotency-Operation` of the client's (hookd sets it), the client's
 /// `traceparent` when hookd's span continues the trace instead, the
-/// forwarding headers hookd sets, and unless the peer is a trusted proxy
+/// forwarding headers hookd sets (`SET_HERE`), and unless the peer is a trusted proxy
 /// the other forwarding headers (the client's to invent).
 fn passed_on(
     headers: &HeaderMap,
@@ -195,23 +186,6 @@ fn passed_on(
         }
     }
     out
-}
-
-/// `X-Forwarded-For`, `X-Forwarded-Proto`, `X-Forwarded-Host` and `X-Real-IP`
-/// as `forwarding` says (a value a header cannot hold is left out).
-fn add_forwarding(headers: &mut reqwest::header::HeaderMap, forwarding: &Forwarding) {
-    let client = forwarding.client.to_string();
-    let values = [
-        ("x-forwarded-for", Some(&forwarding.chain)),
-        ("x-forwarded-proto", Some(&forwarding.proto)),
-        ("x-forwarded-host", forwarding.host.as_ref()),
-        ("x-real-ip", Some(&client)),
-    ];
-    for (name, value) in values {
-        if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
-            headers.insert(HeaderName::from_static(name), value);
-        }
-    }
 }
 
 /// Upstream's headers the client gets: all but the hop-by-hop ones (the

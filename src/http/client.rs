@@ -1,6 +1,7 @@
-//! Who sent a request, as far as hookd can tell. A peer in `trusted_proxies` (by
-//! default a reverse proxy on this machine) is believed about who its client was
-//! and which host it was asked for; anyone else is taken at its address.
+//! Who sent a request, as far as hookd can tell. A peer in the trusted list it
+//! is given (`trusted_proxies`: by default a reverse proxy on this machine) is
+//! believed about who its client was and which host it was asked for; anyone
+//! else is taken at its address.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -9,24 +10,26 @@ use actix_web::http::header::HOST;
 
 use crate::cidr::Cidr;
 
-/// Headers a proxy adds; their presence means the request came from beyond it.
+/// The peer's address, IPv4-mapped IPv6 addresses as IPv4; `None` when the
+/// connection has none (not a TCP one).
+pub(crate) fn peer(request: &HttpRequest) -> Option<IpAddr> {
+    request.peer_addr().map(|a| a.ip().to_canonical())
+}
+
+/// Whether `address` is in one of the `trusted` blocks (an unknown one never is).
+pub(crate) fn is_trusted(address: Option<IpAddr>, trusted: &[Cidr]) -> bool {
+    address.is_some_and(|address| trusted.iter().any(|block| block.contains(address)))
+}
+
+/// Headers a proxy adds that name where a request came from; their presence
+/// means it came from beyond the proxy. (Not every header proxies set: a TLS
+/// terminator on this machine says `X-Forwarded-Proto` of a local client.)
 const FORWARDING_HEADERS: [&str; 4] = [
     "X-Forwarded-For",
     "Forwarded",
     "X-Real-IP",
     "X-Forwarded-Host",
 ];
-
-/// The peer's address, IPv4-mapped IPv6 addresses as IPv4.
-fn peer(request: &HttpRequest) -> IpAddr {
-    request
-        .peer_addr()
-        .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip().to_canonical())
-}
-
-fn is_trusted(address: IpAddr, trusted: &[Cidr]) -> bool {
-    trusted.iter().any(|block| block.contains(address))
-}
 
 /// Whether a proxy forwarded the request (it then came from beyond this machine,
 /// whatever address hookd listens on).
@@ -36,15 +39,11 @@ pub fn is_forwarded(request: &HttpRequest) -> bool {
         .any(|name| request.headers().contains_key(*name))
 }
 
-/// The client the failure limits count. From a trusted peer, `X-Forwarded-For`
-/// is walked from the right (the last entry of the last such header is what the
-/// nearest proxy appended) past every trusted proxy to the first address that is
-/// not one: entries left of it are that client's to invent. An entry that is not
-/// an address ends the walk at the proxy that passed it on. Any other peer is
-/// taken at its address. IPv6 clients count per /64, the block one subscriber
-/// usually holds.
+/// The client the failure limits count: `client_ip`, IPv6 clients per /64,
+/// the block one subscriber usually holds. A peer without an address counts as
+/// `0.0.0.0`, one client for all such.
 pub fn address(request: &HttpRequest, trusted: &[Cidr]) -> IpAddr {
-    match resolved(request, trusted) {
+    match client_ip(request, trusted).unwrap_or(IpAddr::from([0, 0, 0, 0])) {
         IpAddr::V6(v6) => {
             let mut segments = v6.segments();
             segments[4..].fill(0);
@@ -54,27 +53,43 @@ pub fn address(request: &HttpRequest, trusted: &[Cidr]) -> IpAddr {
     }
 }
 
-/// The client's address, as `address` finds it, whole.
-fn resolved(request: &HttpRequest, trusted: &[Cidr]) -> IpAddr {
-    let mut client = peer(request);
-    if is_trusted(client, trusted) {
-        let headers: Vec<String> = request
-            .headers()
-            .get_all("X-Forwarded-For")
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-            .collect();
-        let hops = headers.iter().rev().flat_map(|h| h.rsplit(','));
-        for hop in hops {
+/// The client's address. From a trusted peer, `X-Forwarded-For` is walked from
+/// the right (the last entry of the last such header is what the nearest proxy
+/// appended) past every trusted proxy to the first address that is not one:
+/// entries left of it are that client's to invent. An entry that is not an
+/// address ends the walk at the proxy that passed it on. Any other peer is
+/// taken at its address.
+pub(crate) fn client_ip(request: &HttpRequest, trusted: &[Cidr]) -> Option<IpAddr> {
+    let mut client = peer(request)?;
+    if is_trusted(Some(client), trusted) {
+        for hop in forwarded_for(request).iter().rev() {
             let Some(hop) = hop_address(hop) else {
                 break;
             };
             client = hop;
-            if !is_trusted(hop, trusted) {
+            if !is_trusted(Some(hop), trusted) {
                 break;
             }
         }
     }
-    client
+    Some(client)
+}
+
+/// The entries of the request's `X-Forwarded-For` headers, in order, trimmed,
+/// empty ones left out.
+pub(crate) fn forwarded_for(request: &HttpRequest) -> Vec<String> {
+    request
+        .headers()
+        .get_all("X-Forwarded-For")
+        .flat_map(|value| {
+            String::from_utf8_lossy(value.as_bytes())
+                .split(',')
+                .map(str::trim)
+                .filter(|entry| !entry.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// An `X-Forwarded-For` entry's address: `IP`, or `IP:port` / `[IPv6]:port` as
@@ -111,68 +126,6 @@ pub fn requested_host<'r>(request: &'r HttpRequest, trusted: &[Cidr]) -> &'r str
         .flatten()
         .or_else(|| header(HOST.as_str()))
         .unwrap_or_default()
-}
-
-/// What a proxy tells the service behind it about a request it passes on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Forwarding {
-    /// `X-Forwarded-For`: the addresses the request came through, the peer's last.
-    pub chain: String,
-    /// `X-Real-IP`: the client, found as `address` finds it (whole).
-    pub client: IpAddr,
-    /// `X-Forwarded-Proto`.
-    pub proto: String,
-    /// `X-Forwarded-Host`: the host the client asked for.
-    pub host: Option<String>,
-    /// Whether the peer is a trusted proxy: its other forwarding headers
-    /// (`Forwarded`, `X-Forwarded-Port`, …) are then passed on; anyone else's
-    /// are the client's to invent, and stay behind.
-    pub trusted: bool,
-}
-
-/// The forwarding headers for `request`, as a reverse proxy sets them: a
-/// trusted peer's `X-Forwarded-For` with the peer's address added, its
-/// `X-Forwarded-Proto` and `X-Forwarded-Host` kept; from anyone else, the
-/// peer's address alone, `http` (hookd listens without TLS) and the `Host` it
-/// asked for, whatever the client wrote in those headers. `X-Real-IP` is the
-/// client as hookd finds it either way.
-pub fn forwarding(request: &HttpRequest, trusted_blocks: &[Cidr]) -> Forwarding {
-    let address = peer(request);
-    let trusted = is_trusted(address, trusted_blocks);
-    let header = |name: &str| {
-        request
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-    };
-    let mut chain: Vec<String> = Vec::new();
-    if trusted {
-        for value in request.headers().get_all("X-Forwarded-For") {
-            let value = String::from_utf8_lossy(value.as_bytes());
-            chain.extend(
-                value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|entry| !entry.is_empty())
-                    .map(str::to_string),
-            );
-        }
-    }
-    chain.push(address.to_string());
-    let from_proxy = |name| trusted.then(|| header(name)).flatten();
-    Forwarding {
-        chain: chain.join(", "),
-        client: resolved(request, trusted_blocks),
-        proto: from_proxy("X-Forwarded-Proto")
-            .unwrap_or("http")
-            .to_string(),
-        host: from_proxy("X-Forwarded-Host")
-            .or_else(|| header(HOST.as_str()))
-            .map(str::to_string),
-        trusted,
-    }
 }
 
 #[cfg(test)]
@@ -304,50 +257,5 @@ mod tests {
             .to_http_request();
         assert_eq!(address(&direct, &LOOPBACK), address(&request, &LOOPBACK));
         assert!(!is_forwarded(&direct));
-    }
-
-    #[test]
-    fn a_trusted_proxy_s_chain_is_carried_on_with_its_address_added() {
-        let request = TestRequest::default()
-            .peer_addr("127.0.0.1:5000".parse().expect("addr"))
-            .insert_header(("Host", "gateway.internal"))
-            .append_header(("X-Forwarded-For", "198.51.100.1, 203.0.113.9"))
-            .append_header(("X-Forwarded-For", "192.0.2.44"))
-            .insert_header(("X-Forwarded-Proto", "https"))
-            .insert_header(("X-Forwarded-Host", "pay.example"))
-            .to_http_request();
-        let forwarding = forwarding(&request, &LOOPBACK);
-        assert_eq!(
-            forwarding,
-            Forwarding {
-                chain: "198.51.100.1, 203.0.113.9, 192.0.2.44, 127.0.0.1".into(),
-                client: ip("192.0.2.44"),
-                proto: "https".into(),
-                host: Some("pay.example".into()),
-                trusted: true,
-            }
-        );
-    }
-
-    #[test]
-    fn anyone_else_is_told_as_its_address_whatever_it_wrote() {
-        let request = TestRequest::default()
-            .peer_addr("[::ffff:203.0.113.7]:5000".parse().expect("addr"))
-            .insert_header(("Host", "gateway.internal"))
-            .insert_header(("X-Forwarded-For", "10.0.0.1"))
-            .insert_header(("X-Forwarded-Proto", "https"))
-            .insert_header(("X-Forwarded-Host", "admin.example"))
-            .to_http_request();
-        let forwarding = forwarding(&request, &LOOPBACK);
-        assert_eq!(
-            forwarding,
-            Forwarding {
-                chain: "203.0.113.7".into(),
-                client: ip("203.0.113.7"),
-                proto: "http".into(),
-                host: Some("gateway.internal".into()),
-                trusted: false,
-            }
-        );
     }
 }

@@ -326,8 +326,8 @@ fn refused(refusal: Refusal) -> HttpResponse {
     ApiError::Idempotency(refusal).error_response()
 }
 
-/// A refusal of a claimed key's request, with its operation id: what the
-/// client quotes when it asks what became of it (the gateway's answer too).
+/// A refusal naming the key's operation id: what the client quotes when it
+/// asks what became of it (the gateway's answer too).
 pub fn refused_for(refusal: Refusal, operation: &str) -> HttpResponse {
     let mut response = refused(refusal);
     if let Some((name, value)) = header(OPERATION_HEADER, operation) {

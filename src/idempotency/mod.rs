@@ -127,10 +127,11 @@ pub async fn claim_after(
     attempt: &ClaimAttempt,
     mut taken: Option<store::Taken>,
 ) -> Result<Claim, StoreError> {
+    // The operation of the row last read: a refusal names it (the last
+    // round's refusal names an earlier round's row when the last read none).
+    let mut operation = None;
     // A few times at most: between the claim and the read, the row may be
     // purged, released or taken over.
-    // The operation of the row last read: a refusal names it.
-    let mut operation = None;
     for round in 0..3 {
         if let Some(taken) = taken {
             return Ok(Claim::Run(claimed(attempt, taken)));
@@ -141,7 +142,6 @@ pub async fn claim_after(
                 Decision::Answer(claim) => return Ok(claim),
                 Decision::MarkUnknown => {
                     store::mark_abandoned_unknown(client, row.id).await?;
-                    let operation = Some(row.operation_id.clone());
                     return Ok(Claim::Refused(Refusal::OutcomeUnknown, operation));
                 }
                 Decision::ClaimAgain => {}

@@ -143,12 +143,13 @@ pub static REGISTRY: [Entry; 13] = [
     with_keys!(mollie),
 ];
 
-/// The scheme a source names, configured from its own keys.
+/// The scheme a source names, configured from its own keys (`others`: the
+/// source's other keys, which an unknown key's message lists too).
 pub fn configure(
     name: &str,
     table: toml::Table,
     key: &dyn Fn(&str) -> String,
-    common: &[&str],
+    others: &[&str],
 ) -> Result<Scheme, Problem> {
     let Some(entry) = REGISTRY
         .iter()
@@ -167,7 +168,7 @@ pub fn configure(
                 format!("only applies to scheme \"{}\"", owner.provider.name()),
             ));
         }
-        let mut known: Vec<&str> = common.to_vec();
+        let mut known: Vec<&str> = others.to_vec();
         known.extend(entry.keys);
         return Err((key(unknown), keys::unknown_key(unknown, &known)));
     }
