@@ -28,7 +28,7 @@ const DEFAULT_SCOPE: &str = "header:Authorization";
 
 /// The headers that belong to one connection (RFC 9110 §7.6.1) or to the
 /// proxy, never passed on either way; `Connection` may name more.
-pub const HOP_BY_HOP: [&str; 9] = [
+const HOP_BY_HOP: [&str; 9] = [
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -39,6 +39,12 @@ pub const HOP_BY_HOP: [&str; 9] = [
     "host",
     "content-length",
 ];
+
+/// Whether a header belongs to one connection or to the proxy (`HOP_BY_HOP`,
+/// `Proxy-*`): never passed on, kept or used to tell callers apart.
+pub fn is_hop_by_hop(name: &str) -> bool {
+    HOP_BY_HOP.contains(&name) || name.starts_with("proxy-")
+}
 
 /// The gateway: off unless `listen` is set.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -380,10 +386,7 @@ fn scope_rule(text: &str) -> Result<ScopeRule, String> {
     let bad = || format!("{text:?} is not \"header:NAME\" or \"none\"");
     let name = text.strip_prefix("header:").ok_or_else(bad)?.trim();
     let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
-    if HOP_BY_HOP.contains(&name.as_str())
-        || name == "idempotency-key"
-        || name.as_str().starts_with("proxy-")
-    {
+    if is_hop_by_hop(name.as_str()) || name == "idempotency-key" {
         return Err(format!(
             "{text:?} names a header that cannot tell callers apart"
         ));
@@ -401,7 +404,7 @@ fn scope_rule(text: &str) -> Result<ScopeRule, String> {
 fn replay_header(text: &str) -> Result<String, String> {
     let name = reqwest::header::HeaderName::from_bytes(text.trim().as_bytes())
         .map_err(|_| format!("{text:?} is not a header name"))?;
-    if HOP_BY_HOP.contains(&name.as_str()) || name.as_str().starts_with("proxy-") {
+    if is_hop_by_hop(name.as_str()) {
         return Err(format!(
             "{text:?} belongs to one connection; it is never passed on"
         ));

@@ -11,7 +11,7 @@ use actix_web::HttpRequest;
 use actix_web::http::header::HeaderMap;
 use reqwest::header::{HeaderName, HeaderValue};
 
-use super::config::{HOP_BY_HOP, MAX_TIMEOUT, Route};
+use super::config::{MAX_TIMEOUT, Route, is_hop_by_hop};
 use super::forwarding::{Forwarding, SET_HERE};
 use crate::idempotency::{MAX_STORED_BODY, OPERATION_HEADER};
 
@@ -152,7 +152,7 @@ fn connection_names<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
 
 /// Whether a header belongs to one connection (or to a proxy) and stays here.
 fn hop_by_hop(name: &str, named: &[String]) -> bool {
-    HOP_BY_HOP.contains(&name) || name.starts_with("proxy-") || named.iter().any(|n| n == name)
+    is_hop_by_hop(name) || named.iter().any(|n| n == name)
 }
 
 /// The client's headers upstream gets: all but the hop-by-hop ones, `Expect`,
