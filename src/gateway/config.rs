@@ -50,9 +50,10 @@ pub fn is_hop_by_hop(name: &str) -> bool {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Gateway {
     pub listen: Option<SocketAddr>,
-    /// The callers believed about their client (`X-Forwarded-*`): none unless
-    /// listed, since the gateway's callers are clients, not proxies.
-    pub trusted_proxies: Vec<Cidr>,
+    /// Set, hookd tells upstream who the client was (`X-Forwarded-*`,
+    /// `X-Real-IP`), believing only the callers listed about their client;
+    /// unset, a caller's headers go upstream as they are.
+    pub trusted_proxies: Option<Vec<Cidr>>,
     /// Shared with each request that takes one.
     pub routes: Vec<Arc<Route>>,
 }
@@ -187,8 +188,7 @@ fn plain_path(path: &str) -> bool {
 #[serde(deny_unknown_fields)]
 pub struct RawGateway {
     listen: Option<String>,
-    #[serde(default)]
-    trusted_proxies: Vec<String>,
+    trusted_proxies: Option<Vec<String>>,
     #[serde(default)]
     routes: Vec<RawRoute>,
 }
@@ -242,8 +242,10 @@ impl RawGateway {
                 format!("{addr} is already listen or admin_listen: the gateway needs its own"),
             ));
         }
-        let trusted_proxies =
-            crate::config_keys::address_blocks("gateway.trusted_proxies", &self.trusted_proxies)?;
+        let trusted_proxies = self
+            .trusted_proxies
+            .map(|blocks| crate::config_keys::address_blocks("gateway.trusted_proxies", &blocks))
+            .transpose()?;
         let routes = unique_names(
             "gateway.routes",
             self.routes,
@@ -425,6 +427,18 @@ mod tests {
     }
 
     const ROUTE: &str = "[[routes]]\nname = \"payments\"\npath = \"/payments\"\nupstream = \"http://127.0.0.1:9000\"\n";
+
+    #[test]
+    fn trusted_proxies_are_unset_unless_written_and_each_block_is_checked() {
+        assert_eq!(read(ROUTE).expect("valid").trusted_proxies, None);
+        let none = read(&format!("trusted_proxies = []\n{ROUTE}")).expect("valid");
+        assert_eq!(none.trusted_proxies, Some(vec![]));
+        let error = read(&format!(
+            "trusted_proxies = [\"10.0.0.0/8\", \"10.0.0.0/40\"]\n{ROUTE}"
+        ))
+        .expect_err("a bad block");
+        assert_eq!(error.0, "gateway.trusted_proxies[1]");
+    }
 
     #[test]
     fn a_route_takes_the_lead_engineers_defaults() {

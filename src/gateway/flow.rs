@@ -290,7 +290,7 @@ async fn unkeyed(
 ) -> Answered {
     let started = Instant::now();
     let forwarding = forwarding(state, request);
-    let sent = upstream::send(route, request, &forwarding, body, None)
+    let sent = upstream::send(route, request, forwarding.as_ref(), body, None)
         .instrument(upstream_span())
         .await;
     state
@@ -317,10 +317,13 @@ async fn unkeyed(
     }
 }
 
-/// What upstream is told of who sent `request` (`X-Forwarded-*`), under the
-/// configuration in force (a reload changes `[gateway] trusted_proxies`).
-fn forwarding(state: &AppState, request: &HttpRequest) -> Forwarding {
-    Forwarding::of(request, &state.app.settings.now().gateway.trusted_proxies)
+/// What upstream is told of who sent `request` (`X-Forwarded-*`) when
+/// `[gateway] trusted_proxies` is set; unset, the caller's headers go as they
+/// are. Under the configuration in force (a reload changes it).
+fn forwarding(state: &AppState, request: &HttpRequest) -> Option<Forwarding> {
+    let settings = state.app.settings.now();
+    let trusted = settings.gateway.trusted_proxies.as_deref()?;
+    Some(Forwarding::of(request, trusted))
 }
 
 fn upstream_span() -> Span {
@@ -347,7 +350,7 @@ async fn run(
     let span = upstream_span();
     let forwarding = forwarding(&state, &request);
     let operation = Some(claimed.operation_id.as_str());
-    let sent = upstream::send(&route, &request, &forwarding, body, operation)
+    let sent = upstream::send(&route, &request, forwarding.as_ref(), body, operation)
         .instrument(span.clone())
         .await;
     state.app.metrics.gateway_upstream(name, started.elapsed());

@@ -47,13 +47,14 @@ pub enum Failure {
 }
 
 /// Sends `request` (with `body`) to `route`'s upstream; `operation` goes as
-/// `Idempotency-Operation`, `forwarding` as the `X-Forwarded-*` headers. Waits
+/// `Idempotency-Operation`, `forwarding` (when hookd speaks as a proxy: `[gateway]
+/// trusted_proxies` is set) as the `X-Forwarded-*` headers. Waits
 /// `route`'s timeout at most, for the answer and its first `MAX_STORED_BODY`
 /// bytes.
 pub async fn send(
     route: &Route,
     request: &HttpRequest,
-    forwarding: &Forwarding,
+    forwarding: Option<&Forwarding>,
     body: Vec<u8>,
     operation: Option<&str>,
 ) -> Result<Answer, Failure> {
@@ -65,8 +66,10 @@ pub async fn send(
     let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes())
         .map_err(|e| Failure::NothingSent(e.to_string()))?;
     let traceparent = crate::traces::traceparent();
-    let mut headers = passed_on(request.headers(), traceparent.is_some(), forwarding.trusted);
-    forwarding.set(&mut headers);
+    let mut headers = passed_on(request.headers(), traceparent.is_some(), forwarding);
+    if let Some(forwarding) = forwarding {
+        forwarding.set(&mut headers);
+    }
     if let Some(operation) = operation.and_then(|o| HeaderValue::from_str(o).ok()) {
         headers.insert(HeaderName::from_static(OPERATION_HEADER), operation);
     }
@@ -157,14 +160,21 @@ fn hop_by_hop(name: &str, named: &[String]) -> bool {
 
 /// The client's headers upstream gets: all but the hop-by-hop ones, `Expect`,
 /// any `Idempotency-Operation` of the client's (hookd sets it), the client's
-/// `traceparent` when hookd's span continues the trace instead, the
-/// forwarding headers hookd sets (`SET_HERE`), and unless the peer is a trusted proxy
-/// the other forwarding headers (the client's to invent).
+/// `traceparent` when hookd's span continues the trace instead; and when
+/// hookd speaks as a proxy (`forwarding`), the forwarding headers it sets
+/// (`SET_HERE`) and, unless the peer is a trusted proxy, the other forwarding
+/// headers (the client's to invent).
 fn passed_on(
     headers: &HeaderMap,
     own_traceparent: bool,
-    from_a_trusted_proxy: bool,
+    forwarding: Option<&Forwarding>,
 ) -> reqwest::header::HeaderMap {
+    let replaced = |name: &str| {
+        forwarding.is_some_and(|f| {
+            SET_HERE.contains(&name)
+                || (!f.trusted && crate::proxy_headers::is_forwarding_header(name))
+        })
+    };
     let named = connection_names(headers.get_all("connection").map(|v| v.as_bytes()));
     let mut out = reqwest::header::HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
@@ -173,8 +183,7 @@ fn passed_on(
             || name == "expect"
             || name == OPERATION_HEADER
             || (own_traceparent && name == "traceparent")
-            || SET_HERE.contains(&name)
-            || (!from_a_trusted_proxy && crate::proxy_headers::is_forwarding_header(name))
+            || replaced(name)
         {
             continue;
         }
@@ -235,7 +244,7 @@ mod tests {
             names.sort();
             names
         };
-        let passed = passed_on(&headers, false, true);
+        let passed = passed_on(&headers, false, None);
         assert_eq!(
             names(&passed),
             [
@@ -245,11 +254,11 @@ mod tests {
                 "traceparent"
             ]
         );
-        assert!(!names(&passed_on(&headers, true, true)).contains(&"traceparent".to_string()));
+        assert!(!names(&passed_on(&headers, true, None)).contains(&"traceparent".to_string()));
     }
 
     #[test]
-    fn a_caller_that_is_no_trusted_proxy_keeps_none_of_its_forwarding_headers() {
+    fn forwarding_headers_go_as_they_came_unless_hookd_speaks_as_a_proxy() {
         let mut headers = HeaderMap::new();
         for (name, value) in [
             ("x-forwarded-for", "10.0.0.1"),
@@ -265,24 +274,45 @@ mod tests {
                 actix_web::http::header::HeaderValue::from_static(value),
             );
         }
-        let kept = |trusted| -> Vec<String> {
-            let mut names: Vec<String> = passed_on(&headers, false, trusted)
+        let kept = |forwarding: Option<&Forwarding>| -> Vec<String> {
+            let mut names: Vec<String> = passed_on(&headers, false, forwarding)
                 .keys()
                 .map(|k| k.to_string())
                 .collect();
             names.sort();
             names
         };
-        assert_eq!(kept(false), ["authorization"]);
+        let speaking = |trusted| Forwarding {
+            chain: vec!["203.0.113.7".into()],
+            client: "203.0.113.7".parse().ok(),
+            proto: "http".into(),
+            host: None,
+            trusted,
+        };
+        assert_eq!(kept(Some(&speaking(false))), ["authorization"]);
         // A trusted proxy's pass, but those hookd sets itself.
         assert_eq!(
-            kept(true),
+            kept(Some(&speaking(true))),
             [
                 "authorization",
                 "forwarded",
                 "true-client-ip",
                 "x-forwarded-prefix",
                 "x-original-url"
+            ]
+        );
+        // Without [gateway] trusted_proxies hookd does not speak as a proxy:
+        // every one goes as it came.
+        assert_eq!(
+            kept(None),
+            [
+                "authorization",
+                "forwarded",
+                "true-client-ip",
+                "x-forwarded-for",
+                "x-forwarded-prefix",
+                "x-original-url",
+                "x-real-ip"
             ]
         );
     }

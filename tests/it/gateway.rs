@@ -1019,14 +1019,38 @@ async fn upstream_is_told_who_the_client_was_as_a_reverse_proxy_tells_it() {
             .header("True-Client-IP", "198.51.100.7")
             .header("Forwarded", "for=198.51.100.7;proto=https")
     };
-    // By default no caller is believed: a client cannot choose what upstream
-    // is told of it, whatever it writes.
+    let with_trusted = |blocks: Vec<&str>| {
+        let mut settings = settings_with(&route("payments", "/payments", &upstream.url, ""));
+        settings.gateway.trusted_proxies =
+            Some(blocks.iter().map(|b| b.parse().expect("cidr")).collect());
+        settings
+    };
+    // Without [gateway] trusted_proxies the caller's headers go as they came,
+    // and hookd adds none of its own.
     let app = payments_gateway(&upstream.url, "").await;
-    let answer = forwarded(Call::post("/payments", "direct", ORDER))
+    let answer = forwarded(Call::post("/payments", "as-is", ORDER))
         .send(&app)
         .await;
     assert_eq!(answer.status, 201);
     let seen = &upstream.seen()[0];
+    for (name, value) in [
+        ("x-forwarded-for", "198.51.100.7, 203.0.113.9"),
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-host", "pay.example"),
+        ("x-forwarded-ssl", "on"),
+        ("x-real-ip", "198.51.100.7"),
+        ("true-client-ip", "198.51.100.7"),
+    ] {
+        assert_eq!(seen.header(name), Some(value), "{name}");
+    }
+    // Set (here to none): a caller that is no trusted proxy cannot choose what
+    // upstream is told of it, whatever it writes.
+    let app = spawn_with_settings(with_trusted(vec![])).await;
+    let answer = forwarded(Call::post("/payments", "direct", ORDER))
+        .send(&app)
+        .await;
+    assert_eq!(answer.status, 201);
+    let seen = &upstream.seen()[1];
     assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
     assert_eq!(seen.header("x-real-ip"), Some("127.0.0.1"));
     assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
@@ -1038,17 +1062,14 @@ async fn upstream_is_told_who_the_client_was_as_a_reverse_proxy_tells_it() {
     for gone in ["x-forwarded-ssl", "true-client-ip", "forwarded"] {
         assert_eq!(seen.header(gone), None, "{gone}");
     }
-    // Behind a proxy listed in [gateway] trusted_proxies: its chain goes on with
-    // its address added, the client found past it, its other headers as it
-    // wrote them.
-    let mut settings = settings_with(&route("payments", "/payments", &upstream.url, ""));
-    settings.gateway.trusted_proxies = vec!["127.0.0.0/8".parse().expect("cidr")];
-    let app = spawn_with_settings(settings).await;
+    // Behind a proxy it lists: the proxy's chain goes on with its address
+    // added, the client found past it, its other headers as it wrote them.
+    let app = spawn_with_settings(with_trusted(vec!["127.0.0.0/8"])).await;
     let answer = forwarded(Call::post("/payments", "behind", ORDER))
         .send(&app)
         .await;
     assert_eq!(answer.status, 201);
-    let seen = &upstream.seen()[1];
+    let seen = &upstream.seen()[2];
     assert_eq!(
         seen.header("x-forwarded-for"),
         Some("198.51.100.7, 203.0.113.9, 127.0.0.1")
