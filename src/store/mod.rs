@@ -530,9 +530,10 @@ pub async fn create_database_if_missing(
                     || *code == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
             })
         };
-        match created {
-            Err(e) if !made_by_another(&e) => return Err(e.into()),
-            _ => {}
+        if let Err(e) = created
+            && !made_by_another(&e)
+        {
+            return Err(e.into());
         }
     }
     drop(client);
