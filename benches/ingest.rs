@@ -78,7 +78,7 @@ async fn run(setup: bench::Setup) {
     println!(
         "hookd: in-process, {} HTTP workers, pool of {} connections, shipped hookd.toml; \
          target {}",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        hookd::config::default_http_workers(),
         bench::POOL_SIZE,
         sender.url()
     );

@@ -165,7 +165,8 @@ pub struct Parts {
     pub purge: bool,
     /// The sources' activity, written every few seconds (silence alerts).
     pub activity: bool,
-    /// HTTP worker threads; `None` = one per core.
+    /// Worker threads of the webhook and gateway listeners; `None` = the
+    /// configuration's `http_workers`.
     pub http_workers: Option<usize>,
 }
 
@@ -187,11 +188,12 @@ impl Instance {
         let state = actix_web::web::Data::new(AppState::new(self.clone()));
         let settings = self.settings.now();
         let with_admin = settings.admin_listen.is_none();
+        let workers = parts.http_workers.unwrap_or(settings.http_workers);
         let (addr, public) = serve_http(
             settings.listen,
             state.clone(),
             move |config| http::public_routes(config, with_admin),
-            parts.http_workers,
+            workers,
             Listener::Hookd,
         )?;
         let mut servers = vec![public];
@@ -202,7 +204,7 @@ impl Instance {
                 listen,
                 state.clone(),
                 http::admin_listener_routes,
-                Some(1),
+                1,
                 Listener::Hookd,
             )?;
             admin_addr = Some(bound);
@@ -214,7 +216,7 @@ impl Instance {
                 listen,
                 state.clone(),
                 crate::gateway::routes,
-                parts.http_workers,
+                workers,
                 Listener::Gateway,
             )?;
             gateway_addr = Some(bound);
@@ -286,7 +288,7 @@ fn serve_http<F>(
     listen: SocketAddr,
     state: actix_web::web::Data<AppState>,
     routes: F,
-    workers: Option<usize>,
+    workers: usize,
     listener_kind: Listener,
 ) -> Result<(SocketAddr, HttpServer), StartError>
 where
@@ -298,9 +300,6 @@ where
     };
     let listener = TcpListener::bind(listen).map_err(fail)?;
     let bound = listener.local_addr().map_err(fail)?;
-    let workers = workers.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-    });
     let settings = state.app.settings.now();
     // Long enough for a delivery and a single retry: its head, its body, a handler
     // run (and a retry's wait for its turn), with room to spare. A longer bulk

@@ -54,6 +54,7 @@ impl Settings {
             database_url as "DATABASE_URL",
             pool_size as "pool_size",
             dispatchers as "dispatchers",
+            http_workers as "http_workers",
             max_body_memory as "max_body_memory",
             trusted_proxies as "trusted_proxies",
             embedded_database as "embedded_database",

@@ -99,6 +99,7 @@ pub(super) struct RawSettings {
     pub(super) purge_batch: Option<i64>,
     pub(super) pool_size: Option<i64>,
     pub(super) dispatchers: Option<i64>,
+    pub(super) http_workers: Option<i64>,
     pub(super) shutdown_delay: Option<ZeroOrMore>,
     pub(super) shutdown_grace: Option<Positive>,
     #[serde(default)]

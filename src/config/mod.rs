@@ -25,6 +25,7 @@ pub use crate::cidr::Cidr;
 pub use env::env_name;
 pub use live::LiveSettings;
 pub use reconcile::{Credential, Lister, Reconcile, keys_reach};
+pub use validate::default_http_workers;
 
 use crate::config_keys::Names;
 use crate::domain::PaymentKind;
@@ -98,6 +99,8 @@ pub struct Settings {
     pub pool_size: usize,
     /// Retry loops per instance (each runs one event's handlers at a time).
     pub dispatchers: usize,
+    /// Worker threads of the webhook listener, and of the gateway's.
+    pub http_workers: usize,
     /// After SIGTERM, how long `/readyz` answers 503 while everything is still
     /// served, so balancers stop sending before the listener closes.
     pub shutdown_delay: Duration,

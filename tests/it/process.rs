@@ -1078,3 +1078,39 @@ async fn slow_serve_warns_at_startup_about_what_may_be_a_mistake() {
         assert!(!log.contains(secret), "{secret} in:\n{log}");
     }
 }
+
+/// The webhook listener's worker threads, as the real process runs them.
+fn http_worker_threads(hookd: &Hookd) -> usize {
+    let pid = hookd.child.as_ref().expect("running").id();
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("its threads")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        // The kernel keeps 15 bytes of "actix-server worker N".
+        .filter(|name| name.starts_with("actix-server wo"))
+        .count()
+}
+
+#[tokio::test]
+async fn slow_serve_runs_as_many_http_workers_as_http_workers_says_and_half_the_cores_unset() {
+    let db = TestDb::create().await;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (setting, expected) in [(Some(3), 3), (None, (cores / 2).max(1))] {
+        let port = free_port();
+        let mut text = hookd_kit::settings::shipped_toml_on_port(port);
+        if let Some(workers) = setting {
+            // A top-level key, before the file's first table.
+            text = format!("http_workers = {workers}\n{text}");
+        }
+        let config = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("workers-{}-{expected}.toml", std::process::id()));
+        std::fs::write(&config, text).expect("config");
+        let hookd = Hookd::start(&config, port, &db).await;
+        assert_eq!(
+            http_worker_threads(&hookd),
+            expected,
+            "http_workers = {setting:?}"
+        );
+        hookd.signal(Signal::SIGTERM);
+        assert!(hookd.wait().await.success());
+    }
+}

@@ -80,6 +80,8 @@ fn defaults_follow_the_contract() {
     assert_eq!(s.purge_interval, Duration::from_secs(3600));
     assert_eq!(s.purge_batch, 1000);
     assert_eq!((s.pool_size, s.dispatchers), (16, 2));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(s.http_workers, (cores / 2).max(1));
     let stripe = s.source("stripe").expect("stripe");
     assert_eq!(stripe.tolerance, Duration::from_secs(300));
     assert_eq!(
@@ -131,6 +133,7 @@ fn bad_values_name_their_key_on_one_line() {
         ("max_body_bytes = \"big\"", "max_body_bytes"),
         ("pool_size = 2", "pool_size"),
         ("dispatchers = 0", "dispatchers"),
+        ("http_workers = 0", "http_workers"),
     ];
     for (line, key) in cases {
         let e = error(&format!("{line}\n{MINIMAL}"));
@@ -513,7 +516,7 @@ fn a_reload_keeps_the_running_value_of_each_key_only_a_restart_applies() {
     let running = load(MINIMAL).expect("valid");
     let changed = format!(
         "listen = \"127.0.0.1:9000\"\nadmin_listen = \"127.0.0.1:9001\"\npool_size = 30\n\
-         dispatchers = 5\nmax_body_memory = 2000000\ntrusted_proxies = [\"10.0.0.0/8\"]\n\
+         dispatchers = 5\nhttp_workers = 7\nmax_body_memory = 2000000\ntrusted_proxies = [\"10.0.0.0/8\"]\n\
          max_attempts = 4\n{MINIMAL}"
     )
     .replace("\"whsec_a\", ", "");
@@ -527,6 +530,7 @@ fn a_reload_keeps_the_running_value_of_each_key_only_a_restart_applies() {
             "DATABASE_URL",
             "pool_size",
             "dispatchers",
+            "http_workers",
             "max_body_memory",
             "trusted_proxies"
         ]
@@ -536,6 +540,7 @@ fn a_reload_keeps_the_running_value_of_each_key_only_a_restart_applies() {
     assert!(reloaded.database_url.is_none());
     assert_eq!(reloaded.pool_size, running.pool_size);
     assert_eq!(reloaded.dispatchers, running.dispatchers);
+    assert_eq!(reloaded.http_workers, running.http_workers);
     assert_eq!(reloaded.max_body_memory, running.max_body_memory);
     assert_eq!(reloaded.trusted_proxies, running.trusted_proxies);
     // The rest is the reloaded file's.
