@@ -78,7 +78,7 @@ async fn run(setup: bench::Setup) {
     println!(
         "hookd: in-process, {} HTTP workers, pool of {} connections, shipped hookd.toml; \
          target {}",
-        hookd::config::default_http_workers(),
+        hookd.app.settings.now().http_workers,
         bench::POOL_SIZE,
         sender.url()
     );

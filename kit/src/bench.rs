@@ -123,7 +123,7 @@ impl BenchCluster {
 }
 
 /// hookd running in this process against the bench cluster: HTTP only (no
-/// dispatcher, no purge loop), one HTTP worker per core as in production.
+/// dispatcher, no purge loop), `http_workers` at its default as in production.
 pub struct Hookd {
     pub app: Instance,
     pub addr: SocketAddr,

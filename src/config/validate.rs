@@ -39,7 +39,7 @@ impl RawSettings {
         let purge_batch = positive("purge_batch", self.purge_batch, 1000)?;
         let pool_size = pool_size(self.pool_size)?;
         let dispatchers = positive("dispatchers", self.dispatchers, 2)?;
-        let http_workers = positive("http_workers", self.http_workers, default_http_workers())?;
+        let http_workers = http_workers(self.http_workers)?;
         let (retry_base, retry_cap) = retry_delays(self.retry_base, self.retry_cap)?;
         let (retention, key_retention) = retention_windows(self.retention, self.key_retention)?;
         let sources = unique_names("sources", self.sources, RawSource::validate, |s| &s.name)?;
@@ -134,6 +134,21 @@ fn trusted_proxies(values: Option<Vec<String>>) -> Result<Vec<Cidr>, Problem> {
         return Ok(vec![Cidr::LOOPBACK_V4, Cidr::LOOPBACK_V6]);
     };
     crate::config_keys::address_blocks("trusted_proxies", &values)
+}
+
+/// The most `http_workers` may ask for: each is a thread with connections of
+/// its own, and the listener's connection limit is shared out between them.
+const MAX_HTTP_WORKERS: usize = 256;
+
+fn http_workers(value: Option<i64>) -> Result<usize, Problem> {
+    let workers = positive("http_workers", value, default_http_workers())?;
+    if workers > MAX_HTTP_WORKERS {
+        return Err((
+            "http_workers".into(),
+            format!("{workers} is more than {MAX_HTTP_WORKERS} threads"),
+        ));
+    }
+    Ok(workers)
 }
 
 /// Half the cores, one at least. The database most often shares the machine

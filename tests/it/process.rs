@@ -1094,12 +1094,27 @@ fn http_worker_threads(hookd: &Hookd) -> usize {
 async fn slow_serve_runs_as_many_http_workers_as_http_workers_says_and_half_the_cores_unset() {
     let db = TestDb::create().await;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for (setting, expected) in [(Some(3), 3), (None, (cores / 2).max(1))] {
+    let default = (cores / 2).max(1);
+    // A count the default cannot be, on any machine.
+    let set = default + 2;
+    for (setting, gateway, expected) in [
+        (Some(set), false, set),
+        // The gateway's listener runs as many again.
+        (Some(set), true, 2 * set),
+        (None, false, default),
+    ] {
         let port = free_port();
         let mut text = hookd_kit::settings::shipped_toml_on_port(port);
         if let Some(workers) = setting {
             // A top-level key, before the file's first table.
             text = format!("http_workers = {workers}\n{text}");
+        }
+        if gateway {
+            text.push_str(&format!(
+                "\n[gateway]\nlisten = \"127.0.0.1:{}\"\n\n[[gateway.routes]]\nname = \"pay\"\n\
+                 path = \"/payments\"\nupstream = \"http://127.0.0.1:9\"\n",
+                free_port()
+            ));
         }
         let config = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("workers-{}-{expected}.toml", std::process::id()));
@@ -1108,7 +1123,7 @@ async fn slow_serve_runs_as_many_http_workers_as_http_workers_says_and_half_the_
         assert_eq!(
             http_worker_threads(&hookd),
             expected,
-            "http_workers = {setting:?}"
+            "http_workers = {setting:?}, gateway: {gateway}"
         );
         hookd.signal(Signal::SIGTERM);
         assert!(hookd.wait().await.success());

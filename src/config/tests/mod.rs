@@ -133,7 +133,14 @@ fn bad_values_name_their_key_on_one_line() {
         ("max_body_bytes = \"big\"", "max_body_bytes"),
         ("pool_size = 2", "pool_size"),
         ("dispatchers = 0", "dispatchers"),
-        ("http_workers = 0", "http_workers"),
+        (
+            "http_workers = 0",
+            "http_workers: 0 must be a positive number",
+        ),
+        (
+            "http_workers = 300",
+            "http_workers: 300 is more than 256 threads",
+        ),
     ];
     for (line, key) in cases {
         let e = error(&format!("{line}\n{MINIMAL}"));
