@@ -2,7 +2,8 @@
 //! secret read again and put in force without a restart — a rotated or added
 //! secret verifies the next delivery and a removed one stops, a removed admin
 //! token's sessions end and a new token works, a new source answers and a
-//! removed one is unknown, a new forward delivers and a removed one stops; a bad
+//! removed one is unknown, the gateway's routes and `trusted_proxies` follow the
+//! file, a new forward delivers and a removed one stops; a bad
 //! configuration is refused with one log line and the running one kept serving;
 //! `hookd_config_reloads_total{result}` counts both.
 
@@ -520,4 +521,51 @@ async fn a_bad_configuration_is_refused_with_one_line_and_the_running_one_kept()
     let new = signer(NEW_SECRET);
     assert_eq!(hookd.deliver("stripe", &new, &paid("evt_fixed")).await, 200);
     assert_eq!(hookd.deliver("stripe", &old, &paid("evt_old")).await, 401);
+}
+
+#[tokio::test]
+async fn the_gateways_routes_and_trusted_proxies_follow_the_reloaded_file() {
+    let upstream = crate::support::upstream::Upstream::created().await;
+    let gateway_port = crate::process::free_port();
+    let config = |trusted: &str, path: &str| {
+        format!(
+            "listen = \"127.0.0.1:{{port}}\"\n\n[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\n\
+             {trusted}\n[[gateway.routes]]\nname = \"pay\"\npath = \"{path}\"\n\
+             upstream = \"{}\"\nscope = \"none\"\n",
+            upstream.url
+        )
+    };
+    let hookd = Served::start("gateway", &config("", "/payments"), &[], &[]).await;
+    let call = |path: &str, key: &str| {
+        hookd
+            .http
+            .post(format!("http://127.0.0.1:{gateway_port}{path}"))
+            .header("Idempotency-Key", key)
+            .header("Content-Type", "application/json")
+            .header("X-Forwarded-For", "198.51.100.7")
+            .body("{}")
+            .send()
+    };
+    let status =
+        |answer: reqwest::Result<reqwest::Response>| answer.expect("gateway").status().as_u16();
+    // As started: the one route, the caller's forwarding headers as they came.
+    assert_eq!(status(call("/payments", "k1").await), 201);
+    assert_eq!(status(call("/refunds", "k2").await), 404);
+    let seen = &upstream.seen()[0];
+    assert_eq!(seen.header("x-forwarded-for"), Some("198.51.100.7"));
+    assert_eq!(seen.header("x-real-ip"), None);
+
+    // Another route, and hookd speaking as a proxy that believes no caller.
+    hookd.write_config(&config("trusted_proxies = []\n", "/refunds"));
+    hookd.hup("ok").await;
+    assert_eq!(status(call("/refunds", "k3").await), 201);
+    assert_eq!(status(call("/payments", "k4").await), 404);
+    assert_eq!(
+        upstream.calls(),
+        2,
+        "only the routes in force reach upstream"
+    );
+    let seen = &upstream.seen()[1];
+    assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+    assert_eq!(seen.header("x-real-ip"), Some("127.0.0.1"));
 }
