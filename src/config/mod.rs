@@ -25,7 +25,6 @@ pub use crate::cidr::Cidr;
 pub use env::env_name;
 pub use live::LiveSettings;
 pub use reconcile::{Credential, Lister, Reconcile, keys_reach};
-pub use validate::default_http_workers;
 
 use crate::config_keys::Names;
 use crate::domain::PaymentKind;

@@ -156,7 +156,7 @@ fn http_workers(value: Option<i64>) -> Result<usize, Problem> {
 /// beyond hookd's share of the cores only adds its own wake-ups, sleeps and
 /// switches to every delivery's path (measured on two cores, one worker
 /// stores more a second than two, at less CPU a delivery).
-pub fn default_http_workers() -> usize {
+fn default_http_workers() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     (cores / 2).max(1)
 }
