@@ -427,7 +427,8 @@ pub struct ForwardOverview {
     pub last_error: Option<String>,
     /// Its events still to go.
     pub backlog: i64,
-    /// The one waiting longest: its row id and since when.
+    /// The first in its lane's queue (the earliest received of those still to
+    /// go): its event's row id and since when it has waited.
     pub oldest_waiting: Option<(i64, DateTime<Utc>)>,
 }
 
@@ -435,12 +436,18 @@ pub struct ForwardOverview {
 pub async fn overview(client: &impl Session) -> Result<Vec<ForwardOverview>, StoreError> {
     let rows = sql::query(
         client,
+        // Counted without sorting the backlog, and the oldest read from the head
+        // of the lane's queue (`event_forwards_due`): a receiver down for days
+        // leaves millions of rows, and the desk asks on every look.
         "WITH waiting AS (
-             SELECT forward, count(*) AS backlog,
-                    (array_agg(webhook_event_id ORDER BY created_at, webhook_event_id))[1] AS oldest,
-                    min(created_at) AS since
-             FROM event_forwards WHERE state = 'pending' AND forward <> $1
-             GROUP BY forward
+             SELECT f.forward, f.backlog, head.webhook_event_id AS oldest,
+                    head.created_at AS since
+             FROM (SELECT forward, count(*) AS backlog FROM event_forwards
+                   WHERE state = 'pending' AND forward <> $1 GROUP BY forward) f
+             CROSS JOIN LATERAL (
+                 SELECT webhook_event_id, created_at FROM event_forwards e
+                 WHERE e.forward = f.forward AND e.state = 'pending'
+                 ORDER BY e.webhook_event_id LIMIT 1) head
          )
          SELECT COALESCE(s.forward, w.forward), COALESCE(s.consecutive_failures, 0),
                 s.opened_at, s.paused_at, s.paused_by, s.last_error,

@@ -399,6 +399,27 @@ async fn slow_a_receiver_down_longer_than_max_attempts_loses_nothing_and_gets_th
     let view = forward_view(&app, "billing").await;
     assert_eq!(view["state"], "open", "{view}");
     assert_eq!(view["backlog"], 4, "{view}");
+    // The one waiting longest is the first received, waiting since it was.
+    let first = app
+        .db()
+        .await
+        .query_one(
+            "SELECT f.webhook_event_id, to_json(f.created_at)::text
+             FROM event_forwards f JOIN webhook_events e ON e.id = f.webhook_event_id
+             WHERE e.event_id = 'evt_down_1' AND f.forward = 'billing'",
+            &[],
+        )
+        .await
+        .expect("the first event's forward");
+    let (first_id, first_since): (i64, String) = (first.get(0), first.get(1));
+    let since = chrono::DateTime::parse_from_rfc3339(
+        view["oldest_waiting"]["since"].as_str().expect("since"),
+    )
+    .expect("an RFC 3339 time");
+    let planned = chrono::DateTime::parse_from_rfc3339(first_since.trim_matches('"'))
+        .expect("the plan's time");
+    assert_eq!(view["oldest_waiting"]["id"], first_id, "{view}");
+    assert_eq!(since, planned, "{view}");
     assert!(view["last_error"].as_str().expect("error").contains("503"));
     let metrics = app.metrics_showing("hookd_forward_state").await;
     assert_eq!(
@@ -436,7 +457,10 @@ async fn slow_a_receiver_down_longer_than_max_attempts_loses_nothing_and_gets_th
     assert_eq!(got.len(), 5, "each taken once: {got:?}");
     // The probe is the oldest due; the rest follow in the order they came.
     assert_eq!(got, all, "in order");
-    assert_eq!(forward_view(&app, "billing").await["state"], "closed");
+    let view = forward_view(&app, "billing").await;
+    assert_eq!(view["state"], "closed", "{view}");
+    assert_eq!(view["backlog"], 0, "{view}");
+    assert!(view["oldest_waiting"].is_null(), "{view}");
 }
 
 #[tokio::test]
