@@ -24,6 +24,10 @@ pub const DATABASE: &str = "hookd";
 pub const PORT: u16 = 5432;
 /// Written in the cluster's folder: the pid of the hookd that will stop it.
 const OWNER_FILE: &str = "hookd.pid";
+/// Written in the cluster's folder: the pids of the other hookds using it, one
+/// a line; the owner hands the cluster to one of them rather than stop it
+/// under them.
+const USERS_FILE: &str = "hookd.users";
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmbeddedError {
@@ -69,6 +73,12 @@ pub struct EmbeddedPostgres {
     ownership: Ownership,
     /// This process ran initdb: the cluster is new and empty.
     made_now: bool,
+    /// Where it was asked for: its lock (`folder::lock_making`) is taken again
+    /// to hand the cluster over.
+    preferred: PathBuf,
+    /// This process is in `USERS_FILE` (it borrows the cluster and may be
+    /// handed it).
+    registered: bool,
 }
 
 /// Whether `EmbeddedPostgres::start(preferred_dir, …)` would find a cluster
@@ -92,6 +102,8 @@ impl EmbeddedPostgres {
             bin,
             ownership: Ownership::Borrowed,
             made_now: false,
+            preferred: preferred_dir.to_path_buf(),
+            registered: false,
         };
         cluster.made_now = cluster.init_if_needed(options)?;
         cluster.write_settings(options)?;
@@ -108,6 +120,8 @@ impl EmbeddedPostgres {
             );
             if orphaned {
                 cluster.take_ownership(Ownership::Adopted)?;
+            } else {
+                cluster.register()?;
             }
             return Ok(cluster);
         }
@@ -124,6 +138,7 @@ impl EmbeddedPostgres {
         if !started.status.success() {
             // Another hookd may have started it at the same moment.
             if cluster.is_running() {
+                cluster.register()?;
                 return Ok(cluster);
             }
             return Err(EmbeddedError::Command {
@@ -178,9 +193,41 @@ impl EmbeddedPostgres {
         format!("host='{host}' port={PORT} user={USER} dbname={dbname}")
     }
 
-    /// Stops the cluster if this process owns it (started or adopted it).
+    /// Stops the cluster if this process owns it (started, adopted or was
+    /// handed it) and no other hookd still uses it; else hands it to one that
+    /// does, which then stops it in turn.
     pub fn stop(&mut self) -> Result<(), EmbeddedError> {
+        // No start or other stop changes the users meanwhile.
+        // (Stopped even where the lock cannot be taken now.)
+        let _making = folder::lock_making(&self.preferred).ok().flatten();
+        let me = std::process::id();
+        if self.registered {
+            self.registered = false;
+            let others: Vec<u32> = self.users().into_iter().filter(|&p| p != me).collect();
+            self.write_users(&others)?;
+            // Its owner, leaving first, may have handed it to this process.
+            if self.owner() == Some(me) {
+                self.ownership = Ownership::Adopted;
+            }
+        }
         if self.ownership == Ownership::Borrowed {
+            return Ok(());
+        }
+        let mut heirs: Vec<u32> = self
+            .users()
+            .into_iter()
+            .filter(|&p| p != me && same_program_alive(p))
+            .collect();
+        if !heirs.is_empty() {
+            let heir = heirs.remove(0);
+            self.write_users(&heirs)?;
+            self.folder.write(OWNER_FILE, &heir.to_string(), false)?;
+            self.ownership = Ownership::Borrowed;
+            log::info!(
+                "left embedded PostgreSQL running in {} for hookd {heir}, which still uses it \
+                 and stops it when it exits",
+                self.dir().display()
+            );
             return Ok(());
         }
         let out = self.pg_ctl(&["stop", "-m", "fast", "-w", "-s"])?;
@@ -200,6 +247,38 @@ impl EmbeddedPostgres {
     /// The hookd process that will stop the cluster.
     fn owner(&self) -> Option<u32> {
         self.folder.read(OWNER_FILE)?.trim().parse().ok()
+    }
+
+    /// The other hookds that said they use the cluster (some may be gone).
+    fn users(&self) -> Vec<u32> {
+        self.folder
+            .read(USERS_FILE)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .collect()
+    }
+
+    fn write_users(&self, pids: &[u32]) -> Result<(), EmbeddedError> {
+        let text: String = pids.iter().map(|pid| format!("{pid}\n")).collect();
+        self.folder.write(USERS_FILE, &text, false)
+    }
+
+    /// Says this process uses the cluster another one stops (not when that
+    /// one is this process: a second handle here is never handed it).
+    fn register(&mut self) -> Result<(), EmbeddedError> {
+        if self.owner() == Some(std::process::id()) {
+            return Ok(());
+        }
+        let mut users: Vec<u32> = self
+            .users()
+            .into_iter()
+            .filter(|&p| same_program_alive(p))
+            .collect();
+        users.push(std::process::id());
+        self.write_users(&users)?;
+        self.registered = true;
+        Ok(())
     }
 
     fn take_ownership(&mut self, how: Ownership) -> Result<(), EmbeddedError> {
@@ -224,6 +303,7 @@ impl EmbeddedPostgres {
     /// cluster): dropping this value leaves it running.
     pub fn hand_over_shutdown(&mut self) {
         self.ownership = Ownership::Borrowed;
+        self.registered = false;
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -308,6 +388,13 @@ impl EmbeddedPostgres {
 
 fn process_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Whether `pid` is alive and runs the program this process runs (a pid
+/// reused by something else is not a hookd to hand the cluster to).
+fn same_program_alive(pid: u32) -> bool {
+    let name = |of: &str| std::fs::read_to_string(format!("/proc/{of}/comm")).ok();
+    name(&pid.to_string()).is_some_and(|theirs| Some(theirs) == name("self"))
 }
 
 fn last_line(out: &Output) -> String {
