@@ -32,7 +32,9 @@ use crate::metrics::ForwardOutcome as SentOutcome;
 use crate::runner::{Logged, Runner};
 use crate::shutdown::Shutdown;
 use crate::store::events::{self, ClaimedEvent, EventStatus};
-use crate::store::forwards::{self, Breaker, ClaimedForward, ForwardOutcome, ForwardState};
+use crate::store::forwards::{
+    self, Breaker, ClaimedForward, ForwardOutcome, ForwardState, SendOutcome,
+};
 use crate::store::{self, StoreError};
 
 /// How often an idle lane looks for due rows (it is woken sooner when an event
@@ -258,21 +260,32 @@ impl Forwarder {
             Err(HandlerError::Retry(why)) => Some(why.clone()),
             _ => None,
         };
+        let taken = run.result.is_ok();
         let status = self.record(&claimed, forward, run).await?;
-        // The receiver's answer (or silence) moves the forward's breaker; a
-        // refusal of one event (a 4xx) shows the receiver is there.
+        // The receiver's answer (or silence) moves the forward's breaker: only
+        // an event taken closes it; a refusal of one (a 4xx) shows the
+        // receiver is there, not that it takes events again.
         if let Some(forward) = forward {
-            self.count_send(forward, failure.as_deref()).await?;
+            let outcome = match (&failure, taken) {
+                (Some(why), _) => SendOutcome::Failed(why),
+                (None, true) => SendOutcome::Taken,
+                (None, false) => SendOutcome::Refused,
+            };
+            self.count_send(forward, outcome).await?;
         }
         Ok(status)
     }
 
     /// Counts a send to `forward` in its breaker, and says so when it opens or
     /// closes (then the lane drains what waited).
-    async fn count_send(&self, forward: &Forward, failure: Option<&str>) -> Result<(), StoreError> {
+    async fn count_send(
+        &self,
+        forward: &Forward,
+        outcome: SendOutcome<'_>,
+    ) -> Result<(), StoreError> {
         let client = self.pool.get().await?;
         let counted =
-            forwards::count_send(&client, &forward.name, failure, forward.open_after).await;
+            forwards::count_send(&client, &forward.name, outcome, forward.open_after).await;
         match store::give_back(client, counted)? {
             Breaker::Opened => log::warn!(
                 "forward {}: {} sends in a row failed; its breaker is open: its events wait, one \

@@ -337,40 +337,41 @@ pub enum Breaker {
     Closed,
 }
 
-/// Counts a send to `forward` that its receiver took (`failure` none) or that
-/// failed and will be tried again (its error): consecutive failures open the
-/// breaker at `open_after`, the first send taken closes it.
+/// How a send to a forward's receiver went, as its breaker counts it.
+#[derive(Debug, Clone, Copy)]
+pub enum SendOutcome<'a> {
+    /// The receiver took it (2xx).
+    Taken,
+    /// The receiver refused that event (a 4xx): it is there, but this is no
+    /// sign that it takes events again.
+    Refused,
+    /// It failed and will be tried again (its error).
+    Failed(&'a str),
+}
+
+/// Counts a send to `forward`: consecutive failures open the breaker at
+/// `open_after`, the first send taken closes it; a refusal breaks a run of
+/// failures while it is closed, and leaves it open (its next probe a minute
+/// on, as the claim of this one set it) while it is open.
 pub async fn count_send(
     client: &impl Session,
     forward: &str,
-    failure: Option<&str>,
+    outcome: SendOutcome<'_>,
     open_after: i32,
 ) -> Result<Breaker, StoreError> {
-    let Some(error) = failure else {
-        let closed = sql::query_opt(
-            client,
-            "UPDATE forward_states s
-                 SET consecutive_failures = 0, opened_at = NULL, probe_at = NULL,
-                     updated_at = now()
-                 FROM (SELECT opened_at IS NOT NULL AS was_open
-                       FROM forward_states WHERE forward = $1) before
-                 WHERE s.forward = $1 AND (s.consecutive_failures > 0 OR s.opened_at IS NOT NULL)
-                 RETURNING before.was_open",
-            params![&forward],
-        )
-        .await?
-        .is_some_and(|row| row.get::<_, Option<bool>>(0).unwrap_or(false));
-        if !closed {
+    let error = match outcome {
+        SendOutcome::Failed(error) => error,
+        SendOutcome::Refused => {
+            sql::execute(
+                client,
+                "UPDATE forward_states SET consecutive_failures = 0, updated_at = now()
+                     WHERE forward = $1 AND opened_at IS NULL AND consecutive_failures > 0",
+                params![&forward],
+            )
+            .await?;
             return Ok(Breaker::Unchanged);
         }
-        sql::execute(
-            client,
-            "UPDATE event_forwards SET next_attempt_at = now()
-                 WHERE forward = $1 AND state = 'pending' AND lease_until IS NULL",
-            params![&forward],
-        )
-        .await?;
-        return Ok(Breaker::Closed);
+        SendOutcome::Taken => return close(client, forward).await,
     };
     let opened: bool = sql::query_one(
         client,
@@ -395,6 +396,35 @@ pub async fn count_send(
     } else {
         Breaker::Unchanged
     })
+}
+
+/// A send went through: the breaker closes if it was open (what waited is due
+/// now) and the run of failures ends.
+async fn close(client: &impl Session, forward: &str) -> Result<Breaker, StoreError> {
+    let closed = sql::query_opt(
+        client,
+        "UPDATE forward_states s
+             SET consecutive_failures = 0, opened_at = NULL, probe_at = NULL,
+                 updated_at = now()
+             FROM (SELECT opened_at IS NOT NULL AS was_open
+                   FROM forward_states WHERE forward = $1) before
+             WHERE s.forward = $1 AND (s.consecutive_failures > 0 OR s.opened_at IS NOT NULL)
+             RETURNING before.was_open",
+        params![&forward],
+    )
+    .await?
+    .is_some_and(|row| row.get::<_, Option<bool>>(0).unwrap_or(false));
+    if !closed {
+        return Ok(Breaker::Unchanged);
+    }
+    sql::execute(
+        client,
+        "UPDATE event_forwards SET next_attempt_at = now()
+             WHERE forward = $1 AND state = 'pending' AND lease_until IS NULL",
+        params![&forward],
+    )
+    .await?;
+    Ok(Breaker::Closed)
 }
 
 /// Pauses `forward` (`by`: who) or resumes it (`None`).

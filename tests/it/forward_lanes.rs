@@ -545,6 +545,48 @@ async fn a_refusal_resets_the_breaker_and_a_failed_probe_keeps_it_open_a_minute(
 }
 
 #[tokio::test]
+async fn a_refused_probe_keeps_the_breaker_open_and_only_an_event_taken_closes_it() {
+    // Fails one, refuses the next (422), then takes everything.
+    let receiver = Receiver::start(&[503, 422]).await;
+    let mut settings = shipped_settings();
+    settings.forwards = vec![one_at_a_time(&receiver, 1)];
+    // A failed send is not due again during the test unless the breaker says so.
+    settings.retry_base = Duration::from_secs(3600);
+    let app = spawn_with_settings(settings).await;
+    for i in 1..=3 {
+        app.deliver_ok("stripe", &payment(&format!("evt_ref_{i}")))
+            .await;
+    }
+    let probe_now = || {
+        app.execute(
+            "UPDATE forward_states SET probe_at = now() WHERE forward = 'billing'",
+            &[],
+        )
+    };
+    // One failure opens it (open_after = 1).
+    assert_eq!(app.send_due_forwards().await, 1);
+    assert_eq!(forward_view(&app, "billing").await["state"], "open");
+    // Its probe is refused: that event is dead, and the receiver has not
+    // shown that it takes events again, so the rest keep waiting.
+    probe_now().await;
+    assert_eq!(app.send_due_forwards().await, 1, "only the probe");
+    assert_eq!(app.event_status("evt_ref_2").await, "dead");
+    let view = forward_view(&app, "billing").await;
+    assert_eq!(view["state"], "open", "{view}");
+    assert_eq!(view["backlog"], 2, "{view}");
+    assert_eq!(app.send_due_forwards().await, 0, "nothing until the next probe");
+    // The next probe is taken: it closes, and what waited goes (the failed
+    // one too, due again at once).
+    probe_now().await;
+    assert_eq!(app.send_due_forwards().await, 1);
+    assert_eq!(forward_view(&app, "billing").await["state"], "closed");
+    assert_eq!(app.send_due_forwards().await, 1);
+    assert_eq!(app.event_status("evt_ref_1").await, "processed");
+    assert_eq!(app.event_status("evt_ref_3").await, "processed");
+    assert_eq!(receiver.received().len(), 4, "each sent once more at most");
+}
+
+#[tokio::test]
 async fn a_paused_forward_holds_its_events_until_an_operator_resumes_it() {
     let receiver = Receiver::start(&[]).await;
     let mut settings = shipped_settings();
