@@ -574,7 +574,11 @@ async fn a_refused_probe_keeps_the_breaker_open_and_only_an_event_taken_closes_i
     let view = forward_view(&app, "billing").await;
     assert_eq!(view["state"], "open", "{view}");
     assert_eq!(view["backlog"], 2, "{view}");
-    assert_eq!(app.send_due_forwards().await, 0, "nothing until the next probe");
+    assert_eq!(
+        app.send_due_forwards().await,
+        0,
+        "nothing until the next probe"
+    );
     // The next probe is taken: it closes, and what waited goes (the failed
     // one too, due again at once).
     probe_now().await;

@@ -355,6 +355,8 @@ async fn what_stripe_never_delivered_is_recovered_once_and_a_later_delivery_is_a
     .await;
     let origin: Value = serde_json::from_slice(&shown.stdout).expect("json");
     assert_eq!(origin["status"], "provider_api", "{origin}");
+    // Proven by the provider's own API over TLS: the command's verdict is 0.
+    assert_eq!(shown.status.code(), Some(0), "{origin}");
     let page = app.viewer().get(&format!("/admin/events/{id}")).await;
     let page = String::from_utf8_lossy(&page.body).into_owned();
     assert!(
@@ -701,6 +703,49 @@ async fn a_wrong_key_or_an_unreachable_api_fails_in_one_line_without_the_key() {
     let out = run_hookd_with(&["reconcile", "--source", "stripe"], &env).await;
     assert_eq!(out.status.code(), Some(78));
     assert!(stderr(&out).contains("must be https"), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn a_redirect_is_not_followed_and_an_answer_past_its_bound_is_refused() {
+    let app = spawn_app().await;
+    // The list moved, says the API, to a page that would answer: hookd's key
+    // goes to no address the source does not name, so it is never asked.
+    let list = stripe_list(vec![paid("evt_rc_moved", 0)], 100);
+    let api = ProviderApi::start(move |seen: &Seen| {
+        if seen.target.contains("moved=1") {
+            return list(seen);
+        }
+        let location = "/v1/events?moved=1".to_string();
+        (302, vec![("Location".into(), location)], String::new())
+    })
+    .await;
+    let out = reconcile(&api, &app, KEY, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let said = stderr(&out);
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    assert!(
+        said.contains("reconcile stripe") && said.contains("302"),
+        "{said}"
+    );
+    assert_eq!(api.seen().len(), 1, "the redirect was followed");
+    assert!(!said.contains(KEY), "{said}");
+
+    // A page past the 16 MiB one answer may weigh is refused, not read.
+    let padding = "x".repeat(17 * 1024 * 1024);
+    let huge = ProviderApi::start(move |_: &Seen| {
+        let body = format!(r#"{{"object":"list","data":[],"has_more":false,"pad":"{padding}"}}"#);
+        (200, vec![], body)
+    })
+    .await;
+    let out = reconcile(&huge, &app, KEY, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let said = stderr(&out);
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    assert!(said.contains("larger than 16777216 bytes"), "{said}");
+    assert_eq!(
+        app.count("SELECT count(*) FROM webhook_events", &[]).await,
+        0
+    );
 }
 
 #[tokio::test]
