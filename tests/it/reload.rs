@@ -223,6 +223,19 @@ impl Served {
             .to_string()
     }
 
+    /// How many of `forward`'s rows are in `state`.
+    async fn forwards_in(&self, forward: &str, state: &str) -> i64 {
+        let client = connect(cluster().config(&self.db.name)).await;
+        client
+            .query_one(
+                "SELECT count(*) FROM event_forwards WHERE forward = $1 AND state = $2",
+                &[&forward, &state],
+            )
+            .await
+            .expect("count")
+            .get(0)
+    }
+
     async fn event_status(&self, event_id: &str) -> String {
         let client = connect(cluster().config(&self.db.name)).await;
         client
@@ -433,6 +446,52 @@ async fn a_new_forward_delivers_and_a_removed_one_stops() {
     // No forward in its plan: processed at receipt, with nothing left to send.
     assert_eq!(hookd.event_status("evt_f3").await, "processed");
     assert_eq!(receiver.received().len(), 1);
+}
+
+#[tokio::test]
+async fn a_forward_removed_by_a_reload_keeps_its_waiting_events_until_it_is_back() {
+    // The receiver fails the first send, then takes everything.
+    let receiver = Receiver::start(&[503]).await;
+    let base = format!(
+        "listen = \"127.0.0.1:{{port}}\"\nretry_base = \"1s\"\nmax_attempts = 2\n\n\
+         [[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"{OLD_SECRET}\"]\n"
+    );
+    let forwarding = format!(
+        "{base}\n[[forwards]]\nname = \"billing\"\nurl = \"{}\"\nsecret = \"{FORWARD_SECRET}\"\n\
+         kinds = [\"payment_succeeded\"]\n",
+        receiver.url
+    );
+    let hookd = Served::start("forward-removed", &forwarding, &[], &[]).await;
+    let signer = signer(OLD_SECRET);
+    assert_eq!(hookd.deliver("stripe", &signer, &paid("evt_w1")).await, 200);
+    receiver.wait_for(1).await;
+    wait_for(
+        "the failed send recorded",
+        Duration::from_secs(20),
+        || async { (hookd.event_status("evt_w1").await == "failed").then_some(()) },
+    )
+    .await;
+
+    // The forward is removed while its event waits: past several retry
+    // rounds (max_attempts 2, retry_base 1s), nothing is sent, nothing dead,
+    // and its row still waits.
+    hookd.write_config(&base);
+    hookd.hup("ok").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(receiver.received().len(), 1, "sent by a removed forward");
+    assert_eq!(hookd.event_status("evt_w1").await, "failed");
+    let waiting = |state: &'static str| hookd.forwards_in("billing", state);
+    assert_eq!(waiting("pending").await, 1);
+
+    // Back in the configuration: sent once, and the event is done.
+    hookd.write_config(&forwarding);
+    hookd.hup("ok").await;
+    wait_for("evt_w1 forwarded", Duration::from_secs(20), || async {
+        (hookd.event_status("evt_w1").await == "processed").then_some(())
+    })
+    .await;
+    assert_eq!(receiver.received().len(), 2, "one failed send, one taken");
+    assert_eq!(waiting("delivered").await, 1);
 }
 
 #[tokio::test]
