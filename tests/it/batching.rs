@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use hookd::handlers::{Event, Handler, HandlerError, Registry};
 use serde_json::json;
 
+use crate::support::relay::StallRelay;
 use crate::support::{
     Spawn, TestApp, TestDb, connect, hold_payment_row, shipped_settings, spawn,
     spawn_with_settings, stripe_event,
@@ -317,6 +318,78 @@ async fn a_payment_merge_held_by_a_lock_costs_its_batch_mates_one_handler_timeou
     assert_eq!(app.event_status("evt_held").await, "processed");
     let held_paid = "SELECT count(*) FROM payments WHERE payment_id = 'pi_held' AND succeeded";
     assert_eq!(app.count(held_paid, &[]).await, 1);
+}
+
+/// A batch whose statement and `COMMIT` went through, but whose answers were
+/// late past `handler_timeout` (a slow link; under synchronous replication, a
+/// cancel cutting the wait for the standby reads the same): hookd never
+/// acknowledges it on its own word. The delivery is stored on its own, found
+/// stored, answered as a copy, and its payment merged once.
+#[tokio::test]
+async fn a_batch_cut_at_its_time_limit_that_committed_after_all_is_a_copy_applied_once() {
+    let db = TestDb::create().await;
+    let relay = StallRelay::to(db.config()).await;
+    let mut settings = shipped_settings();
+    settings.handler_timeout = Duration::from_secs(1);
+    let app = spawn(Spawn {
+        settings,
+        database: Some(relay.config()),
+        ..Spawn::default()
+    })
+    .await;
+    // A first delivery opens the pool's session to the database.
+    let warm = app
+        .deliver("stripe", &payment_event("evt_warm", "pi_warm"))
+        .await;
+    assert_eq!(warm.status, 200);
+
+    relay.stall_answers();
+    let event = payment_event("evt_late", "pi_late");
+    let delivery = app.deliver("stripe", &event);
+    let resume = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        relay.resume();
+    };
+    let (answer, ()) = tokio::join!(delivery, resume);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(
+        answer.header("Idempotent-Replayed"),
+        Some("true"),
+        "answered on the batch's own word"
+    );
+    let client = connect(db.config()).await;
+    let row = client
+        .query_one(
+            "SELECT status, deliveries, attempts FROM webhook_events WHERE event_id = 'evt_late'",
+            &[],
+        )
+        .await
+        .expect("stored");
+    let (status, deliveries, attempts): (String, i32, i32) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(
+        (status.as_str(), deliveries, attempts),
+        ("processed", 2, 1),
+        "stored once, counted twice, run once"
+    );
+    let merged = client
+        .query_one(
+            "SELECT count(*) FROM webhook_event_attempts a JOIN webhook_events e \
+             ON e.id = a.webhook_event_id WHERE e.event_id = 'evt_late'",
+            &[],
+        )
+        .await
+        .expect("attempts")
+        .get::<_, i64>(0);
+    assert_eq!(merged, 1, "its payment merged once");
+    let paid = client
+        .query_one(
+            "SELECT count(*) FROM payments WHERE payment_id = 'pi_late' AND succeeded",
+            &[],
+        )
+        .await
+        .expect("payment")
+        .get::<_, i64>(0);
+    assert_eq!(paid, 1);
 }
 
 /// A payment row held past a `lock_timeout` the database sets for its sessions:

@@ -119,11 +119,14 @@ impl CancelRelay {
 
 /// Relays connections to a test database until `stall`, then holds every byte
 /// either way (the connections stay open): a server host lost without a reset,
-/// or a link that stopped carrying anything. `resume` lets them flow again.
+/// or a link that stopped carrying anything. `stall_answers` holds only the
+/// server's bytes: what the client sends is done, and it hears of it late.
+/// `resume` lets them flow again.
 pub struct StallRelay {
     port: u16,
     upstream: tokio_postgres::Config,
     stalled: Arc<std::sync::atomic::AtomicBool>,
+    answers_stalled: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl StallRelay {
@@ -131,17 +134,21 @@ impl StallRelay {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (config, held) = (upstream.clone(), stalled.clone());
+        let answers_stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (config, held, answers_held) =
+            (upstream.clone(), stalled.clone(), answers_stalled.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (config, held) = (config.clone(), held.clone());
+                let (config, held, answers_held) =
+                    (config.clone(), held.clone(), answers_held.clone());
                 tokio::spawn(async move {
                     let server = connect(&config).await;
                     let (client_in, client_out) = client.into_split();
                     let (server_in, server_out) = tokio::io::split(server);
+                    let (asks, answers) = ([held.clone()], [held, answers_held]);
                     tokio::join!(
-                        pump(client_in, server_out, held.clone()),
-                        pump(server_in, client_out, held)
+                        pump(client_in, server_out, &asks),
+                        pump(server_in, client_out, &answers)
                     );
                 });
             }
@@ -150,6 +157,7 @@ impl StallRelay {
             port,
             upstream,
             stalled,
+            answers_stalled,
         }
     }
 
@@ -163,17 +171,25 @@ impl StallRelay {
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Holds what the server sends, and only that.
+    pub fn stall_answers(&self) {
+        self.answers_stalled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     pub fn resume(&self) {
         self.stalled
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.answers_stalled
             .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
-/// Copies `from` to `to`, holding what it read while `stalled`.
+/// Copies `from` to `to`, holding what it read while any of `stalled` is set.
 async fn pump(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
-    stalled: Arc<std::sync::atomic::AtomicBool>,
+    stalled: &[Arc<std::sync::atomic::AtomicBool>],
 ) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -181,7 +197,10 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(read) => read,
         };
-        while stalled.load(std::sync::atomic::Ordering::SeqCst) {
+        while stalled
+            .iter()
+            .any(|flag| flag.load(std::sync::atomic::Ordering::SeqCst))
+        {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         if to.write_all(&buffer[..read]).await.is_err() {
