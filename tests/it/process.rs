@@ -626,6 +626,92 @@ async fn slow_shutdown_grace_cuts_off_work_still_in_flight_and_nothing_of_it_is_
     );
 }
 
+#[tokio::test]
+async fn slow_over_tcp_a_batch_cut_off_at_shutdown_may_be_kept_whole_and_its_resend_is_a_copy() {
+    let db = TestDb::create().await;
+    // hookd reaches the database over TCP (a relay to its socket that keeps
+    // the database's side open after hookd's is gone, as a TCP peer would).
+    let relay = crate::support::relay::StallRelay::to(db.config()).await;
+    let tcp = relay.config();
+    let url = format!(
+        "host=127.0.0.1 port={} user={} dbname={}",
+        tcp.get_ports()[0],
+        tcp.get_user().expect("user"),
+        db.name
+    );
+    let port = free_port();
+    let config = write_config_setting(
+        port,
+        "grace-tcp",
+        &[("handler_timeout", "60s"), ("shutdown_grace", "2s")],
+    );
+    let hookd = Hookd::start_against(&config, port, &url, "info").await;
+    let (holder, stuck) = held_in_its_handler(&hookd, &db, "evt_kept", "pi_kept").await;
+    hookd.signal(Signal::SIGTERM);
+    let exit = tokio::time::timeout(Duration::from_secs(15), hookd.wait())
+        .await
+        .expect("hookd stops at the end of its grace");
+    assert!(exit.success(), "exit status {exit:?}");
+    let answer = stuck.await.expect("join").map(|r| r.status().as_u16());
+    assert!(!matches!(answer, Ok(200)), "acknowledged: {answer:?}");
+
+    // Released, the statement ends and the `COMMIT` sent with it commits:
+    // the batch is kept whole, never acknowledged.
+    holder.batch_execute("COMMIT").await.expect("release");
+    let kept = "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_kept'";
+    wait_for(
+        "the cut-off batch to commit",
+        Duration::from_secs(20),
+        || async { (query(&db, kept).await[0].get::<_, i64>(0) == 1).then_some(()) },
+    )
+    .await;
+
+    // The provider's resend, to hookd started again: a copy, merged once.
+    let again = Hookd::start_against(&config, port, &url, "info").await;
+    let event = stripe_event(
+        "evt_kept",
+        "payment_intent.succeeded",
+        json!({"id": "pi_kept", "object": "payment_intent", "amount": 4200, "currency": "usd"}),
+    );
+    let body = serde_json::to_vec(&event).expect("json");
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/webhooks/stripe", again.base))
+        .body(body.clone());
+    for (name, value) in stripe_signer()(&body) {
+        request = request.header(name, value);
+    }
+    let resent = request.send().await.expect("resend");
+    assert_eq!(resent.status(), 200);
+    assert_eq!(
+        resent
+            .headers()
+            .get("idempotent-replayed")
+            .and_then(|v| v.to_str().ok()),
+        Some("true")
+    );
+    let row = &query(
+        &db,
+        "SELECT e.status, e.deliveries, e.attempts, p.amount,
+                (SELECT count(*) FROM webhook_event_attempts a WHERE a.webhook_event_id = e.id)
+         FROM webhook_events e JOIN payments p ON p.payment_id = 'pi_kept'
+         WHERE e.event_id = 'evt_kept'",
+    )
+    .await[0];
+    assert_eq!(
+        (
+            row.get::<_, String>(0),
+            row.get::<_, i32>(1),
+            row.get::<_, i32>(2),
+            row.get::<_, i64>(3),
+            row.get::<_, i64>(4)
+        ),
+        ("processed".to_string(), 2, 1, 4200, 1),
+        "(status, deliveries, attempts, amount, runs): kept once, merged once"
+    );
+    again.signal(Signal::SIGTERM);
+    assert!(again.wait().await.success());
+}
+
 /// Where the project in `dir` records a fallback cluster folder, if it has one.
 fn recorded_cluster(dir: &Path) -> Option<PathBuf> {
     std::fs::read_to_string(dir.join(".hookd/pg.location"))
