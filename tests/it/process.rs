@@ -342,6 +342,24 @@ async fn slow_kill_9_under_load_loses_no_acknowledged_event_and_applies_none_twi
     assert!(hookd.wait().await.success());
 }
 
+/// A signed Stripe delivery of payment `payment_id` succeeding (4200 USD),
+/// event `event_id`: the same body each time.
+fn signed_payment(hookd: &Hookd, event_id: &str, payment_id: &str) -> reqwest::RequestBuilder {
+    let event = stripe_event(
+        event_id,
+        "payment_intent.succeeded",
+        json!({"id": payment_id, "object": "payment_intent", "amount": 4200, "currency": "usd"}),
+    );
+    let body = serde_json::to_vec(&event).expect("json");
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/webhooks/stripe", hookd.base))
+        .body(body.clone());
+    for (name, value) in stripe_signer()(&body) {
+        request = request.header(name, value);
+    }
+    request
+}
+
 /// Sends a signed payment delivery `event_id` whose payment row `payment_id` the
 /// test holds locked, so its handler waits until the returned session commits;
 /// returns once it waits, with that session and the request's task.
@@ -357,19 +375,7 @@ async fn held_in_its_handler(
     let holder =
         crate::support::hold_payment_row(crate::support::connect(db.config()).await, payment_id)
             .await;
-    let event = stripe_event(
-        event_id,
-        "payment_intent.succeeded",
-        json!({"id": payment_id, "object": "payment_intent", "amount": 4200, "currency": "usd"}),
-    );
-    let body = serde_json::to_vec(&event).expect("json");
-    let mut request = reqwest::Client::new()
-        .post(format!("{}/webhooks/stripe", hookd.base))
-        .body(body.clone());
-    for (name, value) in stripe_signer()(&body) {
-        request = request.header(name, value);
-    }
-    let sent = tokio::spawn(request.send());
+    let sent = tokio::spawn(signed_payment(hookd, event_id, payment_id).send());
     let waiting = format!(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND application_name = 'hookd' \
          AND wait_event_type = 'Lock'",
@@ -571,19 +577,27 @@ async fn slow_a_second_signal_skips_the_rest_of_shutdown_delay() {
     );
 }
 
-#[tokio::test]
-async fn slow_shutdown_grace_cuts_off_work_still_in_flight_and_nothing_of_it_is_kept() {
-    let db = TestDb::create().await;
+/// `hookd serve` on `database_url` (handler_timeout 60 s, shutdown_grace 2 s)
+/// with payment `payment_id`'s delivery `event_id` held in its handler, then
+/// SIGTERM: it exits 0 at the end of its grace, the delivery unacknowledged.
+/// Returns the configuration (its port, its log beside it) and the session
+/// holding the payment row.
+async fn cut_off_at_shutdown(
+    name: &str,
+    database_url: &str,
+    db: &TestDb,
+    event_id: &str,
+    payment_id: &str,
+) -> (PathBuf, u16, tokio_postgres::Client) {
     let port = free_port();
     // The handler could wait a minute; the grace is two seconds.
     let config = write_config_setting(
         port,
-        "grace",
+        name,
         &[("handler_timeout", "60s"), ("shutdown_grace", "2s")],
     );
-    let hookd = Hookd::start_logging(&config, port, &db, "info").await;
-    let (holder, stuck) = held_in_its_handler(&hookd, &db, "evt_stuck", "pi_stuck").await;
-
+    let hookd = Hookd::start_against(&config, port, database_url, "info").await;
+    let (holder, stuck) = held_in_its_handler(&hookd, db, event_id, payment_id).await;
     hookd.signal(Signal::SIGTERM);
     // Far sooner than the handler's minute (or the default grace's 30 s).
     let exit = tokio::time::timeout(Duration::from_secs(15), hookd.wait())
@@ -595,6 +609,15 @@ async fn slow_shutdown_grace_cuts_off_work_still_in_flight_and_nothing_of_it_is_
         !matches!(answer, Ok(200)),
         "the cut-off delivery was not acknowledged: {answer:?}"
     );
+    (config, port, holder)
+}
+
+#[tokio::test]
+async fn slow_shutdown_grace_cuts_off_work_still_in_flight_and_nothing_of_it_is_kept() {
+    let db = TestDb::create().await;
+    let url = cluster().connection_string(&db.name);
+    let (config, _, holder) =
+        cut_off_at_shutdown("grace", &url, &db, "evt_stuck", "pi_stuck").await;
     let log = std::fs::read_to_string(config.with_extension("log")).expect("log");
     assert!(log.contains("shutdown_grace (2s) is over"), "{log}");
 
@@ -639,21 +662,8 @@ async fn slow_over_tcp_a_batch_cut_off_at_shutdown_may_be_kept_whole_and_its_res
         tcp.get_user().expect("user"),
         db.name
     );
-    let port = free_port();
-    let config = write_config_setting(
-        port,
-        "grace-tcp",
-        &[("handler_timeout", "60s"), ("shutdown_grace", "2s")],
-    );
-    let hookd = Hookd::start_against(&config, port, &url, "info").await;
-    let (holder, stuck) = held_in_its_handler(&hookd, &db, "evt_kept", "pi_kept").await;
-    hookd.signal(Signal::SIGTERM);
-    let exit = tokio::time::timeout(Duration::from_secs(15), hookd.wait())
-        .await
-        .expect("hookd stops at the end of its grace");
-    assert!(exit.success(), "exit status {exit:?}");
-    let answer = stuck.await.expect("join").map(|r| r.status().as_u16());
-    assert!(!matches!(answer, Ok(200)), "acknowledged: {answer:?}");
+    let (config, port, holder) =
+        cut_off_at_shutdown("grace-tcp", &url, &db, "evt_kept", "pi_kept").await;
 
     // Released, the statement ends and the `COMMIT` sent with it commits:
     // the batch is kept whole, never acknowledged.
@@ -668,19 +678,10 @@ async fn slow_over_tcp_a_batch_cut_off_at_shutdown_may_be_kept_whole_and_its_res
 
     // The provider's resend, to hookd started again: a copy, merged once.
     let again = Hookd::start_against(&config, port, &url, "info").await;
-    let event = stripe_event(
-        "evt_kept",
-        "payment_intent.succeeded",
-        json!({"id": "pi_kept", "object": "payment_intent", "amount": 4200, "currency": "usd"}),
-    );
-    let body = serde_json::to_vec(&event).expect("json");
-    let mut request = reqwest::Client::new()
-        .post(format!("{}/webhooks/stripe", again.base))
-        .body(body.clone());
-    for (name, value) in stripe_signer()(&body) {
-        request = request.header(name, value);
-    }
-    let resent = request.send().await.expect("resend");
+    let resent = signed_payment(&again, "evt_kept", "pi_kept")
+        .send()
+        .await
+        .expect("resend");
     assert_eq!(resent.status(), 200);
     assert_eq!(
         resent
