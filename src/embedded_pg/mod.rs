@@ -11,22 +11,25 @@
 
 pub mod binaries;
 mod folder;
+/// A process as the folder records it.
+mod mark;
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use folder::{ClusterFolder, RunAs};
+use mark::Mark;
 
 /// The superuser initdb creates, and the database hookd uses.
 pub const USER: &str = "hookd";
 pub const DATABASE: &str = "hookd";
 pub const PORT: u16 = 5432;
-/// Written in the cluster's folder: the pid of the hookd that will stop it.
+/// Written in the cluster's folder: the hookd that will stop it (its `Mark`).
 const OWNER_FILE: &str = "hookd.pid";
-/// Written in the cluster's folder: the pids of the other hookds using it, one
-/// a line; the owner hands the cluster to one of them rather than stop it
-/// under them.
+/// Written in the cluster's folder: the other hookds using it, a `Mark` a
+/// line; the owner hands the cluster to one of them rather than stop it under
+/// them.
 const USERS_FILE: &str = "hookd.users";
 
 #[derive(Debug, thiserror::Error)]
@@ -60,9 +63,11 @@ pub struct ClusterOptions {
 pub enum Ownership {
     /// This process started it and stops it.
     Owned,
-    /// A hookd that is gone (killed) started it; this process stops it.
+    /// The hookd that started it is gone (killed), or handed it to this one:
+    /// this process stops it.
     Adopted,
-    /// Another live hookd (or a watcher) stops it; this process leaves it running.
+    /// Another live hookd (or a watcher) stops it; this process leaves it
+    /// running, unless that one handed it over or is gone when this one stops.
     Borrowed,
 }
 
@@ -108,7 +113,7 @@ impl EmbeddedPostgres {
         cluster.made_now = cluster.init_if_needed(options)?;
         cluster.write_settings(options)?;
         if cluster.is_running() {
-            let orphaned = cluster.owner().is_none_or(|pid| !process_alive(pid));
+            let orphaned = cluster.owner().is_none_or(|owner| !owner.alive());
             log::info!(
                 "embedded PostgreSQL already running in {}; reusing it{}",
                 cluster.dir().display(),
@@ -194,29 +199,33 @@ impl EmbeddedPostgres {
     }
 
     /// Stops the cluster if this process owns it (started, adopted or was
-    /// handed it) and no other hookd still uses it; else hands it to one that
-    /// does, which then stops it in turn.
+    /// handed it, or its owner is gone) and no other hookd still uses it; else
+    /// hands it to one that does, which then stops it in turn.
     pub fn stop(&mut self) -> Result<(), EmbeddedError> {
         // No start or other stop changes the users meanwhile.
         // (Stopped even where the lock cannot be taken now.)
         let _making = folder::lock_making(&self.preferred).ok().flatten();
-        let me = std::process::id();
+        let me = Mark::this_process();
         if self.registered {
             self.registered = false;
-            let others: Vec<u32> = self.users().into_iter().filter(|&p| p != me).collect();
+            let others: Vec<Mark> = self.users().into_iter().filter(|&m| m != me).collect();
             self.write_users(&others)?;
-            // Its owner, leaving first, may have handed it to this process.
-            if self.owner() == Some(me) {
+            // Its owner, leaving first, may have handed it to this process, or
+            // been killed: nobody else would stop it.
+            if self
+                .owner()
+                .is_none_or(|owner| owner == me || !owner.alive())
+            {
                 self.ownership = Ownership::Adopted;
             }
         }
         if self.ownership == Ownership::Borrowed {
             return Ok(());
         }
-        let mut heirs: Vec<u32> = self
+        let mut heirs: Vec<Mark> = self
             .users()
             .into_iter()
-            .filter(|&p| p != me && same_program_alive(p))
+            .filter(|&m| m != me && m.alive())
             .collect();
         if !heirs.is_empty() {
             let heir = heirs.remove(0);
@@ -224,9 +233,10 @@ impl EmbeddedPostgres {
             self.folder.write(OWNER_FILE, &heir.to_string(), false)?;
             self.ownership = Ownership::Borrowed;
             log::info!(
-                "left embedded PostgreSQL running in {} for hookd {heir}, which still uses it \
+                "left embedded PostgreSQL running in {} for hookd {}, which still uses it \
                  and stops it when it exits",
-                self.dir().display()
+                self.dir().display(),
+                heir.pid()
             );
             return Ok(());
         }
@@ -238,44 +248,42 @@ impl EmbeddedPostgres {
             });
         }
         self.ownership = Ownership::Borrowed;
-        // An empty owner file reads as "no owner".
+        // Empty files read as "no owner" and "no users".
         let _ = self.folder.write(OWNER_FILE, "", false);
+        let _ = self.write_users(&[]);
         log::info!("stopped embedded PostgreSQL in {}", self.dir().display());
         Ok(())
     }
 
     /// The hookd process that will stop the cluster.
-    fn owner(&self) -> Option<u32> {
-        self.folder.read(OWNER_FILE)?.trim().parse().ok()
+    fn owner(&self) -> Option<Mark> {
+        Mark::parse(&self.folder.read(OWNER_FILE)?)
     }
 
     /// The other hookds that said they use the cluster (some may be gone).
-    fn users(&self) -> Vec<u32> {
+    fn users(&self) -> Vec<Mark> {
         self.folder
             .read(USERS_FILE)
             .unwrap_or_default()
             .lines()
-            .filter_map(|line| line.trim().parse().ok())
+            .filter_map(Mark::parse)
             .collect()
     }
 
-    fn write_users(&self, pids: &[u32]) -> Result<(), EmbeddedError> {
-        let text: String = pids.iter().map(|pid| format!("{pid}\n")).collect();
+    fn write_users(&self, users: &[Mark]) -> Result<(), EmbeddedError> {
+        let text: String = users.iter().map(|user| format!("{user}\n")).collect();
         self.folder.write(USERS_FILE, &text, false)
     }
 
     /// Says this process uses the cluster another one stops (not when that
     /// one is this process: a second handle here is never handed it).
     fn register(&mut self) -> Result<(), EmbeddedError> {
-        if self.owner() == Some(std::process::id()) {
+        let me = Mark::this_process();
+        if self.owner() == Some(me) {
             return Ok(());
         }
-        let mut users: Vec<u32> = self
-            .users()
-            .into_iter()
-            .filter(|&p| same_program_alive(p))
-            .collect();
-        users.push(std::process::id());
+        let mut users: Vec<Mark> = self.users().into_iter().filter(Mark::alive).collect();
+        users.push(me);
         self.write_users(&users)?;
         self.registered = true;
         Ok(())
@@ -283,7 +291,7 @@ impl EmbeddedPostgres {
 
     fn take_ownership(&mut self, how: Ownership) -> Result<(), EmbeddedError> {
         self.folder
-            .write(OWNER_FILE, &std::process::id().to_string(), false)?;
+            .write(OWNER_FILE, &Mark::this_process().to_string(), false)?;
         self.ownership = how;
         Ok(())
     }
@@ -384,17 +392,6 @@ impl EmbeddedPostgres {
             .output()
             .map_err(|source| EmbeddedError::Io { path, source })
     }
-}
-
-fn process_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// Whether `pid` is alive and runs the program this process runs (a pid
-/// reused by something else is not a hookd to hand the cluster to).
-fn same_program_alive(pid: u32) -> bool {
-    let name = |of: &str| std::fs::read_to_string(format!("/proc/{of}/comm")).ok();
-    name(&pid.to_string()).is_some_and(|theirs| Some(theirs) == name("self"))
 }
 
 fn last_line(out: &Output) -> String {

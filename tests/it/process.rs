@@ -148,11 +148,11 @@ impl Hookd {
             .expect("VmHWM")
     }
 
-    /// Its exit status; fails if it has not exited within 60 s.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
     }
 
+    /// Its exit status; fails if it has not exited within 60 s.
     pub async fn wait(mut self) -> std::process::ExitStatus {
         let child = self.child.as_mut().expect("running");
         let status = wait_for("hookd to exit", Duration::from_secs(60), || {
@@ -1022,6 +1022,17 @@ async fn slow_a_serve_that_exits_hands_its_cluster_to_another_serve_still_using_
     second.signal(Signal::SIGTERM);
     assert!(second.wait().await.success());
     assert!(!guard.running(), "the last hookd stopped the cluster");
+
+    // The one that started it killed (it can stop nothing), the other stops
+    // it when it exits: nobody else would.
+    let first = serve_in(&dir, port).await;
+    let second = serve_in_on(&dir, other_port, "other.log", &listen).await;
+    first.signal(Signal::SIGKILL);
+    first.wait().await;
+    assert!(guard.running());
+    second.signal(Signal::SIGTERM);
+    assert!(second.wait().await.success());
+    assert!(!guard.running(), "left running after its owner was killed");
     drop(guard);
     drop(project);
 }
