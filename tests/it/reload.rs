@@ -223,6 +223,11 @@ impl Served {
             .to_string()
     }
 
+    async fn execute(&self, sql: &str) {
+        let client = connect(cluster().config(&self.db.name)).await;
+        client.batch_execute(sql).await.expect(sql);
+    }
+
     /// How many of `forward`'s rows are in `state`.
     async fn forwards_in(&self, forward: &str, state: &str) -> i64 {
         let client = connect(cluster().config(&self.db.name)).await;
@@ -453,7 +458,7 @@ async fn a_forward_removed_by_a_reload_keeps_its_waiting_events_until_it_is_back
     // The receiver fails the first send, then takes everything.
     let receiver = Receiver::start(&[503]).await;
     let base = format!(
-        "listen = \"127.0.0.1:{{port}}\"\nretry_base = \"1s\"\nmax_attempts = 2\n\n\
+        "listen = \"127.0.0.1:{{port}}\"\nretry_base = \"1h\"\nmax_attempts = 1\n\n\
          [[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"{OLD_SECRET}\"]\n"
     );
     let forwarding = format!(
@@ -472,12 +477,18 @@ async fn a_forward_removed_by_a_reload_keeps_its_waiting_events_until_it_is_back
     )
     .await;
 
-    // The forward is removed while its event waits: past several retry
-    // rounds (max_attempts 2, retry_base 1s), nothing is sent, nothing dead,
-    // and its row still waits.
+    // The forward is removed while its event waits; then the event and its
+    // forward are due (its one attempt spent): for some retry rounds nothing
+    // is sent, nothing goes dead, and its row still waits.
     hookd.write_config(&base);
     hookd.hup("ok").await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    hookd
+        .execute("UPDATE webhook_events SET next_attempt_at = now() WHERE event_id = 'evt_w1'")
+        .await;
+    hookd
+        .execute("UPDATE event_forwards SET next_attempt_at = now() WHERE forward = 'billing'")
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(receiver.received().len(), 1, "sent by a removed forward");
     assert_eq!(hookd.event_status("evt_w1").await, "failed");
     let waiting = |state: &'static str| hookd.forwards_in("billing", state);
