@@ -261,17 +261,25 @@ impl Forwarder {
             _ => None,
         };
         let taken = run.result.is_ok();
+        let refused = run
+            .http_status
+            .is_some_and(|code| (400..500).contains(&code));
         let status = self.record(&claimed, forward, run).await?;
         // The receiver's answer (or silence) moves the forward's breaker: only
         // an event taken closes it; a refusal of one (a 4xx) shows the
-        // receiver is there, not that it takes events again.
+        // receiver is there, not that it takes events again. What failed for
+        // good without such an answer (the request could not be signed, a
+        // redirect) says nothing of the receiver and is not counted.
         if let Some(forward) = forward {
-            let outcome = match (&failure, taken) {
-                (Some(why), _) => SendOutcome::Failed(why),
-                (None, true) => SendOutcome::Taken,
-                (None, false) => SendOutcome::Refused,
+            let outcome = match (&failure, taken, refused) {
+                (Some(why), _, _) => Some(SendOutcome::Failed(why)),
+                (None, true, _) => Some(SendOutcome::Taken),
+                (None, false, true) => Some(SendOutcome::Refused),
+                (None, false, false) => None,
             };
-            self.count_send(forward, outcome).await?;
+            if let Some(outcome) = outcome {
+                self.count_send(forward, outcome).await?;
+            }
         }
         Ok(status)
     }

@@ -591,6 +591,28 @@ async fn a_refused_probe_keeps_the_breaker_open_and_only_an_event_taken_closes_i
 }
 
 #[tokio::test]
+async fn an_answer_that_is_neither_taken_nor_refused_leaves_the_run_of_failures_alone() {
+    // Fails, redirects (not followed: dead at once), fails: two failures in a
+    // row as far as the breaker counts, which opens it at two.
+    let receiver = Receiver::start(&[503, 302, 503]).await;
+    let mut settings = shipped_settings();
+    settings.forwards = vec![one_at_a_time(&receiver, 2)];
+    settings.retry_base = Duration::from_secs(3600);
+    let app = spawn_with_settings(settings).await;
+    for i in 1..=3 {
+        app.deliver_ok("stripe", &payment(&format!("evt_moved_{i}")))
+            .await;
+    }
+    for _ in 1..=3 {
+        assert_eq!(app.send_due_forwards().await, 1);
+    }
+    assert_eq!(app.event_status("evt_moved_2").await, "dead");
+    let view = forward_view(&app, "billing").await;
+    assert_eq!(view["state"], "open", "{view}");
+    assert_eq!(view["consecutive_failures"], 2, "{view}");
+}
+
+#[tokio::test]
 async fn a_paused_forward_holds_its_events_until_an_operator_resumes_it() {
     let receiver = Receiver::start(&[]).await;
     let mut settings = shipped_settings();
