@@ -52,10 +52,14 @@ impl fmt::Display for Mark {
     }
 }
 
-/// Field 22 of `/proc/PID/stat`, read after the command name (which may hold
-/// spaces and parentheses).
+/// The start time in `/proc/PID/stat`.
 fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    start_time_in(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Field 22 of a `stat` line, counted after the command name (field 2, in
+/// parentheses, which may itself hold spaces and parentheses).
+fn start_time_in(stat: &str) -> Option<u64> {
     let (_, after_name) = stat.rsplit_once(')')?;
     after_name.split_whitespace().nth(19)?.parse().ok()
 }
@@ -85,5 +89,16 @@ mod tests {
         assert!(bare.alive());
         assert_eq!(Mark::parse("nope"), None);
         assert_eq!(Mark::parse(""), None);
+    }
+
+    #[test]
+    fn the_start_time_is_field_22_whatever_the_command_name_holds() {
+        // Fields 3 to 52 numbered as themselves, after a name with spaces and
+        // parentheses.
+        let fields: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
+        let line = format!("4242 (a) b (c) {}\n", fields.join(" "));
+        assert_eq!(start_time_in(&line), Some(22));
+        assert_eq!(start_time_in("4242 (hookd) S 1"), None);
+        assert_eq!(start_time_in("no name at all"), None);
     }
 }

@@ -208,14 +208,20 @@ impl EmbeddedPostgres {
         let me = Mark::this_process();
         if self.registered {
             self.registered = false;
-            let others: Vec<Mark> = self.users().into_iter().filter(|&m| m != me).collect();
+            // One line a handle: another handle here may still use it.
+            let mut others = self.users();
+            if let Some(at) = others.iter().position(|&m| m == me) {
+                others.remove(at);
+            }
             self.write_users(&others)?;
             // Its owner, leaving first, may have handed it to this process, or
-            // been killed: nobody else would stop it.
-            if self
-                .owner()
-                .is_none_or(|owner| owner == me || !owner.alive())
-            {
+            // been killed: nobody else would stop it. (An owner file that
+            // cannot be read says nothing: the cluster is left running.)
+            let owned = match self.folder.read(OWNER_FILE) {
+                Some(text) => Mark::parse(&text).is_none_or(|owner| owner == me || !owner.alive()),
+                None => false,
+            };
+            if owned {
                 self.ownership = Ownership::Adopted;
             }
         }
