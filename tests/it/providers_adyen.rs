@@ -395,6 +395,62 @@ async fn an_item_reusing_an_id_with_another_payload_is_recorded_and_the_batch_ac
 }
 
 #[tokio::test]
+async fn a_conflict_the_database_fails_to_record_after_the_commit_is_a_503_and_its_resend_records_it()
+ {
+    let app = spawn_app().await;
+    let original = item("5101", "AUTHORISATION", true, 1000, None);
+    accepted(&send(&app, std::slice::from_ref(&original)).await);
+    let mut changed = original.clone();
+    changed["merchantReference"] = json!("order-rewritten");
+    let mate = item("5102", "AUTHORISATION", true, 700, None);
+    // The database fails (out of disk) just after the request's commit, at
+    // the conflict's record.
+    app.execute(
+        "CREATE FUNCTION refuse_record() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'no room' USING ERRCODE = '53100'; END $$",
+        &[],
+    )
+    .await;
+    app.execute(
+        "CREATE TRIGGER refuse_record BEFORE INSERT OR UPDATE ON event_conflicts
+         FOR EACH ROW EXECUTE FUNCTION refuse_record()",
+        &[],
+    )
+    .await;
+    let (headers, body) = signed(&app, &[changed, mate]);
+    let failed = app.post("adyen", &headers, body.clone()).await;
+    assert_eq!(failed.status, 503, "{}", failed.text());
+    assert!(failed.header("Retry-After").is_some());
+    // The batch-mate committed; nothing of the conflict is kept yet.
+    assert_eq!(payment(&app, "5102").await.1, 700);
+    assert_eq!(
+        app.count("SELECT count(*) FROM event_conflicts", &[]).await,
+        0
+    );
+
+    // The database recovers; Adyen resends the request: the batch-mate is a
+    // copy, the conflict is recorded, and the request acknowledged.
+    app.execute("DROP TRIGGER refuse_record ON event_conflicts", &[])
+        .await;
+    accepted(&app.post("adyen", &headers, body).await);
+    assert_eq!(
+        app.count("SELECT count(*) FROM event_conflicts", &[]).await,
+        1
+    );
+    let mate_row =
+        "SELECT deliveries FROM webhook_events WHERE event_id = '5102:AUTHORISATION:true'";
+    assert_eq!(app.query(mate_row, &[]).await[0].get::<_, i32>(0), 2);
+    let runs = "SELECT count(*) FROM webhook_event_attempts a JOIN webhook_events e \
+                ON e.id = a.webhook_event_id WHERE e.event_id = '5102:AUTHORISATION:true'";
+    assert_eq!(app.count(runs, &[]).await, 1, "applied once");
+    assert_eq!(
+        payment(&app, "5101").await.1,
+        1000,
+        "the stored event unchanged"
+    );
+}
+
+#[tokio::test]
 async fn one_genuine_item_resent_with_other_unsigned_fields_keeps_ten_records_and_counts_the_rest()
 {
     let app = spawn_app().await;
