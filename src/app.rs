@@ -165,9 +165,6 @@ pub struct Parts {
     pub purge: bool,
     /// The sources' activity, written every few seconds (silence alerts).
     pub activity: bool,
-    /// Worker threads of the webhook and gateway listeners; `None` = the
-    /// configuration's `http_workers`.
-    pub http_workers: Option<usize>,
 }
 
 impl Parts {
@@ -175,7 +172,6 @@ impl Parts {
         dispatcher: true,
         purge: true,
         activity: true,
-        http_workers: None,
     };
 }
 
@@ -188,7 +184,7 @@ impl Instance {
         let state = actix_web::web::Data::new(AppState::new(self.clone()));
         let settings = self.settings.now();
         let with_admin = settings.admin_listen.is_none();
-        let workers = parts.http_workers.unwrap_or(settings.http_workers);
+        let workers = settings.http_workers;
         let (addr, public) = serve_http(
             settings.listen,
             state.clone(),

@@ -161,7 +161,6 @@ impl Spawn {
         dispatcher: true,
         purge: false,
         activity: true,
-        http_workers: Some(2),
     };
 }
 
@@ -174,7 +173,6 @@ impl Default for Spawn {
                 dispatcher: false,
                 purge: false,
                 activity: true,
-                http_workers: Some(2),
             },
             db: None,
             database: None,
@@ -213,8 +211,12 @@ pub async fn spawn(options: Spawn) -> TestApp {
             (Some(db), config)
         }
     };
+    let mut settings = options.settings;
+    // Two workers whatever the machine's cores: a request held in one (a slow
+    // body, a handler waiting) never holds every other request of a test.
+    settings.http_workers = 2;
     let mut app = Instance::new(
-        options.settings,
+        settings,
         store::pool(db_config.clone(), options.connector.clone(), 16),
         options.connector,
         options.registry,

@@ -165,7 +165,6 @@ impl Hookd {
                         dispatcher: false,
                         purge: false,
                         activity: true,
-                        http_workers: None,
                     })
                     .expect("start hookd");
                 (app, running)

@@ -40,7 +40,6 @@ async fn app_forwarding_to(
             dispatcher,
             purge: false,
             activity: true,
-            http_workers: Some(2),
         },
         ..Spawn::default()
     })

@@ -955,5 +955,4 @@ const PURGING: hookd::app::Parts = hookd::app::Parts {
     dispatcher: false,
     purge: true,
     activity: true,
-    http_workers: Some(1),
 };
