@@ -655,13 +655,7 @@ async fn slow_over_tcp_a_batch_cut_off_at_shutdown_may_be_kept_whole_and_its_res
     // hookd reaches the database over TCP (a relay to its socket that keeps
     // the database's side open after hookd's is gone, as a TCP peer would).
     let relay = crate::support::relay::StallRelay::to(db.config()).await;
-    let tcp = relay.config();
-    let url = format!(
-        "host=127.0.0.1 port={} user={} dbname={}",
-        tcp.get_ports()[0],
-        tcp.get_user().expect("user"),
-        db.name
-    );
+    let url = relay.database_url();
     let (config, port, holder) =
         cut_off_at_shutdown("grace-tcp", &url, &db, "evt_kept", "pi_kept").await;
 
@@ -1227,8 +1221,7 @@ async fn slow_serve_warns_at_startup_about_what_may_be_a_mistake() {
 
 /// The webhook listener's worker threads, as the real process runs them.
 fn http_worker_threads(hookd: &Hookd) -> usize {
-    let pid = hookd.child.as_ref().expect("running").id();
-    std::fs::read_dir(format!("/proc/{pid}/task"))
+    std::fs::read_dir(format!("/proc/{}/task", hookd.pid()))
         .expect("its threads")
         .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
         // The kernel keeps 15 bytes of "actix-server worker N".

@@ -1,6 +1,7 @@
 //! TCP relays between hookd and a test database: what they share, and one that
 //! holds cancel requests until the test lets them go.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -125,30 +126,32 @@ impl CancelRelay {
 pub struct StallRelay {
     port: u16,
     upstream: tokio_postgres::Config,
-    stalled: Arc<std::sync::atomic::AtomicBool>,
-    answers_stalled: Arc<std::sync::atomic::AtomicBool>,
+    /// Holds what the client sends.
+    asks_held: Arc<AtomicBool>,
+    /// Holds what the server sends.
+    answers_held: Arc<AtomicBool>,
 }
 
 impl StallRelay {
     pub async fn to(upstream: tokio_postgres::Config) -> StallRelay {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let answers_stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (config, held, answers_held) =
-            (upstream.clone(), stalled.clone(), answers_stalled.clone());
+        let (asks_held, answers_held): (Arc<AtomicBool>, Arc<AtomicBool>) = Default::default();
+        let (config, asks, answers) = (
+            upstream.clone(),
+            Arc::clone(&asks_held),
+            Arc::clone(&answers_held),
+        );
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (config, held, answers_held) =
-                    (config.clone(), held.clone(), answers_held.clone());
+                let (config, asks, answers) = (config.clone(), asks.clone(), answers.clone());
                 tokio::spawn(async move {
                     let server = connect(&config).await;
                     let (client_in, client_out) = client.into_split();
                     let (server_in, server_out) = tokio::io::split(server);
-                    let (asks, answers) = ([held.clone()], [held, answers_held]);
                     tokio::join!(
-                        pump(client_in, server_out, &asks),
-                        pump(server_in, client_out, &answers)
+                        pump(client_in, server_out, asks),
+                        pump(server_in, client_out, answers)
                     );
                 });
             }
@@ -156,8 +159,8 @@ impl StallRelay {
         StallRelay {
             port,
             upstream,
-            stalled,
-            answers_stalled,
+            asks_held,
+            answers_held,
         }
     }
 
@@ -166,30 +169,37 @@ impl StallRelay {
         through(self.port, &self.upstream)
     }
 
+    /// A `DATABASE_URL` reaching the upstream database through the relay.
+    pub fn database_url(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user={} dbname={}",
+            self.port,
+            self.upstream.get_user().expect("user"),
+            self.upstream.get_dbname().expect("dbname")
+        )
+    }
+
     pub fn stall(&self) {
-        self.stalled
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.asks_held.store(true, Ordering::SeqCst);
+        self.answers_held.store(true, Ordering::SeqCst);
     }
 
     /// Holds what the server sends, and only that.
     pub fn stall_answers(&self) {
-        self.answers_stalled
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.answers_held.store(true, Ordering::SeqCst);
     }
 
     pub fn resume(&self) {
-        self.stalled
-            .store(false, std::sync::atomic::Ordering::SeqCst);
-        self.answers_stalled
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.asks_held.store(false, Ordering::SeqCst);
+        self.answers_held.store(false, Ordering::SeqCst);
     }
 }
 
-/// Copies `from` to `to`, holding what it read while any of `stalled` is set.
+/// Copies `from` to `to`, holding what it read while `held`.
 async fn pump(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
-    stalled: &[Arc<std::sync::atomic::AtomicBool>],
+    held: Arc<AtomicBool>,
 ) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -197,10 +207,7 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(read) => read,
         };
-        while stalled
-            .iter()
-            .any(|flag| flag.load(std::sync::atomic::Ordering::SeqCst))
-        {
+        while held.load(Ordering::SeqCst) {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         if to.write_all(&buffer[..read]).await.is_err() {
