@@ -357,39 +357,23 @@ async fn a_batch_cut_at_its_time_limit_that_committed_after_all_is_a_copy_applie
         Some("true"),
         "answered on the batch's own word"
     );
-    let client = connect(db.config()).await;
-    let row = client
-        .query_one(
+    let row = &app
+        .query(
             "SELECT status, deliveries, attempts FROM webhook_events WHERE event_id = 'evt_late'",
             &[],
         )
-        .await
-        .expect("stored");
+        .await[0];
     let (status, deliveries, attempts): (String, i32, i32) = (row.get(0), row.get(1), row.get(2));
     assert_eq!(
         (status.as_str(), deliveries, attempts),
         ("processed", 2, 1),
         "stored once, counted twice, run once"
     );
-    let merged = client
-        .query_one(
-            "SELECT count(*) FROM webhook_event_attempts a JOIN webhook_events e \
-             ON e.id = a.webhook_event_id WHERE e.event_id = 'evt_late'",
-            &[],
-        )
-        .await
-        .expect("attempts")
-        .get::<_, i64>(0);
-    assert_eq!(merged, 1, "its payment merged once");
-    let paid = client
-        .query_one(
-            "SELECT count(*) FROM payments WHERE payment_id = 'pi_late' AND succeeded",
-            &[],
-        )
-        .await
-        .expect("payment")
-        .get::<_, i64>(0);
-    assert_eq!(paid, 1);
+    let merged = "SELECT count(*) FROM webhook_event_attempts a JOIN webhook_events e \
+                  ON e.id = a.webhook_event_id WHERE e.event_id = 'evt_late'";
+    assert_eq!(app.count(merged, &[]).await, 1, "its payment merged once");
+    let paid = "SELECT count(*) FROM payments WHERE payment_id = 'pi_late' AND succeeded";
+    assert_eq!(app.count(paid, &[]).await, 1);
 }
 
 /// A payment row held past a `lock_timeout` the database sets for its sessions:

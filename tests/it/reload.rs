@@ -223,15 +223,19 @@ impl Served {
             .to_string()
     }
 
+    /// A session on its database.
+    async fn db(&self) -> tokio_postgres::Client {
+        connect(cluster().config(&self.db.name)).await
+    }
+
     async fn execute(&self, sql: &str) {
-        let client = connect(cluster().config(&self.db.name)).await;
-        client.batch_execute(sql).await.expect(sql);
+        self.db().await.batch_execute(sql).await.expect(sql);
     }
 
     /// How many of `forward`'s rows are in `state`.
     async fn forwards_in(&self, forward: &str, state: &str) -> i64 {
-        let client = connect(cluster().config(&self.db.name)).await;
-        client
+        self.db()
+            .await
             .query_one(
                 "SELECT count(*) FROM event_forwards WHERE forward = $1 AND state = $2",
                 &[&forward, &state],
@@ -242,8 +246,8 @@ impl Served {
     }
 
     async fn event_status(&self, event_id: &str) -> String {
-        let client = connect(cluster().config(&self.db.name)).await;
-        client
+        self.db()
+            .await
             .query_one(
                 "SELECT status::text FROM webhook_events WHERE event_id = $1",
                 &[&event_id],
