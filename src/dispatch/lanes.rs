@@ -256,41 +256,27 @@ impl Forwarder {
                 },
             ),
         };
-        let failure = match &run.result {
-            Err(HandlerError::Retry(why)) => Some(why.clone()),
-            _ => None,
-        };
-        let taken = run.result.is_ok();
-        let refused = run
-            .http_status
-            .is_some_and(|code| (400..500).contains(&code));
-        let status = self.record(&claimed, forward, run).await?;
         // The receiver's answer (or silence) moves the forward's breaker: only
         // an event taken closes it; a refusal of one (a 4xx) shows the
         // receiver is there, not that it takes events again. What failed for
         // good without such an answer (the request could not be signed, a
         // redirect) says nothing of the receiver and is not counted.
-        if let Some(forward) = forward {
-            let outcome = match (&failure, taken, refused) {
-                (Some(why), _, _) => Some(SendOutcome::Failed(why)),
-                (None, true, _) => Some(SendOutcome::Taken),
-                (None, false, true) => Some(SendOutcome::Refused),
-                (None, false, false) => None,
-            };
-            if let Some(outcome) = outcome {
-                self.count_send(forward, outcome).await?;
-            }
+        let outcome = match (&run.result, run.http_status) {
+            (Ok(()), _) => Some(SendOutcome::Taken),
+            (Err(HandlerError::Retry(why)), _) => Some(SendOutcome::Failed(why.clone())),
+            (Err(_), Some(400..=499)) => Some(SendOutcome::Refused),
+            (Err(_), _) => None,
+        };
+        let status = self.record(&claimed, forward, run).await?;
+        if let (Some(forward), Some(outcome)) = (forward, outcome) {
+            self.count_send(forward, outcome).await?;
         }
         Ok(status)
     }
 
     /// Counts a send to `forward` in its breaker, and says so when it opens or
     /// closes (then the lane drains what waited).
-    async fn count_send(
-        &self,
-        forward: &Forward,
-        outcome: SendOutcome<'_>,
-    ) -> Result<(), StoreError> {
+    async fn count_send(&self, forward: &Forward, outcome: SendOutcome) -> Result<(), StoreError> {
         let client = self.pool.get().await?;
         let counted =
             forwards::count_send(&client, &forward.name, outcome, forward.open_after).await;

@@ -338,15 +338,15 @@ pub enum Breaker {
 }
 
 /// How a send to a forward's receiver went, as its breaker counts it.
-#[derive(Debug, Clone, Copy)]
-pub enum SendOutcome<'a> {
+#[derive(Debug, Clone)]
+pub enum SendOutcome {
     /// The receiver took it (2xx).
     Taken,
     /// The receiver refused that event (a 4xx): it is there, but this is no
     /// sign that it takes events again.
     Refused,
     /// It failed and will be tried again (its error).
-    Failed(&'a str),
+    Failed(String),
 }
 
 /// Counts a send to `forward`: consecutive failures open the breaker at
@@ -356,7 +356,7 @@ pub enum SendOutcome<'a> {
 pub async fn count_send(
     client: &impl Session,
     forward: &str,
-    outcome: SendOutcome<'_>,
+    outcome: SendOutcome,
     open_after: i32,
 ) -> Result<Breaker, StoreError> {
     let error = match outcome {
