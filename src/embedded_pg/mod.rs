@@ -113,7 +113,7 @@ impl EmbeddedPostgres {
         cluster.made_now = cluster.init_if_needed(options)?;
         cluster.write_settings(options)?;
         if cluster.is_running() {
-            let orphaned = cluster.owner().is_none_or(|owner| !owner.alive());
+            let orphaned = cluster.unowned(None);
             log::info!(
                 "embedded PostgreSQL already running in {}; reusing it{}",
                 cluster.dir().display(),
@@ -215,13 +215,8 @@ impl EmbeddedPostgres {
             }
             self.write_users(&others)?;
             // Its owner, leaving first, may have handed it to this process, or
-            // been killed: nobody else would stop it. (An owner file that
-            // cannot be read says nothing: the cluster is left running.)
-            let owned = match self.folder.read(OWNER_FILE) {
-                Some(text) => Mark::parse(&text).is_none_or(|owner| owner == me || !owner.alive()),
-                None => false,
-            };
-            if owned {
+            // been killed: nobody else would stop it.
+            if self.unowned(Some(me)) {
                 self.ownership = Ownership::Adopted;
             }
         }
@@ -261,9 +256,18 @@ impl EmbeddedPostgres {
         Ok(())
     }
 
-    /// The hookd process that will stop the cluster.
-    fn owner(&self) -> Option<Mark> {
-        Mark::parse(&self.folder.read(OWNER_FILE)?)
+    /// The hookd process that will stop the cluster: `Some(None)` when none
+    /// is written, `None` when the file cannot be read (which says nothing).
+    fn owner(&self) -> Option<Option<Mark>> {
+        self.folder.read(OWNER_FILE).map(|text| Mark::parse(&text))
+    }
+
+    /// Whether nobody alive but `me` (this process, if given) would stop the
+    /// cluster: no owner written, or one that is gone. An owner file that
+    /// cannot be read says nothing, and the cluster is left to its owner.
+    fn unowned(&self, me: Option<Mark>) -> bool {
+        self.owner()
+            .is_some_and(|owner| owner.is_none_or(|o| Some(o) == me || !o.alive()))
     }
 
     /// The other hookds that said they use the cluster (some may be gone).
@@ -285,7 +289,7 @@ impl EmbeddedPostgres {
     /// one is this process: a second handle here is never handed it).
     fn register(&mut self) -> Result<(), EmbeddedError> {
         let me = Mark::this_process();
-        if self.owner() == Some(me) {
+        if self.owner() == Some(Some(me)) {
             return Ok(());
         }
         let mut users: Vec<Mark> = self.users().into_iter().filter(Mark::alive).collect();
