@@ -367,6 +367,28 @@ fn one_at_a_time(receiver: &Receiver, open_after: i32) -> hookd::config::Forward
     forward
 }
 
+/// An app (its lanes stepped by the test) forwarding to a receiver answering
+/// `answers` (then 200) through `one_at_a_time(open_after)`, whose failed
+/// sends are not due again unless the test or the breaker says so, and events
+/// `{prefix}_1..=count` delivered.
+async fn breaker_app(
+    answers: &[u16],
+    open_after: i32,
+    prefix: &str,
+    count: usize,
+) -> (Receiver, crate::support::TestApp) {
+    let receiver = Receiver::start(answers).await;
+    let mut settings = shipped_settings();
+    settings.forwards = vec![one_at_a_time(&receiver, open_after)];
+    settings.retry_base = Duration::from_secs(3600);
+    let app = spawn_with_settings(settings).await;
+    for i in 1..=count {
+        app.deliver_ok("stripe", &payment(&format!("{prefix}_{i}")))
+            .await;
+    }
+    (receiver, app)
+}
+
 #[tokio::test]
 async fn slow_a_receiver_down_longer_than_max_attempts_loses_nothing_and_gets_the_backlog_in_order()
 {
@@ -466,16 +488,7 @@ async fn slow_a_receiver_down_longer_than_max_attempts_loses_nothing_and_gets_th
 #[tokio::test]
 async fn a_refusal_resets_the_breaker_and_a_failed_probe_keeps_it_open_a_minute() {
     // Five events; the receiver fails, fails, refuses one (422), fails, fails.
-    let receiver = Receiver::start(&[503, 503, 422, 503, 503, 503, 503]).await;
-    let mut settings = shipped_settings();
-    settings.forwards = vec![one_at_a_time(&receiver, 3)];
-    // A failed send is not due again during the test unless the test says so.
-    settings.retry_base = Duration::from_secs(3600);
-    let app = spawn_with_settings(settings).await;
-    for i in 1..=5 {
-        app.deliver_ok("stripe", &payment(&format!("evt_brk_{i}")))
-            .await;
-    }
+    let (receiver, app) = breaker_app(&[503, 503, 422, 503, 503, 503, 503], 3, "evt_brk", 5).await;
     let breaker = || async {
         let row = &app
             .query(
@@ -547,16 +560,7 @@ async fn a_refusal_resets_the_breaker_and_a_failed_probe_keeps_it_open_a_minute(
 #[tokio::test]
 async fn a_refused_probe_keeps_the_breaker_open_and_only_an_event_taken_closes_it() {
     // Fails one, refuses the next (422), then takes everything.
-    let receiver = Receiver::start(&[503, 422]).await;
-    let mut settings = shipped_settings();
-    settings.forwards = vec![one_at_a_time(&receiver, 1)];
-    // A failed send is not due again during the test unless the breaker says so.
-    settings.retry_base = Duration::from_secs(3600);
-    let app = spawn_with_settings(settings).await;
-    for i in 1..=3 {
-        app.deliver_ok("stripe", &payment(&format!("evt_ref_{i}")))
-            .await;
-    }
+    let (receiver, app) = breaker_app(&[503, 422], 1, "evt_ref", 3).await;
     let probe_now = || {
         app.execute(
             "UPDATE forward_states SET probe_at = now() WHERE forward = 'billing'",
@@ -594,15 +598,7 @@ async fn a_refused_probe_keeps_the_breaker_open_and_only_an_event_taken_closes_i
 async fn an_answer_that_is_neither_taken_nor_refused_leaves_the_run_of_failures_alone() {
     // Fails, redirects (not followed: dead at once), fails: two failures in a
     // row as far as the breaker counts, which opens it at two.
-    let receiver = Receiver::start(&[503, 302, 503]).await;
-    let mut settings = shipped_settings();
-    settings.forwards = vec![one_at_a_time(&receiver, 2)];
-    settings.retry_base = Duration::from_secs(3600);
-    let app = spawn_with_settings(settings).await;
-    for i in 1..=3 {
-        app.deliver_ok("stripe", &payment(&format!("evt_moved_{i}")))
-            .await;
-    }
+    let (_receiver, app) = breaker_app(&[503, 302, 503], 2, "evt_moved", 3).await;
     for _ in 1..=3 {
         assert_eq!(app.send_due_forwards().await, 1);
     }
