@@ -367,21 +367,27 @@ fn one_at_a_time(receiver: &Receiver, open_after: i32) -> hookd::config::Forward
     forward
 }
 
-/// An app (its lanes stepped by the test) forwarding to a receiver answering
-/// `answers` (then 200) through `one_at_a_time(open_after)`, whose failed
-/// sends are not due again unless the test or the breaker says so, and events
-/// `{prefix}_1..=count` delivered.
+/// An app forwarding to a receiver answering `answers` (then 200) through
+/// `one_at_a_time(open_after)`, whose failed sends are not due again unless
+/// the test or the breaker says so, and events `{prefix}_1..=count`
+/// delivered. Its lanes run as `serve` runs them when `looping`, else the
+/// test steps them.
 async fn breaker_app(
     answers: &[u16],
     open_after: i32,
     prefix: &str,
     count: usize,
+    looping: bool,
 ) -> (Receiver, crate::support::TestApp) {
     let receiver = Receiver::start(answers).await;
     let mut settings = shipped_settings();
     settings.forwards = vec![one_at_a_time(&receiver, open_after)];
     settings.retry_base = Duration::from_secs(3600);
-    let app = spawn_with_settings(settings).await;
+    let app = if looping {
+        spawn_looping(settings, Registry::builtin()).await
+    } else {
+        spawn_with_settings(settings).await
+    };
     for i in 1..=count {
         app.deliver_ok("stripe", &payment(&format!("{prefix}_{i}")))
             .await;
@@ -488,7 +494,8 @@ async fn slow_a_receiver_down_longer_than_max_attempts_loses_nothing_and_gets_th
 #[tokio::test]
 async fn a_refusal_resets_the_breaker_and_a_failed_probe_keeps_it_open_a_minute() {
     // Five events; the receiver fails, fails, refuses one (422), fails, fails.
-    let (receiver, app) = breaker_app(&[503, 503, 422, 503, 503, 503, 503], 3, "evt_brk", 5).await;
+    let (receiver, app) =
+        breaker_app(&[503, 503, 422, 503, 503, 503, 503], 3, "evt_brk", 5, false).await;
     let breaker = || async {
         let row = &app
             .query(
@@ -560,7 +567,7 @@ async fn a_refusal_resets_the_breaker_and_a_failed_probe_keeps_it_open_a_minute(
 #[tokio::test]
 async fn a_refused_probe_keeps_the_breaker_open_and_only_an_event_taken_closes_it() {
     // Fails one, refuses the next (422), then takes everything.
-    let (receiver, app) = breaker_app(&[503, 422], 1, "evt_ref", 3).await;
+    let (receiver, app) = breaker_app(&[503, 422], 1, "evt_ref", 3, false).await;
     let probe_now = || {
         app.execute(
             "UPDATE forward_states SET probe_at = now() WHERE forward = 'billing'",
@@ -595,10 +602,40 @@ async fn a_refused_probe_keeps_the_breaker_open_and_only_an_event_taken_closes_i
 }
 
 #[tokio::test]
+async fn slow_serve_keeps_a_breaker_open_after_a_refused_probe_and_drains_after_a_taken_one() {
+    // Through the lanes as `serve` runs them: fails one (opens at one),
+    // refuses the probe, takes the next probe and then the rest.
+    let (receiver, app) = breaker_app(&[503, 422], 1, "evt_srv", 3, true).await;
+    let opened =
+        "SELECT count(*) FROM forward_states WHERE forward = 'billing' AND opened_at IS NOT NULL";
+    app.wait_for_count(opened, 1, Duration::from_secs(20)).await;
+    let probe_now = "UPDATE forward_states SET probe_at = now() WHERE forward = 'billing'";
+    app.execute(probe_now, &[]).await;
+    receiver.wait_for(2).await;
+    let dead = "SELECT count(*) FROM webhook_events WHERE status = 'dead'";
+    app.wait_for_count(dead, 1, Duration::from_secs(20)).await;
+    // The lane looks again (every POLL and at each wake) and sends nothing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        receiver.received().len(),
+        2,
+        "a refused probe let the rest go"
+    );
+    assert_eq!(forward_view(&app, "billing").await["state"], "open");
+
+    app.execute(probe_now, &[]).await;
+    let processed = "SELECT count(*) FROM webhook_events WHERE status = 'processed'";
+    app.wait_for_count(processed, 2, Duration::from_secs(20))
+        .await;
+    assert_eq!(receiver.received().len(), 4, "each sent once more at most");
+    assert_eq!(forward_view(&app, "billing").await["state"], "closed");
+}
+
+#[tokio::test]
 async fn an_answer_that_is_neither_taken_nor_refused_leaves_the_run_of_failures_alone() {
     // Fails, redirects (not followed: dead at once), fails: two failures in a
     // row as far as the breaker counts, which opens it at two.
-    let (_receiver, app) = breaker_app(&[503, 302, 503], 2, "evt_moved", 3).await;
+    let (_receiver, app) = breaker_app(&[503, 302, 503], 2, "evt_moved", 3, false).await;
     for _ in 1..=3 {
         assert_eq!(app.send_due_forwards().await, 1);
     }
